@@ -1,0 +1,81 @@
+"""The model interface the turn loop talks to.
+
+Messages are OpenAI Chat Completions dicts (``role``/``content``/``tool_calls``/``tool_call_id``):
+the history is stored in that shape, so any OpenAI-compatible endpoint can continue it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from pydantic import BaseModel, Field
+
+Message = dict[str, Any]
+TextCallback = Callable[[str], Awaitable[None]]
+
+
+class ToolSpec(BaseModel):
+    """A tool as the model sees it."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+    def to_openai(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+
+class ToolCall(BaseModel):
+    id: str
+    name: str
+    arguments: str = "{}"  # raw JSON text, exactly as the model produced it
+
+
+class Usage(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+class ModelResponse(BaseModel):
+    text: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    finish_reason: str | None = None
+
+    def to_message(self) -> Message:
+        """The assistant message to append to the history."""
+        message: Message = {"role": "assistant", "content": self.text}
+        if self.tool_calls:
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in self.tool_calls
+            ]
+        return message
+
+
+class ModelError(Exception):
+    """The model endpoint failed; ``reason`` is safe to show to people (no secrets)."""
+
+    def __init__(self, reason: str, *, status: int | None = None, retryable: bool = False):
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
+        self.retryable = retryable
+
+
+class ChatModel(Protocol):
+    """Anything that can take one step of a conversation."""
+
+    name: str
+
+    async def complete(
+        self, messages: list[Message], tools: list[ToolSpec], *, on_text: TextCallback | None = None
+    ) -> ModelResponse: ...

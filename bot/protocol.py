@@ -1,0 +1,227 @@
+"""The contract between the engine and every frontend (DESIGN §4).
+
+Requests ask a person for something; responses answer them; events tell frontends (Slack, the
+console, an audit reader) what happened, in order. Every event is appended to the session's Redis
+stream before any frontend renders it. Field names are snake_case; camelCase aliases are accepted
+and produced with ``by_alias=True`` for HTTP/streaming clients.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import AliasGenerator, BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic.alias_generators import to_camel
+
+from bot.principals import Principal
+
+RequestKind = Literal["tool-approval", "question", "session-limit", "user-input", "external-result"]
+Display = Literal["confirmation", "select", "text"]
+ResolutionOutcome = Literal["answered", "approved", "denied", "ignored", "cancelled", "invalid", "expired"]
+CandidateOutcome = Literal["pending", "rejected", "failed", "timed-out", "stale"]
+SettledOutcome = Literal["approved", "cancelled"]
+ActionStatus = Literal["completed", "failed", "rejected"]
+
+APPROVE = "approve"
+CANCEL = "cancel"
+CONTINUE = "continue"
+STOP = "stop"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Contract(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=AliasGenerator(serialization_alias=to_camel, validation_alias=None),
+        populate_by_name=True,
+    )
+
+
+class InputOption(Contract):
+    id: str
+    label: str
+    description: str | None = None
+    style: Literal["primary", "danger"] | None = None
+
+
+class ActionRef(Contract):
+    call_id: str
+    tool_name: str
+    input: dict[str, Any] | None = None
+
+
+class InputRequest(Contract):
+    request_id: str
+    kind: RequestKind
+    prompt: str
+    action: ActionRef | None = None
+    options: list[InputOption] = Field(default_factory=list)
+    display: Display = "confirmation"
+    allow_free_text: bool = False
+    principal: Principal | None = None
+    session_id: str = ""
+    turn_id: str = ""
+    dangerous: bool = False
+    created_at: datetime = Field(default_factory=utcnow)
+    expires_at: datetime | None = None
+
+    def displayed_options(self) -> list[InputOption]:
+        """Options in the order people see them; typed numbers index this order (DESIGN §8)."""
+        if self.kind == "tool-approval":
+            order = {APPROVE: 0, CANCEL: 1}
+            return sorted(self.options, key=lambda o: order.get(o.id, 2))
+        return list(self.options)
+
+    def option(self, option_id: str) -> InputOption | None:
+        return next((o for o in self.options if o.id == option_id), None)
+
+
+def approval_options() -> list[InputOption]:
+    return [InputOption(id=APPROVE, label="Approve", style="primary"), InputOption(id=CANCEL, label="Cancel")]
+
+
+def session_limit_options() -> list[InputOption]:
+    return [
+        InputOption(id=CONTINUE, label="Approve", style="primary"),
+        InputOption(id=STOP, label="Stop", style="danger"),
+    ]
+
+
+class InputResponse(Contract):
+    request_id: str
+    option_id: str | None = None
+    text: str | None = None
+    principal: Principal | None = None
+
+
+class Resolution(Contract):
+    request_id: str
+    kind: RequestKind
+    outcome: ResolutionOutcome
+    response: InputResponse | None = None
+
+
+class Answer(Contract):
+    """What ``ctx.ask()`` returns inside a tool."""
+
+    status: Literal["answered", "interrupted", "unavailable"]
+    option_id: str | None = None
+    text: str | None = None
+    responder: Principal | None = None
+
+    @property
+    def value(self) -> str | None:
+        """The chosen option's label/id or the person's own words."""
+        return self.option_id if self.option_id is not None else self.text
+
+
+# --- events ---------------------------------------------------------------------------------
+
+
+class EventBase(Contract):
+    session_id: str
+    turn_id: str | None = None
+    seq: int = 0
+    at: datetime = Field(default_factory=utcnow)
+
+
+class TurnStarted(EventBase):
+    type: Literal["turn.started"] = "turn.started"
+    principal: Principal | None = None
+
+
+class MessageCompleted(EventBase):
+    type: Literal["message.completed"] = "message.completed"
+    text: str
+
+
+class ActionStarted(EventBase):
+    type: Literal["action.started"] = "action.started"
+    call_id: str
+    tool_name: str
+    input: dict[str, Any] | None = None
+
+
+class ActionResult(EventBase):
+    type: Literal["action.result"] = "action.result"
+    call_id: str
+    tool_name: str
+    status: ActionStatus
+    output: Any = None
+    error: str | None = None
+
+
+class InputRequested(EventBase):
+    type: Literal["input.requested"] = "input.requested"
+    requests: list[InputRequest]
+
+
+class TurnWaiting(EventBase):
+    type: Literal["turn.waiting"] = "turn.waiting"
+    on: Literal["input", "tasks"] = "input"
+
+
+class ApprovalCandidate(EventBase):
+    type: Literal["approval.candidate"] = "approval.candidate"
+    request_id: str
+    outcome: CandidateOutcome
+    responder: Principal | None = None
+    reason: str | None = None
+    approvals: int = 0
+    required: int = 1
+
+
+class ApprovalSettled(EventBase):
+    type: Literal["approval.settled"] = "approval.settled"
+    request_id: str
+    outcome: SettledOutcome
+    responder: Principal | None = None
+    note: str | None = None
+
+
+class InputResolved(EventBase):
+    type: Literal["input.resolved"] = "input.resolved"
+    resolutions: list[Resolution]
+
+
+class TurnCompleted(EventBase):
+    type: Literal["turn.completed"] = "turn.completed"
+
+
+class TurnFailed(EventBase):
+    type: Literal["turn.failed"] = "turn.failed"
+    reason: str
+
+
+class TurnCancelled(EventBase):
+    type: Literal["turn.cancelled"] = "turn.cancelled"
+
+
+class SessionWaiting(EventBase):
+    type: Literal["session.waiting"] = "session.waiting"
+
+
+Event = Annotated[
+    TurnStarted
+    | MessageCompleted
+    | ActionStarted
+    | ActionResult
+    | InputRequested
+    | TurnWaiting
+    | ApprovalCandidate
+    | ApprovalSettled
+    | InputResolved
+    | TurnCompleted
+    | TurnFailed
+    | TurnCancelled
+    | SessionWaiting,
+    Field(discriminator="type"),
+]
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+def event_from_json(raw: str | bytes) -> Event:
+    return EVENT_ADAPTER.validate_json(raw)
