@@ -225,3 +225,53 @@ EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 
 def event_from_json(raw: str | bytes) -> Event:
     return EVENT_ADAPTER.validate_json(raw)
+
+
+# --- persisted request records (the contract between the engine and store/) ----------------
+
+RequestStatus = Literal["open", "settled"]
+
+
+class RequestRecord(Contract):
+    """A request as stored while it waits: the request, where it belongs, and how it ended."""
+
+    request: InputRequest
+    session_id: str
+    turn_id: str
+    team_id: str | None = None
+    session_info: dict[str, Any] = Field(default_factory=dict)  # SessionInfo as asked, for policies
+    approval_key: str | None = None
+    status: RequestStatus = "open"
+    outcome: ResolutionOutcome | None = None
+    response: InputResponse | None = None
+    responder: Principal | None = None
+    note: str | None = None
+    settled_at: datetime | None = None
+    approvals: list[str] = Field(default_factory=list)  # principal ids that approved (n-of-m)
+    batch: list[str] = Field(default_factory=list)  # request ids parked together with this one
+
+    @property
+    def request_id(self) -> str:
+        return self.request.request_id
+
+
+class SettleResult(Contract):
+    """What one settle attempt did, as the store saw it atomically."""
+
+    state: Literal["settled", "rejected", "partial", "stale"]
+    batch_complete: bool = False  # every request of the parked step is now settled
+    approvals: int = 0
+    record: RequestRecord | None = None  # the record after the attempt (stale: who settled it)
+    events: list[Event] = Field(default_factory=list)  # what was appended, with sequence numbers
+
+
+class UnknownRequest(LookupError):
+    """No request with that id: never asked, or long gone."""
+
+    def __init__(self, request_id: str):
+        super().__init__(f"no request with id {request_id!r} (it may have expired or never existed)")
+        self.request_id = request_id
+
+
+class LeaseLost(Exception):  # noqa: N818 - a condition the caller handles, not a bug
+    """Another worker holds the turn now; this worker must stop without writing."""

@@ -1,0 +1,568 @@
+"""Request cards: what people see when the agent parks a turn, and the same card once settled.
+
+A card is a list of blocks whose block ids all start with the request id (see
+:func:`blocks.actions.block_id`), so several cards can share one message and one of them can be
+replaced in place (:func:`replace_request_blocks`). Every text is truncated visibly to Slack's
+limits; slack_sdk's models validate each block as it is built.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from slack_sdk.models.blocks import (
+    ActionsBlock,
+    Block,
+    ButtonElement,
+    ConfirmObject,
+    ContextBlock,
+    InputBlock,
+    MarkdownTextObject,
+    Option,
+    PlainTextInputElement,
+    PlainTextObject,
+    RadioButtonsElement,
+    SectionBlock,
+    StaticSelectElement,
+)
+from slack_sdk.models.views import View
+
+from blocks import actions as ids
+from blocks.limits import (
+    ACTIONS_ELEMENTS,
+    ELLIPSIS,
+    BUTTON_TEXT,
+    CONFIRM_BUTTON,
+    CONFIRM_TEXT,
+    CONFIRM_TITLE,
+    CONTEXT_TEXT,
+    FIELD_TEXT,
+    MESSAGE_BLOCKS,
+    MESSAGE_TEXT,
+    OPTION_DESCRIPTION,
+    OPTION_TEXT,
+    PLACEHOLDER,
+    PLAIN_TEXT_INPUT,
+    SECTION_FIELDS,
+    SECTION_TEXT,
+    SELECT_OPTIONS,
+    escape_mrkdwn,
+    mrkdwn,
+    one_line,
+    plain,
+    truncate,
+    truncate_mrkdwn,
+)
+from blocks.messages import Message, markdown_to_mrkdwn
+from bot.principals import Principal
+from bot.protocol import (
+    APPROVE,
+    CONTINUE,
+    STOP,
+    InputOption,
+    InputRequest,
+    ResolutionOutcome,
+    SettledOutcome,
+    approval_options,
+    session_limit_options,
+)
+
+RADIO_MAX_OPTIONS = 5  # a few options read best as radio buttons; more go into a select menu
+CARD_MAX_FIELDS = 20  # two sections of fields; the rest is summarised so one card stays small
+TOOL_NAME_CHARS = 100
+FREEFORM_LABEL = "Type your own answer"
+NO_LONGER_NEEDED = "No longer needed"
+
+_POSITIVE = {"approved", "answered", "continued", "approve", "continue"}
+_NEGATIVE = {"cancelled", "canceled", "denied", "stopped", "rejected", "cancel", "stop"}
+
+
+# --- small text helpers ---------------------------------------------------------------------
+
+
+def mention(principal: Principal | None) -> str:
+    """``<@U123>`` for a Slack user principal, otherwise ``someone``."""
+    user_id = principal.slack_user_id if principal is not None else None
+    return user_mention(user_id) if user_id else "someone"
+
+
+def user_mention(user_id: str | None) -> str:
+    return f"<@{user_id}>" if user_id else "someone"
+
+
+def slack_date(at: datetime) -> str:
+    """A date Slack shows in each reader's own time zone, with a UTC fallback."""
+    aware = at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+    fallback = aware.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return f"<!date^{int(aware.timestamp())}^{{date_short_pretty}} at {{time}}|{fallback}>"
+
+
+def _code(name: str) -> str:
+    """A name shown as inline code (backticks inside it would end the span)."""
+    return "`" + escape_mrkdwn(truncate(one_line(name).replace("`", "'"), TOOL_NAME_CHARS) or "?") + "`"
+
+
+def tool_name_of(req: InputRequest) -> str:
+    return req.action.tool_name if req.action is not None else "tool"
+
+
+def request_summary(req: InputRequest, limit: int = 300) -> str:
+    """One plain line saying what a request is about (fallback text, lists)."""
+    prompt = one_line(req.prompt)
+    if req.kind == "tool-approval":
+        text = f"Approval needed: {tool_name_of(req)}" + (f" — {prompt}" if prompt else "")
+    elif req.kind == "session-limit":
+        text = f"Session limit: {prompt}" if prompt else "Session limit reached"
+    else:
+        text = f"Question: {prompt}" if prompt else "Question"
+    return truncate(text, limit)
+
+
+def requester_text(req: InputRequest, requester_name: str | None = None) -> str:
+    principal = req.principal
+    if principal is not None and principal.slack_user_id:
+        who = mention(principal)
+    elif requester_name:
+        who = escape_mrkdwn(one_line(requester_name))
+    elif principal is None:
+        return "Requested in this thread"
+    elif principal.principal_type == "runtime":
+        who = "the app itself"
+    else:
+        who = "someone outside Slack"
+    verb = "Asked for" if req.kind == "question" else "Requested by"
+    return f"{verb} {who}"
+
+
+def progress_text(approvals: Sequence[str], required: int) -> str:
+    """``Approvals: 1 of 2 — <@U1>`` for n-of-m approvals."""
+    text = f"Approvals: {len(approvals)} of {max(required, 1)}"
+    if approvals:
+        text += " — " + ", ".join(user_mention(u) for u in approvals)
+    return text
+
+
+def outcome_emoji(outcome_label: str) -> str:
+    key = outcome_label.strip().lower()
+    if key in _POSITIVE:
+        return ":white_check_mark:"
+    if key in _NEGATIVE:
+        return ":no_entry_sign:"
+    return ":heavy_minus_sign:"
+
+
+def settlement_label(outcome: SettledOutcome) -> str:
+    """The label for an ``approval.settled`` outcome (a person pressed Approve or Cancel)."""
+    return "Approved" if outcome == "approved" else "Cancelled"
+
+
+def resolution_label(req: InputRequest, outcome: ResolutionOutcome, option_id: str | None = None) -> str:
+    """The label for an ``input.resolved`` outcome. A cancelled *turn*, an ignored or expired
+    request are all "No longer needed" — nobody decided them."""
+    if outcome == "approved":
+        return "Approved"
+    if outcome == "denied":
+        return "Cancelled"
+    if outcome == "answered":
+        if req.kind == "session-limit":
+            return "Stopped" if option_id == STOP else "Approved"
+        if req.kind == "tool-approval":
+            return "Approved" if option_id == APPROVE else "Cancelled"
+        return "Answered"
+    return NO_LONGER_NEEDED
+
+
+# --- tool input as fields -------------------------------------------------------------------
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, str):
+        return escape_mrkdwn(value) if value else "_(empty)_"
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, int | float):
+        return str(value)
+    compact = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    return f"`{escape_mrkdwn(compact)}`" if "`" not in compact else escape_mrkdwn(compact)
+
+
+def _field_texts(tool_input: dict[str, Any] | None, max_fields: int) -> list[str]:
+    items = list((tool_input or {}).items())
+    shown = items if len(items) <= max_fields else items[: max_fields - 1]
+    texts = [
+        truncate_mrkdwn(f"*{escape_mrkdwn(one_line(str(key))) or '_(no name)_'}*\n{_value_text(value)}", FIELD_TEXT)
+        for key, value in shown
+    ]
+    if len(shown) < len(items):
+        texts.append(f"*{ELLIPSIS}*\n_{len(items) - len(shown)} more fields not shown_")
+    return texts
+
+
+
+# --- the card -------------------------------------------------------------------------------
+
+
+def _section(request_id: str, kind: str, text: str, n: int = 0) -> SectionBlock:
+    return SectionBlock(
+        block_id=ids.block_id(request_id, kind, n), text=MarkdownTextObject(text=mrkdwn(text, SECTION_TEXT))
+    )
+
+
+def _context(request_id: str, kind: str, text: str) -> ContextBlock:
+    return ContextBlock(
+        block_id=ids.block_id(request_id, kind),
+        elements=[MarkdownTextObject(text=mrkdwn(text, CONTEXT_TEXT))],
+    )
+
+
+def _options_of(req: InputRequest) -> list[InputOption]:
+    displayed = req.displayed_options()
+    if displayed:
+        return displayed
+    if req.kind == "tool-approval":
+        return approval_options()
+    if req.kind == "session-limit":
+        return session_limit_options()
+    return []
+
+
+def _title_text(req: InputRequest, prompt_limit: int) -> str:
+    prompt = markdown_to_mrkdwn(req.prompt).strip()
+    if req.kind == "tool-approval":
+        emoji = ":warning: " if req.dangerous else ""
+        title = f"{emoji}*Approval needed:* {_code(tool_name_of(req))}"
+        tool_name = tool_name_of(req)
+        if prompt and one_line(req.prompt) != tool_name:
+            title += "\n" + truncate_mrkdwn(prompt, prompt_limit)
+        return title
+    if req.kind == "session-limit":
+        title = ":stopwatch: *Session limit reached*"
+        return title + ("\n" + truncate_mrkdwn(prompt, prompt_limit) if prompt else "")
+    return truncate_mrkdwn(prompt, prompt_limit) if prompt else "_(no question text)_"
+
+
+def _button_style(req: InputRequest, option: InputOption) -> str | None:
+    if option.id in (APPROVE, CONTINUE) and req.kind in ("tool-approval", "session-limit"):
+        return "primary"
+    if option.id == STOP and req.kind == "session-limit":
+        return "danger"
+    return option.style
+
+
+def _confirm_for(req: InputRequest) -> ConfirmObject:
+    tool = one_line(tool_name_of(req))
+    return ConfirmObject(
+        title=PlainTextObject(text=plain(f"Run {tool}?", CONFIRM_TITLE)),
+        text=MarkdownTextObject(
+            text=truncate_mrkdwn(
+                f"{_code(tool)} is marked as dangerous. It will run with the input shown on the card.",
+                CONFIRM_TEXT,
+            )
+        ),
+        confirm=PlainTextObject(text=plain("Run it", CONFIRM_BUTTON)),
+        deny=PlainTextObject(text=plain("Not yet", CONFIRM_BUTTON)),
+        style="danger",
+    )
+
+
+def _buttons(req: InputRequest, options: list[InputOption]) -> list[ButtonElement]:
+    buttons: list[ButtonElement] = []
+    primary_used = False
+    for index, option in enumerate(options[:ACTIONS_ELEMENTS]):
+        style = _button_style(req, option)
+        if style == "primary":  # Slack: primary "should only be used for one button within a set"
+            style = None if primary_used else style
+            primary_used = True
+        confirm = _confirm_for(req) if req.dangerous and option.id == APPROVE else None
+        buttons.append(
+            ButtonElement(
+                text=PlainTextObject(text=plain(one_line(option.label), BUTTON_TEXT)),
+                action_id=ids.button_action_id(req.request_id, index),
+                value=ids.button_value(index, option),
+                style=style,
+                confirm=confirm,
+            )
+        )
+    return buttons
+
+
+def _choice_options(options: list[InputOption]) -> list[Option]:
+    result = []
+    for index, option in enumerate(options[:SELECT_OPTIONS]):
+        description = one_line(option.description or "")
+        result.append(
+            Option(
+                value=ids.option_value(index, option),
+                text=PlainTextObject(text=plain(one_line(option.label), OPTION_TEXT)),
+                description=PlainTextObject(text=truncate(description, OPTION_DESCRIPTION)) if description else None,
+            )
+        )
+    return result
+
+
+def _freeform_button(req: InputRequest, *, primary: bool) -> ButtonElement:
+    return ButtonElement(
+        text=PlainTextObject(text=FREEFORM_LABEL),
+        action_id=ids.freeform_action_id(req.request_id),
+        value=req.request_id,
+        style="primary" if primary else None,
+    )
+
+
+def _controls(req: InputRequest, tag: str) -> list[Block]:
+    options = _options_of(req)
+    actions_id = ids.block_id(req.request_id, f"{tag}actions")
+    if req.kind in ("tool-approval", "session-limit"):
+        return [ActionsBlock(block_id=actions_id, elements=_buttons(req, options))]
+    elements: list[Any] = []
+    if options:
+        choices = _choice_options(options)
+        if len(options) <= RADIO_MAX_OPTIONS:
+            elements.append(RadioButtonsElement(action_id=ids.select_action_id(req.request_id), options=choices))
+        else:
+            elements.append(
+                StaticSelectElement(
+                    action_id=ids.select_action_id(req.request_id),
+                    placeholder=PlainTextObject(text=plain("Choose an answer", PLACEHOLDER)),
+                    options=choices,
+                )
+            )
+        if req.allow_free_text:
+            elements.append(_freeform_button(req, primary=False))
+    else:  # an open question: typing is the only way to answer
+        elements.append(_freeform_button(req, primary=True))
+    blocks: list[Block] = [ActionsBlock(block_id=actions_id, elements=elements)]
+    if len(options) > SELECT_OPTIONS:
+        blocks.append(
+            _context(
+                req.request_id,
+                f"{tag}more",
+                f"Showing the first {SELECT_OPTIONS} of {len(options)} options. "
+                "To pick another, reply in the thread with its number.",
+            )
+        )
+    return blocks
+
+
+def card_blocks(
+    req: InputRequest,
+    *,
+    tag: str = "",
+    interactive: bool = True,
+    requester_name: str | None = None,
+    approvals: Sequence[str] = (),
+    required: int = 1,
+    prompt_limit: int = SECTION_TEXT - 200,
+    max_fields: int = CARD_MAX_FIELDS,
+) -> list[Block]:
+    """The card as slack_sdk blocks. ``tag`` prefixes block-id kinds so each iteration of a card
+    (pending, waiting, settled, App Home) has its own block ids."""
+    rid = req.request_id
+    blocks: list[Block] = [_section(rid, f"{tag}title", _title_text(req, prompt_limit))]
+    if req.kind == "tool-approval" and req.action is not None:
+        fields = _field_texts(req.action.input, max_fields)
+        for n, start in enumerate(range(0, len(fields), SECTION_FIELDS)):
+            chunk = fields[start : start + SECTION_FIELDS]
+            blocks.append(
+                SectionBlock(
+                    block_id=ids.block_id(rid, f"{tag}input", n),
+                    fields=[MarkdownTextObject(text=text) for text in chunk],
+                )
+            )
+    who = requester_text(req, requester_name)
+    if req.expires_at is not None and interactive:
+        who += f" · expires {slack_date(req.expires_at)}"
+    if req.kind != "session-limit":
+        blocks.append(_context(rid, f"{tag}who", who))
+    if required > 1 or approvals:
+        blocks.append(_context(rid, f"{tag}votes", progress_text(approvals, required)))
+    if interactive:
+        blocks.extend(_controls(req, tag))
+    return blocks
+
+
+def _dicts(blocks: Iterable[Block]) -> list[dict]:
+    return [block.to_dict() for block in blocks]
+
+
+def render_request(
+    req: InputRequest,
+    *,
+    requester_name: str | None = None,
+    approvals: Sequence[str] = (),
+    required: int = 1,
+) -> list[dict]:
+    """The pending card for one request, as Block Kit dicts."""
+    tag = f"w{len(approvals)}-" if approvals else ""
+    return _dicts(
+        card_blocks(req, tag=tag, requester_name=requester_name, approvals=approvals, required=required)
+    )
+
+
+def _fallback(lines: Iterable[str]) -> str:
+    text = "\n".join(escape_mrkdwn(line) for line in lines if line)
+    return truncate_mrkdwn(text or "A request needs your attention", MESSAGE_TEXT)
+
+
+def render_requests(reqs: Sequence[InputRequest]) -> list[Message]:
+    """Cards for several requests, packed into as few messages as Slack allows (≤50 blocks each)
+    without splitting a card across messages."""
+    messages: list[Message] = []
+    blocks: list[dict] = []
+    lines: list[str] = []
+    for req in reqs:
+        card = render_request(req)
+        if blocks and len(blocks) + len(card) > MESSAGE_BLOCKS:
+            messages.append({"text": _fallback(lines), "blocks": blocks})
+            blocks, lines = [], []
+        blocks.extend(card)
+        lines.append(request_summary(req))
+    if blocks:
+        messages.append({"text": _fallback(lines), "blocks": blocks})
+    return messages
+
+
+def render_waiting(req: InputRequest, approvals: Sequence[str], required: int) -> Message:
+    """The card while an n-of-m approval collects approvals: buttons stay, progress shows."""
+    return {
+        "text": _fallback([request_summary(req), f"Approvals: {len(approvals)} of {max(required, 1)}"]),
+        "blocks": render_request(req, approvals=approvals, required=required),
+    }
+
+
+def render_settled(
+    req: InputRequest,
+    *,
+    outcome_label: str,
+    decided_by: str | None = None,
+    at: datetime | None = None,
+    detail: str | None = None,
+    answer: str | None = None,
+    note: str | None = None,
+    approvals: Sequence[str] = (),
+    required: int = 1,
+    requester_name: str | None = None,
+) -> Message:
+    """The card after settling: no buttons or menus; the outcome, who decided and when; a
+    question's answer; a person's note (quoted, as theirs) and our own ``detail`` line."""
+    rid = req.request_id
+    label = one_line(outcome_label) or NO_LONGER_NEEDED
+    blocks = card_blocks(
+        req,
+        tag="s-",
+        interactive=False,
+        requester_name=requester_name,
+        approvals=approvals,
+        required=required,
+    )
+    line = f"{outcome_emoji(label)} *{escape_mrkdwn(truncate(label, 100))}*"
+    if decided_by:
+        line += f" by {user_mention(decided_by)}"
+    if at is not None:
+        line += f" · {slack_date(at)}"
+    blocks.append(_section(rid, "s-outcome", line))
+    if answer is not None and answer.strip():
+        blocks.append(_section(rid, "s-answer", _answer_text(answer)))
+    if note is not None and note.strip():
+        blocks.append(_section(rid, "s-note", _quote(note)))
+    if detail is not None and detail.strip():
+        blocks.append(_context(rid, "s-detail", escape_mrkdwn(detail.strip())))
+    fallback = label + (f" by {user_mention(decided_by)}" if decided_by else "")
+    return {"text": truncate_mrkdwn(fallback, MESSAGE_TEXT), "blocks": _dicts(blocks)}
+
+
+def _answer_text(answer: str) -> str:
+    text = answer.strip()
+    if "\n" not in text and "*" not in text:
+        return truncate_mrkdwn(f":speech_balloon: *{escape_mrkdwn(text)}*", SECTION_TEXT)
+    return truncate_mrkdwn(":speech_balloon:\n" + _quote(text), SECTION_TEXT)
+
+
+def _quote(text: str) -> str:
+    lines = escape_mrkdwn(text.strip()).split("\n")
+    return truncate_mrkdwn("\n".join(f"> {line}" for line in lines), SECTION_TEXT)
+
+
+def replace_request_blocks(blocks: Sequence[dict], request_id: str, new_blocks: Sequence[dict]) -> list[dict]:
+    """A message's blocks with one request's card swapped for ``new_blocks`` (other cards in the
+    same message keep their buttons). The new card goes where the old one started; if the old card
+    is not there, the message is returned unchanged."""
+    result: list[dict] = []
+    replaced = False
+    for block in blocks:
+        if ids.request_id_of_block(block.get("block_id")) == request_id:
+            if not replaced:
+                result.extend(new_blocks)
+                replaced = True
+            continue
+        result.append(block)
+    return result
+
+
+# --- ephemeral texts ------------------------------------------------------------------------
+
+
+def refused_text(reason: str | None) -> str:
+    """What a clicker sees when the response policy refuses them."""
+    why = one_line(reason or "")
+    if not why:
+        return ":no_entry: You can't answer this request."
+    return truncate_mrkdwn(f":no_entry: You can't answer this request: {escape_mrkdwn(why)}", SECTION_TEXT)
+
+
+def already_settled_text(outcome_label: str, decided_by: str | None) -> str:
+    """``Already approved by <@U7>.`` — for a click on a card someone else already settled."""
+    label = one_line(outcome_label)
+    if not label or label.lower() == NO_LONGER_NEEDED.lower():
+        return "This request is no longer needed."
+    text = f"Already {escape_mrkdwn(truncate(label, 100)).lower()}"
+    return text + (f" by {user_mention(decided_by)}." if decided_by else ".")
+
+
+def not_found_text() -> str:
+    return "This request is no longer open."
+
+
+# --- "Type your own answer" modal -----------------------------------------------------------
+
+FREEFORM_TITLE = "Your answer"
+
+
+def freeform_modal(req: InputRequest, channel_id: str, message_ts: str) -> dict:
+    """The modal opened by "Type your own answer"; submits to callback ``hitl_freeform``."""
+    prompt = markdown_to_mrkdwn(req.prompt).strip() or "_(no question text)_"
+    view = View(
+        type="modal",
+        callback_id=ids.FREEFORM_CALLBACK_ID,
+        title=PlainTextObject(text=FREEFORM_TITLE),
+        submit=PlainTextObject(text="Send"),
+        close=PlainTextObject(text="Cancel"),
+        private_metadata=ids.freeform_metadata(req.request_id, channel_id, message_ts),
+        blocks=[
+            SectionBlock(
+                block_id=ids.block_id(req.request_id, "modal-prompt"),
+                text=MarkdownTextObject(text=truncate_mrkdwn(prompt, SECTION_TEXT)),
+            ),
+            InputBlock(
+                block_id=ids.FREEFORM_BLOCK_ID,
+                label=PlainTextObject(text="Your answer"),
+                element=PlainTextInputElement(
+                    action_id=ids.FREEFORM_ACTION_ID,
+                    multiline=True,
+                    max_length=PLAIN_TEXT_INPUT,
+                    placeholder=PlainTextObject(text="Type your answer here"),
+                ),
+            ),
+        ],
+    )
+    return view.to_dict()
+
+
+def freeform_answer(state_values: dict) -> str | None:
+    """The text typed into the freeform modal (``view.state.values``), stripped; None if empty."""
+    value = ((state_values or {}).get(ids.FREEFORM_BLOCK_ID) or {}).get(ids.FREEFORM_ACTION_ID) or {}
+    text = value.get("value")
+    return (text.strip() or None) if isinstance(text, str) else None

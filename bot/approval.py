@@ -1,0 +1,281 @@
+"""Approval policies (DESIGN §6): who decides whether a call runs, and who may settle a request.
+
+A *request policy* runs when the model asks for a call and returns a status: run it
+(``not-applicable``/``approved``), refuse it (``denied``) or ask a person (``user-approval``).
+A *response policy* runs when someone answers and says whether that answer counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from bot.principals import Principal
+from bot.session import SessionInfo
+
+if TYPE_CHECKING:
+    from bot.models.base import ChatModel
+
+log = logging.getLogger(__name__)
+
+StatusType = Literal["not-applicable", "user-approval", "approved", "denied"]
+
+
+# --- request-time statuses ------------------------------------------------------------------
+
+
+class PolicyStatus(BaseModel):
+    """A request policy's verdict, normalised from any of the accepted status forms."""
+
+    type: StatusType
+    reason: str | None = None
+
+
+def Approved(reason: str | None = None) -> PolicyStatus:  # noqa: N802 - public API spelled like eve
+    return PolicyStatus(type="approved", reason=reason)
+
+
+def Denied(reason: str | None = None) -> PolicyStatus:  # noqa: N802
+    return PolicyStatus(type="denied", reason=reason)
+
+
+def normalize_status(value: Any) -> PolicyStatus:
+    """Accept every status form: strings, booleans, None, dicts and PolicyStatus."""
+    if isinstance(value, PolicyStatus):
+        return value
+    if value is None or value is False:
+        return PolicyStatus(type="not-applicable")
+    if value is True:
+        return PolicyStatus(type="user-approval")
+    if isinstance(value, str):
+        return PolicyStatus(type=value)  # type: ignore[arg-type]  # pydantic rejects unknown strings
+    if isinstance(value, dict):
+        return PolicyStatus.model_validate(value)
+    raise TypeError(f"a request policy returned {value!r}; expected a status string, bool, dict or Approved/Denied")
+
+
+class ApprovalContext(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    session: SessionInfo
+    tool_name: str
+    tool_input: dict[str, Any] | None = None
+    call_id: str
+    approved_tools: frozenset[str] = frozenset()
+    tool_description: str = ""
+    reviewer: Any = Field(default=None, exclude=True)  # the configured ChatModel, for auto()
+
+
+RequestPolicy = Callable[[ApprovalContext], Any]
+
+
+async def evaluate_request_policy(policy: RequestPolicy, ctx: ApprovalContext) -> PolicyStatus:
+    result = policy(ctx)
+    if inspect.isawaitable(result):
+        result = await result
+    return normalize_status(result)
+
+
+def _named(kind: str, fn: RequestPolicy) -> RequestPolicy:
+    fn.policy_kind = kind  # type: ignore[attr-defined]  # lets UIs label a tool's policy
+    return fn
+
+
+def never() -> RequestPolicy:
+    """Run without asking (the default)."""
+    return _named("never", lambda ctx: "not-applicable")
+
+
+def always() -> RequestPolicy:
+    """Ask a person every time."""
+    return _named("always", lambda ctx: "user-approval")
+
+
+def once() -> RequestPolicy:
+    """Ask the first time; after an explicit approval the tool runs without asking in this session.
+
+    A grant only counts once every pending request for the same key is resolved, so approving one
+    of two pending prompts does not approve the other (see ``ApprovalContext.approved_tools``).
+    """
+    return _named("once", lambda ctx: "not-applicable" if ctx.tool_name in ctx.approved_tools else "user-approval")
+
+
+AUTO_MAX_INPUT_BYTES = 64 * 1024
+AUTO_TIMEOUT_SECONDS = 30.0
+
+DEFAULT_AUTO_INSTRUCTIONS = """You review one tool call an AI agent wants to make on behalf of a person.
+Classify it as "clear" (safe to run without asking) or "caution" (a person must approve it).
+Answer "caution" when the call could:
+- make destructive changes or lose data (delete, overwrite, drop, truncate, revoke);
+- expose credentials, secrets, tokens or personal data;
+- move money (payments, refunds, transfers, purchases, changes to billing);
+- deploy, release or change anything public or in production;
+- communicate externally (email, messages or posts to people outside the conversation);
+- change permissions, access, roles, configuration or the system itself;
+- execute code or commands covertly or in ways the person would not expect.
+When an important effect of the call is unclear, answer "caution".
+Reply with JSON only: {"decision": "clear" | "caution", "reason": "<one sentence>"}"""
+
+DEFAULT_AUTO_CRITERIA = {
+    "clear": "Read-only or easily reversible, affects only the requester, no money, no external effect.",
+    "caution": "Anything destructive, financial, external, public, privileged, secret-revealing or unclear.",
+}
+
+
+def auto(
+    instructions: str | None = None,
+    criteria: dict[str, str] | None = None,
+    *,
+    model: ChatModel | None = None,
+    timeout: float = AUTO_TIMEOUT_SECONDS,
+) -> RequestPolicy:
+    """Let a model review each call: ``clear`` runs it, ``caution`` (or any failure) asks a person.
+
+    The tool input is sent to the reviewing model. Inputs over 64 KiB are never sent: they go
+    straight to a person.
+    """
+
+    async def review(ctx: ApprovalContext) -> PolicyStatus:
+        reviewer = model or ctx.reviewer
+        payload = json.dumps(ctx.tool_input, default=str, sort_keys=True)
+        if len(payload.encode()) > AUTO_MAX_INPUT_BYTES:
+            return PolicyStatus(type="user-approval", reason="input too large for automatic review")
+        if reviewer is None:
+            return PolicyStatus(type="user-approval", reason="no review model configured")
+        try:
+            return await asyncio.wait_for(_classify(reviewer, ctx, payload, instructions, criteria), timeout)
+        except TimeoutError:
+            log.warning("auto() review of %s timed out after %ss; asking a person", ctx.tool_name, timeout)
+            return PolicyStatus(type="user-approval", reason="automatic review timed out")
+        except Exception as exc:  # noqa: BLE001 - any failure means a person decides
+            log.warning("auto() review of %s failed (%s); asking a person", ctx.tool_name, exc)
+            return PolicyStatus(type="user-approval", reason="automatic review failed")
+
+    return _named("auto", review)
+
+
+async def _classify(
+    reviewer: ChatModel,
+    ctx: ApprovalContext,
+    payload: str,
+    instructions: str | None,
+    criteria: dict[str, str] | None,
+) -> PolicyStatus:
+    crit = criteria or DEFAULT_AUTO_CRITERIA
+    system = (instructions or DEFAULT_AUTO_INSTRUCTIONS) + "\n\nCriteria:\n" + "\n".join(
+        f"- {k}: {v}" for k, v in crit.items()
+    )
+    user = f"Tool: {ctx.tool_name}\nDescription: {ctx.tool_description}\nInput (JSON): {payload}"
+    response = await reviewer.complete(
+        [{"role": "system", "content": system}, {"role": "user", "content": user}], []
+    )
+    verdict = _parse_verdict(response.text or "")
+    if verdict == "clear":
+        return PolicyStatus(type="approved", reason="automatic review: clear")
+    return PolicyStatus(type="user-approval", reason="automatic review: caution")
+
+
+def _parse_verdict(text: str) -> str:
+    """``clear`` only when the reviewer unambiguously said so; anything else is caution."""
+    start, end = text.find("{"), text.rfind("}")
+    if start != -1 and end > start:
+        try:
+            decision = str(json.loads(text[start : end + 1]).get("decision", "")).strip().lower()
+            return "clear" if decision == "clear" else "caution"
+        except (ValueError, AttributeError):
+            pass
+    words = text.strip().lower()
+    return "clear" if words in {"clear", '"clear"'} else "caution"
+
+
+# --- response policies ----------------------------------------------------------------------
+
+
+class ResponseDecision(BaseModel):
+    status: Literal["allowed", "rejected"]
+    reason: str | None = None
+    required: int = Field(default=1, ge=1)  # distinct approvers needed before an approval settles
+
+
+def allowed(*, required: int = 1) -> ResponseDecision:
+    return ResponseDecision(status="allowed", required=required)
+
+
+def rejected(reason: str) -> ResponseDecision:
+    return ResponseDecision(status="rejected", reason=reason)
+
+
+class RequestView(BaseModel):
+    request_id: str
+    call_id: str | None = None
+    tool_name: str | None = None
+    tool_input: dict[str, Any] | None = None
+    principal: Principal | None = None  # who asked, captured when asked
+
+
+class ResponseView(BaseModel):
+    decision: Literal["approve", "cancel"]
+    principal: Principal
+    note: str | None = None
+
+
+class ResponseContext(BaseModel):
+    request: RequestView
+    response: ResponseView
+    session: SessionInfo
+    approvals: list[str] = Field(default_factory=list)  # principal ids that already approved (n-of-m)
+
+
+ResponsePolicy = Callable[[ResponseContext], Any]
+
+ONLY_REQUESTER = "Only the person who requested this action can respond to this approval."
+
+
+def requester_only() -> ResponsePolicy:
+    """The default: only the person whose turn asked may settle; an anonymous requester lets anyone."""
+
+    def policy(ctx: ResponseContext) -> ResponseDecision:
+        requester = ctx.request.principal
+        if requester is None or requester.same_as(ctx.response.principal):
+            return allowed()
+        return rejected(ONLY_REQUESTER)
+
+    policy.policy_kind = "requester-only"  # type: ignore[attr-defined]
+    return policy
+
+
+async def evaluate_response_policy(policy: ResponsePolicy, ctx: ResponseContext) -> ResponseDecision:
+    result = policy(ctx)
+    if inspect.isawaitable(result):
+        result = await result
+    if isinstance(result, ResponseDecision):
+        return result
+    if isinstance(result, dict):
+        return ResponseDecision.model_validate(result)
+    raise TypeError(f"a response policy returned {result!r}; expected allowed() or rejected(reason)")
+
+
+@dataclass(frozen=True)
+class Approval:
+    """A tool's approval: the request policy and, optionally, who may settle."""
+
+    request: RequestPolicy
+    response: ResponsePolicy | None = None
+
+
+def as_approval(value: Approval | RequestPolicy | None) -> Approval:
+    if value is None:
+        return Approval(request=never())
+    if isinstance(value, Approval):
+        return value
+    return Approval(request=value)
+
+
+PolicyFn = Callable[..., Awaitable[Any] | Any]

@@ -1,0 +1,50 @@
+"""Typed replies (DESIGN §8): which open request a follow-up message answers, and how.
+
+A message answers the *first open request* (a session-limit prompt first, else the earliest
+asked) when its trimmed text matches, case-insensitively, an option id, an option label or a
+1-based option number in display order; otherwise a request that allows free text takes the
+text itself. Anything else answers nothing and steers or queues instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from bot.principals import Principal
+from bot.protocol import InputRequest, InputResponse
+
+
+def first_open_input(requests: Sequence[InputRequest]) -> InputRequest | None:
+    limits = [r for r in requests if r.kind == "session-limit"]
+    if limits:
+        return limits[0]
+    ordered = sorted(requests, key=lambda r: r.created_at)
+    return ordered[0] if ordered else None
+
+
+def match_text(request: InputRequest, text: str, principal: Principal | None = None) -> InputResponse | None:
+    trimmed = text.strip()
+    if not trimmed:
+        return None
+    normalized = trimmed.lower()
+    displayed = request.displayed_options()
+    for option in displayed:
+        if option.id.lower() == normalized:
+            return InputResponse(request_id=request.request_id, option_id=option.id, principal=principal)
+    for option in displayed:
+        if option.label.lower() == normalized:
+            return InputResponse(request_id=request.request_id, option_id=option.id, principal=principal)
+    if normalized.isdigit() and 1 <= int(normalized) <= len(displayed):
+        option = displayed[int(normalized) - 1]
+        return InputResponse(request_id=request.request_id, option_id=option.id, principal=principal)
+    if request.allow_free_text or (request.kind == "question" and not request.options):
+        return InputResponse(request_id=request.request_id, text=trimmed, principal=principal)
+    return None
+
+
+def strip_mention(text: str, bot_user_id: str | None) -> str:
+    """Drop a leading ``<@BOT>`` so "@agent approve" answers like "approve"."""
+    stripped = text.strip()
+    if bot_user_id and stripped.startswith(f"<@{bot_user_id}>"):
+        return stripped[len(bot_user_id) + 3 :].strip()
+    return stripped

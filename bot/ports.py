@@ -1,0 +1,41 @@
+"""The small interfaces the engine needs from the outside world (DESIGN §2).
+
+The engine never imports Slack, Bolt or our store package: ``bot/app.py`` hands it objects that
+satisfy these Protocols.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from bot.protocol import Event
+from bot.session import SessionRef
+
+
+class Channel(Protocol):
+    """A frontend: receives every event of a session, in order, after it is stored.
+
+    Raising from ``deliver`` for an ``input.requested`` event leaves the requests marked
+    undelivered; the runtime offers them again later (nothing is lost because a frontend
+    hiccuped). Failures for other events are logged.
+    """
+
+    async def deliver(self, event: Event, session: SessionRef) -> None: ...
+
+
+class NullChannel:
+    """A channel that shows nothing (CLI tools, benchmarks)."""
+
+    async def deliver(self, event: Event, session: SessionRef) -> None:
+        return None
+
+
+class FanoutChannel:
+    """Several frontends at once, in order (e.g. Slack and a recorder)."""
+
+    def __init__(self, *channels: Channel):
+        self.channels = list(channels)
+
+    async def deliver(self, event: Event, session: SessionRef) -> None:
+        for channel in self.channels:
+            await channel.deliver(event, session)

@@ -1,0 +1,71 @@
+"""The persisted shape of a session and its turn: what Redis holds while a turn parks (DESIGN §7)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from bot.models.base import Message
+from bot.principals import Principal
+from bot.protocol import Answer, utcnow
+from bot.session import SessionRef
+
+CallStatus = Literal["ready", "awaiting", "asking", "done"]
+
+
+class CallResult(BaseModel):
+    status: Literal["completed", "failed", "rejected"]
+    output: Any = None
+    error: str | None = None
+
+    def content(self) -> str:
+        """The tool message the model reads."""
+        import json
+
+        if self.status == "completed":
+            return self.output if isinstance(self.output, str) else json.dumps(self.output, default=str)
+        return json.dumps({"status": self.status, **({"error": self.error} if self.error else {}),
+                           **(self.output if isinstance(self.output, dict) else {})}, default=str)
+
+
+class CallState(BaseModel):
+    call_id: str
+    tool_name: str
+    arguments: str = "{}"
+    status: CallStatus = "ready"
+    request_id: str | None = None  # the approval request, while awaiting
+    ask_request_id: str | None = None  # the ctx.ask() question, while asking
+    principal: Principal | None = None  # whose authority it runs under
+    asks: list[Answer] = Field(default_factory=list)  # recorded ctx.ask() answers, by index
+    result: CallResult | None = None
+
+
+class StepState(BaseModel):
+    index: int
+    assistant: Message
+    calls: list[CallState]
+    request_ids: list[str] = Field(default_factory=list)  # open requests this step waits on
+
+
+class TurnState(BaseModel):
+    turn_id: str
+    number: int
+    owner: Principal | None = None
+    status: Literal["running", "parked"] = "running"
+    steps: int = 0
+    tokens: int = 0
+    step_budget: int
+    token_budget: int
+    step: StepState | None = None
+    limit_request_id: str | None = None
+    started_at: datetime = Field(default_factory=utcnow)
+
+
+class SessionState(BaseModel):
+    ref: SessionRef
+    initiator: Principal | None = None
+    history: list[Message] = Field(default_factory=list)
+    turn: TurnState | None = None
+    turns: int = 0

@@ -1,0 +1,241 @@
+"""Tools the agent can call (DESIGN §6): ``@tool``, ``Tool``, ``ToolContext`` and the registry.
+
+``ctx.ask()`` is durable by replay: the first time a tool asks, the turn parks; when the answer
+arrives the tool runs again *from the top* and ``ctx.ask()`` returns the recorded answer. So a
+tool must be deterministic up to its last ask: do side effects after asking, or key them by
+``ctx.idempotency_key`` (the same on every replay of the same call) — the same rule Temporal
+workflows follow.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any, get_type_hints
+
+from pydantic import BaseModel, ValidationError
+
+from bot.approval import Approval, RequestPolicy, as_approval
+from bot.models.base import ToolSpec
+from bot.principals import Principal
+from bot.protocol import Answer, InputOption
+from bot.session import SessionInfo
+
+log = logging.getLogger(__name__)
+
+
+class AskRequest(BaseModel):
+    """A question a tool asked through ``ctx.ask()``; the turn parks until it is answered."""
+
+    index: int
+    prompt: str
+    options: list[InputOption] = []
+    allow_free_text: bool = True
+
+
+class AskParked(Exception):  # noqa: N818 - control flow, not an error
+    """Raised inside a tool when ``ctx.ask()`` has no recorded answer yet; the turn parks."""
+
+    def __init__(self, ask: AskRequest):
+        super().__init__(ask.prompt)
+        self.ask = ask
+
+
+class ToolContext:
+    """What a tool knows about the call it serves."""
+
+    def __init__(
+        self,
+        *,
+        session: SessionInfo,
+        principal: Principal | None,
+        call_id: str,
+        idempotency_key: str,
+        answers: list[Answer] | None = None,
+        can_ask: bool = True,
+    ):
+        self.session = session
+        self.principal = principal  # whose authority the call runs under (the approver, once approved)
+        self.call_id = call_id
+        self.idempotency_key = idempotency_key
+        self.log = logging.LoggerAdapter(log, {"call_id": call_id, "session_id": session.id})
+        self._answers = list(answers or [])
+        self._asked = 0
+        self._can_ask = can_ask
+
+    @property
+    def tenant(self) -> str | None:
+        """The workspace this call belongs to — from the session, never from tool input."""
+        return self.session.team_id
+
+    async def ask(
+        self, prompt: str, options: list[str] | list[InputOption] | None = None, allow_free_text: bool = True
+    ) -> Answer:
+        index = self._asked
+        self._asked += 1
+        if index < len(self._answers):
+            return self._answers[index]
+        if not self._can_ask:
+            return Answer(status="unavailable")
+        opts = [o if isinstance(o, InputOption) else InputOption(id=o, label=o) for o in options or []]
+        raise AskParked(AskRequest(index=index, prompt=prompt, options=opts, allow_free_text=allow_free_text))
+
+
+ToolFn = Callable[..., Any]
+
+
+class Tool:
+    """A callable the model may use, with its input model and approval policy."""
+
+    def __init__(
+        self,
+        fn: ToolFn,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        approval: Approval | RequestPolicy | None = None,
+        approval_key: Callable[[Any], str] | None = None,
+        dangerous: bool = False,
+        idempotent: bool = False,
+    ):
+        self.fn = fn
+        self.name = name or fn.__name__
+        self.description = (description or inspect.getdoc(fn) or "").strip()
+        self.approval = as_approval(approval)
+        self.approval_key_fn = approval_key
+        self.dangerous = dangerous
+        self.idempotent = idempotent
+        self.input_model = _input_model(fn)
+        self._wants_ctx = len(inspect.signature(fn).parameters) >= 2
+
+    def __repr__(self) -> str:
+        return f"Tool({self.name!r})"
+
+    @property
+    def policy_kind(self) -> str:
+        return getattr(self.approval.request, "policy_kind", "custom")
+
+    def spec(self) -> ToolSpec:
+        if self.input_model is None:
+            params: dict[str, Any] = {"type": "object", "properties": {}}
+        else:
+            params = self.input_model.model_json_schema()
+        return ToolSpec(name=self.name, description=self.description, parameters=params)
+
+    def parse(self, arguments: str | dict[str, Any] | None) -> BaseModel | dict[str, Any]:
+        """Validate raw model arguments; raises ValueError with a message the model can act on."""
+        if isinstance(arguments, str):
+            try:
+                data = json.loads(arguments) if arguments.strip() else {}
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"arguments are not valid JSON: {exc.msg}") from exc
+        else:
+            data = arguments or {}
+        if not isinstance(data, dict):
+            raise ValueError("arguments must be a JSON object")
+        if self.input_model is None:
+            return data
+        try:
+            return self.input_model.model_validate(data)
+        except ValidationError as exc:
+            raise ValueError(_validation_message(exc)) from exc
+
+    def approval_key(self, args: BaseModel | dict[str, Any]) -> str:
+        return self.approval_key_fn(args) if self.approval_key_fn else self.name
+
+    async def invoke(self, args: BaseModel | dict[str, Any], ctx: ToolContext) -> Any:
+        call = self.fn(args, ctx) if self._wants_ctx else self.fn(args)
+        if inspect.isawaitable(call):
+            return await call
+        return call
+
+
+def _input_model(fn: ToolFn) -> type[BaseModel] | None:
+    params = list(inspect.signature(fn).parameters.values())
+    if not params:
+        return None
+    hints = get_type_hints(fn)
+    annotation = hints.get(params[0].name)
+    if inspect.isclass(annotation) and issubclass(annotation, BaseModel):
+        return annotation
+    return None
+
+
+def _validation_message(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "input"
+        parts.append(f"{where}: {err['msg']}")
+    return "invalid arguments: " + "; ".join(parts)
+
+
+def tool(
+    fn: ToolFn | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    approval: Approval | RequestPolicy | None = None,
+    approval_key: Callable[[Any], str] | None = None,
+    dangerous: bool = False,
+    idempotent: bool = False,
+) -> Any:
+    """Turn a function ``(args: Model, ctx: ToolContext)`` into a Tool. Sync functions work too."""
+
+    def wrap(f: ToolFn) -> Tool:
+        return Tool(
+            f,
+            name=name,
+            description=description,
+            approval=approval,
+            approval_key=approval_key,
+            dangerous=dangerous,
+            idempotent=idempotent,
+        )
+
+    return wrap(fn) if fn is not None else wrap
+
+
+class ToolRegistry:
+    """The tools one runtime offers, by name."""
+
+    def __init__(self, tools: Iterable[Tool] = ()):
+        self._tools: dict[str, Tool] = {}
+        for t in tools:
+            self.register(t)
+
+    def register(self, t: Tool) -> None:
+        self._tools[t.name] = t
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def __iter__(self):
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def names(self) -> list[str]:
+        return sorted(self._tools)
+
+    def specs(self) -> list[ToolSpec]:
+        return [t.spec() for t in self._tools.values()]
+
+    def load_modules(self, module_paths: Iterable[str]) -> None:
+        """Register every module-level ``Tool`` of each module (``BOT_TOOLS``)."""
+        for path in module_paths:
+            path = path.strip()
+            if not path:
+                continue
+            try:
+                module = importlib.import_module(path)
+            except ImportError as exc:
+                raise ValueError(f"BOT_TOOLS: cannot import {path!r}: {exc}") from exc
+            found = [v for v in vars(module).values() if isinstance(v, Tool)]
+            if not found:
+                log.warning("BOT_TOOLS: module %s defines no tools", path)
+            for t in found:
+                self.register(t)

@@ -1,0 +1,275 @@
+"""Block Kit checks (what Slack rejects) and lookups of interactive elements inside blocks.
+
+Validation leans on ``slack_sdk.models`` (``Block.parse`` + ``to_dict``, which runs every nested
+``JsonValidator``) and adds the few structural rules the SDK does not check (empty text, duplicate ids,
+min counts). Errors are phrased like Slack's: ``"<message> [json-pointer:/blocks/0/text]"``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from slack_sdk.errors import SlackObjectFormationError
+from slack_sdk.models.blocks import Block
+from slack_sdk.models.views import View as SdkView
+
+MESSAGE_BLOCKS_MAX = 50
+VIEW_BLOCKS_MAX = 100
+VIEW_MAX_BYTES = 250_000
+
+# Block types whose "text"/"label" must be a text object (never a bare string).
+_TEXT_OBJECT_HOLDERS = {"section", "header", "button", "input", "checkboxes", "radio_buttons"}
+_MIN_ONE_ELEMENT = {"actions", "context"}
+INTERACTIVE_TYPES = {
+    "button",
+    "static_select",
+    "external_select",
+    "users_select",
+    "conversations_select",
+    "channels_select",
+    "multi_static_select",
+    "multi_users_select",
+    "multi_conversations_select",
+    "multi_channels_select",
+    "multi_external_select",
+    "radio_buttons",
+    "checkboxes",
+    "overflow",
+    "datepicker",
+    "timepicker",
+    "datetimepicker",
+    "plain_text_input",
+    "number_input",
+    "email_text_input",
+    "url_text_input",
+    "rich_text_input",
+}
+
+
+def validate_blocks(blocks: Any, *, pointer: str = "/blocks", max_blocks: int = MESSAGE_BLOCKS_MAX) -> list[str]:
+    """Every reason Slack would refuse these blocks; empty when they are fine."""
+    if not isinstance(blocks, list):
+        return [f"must be an array [json-pointer:{pointer}]"]
+    errors: list[str] = []
+    if len(blocks) > max_blocks:
+        errors.append(f"no more than {max_blocks} items allowed [json-pointer:{pointer}]")
+    seen_block_ids: set[str] = set()
+    for index, block in enumerate(blocks):
+        here = f"{pointer}/{index}"
+        if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+            errors.append(f"missing required field: type [json-pointer:{here}]")
+            continue
+        errors.extend(_structural_errors(block, here))
+        block_id = block.get("block_id")
+        if block_id is not None:
+            if block_id in seen_block_ids:
+                errors.append(f"duplicate block_id: {block_id} [json-pointer:{here}/block_id]")
+            seen_block_ids.add(block_id)
+        errors.extend(_sdk_errors(block, here))
+    return errors
+
+
+def _sdk_errors(block: dict[str, Any], here: str) -> list[str]:
+    try:
+        parsed = Block.parse(dict(block))
+    except TypeError as exc:  # a required keyword argument is missing
+        missing = str(exc).rsplit(":", 1)[-1].strip().strip("'") if "missing" in str(exc) else str(exc)
+        return [f"missing required field: {missing} [json-pointer:{here}]"]
+    except (SlackObjectFormationError, AttributeError, ValueError, KeyError) as exc:
+        return [f"{exc} [json-pointer:{here}]"]
+    if parsed is None:
+        return [f"unsupported type: {block['type']} [json-pointer:{here}/type]"]
+    try:
+        parsed.validate_json()
+        parsed.to_dict()  # runs the validators of every nested element and text object
+    except SlackObjectFormationError as exc:
+        return [f"{exc} [json-pointer:{here}]"]
+    except (TypeError, AttributeError, ValueError, KeyError) as exc:
+        return [f"invalid block: {exc} [json-pointer:{here}]"]
+    return []
+
+
+def _structural_errors(block: dict[str, Any], here: str) -> list[str]:
+    errors: list[str] = []
+    block_type = block["type"]
+    if block_type in _MIN_ONE_ELEMENT and isinstance(block.get("elements"), list) and not block["elements"]:
+        errors.append(f"must provide at least 1 item [json-pointer:{here}/elements]")
+    seen_actions: set[str] = set()
+    for node, path in _walk(block, here):
+        node_type = node.get("type")
+        if node_type in _TEXT_OBJECT_HOLDERS:
+            for key in ("text", "label"):
+                if key in node and not isinstance(node[key], dict):
+                    errors.append(f"must be a text object [json-pointer:{path}/{key}]")
+        if node_type in ("plain_text", "mrkdwn"):
+            text = node.get("text")
+            if not isinstance(text, str) or not text:
+                errors.append(f"must be more than 0 characters [json-pointer:{path}/text]")
+        action_id = node.get("action_id")
+        if isinstance(action_id, str) and node_type in INTERACTIVE_TYPES:
+            if action_id in seen_actions:
+                errors.append(f"duplicate action_id: {action_id} [json-pointer:{path}/action_id]")
+            seen_actions.add(action_id)
+    return errors
+
+
+def _walk(node: Any, path: str) -> Iterator[tuple[dict[str, Any], str]]:
+    if isinstance(node, dict):
+        yield node, path
+        for key, value in node.items():
+            yield from _walk(value, f"{path}/{key}")
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _walk(value, f"{path}/{index}")
+
+
+def validate_view(view: Any) -> list[str]:
+    """Every reason Slack would refuse this view object (views.open/push/update/publish)."""
+    if not isinstance(view, dict):
+        return ["must be an object [json-pointer:/view]"]
+    errors: list[str] = []
+    view_type = view.get("type")
+    if view_type not in ("modal", "home"):
+        errors.append("must be one of modal, home [json-pointer:/view/type]")
+    if view_type == "modal" and not view.get("title"):
+        errors.append("missing required field: title [json-pointer:/view/title]")
+    blocks = view.get("blocks")
+    if blocks is None:
+        errors.append("missing required field: blocks [json-pointer:/view/blocks]")
+    else:
+        errors.extend(validate_blocks(blocks, pointer="/view/blocks", max_blocks=VIEW_BLOCKS_MAX))
+    if (
+        view_type == "modal"
+        and isinstance(blocks, list)
+        and any(isinstance(b, dict) and b.get("type") == "input" for b in blocks)
+        and not view.get("submit")
+    ):
+        errors.append("must provide submit when the view contains input blocks [json-pointer:/view/submit]")
+    # The view-level limits (title <= 24, submit/close <= 24, private_metadata, callback_id) come from the SDK;
+    # blocks are left out here because they were checked above with Slack-like pointers.
+    meta = {k: v for k, v in view.items() if k != "blocks"}
+    try:
+        SdkView(**meta).validate_json()
+        for key in ("title", "submit", "close"):
+            if isinstance(view.get(key), dict):
+                text = view[key].get("text")
+                if not isinstance(text, str) or not text:
+                    errors.append(f"must be more than 0 characters [json-pointer:/view/{key}/text]")
+    except SlackObjectFormationError as exc:
+        errors.append(f"{exc} [json-pointer:/view]")
+    except (TypeError, AttributeError, ValueError) as exc:
+        errors.append(f"invalid view: {exc} [json-pointer:/view]")
+    if len(json.dumps(view)) > VIEW_MAX_BYTES:
+        errors.append("view_too_large")
+    return errors
+
+
+def find_element(
+    blocks: list[dict[str, Any]], action_id: str, block_id: str | None = None
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The (block, element) whose element carries ``action_id`` (optionally inside ``block_id``)."""
+    for block in blocks or []:
+        if block_id is not None and block.get("block_id") != block_id:
+            continue
+        for element in block_elements(block):
+            if element.get("action_id") == action_id:
+                return block, element
+    return None
+
+
+def block_elements(block: dict[str, Any]) -> list[dict[str, Any]]:
+    """The interactive elements a block holds (actions elements, section accessory, input element)."""
+    found: list[dict[str, Any]] = []
+    if block.get("type") in ("actions", "context_actions"):
+        found.extend(e for e in block.get("elements", []) if isinstance(e, dict))
+    if isinstance(block.get("accessory"), dict):
+        found.append(block["accessory"])
+    if isinstance(block.get("element"), dict):
+        found.append(block["element"])
+    return found
+
+
+def all_options(element: dict[str, Any]) -> list[dict[str, Any]]:
+    options = list(element.get("options") or [])
+    for group in element.get("option_groups") or []:
+        options.extend(group.get("options") or [])
+    return options
+
+
+def find_option(element: dict[str, Any], value: str) -> dict[str, Any] | None:
+    for option in all_options(element):
+        if option.get("value") == value:
+            return option
+    return None
+
+
+def selected_option_payload(option: dict[str, Any]) -> dict[str, Any]:
+    """An option as Slack echoes it in selected_option(s): text (+ description) and value."""
+    out: dict[str, Any] = {"text": option.get("text"), "value": option.get("value")}
+    if option.get("description"):
+        out["description"] = option["description"]
+    return out
+
+
+def state_value(element: dict[str, Any], answer: Any) -> dict[str, Any]:
+    """A ``state.values[block][action]`` entry for ``element`` from a loose answer.
+
+    ``answer`` may already be Slack's value dict (returned as is, ``type`` filled in), or a plain value:
+    a string for text inputs / selects / radio buttons / datepickers, a list for multi-selects / checkboxes.
+    """
+    element_type = element.get("type", "plain_text_input")
+    if isinstance(answer, dict):
+        return {"type": element_type, **answer}
+    value: dict[str, Any] = {"type": element_type}
+    if element_type in ("plain_text_input", "email_text_input", "url_text_input", "number_input"):
+        value["value"] = None if answer is None else str(answer)
+    elif element_type in ("static_select", "radio_buttons", "external_select"):
+        option = find_option(element, str(answer)) if answer is not None else None
+        value["selected_option"] = selected_option_payload(option) if option else None
+    elif element_type in ("multi_static_select", "checkboxes", "multi_external_select"):
+        chosen = [find_option(element, str(v)) for v in (answer or [])]
+        value["selected_options"] = [selected_option_payload(o) for o in chosen if o]
+    elif element_type == "users_select":
+        value["selected_user"] = answer
+    elif element_type == "multi_users_select":
+        value["selected_users"] = list(answer or [])
+    elif element_type in ("conversations_select", "channels_select"):
+        key = "selected_conversation" if element_type == "conversations_select" else "selected_channel"
+        value[key] = answer
+    elif element_type in ("multi_conversations_select", "multi_channels_select"):
+        key = "selected_conversations" if element_type == "multi_conversations_select" else "selected_channels"
+        value[key] = list(answer or [])
+    elif element_type == "datepicker":
+        value["selected_date"] = answer
+    elif element_type == "timepicker":
+        value["selected_time"] = answer
+    else:
+        value["value"] = answer
+    return value
+
+
+def initial_state_value(element: dict[str, Any]) -> dict[str, Any] | None:
+    """The state Slack reports for an untouched element that has an initial value, else None."""
+    element_type = element.get("type")
+    if "initial_value" in element:
+        return {"type": element_type, "value": element["initial_value"]}
+    if "initial_option" in element:
+        return {"type": element_type, "selected_option": selected_option_payload(element["initial_option"])}
+    if "initial_options" in element:
+        options = [selected_option_payload(o) for o in element["initial_options"]]
+        return {"type": element_type, "selected_options": options}
+    if "initial_users" in element:
+        return {"type": element_type, "selected_users": list(element["initial_users"])}
+    if "initial_user" in element:
+        return {"type": element_type, "selected_user": element["initial_user"]}
+    if "initial_date" in element:
+        return {"type": element_type, "selected_date": element["initial_date"]}
+    return None
+
+
+def text_of(text_object: Any) -> str:
+    if isinstance(text_object, dict):
+        return str(text_object.get("text", ""))
+    return "" if text_object is None else str(text_object)

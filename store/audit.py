@@ -1,0 +1,615 @@
+"""The per-workspace audit log: an append-only, hash-chained Redis Stream (DESIGN §1, §9).
+
+Every governance event of a workspace (requests, candidates, settlements, grants, policy changes,
+refused edits, executions) is one :class:`AuditEntry`. Each entry carries the sha256 of its own
+canonical JSON (every field but ``hash``, including ``prev_hash``), and ``prev_hash`` is the hash of
+the entry before it (``"0" * 64`` for the first), so editing, removing or reordering entries breaks the
+chain and :func:`verify_entries` reports where.
+
+Keys (all of one workspace in one Cluster hash slot, tagged ``{ws:<team>}``):
+
+- ``hitl:{ws:T1}:audit`` — the Stream. Entry ids are ``<at in ms>-<seq>``, so time-range reads use the
+  stream index; fields ``seq``, ``hash`` and ``e`` (the entry's JSON).
+- ``hitl:{ws:T1}:audit:head`` — a small hash (``seq``, ``hash``, ``ms``) naming the last entry. It is
+  the source of the next ``prev_hash``/``seq`` and a witness: entries cut from the end of the stream
+  are noticed by :meth:`AuditLog.verify` and leave a gap that the next append cannot hide.
+
+Appending is an optimistic compare-and-set: Lua has no sha256, so Python computes the hash for the
+head it read, and a Lua script adds the entry only if the head is still that one (otherwise it hands
+back the new head and we retry). ``at`` comes from the Redis server's clock, never the caller's, and
+never goes backwards within a workspace.
+
+What the chain proves: accidental or naive tampering (an edited field, a deleted or moved entry) is
+detected. Someone who can write to Redis can still rewrite the whole chain from the edited entry on;
+export the log (or note :meth:`AuditLog.head`) somewhere else to anchor it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+import re
+from collections.abc import AsyncIterator, Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any, TextIO
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import to_jsonable_python
+from redis.exceptions import ResponseError
+
+from store.client import RedisClient
+
+GENESIS_HASH = "0" * 64
+KEY_PREFIX = "hitl"
+# Contention is resolved by retrying; each losing round still lets one writer through.
+_MAX_APPEND_ATTEMPTS = 500
+_READ_BATCH = 500
+_MAX_REPORTED_PROBLEMS = 200
+_TEAM_ID = re.compile(r"^[A-Za-z0-9_.:-]+$")
+
+
+class AuditError(RuntimeError):
+    """The audit log could not be written as asked."""
+
+
+class AuditContention(AuditError):
+    """Too many concurrent writers kept winning; the entry was not appended."""
+
+
+class VersionConflict(AuditError):
+    """The guarded document changed since it was read; nothing was written (re-read and retry)."""
+
+    def __init__(self, key: str, expected: int, current: int) -> None:
+        super().__init__(f"{key} is at version {current}, not {expected}")
+        self.key = key
+        self.expected = expected
+        self.current = current
+
+
+def workspace_tag(team_id: str) -> str:
+    """The Cluster hash tag shared by every key of one workspace."""
+    if not team_id or not _TEAM_ID.match(team_id):
+        raise ValueError(f"not a usable team id: {team_id!r}")
+    return f"{{ws:{team_id}}}"
+
+
+def workspace_key(team_id: str, *parts: str) -> str:
+    """``hitl:{ws:<team>}:<parts…>`` — one workspace's key, in its hash slot."""
+    return ":".join((KEY_PREFIX, workspace_tag(team_id), *parts))
+
+
+class AuditEntry(BaseModel):
+    """One line of the audit log. ``hash`` = sha256 hex of :func:`canonical_body` of the other fields."""
+
+    model_config = ConfigDict(frozen=True)
+
+    seq: int
+    at: datetime
+    team_id: str
+    kind: str  # "request", "candidate", "settlement", "grant", "policy.change", "policy.refused", "execution", …
+    actor: str | None = None  # principal id of who did it
+    subject: str | None = None  # request id or resource it is about
+    data: dict[str, Any] = Field(default_factory=dict)
+    prev_hash: str
+    hash: str
+
+    def computed_hash(self) -> str:
+        """The hash this entry's content should carry."""
+        return entry_hash(
+            seq=self.seq,
+            at=self.at,
+            team_id=self.team_id,
+            kind=self.kind,
+            actor=self.actor,
+            subject=self.subject,
+            data=self.data,
+            prev_hash=self.prev_hash,
+        )
+
+
+class AuditHead(BaseModel):
+    """The last entry of a workspace's log: publish it elsewhere to anchor the chain."""
+
+    seq: int
+    hash: str
+    at: datetime
+
+
+class VerifyReport(BaseModel):
+    ok: bool
+    entries: int
+    problems: list[str] = Field(default_factory=list)
+    last_seq: int | None = None
+    last_hash: str | None = None
+
+
+class GuardedWrite(BaseModel):
+    """A versioned document replaced in the same atomic step as an audit append.
+
+    ``key`` is a Redis hash (fields ``doc`` and ``version``) in the workspace's hash slot. The append
+    happens only if its ``version`` is still ``expected_version`` (a missing key is version 0); then
+    ``doc`` becomes ``value`` and ``version`` becomes ``expected_version + 1``. Otherwise
+    :class:`VersionConflict` is raised and nothing is written.
+    """
+
+    key: str
+    expected_version: int
+    value: str
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_MS = timedelta(milliseconds=1)
+
+
+def _utc(at: datetime) -> datetime:
+    """Aware UTC; a naive datetime is taken to be UTC already."""
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+
+
+def _floor_ms(at: datetime) -> int:
+    return (_utc(at) - _EPOCH) // _ONE_MS
+
+
+def _ceil_ms(at: datetime) -> int:
+    return -((_EPOCH - _utc(at)) // _ONE_MS)
+
+
+def _ms_to_datetime(ms: int) -> datetime:
+    return _EPOCH + ms * _ONE_MS
+
+
+def _iso_ms(at: datetime) -> str:
+    return _utc(at).isoformat(timespec="milliseconds")
+
+
+def canonical_body(
+    *,
+    seq: int,
+    at: datetime,
+    team_id: str,
+    kind: str,
+    actor: str | None,
+    subject: str | None,
+    data: dict[str, Any],
+    prev_hash: str,
+) -> bytes:
+    """The bytes that are hashed: sorted-key compact JSON of every field but ``hash``.
+
+    ``at`` is written as UTC ISO-8601 with milliseconds, so an entry read back from JSON (any
+    timezone notation) hashes the same.
+    """
+    body = {
+        "seq": seq,
+        "at": _iso_ms(at),
+        "team_id": team_id,
+        "kind": kind,
+        "actor": actor,
+        "subject": subject,
+        "data": data,
+        "prev_hash": prev_hash,
+    }
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return text.encode("utf-8")
+
+
+def entry_hash(**fields: Any) -> str:
+    return hashlib.sha256(canonical_body(**fields)).hexdigest()
+
+
+class _ChainChecker:
+    """Walks entries oldest first and notes every break in the chain."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.problems: list[str] = []
+        self._dropped = 0
+        self._prev: AuditEntry | None = None
+        self._team_id: str | None = None
+
+    def note(self, problem: str) -> None:
+        if len(self.problems) < _MAX_REPORTED_PROBLEMS:
+            self.problems.append(problem)
+        else:
+            self._dropped += 1
+
+    def feed(self, entry: AuditEntry) -> None:
+        self.count += 1
+        if entry.computed_hash() != entry.hash:
+            self.note(f"seq {entry.seq}: hash does not match its content (entry edited)")
+        if self._team_id is None:
+            self._team_id = entry.team_id
+        elif entry.team_id != self._team_id:
+            self.note(f"seq {entry.seq}: belongs to team {entry.team_id}, not {self._team_id}")
+        prev = self._prev
+        if prev is None:
+            if entry.seq != 1:
+                self.note(f"log starts at seq {entry.seq}, not 1 (first entries removed)")
+            if entry.seq == 1 and entry.prev_hash != GENESIS_HASH:
+                self.note("seq 1: prev_hash is not the genesis hash")
+        else:
+            if entry.seq == prev.seq + 1:
+                pass
+            elif entry.seq > prev.seq + 1:
+                self.note(f"seq {prev.seq + 1}..{entry.seq - 1} missing (entries removed)")
+            else:
+                self.note(f"seq {entry.seq} follows seq {prev.seq} (entries reordered or duplicated)")
+            if entry.prev_hash != prev.hash:
+                self.note(
+                    f"seq {entry.seq}: prev_hash does not match the hash of seq {prev.seq} "
+                    "(entries removed, inserted or reordered)"
+                )
+        if prev is not None and entry.at < prev.at:
+            self.note(f"seq {entry.seq}: time goes backwards from seq {prev.seq}")
+        self._prev = entry
+
+    def report(self) -> VerifyReport:
+        problems = list(self.problems)
+        if self._dropped:
+            problems.append(f"… and {self._dropped} more problems")
+        last = self._prev
+        return VerifyReport(
+            ok=not problems,
+            entries=self.count,
+            problems=problems,
+            last_seq=last.seq if last else None,
+            last_hash=last.hash if last else None,
+        )
+
+
+def verify_entries(entries: Iterable[AuditEntry]) -> VerifyReport:
+    """Check a complete log (oldest first), e.g. a JSONL export read back with
+    ``AuditEntry.model_validate_json(line)``. A filtered export has gaps and will not verify.
+    """
+    checker = _ChainChecker()
+    for entry in entries:
+        checker.feed(entry)
+    return checker.report()
+
+
+def read_jsonl(lines: Iterable[str]) -> Iterable[AuditEntry]:
+    """Entries of a JSONL export (blank lines skipped), for :func:`verify_entries`."""
+    for line in lines:
+        if line.strip():
+            yield AuditEntry.model_validate_json(line)
+
+
+# Lua: the current head of a workspace's log, from the head key, else (head key lost) from the
+# stream's last entry, else the genesis.
+_HEAD_LUA = f"""
+local function current_head()
+  local h = redis.call('HMGET', KEYS[2], 'seq', 'hash', 'ms')
+  if h[1] then return h[1], h[2], h[3] end
+  local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+  if #last == 0 then return '0', '{GENESIS_HASH}', '0' end
+  local fields = last[1][2]
+  local seq, hash = '0', '{GENESIS_HASH}'
+  for i = 1, #fields, 2 do
+    if fields[i] == 'seq' then seq = fields[i + 1] elseif fields[i] == 'hash' then hash = fields[i + 1] end
+  end
+  return seq, hash, string.match(last[1][1], '^(%d+)-')
+end
+"""
+
+# KEYS[1] stream, KEYS[2] head → {seq, hash, ms, server seconds, server microseconds}
+_READ_HEAD_LUA = (
+    _HEAD_LUA
+    + """
+local seq, hash, ms = current_head()
+local t = redis.call('TIME')
+return {seq, hash, ms, t[1], t[2]}
+"""
+)
+
+# KEYS[1] stream, KEYS[2] head, KEYS[3] optional guarded document
+# ARGV: expected head seq, new seq, new hash, at ms, entry json, [expected doc version, doc value]
+# → {'ok'} | {'head', seq, hash, ms, sec, usec} | {'version', current}
+# The XADD goes first: it is the only call that can fail, and a failed script must leave nothing behind.
+_APPEND_LUA = (
+    _HEAD_LUA
+    + """
+local seq, hash, ms = current_head()
+if seq ~= ARGV[1] then
+  local t = redis.call('TIME')
+  return {'head', seq, hash, ms, t[1], t[2]}
+end
+if #KEYS >= 3 then
+  local version = redis.call('HGET', KEYS[3], 'version') or '0'
+  if version ~= ARGV[6] then return {'version', version} end
+end
+redis.call('XADD', KEYS[1], ARGV[4] .. '-' .. ARGV[2], 'seq', ARGV[2], 'hash', ARGV[3], 'e', ARGV[5])
+if #KEYS >= 3 then
+  redis.call('HSET', KEYS[3], 'doc', ARGV[7], 'version', tostring(tonumber(ARGV[6]) + 1))
+end
+redis.call('HSET', KEYS[2], 'seq', ARGV[2], 'hash', ARGV[3], 'ms', ARGV[4])
+return {'ok'}
+"""
+)
+
+
+class _Head(BaseModel):
+    seq: int
+    hash: str
+    ms: int
+    server_ms: int
+
+    @classmethod
+    def parse(cls, raw: list[Any]) -> _Head:
+        seq, hash_, ms, sec, usec = (_text(x) for x in raw)
+        return cls(seq=int(seq), hash=hash_, ms=int(ms), server_ms=int(sec) * 1000 + int(usec) // 1000)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _jsonable_data(data: dict[str, Any] | None) -> dict[str, Any]:
+    """Plain JSON values only, so the entry hashes the same after a round trip through JSON."""
+    jsonable = to_jsonable_python(data or {})
+    if not isinstance(jsonable, dict):
+        raise TypeError("audit data must be a mapping")
+    # Round trip once: tuples become lists, non-string keys become strings, NaN is refused.
+    return json.loads(json.dumps(jsonable, allow_nan=False))
+
+
+class AuditLog:
+    """Append to, read, export and verify one workspace's audit log.
+
+    Every method needs Redis: if it is unreachable they raise ``redis.exceptions.ConnectionError``
+    (callers must fail closed: an action that cannot be audited should not happen).
+    """
+
+    def __init__(self, redis: RedisClient) -> None:
+        self._redis = redis
+        self._read_head = redis.register_script(_READ_HEAD_LUA)
+        self._append = redis.register_script(_APPEND_LUA)
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    @staticmethod
+    def stream_key(team_id: str) -> str:
+        return workspace_key(team_id, "audit")
+
+    @staticmethod
+    def head_key(team_id: str) -> str:
+        return workspace_key(team_id, "audit", "head")
+
+    async def append(
+        self,
+        team_id: str,
+        kind: str,
+        *,
+        actor: str | None = None,
+        subject: str | None = None,
+        data: dict[str, Any] | None = None,
+        guarded_write: GuardedWrite | None = None,
+    ) -> AuditEntry:
+        """Append one entry atomically (safe under any number of concurrent writers and replicas).
+
+        With ``guarded_write`` the entry and the document change land together or not at all
+        (:class:`VersionConflict` when the document moved on).
+        """
+        if not kind:
+            raise ValueError("audit kind must not be empty")
+        stream, head_key = self.stream_key(team_id), self.head_key(team_id)
+        keys: list[str] = [stream, head_key]
+        if guarded_write is not None:
+            if workspace_tag(team_id) not in guarded_write.key:
+                raise ValueError(f"{guarded_write.key} is not in the hash slot of team {team_id}")
+            keys.append(guarded_write.key)
+        jsonable = _jsonable_data(data)
+        # Appends from this process queue up locally, so the compare-and-set only races other replicas.
+        async with self._lock_for(team_id):
+            return await self._append_cas(team_id, kind, actor, subject, jsonable, keys, guarded_write)
+
+    def _lock_for(self, team_id: str) -> asyncio.Lock:
+        lock = self._locks.get(team_id)
+        if lock is None:
+            lock = self._locks[team_id] = asyncio.Lock()
+        return lock
+
+    async def _append_cas(
+        self,
+        team_id: str,
+        kind: str,
+        actor: str | None,
+        subject: str | None,
+        jsonable: dict[str, Any],
+        keys: list[str],
+        guarded_write: GuardedWrite | None,
+    ) -> AuditEntry:
+        stream = keys[0]
+        guard_args: list[str] = []
+        if guarded_write is not None:
+            guard_args = [str(guarded_write.expected_version), guarded_write.value]
+        head = _Head.parse(await self._read_head(keys=keys[:2]))
+        for attempt in range(_MAX_APPEND_ATTEMPTS):
+            entry = self._next_entry(head, team_id, kind, actor, subject, jsonable)
+            at_ms = _floor_ms(entry.at)
+            args = [
+                str(head.seq),
+                str(entry.seq),
+                entry.hash,
+                str(at_ms),
+                entry.model_dump_json(),
+                *guard_args,
+            ]
+            try:
+                reply = await self._append(keys=keys, args=args)
+            except ResponseError as exc:
+                if "equal or smaller than the target stream top" in str(exc):
+                    raise AuditError(
+                        f"audit stream {stream} has entries past its head key (tampered?): {exc}"
+                    ) from exc
+                raise
+            status = _text(reply[0])
+            if status == "ok":
+                return entry
+            if status == "version":
+                assert guarded_write is not None
+                raise VersionConflict(guarded_write.key, guarded_write.expected_version, int(_text(reply[1])))
+            head = _Head.parse(reply[1:])
+            if attempt >= 8:  # heavy contention: spread the retries out a little
+                await asyncio.sleep(random.uniform(0, 0.001 * min(attempt, 50)))
+        raise AuditContention(f"could not append to {stream} after {_MAX_APPEND_ATTEMPTS} attempts")
+
+    @staticmethod
+    def _next_entry(
+        head: _Head,
+        team_id: str,
+        kind: str,
+        actor: str | None,
+        subject: str | None,
+        data: dict[str, Any],
+    ) -> AuditEntry:
+        # Never before the previous entry, even if the server clock stepped back.
+        at = _ms_to_datetime(max(head.server_ms, head.ms))
+        seq = head.seq + 1
+        fields: dict[str, Any] = dict(
+            seq=seq,
+            at=at,
+            team_id=team_id,
+            kind=kind,
+            actor=actor,
+            subject=subject,
+            data=data,
+            prev_hash=head.hash,
+        )
+        return AuditEntry(**fields, hash=entry_hash(**fields))
+
+    async def head(self, team_id: str) -> AuditHead | None:
+        """The last entry's seq and hash (None for an empty log)."""
+        head = _Head.parse(await self._read_head(keys=[self.stream_key(team_id), self.head_key(team_id)]))
+        if head.seq == 0:
+            return None
+        return AuditHead(seq=head.seq, hash=head.hash, at=_ms_to_datetime(head.ms))
+
+    async def _raw_entries(
+        self,
+        team_id: str,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        reverse: bool = False,
+    ) -> AsyncIterator[tuple[str, dict[bytes, bytes]]]:
+        """(stream id, fields) oldest first (newest first with ``reverse``), read in batches."""
+        stream = self.stream_key(team_id)
+        low = "-" if since is None else str(_ceil_ms(since))
+        high = "+" if until is None else str(_floor_ms(until))
+        while True:
+            if reverse:
+                batch = await self._redis.xrevrange(stream, max=high, min=low, count=_READ_BATCH)
+            else:
+                batch = await self._redis.xrange(stream, min=low, max=high, count=_READ_BATCH)
+            for raw_id, fields in batch:
+                yield _text(raw_id), fields
+            if len(batch) < _READ_BATCH:
+                return
+            last_id = _text(batch[-1][0])
+            # Exclusive continuation from the last id read.
+            if reverse:
+                high = "(" + last_id
+            else:
+                low = "(" + last_id
+
+    async def iter_entries(
+        self,
+        team_id: str,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        kind: str | None = None,
+        actor: str | None = None,
+        subject: str | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> AsyncIterator[AuditEntry]:
+        """Entries matching every given filter (``since``/``until`` inclusive), oldest first."""
+        if limit is not None and limit <= 0:
+            return
+        yielded = 0
+        async for _, fields in self._raw_entries(team_id, since=since, until=until, reverse=newest_first):
+            entry = AuditEntry.model_validate_json(fields[b"e"])
+            if kind is not None and entry.kind != kind:
+                continue
+            if actor is not None and entry.actor != actor:
+                continue
+            if subject is not None and entry.subject != subject:
+                continue
+            yield entry
+            yielded += 1
+            if limit is not None and yielded >= limit:
+                return
+
+    async def entries(
+        self,
+        team_id: str,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        kind: str | None = None,
+        actor: str | None = None,
+        subject: str | None = None,
+        limit: int | None = 1000,
+        newest_first: bool = False,
+    ) -> list[AuditEntry]:
+        """Like :meth:`iter_entries`, as a list (at most ``limit``; None = all)."""
+        return [
+            entry
+            async for entry in self.iter_entries(
+                team_id,
+                since=since,
+                until=until,
+                kind=kind,
+                actor=actor,
+                subject=subject,
+                limit=limit,
+                newest_first=newest_first,
+            )
+        ]
+
+    async def export_jsonl(self, team_id: str, out: TextIO, **filters: Any) -> int:
+        """Write matching entries to ``out`` as JSON lines, oldest first; returns how many.
+
+        Takes the filters of :meth:`iter_entries`. An unfiltered export verifies offline with
+        ``verify_entries(read_jsonl(open(path)))``.
+        """
+        count = 0
+        async for entry in self.iter_entries(team_id, **filters):
+            out.write(entry.model_dump_json() + "\n")
+            count += 1
+        return count
+
+    async def verify(self, team_id: str) -> VerifyReport:
+        """Check the whole chain as stored, plus what only Redis can show: stream ids that do not
+        match their entry, and a head that does not match the last entry (entries cut from the end).
+        """
+        checker = _ChainChecker()
+        async for stream_id, fields in self._raw_entries(team_id):
+            try:
+                entry = AuditEntry.model_validate_json(fields[b"e"])
+            except (KeyError, ValueError) as exc:
+                checker.note(f"stream id {stream_id}: unreadable entry ({type(exc).__name__})")
+                continue
+            expected_id = f"{_floor_ms(entry.at)}-{entry.seq}"
+            if stream_id != expected_id:
+                checker.note(
+                    f"seq {entry.seq}: stored under stream id {stream_id}, not {expected_id} (moved)"
+                )
+            if fields.get(b"hash", b"").decode() != entry.hash:
+                checker.note(f"seq {entry.seq}: stream field hash differs from the entry's hash")
+            checker.feed(entry)
+        witness = await self._redis.hmget(self.head_key(team_id), "seq", "hash")
+        report = checker.report()
+        if witness[0] is not None:
+            head_seq, head_hash = int(witness[0]), _text(witness[1])
+            if report.last_seq != head_seq or report.last_hash != head_hash:
+                checker.note(
+                    f"head says seq {head_seq} but the last entry is seq {report.last_seq} "
+                    "(entries removed from the end, or the head was edited)"
+                )
+                report = checker.report()
+        elif report.entries:
+            checker.note("the head key is missing")
+            report = checker.report()
+        return report

@@ -1,0 +1,470 @@
+"""Sessions in Redis (DESIGN §7, §9): state, the turn lease, events, parked requests, execution markers.
+
+Every key of one session carries the same hash tag ``{<slot>}`` (a hash of the session id), so
+each Lua script below touches one Redis Cluster slot. Request ids embed the slot, so a click that
+carries only a request id finds its session's keys without a lookup.
+
+Keys of a session (``P = hitl:{slot}``):
+  P:state        JSON of the session state (history, turn, step) — opaque to this module
+  P:lease        the turn lease: a random token with a TTL
+  P:seq          event sequence counter
+  P:events       Redis Stream of events, fields ``s`` (sequence) and ``e`` (event JSON)
+  P:inbox        list of queued user messages (JSON)
+  P:grants       set of once() approval keys granted in this session
+  P:req:<rid>    hash: the request record (see ``RequestRecord``)
+  P:req:<rid>:ok set of principal ids that approved (n-of-m)
+  P:exec:<call>  execution marker: "started" or the JSON result
+  P:msg:<id>     seen inbound message ids (dedupe of Slack retries)
+  P:chan         hash of frontend data (e.g. Slack card ts per request)
+Global, advisory indexes (outside any slot; readers re-check the records):
+  hitl:active                 zset session_id → when it next needs a look (lease expiry)
+  hitl:undelivered            zset request_id → when it was asked, until a frontend showed it
+  hitl:{ws:<team>}:pending    zset request_id → created time, for "waiting on you" listings
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from redis.asyncio import Redis
+
+from bot.protocol import (
+    EVENT_ADAPTER,
+    Event,
+    InputResponse,
+    LeaseLost,
+    RequestRecord,
+    SettleResult,
+    UnknownRequest,
+    event_from_json,
+)
+from bot.session import session_slot
+
+EVENTS_MAXLEN = 10_000
+MESSAGE_DEDUPE_SECONDS = 24 * 3600
+EXEC_MARKER_SECONDS = 30 * 24 * 3600
+ACTIVE = b"hitl:active"
+UNDELIVERED = b"hitl:undelivered"
+
+
+def _prefix(slot: str) -> str:
+    return f"hitl:{{{slot}}}"
+
+
+def slot_of_request(request_id: str) -> str:
+    slot, _, rest = request_id.partition(".")
+    if not slot or not rest or len(slot) != 16:
+        raise UnknownRequest(request_id)
+    return slot
+
+
+# Commit a checkpoint: verify the lease, write state, create requests, append events.
+_COMMIT = """
+local token, state_json, n_events, n_requests = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+if token ~= '' and redis.call('GET', KEYS[1]) ~= token then return -1 end
+if state_json ~= '' then redis.call('SET', KEYS[2], state_json) end
+for i = 1, n_requests do
+  local fields = cjson.decode(ARGV[4 + n_events + i])
+  local flat = {}
+  for k, v in pairs(fields) do table.insert(flat, k); table.insert(flat, v) end
+  redis.call('HSET', KEYS[4 + i], unpack(flat))
+end
+local first = 0
+for i = 1, n_events do
+  local s = redis.call('INCR', KEYS[4])
+  if i == 1 then first = s end
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[#ARGV], '*', 's', s, 'e', ARGV[4 + i])
+end
+return first
+"""
+
+# Settle one request. Modes: settle (the answer counts), reject (the policy refused this
+# responder), approve-n (counts once `required` distinct approvers agree). First writer wins.
+_SETTLE = """
+local req, oks, events, seq, grants = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local mode, now, outcome, response, responder, responder_id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local required, grant_key, note, maxlen = tonumber(ARGV[7]), ARGV[8], ARGV[9], ARGV[10]
+local ev_settled, ev_partial, ev_rejected, ev_stale = ARGV[11], ARGV[12], ARGV[13], ARGV[14]
+local function emit(list_json, approvals)
+  if list_json == '' then return 0 end
+  local first = 0
+  for _, ev in ipairs(cjson.decode(list_json)) do
+    if approvals then ev = string.gsub(ev, '"approvals":%-1', '"approvals":' .. approvals) end
+    local s = redis.call('INCR', seq)
+    if first == 0 then first = s end
+    redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', 's', s, 'e', ev)
+  end
+  return first
+end
+local status = redis.call('HGET', req, 'status')
+if not status then return {'missing', 0, 0, 0} end
+if status ~= 'open' then return {'stale', emit(ev_stale), 0, 0} end
+if mode == 'reject' then return {'rejected', emit(ev_rejected), 0, 0} end
+local count = 0
+if required > 1 and outcome == 'approved' then
+  redis.call('SADD', oks, responder_id)
+  count = redis.call('SCARD', oks)
+  if count < required then return {'partial', emit(ev_partial, count), count, 0} end
+end
+redis.call('HSET', req, 'status', 'settled', 'outcome', outcome, 'response', response,
+           'responder', responder, 'settled_at', now, 'note', note)
+if grant_key ~= '' and outcome == 'approved' then redis.call('SADD', grants, grant_key) end
+local first = emit(ev_settled, count)
+local complete = 1
+for i = 6, #KEYS do
+  if redis.call('HGET', KEYS[i], 'status') == 'open' then complete = 0 end
+end
+return {'settled', first, count, complete}
+"""
+
+
+class SessionStore:
+    """Redis persistence for sessions. Methods are small and mostly one round trip each."""
+
+    def __init__(self, redis: Redis, *, lease_ms: int = 30_000):
+        self.redis = redis
+        self.lease_ms = lease_ms
+        self._commit = redis.register_script(_COMMIT)
+        self._settle = redis.register_script(_SETTLE)
+
+    # keys ------------------------------------------------------------------------------------
+
+    def key(self, session_id: str, name: str) -> str:
+        return f"{_prefix(session_slot(session_id))}:{name}"
+
+    @staticmethod
+    def request_key(request_id: str) -> str:
+        return f"{_prefix(slot_of_request(request_id))}:req:{request_id}"
+
+    @staticmethod
+    def pending_key(team_id: str | None) -> str:
+        return f"hitl:{{ws:{team_id or '-'}}}:pending"
+
+    # state and lease -------------------------------------------------------------------------
+
+    async def load(self, session_id: str) -> tuple[dict[str, Any] | None, set[str], str | None]:
+        """The session state (None if new), its granted once() keys and a requested cancel."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.get(self.key(session_id, "state"))
+        pipe.smembers(self.key(session_id, "grants"))
+        pipe.get(self.key(session_id, "cancel"))
+        raw, grants, cancel = await pipe.execute()
+        state = json.loads(raw) if raw else None
+        return state, {g.decode() for g in grants}, (cancel.decode() if cancel else None)
+
+    async def request_cancel(self, session_id: str, turn_id: str) -> None:
+        await self.redis.set(self.key(session_id, "cancel"), turn_id, ex=7 * 24 * 3600)
+
+    async def acquire_lease(self, session_id: str) -> str | None:
+        token = secrets.token_hex(8)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.set(self.key(session_id, "lease"), token, nx=True, px=self.lease_ms)
+        pipe.zadd(ACTIVE, {session_id: _now_ms() + self.lease_ms})
+        got, _ = await pipe.execute()
+        return token if got else None
+
+    async def renew_lease(self, session_id: str, token: str) -> bool:
+        key = self.key(session_id, "lease")
+        ok = await self.redis.eval(
+            "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end "
+            "return 0",
+            1,
+            key,
+            token,
+            self.lease_ms,
+        )
+        if ok:
+            await self.redis.zadd(ACTIVE, {session_id: _now_ms() + self.lease_ms})
+        return bool(ok)
+
+    async def release_lease(self, session_id: str, token: str, *, still_active: bool) -> None:
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.eval(
+            "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+            1,
+            self.key(session_id, "lease"),
+            token,
+        )
+        if still_active:
+            pipe.zadd(ACTIVE, {session_id: _now_ms()})
+        else:
+            pipe.zrem(ACTIVE, session_id)
+        await pipe.execute()
+
+    async def mark_active(self, session_id: str, *, delay_ms: int = 0) -> None:
+        await self.redis.zadd(ACTIVE, {session_id: _now_ms() + delay_ms})
+
+    async def due_sessions(self, *, limit: int = 100) -> list[str]:
+        """Sessions whose lease lapsed while a turn still needed work (a dead worker's turns)."""
+        raw = await self.redis.zrangebyscore(ACTIVE, 0, _now_ms(), start=0, num=limit)
+        return [r.decode() for r in raw]
+
+    async def commit(
+        self,
+        session_id: str,
+        token: str | None,
+        state: dict[str, Any] | None,
+        events: list[Event] = (),  # type: ignore[assignment]
+        requests: list[RequestRecord] = (),  # type: ignore[assignment]
+    ) -> list[Event]:
+        """Atomically checkpoint state, create requests and append events; returns events with seq.
+
+        With a token, fails with LeaseLost unless this worker still holds the turn lease.
+        """
+        keys = [
+            self.key(session_id, "lease"),
+            self.key(session_id, "state"),
+            self.key(session_id, "events"),
+            self.key(session_id, "seq"),
+            *[self.request_key(r.request_id) for r in requests],
+        ]
+        args: list[Any] = [
+            token or "",
+            json.dumps(state, separators=(",", ":")) if state is not None else "",
+            len(events),
+            len(requests),
+            *[e.model_dump_json() for e in events],
+            *[json.dumps(_record_fields(r), separators=(",", ":")) for r in requests],
+            EVENTS_MAXLEN,
+        ]
+        first = await self._commit(keys=keys, args=args)
+        if first == -1:
+            raise LeaseLost(session_id)
+        if requests:
+            await self._index_requests(requests)
+        return _with_seq(events, int(first))
+
+    async def _index_requests(self, requests: list[RequestRecord]) -> None:
+        pipe = self.redis.pipeline(transaction=False)
+        now = time.time()
+        for r in requests:
+            pipe.zadd(UNDELIVERED, {r.request_id: now})
+            pipe.zadd(self.pending_key(r.team_id), {r.request_id: now})
+        await pipe.execute()
+
+    # events ----------------------------------------------------------------------------------
+
+    async def emit(self, session_id: str, events: list[Event]) -> list[Event]:
+        """Append events without touching state (no lease needed)."""
+        if not events:
+            return []
+        return await self.commit(session_id, None, None, events)
+
+    async def events(self, session_id: str, *, after_seq: int = 0, count: int = 1000) -> list[Event]:
+        entries = await self.redis.xrange(self.key(session_id, "events"), count=count)
+        out: list[Event] = []
+        for _id, fields in entries:
+            seq = int(fields[b"s"])
+            if seq <= after_seq:
+                continue
+            event = event_from_json(fields[b"e"])
+            event.seq = seq
+            out.append(event)
+        return out
+
+    # requests --------------------------------------------------------------------------------
+
+    async def get_request(self, request_id: str) -> RequestRecord:
+        """The stored record with its approvers; UnknownRequest if there is none."""
+        key = self.request_key(request_id)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(key)
+        pipe.smembers(f"{key}:ok")
+        fields, oks = await pipe.execute()
+        if not fields:
+            raise UnknownRequest(request_id)
+        record = _record_from_fields(fields)
+        record.approvals = sorted(o.decode() for o in oks)
+        return record
+
+    async def get_requests(self, request_ids: list[str]) -> list[RequestRecord]:
+        if not request_ids:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for rid in request_ids:
+            pipe.hgetall(self.request_key(rid))
+        found = await pipe.execute()
+        return [_record_from_fields(f) for f in found if f]
+
+    async def settle(
+        self,
+        record: RequestRecord,
+        *,
+        mode: str,
+        outcome: str,
+        response: InputResponse | None,
+        responder_id: str = "",
+        required: int = 1,
+        grant_key: str | None = None,
+        note: str | None = None,
+        batch: list[str] = (),  # type: ignore[assignment]
+        on_settled: list[Event] = (),  # type: ignore[assignment]
+        on_partial: list[Event] = (),  # type: ignore[assignment]
+        on_rejected: list[Event] = (),  # type: ignore[assignment]
+        on_stale: list[Event] = (),  # type: ignore[assignment]
+    ) -> SettleResult:
+        """One atomic settle attempt (one round trip). ``batch``: the other requests of the step."""
+        rid = record.request_id
+        key = self.request_key(rid)
+        keys = [
+            key,
+            f"{key}:ok",
+            self.key(record.session_id, "events"),
+            self.key(record.session_id, "seq"),
+            self.key(record.session_id, "grants"),
+            *[self.request_key(b) for b in batch if b != rid],
+        ]
+        responder = response.principal if response else None
+        args = [
+            mode,
+            datetime.now(UTC).isoformat(),
+            outcome,
+            response.model_dump_json() if response else "",
+            responder.model_dump_json() if responder else "",
+            responder_id,
+            required,
+            grant_key or "",
+            note or "",
+            EVENTS_MAXLEN,
+            *[_events_json(evs) for evs in (on_settled, on_partial, on_rejected, on_stale)],
+        ]
+        state, first, count, complete = await self._settle(keys=keys, args=args)
+        state = state.decode() if isinstance(state, bytes) else state
+        if state == "missing":
+            raise UnknownRequest(rid)
+        chosen = {"settled": on_settled, "partial": on_partial, "rejected": on_rejected, "stale": on_stale}[state]
+        events = _with_seq([_fill_approvals(e, int(count)) for e in chosen], int(first))
+        return SettleResult(
+            state=state, batch_complete=bool(complete), approvals=int(count), record=record, events=events
+        )
+
+    async def mark_delivered(self, request_ids: list[str]) -> None:
+        if request_ids:
+            await self.redis.zrem(UNDELIVERED, *request_ids)
+
+    async def undelivered(self, *, older_than_s: float = 5.0, limit: int = 100) -> list[str]:
+        raw = await self.redis.zrangebyscore(UNDELIVERED, 0, time.time() - older_than_s, start=0, num=limit)
+        return [r.decode() for r in raw]
+
+    async def pending_for_team(self, team_id: str | None, *, limit: int = 200) -> list[RequestRecord]:
+        """Open requests of a workspace, oldest first; drops index entries that are settled."""
+        key = self.pending_key(team_id)
+        ids = [r.decode() for r in await self.redis.zrange(key, 0, limit - 1)]
+        records = await self.get_requests(ids)
+        open_records = [r for r in records if r.status == "open"]
+        stale = set(ids) - {r.request_id for r in open_records}
+        if stale:
+            await self.redis.zrem(key, *stale)
+        return open_records
+
+    # inbox -----------------------------------------------------------------------------------
+
+    async def first_sighting(self, session_id: str, message_id: str) -> bool:
+        """True the first time a message id is seen in this session (Slack sends some twice)."""
+        key = self.key(session_id, f"msg:{message_id}")
+        return bool(await self.redis.set(key, 1, nx=True, ex=MESSAGE_DEDUPE_SECONDS))
+
+    async def push_inbox(self, session_id: str, message: dict[str, Any]) -> None:
+        await self.redis.rpush(self.key(session_id, "inbox"), json.dumps(message, separators=(",", ":")))
+
+    async def inbox(self, session_id: str) -> list[dict[str, Any]]:
+        return [json.loads(m) for m in await self.redis.lrange(self.key(session_id, "inbox"), 0, -1)]
+
+    async def take_inbox(self, session_id: str, message: dict[str, Any]) -> bool:
+        """Remove one queued message; False if another worker already took it."""
+        raw = json.dumps(message, separators=(",", ":"))
+        return bool(await self.redis.lrem(self.key(session_id, "inbox"), 1, raw))
+
+    # exactly-once execution ------------------------------------------------------------------
+
+    async def begin_execution(self, session_id: str, marker: str) -> tuple[bool, str | None]:
+        """(True, None) if this worker may run the call; else (False, recorded value)."""
+        key = self.key(session_id, f"exec:{marker}")
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.set(key, "started", nx=True, ex=EXEC_MARKER_SECONDS)
+        pipe.get(key)
+        got, value = await pipe.execute()
+        return bool(got), (None if got else value.decode() if value else None)
+
+    async def finish_execution(self, session_id: str, marker: str, result_json: str) -> None:
+        await self.redis.set(self.key(session_id, f"exec:{marker}"), result_json, ex=EXEC_MARKER_SECONDS)
+
+    # frontend data ---------------------------------------------------------------------------
+
+    async def channel_get(self, session_id: str, field: str) -> str | None:
+        raw = await self.redis.hget(self.key(session_id, "chan"), field)
+        return raw.decode() if raw else None
+
+    async def channel_set(self, session_id: str, field: str, value: str) -> None:
+        await self.redis.hset(self.key(session_id, "chan"), field, value)
+
+    async def channel_delete(self, session_id: str, field: str) -> None:
+        await self.redis.hdel(self.key(session_id, "chan"), field)
+
+    async def session_keys(self, session_id: str) -> list[bytes]:
+        """Every key of a session (for measurements and tests; uses SCAN)."""
+        pattern = f"{_prefix(session_slot(session_id))}:*"
+        return [k async for k in self.redis.scan_iter(match=pattern, count=1000)]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _record_fields(record: RequestRecord) -> dict[str, str]:
+    return {
+        "request": record.request.model_dump_json(),
+        "session_id": record.session_id,
+        "turn_id": record.turn_id,
+        "team_id": record.team_id or "",
+        "session_info": json.dumps(record.session_info, separators=(",", ":")),
+        "approval_key": record.approval_key or "",
+        "status": record.status,
+        "batch": json.dumps(record.batch),
+    }
+
+
+def _record_from_fields(fields: dict[bytes, bytes]) -> RequestRecord:
+    f = {k.decode(): v.decode() for k, v in fields.items()}
+    return RequestRecord.model_validate(
+        {
+            "request": json.loads(f["request"]),
+            "session_id": f["session_id"],
+            "turn_id": f["turn_id"],
+            "team_id": f.get("team_id") or None,
+            "session_info": json.loads(f.get("session_info") or "{}"),
+            "approval_key": f.get("approval_key") or None,
+            "status": f.get("status", "open"),
+            "outcome": f.get("outcome") or None,
+            "response": json.loads(f["response"]) if f.get("response") else None,
+            "responder": json.loads(f["responder"]) if f.get("responder") else None,
+            "note": f.get("note") or None,
+            "settled_at": f.get("settled_at") or None,
+            "batch": json.loads(f.get("batch") or "[]"),
+        }
+    )
+
+
+def _events_json(events: list[Event]) -> str:
+    if not events:
+        return ""
+    return json.dumps([e.model_dump_json() for e in events])
+
+
+def _fill_approvals(event: Event, count: int) -> Event:
+    if getattr(event, "approvals", None) == -1:
+        return event.model_copy(update={"approvals": count})
+    return event
+
+
+def _with_seq(events: list[Event], first: int) -> list[Event]:
+    out = []
+    for i, event in enumerate(events):
+        copy = EVENT_ADAPTER.validate_python(event.model_dump())
+        copy.seq = first + i
+        out.append(copy)
+    return out
