@@ -41,7 +41,9 @@ MAX_TOOL_NAME = ACTION_ID - len(APPROVERS_ACTION_PREFIX)
 
 Control = Literal["btn", "select", "freeform"]
 
-_ACTION_RE = re.compile(r"^hitl:(?P<request_id>.+):(?:btn:(?P<index>\d{1,4})|(?P<control>select|freeform))$", re.S)
+_ACTION_RE = re.compile(
+    r"^hitl:(?P<request_id>.+):(?:btn:(?P<index>\d{1,4})|(?P<control>select|freeform))$", re.S
+)
 _BLOCK_RE = re.compile(r"^(?P<request_id>.+):(?P<kind>[A-Za-z0-9_.-]+):(?P<n>\d+)$", re.S)
 _INDEX_VALUE_RE = re.compile(r"^#(\d{1,4})$")
 
@@ -136,7 +138,9 @@ def request_id_of_block(block_id_value: str | None) -> str | None:
 
 
 def freeform_metadata(request_id: str, channel_id: str, message_ts: str) -> str:
-    raw = FreeformMetadata(request_id=request_id, channel_id=channel_id, message_ts=message_ts).model_dump_json()
+    raw = FreeformMetadata(
+        request_id=request_id, channel_id=channel_id, message_ts=message_ts
+    ).model_dump_json()
     if len(raw) > PRIVATE_METADATA:
         raise ValueError("freeform modal metadata exceeds Slack's 3000-character private_metadata")
     return raw

@@ -33,12 +33,12 @@ from slack_sdk.models.views import View
 from blocks import actions as ids
 from blocks.limits import (
     ACTIONS_ELEMENTS,
-    ELLIPSIS,
     BUTTON_TEXT,
     CONFIRM_BUTTON,
     CONFIRM_TEXT,
     CONFIRM_TITLE,
     CONTEXT_TEXT,
+    ELLIPSIS,
     FIELD_TEXT,
     MESSAGE_BLOCKS,
     MESSAGE_TEXT,
@@ -100,7 +100,7 @@ def slack_date(at: datetime) -> str:
     return f"<!date^{int(aware.timestamp())}^{{date_short_pretty}} at {{time}}|{fallback}>"
 
 
-def _code(name: str) -> str:
+def inline_code(name: str) -> str:
     """A name shown as inline code (backticks inside it would end the span)."""
     return "`" + escape_mrkdwn(truncate(one_line(name).replace("`", "'"), TOOL_NAME_CHARS) or "?") + "`"
 
@@ -133,8 +133,9 @@ def requester_text(req: InputRequest, requester_name: str | None = None) -> str:
         who = "the app itself"
     else:
         who = "someone outside Slack"
-    verb = "Asked for" if req.kind == "question" else "Requested by"
-    return f"{verb} {who}"
+    if req.kind == "question":
+        return f"Question for {who}"
+    return f"Requested by {who}"
 
 
 def progress_text(approvals: Sequence[str], required: int) -> str:
@@ -178,28 +179,37 @@ def resolution_label(req: InputRequest, outcome: ResolutionOutcome, option_id: s
 # --- tool input as fields -------------------------------------------------------------------
 
 
-def _value_text(value: Any) -> str:
+FIELD_NAME_CHARS = 200
+
+
+def _value_text(value: Any, limit: int) -> str:
+    """A tool-input value as mrkdwn within ``limit``: strings as written, numbers and booleans as
+    JSON, nested values as compact JSON in a code span (cut inside the span, so it stays closed)."""
     if isinstance(value, str):
-        return escape_mrkdwn(value) if value else "_(empty)_"
+        return truncate_mrkdwn(escape_mrkdwn(value), limit) if value else "_(empty)_"
     if isinstance(value, bool) or value is None:
         return json.dumps(value)
     if isinstance(value, int | float):
-        return str(value)
-    compact = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
-    return f"`{escape_mrkdwn(compact)}`" if "`" not in compact else escape_mrkdwn(compact)
+        return truncate(str(value), limit)
+    compact = escape_mrkdwn(json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str))
+    if "`" in compact:
+        return truncate_mrkdwn(compact, limit)
+    return f"`{truncate_mrkdwn(compact, limit - 2)}`"
+
+
+def _field_text(key: Any, value: Any) -> str:
+    name = escape_mrkdwn(truncate(one_line(str(key)), FIELD_NAME_CHARS)) or "_(no name)_"
+    head = f"*{name}*\n"
+    return head + _value_text(value, FIELD_TEXT - len(head))
 
 
 def _field_texts(tool_input: dict[str, Any] | None, max_fields: int) -> list[str]:
     items = list((tool_input or {}).items())
     shown = items if len(items) <= max_fields else items[: max_fields - 1]
-    texts = [
-        truncate_mrkdwn(f"*{escape_mrkdwn(one_line(str(key))) or '_(no name)_'}*\n{_value_text(value)}", FIELD_TEXT)
-        for key, value in shown
-    ]
+    texts = [_field_text(key, value) for key, value in shown]
     if len(shown) < len(items):
         texts.append(f"*{ELLIPSIS}*\n_{len(items) - len(shown)} more fields not shown_")
     return texts
-
 
 
 # --- the card -------------------------------------------------------------------------------
@@ -233,7 +243,7 @@ def _title_text(req: InputRequest, prompt_limit: int) -> str:
     prompt = markdown_to_mrkdwn(req.prompt).strip()
     if req.kind == "tool-approval":
         emoji = ":warning: " if req.dangerous else ""
-        title = f"{emoji}*Approval needed:* {_code(tool_name_of(req))}"
+        title = f"{emoji}*Approval needed:* {inline_code(tool_name_of(req))}"
         tool_name = tool_name_of(req)
         if prompt and one_line(req.prompt) != tool_name:
             title += "\n" + truncate_mrkdwn(prompt, prompt_limit)
@@ -258,7 +268,7 @@ def _confirm_for(req: InputRequest) -> ConfirmObject:
         title=PlainTextObject(text=plain(f"Run {tool}?", CONFIRM_TITLE)),
         text=MarkdownTextObject(
             text=truncate_mrkdwn(
-                f"{_code(tool)} is marked as dangerous. It will run with the input shown on the card.",
+                f"{inline_code(tool)} is marked as dangerous. It will run with the input shown on the card.",
                 CONFIRM_TEXT,
             )
         ),
@@ -297,7 +307,9 @@ def _choice_options(options: list[InputOption]) -> list[Option]:
             Option(
                 value=ids.option_value(index, option),
                 text=PlainTextObject(text=plain(one_line(option.label), OPTION_TEXT)),
-                description=PlainTextObject(text=truncate(description, OPTION_DESCRIPTION)) if description else None,
+                description=PlainTextObject(text=truncate(description, OPTION_DESCRIPTION))
+                if description
+                else None,
             )
         )
     return result
@@ -321,7 +333,9 @@ def _controls(req: InputRequest, tag: str) -> list[Block]:
     if options:
         choices = _choice_options(options)
         if len(options) <= RADIO_MAX_OPTIONS:
-            elements.append(RadioButtonsElement(action_id=ids.select_action_id(req.request_id), options=choices))
+            elements.append(
+                RadioButtonsElement(action_id=ids.select_action_id(req.request_id), options=choices)
+            )
         else:
             elements.append(
                 StaticSelectElement(
@@ -476,8 +490,8 @@ def render_settled(
 
 def _answer_text(answer: str) -> str:
     text = answer.strip()
-    if "\n" not in text and "*" not in text:
-        return truncate_mrkdwn(f":speech_balloon: *{escape_mrkdwn(text)}*", SECTION_TEXT)
+    if "\n" not in text and "*" not in text:  # one plain line reads best in bold
+        return f":speech_balloon: *{truncate_mrkdwn(escape_mrkdwn(text), SECTION_TEXT - 20)}*"
     return truncate_mrkdwn(":speech_balloon:\n" + _quote(text), SECTION_TEXT)
 
 

@@ -41,7 +41,10 @@ _CODE_SPAN_RE = re.compile(r"(`+)(.+?)\1", re.S)
 _SLACK_TOKEN_RE = re.compile(
     r"<(?:@[UW][A-Z0-9]+(?:\|[^<>]*)?|#C[A-Z0-9]+(?:\|[^<>]*)?|!date\^[^<>]+|(?:https?://|mailto:)[^<>\s]+)>"
 )
-_MD_LINK_RE = re.compile(r"!?\[([^\]\n]+)\]\(\s*<?([^()\s<>]+(?:\([^()\s]*\))?[^()\s<>]*)>?(?:\s+\"[^\"]*\")?\s*\)")
+_MD_LINK_RE = re.compile(
+    r"!?\[([^\]\n]+)\]\(\s*<?([^()\s<>]+(?:\([^()\s]*\))?[^()\s<>]*)>?(?:\s+\"[^\"]*\")?\s*\)"
+)
+_BOLD_ITALIC_RE = re.compile(r"\*\*\*(?=\S)(.+?)(?<=\S)\*\*\*")
 _BOLD_RE = re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1")
 _STRIKE_RE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
 _ITALIC_STAR_RE = re.compile(r"(?<![\w*])\*(?=[^\s*])(.+?)(?<=[^\s*])\*(?![\w*])")
@@ -110,10 +113,11 @@ def _inline(text: str) -> str:
         held.append(piece)
         return f"{_HOLD}{len(held) - 1}{_HOLD}"
 
-    text = _CODE_SPAN_RE.sub(lambda m: hold("`" + escape_mrkdwn(m.group(2)) + "`"), text)
+    text = _CODE_SPAN_RE.sub(lambda m: hold(_code_span(m.group(1), m.group(2))), text)
     text = _SLACK_TOKEN_RE.sub(lambda m: hold(m.group(0)), text)
     text = _MD_LINK_RE.sub(lambda m: hold(_link(m.group(2), m.group(1))), text)
     text = escape_mrkdwn(text)
+    text = _BOLD_ITALIC_RE.sub(lambda m: f"{_BOLD}_{m.group(1)}_{_BOLD}", text)
     text = _BOLD_RE.sub(lambda m: f"{_BOLD}{m.group(2)}{_BOLD}", text)
     text = _STRIKE_RE.sub(r"~\1~", text)
     text = _ITALIC_STAR_RE.sub(r"_\1_", text)
@@ -121,6 +125,12 @@ def _inline(text: str) -> str:
     while _HOLD_RE.search(text):  # a held link label may itself contain a held code span
         text = _HOLD_RE.sub(lambda m: held[int(m.group(1))], text)
     return text
+
+
+def _code_span(ticks: str, code: str) -> str:
+    # Slack knows `code` and ```code```; a Markdown ``span`` becomes a single-backtick span.
+    fence = "```" if len(ticks) >= 3 else "`"
+    return fence + escape_mrkdwn(code) + fence
 
 
 def _link(url: str, label: str) -> str:
@@ -160,6 +170,9 @@ def split_message(text: str, limit: int = SECTION_TEXT) -> list[str]:
         piece = prefix + rest[:cut]
         rest = rest[cut + skip :]
         in_code = piece.count("```") % 2 == 1
+        opened_at_end = piece.rstrip().endswith("```") and piece.rstrip()[:-3].strip()
+        if in_code and opened_at_end:  # cut right after an opening fence: move the fence on
+            piece, rest, in_code = piece.rstrip()[:-3].rstrip(), "```\n" + rest, False
         if in_code:
             piece += _CLOSE
             if rest.startswith("```"):  # the block ended right at the cut: nothing to reopen

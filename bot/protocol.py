@@ -239,6 +239,7 @@ class RequestRecord(Contract):
     session_id: str
     turn_id: str
     team_id: str | None = None
+    channel: dict[str, str] = Field(default_factory=dict)  # the frontend's routing data (SessionRef.channel)
     session_info: dict[str, Any] = Field(default_factory=dict)  # SessionInfo as asked, for policies
     approval_key: str | None = None
     status: RequestStatus = "open"

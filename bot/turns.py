@@ -121,6 +121,7 @@ class AnswerResult:
     reason: str | None = None
     approvals: int = 0
     required: int = 1
+    batch_complete: bool = False  # the step can resume now
 
 
 @dataclass
@@ -184,13 +185,22 @@ class Runtime:
         await self.drive(sid)
         return PostResult("queued")
 
-    async def answer(self, response: InputResponse, *, note: str | None = None) -> AnswerResult:
+    async def answer(
+        self,
+        response: InputResponse,
+        *,
+        note: str | None = None,
+        resume: bool = True,
+        record: RequestRecord | None = None,
+    ) -> AnswerResult:
         """Someone answered a request (click, select, modal or matching text).
 
         One read, the response policy, one atomic settle: at most two round trips. When the
-        step's last open request settles, the turn resumes here.
+        step's last open request settles, the turn resumes here — or, with ``resume=False``,
+        the caller resumes it (``drive``) after acknowledging the click.
         """
-        record = await self.store.get_request(response.request_id)  # raises UnknownRequest
+        if record is None or record.request_id != response.request_id:
+            record = await self.store.get_request(response.request_id)  # raises UnknownRequest
         if record.status != "open":
             return AnswerResult("stale", record)
         req = record.request
@@ -216,7 +226,12 @@ class Runtime:
             approvals=record.approvals,
         )
         decision, failure = await self._run_response_policy(custom or requester_only(), ctx)
-        return await self._settle_answer(record, response, outcome, decision, failure, custom is not None, note)
+        result = await self._settle_answer(record, response, outcome, decision, failure, custom is not None, note)
+        if result.batch_complete:
+            await self.store.mark_active(record.session_id)  # the sweep resumes it if we die now
+            if resume:
+                await self.drive(record.session_id)
+        return result
 
     async def cancel_turn(self, session_id: str, principal: Principal | None) -> bool:
         """Stop the current turn: pending calls never run; late answers authorize nothing."""
@@ -397,10 +412,8 @@ class Runtime:
             return AnswerResult("stale", fresh)
         if result.state == "partial":
             return AnswerResult("partial", record, approvals=result.approvals, required=required)
-        if result.batch_complete:
-            await self.store.mark_active(record.session_id)  # the sweep resumes it if we die now
-            await self.drive(record.session_id)
-        return AnswerResult("settled", record, approvals=result.approvals, required=required)
+        return AnswerResult("settled", record, approvals=result.approvals, required=required,
+                            batch_complete=result.batch_complete)
 
     async def _resolve_without_answer(self, record: RequestRecord, outcome: str, turn: TurnState) -> bool:
         """Settle an open request nobody answered: ignored (steered past) or cancelled (turn cancelled)."""
@@ -694,6 +707,7 @@ class Runtime:
             session_id=state.ref.session_id,
             turn_id=state.turn.turn_id,
             team_id=state.ref.team_id,
+            channel=state.ref.channel,
             session_info=self._session_info(state).model_dump(mode="json"),
             approval_key=approval_key,
         )
@@ -825,9 +839,7 @@ class Runtime:
     async def _deliver_all(self, events: list[Event], record: RequestRecord) -> None:
         if not events:
             return
-        raw, _, _ = await self.store.load(record.session_id)
-        ref = SessionState.model_validate(raw).ref if raw else SessionRef(session_id=record.session_id,
-                                                                           team_id=record.team_id)
+        ref = SessionRef(session_id=record.session_id, team_id=record.team_id, channel=record.channel)
         for event in events:
             await self._deliver(event, ref)
 

@@ -31,7 +31,12 @@ class ApiError(Exception):
     """A Slack Web API error: ``{"ok": false, "error": error, **extra}`` with HTTP ``status``."""
 
     def __init__(
-        self, error: str, *, status: int = 200, extra: dict[str, Any] | None = None, headers: dict[str, str] | None = None
+        self,
+        error: str,
+        *,
+        status: int = 200,
+        extra: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(error)
         self.error = error
@@ -159,13 +164,13 @@ class Workspace:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    async def wait_changed(self, since_version: int, timeout: float) -> int:
+    async def wait_changed(self, since_version: int, max_wait_s: float) -> int:
         """Wait until ``version`` moves past ``since_version`` (or the timeout); return the version."""
         if self.version != since_version:
             return self.version
         event = self._changed
         try:
-            await asyncio.wait_for(event.wait(), timeout)
+            await asyncio.wait_for(event.wait(), max_wait_s)
         except TimeoutError:
             pass
         return self.version
@@ -180,7 +185,9 @@ class Workspace:
         """Install the app in ``team_id`` (creating the team if new): a bot user and a bot token."""
         team = self.teams.get(team_id)
         if team is None:
-            team = Team(id=team_id, name=name or team_id, domain=re.sub(r"[^a-z0-9]+", "-", (name or team_id).lower()))
+            team = Team(
+                id=team_id, name=name or team_id, domain=re.sub(r"[^a-z0-9]+", "-", (name or team_id).lower())
+            )
             self.teams[team_id] = team
         if not team.installed:
             suffix = team_id[1:]
@@ -354,7 +361,9 @@ class Workspace:
         self.touch()
 
     def top_level(self, channel_id: str) -> list[Message]:
-        return [m for m in self.history.get(channel_id, []) if not m.is_reply or m.subtype == "thread_broadcast"]
+        return [
+            m for m in self.history.get(channel_id, []) if not m.is_reply or m.subtype == "thread_broadcast"
+        ]
 
     def thread(self, channel_id: str, thread_ts: str) -> list[Message]:
         """The thread root followed by its replies, oldest first (conversations.replies order)."""
@@ -460,7 +469,9 @@ class Workspace:
         replacement = self.new_view(view, user_id=current.user_id, team=team, view_id=current.id)
         replacement.root_view_id = current.root_view_id
         replacement.previous_view_id = current.previous_view_id
-        kept_ids = {(b.get("block_id"), e.get("action_id")) for b in replacement.blocks for e in block_elements(b)}
+        kept_ids = {
+            (b.get("block_id"), e.get("action_id")) for b in replacement.blocks for e in block_elements(b)
+        }
         replacement.state_values = {
             block_id: {a: v for a, v in actions.items() if (block_id, a) in kept_ids}
             for block_id, actions in current.state_values.items()

@@ -156,6 +156,9 @@ class SessionStore:
         state = json.loads(raw) if raw else None
         return state, {g.decode() for g in grants}, (cancel.decode() if cancel else None)
 
+    async def exists(self, session_id: str) -> bool:
+        return bool(await self.redis.exists(self.key(session_id, "state")))
+
     async def request_cancel(self, session_id: str, turn_id: str) -> None:
         await self.redis.set(self.key(session_id, "cancel"), turn_id, ex=7 * 24 * 3600)
 
@@ -421,6 +424,7 @@ def _record_fields(record: RequestRecord) -> dict[str, str]:
         "session_id": record.session_id,
         "turn_id": record.turn_id,
         "team_id": record.team_id or "",
+        "channel": json.dumps(record.channel, separators=(",", ":")),
         "session_info": json.dumps(record.session_info, separators=(",", ":")),
         "approval_key": record.approval_key or "",
         "status": record.status,
@@ -436,6 +440,7 @@ def _record_from_fields(fields: dict[bytes, bytes]) -> RequestRecord:
             "session_id": f["session_id"],
             "turn_id": f["turn_id"],
             "team_id": f.get("team_id") or None,
+            "channel": json.loads(f.get("channel") or "{}"),
             "session_info": json.loads(f.get("session_info") or "{}"),
             "approval_key": f.get("approval_key") or None,
             "status": f.get("status", "open"),

@@ -8,12 +8,13 @@ from typing import Any
 from redis.asyncio import Redis
 
 from bot.builtin import BUILTIN_TOOLS
-from bot.models.base import ChatModel
+from bot.models.base import ChatModel, Message
+from bot.models.scripted import ScriptedModel
 from bot.principals import Principal, slack_user
-from bot.protocol import Event
+from bot.protocol import Event, InputResponse
 from bot.session import SessionRef
-from bot.tools import Tool, ToolRegistry
-from bot.turns import Runtime, RuntimeSettings
+from bot.tools import Tool, ToolContext, ToolRegistry
+from bot.turns import AnswerResult, Runtime, RuntimeSettings
 from store.sessions import SessionStore
 
 ALICE = slack_user("T1", "UALICE")
@@ -68,3 +69,86 @@ def session(name: str = "s1", team: str = "T1") -> SessionRef:
 async def say(runtime: Runtime, text: str, who: Principal | None = ALICE, ref: SessionRef | None = None,
               message_id: str | None = None):
     return await runtime.post_message(ref or session(), who, text, message_id=message_id)
+
+
+# --- helpers for behaviour tests -------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """One execution of a recording tool: what it was given and under whose authority."""
+
+    args: dict[str, Any]
+    principal: Principal | None
+    call_id: str
+    idempotency_key: str
+
+
+def recording_tool(
+    name: str,
+    *,
+    approval: Any = None,
+    approval_key: Any = None,
+    idempotent: bool = False,
+    output: Any = None,
+) -> tuple[Tool, list[Run]]:
+    """A tool taking free-form arguments that records every execution; returns (tool, runs)."""
+    runs: list[Run] = []
+
+    async def run(args: dict, ctx: ToolContext) -> Any:
+        runs.append(Run(dict(args), ctx.principal, ctx.call_id, ctx.idempotency_key))
+        return output if output is not None else {"ok": True, "tool": name}
+
+    made = Tool(run, name=name, description=f"{name} (a test tool)", approval=approval,
+                approval_key=approval_key, idempotent=idempotent)
+    return made, runs
+
+
+def shown(model: ScriptedModel, index: int = -1) -> list[Message]:
+    """The messages the model was shown in one of its requests (default: the last)."""
+    return model.requests[index][0]
+
+
+def tool_results(messages: list[Message]) -> dict[str, str]:
+    """Tool messages by call id, as the model read them."""
+    return {m["tool_call_id"]: m["content"] for m in messages if m.get("role") == "tool"}
+
+
+def user_texts(messages: list[Message]) -> list[str]:
+    return [m["content"] for m in messages if m.get("role") == "user"]
+
+
+def assert_valid_history(messages: list[Message]) -> None:
+    """What an OpenAI endpoint insists on: every tool call answered by a tool message right after it."""
+    i = 0
+    while i < len(messages):
+        message = messages[i]
+        i += 1
+        wanted = {c["id"] for c in message.get("tool_calls") or []}
+        while wanted:
+            assert i < len(messages) and messages[i].get("role") == "tool", f"tool calls {wanted} unanswered"
+            wanted.discard(messages[i]["tool_call_id"])
+            i += 1
+
+
+def decision(request_id: str, option_id: str, who: Principal | None = ALICE, text: str | None = None) -> InputResponse:
+    return InputResponse(request_id=request_id, option_id=option_id, text=text, principal=who)
+
+
+async def approve(runtime: Runtime, request_id: str, who: Principal | None = ALICE) -> AnswerResult:
+    return await runtime.answer(decision(request_id, "approve", who))
+
+
+async def cancel(runtime: Runtime, request_id: str, who: Principal | None = ALICE,
+                 note: str | None = None) -> AnswerResult:
+    return await runtime.answer(decision(request_id, "cancel", who), note=note)
+
+
+async def request_status(store: SessionStore, request_id: str) -> str:
+    return (await store.get_request(request_id)).status
+
+
+async def stored_turn(store: SessionStore, ref: SessionRef | None = None) -> dict[str, Any] | None:
+    raw, _, _ = await store.load((ref or session()).session_id)
+    assert raw is not None
+    return raw["turn"]

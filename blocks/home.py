@@ -1,0 +1,276 @@
+"""App Home: what is waiting on me, what I asked for, and (for admins) who approves each tool.
+
+Inputs are plain pydantic models filled by handlers from the store; the view is ≤100 blocks, with a
+note whenever a list is cut short. Buttons on App Home cards use the same ``hitl:`` action ids as
+the cards in threads, so one handler serves both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel, Field
+from slack_sdk.models.blocks import (
+    Block,
+    ContextBlock,
+    DividerBlock,
+    HeaderBlock,
+    MarkdownTextObject,
+    PlainTextObject,
+    SectionBlock,
+    UserMultiSelectElement,
+)
+from slack_sdk.models.views import View
+
+from blocks import actions as ids
+from blocks.cards import card_blocks, inline_code, user_mention
+from blocks.limits import (
+    ELLIPSIS,
+    HEADER_TEXT,
+    PLACEHOLDER,
+    SECTION_TEXT,
+    VIEW_BLOCKS,
+    escape_mrkdwn,
+    mrkdwn,
+    one_line,
+    plain,
+    truncate,
+)
+from bot.protocol import InputRequest
+
+EMPTY_WAITING = "Nothing is waiting on you. Requests you can approve will appear here."
+EMPTY_REQUESTED = "You have no open requests."
+EMPTY_TOOLS = "No tools need approval."
+NOT_ADMIN_NOTE = "Only workspace admins can change who approves."
+HOME_MAX_REQUESTED = 10
+HOME_MAX_TOOLS = 30
+HOME_PROMPT_CHARS = 600
+HOME_MAX_FIELDS = 10
+
+
+class HomeRequest(BaseModel):
+    """One request as App Home lists it."""
+
+    request: InputRequest
+    status: str = "waiting"  # plain words, e.g. "waiting", "approved", "cancelled"
+    can_settle: bool = True  # the viewer may press its buttons
+    approvals: list[str] = Field(default_factory=list)  # user ids who approved so far (n-of-m)
+    required: int = 1
+    waiting_for: list[str] = Field(default_factory=list)  # user ids who can still settle it
+    permalink: str | None = None  # link to the card's thread
+    requester_name: str | None = None
+
+
+class ToolPolicyView(BaseModel):
+    """One tool's approval policy and approver list, as admins edit it."""
+
+    tool_name: str
+    description: str = ""
+    policy_label: str  # "always", "once", "never", "auto", "four-eyes", "2 of 3"…
+    approvers: list[str] = Field(default_factory=list)  # Slack user ids
+    deleted_approvers: list[str] = Field(default_factory=list)  # ids of deactivated users still listed
+    required: int = 1
+
+
+# --- shared text ----------------------------------------------------------------------------
+
+
+def approvals_needed_text(required: int) -> str:
+    n = max(required, 1)
+    return f"{n} approval{'s' if n != 1 else ''} needed"
+
+
+def deleted_users_text(user_ids: Sequence[str]) -> str:
+    return ", ".join(f"~deleted user~ {user_mention(u)}" for u in user_ids)
+
+
+def approver_names(policy: ToolPolicyView) -> str:
+    names = [user_mention(u) for u in policy.approvers]
+    if policy.deleted_approvers:
+        names.append(deleted_users_text(policy.deleted_approvers))
+    return ", ".join(names) if names else "_no approvers set_"
+
+
+def tool_line(policy: ToolPolicyView) -> str:
+    """``*`tool`* · always · 1 approval needed``."""
+    label = escape_mrkdwn(truncate(one_line(policy.policy_label), 60))
+    return f"*{inline_code(policy.tool_name)}* · {label} · {approvals_needed_text(policy.required)}"
+
+
+# --- blocks ---------------------------------------------------------------------------------
+
+
+def _header(key: str, text: str) -> HeaderBlock:
+    return HeaderBlock(block_id=f"home:{key}:0", text=PlainTextObject(text=plain(text, HEADER_TEXT)))
+
+
+def _section(key: str, text: str, n: int = 0) -> SectionBlock:
+    return SectionBlock(block_id=f"home:{key}:{n}", text=MarkdownTextObject(text=mrkdwn(text, SECTION_TEXT)))
+
+
+def _note(key: str, text: str) -> ContextBlock:
+    return ContextBlock(
+        block_id=f"home:{key}:0", elements=[MarkdownTextObject(text=mrkdwn(text, SECTION_TEXT))]
+    )
+
+
+def _divider(key: str) -> DividerBlock:
+    return DividerBlock(block_id=f"home:{key}:0")
+
+
+def _requested_row(item: HomeRequest, n: int) -> SectionBlock:
+    req = item.request
+    prompt = escape_mrkdwn(truncate(one_line(req.prompt), 200))
+    if req.kind == "tool-approval":
+        tool = req.action.tool_name if req.action is not None else "tool"
+        title = f"*Approval:* {inline_code(tool)}"
+        title += f" — {prompt}" if prompt else ""
+    elif req.kind == "session-limit":
+        title = "*Session limit:* " + (prompt or "continue?")
+    else:
+        title = "*Question:* " + (prompt or "_(no text)_")
+    status = f"_Status:_ {escape_mrkdwn(truncate(one_line(item.status), 100)) or 'unknown'}"
+    if item.waiting_for:
+        status += " · waiting on " + ", ".join(user_mention(u) for u in item.waiting_for[:10])
+    if item.required > 1 or item.approvals:
+        status += f" · {len(item.approvals)} of {max(item.required, 1)} approvals"
+    if item.permalink and item.permalink.startswith(("https://", "http://")):
+        link = (
+            item.permalink.replace("&", "&amp;").replace("<", "%3C").replace(">", "%3E").replace("|", "%7C")
+        )
+        status += f" · <{link}|Open thread>"
+    return SectionBlock(
+        block_id=ids.block_id(req.request_id, "hr-row", n),
+        text=MarkdownTextObject(text=mrkdwn(f"{title}\n{status}", SECTION_TEXT)),
+    )
+
+
+def _tool_row(policy: ToolPolicyView, n: int) -> SectionBlock:
+    lines = [tool_line(policy)]
+    description = one_line(policy.description)
+    if description:
+        lines.append(escape_mrkdwn(truncate(description, 300)))
+    if policy.deleted_approvers:
+        lines.append("Still listed: " + deleted_users_text(policy.deleted_approvers))
+    if not policy.approvers:
+        lines.append("_No approvers set._")
+    return SectionBlock(
+        block_id=f"home:tool:{n}",
+        text=MarkdownTextObject(text=mrkdwn("\n".join(lines), SECTION_TEXT)),
+        accessory=UserMultiSelectElement(
+            action_id=ids.approvers_action_id(policy.tool_name),
+            placeholder=PlainTextObject(text=plain("Choose approvers", PLACEHOLDER)),
+            initial_users=list(policy.approvers) or None,
+        ),
+    )
+
+
+def _requested_blocks(requested_by_you: Sequence[HomeRequest]) -> list[Block]:
+    blocks: list[Block] = [_divider("div-requested"), _header("requested", "Requested by you")]
+    if not requested_by_you:
+        return [*blocks, _note("requested-empty", EMPTY_REQUESTED)]
+    shown = requested_by_you[:HOME_MAX_REQUESTED]
+    blocks.extend(_requested_row(item, n) for n, item in enumerate(shown))
+    if len(shown) < len(requested_by_you):
+        blocks.append(
+            _note(
+                "requested-more",
+                f"{ELLIPSIS} showing {len(shown)} of {len(requested_by_you)}. The rest are in their threads.",
+            )
+        )
+    return blocks
+
+
+def _admin_blocks(tool_policies: Sequence[ToolPolicyView] | None) -> list[Block]:
+    blocks: list[Block] = [_divider("div-tools"), _header("tools", "Approver lists")]
+    if tool_policies is None:
+        return [*blocks, _note("not-admin", NOT_ADMIN_NOTE)]
+    if not tool_policies:
+        return [*blocks, _note("tools-empty", EMPTY_TOOLS)]
+    blocks.append(_note("tools-help", "Pick people for a tool and the change is saved right away."))
+    shown = tool_policies[:HOME_MAX_TOOLS]
+    blocks.extend(_tool_row(policy, n) for n, policy in enumerate(shown))
+    if len(shown) < len(tool_policies):
+        blocks.append(
+            _note(
+                "tools-more",
+                f"{ELLIPSIS} showing {len(shown)} of {len(tool_policies)} tools. "
+                "Use `/approvers` to edit the others.",
+            )
+        )
+    return blocks
+
+
+def _waiting_card(item: HomeRequest) -> list[Block]:
+    blocks = card_blocks(
+        item.request,
+        tag="hw-",
+        interactive=item.can_settle,
+        requester_name=item.requester_name,
+        approvals=item.approvals,
+        required=item.required,
+        prompt_limit=HOME_PROMPT_CHARS,
+        max_fields=HOME_MAX_FIELDS,
+    )
+    if not item.can_settle:
+        blocks.append(
+            ContextBlock(
+                block_id=ids.block_id(item.request.request_id, "hw-readonly"),
+                elements=[MarkdownTextObject(text="You can follow this request but not settle it.")],
+            )
+        )
+    return blocks
+
+
+def _waiting_blocks(waiting_on_you: Sequence[HomeRequest], budget: int) -> list[Block]:
+    blocks: list[Block] = [_header("waiting", "Waiting on you")]
+    if not waiting_on_you:
+        return [*blocks, _section("waiting-empty", EMPTY_WAITING)]
+    shown = 0
+    for item in waiting_on_you:
+        card = _waiting_card(item)
+        separator = [_divider(f"div-w{shown}")] if shown else []
+        # keep one block free for the "more" note unless this is the last request
+        reserve = 0 if shown + 1 == len(waiting_on_you) else 1
+        if len(blocks) + len(separator) + len(card) + reserve > budget:
+            break
+        blocks.extend(separator + card)
+        shown += 1
+    if shown < len(waiting_on_you):
+        blocks.append(
+            _note(
+                "waiting-more",
+                f"{ELLIPSIS} showing {shown} of {len(waiting_on_you)}. "
+                "Answer these and the rest will appear; each is also in its thread.",
+            )
+        )
+    return blocks
+
+
+def home_view(
+    user_id: str,
+    waiting_on_you: Sequence[HomeRequest],
+    requested_by_you: Sequence[HomeRequest],
+    tool_policies: Sequence[ToolPolicyView] | None,
+) -> dict:
+    """The App Home tab for ``user_id``. ``tool_policies`` None means the viewer is not an admin."""
+    intro = _note(
+        "intro", f"Hi {user_mention(user_id)} — approvals and questions from the agent, in one place."
+    )
+    later = _requested_blocks(requested_by_you) + _admin_blocks(tool_policies)
+    budget = VIEW_BLOCKS - 1 - len(later)
+    blocks = [intro, *_waiting_blocks(waiting_on_you, budget), *later]
+    return View(type="home", blocks=blocks).to_dict()
+
+
+__all__ = [
+    "EMPTY_REQUESTED",
+    "EMPTY_TOOLS",
+    "EMPTY_WAITING",
+    "NOT_ADMIN_NOTE",
+    "HomeRequest",
+    "ToolPolicyView",
+    "approver_names",
+    "home_view",
+    "tool_line",
+]

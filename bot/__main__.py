@@ -1,0 +1,169 @@
+"""The command line: ``python -m bot [run|check|pending|chat|audit]``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from bot.config import ConfigError, Settings, load_settings
+
+log = logging.getLogger("bot")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bot", description="An AI agent in Slack that stops and asks people.")
+    sub = parser.add_subparsers(dest="command")
+    sub.add_parser("run", help="run the bot (default); without SLACK_BOT_TOKEN it starts a local Slack workspace")
+    sub.add_parser("check", help="check the configuration and connections (Redis, Slack, model), then exit")
+    pending = sub.add_parser("pending", help="list requests waiting for a person")
+    pending.add_argument("--team", default=None, help="workspace id (default: all local/console requests)")
+    sub.add_parser("chat", help="talk to the agent in this terminal (no Slack needed)")
+    audit = sub.add_parser("audit", help="export or verify a workspace's audit log")
+    audit_sub = audit.add_subparsers(dest="audit_command", required=True)
+    export = audit_sub.add_parser("export", help="write the audit log as JSON lines")
+    export.add_argument("--team", required=True)
+    export.add_argument("--out", default="-", help="file to write (default: stdout)")
+    export.add_argument("--kind", default=None)
+    export.add_argument("--actor", default=None)
+    export.add_argument("--subject", default=None)
+    export.add_argument("--since", default=None, help="ISO-8601 time")
+    export.add_argument("--until", default=None, help="ISO-8601 time")
+    verify = audit_sub.add_parser("verify", help="check the hash chain; exit 1 if an entry was edited or removed")
+    verify.add_argument("--team", default=None)
+    verify.add_argument("--file", default=None, help="verify an exported JSONL file instead of Redis")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = load_settings()
+        command = args.command or "run"
+        if command == "run":
+            return asyncio.run(_run(settings))
+        if command == "check":
+            return asyncio.run(_check(settings))
+        if command == "pending":
+            return asyncio.run(_pending(settings, args.team))
+        if command == "chat":
+            return asyncio.run(_chat(settings))
+        if command == "audit":
+            from bot.audit_cli import audit_command
+
+            return asyncio.run(audit_command(settings, args))
+    except ConfigError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+async def _run(settings: Settings) -> int:
+    from bot.app import start_bot
+
+    bot = await start_bot(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    if bot.localslack is not None:
+        print(f"\n  Local Slack workspace: {bot.localslack.ui_url}\n  (the bot answers at {bot.url}/slack/events)\n",
+              flush=True)
+    else:
+        mode = "Socket Mode" if settings.socket_mode else f"HTTP on {bot.url}/slack/events"
+        print(f"bot running ({mode})", flush=True)
+    socket = None
+    if settings.socket_mode:
+        from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+
+        socket = AsyncSocketModeHandler(bot.slack, settings.slack_app_token)
+        await socket.connect_async()
+    await stop.wait()
+    if socket is not None:
+        await socket.close_async()
+    await bot.close()
+    return 0
+
+
+async def _check(settings: Settings) -> int:
+    from slack_sdk.web.async_client import AsyncWebClient
+
+    from bot.app import build_tools
+    from store.client import open_redis, ping
+
+    settings.check_slack()
+    ok = True
+    tools = build_tools(settings)
+    print(f"tools: {', '.join(tools.names())}")
+    handle = await open_redis(settings.redis_url, cluster=settings.redis_cluster,
+                              data_dir=Path(settings.data_dir) / "redis")
+    try:
+        up = await ping(handle.client)
+        print(f"redis: {'ok' if up else 'NOT reachable'} ({'REDIS_URL' if settings.redis_url else 'embedded'})")
+        ok &= up
+    finally:
+        await handle.close()
+    if settings.local_mode:
+        print("slack: no SLACK_BOT_TOKEN — `run` starts the local Slack workspace")
+    elif settings.slack_bot_token:
+        resp = await AsyncWebClient(token=settings.slack_bot_token, base_url=settings.slack_api_url).auth_test()
+        print(f"slack: ok as {resp.get('user')} in {resp.get('team')}")
+    print(f"model: {settings.model} at {settings.openai_base_url}" if settings.openai_api_key
+          else "model: offline demo model (set OPENAI_API_KEY for a real one)")
+    return 0 if ok else 1
+
+
+async def _pending(settings: Settings, team: str | None) -> int:
+    from store.client import open_redis
+    from store.sessions import SessionStore
+
+    handle = await open_redis(settings.redis_url, cluster=settings.redis_cluster,
+                              data_dir=Path(settings.data_dir) / "redis")
+    try:
+        records = await SessionStore(handle.client).pending_for_team(team)
+        if not records:
+            print("nothing is waiting")
+        for r in records:
+            who = r.request.principal.principal_id if r.request.principal else "anonymous"
+            what = r.request.action.tool_name if r.request.action else r.request.prompt
+            print(f"{r.request_id}  {r.request.kind:<14} {what:<24} asked by {who}  at {r.request.created_at:%Y-%m-%d %H:%M}")
+    finally:
+        await handle.close()
+    return 0
+
+
+async def _chat(settings: Settings) -> int:
+    from bot.app import build_model, build_tools
+    from bot.console import ConsoleChannel, chat_loop
+    from bot.session import SessionRef
+    from bot.turns import Runtime, RuntimeSettings
+    from store.client import open_redis
+    from store.sessions import SessionStore
+
+    handle = await open_redis(settings.redis_url, cluster=settings.redis_cluster,
+                              data_dir=Path(settings.data_dir) / "redis")
+    try:
+        runtime = Runtime(store=SessionStore(handle.client), model=build_model(settings), tools=build_tools(settings),
+                          channel=ConsoleChannel(),
+                          settings=RuntimeSettings(step_budget=settings.step_budget, token_budget=settings.token_budget))
+        _use_policies(handle.client)
+        await chat_loop(runtime, SessionRef(session_id="console:local", team_id=None))
+    finally:
+        await handle.close()
+    return 0
+
+
+def _use_policies(redis: object) -> None:
+    try:
+        from handlers.governance import policy_source_for
+    except ImportError:
+        return
+    from bot.governance import use_policy_source
+
+    use_policy_source(policy_source_for(redis))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,239 @@
+"""The composition root: Redis + store + runtime + the Slack app (+ the local workspace when offline).
+
+This is the one place that knows every part; ``bot/`` core, ``handlers/``, ``blocks/`` and
+``store/`` only meet here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.http_retry.builtin_async_handlers import (
+    AsyncConnectionErrorRetryHandler,
+    AsyncRateLimitErrorRetryHandler,
+    AsyncServerErrorRetryHandler,
+)
+from slack_sdk.web.async_client import AsyncWebClient
+
+import handlers
+from bot.builtin import BUILTIN_TOOLS
+from bot.config import ConfigError, Settings
+from bot.models.base import ChatModel
+from bot.ports import Channel
+from bot.tools import Tool, ToolRegistry
+from bot.turns import Runtime, RuntimeSettings
+from handlers.channel import SlackChannel
+from handlers.deps import SlackDeps
+from store.client import RedisHandle, open_redis, ping
+from store.sessions import SessionStore
+
+log = logging.getLogger(__name__)
+
+RECOVERY_INTERVAL_SECONDS = 5.0
+
+
+def slack_retry_handlers() -> list[Any]:
+    """429s honour Retry-After; brief server and connection errors are retried too."""
+    return [
+        AsyncRateLimitErrorRetryHandler(max_retry_count=3),
+        AsyncServerErrorRetryHandler(max_retry_count=2),
+        AsyncConnectionErrorRetryHandler(max_retry_count=2),
+    ]
+
+
+def build_model(settings: Settings) -> ChatModel:
+    if settings.openai_api_key:
+        from bot.models.openai import OpenAIChatModel
+
+        return OpenAIChatModel(settings.model, base_url=settings.openai_base_url, api_key=settings.openai_api_key)
+    from bot.models.demo import DemoModel
+
+    return DemoModel()
+
+
+def build_tools(settings: Settings, extra: list[Tool] | None = None) -> ToolRegistry:
+    registry = ToolRegistry(BUILTIN_TOOLS)
+    try:
+        registry.load_modules(settings.tool_modules)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    for t in extra or []:
+        registry.register(t)
+    return registry
+
+
+@dataclass
+class BotApp:
+    """A running bot: what tests and ``python -m bot run`` hold on to."""
+
+    settings: Settings
+    redis: RedisHandle
+    store: SessionStore
+    runtime: Runtime
+    slack: AsyncApp
+    web: web.Application
+    deps: SlackDeps
+    localslack: Any = None
+    url: str = ""
+    _stack: AsyncExitStack = field(default_factory=AsyncExitStack)
+    _recovery: asyncio.Task[Any] | None = None
+
+    async def close(self) -> None:
+        if self._recovery is not None:
+            self._recovery.cancel()
+        await self.runtime.wait_idle()
+        await self._stack.aclose()
+
+
+async def start_bot(
+    settings: Settings,
+    *,
+    model: ChatModel | None = None,
+    tools: list[Tool] | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    channel_wrap: Callable[[Channel], Channel] | None = None,
+    recovery_interval: float = RECOVERY_INTERVAL_SECONDS,
+) -> BotApp:
+    """Build everything and serve HTTP; returns once the bot answers on its port."""
+    settings.check_slack()
+    stack = AsyncExitStack()
+    try:
+        return await _start(settings, stack, model, tools, host, port, channel_wrap, recovery_interval)
+    except BaseException:
+        await stack.aclose()
+        raise
+
+
+async def _start(
+    settings: Settings,
+    stack: AsyncExitStack,
+    model: ChatModel | None,
+    tools: list[Tool] | None,
+    host: str | None,
+    port: int | None,
+    channel_wrap: Callable[[Channel], Channel] | None,
+    recovery_interval: float,
+) -> BotApp:
+    registry = build_tools(settings, tools)
+    redis = await open_redis(settings.redis_url, cluster=settings.redis_cluster, data_dir=Path(settings.data_dir) / "redis")
+    stack.push_async_callback(redis.close)
+    if not await ping(redis.client):
+        raise ConfigError(f"REDIS_URL: no Redis answered at {_redacted(redis.url)}")
+    store = SessionStore(redis.client)
+
+    local = None
+    api_url, token, secret = settings.slack_api_url, settings.slack_bot_token, settings.slack_signing_secret
+    if settings.local_mode:
+        from localslack.seed import BOT_TOKEN
+        from localslack.server import LocalSlack
+
+        secret = secret or secrets.token_hex(16)
+        local = LocalSlack(bot_url=None, signing_secret=secret, port=settings.localslack_port)
+        await local.start()
+        stack.push_async_callback(local.stop)
+        api_url, token = local.api_url, BOT_TOKEN
+
+    client = AsyncWebClient(token=token, base_url=api_url, retry_handlers=slack_retry_handlers())
+    oauth = None
+    if settings.slack_client_id:
+        from handlers.oauth import oauth_settings
+
+        oauth = oauth_settings(settings, redis.client)
+        client = AsyncWebClient(base_url=api_url, retry_handlers=slack_retry_handlers())
+    slack = AsyncApp(
+        client=client,
+        signing_secret=secret,
+        oauth_settings=oauth,
+        token=None if oauth else token,
+        process_before_response=False,
+    )
+
+    async def client_for(team_id: str | None) -> AsyncWebClient:
+        if oauth is None:
+            return client
+        bot = await oauth.installation_store.async_find_bot(enterprise_id=None, team_id=team_id)
+        if bot is None:
+            raise LookupError(f"no installation for workspace {team_id}")
+        return AsyncWebClient(token=bot.bot_token, base_url=api_url, retry_handlers=slack_retry_handlers())
+
+    channel: Channel = SlackChannel(store, client_for)
+    if channel_wrap is not None:
+        channel = channel_wrap(channel)
+    runtime = Runtime(
+        store=store,
+        model=model or build_model(settings),
+        tools=registry,
+        channel=channel,
+        settings=RuntimeSettings(step_budget=settings.step_budget, token_budget=settings.token_budget),
+    )
+    deps = SlackDeps(runtime=runtime, store=store, settings=settings)
+    _wire_governance(deps, redis, client_for, registry)
+    handlers.register(slack, deps)
+
+    web_app = slack.web_app(path="/slack/events")
+    web_app.router.add_get("/healthz", _healthz)
+    web_app.router.add_get("/readyz", _readyz(redis))
+    runner = web.AppRunner(web_app, access_log=None)
+    await runner.setup()
+    stack.push_async_callback(runner.cleanup)
+    site = web.TCPSite(runner, host or settings.host, settings.port if port is None else port)
+    await site.start()
+    bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    url = f"http://127.0.0.1:{bound}"
+    if local is not None:
+        local.set_bot_url(f"{url}/slack/events")
+
+    bot = BotApp(settings=settings, redis=redis, store=store, runtime=runtime, slack=slack, web=web_app,
+                 deps=deps, localslack=local, url=url, _stack=stack)
+    if recovery_interval > 0:
+        bot._recovery = asyncio.create_task(_recovery_loop(runtime, recovery_interval))
+    await runtime.recover()
+    return bot
+
+
+def _wire_governance(deps: SlackDeps, redis: RedisHandle, client_for: Any, registry: ToolRegistry) -> None:
+    """App Home, /approvers, approver lists and the audit log, when that part is installed."""
+    try:
+        from handlers.governance import Governance
+    except ImportError:
+        return
+    deps.governance = Governance.create(deps, redis.client, client_for, registry)
+
+
+async def _recovery_loop(runtime: Runtime, interval: float) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await runtime.recover()
+        except Exception:
+            log.exception("recovery sweep failed; trying again in %ss", interval)
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    return web.json_response({"ok": True})
+
+
+def _readyz(redis: RedisHandle) -> Any:
+    async def handler(request: web.Request) -> web.Response:
+        if await ping(redis.client):
+            return web.json_response({"ok": True, "redis": "up"})
+        return web.json_response({"ok": False, "redis": "down"}, status=503)
+
+    return handler
+
+
+def _redacted(url: str) -> str:
+    if "@" in url and "//" in url:
+        scheme, rest = url.split("//", 1)
+        return f"{scheme}//***@{rest.split('@', 1)[1]}"
+    return url

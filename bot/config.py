@@ -1,0 +1,85 @@
+"""Settings from the environment and an optional ``.env`` file (DESIGN §3). Names are a contract."""
+
+from __future__ import annotations
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_TOOLS = "bot.demo_tools"
+
+
+class ConfigError(Exception):
+    """A setting is missing or wrong; the message names the variable and the fix."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore")
+
+    slack_bot_token: str | None = Field(default=None, alias="SLACK_BOT_TOKEN")
+    slack_signing_secret: str | None = Field(default=None, alias="SLACK_SIGNING_SECRET")
+    slack_app_token: str | None = Field(default=None, alias="SLACK_APP_TOKEN")
+    slack_api_url: str = Field(default="https://slack.com/api/", alias="SLACK_API_URL")
+    slack_client_id: str | None = Field(default=None, alias="SLACK_CLIENT_ID")
+    slack_client_secret: str | None = Field(default=None, alias="SLACK_CLIENT_SECRET")
+    slack_scopes: str = Field(
+        default="app_mentions:read,channels:history,groups:history,im:history,chat:write,commands,users:read,"
+        "im:write,reactions:write",
+        alias="SLACK_SCOPES",
+    )
+    port: int = Field(default=3000, alias="PORT")
+    host: str = Field(default="0.0.0.0", alias="HOST")
+    redis_url: str | None = Field(default=None, alias="REDIS_URL")
+    redis_cluster: bool = Field(default=False, alias="REDIS_CLUSTER")
+    data_dir: str = Field(default=".data", alias="BOT_DATA_DIR")
+    openai_base_url: str = Field(default="https://api.openai.com/v1", alias="OPENAI_BASE_URL")
+    openai_api_key: str | None = Field(default=None, alias="OPENAI_API_KEY")
+    model: str = Field(default="gpt-4o-mini", alias="MODEL")
+    bot_tools: str = Field(default=DEFAULT_TOOLS, alias="BOT_TOOLS")
+    bot_admins: str = Field(default="", alias="BOT_ADMINS")
+    step_budget: int = Field(default=20, alias="BOT_STEP_BUDGET", ge=1)
+    token_budget: int = Field(default=200_000, alias="BOT_TOKEN_BUDGET", ge=1000)
+    localslack_port: int = Field(default=3001, alias="LOCALSLACK_PORT")
+
+    @field_validator("slack_api_url")
+    @classmethod
+    def trailing_slash(cls, value: str) -> str:
+        return value if value.endswith("/") else value + "/"
+
+    @property
+    def admins(self) -> set[str]:
+        return {a.strip() for a in self.bot_admins.split(",") if a.strip()}
+
+    @property
+    def tool_modules(self) -> list[str]:
+        return [m.strip() for m in self.bot_tools.split(",") if m.strip()]
+
+    @property
+    def local_mode(self) -> bool:
+        """No Slack token: run against the local Slack workspace (DESIGN §11)."""
+        return not self.slack_bot_token and not self.slack_client_id
+
+    @property
+    def socket_mode(self) -> bool:
+        return bool(self.slack_app_token)
+
+    def check_slack(self) -> None:
+        """Raise ConfigError naming the variable when Slack mode is misconfigured."""
+        if self.local_mode:
+            return
+        if self.slack_bot_token and not self.slack_bot_token.startswith("xoxb-"):
+            raise ConfigError("SLACK_BOT_TOKEN must be a bot token starting with xoxb-")
+        if self.slack_app_token and not self.slack_app_token.startswith("xapp-"):
+            raise ConfigError("SLACK_APP_TOKEN must be an app-level token starting with xapp-")
+        if not self.socket_mode and not self.slack_signing_secret:
+            raise ConfigError("SLACK_SIGNING_SECRET is required in HTTP mode (or set SLACK_APP_TOKEN for Socket Mode)")
+        if bool(self.slack_client_id) != bool(self.slack_client_secret):
+            raise ConfigError("set both SLACK_CLIENT_ID and SLACK_CLIENT_SECRET for multi-workspace OAuth, or neither")
+
+
+def load_settings(**overrides: object) -> Settings:
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = str(err["loc"][0]) if err["loc"] else "configuration"
+        raise ConfigError(f"{name}: {err['msg']}") from exc

@@ -1,0 +1,74 @@
+"""The demo tool pack (the default ``BOT_TOOLS``): one realistic tool per kind of policy.
+
+- ``lookup_customer`` — read-only, runs without asking (``never()``)
+- ``refund_charge``   — always asks; only the workspace's finance approvers may approve
+- ``deploy_service``  — always asks; four-eyes: someone other than the requester approves
+- ``post_announcement`` — asks once per session (``once()``)
+- ``ask_question``    — built in: the agent asks you, you pick or type
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from bot.approval import Approval, always, never, once
+from bot.governance import approvers, four_eyes
+from bot.tools import ToolContext, tool
+
+CUSTOMERS = {
+    "acme": {"customer": "Acme Corp", "plan": "Business", "seats": 42, "last_charge": {"id": "ch_1001", "amount": 420.0}},
+    "globex": {"customer": "Globex", "plan": "Pro", "seats": 7, "last_charge": {"id": "ch_2002", "amount": 49.0}},
+    "initech": {"customer": "Initech", "plan": "Starter", "seats": 3, "last_charge": {"id": "ch_3003", "amount": 12.0}},
+}
+
+
+class CustomerQuery(BaseModel):
+    name: str = Field(description="Customer name, e.g. Acme")
+
+
+@tool(approval=never())
+async def lookup_customer(args: CustomerQuery, ctx: ToolContext) -> dict:
+    """Look up a customer's plan, seats and last charge. Read-only."""
+    found = CUSTOMERS.get(args.name.strip().lower())
+    return found or {"error": f"no customer named {args.name!r}", "known": sorted(CUSTOMERS)}
+
+
+class Refund(BaseModel):
+    charge_id: str = Field(description="The charge to refund, e.g. ch_1001")
+    amount: float = Field(gt=0, description="Amount in dollars")
+    reason: str = Field(default="requested by customer", max_length=500)
+
+
+@tool(approval=Approval(request=always(), response=approvers("tool:refund_charge")))
+async def refund_charge(args: Refund, ctx: ToolContext) -> dict:
+    """Refund part or all of a charge. Needs a finance approver."""
+    refund_id = "re_" + hashlib.sha1(ctx.idempotency_key.encode()).hexdigest()[:10]  # same id on any retry
+    return {"refund_id": refund_id, "charge_id": args.charge_id, "amount": args.amount, "status": "succeeded"}
+
+
+class Deploy(BaseModel):
+    service: str = Field(description="Service name, e.g. api")
+    environment: Literal["staging", "production"] = "production"
+    version: str = Field(default="latest")
+
+
+@tool(approval=Approval(request=always(), response=four_eyes()), dangerous=True)
+async def deploy_service(args: Deploy, ctx: ToolContext) -> dict:
+    """Deploy a service version to an environment. Someone other than the requester must approve."""
+    approver = ctx.principal.principal_id if ctx.principal else "unknown"
+    return {"deployed": args.service, "environment": args.environment, "version": args.version,
+            "approved_by": approver}
+
+
+class Announcement(BaseModel):
+    channel: str = Field(default="#general")
+    text: str = Field(min_length=1, max_length=2000)
+
+
+@tool(approval=once())
+async def post_announcement(args: Announcement, ctx: ToolContext) -> dict:
+    """Post an announcement to a channel. Asks the first time in a conversation."""
+    return {"posted": True, "channel": args.channel, "text": args.text}

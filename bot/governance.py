@@ -1,0 +1,232 @@
+"""Who may approve what, per workspace: response-policy helpers and the tenant adapter.
+
+Users compose these on their tools::
+
+    @tool(approval=Approval(request=always(), response=approvers("tool:refund_charge")))
+    @tool(approval=Approval(request=always(), response=four_eyes()))
+    @tool(approval=Approval(request=always(), response=n_of_m(2, "tool:rotate_keys")))
+    @tool(approval=tenant_policy("connection:billing__refund"))
+
+The approver lists and rules live in the policy store (edited by admins in App Home or
+``/approvers``); the composition root connects it with :func:`use_policy_source`. Everything here
+fails closed: a store that cannot be read rejects or denies, with a reason people can act on.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel
+
+from bot.approval import (
+    ApprovalContext,
+    PolicyStatus,
+    ResponseContext,
+    ResponseDecision,
+    ResponsePolicy,
+    allowed,
+    rejected,
+)
+from bot.principals import Principal
+
+log = logging.getLogger(__name__)
+
+STORE_DOWN = "Approver lists can't be read right now, so nobody can approve this yet. Try again in a minute."
+TENANT_FIELDS = ("team_id", "tenant", "tenant_id", "workspace", "workspace_id")
+
+
+class ApproverList(BaseModel):
+    approvers: list[str]  # Slack user ids
+    required_approvals: int = 1
+
+
+class RuleVerdict(BaseModel):
+    effect: Literal["allow", "deny", "require_approval"]
+    reason: str | None = None
+
+
+class PolicySource(Protocol):
+    """Where approver lists and rules come from (``store.policies.PolicyStore`` via bot/app.py)."""
+
+    async def approver_list(self, team_id: str, resource: str) -> ApproverList | None: ...
+    async def allows_external(self, team_id: str) -> bool: ...
+    async def decide(
+        self, team_id: str, resource: str, tool_input: dict[str, Any] | None, user_id: str | None
+    ) -> RuleVerdict | None: ...
+
+
+_source: PolicySource | None = None
+
+
+def use_policy_source(source: PolicySource | None) -> None:
+    """Connect the helpers to the policy store (done once by the composition root)."""
+    global _source
+    _source = source
+
+
+def _user(principal: Principal | None) -> str | None:
+    return principal.slack_user_id if principal else None
+
+
+def is_external(principal: Principal | None) -> bool:
+    """A Slack Connect user: their own workspace differs from the installation's."""
+    if principal is None or principal.team_id is None:
+        return False
+    own = principal.attributes.get("user_team_id")
+    return bool(own) and own != principal.team_id
+
+
+def requester_only() -> ResponsePolicy:
+    from bot.approval import requester_only as default
+
+    return default()
+
+
+def approvers(resource: str) -> ResponsePolicy:
+    """Only people on the resource's approver list may approve; the requester or an approver may cancel."""
+
+    async def policy(ctx: ResponseContext) -> ResponseDecision:
+        return await _check_list(ctx, resource, required=None)
+
+    policy.policy_kind = f"approvers:{resource}"  # type: ignore[attr-defined]
+    return policy
+
+
+def four_eyes(resource: str | None = None) -> ResponsePolicy:
+    """Someone other than the requester must approve (from the approver list, if a resource is given).
+
+    The requester may still cancel their own request.
+    """
+
+    async def policy(ctx: ResponseContext) -> ResponseDecision:
+        requester, responder = ctx.request.principal, ctx.response.principal
+        if ctx.response.decision == "cancel":
+            if requester is None or requester.same_as(responder):
+                return allowed()
+            return await _check_list(ctx, resource, required=None) if resource else rejected(
+                "Only the requester can cancel this request."
+            )
+        if requester is not None and requester.same_as(responder):
+            return rejected("Four-eyes rule: you can't approve your own request — someone else has to.")
+        if is_external(responder) and not await _external_ok(ctx):
+            return rejected("People from other workspaces can't approve requests here.")
+        if resource is None:
+            return allowed()
+        return await _check_list(ctx, resource, required=None)
+
+    policy.policy_kind = "four-eyes"  # type: ignore[attr-defined]
+    return policy
+
+
+def n_of_m(n: int, resource: str | None = None) -> ResponsePolicy:
+    """The request stays pending until ``n`` distinct eligible people approved (the requester never counts)."""
+    if n < 1:
+        raise ValueError("n_of_m needs n >= 1")
+
+    async def policy(ctx: ResponseContext) -> ResponseDecision:
+        requester, responder = ctx.request.principal, ctx.response.principal
+        if ctx.response.decision == "cancel":
+            if requester is None or requester.same_as(responder):
+                return allowed()
+            return await _check_list(ctx, resource, required=1) if resource else allowed()
+        if requester is not None and requester.same_as(responder):
+            return rejected(f"You can't approve your own request; {n} other people must approve it.")
+        if resource is None:
+            if is_external(responder) and not await _external_ok(ctx):
+                return rejected("People from other workspaces can't approve requests here.")
+            return allowed(required=n)
+        return await _check_list(ctx, resource, required=n)
+
+    policy.policy_kind = f"{n}-of-m"  # type: ignore[attr-defined]
+    return policy
+
+
+async def _external_ok(ctx: ResponseContext) -> bool:
+    if _source is None or ctx.session.team_id is None:
+        return False
+    try:
+        return await _source.allows_external(ctx.session.team_id)
+    except Exception:  # noqa: BLE001 - unreadable store: external people stay out
+        return False
+
+
+async def _check_list(ctx: ResponseContext, resource: str | None, *, required: int | None) -> ResponseDecision:
+    responder = ctx.response.principal
+    requester = ctx.request.principal
+    if ctx.response.decision == "cancel" and (requester is None or requester.same_as(responder)):
+        return allowed()
+    team = ctx.session.team_id
+    if _source is None or team is None or resource is None:
+        return rejected(STORE_DOWN if _source is None else "This request has no workspace, so nobody can approve it.")
+    if responder.team_id != team:
+        return rejected("You can only approve requests from your own workspace.")
+    if is_external(responder) and not await _external_ok(ctx):
+        return rejected("People from other workspaces can't approve requests here.")
+    try:
+        listing = await _source.approver_list(team, resource)
+    except Exception as exc:  # noqa: BLE001 - fail closed, visibly
+        log.warning("approver list for %s in %s unreadable: %r", resource, team, exc)
+        return rejected(STORE_DOWN)
+    if listing is None or not listing.approvers:
+        return rejected(f"Nobody is set up to approve {resource} yet. A workspace admin can add approvers "
+                        "in the app's Home tab or with /approvers.")
+    if _user(responder) not in listing.approvers:
+        names = ", ".join(f"<@{u}>" for u in listing.approvers[:5])
+        return rejected(f"Only the approvers for {resource} can answer this: {names}.")
+    return allowed(required=required or listing.required_approvals)
+
+
+# --- the tenant adapter (a request policy) ---------------------------------------------------
+
+
+def tenant_policy(resource: str | None = None) -> Any:
+    """Decide calls from the workspace's rules (seed 001's multi-tenant pattern).
+
+    Denies when the session is not pinned to one workspace, when the input names another
+    tenant, when no rule allows the call, and when the rules cannot be read.
+    """
+
+    async def policy(ctx: ApprovalContext) -> PolicyStatus:
+        team = ctx.session.team_id
+        current, initiator = ctx.session.auth.current, ctx.session.auth.initiator
+        if not team or not _pinned(team, current, initiator):
+            return PolicyStatus(type="denied", reason="This session is not tied to a single workspace.")
+        named = _named_tenant(ctx.tool_input)
+        if named is not None and named != team:
+            return PolicyStatus(type="denied", reason="The request names another workspace; calls stay in yours.")
+        if _source is None:
+            return PolicyStatus(type="denied", reason="Workspace rules are not available.")
+        try:
+            verdict = await _source.decide(team, resource or f"tool:{ctx.tool_name}", ctx.tool_input,
+                                           _user(current))
+        except Exception as exc:  # noqa: BLE001
+            log.warning("tenant rules for %s unreadable: %r", team, exc)
+            return PolicyStatus(type="denied", reason="Workspace rules can't be read right now.")
+        if verdict is None:
+            return PolicyStatus(type="denied", reason=f"No rule in this workspace allows {ctx.tool_name}.")
+        if verdict.effect == "allow":
+            return PolicyStatus(type="not-applicable")
+        if verdict.effect == "require_approval":
+            return PolicyStatus(type="user-approval", reason=verdict.reason)
+        return PolicyStatus(type="denied", reason=verdict.reason or f"{ctx.tool_name} is not allowed here.")
+
+    policy.policy_kind = "tenant"  # type: ignore[attr-defined]
+    return policy
+
+
+def _pinned(team: str, *principals: Principal | None) -> bool:
+    for p in principals:
+        if p is None:
+            return False
+        if p.principal_type != "user" or p.team_id != team:
+            return False
+    return True
+
+
+def _named_tenant(tool_input: dict[str, Any] | None) -> str | None:
+    for key in TENANT_FIELDS:
+        value = (tool_input or {}).get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None

@@ -1,0 +1,130 @@
+"""An offline, deterministic model for trying the bot without an API key.
+
+It understands the demo tool pack's requests ("refund ch_1001 $40", "deploy api to staging",
+"announce lunch is here", "look up acme", "ask me about lunch") and explains how to plug in a
+real model for everything else.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+
+from bot.models.base import Message, ModelResponse, TextCallback, ToolCall, ToolSpec, Usage
+
+HELP = (
+    "I'm running *offline* with a built-in demo model, so I only understand a few requests:\n"
+    "- `look up acme` — runs right away (no approval)\n"
+    "- `refund ch_1001 $40` — needs a finance approver (bob in the local workspace)\n"
+    "- `deploy api to staging` — four-eyes: someone other than you approves\n"
+    "- `announce lunch is here` — asks once per conversation\n"
+    "- `ask me about lunch` — I ask you a question with choices\n"
+    "To use a real model, set `OPENAI_API_KEY` (and optionally `OPENAI_BASE_URL` and `MODEL` for any "
+    "OpenAI-compatible endpoint) and restart."
+)
+
+
+class DemoModel:
+    name = "demo"
+
+    async def complete(
+        self, messages: list[Message], tools: list[ToolSpec], *, on_text: TextCallback | None = None
+    ) -> ModelResponse:
+        available = {t.name for t in tools}
+        last = messages[-1] if messages else {"role": "user", "content": ""}
+        if last.get("role") == "tool":
+            return _say(_summarize(messages))
+        text = str(last.get("content") or "")
+        for pattern, build in _INTENTS:
+            match = pattern.search(text)
+            if match:
+                name, args = build(match)
+                if name in available:
+                    return ModelResponse(
+                        tool_calls=[ToolCall(id=f"call_{secrets.token_hex(6)}", name=name, arguments=json.dumps(args))],
+                        usage=Usage(prompt_tokens=len(text) // 4 + 50, completion_tokens=20),
+                    )
+        return _say(HELP)
+
+
+def _say(text: str) -> ModelResponse:
+    return ModelResponse(text=text, usage=Usage(prompt_tokens=50, completion_tokens=len(text) // 4))
+
+
+def _refund(m: re.Match[str]) -> tuple[str, dict]:
+    amount = float(m.group(2)) if m.group(2) else 10.0
+    return "refund_charge", {"charge_id": m.group(1), "amount": amount}
+
+
+def _deploy(m: re.Match[str]) -> tuple[str, dict]:
+    env = (m.group(2) or "production").lower()
+    return "deploy_service", {"service": m.group(1), "environment": "production" if env.startswith("prod") else env}
+
+
+def _announce(m: re.Match[str]) -> tuple[str, dict]:
+    return "post_announcement", {"channel": "#general", "text": m.group(1).strip()}
+
+
+def _lookup(m: re.Match[str]) -> tuple[str, dict]:
+    return "lookup_customer", {"name": m.group(1)}
+
+
+def _ask(m: re.Match[str]) -> tuple[str, dict]:
+    topic = (m.group(1) or "lunch").strip(" ?.!")
+    return "ask_question", {
+        "question": f"What should we do about {topic}?",
+        "options": [{"label": "Pizza"}, {"label": "Sushi"}, {"label": "Skip it"}],
+    }
+
+
+_INTENTS = [
+    (re.compile(r"\brefund\s+(ch_\w+)(?:\D*?(\d+(?:\.\d+)?))?", re.I), _refund),
+    (re.compile(r"\bdeploy\s+([\w-]+)(?:\s+(?:to|in|on)\s+(staging|production|prod))?", re.I), _deploy),
+    (re.compile(r"\bannounce\s+(.+)", re.I | re.S), _announce),
+    (re.compile(r"\b(?:look\s*up|lookup|find)\s+(?:customer\s+)?(\w+)", re.I), _lookup),
+    (re.compile(r"\bask\s+me(?:\s+about\s+(.+))?", re.I), _ask),
+]
+
+
+def _summarize(messages: list[Message]) -> str:
+    """Say what the last tool calls did, in words a person reads."""
+    results = []
+    for message in reversed(messages):
+        if message.get("role") != "tool":
+            break
+        results.append(str(message.get("content") or ""))
+    lines = []
+    for content in reversed(results):
+        try:
+            data = json.loads(content)
+        except ValueError:
+            lines.append(content)
+            continue
+        lines.append(_describe(data))
+    return "\n".join(lines) or "Done."
+
+
+def _describe(data: object) -> str:
+    if not isinstance(data, dict):
+        return f"Result: `{json.dumps(data)}`"
+    if data.get("code") == "TOOL_EXECUTION_DENIED":
+        note = f" {data['note']}" if data.get("note") else ""
+        return f"I didn't do it: {data.get('message', 'it was not approved')}{note}"
+    if data.get("status") == "failed":
+        return f"That failed: {data.get('error', 'unknown error')}"
+    if data.get("status") == "answered":
+        return f"Got it — *{data.get('answer')}*."
+    if data.get("interrupted"):
+        return "OK, I'll drop that question."
+    if "refund_id" in data:
+        return f"Refunded ${data['amount']:.2f} on `{data['charge_id']}` (refund `{data['refund_id']}`)."
+    if "deployed" in data:
+        return f"Deployed *{data['deployed']}* {data['version']} to {data['environment']}."
+    if data.get("posted"):
+        return f"Posted to {data['channel']}: “{data['text']}”"
+    if "customer" in data:
+        charge = data.get("last_charge") or {}
+        return (f"*{data['customer']}* is on the {data['plan']} plan with {data['seats']} seats; last charge "
+                f"`{charge.get('id')}` for ${charge.get('amount', 0):.2f}.")
+    return f"Result: `{json.dumps(data)}`"

@@ -1,0 +1,158 @@
+"""Answers from Slack: buttons, selects and the "Type your own answer" modal (DESIGN §10).
+
+A click acknowledged is a click recorded: the answer is settled in Redis first (two round trips;
+the response policy gets a bounded wait), then Slack gets its ack, then the slow work (resuming
+the turn, the model, the tools) runs in a tracked background task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.web.async_client import AsyncWebClient
+
+from blocks.actions import (
+    ACTION_ID_PATTERN,
+    FREEFORM_BLOCK_ID,
+    FREEFORM_CALLBACK_ID,
+    decode_action_id,
+    decode_freeform_metadata,
+    decode_option_value,
+)
+from blocks.cards import (
+    already_settled_text,
+    freeform_answer,
+    freeform_modal,
+    not_found_text,
+    refused_text,
+    resolution_label,
+)
+from bot.protocol import InputResponse, RequestRecord, UnknownRequest
+from bot.turns import AnswerResult
+from handlers.deps import SlackDeps
+from handlers.identity import interaction_principal
+
+log = logging.getLogger(__name__)
+
+ACK_BUDGET_SECONDS = 2.0  # Slack allows 3 s; keep a margin for the network
+
+
+def register(app: AsyncApp, deps: SlackDeps) -> None:
+    async def on_action(ack: Any, body: dict[str, Any], action: dict[str, Any], client: AsyncWebClient) -> None:
+        await _on_action(deps, ack, body, action, client)
+
+    async def on_freeform_submit(ack: Any, body: dict[str, Any], view: dict[str, Any], client: AsyncWebClient) -> None:
+        await _on_freeform_submit(deps, ack, body, view, client)
+
+    app.action(ACTION_ID_PATTERN)(on_action)
+    app.view(FREEFORM_CALLBACK_ID)(on_freeform_submit)
+
+
+async def _on_action(deps: SlackDeps, ack: Any, body: dict[str, Any], action: dict[str, Any], client: Any) -> None:
+    decoded = decode_action_id(action.get("action_id", ""))
+    principal = interaction_principal(body)
+    if decoded is None or principal is None:
+        await ack()
+        return
+    try:
+        record = await deps.store.get_request(decoded.request_id)
+    except UnknownRequest:
+        await ack()
+        await _tell(client, body, principal.slack_user_id, None, not_found_text())
+        return
+    if decoded.control == "freeform":
+        await ack()
+        if record.status != "open":
+            await _tell(client, body, principal.slack_user_id, record, _settled_text(record))
+            return
+        where = body.get("container") or {}
+        await client.views_open(
+            trigger_id=body["trigger_id"],
+            view=freeform_modal(record.request, where.get("channel_id", ""), where.get("message_ts", "")),
+        )
+        return
+    raw_value = action.get("value") if decoded.control == "btn" else (action.get("selected_option") or {}).get("value")
+    option_id = decode_option_value(record.request, raw_value)
+    response = InputResponse(request_id=record.request_id, option_id=option_id, principal=principal)
+    task = deps.runtime.spawn(
+        deps.runtime.answer(response, resume=False, record=record), what=f"answer {record.request_id}"
+    )
+    await asyncio.wait({task}, timeout=ACK_BUDGET_SECONDS)
+    await ack()
+    result = await task
+    await _after_answer(deps, client, body, principal.slack_user_id, result)
+
+
+async def _on_freeform_submit(deps: SlackDeps, ack: Any, body: dict[str, Any], view: dict[str, Any], client: Any) -> None:
+    meta = decode_freeform_metadata(view.get("private_metadata"))
+    text = freeform_answer((view.get("state") or {}).get("values") or {})
+    principal = interaction_principal(body)
+    if meta is None or principal is None:
+        await ack()
+        return
+    if not text:
+        await ack(response_action="errors", errors={FREEFORM_BLOCK_ID: "Type an answer first."})
+        return
+    try:
+        record = await deps.store.get_request(meta.request_id)
+    except UnknownRequest:
+        await ack(response_action="errors", errors={FREEFORM_BLOCK_ID: not_found_text()})
+        return
+    response = InputResponse(request_id=record.request_id, text=text, principal=principal)
+    task = deps.runtime.spawn(
+        deps.runtime.answer(response, resume=False, record=record), what=f"typed answer {record.request_id}"
+    )
+    done, _ = await asyncio.wait({task}, timeout=ACK_BUDGET_SECONDS)
+    if done:
+        result = task.result()
+        if result.state in ("rejected", "failed"):
+            await ack(response_action="errors", errors={FREEFORM_BLOCK_ID: refused_text(result.reason)})
+            return
+        if result.state in ("stale", "invalid"):
+            await ack(response_action="errors", errors={FREEFORM_BLOCK_ID: _settled_text(result.record)})
+            return
+    await ack()
+    result = await task
+    await _after_answer(deps, client, body, principal.slack_user_id, result, quiet_refusals=done != set())
+
+
+async def _after_answer(
+    deps: SlackDeps, client: Any, body: dict[str, Any], user_id: str | None, result: AnswerResult,
+    *, quiet_refusals: bool = False,
+) -> None:
+    """Explain the outcome privately where the card does not, then resume the turn."""
+    if result.state == "stale":
+        await _tell(client, body, user_id, result.record, _settled_text(result.record))
+    elif result.state == "invalid":
+        await _tell(client, body, user_id, result.record, result.reason or "That is not one of the options.")
+    if result.batch_complete:
+        deps.runtime.spawn(deps.runtime.drive(result.record.session_id), what=f"resume {result.record.session_id}")
+
+
+def _settled_text(record: RequestRecord) -> str:
+    if record.status == "open":
+        return "That answer did not count; try again."
+    label = resolution_label(record.request, record.outcome or "ignored",  # type: ignore[arg-type]
+                             record.response.option_id if record.response else None)
+    decider = record.responder.slack_user_id if record.responder else None
+    return already_settled_text(label, decider)
+
+
+async def _tell(client: Any, body: dict[str, Any], user_id: str | None, record: RequestRecord | None, text: str) -> None:
+    """A private note to the clicker, in the thread the card lives in (or as a DM from App Home)."""
+    if not user_id:
+        return
+    channel = (body.get("channel") or {}).get("id") or (record.channel.get("channel_id") if record else None)
+    thread_ts = ((body.get("message") or {}).get("thread_ts")
+                 or (record.channel.get("thread_ts") if record else None) or None)
+    try:
+        if channel:
+            await client.chat_postEphemeral(channel=channel, user=user_id, thread_ts=thread_ts, text=text)
+        else:
+            dm = await client.conversations_open(users=user_id)
+            await client.chat_postMessage(channel=dm["channel"]["id"], text=text)
+    except Exception:  # noqa: BLE001 - a note that cannot be shown must not break the click
+        log.warning("could not tell %s: %s", user_id, text, exc_info=True)

@@ -1,0 +1,207 @@
+"""The Slack frontend of the engine: renders each event of a session into its thread.
+
+It implements ``bot.ports.Channel``. Card positions (channel + ts of the message that holds a
+request's card) are kept in Redis beside the session, so any replica can update a card later.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from blocks.cards import (
+    NO_LONGER_NEEDED,
+    refused_text,
+    render_requests,
+    render_settled,
+    render_waiting,
+    resolution_label,
+)
+from blocks.messages import reply_messages, status_text
+from bot.protocol import (
+    ActionStarted,
+    ApprovalCandidate,
+    Event,
+    InputRequested,
+    InputResolved,
+    MessageCompleted,
+    TurnFailed,
+)
+from bot.session import SessionRef
+from store.sessions import SessionStore
+
+log = logging.getLogger(__name__)
+
+ClientFor = Callable[[str | None], Awaitable[AsyncWebClient]]
+
+
+class SlackChannel:
+    """Events in, Slack messages out. Raises only for ``input.requested`` (so it is offered again)."""
+
+    def __init__(self, store: SessionStore, client_for: ClientFor):
+        self.store = store
+        self.client_for = client_for
+
+    async def deliver(self, event: Event, session: SessionRef) -> None:
+        if not session.channel.get("channel_id"):
+            return  # not a Slack session (console, benchmarks)
+        if isinstance(event, InputRequested):
+            await self._post_cards(event, session)  # failures propagate: the runtime re-offers them
+            return
+        try:
+            await self._render(event, session)
+        except SlackApiError as exc:
+            log.warning("Slack rejected %s for %s: %s", event.type, session.session_id, exc.response.get("error"))
+
+    async def _render(self, event: Event, session: SessionRef) -> None:
+        match event.type:
+            case "turn.started":
+                await self._set_status(session, status_text("thinking"))
+            case "action.started":
+                assert isinstance(event, ActionStarted)
+                await self._set_status(session, status_text("running_tool", event.tool_name))
+            case "message.completed":
+                assert isinstance(event, MessageCompleted)
+                await self._post_reply(session, event.text)
+            case "approval.candidate":
+                assert isinstance(event, ApprovalCandidate)
+                await self._candidate(event, session)
+            case "input.resolved":
+                assert isinstance(event, InputResolved)
+                await self._resolved(event, session)
+            case "turn.waiting" | "turn.completed" | "turn.cancelled":
+                await self._clear_status(session)
+                if event.type == "turn.cancelled":
+                    await self._post(session, ":octagonal_sign: Stopped. Nothing else from this turn will run.")
+            case "turn.failed":
+                assert isinstance(event, TurnFailed)
+                await self._clear_status(session)
+                await self._post(session, f":warning: {event.reason}\nSend your message again to retry.")
+            case _:
+                pass
+
+    # --- cards ---------------------------------------------------------------------------------
+
+    async def _post_cards(self, event: InputRequested, session: SessionRef) -> None:
+        fresh = [r for r in event.requests if not await self.store.channel_get(session.session_id, f"card:{r.request_id}")]
+        if not fresh:
+            return
+        client = await self.client_for(session.team_id)
+        channel, thread_ts = session.channel["channel_id"], session.channel.get("thread_ts") or None
+        for message in render_requests(fresh):
+            resp = await client.chat_postMessage(
+                channel=channel, thread_ts=thread_ts, text=message["text"], blocks=message["blocks"]
+            )
+            ts = resp["ts"]
+            for req in fresh:
+                if any(b.get("block_id", "").startswith(req.request_id) for b in message["blocks"]):
+                    card = {"channel": resp.get("channel", channel), "ts": ts}
+                    await self.store.channel_set(session.session_id, f"card:{req.request_id}", json.dumps(card))
+
+    async def _card(self, session: SessionRef, request_id: str) -> dict[str, Any] | None:
+        raw = await self.store.channel_get(session.session_id, f"card:{request_id}")
+        return json.loads(raw) if raw else None
+
+    async def _candidate(self, event: ApprovalCandidate, session: SessionRef) -> None:
+        user = event.responder.slack_user_id if event.responder else None
+        if event.outcome in ("rejected", "failed") and user:
+            client = await self.client_for(session.team_id)
+            await client.chat_postEphemeral(
+                channel=session.channel["channel_id"],
+                user=user,
+                thread_ts=session.channel.get("thread_ts") or None,
+                text=refused_text(event.reason),
+            )
+        elif event.outcome == "pending" and event.approvals > 0:
+            record = await self.store.get_request(event.request_id)
+            card = await self._card(session, event.request_id)
+            if card is None:
+                return
+            approvers = [p.rsplit(":", 1)[-1] for p in record.approvals]
+            message = render_waiting(record.request, approvers, event.required)
+            client = await self.client_for(session.team_id)
+            await client.chat_update(channel=card["channel"], ts=card["ts"], text=message["text"],
+                                     blocks=message["blocks"])
+
+    async def _resolved(self, event: InputResolved, session: SessionRef) -> None:
+        for resolution in event.resolutions:
+            card = await self._card(session, resolution.request_id)
+            if card is None:
+                continue
+            record = await self.store.get_request(resolution.request_id)
+            response = resolution.response
+            decider = response.principal.slack_user_id if response and response.principal else None
+            label = resolution_label(record.request, resolution.outcome, response.option_id if response else None)
+            answer = None
+            if record.request.kind == "question" and response is not None:
+                answer = response.text if response.text is not None else _label_of(record.request, response.option_id)
+            message = render_settled(
+                record.request,
+                outcome_label=label if resolution.outcome not in ("ignored", "cancelled", "expired") else NO_LONGER_NEEDED,
+                decided_by=decider,
+                at=event.at,
+                answer=answer,
+                note=record.note,
+                approvals=[p.rsplit(":", 1)[-1] for p in record.approvals],
+            )
+            client = await self.client_for(session.team_id)
+            await client.chat_update(channel=card["channel"], ts=card["ts"], text=message["text"],
+                                     blocks=message["blocks"])
+
+    # --- replies and status -------------------------------------------------------------------
+
+    async def _post_reply(self, session: SessionRef, text: str) -> None:
+        client = await self.client_for(session.team_id)
+        for message in reply_messages(text):
+            await client.chat_postMessage(
+                channel=session.channel["channel_id"],
+                thread_ts=session.channel.get("thread_ts") or None,
+                text=message["text"],
+                blocks=message["blocks"],
+            )
+
+    async def _post(self, session: SessionRef, text: str) -> None:
+        client = await self.client_for(session.team_id)
+        await client.chat_postMessage(
+            channel=session.channel["channel_id"], thread_ts=session.channel.get("thread_ts") or None, text=text
+        )
+
+    async def _set_status(self, session: SessionRef, text: str) -> None:
+        """One status line per session, updated in place while the agent works."""
+        client = await self.client_for(session.team_id)
+        existing = await self.store.channel_get(session.session_id, "status")
+        if existing:
+            status = json.loads(existing)
+            try:
+                await client.chat_update(channel=status["channel"], ts=status["ts"], text=text)
+                return
+            except SlackApiError:
+                pass  # deleted by someone: post a new one
+        resp = await client.chat_postMessage(
+            channel=session.channel["channel_id"], thread_ts=session.channel.get("thread_ts") or None, text=text
+        )
+        await self.store.channel_set(
+            session.session_id, "status", json.dumps({"channel": resp.get("channel"), "ts": resp["ts"]})
+        )
+
+    async def _clear_status(self, session: SessionRef) -> None:
+        existing = await self.store.channel_get(session.session_id, "status")
+        if not existing:
+            return
+        await self.store.channel_delete(session.session_id, "status")
+        status = json.loads(existing)
+        client = await self.client_for(session.team_id)
+        try:
+            await client.chat_delete(channel=status["channel"], ts=status["ts"])
+        except SlackApiError:
+            pass  # already gone
+
+
+def _label_of(req: Any, option_id: str | None) -> str | None:
+    option = req.option(option_id) if option_id else None
+    return option.label if option else option_id

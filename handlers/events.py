@@ -1,0 +1,63 @@
+"""Messages in: mentions, DMs and replies in threads that have a session (DESIGN §10).
+
+Slack sends a mention twice (``app_mention`` and ``message``) and retries deliveries; the
+runtime drops repeats by message id (channel + ts), so each message reaches the agent once.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from slack_bolt.async_app import AsyncApp
+
+from bot.inputs import strip_mention
+from bot.session import SessionRef, slack_session_id
+from handlers.deps import SlackDeps
+from handlers.identity import event_principal, installation_team
+
+log = logging.getLogger(__name__)
+
+# Message subtypes that are still a person writing; everything else (edits, deletes, joins) is ignored.
+PERSON_SUBTYPES = {None, "file_share", "thread_broadcast"}
+
+
+def register(app: AsyncApp, deps: SlackDeps) -> None:
+    async def on_mention(body: dict[str, Any], event: dict[str, Any], context: dict[str, Any]) -> None:
+        await _handle(deps, body, event, context, mentioned=True)
+
+    async def on_message(body: dict[str, Any], event: dict[str, Any], context: dict[str, Any]) -> None:
+        await _handle(deps, body, event, context, mentioned=False)
+
+    app.event("app_mention")(on_mention)
+    app.event("message")(on_message)
+
+
+async def _handle(
+    deps: SlackDeps, body: dict[str, Any], event: dict[str, Any], context: dict[str, Any], *, mentioned: bool
+) -> None:
+    if event.get("bot_id") or event.get("subtype") not in PERSON_SUBTYPES:
+        return
+    principal = event_principal(body, event)
+    team = installation_team(body)
+    channel_id, ts = event.get("channel"), event.get("ts")
+    if principal is None or not team or not channel_id or not ts:
+        return
+    bot_user = context.get("bot_user_id")
+    text = event.get("text") or ""
+    mentioned = mentioned or bool(bot_user and f"<@{bot_user}>" in text)
+    thread_ts = event.get("thread_ts")
+    if event.get("channel_type") == "im" and not thread_ts:
+        # a DM without threads is one running conversation; replies go to the DM itself
+        sid = slack_session_id(team, channel_id, "dm")
+        ref = SessionRef(session_id=sid, team_id=team, channel={"channel_id": channel_id, "thread_ts": ""})
+    else:
+        root = thread_ts or ts
+        sid = slack_session_id(team, channel_id, root)
+        ref = SessionRef(session_id=sid, team_id=team, channel={"channel_id": channel_id, "thread_ts": root})
+        if event.get("channel_type") != "im" and not mentioned and not await deps.store.exists(sid):
+            return  # a thread the agent is not part of
+    deps.runtime.spawn(
+        deps.runtime.post_message(ref, principal, strip_mention(text, bot_user), message_id=f"{channel_id}:{ts}"),
+        what=f"message {channel_id}:{ts} in {sid}",
+    )

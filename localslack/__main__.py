@@ -1,0 +1,60 @@
+"""Run the local Slack workspace on its own: ``python -m localslack --port 3001 --bot-url ... --signing-secret ...``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+
+from localslack.server import LocalSlack
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m localslack", description="A local Slack workspace for a bot."
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=3001, help="port for the UI and Web API (default 3001)")
+    parser.add_argument(
+        "--bot-url",
+        default=os.environ.get("LOCALSLACK_BOT_URL", "http://127.0.0.1:3000/slack/events"),
+        help="where events and interactions are POSTed (the bot's /slack/events)",
+    )
+    parser.add_argument(
+        "--signing-secret",
+        default=os.environ.get("SLACK_SIGNING_SECRET", "localslack-signing-secret"),
+        help="signs every request like Slack (the bot's SLACK_SIGNING_SECRET)",
+    )
+    parser.add_argument("--retry", action="store_true", help="retry failed event deliveries like Slack")
+    return parser.parse_args(argv)
+
+
+async def serve(args: argparse.Namespace) -> None:
+    slack = LocalSlack(
+        bot_url=args.bot_url,
+        signing_secret=args.signing_secret,
+        host=args.host,
+        port=args.port,
+        retry_delivery=args.retry,
+    )
+    await slack.start()
+    print(f"Local Slack workspace: {slack.ui_url}", flush=True)
+    print(f"  SLACK_API_URL={slack.api_url}  SLACK_BOT_TOKEN={slack.bot_token}", flush=True)
+    print(f"  delivering to {args.bot_url}", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await slack.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(serve(parse_args(argv)))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

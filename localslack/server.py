@@ -1,0 +1,408 @@
+"""``LocalSlack``: the local workspace as one aiohttp server (Web API, response_url, OAuth, UI)."""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import json
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+from urllib.parse import urlencode
+
+from aiohttp import web
+
+from localslack import ui
+from localslack.actions import LocalSlackError, UserActions
+from localslack.delivery import SLACK_TIMEOUT_S, Deliverer
+from localslack.models import (
+    ApiCall,
+    Channel,
+    DeliveryResult,
+    Ephemeral,
+    Message,
+    Team,
+    User,
+    View,
+)
+from localslack.seed import TEAM_ID, Seed
+from localslack.webapi import DEFAULT_SCOPES, WebApi
+from localslack.workspace import TRIGGER_TTL_S, ApiError, Workspace
+
+T = TypeVar("T")
+DEFAULT_CLIENT_ID = "1111111111.2222222222"
+DEFAULT_CLIENT_SECRET = "localslack-client-secret"
+
+
+class LocalSlack(UserActions):
+    """A local Slack workspace: Web API at ``api_url``, signed delivery to ``bot_url``, browser UI at ``ui_url``.
+
+    Use as ``async with LocalSlack(bot_url=..., signing_secret=...) as slack:`` or ``start()``/``stop()``.
+    """
+
+    def __init__(
+        self,
+        *,
+        bot_url: str | None,
+        signing_secret: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        seed: Seed | None = None,
+        retry_delivery: bool = False,
+        retry_delays_s: tuple[float, ...] = (0.0, 1.0, 5.0),
+        delivery_timeout_s: float = SLACK_TIMEOUT_S,
+        trigger_ttl_s: float = TRIGGER_TTL_S,
+        echo_bot_messages: bool = False,
+        client_id: str = DEFAULT_CLIENT_ID,
+        client_secret: str = DEFAULT_CLIENT_SECRET,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.signing_secret = signing_secret
+        self.ws = Workspace(seed, trigger_ttl_s=trigger_ttl_s)
+        self.deliverer = Deliverer(
+            bot_url=bot_url,
+            signing_secret=signing_secret,
+            timeout_s=delivery_timeout_s,
+            retry=retry_delivery,
+            retry_delays_s=retry_delays_s,
+        )
+        self.api = WebApi(
+            self.ws,
+            client_id=client_id,
+            client_secret=client_secret,
+            on_bot_message=self.echo_bot_message if echo_bot_messages else None,
+        )
+        self._message_state: dict[tuple[str, ...], dict[str, dict[str, Any]]] = {}
+        self._background: set[asyncio.Task[Any]] = set()
+        self._runner: web.AppRunner | None = None
+        self._base_url: str | None = None
+
+    # ---- lifecycle -----------------------------------------------------------------------------------
+
+    def build_app(self) -> web.Application:
+        app = web.Application(client_max_size=8 * 1024 * 1024)
+        app.router.add_route("*", "/api/{method}", self.api.handle)
+        app.router.add_post("/response_url/{hook_id}", self._response_url)
+        app.router.add_get("/oauth/v2/authorize", self._oauth_authorize_page)
+        app.router.add_post("/oauth/v2/authorize", self._oauth_authorize_allow)
+        app.router.add_get("/archives/{channel_id}/{permalink}", self._archives)
+        app.router.add_get("/healthz", self._healthz)
+        ui.register(app, self)
+        return app
+
+    async def start(self) -> str:
+        """Serve on host:port (port 0 = any free port); returns the base URL (``http://host:port``)."""
+        if self._runner is not None:
+            return self.base_url
+        await self.deliverer.start()
+        self._runner = web.AppRunner(
+            self.build_app(), access_log=None, handle_signals=False, shutdown_timeout=1.0
+        )
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        server = getattr(site, "_server", None)
+        sockets = getattr(server, "sockets", None) or []
+        if sockets:
+            self.port = sockets[0].getsockname()[1]
+        self._base_url = f"http://{self.host}:{self.port}"
+        self.ws.base_url = self._base_url
+        return self._base_url
+
+    async def stop(self) -> None:
+        for task in list(self._background):
+            task.cancel()
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+        await ui.close_streams(self)
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        await self.deliverer.stop()
+
+    async def __aenter__(self) -> LocalSlack:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    @property
+    def base_url(self) -> str:
+        if self._base_url is None:
+            raise RuntimeError("LocalSlack is not started")
+        return self._base_url
+
+    @property
+    def api_url(self) -> str:
+        """Give this to ``AsyncWebClient(base_url=...)`` / ``SLACK_API_URL``."""
+        return f"{self.base_url}/api/"
+
+    @property
+    def ui_url(self) -> str:
+        return f"{self.base_url}/"
+
+    @property
+    def oauth_authorize_url(self) -> str:
+        """Give this to ``AuthorizeUrlGenerator(authorization_url=...)``."""
+        return f"{self.base_url}/oauth/v2/authorize"
+
+    @property
+    def bot_url(self) -> str | None:
+        return self.deliverer.bot_url
+
+    def set_bot_url(self, url: str | None) -> None:
+        self.deliverer.bot_url = url
+
+    # ---- workspace setup -----------------------------------------------------------------------------
+
+    @property
+    def bot_token(self) -> str:
+        token = self.ws.teams[TEAM_ID].bot_token if TEAM_ID in self.ws.teams else None
+        return token or next(t.bot_token for t in self.ws.teams.values() if t.bot_token)
+
+    def add_team(self, team_id: str, name: str, bot_token: str) -> Team:
+        """Another workspace with the app installed (its bot user is ``U<id-without-T>BOT``)."""
+        return self.ws.install(team_id, name, bot_token)
+
+    def add_user(
+        self,
+        user_id: str,
+        name: str,
+        *,
+        team_id: str = TEAM_ID,
+        real_name: str | None = None,
+        is_admin: bool = False,
+        is_owner: bool = False,
+        channels: tuple[str, ...] = (),
+    ) -> User:
+        user = User(
+            id=user_id,
+            team_id=team_id,
+            name=name,
+            real_name=real_name or name.title(),
+            is_admin=is_admin,
+            is_owner=is_owner,
+        )
+        self.ws.add_user(user)
+        for channel_id in channels:
+            self.ws.channel(channel_id).members.append(user_id)
+        return user
+
+    def add_channel(
+        self,
+        channel_id: str,
+        name: str,
+        *,
+        team_id: str = TEAM_ID,
+        members: list[str] | None = None,
+        connected_team_ids: list[str] | None = None,
+        is_private: bool = False,
+        bot_member: bool = True,
+    ) -> Channel:
+        team = self.ws.team(team_id)
+        member_ids = list(members or [])
+        if bot_member and team.bot_user_id and team.bot_user_id not in member_ids:
+            member_ids.insert(0, team.bot_user_id)
+        channel = Channel(
+            id=channel_id,
+            team_id=team_id,
+            name=name,
+            is_private=is_private,
+            members=member_ids,
+            connected_team_ids=list(connected_team_ids or []),
+        )
+        return self.ws.add_channel(channel)
+
+    def issue_oauth_code(
+        self,
+        team_id: str,
+        *,
+        user_id: str | None = None,
+        scopes: list[str] | None = None,
+        redirect_uri: str | None = None,
+    ) -> str:
+        """A one-time code that ``oauth.v2.access`` exchanges for ``team_id``'s bot token (installing the app
+        there if it was not yet)."""
+        return self.ws.issue_oauth_code(team_id, user_id, list(scopes or DEFAULT_SCOPES), redirect_uri)
+
+    def issue_trigger_id(self, user_id: str, team_id: str = TEAM_ID) -> str:
+        """A fresh trigger_id for ``user_id`` (valid ``trigger_ttl_s`` seconds, once), for calling views.open."""
+        return self.ws.issue_trigger(user_id, team_id)
+
+    # ---- recording and inspection --------------------------------------------------------------------
+
+    @property
+    def calls(self) -> list[ApiCall]:
+        return self.api.calls
+
+    def calls_to(self, method: str) -> list[ApiCall]:
+        return [c for c in self.api.calls if c.method == method]
+
+    @property
+    def deliveries(self) -> list[DeliveryResult]:
+        """Every request sent to the bot, oldest first."""
+        return self.deliverer.log
+
+    def fail_next(
+        self,
+        method: str,
+        *,
+        status: int = 429,
+        retry_after: int = 1,
+        error: str | None = None,
+        times: int = 1,
+    ) -> None:
+        """Make the next ``times`` calls of ``method`` fail: HTTP 429 + Retry-After + ``ratelimited``, or
+        (with ``error``) HTTP 200 ``{"ok": false, "error": error}``."""
+        self.api.fail_next(method, status=status, retry_after=retry_after, error=error, times=times)
+
+    def messages(self, channel: str, thread_ts: str | None = None) -> list[Message]:
+        """Channel history oldest first (top level only), or with ``thread_ts`` the thread: root then replies."""
+        if thread_ts is not None:
+            return self.ws.thread(channel, thread_ts)
+        return self.ws.top_level(channel)
+
+    def message(self, channel: str, ts: str) -> Message | None:
+        return self.ws.find_message(channel, ts)
+
+    def ephemerals(self, user: str) -> list[Ephemeral]:
+        return self.ws.ephemerals_for(user)
+
+    def home_view(self, user: str) -> View | None:
+        return self.ws.home_view(user)
+
+    def open_views(self, user: str) -> list[View]:
+        """The user's modal stack, bottom first (at most 3)."""
+        return self.ws.modal_stack(user)
+
+    def view(self, view_id: str) -> View | None:
+        return self.ws.views.get(view_id)
+
+    async def wait_for(self, condition: Callable[[], T], timeout_s: float = 5.0) -> T:
+        """Wait until ``condition()`` is truthy (re-checked on every workspace change); return its value."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            version = self.ws.version
+            value = condition()
+            if value:
+                return value
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise TimeoutError(f"condition not met within {timeout_s}s")
+            await self.ws.wait_changed(version, min(remaining, 0.25))
+
+    async def wait_for_message(
+        self,
+        channel: str,
+        *,
+        thread_ts: str | None = None,
+        predicate: Callable[[Message], bool] | None = None,
+        timeout_s: float = 5.0,
+    ) -> Message:
+        """The newest message (in the thread, if given) matching ``predicate`` — waiting for it to appear."""
+
+        def newest() -> Message | None:
+            candidates = self.messages(channel, thread_ts)
+            return next((m for m in reversed(candidates) if predicate is None or predicate(m)), None)
+
+        return await self.wait_for(newest, timeout_s)
+
+    # ---- delivery helpers for protocol tests ---------------------------------------------------------
+
+    def sign(self, body: bytes | str, timestamp: int | None = None) -> dict[str, str]:
+        """Slack's signature headers for ``body`` (``timestamp`` defaults to now)."""
+        return self.deliverer.sign(body, timestamp)
+
+    async def deliver_raw(self, body: bytes, headers: dict[str, str]) -> DeliveryResult:
+        """POST exactly ``body`` with ``headers`` to the bot (no signing, no retries)."""
+        return await self.deliverer.deliver_raw(body, headers)
+
+    async def verify_url(self) -> DeliveryResult:
+        """Send Slack's ``url_verification`` challenge; ``result.ack_json()["challenge"]`` should echo it."""
+        envelope = {
+            "token": "localslack-verification-token",
+            "challenge": f"c{time.time_ns()}",
+            "type": "url_verification",
+        }
+        body = json.dumps(envelope).encode()
+        headers = {"Content-Type": "application/json", **self.sign(body)}
+        return await self.deliverer.deliver_raw(body, headers)
+
+    # ---- HTTP endpoints besides the Web API ----------------------------------------------------------
+
+    async def _response_url(self, request: web.Request) -> web.Response:
+        context = self.ws.response_urls.get(request.match_info["hook_id"])
+        if context is None:
+            return web.json_response({"ok": False, "error": "no_active_hooks"}, status=404)
+        if time.monotonic() - context.created_at > 30 * 60:
+            return web.json_response({"ok": False, "error": "expired_url"}, status=404)
+        if context.uses >= 5:
+            return web.json_response({"ok": False, "error": "used_url"}, status=404)
+        try:
+            body = await _json_or_payload(request)
+        except ValueError:
+            return web.json_response({"ok": False, "error": "invalid_payload"}, status=400)
+        context.uses += 1
+        try:
+            self.apply_response(context, body)
+        except ApiError as exc:
+            return web.json_response({"ok": False, "error": exc.error, **exc.extra}, status=exc.status)
+        return web.json_response({"ok": True})
+
+    async def _oauth_authorize_page(self, request: web.Request) -> web.Response:
+        query = request.query
+        team = self.ws.teams.get(query.get("team") or TEAM_ID) or self.ws.teams[TEAM_ID]
+        hidden = "".join(
+            f'<input type="hidden" name="{html.escape(k)}" value="{html.escape(v)}">'
+            for k, v in query.items()
+        )
+        page = (
+            "<!doctype html><meta charset=utf-8><title>Install agent</title>"
+            '<link rel="stylesheet" href="/static/app.css"><body class="oauth">'
+            f"<form method=post class=oauth-card><h1>agent is requesting permission to access "
+            f"the {html.escape(team.name)} Slack workspace</h1>"
+            f"<p>Scopes: <code>{html.escape(query.get('scope', ''))}</code></p>{hidden}"
+            f'<input type="hidden" name="team" value="{html.escape(team.id)}">'
+            '<button class="btn primary" type=submit>Allow</button></form></body>'
+        )
+        return web.Response(text=page, content_type="text/html")
+
+    async def _oauth_authorize_allow(self, request: web.Request) -> web.Response:
+        form = await request.post()
+        redirect_uri = str(form.get("redirect_uri") or "")
+        if not redirect_uri:
+            return web.Response(status=400, text="redirect_uri is required")
+        code = self.issue_oauth_code(
+            str(form.get("team") or TEAM_ID),
+            scopes=[s for s in str(form.get("scope") or "").split(",") if s] or None,
+            redirect_uri=redirect_uri,
+        )
+        query = {"code": code}
+        if form.get("state"):
+            query["state"] = str(form["state"])
+        separator = "&" if "?" in redirect_uri else "?"
+        raise web.HTTPFound(f"{redirect_uri}{separator}{urlencode(query)}")
+
+    async def _archives(self, request: web.Request) -> web.Response:
+        channel_id = request.match_info["channel_id"]
+        raise web.HTTPFound(f"/#{channel_id}")
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
+
+async def _json_or_payload(request: web.Request) -> dict[str, Any]:
+    if request.content_type == "application/x-www-form-urlencoded":
+        form = await request.post()
+        body = json.loads(str(form.get("payload") or "{}"))
+    else:
+        body = json.loads(await request.text() or "{}")
+    if not isinstance(body, dict):
+        raise ValueError("body must be an object")
+    return body
+
+
+__all__ = ["LocalSlack", "LocalSlackError"]

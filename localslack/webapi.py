@@ -1,0 +1,661 @@
+"""Slack's Web API (``POST|GET /api/<method>``) over the in-memory workspace.
+
+Accepts what slack_sdk sends: JSON bodies, form bodies (blocks/view as JSON strings in a field), query
+parameters, ``Authorization: Bearer`` or a ``token`` parameter, HTTP Basic for ``oauth.v2.access``.
+Answers with Slack's shapes and error codes; every call is recorded for tests.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from localslack import blockkit
+from localslack.models import APP_ID, ApiCall, Ephemeral, Message
+from localslack.workspace import ApiError, Auth, Workspace, _messages
+
+POST_TEXT_MAX = 40_000
+UPDATE_TEXT_MAX = 4_000
+_JSON_FIELDS = ("blocks", "attachments", "view", "metadata")
+_EMOJI_NAME = re.compile(r"^[a-z0-9_+'\-]+$")
+DEFAULT_SCOPES = [
+    "app_mentions:read",
+    "channels:history",
+    "chat:write",
+    "commands",
+    "im:history",
+    "im:write",
+    "reactions:write",
+    "users:read",
+]
+
+Handler = Callable[["Params"], dict[str, Any]]
+MessageHook = Callable[[str, Message, dict[str, Any] | None], None]
+
+
+@dataclass
+class Fault:
+    status: int
+    retry_after: int
+    error: str | None
+    times: int
+
+
+class Params:
+    """A method's arguments, however they arrived, with Slack-like coercions."""
+
+    def __init__(self, values: dict[str, Any], auth: Auth | None) -> None:
+        self.values = values
+        self._auth = auth
+
+    @property
+    def auth(self) -> Auth:
+        assert self._auth is not None  # methods that need a token are only called with one
+        return self._auth
+
+    def get(self, name: str, default: Any = None) -> Any:
+        value = self.values.get(name, default)
+        return default if value is None else value
+
+    def str(self, name: str, *, required: bool = False) -> str | None:
+        value = self.values.get(name)
+        if value is None or value == "":
+            if required:
+                raise ApiError("invalid_arguments", extra=_messages(f"missing required field: {name}"))
+            return None
+        return str(value)
+
+    def flag(self, name: str) -> bool:
+        value = self.values.get(name)
+        return value is True or str(value).lower() in ("true", "1")
+
+    def int(self, name: str, default: int) -> int:
+        try:
+            return int(self.values.get(name) or default)
+        except (TypeError, ValueError):
+            return default
+
+
+class WebApi:
+    """Dispatches ``/api/<method>`` to handlers; records calls; injects faults."""
+
+    def __init__(
+        self,
+        workspace: Workspace,
+        *,
+        client_id: str,
+        client_secret: str,
+        on_bot_message: MessageHook | None = None,
+    ) -> None:
+        self.ws = workspace
+        self.client_id = client_id
+        self.client_secret = client_secret
+        self.on_bot_message = on_bot_message
+        self.calls: list[ApiCall] = []
+        self.faults: dict[str, list[Fault]] = {}
+        self.handlers: dict[str, Handler] = {
+            "api.test": self.api_test,
+            "auth.test": self.auth_test,
+            "chat.postMessage": self.chat_post_message,
+            "chat.update": self.chat_update,
+            "chat.postEphemeral": self.chat_post_ephemeral,
+            "chat.delete": self.chat_delete,
+            "chat.getPermalink": self.chat_get_permalink,
+            "views.open": self.views_open,
+            "views.push": self.views_push,
+            "views.update": self.views_update,
+            "views.publish": self.views_publish,
+            "users.info": self.users_info,
+            "users.list": self.users_list,
+            "conversations.open": self.conversations_open,
+            "conversations.info": self.conversations_info,
+            "conversations.history": self.conversations_history,
+            "conversations.replies": self.conversations_replies,
+            "conversations.members": self.conversations_members,
+            "conversations.list": self.conversations_list,
+            "reactions.add": self.reactions_add,
+            "reactions.remove": self.reactions_remove,
+            "team.info": self.team_info,
+            "bots.info": self.bots_info,
+            "oauth.v2.access": self.oauth_v2_access,
+        }
+        self._no_token_methods = {"api.test", "oauth.v2.access"}
+
+    # ---- HTTP entry point ----------------------------------------------------------------------------
+
+    async def handle(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        token: str | None = None
+        values: dict[str, Any] = {}
+        warnings: list[str] = []
+        try:
+            values, token, warnings = await _read_params(request)
+            self._apply_fault(method)
+            response = self._dispatch(method, values, token)
+            status, headers = 200, {}
+        except ApiError as exc:
+            response = {"ok": False, "error": exc.error, **exc.extra}
+            status, headers = exc.status, exc.headers
+        if warnings and response.get("ok"):
+            response["warning"] = ",".join(warnings)
+            response.setdefault("response_metadata", {})["warnings"] = warnings
+        self.calls.append(
+            ApiCall(method=method, params=values, token=token, status=status, response=response)
+        )
+        self.ws.touch()
+        return web.json_response(response, status=status, headers=headers)
+
+    def _dispatch(self, method: str, values: dict[str, Any], token: str | None) -> dict[str, Any]:
+        handler = self.handlers.get(method)
+        if handler is None:
+            raise ApiError("unknown_method", extra={"req_method": method})
+        auth = None if method in self._no_token_methods else self.ws.auth_for(token)
+        result = handler(Params(values, auth))
+        return {"ok": True, **result}
+
+    def fail_next(
+        self,
+        method: str,
+        *,
+        status: int = 429,
+        retry_after: int = 1,
+        error: str | None = None,
+        times: int = 1,
+    ) -> None:
+        self.faults.setdefault(method, []).append(Fault(status, retry_after, error, times))
+
+    def _apply_fault(self, method: str) -> None:
+        queue = self.faults.get(method)
+        if not queue:
+            return
+        fault = queue[0]
+        fault.times -= 1
+        if fault.times <= 0:
+            queue.pop(0)
+        if fault.error is not None:
+            raise ApiError(fault.error, status=200 if fault.status == 429 else fault.status)
+        if fault.status == 429:
+            raise ApiError("ratelimited", status=429, headers={"Retry-After": str(fault.retry_after)})
+        raise ApiError("fatal_error" if fault.status >= 500 else "request_failed", status=fault.status)
+
+    # ---- helpers -------------------------------------------------------------------------------------
+
+    def _resolve_channel(self, p: Params, name: str = "channel") -> Any:
+        channel_id = p.str(name)
+        if channel_id is None:
+            raise ApiError("channel_not_found")
+        if channel_id.startswith(("U", "W")) and channel_id in self.ws.users and p.auth.is_bot:
+            return self.ws.dm_channel(channel_id, p.auth.team_id)  # posting to a user id means the app's DM
+        if channel_id.startswith("#") or channel_id not in self.ws.channels:
+            by_name = next((c for c in self.ws.channels.values() if c.name == channel_id.lstrip("#")), None)
+            if by_name is not None:
+                channel_id = by_name.id
+        return self.ws.channel_for(p.auth, channel_id)
+
+    def _check_blocks(self, p: Params) -> list[dict[str, Any]] | None:
+        blocks = p.get("blocks")
+        if blocks is None:
+            return None
+        errors = blockkit.validate_blocks(blocks)
+        if errors:
+            raise ApiError(
+                "invalid_blocks",
+                extra={"errors": errors, "response_metadata": {"messages": [f"[ERROR] {e}" for e in errors]}},
+            )
+        return list(blocks)
+
+    def _bot_profile(self, auth: Auth) -> dict[str, Any] | None:
+        return self.ws.bot_profile(auth.team_id) if auth.is_bot else None
+
+    def _message(self, p: Params, channel_id: str, ts: str | None) -> Message:
+        if not ts:
+            raise ApiError("message_not_found")
+        message = self.ws.find_message(channel_id, ts)
+        if message is None or message.subtype == "tombstone":
+            raise ApiError("message_not_found")
+        return message
+
+    def _notify(self, kind: str, message: Message, previous: dict[str, Any] | None = None) -> None:
+        if self.on_bot_message is not None:
+            self.on_bot_message(kind, message, previous)
+
+    # ---- methods -------------------------------------------------------------------------------------
+
+    def api_test(self, p: Params) -> dict[str, Any]:
+        return {"args": {k: v for k, v in p.values.items() if isinstance(v, str)}}
+
+    def auth_test(self, p: Params) -> dict[str, Any]:
+        team = self.ws.team(p.auth.team_id)
+        user = self.ws.user(p.auth.user_id)
+        out = {
+            "url": f"{self.ws.base_url}/",
+            "team": team.name,
+            "user": user.name,
+            "team_id": team.id,
+            "user_id": user.id,
+        }
+        if p.auth.is_bot:
+            out["bot_id"] = p.auth.bot_id
+        out["is_enterprise_install"] = False
+        return out
+
+    def chat_post_message(self, p: Params) -> dict[str, Any]:
+        channel = self._resolve_channel(p)
+        if p.auth.user_id not in channel.members:
+            raise ApiError("not_in_channel")
+        text = p.str("text") or ""
+        markdown_text = p.str("markdown_text")
+        if markdown_text and (text or p.get("blocks") is not None):
+            raise ApiError("markdown_text_conflict")
+        text = text or markdown_text or ""
+        if not text and p.get("blocks") is None and not p.get("attachments"):
+            raise ApiError("no_text")
+        if len(text) > POST_TEXT_MAX:
+            raise ApiError("msg_too_long")
+        blocks = self._check_blocks(p)
+        message = Message(
+            channel=channel.id,
+            ts=self.ws.clock.next(),
+            user=p.auth.user_id,
+            team=p.auth.team_id,
+            text=text,
+            blocks=blocks,
+            attachments=p.get("attachments") or None,
+            bot_id=p.auth.bot_id,
+            thread_ts=p.str("thread_ts"),
+            metadata=p.get("metadata") or None,
+        )
+        if message.thread_ts and p.flag("reply_broadcast"):
+            message.subtype = "thread_broadcast"
+        self.ws.add_message(message)
+        self._notify("posted", message)
+        rendered = message.to_slack(self._bot_profile(p.auth))
+        for key in (
+            "reply_count",
+            "reply_users",
+            "reply_users_count",
+            "latest_reply",
+            "is_locked",
+            "subscribed",
+        ):
+            rendered.pop(key, None)
+        return {"channel": channel.id, "ts": message.ts, "message": rendered}
+
+    def chat_update(self, p: Params) -> dict[str, Any]:
+        channel = self._resolve_channel(p)
+        message = self._message(p, channel.id, p.str("ts"))
+        if message.user != p.auth.user_id:
+            raise ApiError("cant_update_message")
+        text = p.str("text")
+        if text is None and p.get("blocks") is None and p.get("attachments") is None:
+            raise ApiError("no_text")
+        if text is not None and len(text) > UPDATE_TEXT_MAX:
+            raise ApiError("msg_too_long")
+        blocks = self._check_blocks(p)
+        previous = message.to_slack()
+        if text is not None:
+            message.text = text
+        if blocks is not None:  # omitted keeps the old blocks; [] removes them (Slack's rule)
+            message.blocks = blocks or None
+        if p.get("attachments") is not None:
+            message.attachments = p.get("attachments") or None
+        if p.get("metadata") is not None:
+            message.metadata = p.get("metadata") or None
+        message.edited = {"user": p.auth.user_id, "ts": self.ws.clock.next()}
+        self.ws.touch()
+        self._notify("changed", message, previous)
+        rendered = message.to_slack(self._bot_profile(p.auth))
+        rendered.pop("ts", None)
+        return {"channel": channel.id, "ts": message.ts, "text": message.text, "message": rendered}
+
+    def chat_post_ephemeral(self, p: Params) -> dict[str, Any]:
+        channel = self._resolve_channel(p)
+        user_id = p.str("user", required=True)
+        self.ws.user(user_id)
+        if p.auth.user_id not in channel.members:
+            raise ApiError("not_in_channel")
+        if user_id not in channel.members:
+            raise ApiError("user_not_in_channel")
+        text = p.str("text") or ""
+        if not text and p.get("blocks") is None and not p.get("attachments"):
+            raise ApiError("no_text")
+        if len(text) > POST_TEXT_MAX:
+            raise ApiError("msg_too_long")
+        blocks = self._check_blocks(p)
+        ephemeral = Ephemeral(
+            channel=channel.id,
+            ts=self.ws.clock.next(),
+            user=str(user_id),
+            text=text,
+            blocks=blocks,
+            attachments=p.get("attachments") or None,
+            thread_ts=p.str("thread_ts"),
+            bot_id=p.auth.bot_id,
+            sender=p.auth.user_id,
+            sender_name=self.ws.user(p.auth.user_id).name,
+        )
+        self.ws.add_ephemeral(ephemeral)
+        return {"message_ts": ephemeral.ts}
+
+    def chat_delete(self, p: Params) -> dict[str, Any]:
+        channel = self._resolve_channel(p)
+        message = self._message(p, channel.id, p.str("ts"))
+        if message.user != p.auth.user_id:
+            raise ApiError("cant_delete_message")
+        previous = message.to_slack()
+        self.ws.delete_message(message)
+        self._notify("deleted", message, previous)
+        return {"channel": channel.id, "ts": message.ts}
+
+    def chat_get_permalink(self, p: Params) -> dict[str, Any]:
+        channel = self._resolve_channel(p)
+        message = self._message(p, channel.id, p.str("message_ts", required=True))
+        link = f"{self.ws.base_url}/archives/{channel.id}/p{message.ts.replace('.', '')}"
+        if message.is_reply:
+            link += f"?thread_ts={message.thread_ts}&cid={channel.id}"
+        return {"channel": channel.id, "permalink": link}
+
+    def _checked_view(self, p: Params) -> dict[str, Any]:
+        view = p.get("view")
+        if view is None:
+            raise ApiError("invalid_arguments", extra=_messages("missing required field: view"))
+        errors = blockkit.validate_view(view)
+        if "view_too_large" in errors:
+            raise ApiError("view_too_large")
+        if errors:
+            raise ApiError("invalid_arguments", extra=_messages(*errors))
+        return dict(view)
+
+    def views_open(self, p: Params) -> dict[str, Any]:
+        view = self._checked_view(p)
+        if view.get("type") != "modal":
+            raise ApiError("invalid_arguments", extra=_messages("must be modal [json-pointer:/view/type]"))
+        trigger = self.ws.use_trigger(p.str("trigger_id"))
+        team = self.ws.team(p.auth.team_id)
+        stored = self.ws.new_view(view, user_id=trigger.user_id, team=team)
+        self.ws.open_modal(trigger.user_id, stored)
+        return {"view": stored.to_slack()}
+
+    def views_push(self, p: Params) -> dict[str, Any]:
+        view = self._checked_view(p)
+        if view.get("type") != "modal":
+            raise ApiError("invalid_arguments", extra=_messages("must be modal [json-pointer:/view/type]"))
+        trigger = self.ws.use_trigger(p.str("trigger_id"))
+        if len(self.ws.modal_stack(trigger.user_id)) >= 3:
+            raise ApiError("push_limit_reached")
+        stored = self.ws.new_view(view, user_id=trigger.user_id, team=self.ws.team(p.auth.team_id))
+        self.ws.push_modal(trigger.user_id, stored)
+        return {"view": stored.to_slack()}
+
+    def views_update(self, p: Params) -> dict[str, Any]:
+        view_id, external_id = p.str("view_id"), p.str("external_id")
+        if not view_id and not external_id:
+            raise ApiError("invalid_arguments", extra=_messages("view_id or external_id is required"))
+        view = self._checked_view(p)
+        current = self.ws.find_view(view_id, external_id)
+        if current is None or current.team_id != p.auth.team_id or not self.ws.is_open(current):
+            raise ApiError("not_found")
+        expected_hash = p.str("hash")
+        if expected_hash and expected_hash != current.hash:
+            raise ApiError("hash_conflict")
+        if view.get("type") != current.type:
+            raise ApiError(
+                "invalid_arguments", extra=_messages("view type cannot change [json-pointer:/view/type]")
+            )
+        updated = self.ws.replace_view(current, view, self.ws.team(p.auth.team_id))
+        return {"view": updated.to_slack()}
+
+    def views_publish(self, p: Params) -> dict[str, Any]:
+        user_id = p.str("user_id", required=True)
+        user = self.ws.user(user_id)
+        view = self._checked_view(p)
+        if view.get("type") != "home":
+            raise ApiError("invalid_arguments", extra=_messages("must be home [json-pointer:/view/type]"))
+        team = self.ws.team(p.auth.team_id)
+        current = self.ws.home_view(user.id, team.id)
+        expected_hash = p.str("hash")
+        if expected_hash and current is not None and expected_hash != current.hash:
+            raise ApiError("hash_conflict")
+        stored = self.ws.publish_home(user.id, team, view)
+        return {"view": stored.to_slack()}
+
+    def users_info(self, p: Params) -> dict[str, Any]:
+        user = self.ws.user(p.str("user", required=True))
+        return {"user": user.to_slack(self.ws.base_url)}
+
+    def users_list(self, p: Params) -> dict[str, Any]:
+        members = [u for u in self.ws.users.values() if u.team_id == p.auth.team_id]
+        start = self.ws_cursor(p)
+        limit = p.int("limit", 200) or 200
+        page = members[start : start + limit]
+        next_cursor = _cursor(start + limit) if start + limit < len(members) else ""
+        return {
+            "members": [u.to_slack(self.ws.base_url) for u in page],
+            "cache_ts": 1767225600,
+            "response_metadata": {"next_cursor": next_cursor},
+        }
+
+    @staticmethod
+    def ws_cursor(p: Params) -> int:
+        cursor = p.str("cursor")
+        if not cursor:
+            return 0
+        try:
+            return int(base64.b64decode(cursor).decode().split(":", 1)[1])
+        except (ValueError, IndexError, binascii.Error) as exc:
+            raise ApiError("invalid_cursor") from exc
+
+    def conversations_open(self, p: Params) -> dict[str, Any]:
+        channel_id = p.str("channel")
+        if channel_id:
+            channel = self.ws.channel_for(p.auth, channel_id)
+            return {"no_op": True, "already_open": True, "channel": _open_shape(channel, p, self.ws)}
+        users = [u for u in (p.str("users") or "").split(",") if u]
+        if not users:
+            raise ApiError("users_list_not_supplied")
+        if len(users) > 1 or not p.auth.is_bot:
+            raise ApiError("method_not_supported_for_channel_type")
+        existed = any(
+            c.is_im and c.im_user == users[0] and c.team_id == p.auth.team_id
+            for c in self.ws.channels.values()
+        )
+        channel = self.ws.dm_channel(self.ws.user(users[0]).id, p.auth.team_id)
+        out: dict[str, Any] = {"channel": _open_shape(channel, p, self.ws)}
+        if existed:
+            out = {"no_op": True, "already_open": True, **out}
+        return out
+
+    def conversations_info(self, p: Params) -> dict[str, Any]:
+        channel = self._resolve_channel(p)
+        return {"channel": channel.to_slack(p.auth.user_id)}
+
+    def conversations_members(self, p: Params) -> dict[str, Any]:
+        channel = self._resolve_channel(p)
+        return {"members": list(channel.members), "response_metadata": {"next_cursor": ""}}
+
+    def conversations_list(self, p: Params) -> dict[str, Any]:
+        channels = [
+            c.to_slack(p.auth.user_id)
+            for c in self.ws.channels.values()
+            if not c.is_im and c.visible_to_team(p.auth.team_id)
+        ]
+        return {"channels": channels, "response_metadata": {"next_cursor": ""}}
+
+    def conversations_history(self, p: Params) -> dict[str, Any]:
+        channel = self._resolve_channel(p)
+        if p.auth.user_id not in channel.members:
+            raise ApiError("not_in_channel")
+        messages = list(reversed(self._in_window(p, self.ws.top_level(channel.id))))
+        start = self.ws_cursor(p)
+        limit = p.int("limit", 100) or 100
+        page = messages[start : start + limit]
+        has_more = start + limit < len(messages)
+        out: dict[str, Any] = {
+            "messages": [m.to_slack(self._profile_for(m)) for m in page],
+            "has_more": has_more,
+            "pin_count": 0,
+            "channel_actions_ts": None,
+            "channel_actions_count": 0,
+        }
+        if has_more:
+            out["response_metadata"] = {"next_cursor": _cursor(start + limit)}
+        return out
+
+    def conversations_replies(self, p: Params) -> dict[str, Any]:
+        channel = self._resolve_channel(p)
+        ts = p.str("ts", required=True)
+        message = self.ws.find_message(channel.id, ts)
+        if message is None:
+            raise ApiError("thread_not_found")
+        root_ts = message.thread_ts if message.is_reply else message.ts
+        thread = self.ws.thread(channel.id, root_ts or message.ts)
+        root, replies = thread[:1], self._in_window(p, thread[1:])
+        start = self.ws_cursor(p)
+        limit = p.int("limit", 1000) or 1000
+        page = replies[start : start + limit]
+        has_more = start + limit < len(replies)
+        out: dict[str, Any] = {
+            "messages": [m.to_slack(self._profile_for(m)) for m in root + page],
+            "has_more": has_more,
+        }
+        if has_more:
+            out["response_metadata"] = {"next_cursor": _cursor(start + limit)}
+        return out
+
+    @staticmethod
+    def _in_window(p: Params, messages: list[Message]) -> list[Message]:
+        oldest, latest, inclusive = p.str("oldest"), p.str("latest"), p.flag("inclusive")
+        kept = []
+        for m in messages:
+            if oldest and (float(m.ts) < float(oldest) or (float(m.ts) == float(oldest) and not inclusive)):
+                continue
+            if latest and (float(m.ts) > float(latest) or (float(m.ts) == float(latest) and not inclusive)):
+                continue
+            kept.append(m)
+        return kept
+
+    def _profile_for(self, message: Message) -> dict[str, Any] | None:
+        if not message.bot_id:
+            return None
+        team = next((t for t in self.ws.teams.values() if t.bot_id == message.bot_id), None)
+        return self.ws.bot_profile(team.id) if team else None
+
+    def _reaction_target(self, p: Params) -> tuple[Message, str]:
+        channel = self._resolve_channel(p)
+        name = (p.str("name", required=True) or "").strip(":")
+        if not _EMOJI_NAME.match(name):
+            raise ApiError("invalid_name")
+        timestamp = p.str("timestamp")
+        if not timestamp:
+            raise ApiError("no_item_specified")
+        return self._message(p, channel.id, timestamp), name
+
+    def reactions_add(self, p: Params) -> dict[str, Any]:
+        message, name = self._reaction_target(p)
+        self.ws.add_reaction(message, name, p.auth.user_id)
+        return {}
+
+    def reactions_remove(self, p: Params) -> dict[str, Any]:
+        message, name = self._reaction_target(p)
+        self.ws.remove_reaction(message, name, p.auth.user_id)
+        return {}
+
+    def team_info(self, p: Params) -> dict[str, Any]:
+        team = self.ws.team(p.str("team") or p.auth.team_id)
+        return {"team": team.to_slack(self.ws.base_url)}
+
+    def bots_info(self, p: Params) -> dict[str, Any]:
+        bot_id = p.str("bot") or p.auth.bot_id
+        team = next((t for t in self.ws.teams.values() if t.bot_id == bot_id), None)
+        if team is None:
+            raise ApiError("bot_not_found")
+        return {"bot": self.ws.bot_profile(team.id)}
+
+    def oauth_v2_access(self, p: Params) -> dict[str, Any]:
+        client_id, client_secret = p.str("client_id"), p.str("client_secret")
+        if client_id is None or client_id != self.client_id:
+            raise ApiError("invalid_client_id")
+        if client_secret != self.client_secret:
+            raise ApiError("bad_client_secret")
+        code = self.ws.oauth_codes.pop(p.str("code") or "", None)
+        if code is None:
+            raise ApiError("invalid_code")
+        redirect_uri = p.str("redirect_uri")
+        if code.redirect_uri and redirect_uri and redirect_uri != code.redirect_uri:
+            raise ApiError("bad_redirect_uri")
+        team = self.ws.install(code.team_id)
+        authed_user: dict[str, Any] = {"id": code.user_id} if code.user_id else {}
+        return {
+            "app_id": APP_ID,
+            "authed_user": authed_user,
+            "scope": ",".join(code.scopes),
+            "token_type": "bot",
+            "access_token": team.bot_token,
+            "bot_user_id": team.bot_user_id,
+            "team": {"id": team.id, "name": team.name},
+            "enterprise": None,
+            "is_enterprise_install": False,
+        }
+
+
+def _cursor(offset: int) -> str:
+    return base64.b64encode(f"offset:{offset}".encode()).decode()
+
+
+def _open_shape(channel: Any, p: Params, ws: Workspace) -> dict[str, Any]:
+    if p.flag("return_im"):
+        return channel.to_slack(p.auth.user_id)
+    return {"id": channel.id}
+
+
+async def _read_params(request: web.Request) -> tuple[dict[str, Any], str | None, list[str]]:
+    """Query + body (JSON or form) merged; JSON-string fields decoded; the token pulled out."""
+    values: dict[str, Any] = dict(request.query)
+    warnings: list[str] = []
+    if request.method == "POST" and request.can_read_body:
+        content_type = request.content_type
+        if content_type == "application/json":
+            if "charset" not in request.headers.get("Content-Type", "").lower():
+                warnings.append("missing_charset")
+            try:
+                body = json.loads(await request.read() or b"{}")
+            except ValueError as exc:
+                raise ApiError("invalid_json") from exc
+            if not isinstance(body, dict):
+                raise ApiError("json_not_object")
+            values.update(body)
+        elif content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
+            form = await request.post()
+            values.update({k: v for k, v in form.items() if isinstance(v, str)})
+    for key in _JSON_FIELDS:
+        if isinstance(values.get(key), str):
+            try:
+                values[key] = json.loads(values[key])
+            except ValueError as exc:
+                raise ApiError("invalid_blocks_format" if key == "blocks" else "invalid_arguments") from exc
+    token = values.pop("token", None)
+    authorization = request.headers.get("Authorization", "")
+    if authorization.startswith("Bearer "):
+        token = authorization.removeprefix("Bearer ").strip()
+    elif authorization.startswith("Basic "):
+        values.update(_basic_credentials(authorization))
+    return values, token, warnings
+
+
+def _basic_credentials(authorization: str) -> dict[str, str]:
+    try:
+        decoded = base64.b64decode(authorization.removeprefix("Basic ").strip()).decode()
+    except (ValueError, binascii.Error):
+        return {}
+    client_id, _, client_secret = decoded.partition(":")
+    return {"client_id": client_id, "client_secret": client_secret}
+
+
+AsyncHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]

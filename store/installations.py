@@ -1,0 +1,245 @@
+"""Slack OAuth storage on Redis: installations/bots and one-time OAuth ``state`` values.
+
+:class:`RedisInstallationStore` keeps slack_sdk's ``FileInstallationStore`` semantics: a save stores the
+workspace's latest installation, the installing user's latest installation and (when it has a bot
+token) the bot; the last save wins; an org-wide (Enterprise Grid) install is found with
+``is_enterprise_install=True`` and no team; a per-user lookup gets the latest bot token of the
+workspace overlaid. Unlike the file store, deleting one user's installation also stops the workspace
+lookup from returning that user's token (it falls back to the newest installation left, as
+slack_sdk's SQL stores do), and no history of old tokens is kept.
+
+Keys: one Redis hash per installation target, ``hitl:{inst:<enterprise or ->:<team or ->}:oauth``
+(fields ``bot``, ``installer``, ``installer:<user_id>``, each the object's JSON), so a save or a delete
+is one atomic operation in one hash slot. OAuth states are ``hitl:oauth-state:<state>`` with a TTL.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import secrets
+from logging import Logger
+from typing import Any
+
+from redis.exceptions import WatchError
+from slack_sdk.oauth.installation_store.async_installation_store import AsyncInstallationStore
+from slack_sdk.oauth.installation_store.models.bot import Bot
+from slack_sdk.oauth.installation_store.models.installation import Installation
+from slack_sdk.oauth.state_store.async_state_store import AsyncOAuthStateStore
+
+from store.client import RedisClient
+
+KEY_PREFIX = "hitl"
+_BOT = "bot"
+_LATEST = "installer"
+_USER_PREFIX = "installer:"
+_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
+_MAX_STATE_LENGTH = 128
+_MAX_WATCH_ATTEMPTS = 50
+
+_log = logging.getLogger(__name__)
+
+# KEYS[1] the installation hash → number of installer fields removed (the bot stays).
+_DELETE_INSTALLERS_LUA = """
+local removed = 0
+for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
+  if field == 'installer' or string.sub(field, 1, 10) == 'installer:' then
+    removed = removed + redis.call('HDEL', KEYS[1], field)
+  end
+end
+return removed
+"""
+
+
+def _checked_id(value: str | None) -> str:
+    if value is None or value == "":
+        return "-"
+    if not _ID.match(value):
+        raise ValueError(f"not a Slack id: {value!r}")
+    return value
+
+
+def _to_json(obj: Installation | Bot) -> str:
+    # Same as FileInstallationStore: the attribute dict round-trips through the constructor.
+    return json.dumps(vars(obj))
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
+def _overlay_bot(installation: Installation, bot: Bot) -> None:
+    """Give an installation the workspace's latest bot token (a user's installation may be older)."""
+    if installation.bot_token == bot.bot_token:
+        return
+    installation.bot_id = bot.bot_id
+    installation.bot_user_id = bot.bot_user_id
+    installation.bot_token = bot.bot_token
+    installation.bot_scopes = bot.bot_scopes
+    installation.bot_refresh_token = bot.bot_refresh_token
+    installation.bot_token_expires_at = bot.bot_token_expires_at
+
+
+class RedisInstallationStore(AsyncInstallationStore):
+    """Bolt's ``installation_store`` on Redis (``AsyncApp(installation_store=…)`` / OAuth settings).
+
+    ``client_id`` separates the data of several Slack apps sharing one Redis.
+    """
+
+    def __init__(
+        self, redis: RedisClient, *, client_id: str | None = None, logger: Logger | None = None
+    ) -> None:
+        self._redis = redis
+        self.client_id = client_id
+        self._logger = logger or _log
+        self._delete_installers = redis.register_script(_DELETE_INSTALLERS_LUA)
+
+    @property
+    def logger(self) -> Logger:
+        return self._logger
+
+    def key(self, enterprise_id: str | None, team_id: str | None) -> str:
+        tag = f"{{inst:{_checked_id(enterprise_id)}:{_checked_id(team_id)}}}"
+        parts = [KEY_PREFIX, tag, "oauth"]
+        if self.client_id:
+            parts.append(self.client_id)
+        return ":".join(parts)
+
+    def _lookup_key(
+        self, enterprise_id: str | None, team_id: str | None, is_enterprise_install: bool | None
+    ) -> str:
+        # An org-wide install is stored without a team, whichever workspace the event came from.
+        return self.key(enterprise_id, None if is_enterprise_install else team_id)
+
+    async def async_save(self, installation: Installation) -> None:
+        key = self.key(installation.enterprise_id, installation.team_id)
+        entity = _to_json(installation)
+        fields = {_LATEST: entity, f"{_USER_PREFIX}{_checked_id(installation.user_id)}": entity}
+        bot = installation.to_bot()
+        if bot.bot_token is not None:
+            fields[_BOT] = _to_json(bot)
+        await self._redis.hset(key, mapping=fields)
+
+    async def async_save_bot(self, bot: Bot) -> None:
+        if bot.bot_token is None:
+            self.logger.debug("Skipped saving a bot without a bot token")
+            return
+        await self._redis.hset(self.key(bot.enterprise_id, bot.team_id), _BOT, _to_json(bot))
+
+    async def async_find_bot(
+        self,
+        *,
+        enterprise_id: str | None,
+        team_id: str | None,
+        is_enterprise_install: bool | None = False,
+    ) -> Bot | None:
+        raw = await self._redis.hget(self._lookup_key(enterprise_id, team_id, is_enterprise_install), _BOT)
+        return None if raw is None else Bot(**json.loads(raw))
+
+    async def async_find_installation(
+        self,
+        *,
+        enterprise_id: str | None,
+        team_id: str | None,
+        user_id: str | None = None,
+        is_enterprise_install: bool | None = False,
+    ) -> Installation | None:
+        """The latest installation of the workspace/org, or of ``user_id`` there when given."""
+        key = self._lookup_key(enterprise_id, team_id, is_enterprise_install)
+        field = _LATEST if user_id is None else f"{_USER_PREFIX}{_checked_id(user_id)}"
+        raw_installation, raw_bot = await self._redis.hmget(key, field, _BOT)
+        if raw_installation is None:
+            return None
+        installation = Installation(**json.loads(raw_installation))
+        if raw_bot is not None:
+            _overlay_bot(installation, Bot(**json.loads(raw_bot)))
+        return installation
+
+    async def async_delete_bot(self, *, enterprise_id: str | None, team_id: str | None) -> None:
+        await self._redis.hdel(self.key(enterprise_id, team_id), _BOT)
+
+    async def async_delete_installation(
+        self,
+        *,
+        enterprise_id: str | None,
+        team_id: str | None,
+        user_id: str | None = None,
+    ) -> None:
+        """Delete one user's installation, or (no ``user_id``) every installation of the workspace.
+
+        When the user's was the workspace's latest, the newest remaining one becomes the latest, so a
+        revoked user token is never handed out again.
+        """
+        key = self.key(enterprise_id, team_id)
+        if user_id is None:
+            await self._delete_installers(keys=[key])
+            return
+        for _ in range(_MAX_WATCH_ATTEMPTS):
+            try:
+                await self._delete_user_installation(key, user_id)
+                return
+            except WatchError:
+                continue
+        raise RuntimeError(
+            f"could not delete the installation of {user_id} in {key}: too many concurrent writes"
+        )
+
+    async def _delete_user_installation(self, key: str, user_id: str) -> None:
+        user_field = f"{_USER_PREFIX}{_checked_id(user_id)}"
+        async with self._redis.pipeline(transaction=True) as pipe:
+            await pipe.watch(key)
+            stored: dict[bytes, bytes] = await pipe.hgetall(key)
+            installers = {
+                _text(field): json.loads(raw)
+                for field, raw in stored.items()
+                if _text(field).startswith(_USER_PREFIX) and _text(field) != user_field
+            }
+            latest = stored.get(_LATEST.encode())
+            latest_is_users = latest is not None and json.loads(latest).get("user_id") == user_id
+            pipe.multi()
+            pipe.hdel(key, user_field)
+            if latest_is_users:
+                if installers:
+                    newest = max(installers.values(), key=lambda data: data.get("installed_at") or 0)
+                    pipe.hset(key, _LATEST, json.dumps(newest))
+                else:
+                    pipe.hdel(key, _LATEST)
+            await pipe.execute()
+
+    async def async_delete_all(self, *, enterprise_id: str | None, team_id: str | None) -> None:
+        """Forget the workspace/org entirely (app uninstalled)."""
+        await self._redis.delete(self.key(enterprise_id, team_id))
+
+
+class RedisOAuthStateStore(AsyncOAuthStateStore):
+    """One-time OAuth ``state`` values that expire after ``expiration_seconds``."""
+
+    def __init__(self, redis: RedisClient, *, expiration_seconds: int, logger: Logger | None = None) -> None:
+        if expiration_seconds < 1:
+            raise ValueError("expiration_seconds must be at least 1")
+        self._redis = redis
+        self.expiration_seconds = expiration_seconds
+        self._logger = logger or _log
+
+    @property
+    def logger(self) -> Logger:
+        return self._logger
+
+    @staticmethod
+    def key(state: str) -> str:
+        return f"{KEY_PREFIX}:oauth-state:{state}"
+
+    async def async_issue(self, *args: Any, **kwargs: Any) -> str:
+        state = secrets.token_urlsafe(32)
+        await self._redis.set(self.key(state), b"1", ex=self.expiration_seconds, nx=True)
+        return state
+
+    async def async_consume(self, state: str) -> bool:
+        """True exactly once for a state we issued that has not expired."""
+        if not state or len(state) > _MAX_STATE_LENGTH:
+            return False
+        consumed = await self._redis.getdel(self.key(state)) is not None
+        if not consumed:
+            self.logger.warning("OAuth state unknown, expired or already used")
+        return consumed
