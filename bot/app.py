@@ -154,7 +154,6 @@ async def _start(
         client=client,
         signing_secret=secret,
         oauth_settings=oauth,
-        token=None if oauth else token,
         process_before_response=False,
     )
 

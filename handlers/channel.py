@@ -93,15 +93,14 @@ class SlackChannel:
             return
         client = await self.client_for(session.team_id)
         channel, thread_ts = session.channel["channel_id"], session.channel.get("thread_ts") or None
-        for message in render_requests(fresh):
-            resp = await client.chat_postMessage(
-                channel=channel, thread_ts=thread_ts, text=message["text"], blocks=message["blocks"]
-            )
-            ts = resp["ts"]
-            for req in fresh:
-                if any(b.get("block_id", "").startswith(req.request_id) for b in message["blocks"]):
-                    card = {"channel": resp.get("channel", channel), "ts": ts}
-                    await self.store.channel_set(session.session_id, f"card:{req.request_id}", json.dumps(card))
+        for req in fresh:
+            # one card per message, so updating one card never touches another
+            for message in render_requests([req]):
+                resp = await client.chat_postMessage(
+                    channel=channel, thread_ts=thread_ts, text=message["text"], blocks=message["blocks"]
+                )
+                card = {"channel": resp.get("channel", channel), "ts": resp["ts"]}
+                await self.store.channel_set(session.session_id, f"card:{req.request_id}", json.dumps(card))
 
     async def _card(self, session: SessionRef, request_id: str) -> dict[str, Any] | None:
         raw = await self.store.channel_get(session.session_id, f"card:{request_id}")

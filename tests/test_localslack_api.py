@@ -34,7 +34,11 @@ SECRET = "test-signing-secret"
 
 def card(block_id: str = "req-1") -> list[dict]:
     return [
-        {"type": "section", "block_id": block_id, "text": {"type": "mrkdwn", "text": "*refund_charge* wants to run"}},
+        {
+            "type": "section",
+            "block_id": block_id,
+            "text": {"type": "mrkdwn", "text": "*refund_charge* wants to run"},
+        },
         {
             "type": "actions",
             "block_id": f"{block_id}-actions",
@@ -99,7 +103,9 @@ async def test_auth_test_identifies_the_bot(client: AsyncWebClient, slack: Local
     assert response["url"] == slack.base_url + "/"
 
 
-async def test_bot_reply_in_a_thread_updates_the_root_and_history(client: AsyncWebClient, slack: LocalSlack) -> None:
+async def test_bot_reply_in_a_thread_updates_the_root_and_history(
+    client: AsyncWebClient, slack: LocalSlack
+) -> None:
     root_ts, _ = await slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> refund ch_1")
     reply = await client.chat_postMessage(channel=GENERAL, thread_ts=root_ts, text="On it", blocks=card())
 
@@ -122,7 +128,9 @@ async def test_bot_reply_in_a_thread_updates_the_root_and_history(client: AsyncW
     assert [m["ts"] for m in history["messages"]] == [root_ts]  # replies stay in the thread
 
 
-async def test_form_encoded_post_with_blocks_as_a_json_string(client: AsyncWebClient, slack: LocalSlack) -> None:
+async def test_form_encoded_post_with_blocks_as_a_json_string(
+    client: AsyncWebClient, slack: LocalSlack
+) -> None:
     response = await client.api_call(
         "chat.postMessage", data={"channel": GENERAL, "text": "card", "blocks": json.dumps(card())}
     )
@@ -159,7 +167,9 @@ async def test_ephemeral_is_visible_only_to_its_user(client: AsyncWebClient, sla
     assert slack.ephemerals(ALICE) == []
     assert slack.messages(FINANCE) == []
 
-    error = await slack_error(client.chat_postEphemeral(channel=FINANCE, user=DAVE, text="dave is not in #finance"))
+    error = await slack_error(
+        client.chat_postEphemeral(channel=FINANCE, user=DAVE, text="dave is not in #finance")
+    )
     assert error.response["error"] == "user_not_in_channel"
 
 
@@ -178,7 +188,9 @@ async def test_delete_removes_the_message(client: AsyncWebClient, slack: LocalSl
         [
             {
                 "type": "actions",
-                "elements": [{"type": "button", "action_id": "a", "text": {"type": "plain_text", "text": "x" * 76}}],
+                "elements": [
+                    {"type": "button", "action_id": "a", "text": {"type": "plain_text", "text": "x" * 76}}
+                ],
             }
         ],
         [{"type": "section", "block_id": "empty"}],
@@ -186,9 +198,17 @@ async def test_delete_removes_the_message(client: AsyncWebClient, slack: LocalSl
         [{"type": "no_such_block"}],
         [{"type": "section", "text": {"type": "mrkdwn", "text": "x"}}] * 51,
     ],
-    ids=["button-text-over-75", "section-without-text-or-fields", "header-without-text", "unknown-type", "51-blocks"],
+    ids=[
+        "button-text-over-75",
+        "section-without-text-or-fields",
+        "header-without-text",
+        "unknown-type",
+        "51-blocks",
+    ],
 )
-async def test_invalid_blocks_are_refused(client: AsyncWebClient, slack: LocalSlack, blocks: list[dict]) -> None:
+async def test_invalid_blocks_are_refused(
+    client: AsyncWebClient, slack: LocalSlack, blocks: list[dict]
+) -> None:
     error = await slack_error(client.chat_postMessage(channel=GENERAL, text="x", blocks=blocks))
     assert error.response["error"] == "invalid_blocks"
     assert any("json-pointer:/blocks" in e for e in error.response["errors"])
@@ -203,7 +223,9 @@ async def test_too_long_text(client: AsyncWebClient, slack: LocalSlack) -> None:
     assert error.response["error"] == "msg_too_long"
 
 
-async def test_channel_not_found_invalid_auth_and_unknown_method(client: AsyncWebClient, slack: LocalSlack) -> None:
+async def test_channel_not_found_invalid_auth_and_unknown_method(
+    client: AsyncWebClient, slack: LocalSlack
+) -> None:
     error = await slack_error(client.chat_postMessage(channel="C0NOPE", text="hi"))
     assert error.response["error"] == "channel_not_found"
     stranger = AsyncWebClient(base_url=slack.api_url, token="xoxb-not-a-real-token")
@@ -230,7 +252,9 @@ async def test_trigger_ids_are_single_use_and_expire(client: AsyncWebClient, sla
     error = await slack_error(client.views_open(trigger_id=stale, view=modal()))
     assert error.response["error"] == "expired_trigger_id"
 
-    error = await slack_error(client.views_open(trigger_id=slack.issue_trigger_id(ALICE), view=modal("x" * 25)))
+    error = await slack_error(
+        client.views_open(trigger_id=slack.issue_trigger_id(ALICE), view=modal("x" * 25))
+    )
     assert error.response["error"] == "invalid_arguments"
     assert any("title" in m for m in error.response["response_metadata"]["messages"])
 
@@ -239,7 +263,9 @@ async def test_views_push_update_and_stack_limit(client: AsyncWebClient, slack: 
     first = (await client.views_open(trigger_id=slack.issue_trigger_id(ALICE), view=modal()))["view"]
     await client.views_push(trigger_id=slack.issue_trigger_id(ALICE), view=modal("Second"))
     await client.views_push(trigger_id=slack.issue_trigger_id(ALICE), view=modal("Third"))
-    error = await slack_error(client.views_push(trigger_id=slack.issue_trigger_id(ALICE), view=modal("Fourth")))
+    error = await slack_error(
+        client.views_push(trigger_id=slack.issue_trigger_id(ALICE), view=modal("Fourth"))
+    )
     assert error.response["error"] == "push_limit_reached"
     assert len(slack.open_views(ALICE)) == 3
 
@@ -257,7 +283,9 @@ async def test_views_publish_sets_the_home_tab(client: AsyncWebClient, slack: Lo
     assert stored is not None and stored.blocks == home["blocks"] and stored.id == published["view"]["id"]
     assert slack.home_view(ALICE) is None
 
-    error = await slack_error(client.views_publish(user_id=CAROL, view={**home, "submit": {"type": "plain_text", "text": "x"}}))
+    error = await slack_error(
+        client.views_publish(user_id=CAROL, view={**home, "submit": {"type": "plain_text", "text": "x"}})
+    )
     assert error.response["error"] == "invalid_arguments"
     error = await slack_error(client.views_publish(user_id="U0NOBODY", view=home))
     assert error.response["error"] == "user_not_found"
@@ -265,7 +293,12 @@ async def test_views_publish_sets_the_home_tab(client: AsyncWebClient, slack: Lo
 
 async def test_users_info_reports_roles_and_teams(client: AsyncWebClient) -> None:
     carol = (await client.users_info(user=CAROL))["user"]
-    assert (carol["is_admin"], carol["is_owner"], carol["is_primary_owner"], carol["deleted"]) == (True, True, False, False)
+    assert (carol["is_admin"], carol["is_owner"], carol["is_primary_owner"], carol["deleted"]) == (
+        True,
+        True,
+        False,
+        False,
+    )
     assert carol["team_id"] == TEAM_ID and carol["profile"]["real_name"] == "Carol Chen"
     bob = (await client.users_info(user=BOB))["user"]
     assert bob["is_admin"] is False
@@ -274,16 +307,26 @@ async def test_users_info_reports_roles_and_teams(client: AsyncWebClient) -> Non
     error = await slack_error(client.users_info(user="U0NOBODY"))
     assert error.response["error"] == "user_not_found"
     members = (await client.users_list())["members"]
-    assert {m["id"] for m in members} == {BOT_USER_ID, ALICE, BOB, CAROL, DAVE}  # erin belongs to another team
+    assert {m["id"] for m in members} == {
+        BOT_USER_ID,
+        ALICE,
+        BOB,
+        CAROL,
+        DAVE,
+    }  # erin belongs to another team
 
 
-async def test_rate_limit_fault_is_seen_as_429_with_retry_after(client: AsyncWebClient, slack: LocalSlack) -> None:
+async def test_rate_limit_fault_is_seen_as_429_with_retry_after(
+    client: AsyncWebClient, slack: LocalSlack
+) -> None:
     slack.fail_next("chat.postMessage", retry_after=7)
     error = await slack_error(client.chat_postMessage(channel=GENERAL, text="hi"))
     assert error.response.status_code == 429
     assert error.response.headers["Retry-After"] == "7"
     assert error.response["error"] == "ratelimited"
-    assert (await client.chat_postMessage(channel=GENERAL, text="hi"))["ok"] is True  # only the next call failed
+    assert (await client.chat_postMessage(channel=GENERAL, text="hi"))[
+        "ok"
+    ] is True  # only the next call failed
 
     slack.fail_next("chat.update", error="edit_window_closed")
     posted = await client.chat_postMessage(channel=GENERAL, text="x")
@@ -295,7 +338,9 @@ async def test_rate_limit_fault_is_seen_as_429_with_retry_after(client: AsyncWeb
 async def test_oauth_code_exchange_installs_a_new_team(slack: LocalSlack) -> None:
     code = slack.issue_oauth_code("T0NEW", user_id="U0NEWADMIN")
     anonymous = AsyncWebClient(base_url=slack.api_url)
-    response = await anonymous.oauth_v2_access(client_id=DEFAULT_CLIENT_ID, client_secret=DEFAULT_CLIENT_SECRET, code=code)
+    response = await anonymous.oauth_v2_access(
+        client_id=DEFAULT_CLIENT_ID, client_secret=DEFAULT_CLIENT_SECRET, code=code
+    )
     assert response["token_type"] == "bot" and response["access_token"].startswith("xoxb-")
     assert response["team"] == {"id": "T0NEW", "name": "T0NEW"}
     assert response["authed_user"] == {"id": "U0NEWADMIN"}
@@ -309,7 +354,9 @@ async def test_oauth_code_exchange_installs_a_new_team(slack: LocalSlack) -> Non
         anonymous.oauth_v2_access(client_id=DEFAULT_CLIENT_ID, client_secret=DEFAULT_CLIENT_SECRET, code=code)
     )
     assert error.response["error"] == "invalid_code"
-    error = await slack_error(anonymous.oauth_v2_access(client_id=DEFAULT_CLIENT_ID, client_secret="wrong", code="x"))
+    error = await slack_error(
+        anonymous.oauth_v2_access(client_id=DEFAULT_CLIENT_ID, client_secret="wrong", code="x")
+    )
     assert error.response["error"] == "bad_client_secret"
 
 
@@ -330,7 +377,11 @@ async def test_dm_open_reactions_info_and_permalink(client: AsyncWebClient, slac
     dm_id = opened["channel"]["id"]
     assert dm_id == slack.dm_channel(ALICE) and dm_id.startswith("D")
     again = await client.conversations_open(users=ALICE, return_im=True)
-    assert again["already_open"] is True and again["channel"]["is_im"] is True and again["channel"]["user"] == ALICE
+    assert (
+        again["already_open"] is True
+        and again["channel"]["is_im"] is True
+        and again["channel"]["user"] == ALICE
+    )
 
     posted = await client.chat_postMessage(channel=dm_id, text="hi alice")
     await client.reactions_add(channel=dm_id, timestamp=posted["ts"], name="eyes")
@@ -342,7 +393,9 @@ async def test_dm_open_reactions_info_and_permalink(client: AsyncWebClient, slac
 
     info = (await client.conversations_info(channel=GENERAL))["channel"]
     assert info["is_ext_shared"] is True and info["name"] == "general" and info["is_member"] is True
-    link = await client.chat_getPermalink(channel=GENERAL, message_ts=(await client.chat_postMessage(channel=GENERAL, text="x"))["ts"])
+    link = await client.chat_getPermalink(
+        channel=GENERAL, message_ts=(await client.chat_postMessage(channel=GENERAL, text="x"))["ts"]
+    )
     assert link["permalink"].startswith(f"{slack.base_url}/archives/{GENERAL}/p")
     team = (await client.team_info())["team"]
     assert (team["id"], team["name"]) == (TEAM_ID, "Acme (local)")
@@ -368,7 +421,10 @@ async def test_ui_page_and_state() -> None:
 
         posted = await http.post("/ui/post", json={"user": ALICE, "channel": GENERAL, "text": "@agent help"})
         answer = await posted.json()
-        assert answer["ok"] is True and answer["problem"] == "No bot is connected to this workspace (no bot URL set)."
+        assert (
+            answer["ok"] is True
+            and answer["problem"] == "No bot is connected to this workspace (no bot URL set)."
+        )
         assert workspace.messages(GENERAL)[-1].text == f"<@{BOT_USER_ID}> help"
 
         css = await http.get("/static/app.css")
@@ -380,7 +436,9 @@ async def test_standalone_server_serves_the_api_over_real_http(slack: LocalSlack
     async with aiohttp.ClientSession() as http:
         async with http.post(slack.api_url + "auth.test", data={"token": BOT_TOKEN}) as response:
             assert (await response.json())["user_id"] == BOT_USER_ID
-        async with http.get(slack.api_url + "users.info", params={"user": ALICE, "token": BOT_TOKEN}) as response:
+        async with http.get(
+            slack.api_url + "users.info", params={"user": ALICE, "token": BOT_TOKEN}
+        ) as response:
             assert (await response.json())["user"]["name"] == "alice"
         async with http.post(slack.api_url + "auth.test") as response:
             assert (await response.json())["error"] == "not_authed"

@@ -1,0 +1,55 @@
+"""End-to-end fixtures: the real app on a real port, Slack played by localslack over signed HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from bot.app import BotApp, start_bot
+from bot.config import Settings
+from bot.models.base import ChatModel
+from bot.tools import Tool
+from localslack.seed import BOT_TOKEN
+from localslack.server import LocalSlack
+
+SIGNING_SECRET = "e2e-signing-secret"
+
+
+@pytest.fixture
+async def local_slack() -> AsyncIterator[LocalSlack]:
+    slack = LocalSlack(bot_url=None, signing_secret=SIGNING_SECRET)
+    await slack.start()
+    yield slack
+    await slack.stop()
+
+
+def e2e_settings(slack: LocalSlack, redis_url: str, tmp_path: Any, **extra: Any) -> Settings:
+    values = {
+        "SLACK_BOT_TOKEN": BOT_TOKEN,
+        "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+        "SLACK_API_URL": slack.api_url,
+        "REDIS_URL": redis_url,
+        "BOT_TOOLS": "",
+        "BOT_DATA_DIR": str(tmp_path / "data"),
+        **extra,
+    }
+    return Settings(_env_file=None, **values)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def start_app(local_slack: LocalSlack, redis, redis_url: str, tmp_path) -> AsyncIterator[Callable[..., Any]]:
+    """``await start_app(model, tools)`` → a running BotApp that localslack delivers to."""
+    started: list[BotApp] = []
+
+    async def start(model: ChatModel, tools: list[Tool], **extra: Any) -> BotApp:
+        settings = e2e_settings(local_slack, redis_url, tmp_path, **extra)
+        bot = await start_bot(settings, model=model, tools=tools, host="127.0.0.1", port=0, recovery_interval=0)
+        local_slack.set_bot_url(f"{bot.url}/slack/events")
+        started.append(bot)
+        return bot
+
+    yield start
+    for bot in started:
+        await bot.close()

@@ -1,0 +1,262 @@
+"""Turn lifecycle (DESIGN §4, §7, §8): event order, park and resume anywhere, exactly once, cancel, steer, queue."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+import redis.asyncio as redis_asyncio
+
+from bot.approval import Denied, always
+from bot.models.scripted import ScriptedModel, call
+from bot.models.scripted import say as model_say
+from bot.turns import IGNORED_MESSAGE
+from tests.engine.harness import (
+    ALICE,
+    BOB,
+    approve,
+    assert_valid_history,
+    cancel,
+    make_runtime,
+    recording_tool,
+    request_status,
+    say,
+    session,
+    shown,
+    tool_results,
+    user_texts,
+)
+
+
+def gated_script(final: str = "Done.") -> list:
+    return [call("deploy", call_id="call_deploy", env="prod"), model_say(final)]
+
+
+async def test_event_order_of_a_parked_and_approved_turn(redis):
+    gated, runs = recording_tool("deploy", approval=always())
+    runtime, channel, store = make_runtime(redis, ScriptedModel(gated_script()), [gated])
+    await say(runtime, "deploy prod")
+    assert channel.types() == ["turn.started", "input.requested", "turn.waiting"]
+    assert channel.events[-1].on == "input"
+    [req] = channel.requests()
+    assert req.kind == "tool-approval" and req.display == "confirmation"
+    assert [(o.id, o.label) for o in req.options] == [("approve", "Approve"), ("cancel", "Cancel")]
+    assert req.action.call_id == "call_deploy" and req.action.input == {"env": "prod"}
+
+    await approve(runtime, req.request_id)
+    assert channel.types() == [
+        "turn.started", "input.requested", "turn.waiting",
+        "approval.settled", "input.resolved",
+        "action.started", "action.result",
+        "message.completed", "turn.completed", "session.waiting",
+    ]
+    assert len({e.turn_id for e in channel.events if e.type != "session.waiting"}) == 1  # same turn resumed
+    resolved = channel.of("input.resolved")[0].resolutions[0]
+    assert resolved.request_id == req.request_id and resolved.outcome == "approved"
+    assert resolved.response.option_id == "approve"
+    assert channel.of("action.result")[0].status == "completed"
+    assert len(runs) == 1
+
+
+async def test_events_are_stored_in_the_stream_before_and_as_shown(redis):
+    gated, _ = recording_tool("deploy", approval=always())
+    runtime, channel, store = make_runtime(redis, ScriptedModel(gated_script()), [gated])
+    await say(runtime, "deploy prod")
+    await approve(runtime, channel.requests()[0].request_id)
+    stored = await store.events(session().session_id)
+    assert [(e.type, e.seq) for e in stored] == [(e.type, e.seq) for e in channel.events]
+    seqs = [e.seq for e in channel.events]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs) and seqs[0] >= 1
+
+
+@pytest.mark.parametrize("how", ["cancelled", "ignored", "policy-denied"])
+async def test_calls_that_do_not_run_surface_as_rejected_action_results(redis, how):
+    policy = (lambda ctx: Denied("no deploys today")) if how == "policy-denied" else always()
+    gated, runs = recording_tool("deploy", approval=policy)
+    runtime, channel, _ = make_runtime(redis, ScriptedModel([*gated_script(), model_say("spare")]), [gated])
+    await say(runtime, "deploy prod")
+    if how == "cancelled":
+        await cancel(runtime, channel.requests()[0].request_id)
+    elif how == "ignored":
+        await say(runtime, "actually, what's the weather?")
+    assert runs == []
+    results = [e for e in channel.of("action.result") if e.call_id == "call_deploy"]
+    assert [r.status for r in results] == ["rejected"], channel.types()
+
+
+async def test_park_then_resume_in_a_new_process(redis, redis_url):
+    gated_a, runs_a = recording_tool("deploy", approval=always())
+    model_a = ScriptedModel(gated_script("Deployed."))
+    runtime_a, channel_a, _ = make_runtime(redis, model_a, [gated_a])
+    await say(runtime_a, "deploy prod")
+    [req] = channel_a.requests()
+
+    # a different process: its own Redis connection, store, registry and model with the same script
+    other = redis_asyncio.Redis.from_url(redis_url)
+    try:
+        gated_b, runs_b = recording_tool("deploy", approval=always())
+        model_b = ScriptedModel(gated_script("Deployed."))
+        runtime_b, channel_b, _ = make_runtime(other, model_b, [gated_b])
+        result = await approve(runtime_b, req.request_id)
+    finally:
+        await other.aclose()
+    assert result.state == "settled"
+    assert runs_a == [] and len(runs_b) == 1 and runs_b[0].args == {"env": "prod"}
+    assert len(model_a.requests) == 1 and len(model_b.requests) == 1
+    assert json.loads(tool_results(shown(model_b))["call_deploy"]) == {"ok": True, "tool": "deploy"}
+    assert channel_b.types()[-3:] == ["message.completed", "turn.completed", "session.waiting"]
+    assert channel_b.of("message.completed")[0].text == "Deployed."
+    assert channel_b.events[-2].turn_id == channel_a.events[0].turn_id
+
+
+async def test_double_answer_executes_once(redis):
+    gated, runs = recording_tool("deploy", approval=always())
+    runtime, channel, _ = make_runtime(redis, ScriptedModel(gated_script()), [gated])
+    await say(runtime, "deploy prod")
+    [req] = channel.requests()
+    assert (await approve(runtime, req.request_id)).state == "settled"
+    again = await approve(runtime, req.request_id)
+    assert again.state == "stale"
+    late_cancel = await cancel(runtime, req.request_id)
+    assert late_cancel.state == "stale"
+    assert len(runs) == 1
+    assert channel.types().count("turn.completed") == 1
+
+
+async def test_two_replicas_answering_at_once_execute_once(redis, redis_url):
+    slow_runs: list[str] = []
+
+    async def slow_deploy(args: dict) -> dict:
+        slow_runs.append("ran")
+        await asyncio.sleep(0.05)
+        return {"ok": True}
+
+    from bot.tools import Tool
+
+    other = redis_asyncio.Redis.from_url(redis_url)
+    try:
+        runtimes = []
+        for client in (redis, other):
+            tool_ = Tool(slow_deploy, name="deploy", approval=always())
+            runtimes.append(make_runtime(client, ScriptedModel(gated_script()), [tool_]))
+        (rt_a, channel_a, _), (rt_b, channel_b, _) = runtimes
+        await say(rt_a, "deploy prod")
+        [req] = channel_a.requests()
+        results = await asyncio.gather(approve(rt_a, req.request_id), approve(rt_b, req.request_id),
+                                       rt_b.drive(session().session_id), rt_a.drive(session().session_id))
+    finally:
+        await other.aclose()
+    states = sorted(r.state for r in results[:2])
+    assert states in (["settled", "stale"], ["settled", "settled"])
+    assert slow_runs == ["ran"]
+    completed = channel_a.types().count("turn.completed") + channel_b.types().count("turn.completed")
+    assert completed == 1
+
+
+async def test_eight_concurrent_approvals_execute_once(redis):
+    gated, runs = recording_tool("deploy", approval=always())
+    runtime, channel, _ = make_runtime(redis, ScriptedModel(gated_script()), [gated])
+    await say(runtime, "deploy prod")
+    [req] = channel.requests()
+    results = await asyncio.gather(*(approve(runtime, req.request_id) for _ in range(8)))
+    assert sorted(r.state for r in results).count("settled") == 1
+    assert len(runs) == 1
+    assert len(channel.of("approval.settled")) == 1
+    assert channel.types().count("turn.completed") == 1
+
+
+async def test_cancel_turn_while_parked(redis):
+    gated, runs = recording_tool("deploy", approval=always())
+    model = ScriptedModel([*gated_script(), model_say("Hello again.")])
+    runtime, channel, store = make_runtime(redis, model, [gated])
+    await say(runtime, "deploy prod")
+    [req] = channel.requests()
+    assert await runtime.cancel_turn(session().session_id, ALICE) is True
+    assert runs == []
+    [resolved] = channel.of("input.resolved")
+    assert resolved.resolutions[0].request_id == req.request_id
+    assert resolved.resolutions[0].outcome == "cancelled"
+    assert channel.types().count("turn.cancelled") == 1
+    assert channel.types()[-2:] == ["turn.cancelled", "session.waiting"]
+    assert channel.types().index("input.resolved") < channel.types().index("turn.cancelled")
+    assert len(model.requests) == 1  # the model was not asked to continue the cancelled turn
+
+    # a second cancel does nothing; a late approval authorizes nothing
+    assert await runtime.cancel_turn(session().session_id, ALICE) is False
+    late = await approve(runtime, req.request_id)
+    assert late.state == "stale"
+    assert runs == [] and channel.types().count("turn.cancelled") == 1
+    assert await request_status(store, req.request_id) == "settled"
+
+    # the next turn starts cleanly on a valid history that says the call did not run
+    await say(runtime, "hi")
+    history = shown(model)
+    assert_valid_history(history)
+    assert "cancelled" in tool_results(history)["call_deploy"]
+    assert channel.types()[-2:] == ["turn.completed", "session.waiting"]
+
+
+async def test_someone_else_cannot_cancel_the_turn(redis):
+    gated, runs = recording_tool("deploy", approval=always())
+    runtime, channel, store = make_runtime(redis, ScriptedModel(gated_script()), [gated])
+    await say(runtime, "deploy prod")
+    [req] = channel.requests()
+    assert await runtime.cancel_turn(session().session_id, BOB) is False
+    assert await request_status(store, req.request_id) == "open"
+    assert "turn.cancelled" not in channel.types()
+
+
+async def test_steering_past_an_approval(redis):
+    gated, runs = recording_tool("deploy", approval=always())
+    model = ScriptedModel([*gated_script("It is noon.")])
+    runtime, channel, store = make_runtime(redis, model, [gated])
+    await say(runtime, "deploy prod")
+    [req] = channel.requests()
+    posted = await say(runtime, "what time is it?")
+    assert posted.state == "queued"
+    assert runs == []
+    [resolved] = channel.of("input.resolved")
+    assert resolved.resolutions[0].outcome == "ignored"
+    assert await request_status(store, req.request_id) == "settled"
+    history = shown(model)
+    assert_valid_history(history)
+    assert IGNORED_MESSAGE in tool_results(history)["call_deploy"]
+    assert user_texts(history) == ["deploy prod", "what time is it?"]
+    assert channel.types().count("turn.started") == 1  # the same turn continued
+    assert channel.types()[-2:] == ["turn.completed", "session.waiting"]
+    assert (await approve(runtime, req.request_id)).state == "stale"
+    assert runs == []
+
+
+async def test_message_from_someone_else_waits_for_the_turn(redis):
+    gated, runs = recording_tool("deploy", approval=always())
+    model = ScriptedModel([*gated_script("Deployed for Alice."), model_say("Hi Bob.")])
+    runtime, channel, store = make_runtime(redis, model, [gated])
+    await say(runtime, "deploy prod", who=ALICE)
+    [req] = channel.requests()
+    posted = await say(runtime, "hello, can you help me?", who=BOB)
+    assert posted.state == "queued"
+    assert len(model.requests) == 1  # no model call for Bob yet
+    assert await request_status(store, req.request_id) == "open"  # Bob did not steer Alice's turn
+    assert channel.types()[-2:] == ["input.requested", "turn.waiting"]
+
+    await approve(runtime, req.request_id, who=ALICE)
+    assert len(runs) == 1
+    assert "hello, can you help me?" not in user_texts(shown(model, 1))
+    started = channel.of("turn.started")
+    assert [s.principal for s in started] == [ALICE, BOB]
+    assert started[1].turn_id != started[0].turn_id
+    assert user_texts(shown(model))[-1] == "hello, can you help me?"
+    assert [e.text for e in channel.of("message.completed")] == ["Deployed for Alice.", "Hi Bob."]
+    assert channel.types()[-2:] == ["turn.completed", "session.waiting"]
+
+
+async def test_duplicate_message_ids(redis):
+    model = ScriptedModel([model_say("hi"), model_say("hi again")])
+    runtime, channel, _ = make_runtime(redis, model, [])
+    first = await say(runtime, "hello", message_id="Ev1")
+    second = await say(runtime, "hello", message_id="Ev1")
+    assert first.state == "queued" and second.state == "duplicate"
+    assert len(model.requests) == 1
+    assert channel.types().count("turn.started") == 1

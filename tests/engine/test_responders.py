@@ -1,0 +1,181 @@
+"""Who may settle a request (DESIGN §6): requester-only by default, response policies, their timeouts."""
+
+from __future__ import annotations
+
+import asyncio
+
+from bot.approval import ONLY_REQUESTER, Approval, ResponseContext, allowed, always, rejected
+from bot.models.scripted import ScriptedModel, call
+from bot.models.scripted import say as model_say
+from bot.turns import RuntimeSettings
+from tests.engine.harness import (
+    ALICE,
+    BOB,
+    CAROL,
+    approve,
+    cancel,
+    make_runtime,
+    recording_tool,
+    request_status,
+    say,
+)
+
+FINANCE = {CAROL.principal_id}
+FINANCE_ONLY = "Only finance can approve refunds."
+
+
+def finance_only(ctx: ResponseContext):
+    if ctx.response.decision == "cancel":
+        return allowed()
+    return allowed() if ctx.response.principal.principal_id in FINANCE else rejected(FINANCE_ONLY)
+
+
+async def test_only_the_requester_may_settle_by_default(redis):
+    gated, runs = recording_tool("refund", approval=always())
+    runtime, channel, store = make_runtime(redis, ScriptedModel([call("refund"), model_say("ok")]), [gated])
+    await say(runtime, "refund", who=ALICE)
+    [req] = channel.requests()
+    assert req.principal == ALICE
+
+    refused = await approve(runtime, req.request_id, who=BOB)
+    assert refused.state == "rejected" and refused.reason == ONLY_REQUESTER
+    [candidate] = channel.of("approval.candidate")
+    assert candidate.outcome == "rejected" and candidate.reason == ONLY_REQUESTER
+    assert candidate.responder == BOB and candidate.request_id == req.request_id
+    assert await request_status(store, req.request_id) == "open"
+    assert runs == [] and channel.of("approval.settled") == []
+
+    # BOB cannot cancel it either
+    assert (await cancel(runtime, req.request_id, who=BOB)).state == "rejected"
+    assert await request_status(store, req.request_id) == "open"
+
+    settled = await approve(runtime, req.request_id, who=ALICE)
+    assert settled.state == "settled"
+    assert len(runs) == 1 and runs[0].principal == ALICE
+    [done] = channel.of("approval.settled")
+    assert done.outcome == "approved" and done.responder == ALICE
+
+
+async def test_anonymous_requester_lets_anyone_settle(redis):
+    gated, runs = recording_tool("refund", approval=always())
+    runtime, channel, _ = make_runtime(redis, ScriptedModel([call("refund"), model_say("ok")]), [gated])
+    await say(runtime, "refund", who=None)
+    [req] = channel.requests()
+    assert req.principal is None
+    result = await approve(runtime, req.request_id, who=BOB)
+    assert result.state == "settled"
+    assert len(runs) == 1
+    assert channel.types()[-1] == "session.waiting"
+
+
+async def test_answer_without_a_principal_is_refused(redis):
+    gated, runs = recording_tool("refund", approval=always())
+    runtime, channel, store = make_runtime(redis, ScriptedModel([call("refund"), model_say("ok")]), [gated])
+    await say(runtime, "refund", who=None)
+    [req] = channel.requests()
+    result = await approve(runtime, req.request_id, who=None)
+    assert result.state == "rejected"
+    assert runs == [] and await request_status(store, req.request_id) == "open"
+
+
+async def test_response_policy_rejects_then_allows(redis):
+    refund, refund_runs = recording_tool("big_refund", approval=Approval(request=always(), response=finance_only))
+    lookup, lookup_runs = recording_tool("lookup")
+    model = ScriptedModel([call("big_refund", amount=900), call("lookup"), model_say("refunded")])
+    runtime, channel, store = make_runtime(redis, model, [refund, lookup])
+    await say(runtime, "refund 900", who=ALICE)
+    [req] = channel.requests()
+
+    before = len(channel.events)
+    refused = await approve(runtime, req.request_id, who=BOB)
+    assert refused.state == "rejected" and refused.reason == FINANCE_ONLY
+    events = channel.events[before:]
+    assert [(e.type, e.outcome) for e in events] == [("approval.candidate", "pending"), ("approval.candidate", "rejected")]
+    assert all(e.responder == BOB for e in events) and events[1].reason == FINANCE_ONLY
+    assert await request_status(store, req.request_id) == "open"
+    assert refund_runs == []
+
+    before = len(channel.events)
+    ok = await approve(runtime, req.request_id, who=CAROL)
+    assert ok.state == "settled"
+    kinds = [e.type for e in channel.events[before:]]
+    assert kinds[:3] == ["approval.candidate", "approval.settled", "input.resolved"]
+    assert channel.events[before].outcome == "pending" and channel.events[before].responder == CAROL
+    settled = channel.events[before + 1]
+    assert settled.outcome == "approved" and settled.responder == CAROL
+    assert channel.events[before + 2].resolutions[0].outcome == "approved"
+
+    # the approved call ran under the approver; a later call of the same turn under the owner
+    assert [r.principal for r in refund_runs] == [CAROL]
+    assert [r.principal for r in lookup_runs] == [ALICE]
+    assert channel.types()[-2:] == ["turn.completed", "session.waiting"]
+
+
+async def test_response_policy_allows_anyone_to_cancel(redis):
+    refund, runs = recording_tool("big_refund", approval=Approval(request=always(), response=finance_only))
+    model = ScriptedModel([call("big_refund", call_id="c1"), model_say("cancelled then")])
+    runtime, channel, _ = make_runtime(redis, model, [refund])
+    await say(runtime, "refund", who=ALICE)
+    [req] = channel.requests()
+    result = await cancel(runtime, req.request_id, who=BOB)
+    assert result.state == "settled"
+    assert runs == []
+    [settled] = channel.of("approval.settled")
+    assert settled.outcome == "cancelled" and settled.responder == BOB
+    assert channel.of("input.resolved")[0].resolutions[0].outcome == "denied"
+
+
+async def test_response_policy_timeout_fails_the_candidate(redis):
+    async def slow_directory(ctx: ResponseContext):
+        await asyncio.sleep(2)
+        return allowed()
+
+    refund, runs = recording_tool("big_refund", approval=Approval(request=always(), response=slow_directory))
+    model = ScriptedModel([call("big_refund"), model_say("ok")])
+    runtime, channel, store = make_runtime(redis, model, [refund],
+                                           settings=RuntimeSettings(system_prompt="", response_policy_timeout=0.2))
+    await say(runtime, "refund")
+    [req] = channel.requests()
+    result = await asyncio.wait_for(approve(runtime, req.request_id, who=CAROL), 1.5)
+    assert result.state == "failed" and result.reason
+    outcomes = [e.outcome for e in channel.of("approval.candidate")]
+    assert outcomes == ["pending", "failed"]
+    assert channel.of("approval.candidate")[1].reason == result.reason
+    assert await request_status(store, req.request_id) == "open"
+    assert runs == [] and channel.of("approval.settled") == []
+
+
+async def test_response_policy_that_raises_fails_closed(redis):
+    def broken(ctx: ResponseContext):
+        raise RuntimeError("directory down")
+
+    refund, runs = recording_tool("big_refund", approval=Approval(request=always(), response=broken))
+    runtime, channel, store = make_runtime(redis, ScriptedModel([call("big_refund"), model_say("ok")]), [refund])
+    await say(runtime, "refund")
+    [req] = channel.requests()
+    result = await approve(runtime, req.request_id, who=ALICE)
+    assert result.state == "failed"
+    assert [e.outcome for e in channel.of("approval.candidate")] == ["pending", "failed"]
+    assert await request_status(store, req.request_id) == "open" and runs == []
+
+
+async def test_response_policy_sees_request_and_response(redis):
+    seen: list[ResponseContext] = []
+
+    def record(ctx: ResponseContext):
+        seen.append(ctx)
+        return allowed()
+
+    refund, _ = recording_tool("big_refund", approval=Approval(request=always(), response=record))
+    model = ScriptedModel([call("big_refund", call_id="c7", amount=12), model_say("ok")])
+    runtime, channel, _ = make_runtime(redis, model, [refund])
+    await say(runtime, "refund")
+    [req] = channel.requests()
+    await cancel(runtime, req.request_id, who=CAROL, note="not today")
+    [ctx] = seen
+    assert ctx.request.request_id == req.request_id and ctx.request.call_id == "c7"
+    assert ctx.request.tool_name == "big_refund" and ctx.request.tool_input == {"amount": 12}
+    assert ctx.request.principal == ALICE
+    assert ctx.response.decision == "cancel" and ctx.response.principal == CAROL
+    assert ctx.response.note == "not today"
+    assert ctx.session.auth.current == ALICE
