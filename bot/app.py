@@ -25,6 +25,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 from slack_sdk.web.async_client import AsyncWebClient
 
 import handlers
+import handlers.http
 from bot.builtin import BUILTIN_TOOLS
 from bot.config import ConfigError, Settings
 from bot.models.base import ChatModel
@@ -179,9 +180,7 @@ async def _start(
     _wire_governance(deps, redis, client_for, registry)
     handlers.register(slack, deps)
 
-    web_app = slack.web_app(path="/slack/events")
-    web_app.router.add_get("/healthz", _healthz)
-    web_app.router.add_get("/readyz", _readyz(redis))
+    web_app = handlers.http.web_app(slack, ready=lambda: ping(redis.client))
     runner = web.AppRunner(web_app, access_log=None)
     await runner.setup()
     stack.push_async_callback(runner.cleanup)
@@ -216,19 +215,6 @@ async def _recovery_loop(runtime: Runtime, interval: float) -> None:
             await runtime.recover()
         except Exception:
             log.exception("recovery sweep failed; trying again in %ss", interval)
-
-
-async def _healthz(request: web.Request) -> web.Response:
-    return web.json_response({"ok": True})
-
-
-def _readyz(redis: RedisHandle) -> Any:
-    async def handler(request: web.Request) -> web.Response:
-        if await ping(redis.client):
-            return web.json_response({"ok": True, "redis": "up"})
-        return web.json_response({"ok": False, "redis": "down"}, status=503)
-
-    return handler
 
 
 def _redacted(url: str) -> str:

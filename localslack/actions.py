@@ -352,8 +352,9 @@ class UserActions:
     ) -> DeliveryResult | None:
         element_type = element.get("type")
         values = option_value if isinstance(option_value, list) else [option_value]
+        has_options = bool(blockkit.all_options(element))
         for value in values:
-            if value is not None and blockkit.find_option(element, str(value)) is None:
+            if has_options and value is not None and blockkit.find_option(element, str(value)) is None:
                 known = [o.get("value") for o in blockkit.all_options(element)]
                 raise LocalSlackError(
                     f"{element.get('action_id')!r} has no option {value!r} (options: {known})"

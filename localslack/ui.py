@@ -47,9 +47,10 @@ def register(app: web.Application, slack: LocalSlack) -> None:
         return await _event_stream(request, slack, streams)
 
     async def avatar(request: web.Request) -> web.Response:
-        user = slack.ws.users.get(request.match_info["user_id"])
-        label = _initials(user.real_name) if user else "?"
-        color = user.color if user else "999999"
+        user_id = request.match_info["user_id"]
+        user = slack.ws.users.get(user_id)
+        label = _initials(user.real_name) if user else ("SB" if user_id == "USLACKBOT" else "?")
+        color = user.color if user else "1d9bd1"
         return web.Response(text=_avatar_svg(label, color), content_type="image/svg+xml")
 
     async def team_icon(request: web.Request) -> web.Response:
@@ -305,8 +306,16 @@ def ui_state(slack: LocalSlack, user_id: str) -> dict[str, Any]:
         "home": home.to_slack() if home else None,
         "modals": [{**v.to_slack(), "errors": v.errors} for v in ws.modal_stack(me.id)],
         "bot_url": slack.bot_url,
+        "last_delivery": _last_delivery(slack),
         "api_url": f"{ws.base_url}/api/",
     }
+
+
+def _last_delivery(slack: LocalSlack) -> dict[str, Any] | None:
+    if not slack.deliveries:
+        return None
+    last = slack.deliveries[-1]
+    return {"ok": last.ok, "kind": last.kind, "problem": last.friendly_error()}
 
 
 def _person(slack: LocalSlack, user: User, installation_id: str) -> dict[str, Any]:
