@@ -130,7 +130,7 @@ async def _start(
     stack.push_async_callback(redis.close)
     if not await ping(redis.client):
         raise ConfigError(f"REDIS_URL: no Redis answered at {_redacted(redis.url)}")
-    store = SessionStore(redis.client)
+    store = SessionStore(redis.client, lease_ms=int(settings.lease_seconds * 1000))
 
     local = None
     api_url, token, secret = settings.slack_api_url, settings.slack_bot_token, settings.slack_signing_secret

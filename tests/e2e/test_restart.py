@@ -1,0 +1,76 @@
+"""kill -9 between the card and the click: a new process, sharing only Redis, completes the turn."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from localslack.seed import ALICE, BOT_TOKEN, BOT_USER_ID, GENERAL
+from tests.e2e.conftest import SIGNING_SECRET
+from tests.e2e.test_approval_flow import button, card_in
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def start_process(local_slack, redis_url: str, tmp_path: Path) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "OPENAI_"))},
+        "SLACK_BOT_TOKEN": BOT_TOKEN,
+        "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+        "SLACK_API_URL": local_slack.api_url,
+        "REDIS_URL": redis_url,
+        "PORT": str(port),
+        "HOST": "127.0.0.1",
+        "BOT_DATA_DIR": str(tmp_path / "data"),
+        "BOT_LEASE_SECONDS": "2",  # a killed worker's lease lapses quickly
+    }
+    log = open(tmp_path / f"bot-{port}.log", "w")  # noqa: SIM115 - closed with the process
+    proc = subprocess.Popen([sys.executable, "-m", "bot", "run"], cwd=ROOT, env=env, stdout=log, stderr=log)
+    async with httpx.AsyncClient() as client:
+        for _ in range(100):
+            try:
+                if (await client.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None:
+                raise AssertionError((tmp_path / f"bot-{port}.log").read_text())
+            await asyncio.sleep(0.1)
+    local_slack.set_bot_url(f"http://127.0.0.1:{port}/slack/events")
+    return proc, port
+
+
+async def test_kill_9_between_card_and_click(local_slack, redis, redis_url, tmp_path):
+    first, _ = await start_process(local_slack, redis_url, tmp_path)
+    try:
+        ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> announce lunch is here")
+        card = await local_slack.wait_for(lambda: card_in(local_slack, ts), timeout_s=15)
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    second, _ = await start_process(local_slack, redis_url, tmp_path)
+    try:
+        result = await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+        assert result.status == 200
+        reply = await local_slack.wait_for_message(
+            GENERAL, thread_ts=ts, predicate=lambda m: "Posted to" in m.text, timeout_s=15)
+        assert "lunch is here" in reply.text
+        updated = local_slack.message(GENERAL, card.ts)
+        assert all(b["type"] != "actions" for b in updated.blocks)
+    finally:
+        second.terminate()
+        second.wait(timeout=10)

@@ -1,0 +1,49 @@
+"""manifest.yml is valid for Slack and asks for what the code uses, no more."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = ROOT.parent / "shared" / "reference" / "slack" / "manifest.schema.1.0.0.json"
+
+
+def manifest() -> dict:
+    return yaml.safe_load((ROOT / "manifest.yml").read_text())
+
+
+def test_manifest_validates_against_slacks_schema():
+    import pytest
+
+    if not SCHEMA.exists():
+        pytest.skip(f"Slack's manifest schema is not at {SCHEMA}")
+    schema = json.loads(SCHEMA.read_text())
+    errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(manifest()), key=str)
+    assert errors == [], [e.message for e in errors]
+
+
+def test_manifest_subscribes_to_every_event_the_handlers_listen_for():
+    events = set(manifest()["settings"]["event_subscriptions"]["bot_events"])
+    assert {"app_mention", "message.im", "message.channels", "app_home_opened"} <= events
+    commands = {c["command"] for c in manifest()["features"]["slash_commands"]}
+    assert "/approvers" in commands
+    assert manifest()["settings"]["interactivity"]["is_enabled"] is True
+
+
+def test_scopes_cover_every_web_api_method_the_code_calls():
+    scopes = set(manifest()["oauth_config"]["scopes"]["bot"])
+    needs = {
+        "chat_postMessage": "chat:write", "chat_update": "chat:write", "chat_postEphemeral": "chat:write",
+        "chat_delete": "chat:write", "users_info": "users:read", "conversations_open": "im:write",
+    }
+    code = "\n".join(p.read_text() for p in (ROOT / "handlers").rglob("*.py"))
+    used = set(re.findall(r"\.(chat_\w+|users_\w+|conversations_\w+|views_\w+|reactions_\w+)\(", code))
+    for method in used:
+        if method in needs:
+            assert needs[method] in scopes, f"{method} needs {needs[method]}"
+    assert "chat_postMessage" in used
