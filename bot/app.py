@@ -29,11 +29,13 @@ import handlers.http
 from bot.builtin import BUILTIN_TOOLS
 from bot.config import ConfigError, Settings
 from bot.models.base import ChatModel
-from bot.ports import Channel
+from bot.ports import Channel, FanoutChannel
 from bot.tools import Tool, ToolRegistry
 from bot.turns import Runtime, RuntimeSettings
 from handlers.channel import SlackChannel
 from handlers.deps import SlackDeps
+from store.audit import AuditLog
+from store.audit_events import AuditChannel
 from store.client import RedisHandle, open_redis, ping
 from store.sessions import SessionStore
 
@@ -166,7 +168,9 @@ async def _start(
             raise LookupError(f"no installation for workspace {team_id}")
         return AsyncWebClient(token=bot.bot_token, base_url=api_url, retry_handlers=slack_retry_handlers())
 
-    channel: Channel = SlackChannel(store, client_for)
+    # The audit log records after Slack has rendered, and its failures never reach the runtime.
+    audit_channel = AuditChannel(AuditLog(redis.client), store.get_request)
+    channel: Channel = FanoutChannel(SlackChannel(store, client_for), audit_channel)
     if channel_wrap is not None:
         channel = channel_wrap(channel)
     runtime = Runtime(

@@ -14,6 +14,7 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from blocks.actions import request_id_of_block
 from blocks.cards import (
     NO_LONGER_NEEDED,
     refused_text,
@@ -31,6 +32,7 @@ from bot.protocol import (
     InputResolved,
     MessageCompleted,
     TurnFailed,
+    utcnow,
 )
 from bot.session import SessionRef
 from store.sessions import SessionStore
@@ -94,6 +96,14 @@ class SlackChannel:
         client = await self.client_for(session.team_id)
         channel, thread_ts = session.channel["channel_id"], session.channel.get("thread_ts") or None
         for req in fresh:
+            attempt = f"posting:{req.request_id}"
+            if await self.store.channel_get(session.session_id, attempt):
+                # offered again after a failure or a crash: the card may be in Slack already
+                found = await self._find_posted_card(client, session, req.request_id)
+                if found is not None:
+                    await self.store.channel_set(session.session_id, f"card:{req.request_id}", json.dumps(found))
+                    continue
+            await self.store.channel_set(session.session_id, attempt, utcnow().isoformat())
             # one card per message, so updating one card never touches another
             for message in render_requests([req]):
                 resp = await client.chat_postMessage(
@@ -102,9 +112,33 @@ class SlackChannel:
                 card = {"channel": resp.get("channel", channel), "ts": resp["ts"]}
                 await self.store.channel_set(session.session_id, f"card:{req.request_id}", json.dumps(card))
 
+    async def _find_posted_card(
+        self, client: AsyncWebClient, session: SessionRef, request_id: str
+    ) -> dict[str, str] | None:
+        channel, thread_ts = session.channel["channel_id"], session.channel.get("thread_ts")
+        try:
+            if thread_ts:
+                resp = await client.conversations_replies(channel=channel, ts=thread_ts, limit=200)
+            else:
+                resp = await client.conversations_history(channel=channel, limit=200)
+        except SlackApiError:
+            return None
+        for message in resp.get("messages", []):
+            if any(request_id_of_block(b.get("block_id")) == request_id for b in message.get("blocks") or []):
+                return {"channel": channel, "ts": message["ts"]}
+        return None
+
     async def _card(self, session: SessionRef, request_id: str) -> dict[str, Any] | None:
         raw = await self.store.channel_get(session.session_id, f"card:{request_id}")
-        return json.loads(raw) if raw else None
+        if raw:
+            return json.loads(raw)
+        if not await self.store.channel_get(session.session_id, f"posting:{request_id}"):
+            return None
+        # a worker died between posting the card and recording where it is: find it in the thread
+        found = await self._find_posted_card(await self.client_for(session.team_id), session, request_id)
+        if found is not None:
+            await self.store.channel_set(session.session_id, f"card:{request_id}", json.dumps(found))
+        return found
 
     async def _candidate(self, event: ApprovalCandidate, session: SessionRef) -> None:
         user = event.responder.slack_user_id if event.responder else None

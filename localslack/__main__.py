@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import logging
 import os
+import signal
 
 from localslack.server import LocalSlack
 
@@ -42,8 +43,12 @@ async def serve(args: argparse.Namespace) -> None:
     print(f"Local Slack workspace: {slack.ui_url}", flush=True)
     print(f"  SLACK_API_URL={slack.api_url}  SLACK_BOT_TOKEN={slack.bot_token}", flush=True)
     print(f"  delivering to {args.bot_url}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)  # a clean stop also when SIGINT is ignored by the parent
     try:
-        await asyncio.Event().wait()
+        await stop.wait()
     finally:
         await slack.stop()
 

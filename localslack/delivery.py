@@ -98,10 +98,13 @@ class Deliverer:
         max_attempts = 1 + (len(self.retry_delays_s) if retry else 0)
         attempt, text, returned_type = DeliveryAttempt(), "", ""
         for number in range(max_attempts):
-            headers = {"Content-Type": content_type, **self.sign(body)}
             if number > 0:
                 await asyncio.sleep(self.retry_delays_s[number - 1])
-                headers = {"Content-Type": content_type, **self.sign(body)}
+            headers = {
+                "Content-Type": content_type,
+                **self.sign(body),
+            }  # signed afresh: a retry is a new request
+            if number > 0:
                 headers["X-Slack-Retry-Num"] = str(number)
                 headers["X-Slack-Retry-Reason"] = attempts[-1].error or "http_error"
             answer = await self._attempt(body, headers)

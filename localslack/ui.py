@@ -55,11 +55,14 @@ def register(app: web.Application, slack: LocalSlack) -> None:
 
     async def team_icon(request: web.Request) -> web.Response:
         team = slack.ws.teams.get(request.match_info["team_id"])
-        return web.Response(
-            text=_avatar_svg(_initials(team.name if team else "?"), "4a154b"), content_type="image/svg+xml"
-        )
+        label = (team.name if team else "?")[:1].upper()
+        return web.Response(text=_avatar_svg(label, "4a154b"), content_type="image/svg+xml")
+
+    async def favicon(request: web.Request) -> web.Response:
+        return web.Response(text=_avatar_svg("A", "4a154b"), content_type="image/svg+xml")
 
     app.router.add_get("/", index)
+    app.router.add_get("/favicon.ico", favicon)
     app.router.add_static("/static/", STATIC_DIR, show_index=False)
     app.router.add_get("/ui/state", state)
     app.router.add_get("/ui/events", events)

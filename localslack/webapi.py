@@ -11,15 +11,15 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
 from localslack import blockkit
-from localslack.models import APP_ID, ApiCall, Ephemeral, Message
-from localslack.workspace import ApiError, Auth, Workspace, _messages
+from localslack.models import APP_ID, ApiCall, Channel, Ephemeral, Message
+from localslack.workspace import ApiError, Auth, Workspace, error_messages
 
 POST_TEXT_MAX = 40_000
 UPDATE_TEXT_MAX = 4_000
@@ -64,11 +64,11 @@ class Params:
         value = self.values.get(name, default)
         return default if value is None else value
 
-    def str(self, name: str, *, required: bool = False) -> str | None:
+    def text(self, name: str, *, required: bool = False) -> str | None:
         value = self.values.get(name)
         if value is None or value == "":
             if required:
-                raise ApiError("invalid_arguments", extra=_messages(f"missing required field: {name}"))
+                raise ApiError("invalid_arguments", extra=error_messages(f"missing required field: {name}"))
             return None
         return str(value)
 
@@ -76,7 +76,7 @@ class Params:
         value = self.values.get(name)
         return value is True or str(value).lower() in ("true", "1")
 
-    def int(self, name: str, default: int) -> int:
+    def number(self, name: str, default: int) -> int:
         try:
             return int(self.values.get(name) or default)
         except (TypeError, ValueError):
@@ -187,8 +187,8 @@ class WebApi:
 
     # ---- helpers -------------------------------------------------------------------------------------
 
-    def _resolve_channel(self, p: Params, name: str = "channel") -> Any:
-        channel_id = p.str(name)
+    def _resolve_channel(self, p: Params, name: str = "channel") -> Channel:
+        channel_id = p.text(name)
         if channel_id is None:
             raise ApiError("channel_not_found")
         if channel_id.startswith(("U", "W")) and channel_id in self.ws.users and p.auth.is_bot:
@@ -250,8 +250,8 @@ class WebApi:
         channel = self._resolve_channel(p)
         if p.auth.user_id not in channel.members:
             raise ApiError("not_in_channel")
-        text = p.str("text") or ""
-        markdown_text = p.str("markdown_text")
+        text = p.text("text") or ""
+        markdown_text = p.text("markdown_text")
         if markdown_text and (text or p.get("blocks") is not None):
             raise ApiError("markdown_text_conflict")
         text = text or markdown_text or ""
@@ -269,7 +269,7 @@ class WebApi:
             blocks=blocks,
             attachments=p.get("attachments") or None,
             bot_id=p.auth.bot_id,
-            thread_ts=p.str("thread_ts"),
+            thread_ts=p.text("thread_ts"),
             metadata=p.get("metadata") or None,
         )
         if message.thread_ts and p.flag("reply_broadcast"):
@@ -290,10 +290,10 @@ class WebApi:
 
     def chat_update(self, p: Params) -> dict[str, Any]:
         channel = self._resolve_channel(p)
-        message = self._message(p, channel.id, p.str("ts"))
+        message = self._message(p, channel.id, p.text("ts"))
         if message.user != p.auth.user_id:
             raise ApiError("cant_update_message")
-        text = p.str("text")
+        text = p.text("text")
         if text is None and p.get("blocks") is None and p.get("attachments") is None:
             raise ApiError("no_text")
         if text is not None and len(text) > UPDATE_TEXT_MAX:
@@ -317,13 +317,13 @@ class WebApi:
 
     def chat_post_ephemeral(self, p: Params) -> dict[str, Any]:
         channel = self._resolve_channel(p)
-        user_id = p.str("user", required=True)
+        user_id = p.text("user", required=True)
         self.ws.user(user_id)
         if p.auth.user_id not in channel.members:
             raise ApiError("not_in_channel")
         if user_id not in channel.members:
             raise ApiError("user_not_in_channel")
-        text = p.str("text") or ""
+        text = p.text("text") or ""
         if not text and p.get("blocks") is None and not p.get("attachments"):
             raise ApiError("no_text")
         if len(text) > POST_TEXT_MAX:
@@ -336,7 +336,7 @@ class WebApi:
             text=text,
             blocks=blocks,
             attachments=p.get("attachments") or None,
-            thread_ts=p.str("thread_ts"),
+            thread_ts=p.text("thread_ts"),
             bot_id=p.auth.bot_id,
             sender=p.auth.user_id,
             sender_name=self.ws.user(p.auth.user_id).name,
@@ -346,7 +346,7 @@ class WebApi:
 
     def chat_delete(self, p: Params) -> dict[str, Any]:
         channel = self._resolve_channel(p)
-        message = self._message(p, channel.id, p.str("ts"))
+        message = self._message(p, channel.id, p.text("ts"))
         if message.user != p.auth.user_id:
             raise ApiError("cant_delete_message")
         previous = message.to_slack()
@@ -356,7 +356,7 @@ class WebApi:
 
     def chat_get_permalink(self, p: Params) -> dict[str, Any]:
         channel = self._resolve_channel(p)
-        message = self._message(p, channel.id, p.str("message_ts", required=True))
+        message = self._message(p, channel.id, p.text("message_ts", required=True))
         link = f"{self.ws.base_url}/archives/{channel.id}/p{message.ts.replace('.', '')}"
         if message.is_reply:
             link += f"?thread_ts={message.thread_ts}&cid={channel.id}"
@@ -365,19 +365,21 @@ class WebApi:
     def _checked_view(self, p: Params) -> dict[str, Any]:
         view = p.get("view")
         if view is None:
-            raise ApiError("invalid_arguments", extra=_messages("missing required field: view"))
+            raise ApiError("invalid_arguments", extra=error_messages("missing required field: view"))
         errors = blockkit.validate_view(view)
         if "view_too_large" in errors:
             raise ApiError("view_too_large")
         if errors:
-            raise ApiError("invalid_arguments", extra=_messages(*errors))
+            raise ApiError("invalid_arguments", extra=error_messages(*errors))
         return dict(view)
 
     def views_open(self, p: Params) -> dict[str, Any]:
         view = self._checked_view(p)
         if view.get("type") != "modal":
-            raise ApiError("invalid_arguments", extra=_messages("must be modal [json-pointer:/view/type]"))
-        trigger = self.ws.use_trigger(p.str("trigger_id"))
+            raise ApiError(
+                "invalid_arguments", extra=error_messages("must be modal [json-pointer:/view/type]")
+            )
+        trigger = self.ws.use_trigger(p.text("trigger_id"))
         team = self.ws.team(p.auth.team_id)
         stored = self.ws.new_view(view, user_id=trigger.user_id, team=team)
         self.ws.open_modal(trigger.user_id, stored)
@@ -386,8 +388,10 @@ class WebApi:
     def views_push(self, p: Params) -> dict[str, Any]:
         view = self._checked_view(p)
         if view.get("type") != "modal":
-            raise ApiError("invalid_arguments", extra=_messages("must be modal [json-pointer:/view/type]"))
-        trigger = self.ws.use_trigger(p.str("trigger_id"))
+            raise ApiError(
+                "invalid_arguments", extra=error_messages("must be modal [json-pointer:/view/type]")
+            )
+        trigger = self.ws.use_trigger(p.text("trigger_id"))
         if len(self.ws.modal_stack(trigger.user_id)) >= 3:
             raise ApiError("push_limit_reached")
         stored = self.ws.new_view(view, user_id=trigger.user_id, team=self.ws.team(p.auth.team_id))
@@ -395,45 +399,47 @@ class WebApi:
         return {"view": stored.to_slack()}
 
     def views_update(self, p: Params) -> dict[str, Any]:
-        view_id, external_id = p.str("view_id"), p.str("external_id")
+        view_id, external_id = p.text("view_id"), p.text("external_id")
         if not view_id and not external_id:
-            raise ApiError("invalid_arguments", extra=_messages("view_id or external_id is required"))
+            raise ApiError("invalid_arguments", extra=error_messages("view_id or external_id is required"))
         view = self._checked_view(p)
         current = self.ws.find_view(view_id, external_id)
         if current is None or current.team_id != p.auth.team_id or not self.ws.is_open(current):
             raise ApiError("not_found")
-        expected_hash = p.str("hash")
+        expected_hash = p.text("hash")
         if expected_hash and expected_hash != current.hash:
             raise ApiError("hash_conflict")
         if view.get("type") != current.type:
             raise ApiError(
-                "invalid_arguments", extra=_messages("view type cannot change [json-pointer:/view/type]")
+                "invalid_arguments", extra=error_messages("view type cannot change [json-pointer:/view/type]")
             )
         updated = self.ws.replace_view(current, view, self.ws.team(p.auth.team_id))
         return {"view": updated.to_slack()}
 
     def views_publish(self, p: Params) -> dict[str, Any]:
-        user_id = p.str("user_id", required=True)
+        user_id = p.text("user_id", required=True)
         user = self.ws.user(user_id)
         view = self._checked_view(p)
         if view.get("type") != "home":
-            raise ApiError("invalid_arguments", extra=_messages("must be home [json-pointer:/view/type]"))
+            raise ApiError(
+                "invalid_arguments", extra=error_messages("must be home [json-pointer:/view/type]")
+            )
         team = self.ws.team(p.auth.team_id)
         current = self.ws.home_view(user.id, team.id)
-        expected_hash = p.str("hash")
+        expected_hash = p.text("hash")
         if expected_hash and current is not None and expected_hash != current.hash:
             raise ApiError("hash_conflict")
         stored = self.ws.publish_home(user.id, team, view)
         return {"view": stored.to_slack()}
 
     def users_info(self, p: Params) -> dict[str, Any]:
-        user = self.ws.user(p.str("user", required=True))
+        user = self.ws.user(p.text("user", required=True))
         return {"user": user.to_slack(self.ws.base_url)}
 
     def users_list(self, p: Params) -> dict[str, Any]:
         members = [u for u in self.ws.users.values() if u.team_id == p.auth.team_id]
-        start = self.ws_cursor(p)
-        limit = p.int("limit", 200) or 200
+        start = _offset(p)
+        limit = p.number("limit", 200) or 200
         page = members[start : start + limit]
         next_cursor = _cursor(start + limit) if start + limit < len(members) else ""
         return {
@@ -442,22 +448,12 @@ class WebApi:
             "response_metadata": {"next_cursor": next_cursor},
         }
 
-    @staticmethod
-    def ws_cursor(p: Params) -> int:
-        cursor = p.str("cursor")
-        if not cursor:
-            return 0
-        try:
-            return int(base64.b64decode(cursor).decode().split(":", 1)[1])
-        except (ValueError, IndexError, binascii.Error) as exc:
-            raise ApiError("invalid_cursor") from exc
-
     def conversations_open(self, p: Params) -> dict[str, Any]:
-        channel_id = p.str("channel")
+        channel_id = p.text("channel")
         if channel_id:
             channel = self.ws.channel_for(p.auth, channel_id)
-            return {"no_op": True, "already_open": True, "channel": _open_shape(channel, p, self.ws)}
-        users = [u for u in (p.str("users") or "").split(",") if u]
+            return {"no_op": True, "already_open": True, "channel": _open_shape(channel, p)}
+        users = [u for u in (p.text("users") or "").split(",") if u]
         if not users:
             raise ApiError("users_list_not_supplied")
         if len(users) > 1 or not p.auth.is_bot:
@@ -467,7 +463,7 @@ class WebApi:
             for c in self.ws.channels.values()
         )
         channel = self.ws.dm_channel(self.ws.user(users[0]).id, p.auth.team_id)
-        out: dict[str, Any] = {"channel": _open_shape(channel, p, self.ws)}
+        out: dict[str, Any] = {"channel": _open_shape(channel, p)}
         if existed:
             out = {"no_op": True, "already_open": True, **out}
         return out
@@ -493,8 +489,8 @@ class WebApi:
         if p.auth.user_id not in channel.members:
             raise ApiError("not_in_channel")
         messages = list(reversed(self._in_window(p, self.ws.top_level(channel.id))))
-        start = self.ws_cursor(p)
-        limit = p.int("limit", 100) or 100
+        start = _offset(p)
+        limit = p.number("limit", 100) or 100
         page = messages[start : start + limit]
         has_more = start + limit < len(messages)
         out: dict[str, Any] = {
@@ -510,15 +506,15 @@ class WebApi:
 
     def conversations_replies(self, p: Params) -> dict[str, Any]:
         channel = self._resolve_channel(p)
-        ts = p.str("ts", required=True)
+        ts = p.text("ts", required=True)
         message = self.ws.find_message(channel.id, ts)
         if message is None:
             raise ApiError("thread_not_found")
         root_ts = message.thread_ts if message.is_reply else message.ts
         thread = self.ws.thread(channel.id, root_ts or message.ts)
         root, replies = thread[:1], self._in_window(p, thread[1:])
-        start = self.ws_cursor(p)
-        limit = p.int("limit", 1000) or 1000
+        start = _offset(p)
+        limit = p.number("limit", 1000) or 1000
         page = replies[start : start + limit]
         has_more = start + limit < len(replies)
         out: dict[str, Any] = {
@@ -531,7 +527,7 @@ class WebApi:
 
     @staticmethod
     def _in_window(p: Params, messages: list[Message]) -> list[Message]:
-        oldest, latest, inclusive = p.str("oldest"), p.str("latest"), p.flag("inclusive")
+        oldest, latest, inclusive = p.text("oldest"), p.text("latest"), p.flag("inclusive")
         kept = []
         for m in messages:
             if oldest and (float(m.ts) < float(oldest) or (float(m.ts) == float(oldest) and not inclusive)):
@@ -549,10 +545,10 @@ class WebApi:
 
     def _reaction_target(self, p: Params) -> tuple[Message, str]:
         channel = self._resolve_channel(p)
-        name = (p.str("name", required=True) or "").strip(":")
+        name = (p.text("name", required=True) or "").strip(":")
         if not _EMOJI_NAME.match(name):
             raise ApiError("invalid_name")
-        timestamp = p.str("timestamp")
+        timestamp = p.text("timestamp")
         if not timestamp:
             raise ApiError("no_item_specified")
         return self._message(p, channel.id, timestamp), name
@@ -568,26 +564,26 @@ class WebApi:
         return {}
 
     def team_info(self, p: Params) -> dict[str, Any]:
-        team = self.ws.team(p.str("team") or p.auth.team_id)
+        team = self.ws.team(p.text("team") or p.auth.team_id)
         return {"team": team.to_slack(self.ws.base_url)}
 
     def bots_info(self, p: Params) -> dict[str, Any]:
-        bot_id = p.str("bot") or p.auth.bot_id
+        bot_id = p.text("bot") or p.auth.bot_id
         team = next((t for t in self.ws.teams.values() if t.bot_id == bot_id), None)
         if team is None:
             raise ApiError("bot_not_found")
         return {"bot": self.ws.bot_profile(team.id)}
 
     def oauth_v2_access(self, p: Params) -> dict[str, Any]:
-        client_id, client_secret = p.str("client_id"), p.str("client_secret")
+        client_id, client_secret = p.text("client_id"), p.text("client_secret")
         if client_id is None or client_id != self.client_id:
             raise ApiError("invalid_client_id")
         if client_secret != self.client_secret:
             raise ApiError("bad_client_secret")
-        code = self.ws.oauth_codes.pop(p.str("code") or "", None)
+        code = self.ws.oauth_codes.pop(p.text("code") or "", None)
         if code is None:
             raise ApiError("invalid_code")
-        redirect_uri = p.str("redirect_uri")
+        redirect_uri = p.text("redirect_uri")
         if code.redirect_uri and redirect_uri and redirect_uri != code.redirect_uri:
             raise ApiError("bad_redirect_uri")
         team = self.ws.install(code.team_id)
@@ -605,11 +601,22 @@ class WebApi:
         }
 
 
+def _offset(p: Params) -> int:
+    """The page offset encoded in a ``cursor`` argument (0 without one)."""
+    cursor = p.text("cursor")
+    if not cursor:
+        return 0
+    try:
+        return int(base64.b64decode(cursor).decode().split(":", 1)[1])
+    except (ValueError, IndexError, binascii.Error) as exc:
+        raise ApiError("invalid_cursor") from exc
+
+
 def _cursor(offset: int) -> str:
     return base64.b64encode(f"offset:{offset}".encode()).decode()
 
 
-def _open_shape(channel: Any, p: Params, ws: Workspace) -> dict[str, Any]:
+def _open_shape(channel: Channel, p: Params) -> dict[str, Any]:
     if p.flag("return_im"):
         return channel.to_slack(p.auth.user_id)
     return {"id": channel.id}
@@ -656,6 +663,3 @@ def _basic_credentials(authorization: str) -> dict[str, str]:
         return {}
     client_id, _, client_secret = decoded.partition(":")
     return {"client_id": client_id, "client_secret": client_secret}
-
-
-AsyncHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -418,7 +418,7 @@ class Workspace:
 
     def use_trigger(self, trigger_id: str | None) -> Trigger:
         if not trigger_id:
-            raise ApiError("invalid_arguments", extra=_messages("missing required field: trigger_id"))
+            raise ApiError("invalid_arguments", extra=error_messages("missing required field: trigger_id"))
         trigger = self.triggers.get(trigger_id)
         if trigger is None:
             raise ApiError("invalid_trigger_id")
@@ -536,7 +536,8 @@ class Workspace:
         return stored
 
 
-def _messages(*lines: str) -> dict[str, Any]:
+def error_messages(*lines: str) -> dict[str, Any]:
+    """Slack's ``response_metadata.messages`` explaining an ``invalid_arguments`` error."""
     return {"response_metadata": {"messages": [f"[ERROR] {line}" for line in lines]}}
 
 

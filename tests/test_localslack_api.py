@@ -252,6 +252,10 @@ async def test_trigger_ids_are_single_use_and_expire(client: AsyncWebClient, sla
     error = await slack_error(client.views_open(trigger_id=stale, view=modal()))
     assert error.response["error"] == "expired_trigger_id"
 
+    huge = {**modal(), "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": "x" * 3000}}] * 99}
+    error = await slack_error(client.views_open(trigger_id=slack.issue_trigger_id(ALICE), view=huge))
+    assert error.response["error"] == "view_too_large"
+
     error = await slack_error(
         client.views_open(trigger_id=slack.issue_trigger_id(ALICE), view=modal("x" * 25))
     )

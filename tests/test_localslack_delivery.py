@@ -33,6 +33,7 @@ from localslack import (
     OTHER_TEAM_ID,
     TEAM_ID,
     LocalSlack,
+    LocalSlackError,
 )
 
 SECRET = "delivery-test-secret"
@@ -538,3 +539,76 @@ async def test_bolt_app_round_trip(slack: LocalSlack) -> None:
         assert texts == {"Working on it", "Approvers: <@U0BOB>"}  # ack body and respond() race, as in Slack
     finally:
         await runner.cleanup()
+
+
+HOME_VIEW = {
+    "type": "home",
+    "blocks": [
+        {"type": "header", "text": {"type": "plain_text", "text": "Approver lists"}},
+        {
+            "type": "input",
+            "block_id": "finance",
+            "dispatch_action": True,
+            "label": {"type": "plain_text", "text": "Finance approvers"},
+            "element": {"type": "multi_users_select", "action_id": "set_approvers", "initial_users": [BOB]},
+        },
+        {
+            "type": "actions",
+            "block_id": "home-actions",
+            "elements": [
+                {
+                    "type": "button",
+                    "action_id": "refresh",
+                    "text": {"type": "plain_text", "text": "Refresh"},
+                    "value": "r",
+                }
+            ],
+        },
+    ],
+}
+
+
+async def test_interactions_inside_home_and_modal_views(
+    slack: LocalSlack, bot: Receiver, client: AsyncWebClient
+) -> None:
+    home_id = (await client.views_publish(user_id=ALICE, view=HOME_VIEW))["view"]["id"]
+    result = await slack.select_users(ALICE, home_id, "set_approvers", [BOB, DAVE])
+    assert result is not None and result.ok
+    payload = bot.requests[-1].payload
+    assert payload["container"] == {"type": "view", "view_id": home_id}
+    assert payload["view"]["type"] == "home" and "response_url" not in payload and "channel" not in payload
+    assert (
+        payload["actions"][0]["selected_users"] == [BOB, DAVE]
+        and payload["actions"][0]["block_id"] == "finance"
+    )
+    assert payload["view"]["state"]["values"]["finance"]["set_approvers"]["selected_users"] == [BOB, DAVE]
+
+    await slack.click_in_view(ALICE, home_id, "refresh")
+    assert bot.requests[-1].payload["actions"][0]["value"] == "r"
+
+    modal_id = (await client.views_open(trigger_id=slack.issue_trigger_id(ALICE), view=ANSWER_MODAL))["view"][
+        "id"
+    ]
+    sent = len(bot.requests)
+    # An input block without dispatch_action keeps the choice for the submission and sends nothing.
+    assert await slack.select_users(ALICE, modal_id, "users", [DAVE]) is None
+    assert len(bot.requests) == sent
+    await slack.submit_view(ALICE, modal_id, {"answer": {"text": "ok"}})
+    values = bot.requests[-1].payload["view"]["state"]["values"]
+    assert values["approvers"]["users"]["selected_users"] == [DAVE]
+
+    with pytest.raises(LocalSlackError):
+        await slack.click_in_view(ALICE, modal_id, "refresh")  # the modal is closed now
+
+
+async def test_bot_messages_are_echoed_when_asked(receiver: tuple[Receiver, str]) -> None:
+    bot, url = receiver
+    async with LocalSlack(bot_url=url, signing_secret=SECRET, echo_bot_messages=True) as slack:
+        client = AsyncWebClient(base_url=slack.api_url, token=BOT_TOKEN)
+        posted = await client.chat_postMessage(channel=FINANCE, text="working…")
+        await client.chat_update(channel=FINANCE, ts=posted["ts"], text="done")
+        await slack.wait_for(lambda: len(bot.requests) >= 2)
+    events = sorted((r.json["event"] for r in bot.requests), key=lambda e: e["event_ts"])
+    assert events[0]["bot_id"] == "B0BOT" and events[0]["ts"] == posted["ts"] and "subtype" not in events[0]
+    assert events[1]["subtype"] == "message_changed" and events[1]["message"]["text"] == "done"
+    assert events[1]["previous_message"]["text"] == "working…"

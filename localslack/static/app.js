@@ -459,15 +459,36 @@
     modal.querySelectorAll(".close, .cancel, .back").forEach((b) => b.addEventListener("click", close));
     modal.addEventListener("submit", async (event) => {
       event.preventDefault();
+      const values = BlockKit.collectInputs(body);
+      if (!requiredFilled(top, values, body)) return; // Slack's client checks required inputs itself
       const submit = modal.querySelector('button[type="submit"]');
       if (submit) submit.disabled = true;
-      await post("/ui/submit", { view_id: top.id, values: BlockKit.collectInputs(body) });
+      await post("/ui/submit", { view_id: top.id, values });
       if (submit) submit.disabled = false;
     });
     if (!top.submit) modal.querySelector(".cancel").textContent = top.close ? top.close.text : "Close";
     layer.appendChild(modal);
     const first = body.querySelector("input, textarea, select");
     if (first) first.focus();
+  }
+
+  function requiredFilled(view, values, body) {
+    let ok = true;
+    for (const block of view.blocks || []) {
+      if (block.type !== "input" || block.optional || !block.element) continue;
+      const value = (values[block.block_id] || {})[block.element.action_id];
+      const empty = value === null || value === undefined || value === "" || (Array.isArray(value) && !value.length);
+      const node = body.querySelector(`.bk-input-block[data-block="${CSS.escape(block.block_id || "")}"]`);
+      if (!node) continue;
+      const old = node.querySelector(".bk-error.required");
+      if (old) old.remove();
+      if (empty) {
+        ok = false;
+        node.classList.add("has-error");
+        node.insertAdjacentHTML("beforeend", '<div class="bk-error required">⚠ Please complete this required field.</div>');
+      }
+    }
+    return ok;
   }
 
   document.addEventListener("keydown", (event) => {

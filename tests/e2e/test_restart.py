@@ -70,7 +70,7 @@ async def test_kill_9_between_card_and_click(local_slack, redis, redis_url, tmp_
             GENERAL, thread_ts=ts, predicate=lambda m: "Posted to" in m.text, timeout_s=15)
         assert "lunch is here" in reply.text
         updated = local_slack.message(GENERAL, card.ts)
-        assert all(b["type"] != "actions" for b in updated.blocks)
+        assert all(b["type"] != "actions" for b in updated.blocks), [(c.method, c.params.get("text"), c.params.get("ts")) for c in local_slack.calls]
     finally:
         second.terminate()
         second.wait(timeout=10)

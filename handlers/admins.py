@@ -1,0 +1,133 @@
+"""Who is a workspace admin, and who still exists, from ``users.info`` (reference: slack-platform-study §8).
+
+An admin is a person of the installation's workspace whose ``users.info`` says ``is_admin``,
+``is_owner`` or ``is_primary_owner`` (or, on Enterprise Grid, ``enterprise_user.is_admin`` /
+``is_owner``), or whose id is in ``BOT_ADMINS``. A missing flag counts as false. Anything that goes
+wrong (Slack error, timeout, a person from another workspace) means *not an admin*: we fail closed
+and log why. Answers are cached in the process for a short while (60 s) so App Home and
+``/approvers`` do not call Slack on every click; a demoted admin loses rights within that time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+log = logging.getLogger(__name__)
+
+CACHE_SECONDS = 60.0
+LOOKUP_TIMEOUT_SECONDS = 2.0  # users.info runs before acks: keep well inside Slack's 3 s
+GONE_ERRORS = {"user_not_found", "users_not_found"}
+
+ClientFor = Callable[[str | None], Awaitable[AsyncWebClient]]
+UserState = Literal["active", "deleted", "missing", "unknown"]
+
+
+class SlackUser(BaseModel):
+    """The parts of a ``users.info`` answer that governance needs."""
+
+    id: str
+    state: UserState  # missing = Slack says no such user; unknown = we could not ask
+    team_id: str | None = None
+    is_admin: bool = False  # already folded: workspace admin/owner or Grid org admin/owner
+    enterprise_teams: list[str] = Field(default_factory=list)
+
+    def belongs_to(self, team_id: str) -> bool:
+        """A member of the installation's workspace (Slack Connect guests are not)."""
+        return self.team_id == team_id or team_id in self.enterprise_teams
+
+
+def _flag(data: dict[str, Any], name: str) -> bool:
+    return data.get(name) is True  # a missing or odd value counts as false
+
+
+def parse_user(user_id: str, user: dict[str, Any]) -> SlackUser:
+    enterprise = user.get("enterprise_user") if isinstance(user.get("enterprise_user"), dict) else {}
+    workspace_role = any(_flag(user, f) for f in ("is_admin", "is_owner", "is_primary_owner"))
+    org_role = any(_flag(enterprise, f) for f in ("is_admin", "is_owner"))
+    teams = enterprise.get("teams") if isinstance(enterprise.get("teams"), list) else []
+    return SlackUser(
+        id=user_id,
+        state="deleted" if _flag(user, "deleted") else "active",
+        team_id=user.get("team_id") if isinstance(user.get("team_id"), str) else None,
+        is_admin=workspace_role or org_role,
+        enterprise_teams=[t for t in teams if isinstance(t, str)],
+    )
+
+
+class AdminCheck:
+    """``is_admin(team, user)`` and ``users(team, ids)`` backed by ``users.info`` with a short cache."""
+
+    def __init__(
+        self,
+        client_for: ClientFor,
+        bot_admins: Iterable[str] = (),
+        *,
+        ttl: float = CACHE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._client_for = client_for
+        self.bot_admins = frozenset(bot_admins)
+        self._ttl = ttl
+        self._clock = clock
+        self._cache: dict[tuple[str, str], tuple[float, SlackUser]] = {}
+
+    async def is_admin(self, team_id: str | None, user_id: str | None) -> bool:
+        if not team_id or not user_id:
+            return False
+        if user_id in self.bot_admins:
+            return True
+        user = await self.user(team_id, user_id)
+        if user.state != "active":
+            if user.state == "unknown":
+                log.warning("treating %s in %s as not an admin: users.info failed", user_id, team_id)
+            return False
+        if not user.belongs_to(team_id):
+            return False  # an admin of a Slack Connect partner is no admin here
+        return user.is_admin
+
+    async def user(self, team_id: str, user_id: str) -> SlackUser:
+        """What Slack says about ``user_id`` (cached; ``state="unknown"`` when Slack could not say)."""
+        key = (team_id, user_id)
+        cached = self._cache.get(key)
+        now = self._clock()
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        user = await self._lookup(team_id, user_id)
+        if user.state != "unknown":  # failures are retried on the next call, not remembered
+            self._cache[key] = (now + self._ttl, user)
+        return user
+
+    async def users(self, team_id: str, user_ids: Iterable[str]) -> dict[str, SlackUser]:
+        ids = list(dict.fromkeys(user_ids))
+        found = await asyncio.gather(*(self.user(team_id, u) for u in ids))
+        return dict(zip(ids, found, strict=True))
+
+    def forget(self, team_id: str, user_id: str) -> None:
+        self._cache.pop((team_id, user_id), None)
+
+    async def _lookup(self, team_id: str, user_id: str) -> SlackUser:
+        try:
+            client = await self._client_for(team_id)
+            response = await asyncio.wait_for(client.users_info(user=user_id), LOOKUP_TIMEOUT_SECONDS)
+        except SlackApiError as exc:
+            error = exc.response.get("error") if exc.response is not None else None
+            if error in GONE_ERRORS:
+                return SlackUser(id=user_id, state="missing")
+            log.warning("users.info for %s in %s failed: %s", user_id, team_id, error or exc)
+            return SlackUser(id=user_id, state="unknown")
+        except Exception as exc:  # noqa: BLE001 - timeouts, network, no installation: fail closed
+            log.warning("users.info for %s in %s failed: %r", user_id, team_id, exc)
+            return SlackUser(id=user_id, state="unknown")
+        user = response.get("user")
+        if not isinstance(user, dict):
+            log.warning("users.info for %s in %s returned no user", user_id, team_id)
+            return SlackUser(id=user_id, state="unknown")
+        return parse_user(user_id, user)

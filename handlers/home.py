@@ -1,0 +1,210 @@
+"""App Home: "Waiting on you", "Requested by you" and, for admins, the approver-list editor.
+
+Who sees a request under "Waiting on you" is decided by the request's *real* response policy, run
+as a dry run: a ``ResponseContext`` saying "this viewer approves" goes through exactly the function
+the runtime will run on a click (``approvers()``, ``four_eyes()``, ``n_of_m()``, a user's own
+policy, or the default requester-only). So the inbox can never disagree with what a click would do,
+including for custom policies whose ``policy_kind`` says nothing. Response policies must therefore
+be free of side effects (they normally are: they read and decide). A policy that fails or is slow
+hides the request (fail closed); the thread card still shows it.
+
+The buttons on App Home cards use the same ``hitl:`` action ids as the cards in threads, so
+``handlers/answers.py`` settles them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from slack_bolt.async_app import AsyncApp
+
+from blocks.actions import APPROVERS_ACTION_PATTERN, decode_approvers_action_id
+from blocks.home import HomeRequest, home_view
+from bot.approval import (
+    RequestView,
+    ResponseContext,
+    ResponseDecision,
+    ResponseView,
+    evaluate_response_policy,
+    requester_only,
+)
+from bot.principals import Principal, slack_user
+from bot.protocol import RequestRecord
+from bot.session import SessionInfo
+from handlers.identity import installation_team, interaction_principal
+
+if TYPE_CHECKING:
+    from handlers.governance import Governance
+
+log = logging.getLogger(__name__)
+
+DRY_RUN_TIMEOUT_SECONDS = 2.0
+MAX_PERMALINKS = 10
+
+
+def register(app: AsyncApp, gov: Governance) -> None:
+    async def on_home_opened(body: dict[str, Any], event: dict[str, Any]) -> None:
+        team, user = installation_team(body), event.get("user")
+        if event.get("tab", "home") != "home" or not team or not user:
+            return
+        try:
+            await gov.publish_home(team, user)
+        except Exception:
+            log.exception("could not publish the App Home of %s in %s", user, team)
+
+    async def on_edit(ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
+        await ack()
+        await edit_from_home(gov, body, action)
+
+    app.event("app_home_opened")(on_home_opened)
+    app.action(APPROVERS_ACTION_PATTERN)(on_edit)
+
+
+async def edit_from_home(gov: Governance, body: dict[str, Any], action: dict[str, Any]) -> None:
+    """An admin picked people in a tool's multi-users select: save at once, then show the new home."""
+    from handlers.governance import NOT_ADMIN, tool_resource
+
+    principal = interaction_principal(body)
+    tool_name = decode_approvers_action_id(action.get("action_id", ""))
+    if principal is None or principal.team_id is None or principal.slack_user_id is None or tool_name is None:
+        return
+    team, user = principal.team_id, principal.slack_user_id
+    chosen = [u for u in action.get("selected_users") or [] if isinstance(u, str)]
+    if not await gov.admins.is_admin(team, user):
+        await gov.refuse(team, principal, tool_resource(tool_name), via="app_home", selected=chosen)
+        await gov.tell(team, user, f":no_entry: {NOT_ADMIN} Nothing was changed.")
+    else:
+        problem = await gov.save_approvers(team, tool_name, chosen, principal)
+        if problem:
+            await gov.tell(team, user, f":warning: The approvers of `{tool_name}` were not changed: {problem}")
+    try:
+        await gov.publish_home(team, user)
+    except Exception:
+        log.exception("could not republish the App Home of %s in %s", user, team)
+
+
+# --- building the view ------------------------------------------------------------------------
+
+
+async def viewer_principal(gov: Governance, team: str, user_id: str) -> Principal:
+    """The viewer as a click from them would look (their own workspace from users.info, for Slack Connect)."""
+    info = await gov.admins.user(team, user_id)
+    own_team = info.team_id if info.state == "active" and info.team_id and not info.belongs_to(team) else team
+    return slack_user(team, user_id, user_team_id=own_team)
+
+
+async def build_home(gov: Governance, team: str, user_id: str) -> dict:
+    viewer = await viewer_principal(gov, team, user_id)
+    records = await gov.deps.store.pending_for_team(team)
+    is_admin = await gov.admins.is_admin(team, user_id)
+    waiting, requested, policies = await asyncio.gather(
+        _waiting_on(gov, records, viewer),
+        _requested_by(gov, records, viewer),
+        gov.tool_policies(team) if is_admin else _none(),
+    )
+    return home_view(user_id, waiting, requested, policies)
+
+
+async def _none() -> None:
+    return None
+
+
+async def may_settle(gov: Governance, record: RequestRecord, viewer: Principal) -> ResponseDecision | None:
+    """Dry-run the request's response policy for ``viewer`` approving; None when it failed."""
+    req = record.request
+    tool = gov.registry.get(req.action.tool_name) if req.action else None
+    custom = tool.approval.response if (tool is not None and req.kind == "tool-approval") else None
+    ctx = ResponseContext(
+        request=RequestView(
+            request_id=req.request_id,
+            call_id=req.action.call_id if req.action else None,
+            tool_name=req.action.tool_name if req.action else None,
+            tool_input=req.action.input if req.action else None,
+            principal=req.principal,
+        ),
+        response=ResponseView(decision="approve", principal=viewer),
+        session=SessionInfo.model_validate(record.session_info or {"id": record.session_id}),
+        approvals=record.approvals,
+    )
+    try:
+        return await asyncio.wait_for(
+            evaluate_response_policy(custom or requester_only(), ctx), DRY_RUN_TIMEOUT_SECONDS
+        )
+    except Exception as exc:  # noqa: BLE001 - a failing policy hides the request (fail closed)
+        log.info("dry run of the response policy of %s failed: %r", req.request_id, exc)
+        return None
+
+
+async def _waiting_on(gov: Governance, records: list[RequestRecord], viewer: Principal) -> list[HomeRequest]:
+    decisions = await asyncio.gather(*(may_settle(gov, r, viewer) for r in records))
+    items = []
+    for record, decision in zip(records, decisions, strict=True):
+        if decision is None or decision.status != "allowed":
+            continue
+        approvals: list[str] = []
+        if decision.required > 1:
+            record = await gov.deps.store.get_request(record.request_id)  # with who approved so far
+            if viewer.principal_id in record.approvals:
+                continue  # they already gave their approval; it waits on others now
+            approvals = [p.rsplit(":", 1)[-1] for p in record.approvals]
+        items.append(HomeRequest(request=record.request, approvals=approvals, required=decision.required))
+    return items
+
+
+async def _requested_by(gov: Governance, records: list[RequestRecord], viewer: Principal) -> list[HomeRequest]:
+    from handlers.governance import required_by_kind, response_kind, tool_resource
+
+    mine = [r for r in records if viewer.same_as(r.request.principal)]
+    items = []
+    for n, record in enumerate(mine):
+        record = await gov.deps.store.get_request(record.request_id)
+        tool = gov.registry.get(record.request.action.tool_name) if record.request.action else None
+        required, waiting_for = 1, []
+        if tool is not None and record.request.kind == "tool-approval":
+            kind = response_kind(tool)
+            required = required_by_kind(kind)
+            if kind.startswith("approvers:") or required > 1:
+                resource = kind.removeprefix("approvers:") if kind.startswith("approvers:") else tool_resource(tool.name)
+                listing = await _listing(gov, record.team_id, resource)
+                if listing is not None:
+                    required = max(required, listing.required_approvals)
+                    waiting_for = [u for u in listing.approvers if f"slack:{record.team_id}:{u}" not in record.approvals]
+        status = "waiting for approval" if record.request.kind == "tool-approval" else "waiting for an answer"
+        items.append(
+            HomeRequest(
+                request=record.request,
+                status=status,
+                can_settle=False,
+                approvals=[p.rsplit(":", 1)[-1] for p in record.approvals],
+                required=required,
+                waiting_for=waiting_for,
+                permalink=await _permalink(gov, record) if n < MAX_PERMALINKS else None,
+            )
+        )
+    return items
+
+
+async def _listing(gov: Governance, team: str | None, resource: str) -> Any:
+    if not team:
+        return None
+    try:
+        return await gov.approver_list(team, resource)
+    except Exception:  # noqa: BLE001 - the status line is a courtesy; the card still works
+        log.warning("approver list of %s in %s unreadable for App Home", resource, team, exc_info=True)
+        return None
+
+
+async def _permalink(gov: Governance, record: RequestRecord) -> str | None:
+    raw = await gov.deps.store.channel_get(record.session_id, f"card:{record.request_id}")
+    if not raw:
+        return None
+    card = json.loads(raw)
+    try:
+        client = await gov.client_for(record.team_id)
+        response = await client.chat_getPermalink(channel=card["channel"], message_ts=card["ts"])
+        return response.get("permalink")
+    except Exception:  # noqa: BLE001 - a missing link is fine
+        return None

@@ -1,0 +1,136 @@
+"""The engine's events, recorded in the workspace's audit log (a ``bot.ports.Channel``).
+
+``bot/app.py`` puts :class:`AuditChannel` beside the Slack channel (``FanoutChannel``), so every
+governance-relevant event of a Slack session becomes one hash-chained entry in
+``hitl:{ws:<team>}:audit`` (see :mod:`store.audit`). Kinds written here:
+
+==============  ==========================  ==========================================================
+kind            from event                  actor / subject / data
+==============  ==========================  ==========================================================
+``request``     ``input.requested``         who asked / request id / kind, tool, input, prompt
+``candidate``   ``approval.candidate``      who answered / request id / outcome, reason, approvals
+``settlement``  ``approval.settled``        who decided / request id / outcome, note
+``grant``       ``approval.settled`` (ok)   who decided / request id / approval key now granted
+``resolution``  ``input.resolved``          who answered (if anyone) / request id / outcome, answer
+``execution``   ``action.result``           — / call id / tool, status, error, sha256 of the output
+==============  ==========================  ==========================================================
+
+Policy changes and refused edits are written by ``store.policies.PolicyStore`` itself.
+
+Sessions without a workspace (the console) are skipped. Audit failures are logged and swallowed:
+the audit log must never stop a card from being shown (the Slack channel runs first).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from bot.principals import Principal
+from bot.protocol import (
+    ActionResult,
+    ApprovalCandidate,
+    ApprovalSettled,
+    Event,
+    InputRequested,
+    InputResolved,
+    RequestRecord,
+)
+from bot.session import SessionRef
+from store.audit import AuditLog
+
+log = logging.getLogger(__name__)
+
+RequestLookup = Callable[[str], Awaitable[RequestRecord]]
+
+
+def _who(principal: Principal | None) -> str | None:
+    return principal.principal_id if principal else None
+
+
+def _digest(value: Any) -> str:
+    raw = json.dumps(value, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class AuditChannel:
+    """Appends requests, candidates, settlements, grants, resolutions and executions to the audit log."""
+
+    def __init__(self, audit: AuditLog, requests: RequestLookup | None = None) -> None:
+        self.audit = audit
+        self._requests = requests  # to read a settled request's approval key (grants)
+
+    async def deliver(self, event: Event, session: SessionRef) -> None:
+        team = session.team_id
+        if not team:
+            return
+        try:
+            for kind, actor, subject, data in await self._entries(event, session):
+                await self.audit.append(team, kind, actor=actor, subject=subject, data=data)
+        except Exception:  # noqa: BLE001 - never let the audit log block a frontend
+            log.exception("could not audit %s of session %s in %s", event.type, session.session_id, team)
+
+    async def _entries(self, event: Event, session: SessionRef) -> list[tuple[str, str | None, str | None, dict]]:
+        base = {"session_id": session.session_id, "turn_id": event.turn_id}
+        if isinstance(event, InputRequested):
+            return [
+                (
+                    "request",
+                    _who(req.principal),
+                    req.request_id,
+                    {
+                        **base,
+                        "request_kind": req.kind,
+                        "tool": req.action.tool_name if req.action else None,
+                        "call_id": req.action.call_id if req.action else None,
+                        "input": req.action.input if req.action else None,
+                        "prompt": req.prompt,
+                    },
+                )
+                for req in event.requests
+            ]
+        if isinstance(event, ApprovalCandidate):
+            data = {**base, "outcome": event.outcome, "reason": event.reason,
+                    "approvals": event.approvals, "required": event.required}
+            return [("candidate", _who(event.responder), event.request_id, data)]
+        if isinstance(event, ApprovalSettled):
+            entries = [("settlement", _who(event.responder), event.request_id,
+                        {**base, "outcome": event.outcome, "note": event.note})]
+            if event.outcome == "approved":
+                key = await self._approval_key(event.request_id)
+                if key is not None:
+                    entries.append(("grant", _who(event.responder), event.request_id, {**base, "approval_key": key}))
+            return entries
+        if isinstance(event, InputResolved):
+            return [
+                (
+                    "resolution",
+                    _who(r.response.principal if r.response else None),
+                    r.request_id,
+                    {
+                        **base,
+                        "request_kind": r.kind,
+                        "outcome": r.outcome,
+                        "option_id": r.response.option_id if r.response else None,
+                        "text": r.response.text if r.response else None,
+                    },
+                )
+                for r in event.resolutions
+            ]
+        if isinstance(event, ActionResult):
+            data = {**base, "tool": event.tool_name, "status": event.status, "error": event.error,
+                    "output_sha256": _digest(event.output)}
+            return [("execution", None, event.call_id, data)]
+        return []
+
+    async def _approval_key(self, request_id: str) -> str | None:
+        if self._requests is None:
+            return None
+        try:
+            record = await self._requests(request_id)
+        except LookupError:
+            return None
+        return record.approval_key

@@ -1,0 +1,85 @@
+"""``python -m tests.bench [--quick] [--write-doc]``: print the engine's figures (see docs/PERFORMANCE.md)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+import time
+from datetime import UTC, datetime
+
+from .measure import Population, bytes_per_parked_turn, count_round_trips, fill, measure_latency
+from .report import DOC, Run, render, write_doc
+from .scenario import make_bench
+from .server import open_server, server_version
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m tests.bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run (< 30 s): 10,000 instead of 100,000 parked turns, fewer samples")
+    parser.add_argument("--write-doc", action="store_true", help=f"rewrite the figures table in {DOC.name}")
+    parser.add_argument("--large", type=int, help="parked turns in the large population (default 100,000)")
+    parser.add_argument("--rounds", type=int, help="latency rounds (default 15; --quick 3)")
+    parser.add_argument("--per-round", type=int, default=20,
+                        help="real turns parked and resumed per population and round (default 20)")
+    args = parser.parse_args(argv)
+    args.large = args.large or (10_000 if args.quick else 100_000)
+    args.rounds = args.rounds or (3 if args.quick else 15)
+    args.small = 100
+    if args.per_round >= args.small:
+        parser.error("--per-round must be below 100")
+    return args
+
+
+async def run(args: argparse.Namespace, argv: list[str]) -> str:
+    record = Run(argv=argv, started=datetime.now(UTC), server="", version="", load_at_start=os.getloadavg())
+    began = time.perf_counter()
+    server = await open_server()
+    try:
+        small_redis, small_counter = server.client(server.small_db)
+        large_redis, large_counter = server.client(server.large_db)
+        record.server, record.version = server.describe(), await server_version(small_redis)
+        small = make_bench(small_redis, f"db {server.small_db}")
+        large = make_bench(large_redis, f"db {server.large_db}")
+        _say("round trips per answer …")
+        trips = await count_round_trips(small, small_counter, samples=5 if args.quick else 20)
+        await small_redis.flushdb()  # the measured populations start empty
+        _say("bytes per parked turn …")
+        sizes = await bytes_per_parked_turn(small)
+        await small_redis.flushdb()
+        pops = [Population(small, small_counter, args.small), Population(large, large_counter, args.large)]
+        for pop in pops:
+            _say(f"parking {pop.size:,} turns …")
+            await fill(pop, args.per_round)
+        _say(f"latency: {args.rounds} rounds × {args.per_round} resumes per population …")
+        await measure_latency(pops, args.rounds, args.per_round)
+        record.seconds = time.perf_counter() - began
+        return render(record, trips, sizes, pops)
+    finally:
+        if server.embedded is None:  # REDIS_URL: both databases were empty when we started
+            for number in (server.small_db, server.large_db):
+                cleaner, _ = server.client(number)
+                await cleaner.flushdb()
+        await server.close()
+
+
+def _say(text: str) -> None:
+    print(f"bench: {text}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    figures = asyncio.run(run(args, argv))
+    print(figures)
+    if args.write_doc:
+        write_doc(figures)
+        _say(f"figures written to {DOC}")
+
+
+if __name__ == "__main__":
+    main()

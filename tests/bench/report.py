@@ -1,0 +1,146 @@
+"""The figures as Markdown: printed by every run, written into docs/PERFORMANCE.md with --write-doc."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import redis
+
+from .measure import BytesFigures, Population, RoundTripFigures, percentile
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "PERFORMANCE.md"
+START = "<!-- bench:figures:start (written by `python -m tests.bench --write-doc`; edit the prose outside) -->"
+END = "<!-- bench:figures:end -->"
+ROUND_TRIP_TARGET = 2
+P99_TARGET = 1.10
+
+
+@dataclass
+class Run:
+    argv: list[str]
+    started: datetime
+    server: str
+    version: str
+    load_at_start: tuple[float, float, float]
+    seconds: float = 0.0
+
+
+def command_line(argv: list[str]) -> str:
+    python = Path(sys.executable)
+    try:
+        python = python.relative_to(Path.cwd())
+    except ValueError:
+        pass
+    redis_url = "REDIS_URL=… " if os.environ.get("REDIS_URL") else ""
+    return redis_url + shlex.join([str(python), "-m", "tests.bench", *argv])
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def _yes(ok: bool) -> str:
+    return "yes" if ok else "**NO**"
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.2f} ms"
+
+
+def _spread(values: list[int]) -> str:
+    low, high = min(values), max(values)
+    return str(low) if low == high else f"{low}–{high}"
+
+
+def render(run: Run, trips: RoundTripFigures, sizes: BytesFigures, pops: list[Population]) -> str:
+    nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    load = " ".join(f"{x:.2f}" for x in run.load_at_start)
+    lines = [
+        f"Recorded {run.started:%Y-%m-%d %H:%M} UTC with `{command_line(run.argv)}` "
+        f"(took {run.seconds:.0f} s).",
+        "",
+        f"Machine: {nproc} CPUs (`nproc`), {cpu_model()}, {platform.system()} {platform.release()}; "
+        f"Python {platform.python_version()}; {run.version} ({run.server}); redis-py {redis.__version__}; "
+        f"load average at start {load}.",
+        "",
+        "| figure | measured | target | met |",
+        "| --- | --- | --- | --- |",
+    ]
+    settle_max = max(trips.settle)
+    lines.append(
+        f"| Redis round trips per settled answer, `answer(resume=False)` | {_spread(trips.settle)} "
+        f"({trips.settle_commands}) | ≤ {ROUND_TRIP_TARGET} | {_yes(settle_max <= ROUND_TRIP_TARGET)} |")
+    lines.append(
+        f"| … when the caller already read the record, `answer(resume=False, record=…)` "
+        f"| {_spread(trips.settle_with_record)} | (info) | |")
+    lines.append(
+        f"| round trips for answer + resume to `turn.completed`, `answer(resume=True)` "
+        f"| {_spread(trips.full)} | (info) | |")
+    lines.append(
+        f"| bytes in Redis per parked turn (MEMORY USAGE, all keys of the session) | {sizes.memory:,} B "
+        f"| ≤ 1.5 × {sizes.serialized:,} + 1,024 = {sizes.budget:,.0f} B | {_yes(sizes.memory <= sizes.budget)} |")
+    lines.append(
+        f"| serialized state: state JSON + request record JSON | {sizes.state_json:,} + {sizes.record_json:,} "
+        f"= {sizes.serialized:,} B | | |")
+    lines.append(f"| ratio bytes in Redis / serialized state | {sizes.memory / sizes.serialized:.2f} "
+                 f"| ≤ {sizes.budget / sizes.serialized:.2f} (for this state) | |")
+    for pop in pops:
+        lines.append(
+            f"| settle→resume p50 / p99, {pop.size:,} parked turns ({len(pop.resume)} resumes) "
+            f"| {_ms(percentile(pop.resume, 50))} / {_ms(percentile(pop.resume, 99))} | | |")
+    small, large = pops[0], pops[-1]
+    ratio = percentile(large.resume, 99) / percentile(small.resume, 99)
+    lines.append(f"| p99 at {large.size:,} ÷ p99 at {small.size:,} | {ratio:.3f} | ≤ {P99_TARGET:.2f} "
+                 f"| {_yes(ratio <= P99_TARGET)} |")
+    for pop in pops:
+        lines.append(
+            f"| baseline GET + SET (2 round trips) p50 / p99, {pop.size:,}-turn database "
+            f"| {_ms(percentile(pop.baseline, 50))} / {_ms(percentile(pop.baseline, 99))} | | |")
+    for pop in pops:
+        lines.append(
+            f"| resume ÷ baseline, p50 / p99, {pop.size:,} parked "
+            f"| {percentile(pop.resume, 50) / percentile(pop.baseline, 50):.1f} / "
+            f"{percentile(pop.resume, 99) / percentile(pop.baseline, 99):.1f} | | |")
+    lines.append(
+        "| round trips per measured resume, " + " / ".join(f"{p.size:,}" for p in pops) + " parked | "
+        + " / ".join(_spread(p.resume_round_trips) for p in pops) + " | (info: no work grows with N) | |")
+    lines += [
+        "",
+        "Keys of one parked turn (a session with one turn waiting on one approval):",
+        "",
+        "| key (after `hitl:{slot}:`) | type | MEMORY USAGE | data it holds | detail |",
+        "| --- | --- | ---: | ---: | --- |",
+    ]
+    for key in sizes.keys:
+        lines.append(f"| `{key.suffix}` | {key.kind} | {key.memory:,} B | {key.payload:,} B | {key.detail} |")
+    lines.append(f"| **total** | | **{sizes.memory:,} B** | {sum(k.payload for k in sizes.keys):,} B | |")
+    lines += ["", "Populations:", ""]
+    for pop in pops:
+        lines.append(
+            f"- {pop.size:,} parked turns: cloned in {pop.fill_seconds:.1f} s; `used_memory` grew "
+            f"{pop.memory_per_clone:,.0f} B per parked turn; workspace pending index "
+            f"{pop.pending_index_per_turn:,.0f} B per entry; {pop.clones_checked} clones resumed to "
+            f"`turn.completed` as a validity check.")
+    return "\n".join(lines) + "\n"
+
+
+def write_doc(figures: str, doc: Path = DOC) -> None:
+    """Replace the figures between the markers; the prose around them stays as written."""
+    text = doc.read_text()
+    if START not in text or END not in text:
+        raise SystemExit(f"bench: {doc} has no figures markers ({START!r} … {END!r}); not rewriting it")
+    head, _, rest = text.partition(START)
+    _, _, tail = rest.partition(END)
+    doc.write_text(f"{head}{START}\n{figures}{END}{tail}")
