@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import secrets
 from collections.abc import Callable
 from contextlib import AsyncExitStack
@@ -188,7 +189,10 @@ async def _start(
     runner = web.AppRunner(web_app, access_log=None)
     await runner.setup()
     stack.push_async_callback(runner.cleanup)
-    site = web.TCPSite(runner, host or settings.host, settings.port if port is None else port)
+    if host is None:
+        # the local workspace is for one person on one machine: keep it off the network
+        host = "127.0.0.1" if settings.local_mode and "HOST" not in os.environ else settings.host
+    site = web.TCPSite(runner, host, settings.port if port is None else port)
     await site.start()
     bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     url = f"http://127.0.0.1:{bound}"

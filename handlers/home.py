@@ -56,28 +56,36 @@ def register(app: AsyncApp, gov: Governance) -> None:
             log.exception("could not publish the App Home of %s in %s", user, team)
 
     async def on_edit(ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
-        await ack()
-        await edit_from_home(gov, body, action)
+        await edit_from_home(gov, ack, body, action)
 
     app.event("app_home_opened")(on_home_opened)
     app.action(APPROVERS_ACTION_PATTERN)(on_edit)
 
 
-async def edit_from_home(gov: Governance, body: dict[str, Any], action: dict[str, Any]) -> None:
-    """An admin picked people in a tool's multi-users select: save at once, then show the new home."""
+async def edit_from_home(gov: Governance, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
+    """An admin picked people in a tool's multi-users select: save at once, then show the new home.
+
+    The save happens before the ack (a few Redis writes, well inside Slack's 3 s), so an
+    acknowledged change is a stored change; notes and the refreshed home follow the ack.
+    """
     from handlers.governance import NOT_ADMIN, tool_resource
 
     principal = interaction_principal(body)
     tool_name = decode_approvers_action_id(action.get("action_id", ""))
     if principal is None or principal.team_id is None or principal.slack_user_id is None or tool_name is None:
+        await ack()
         return
     team, user = principal.team_id, principal.slack_user_id
     chosen = [u for u in action.get("selected_users") or [] if isinstance(u, str)]
     if not await gov.admins.is_admin(team, user):
         await gov.refuse(team, principal, tool_resource(tool_name), via="app_home", selected=chosen)
+        await ack()
         await gov.tell(team, user, f":no_entry: {NOT_ADMIN} Nothing was changed.")
     else:
-        problem = await gov.save_approvers(team, tool_name, chosen, principal)
+        try:
+            problem = await gov.save_approvers(team, tool_name, chosen, principal)
+        finally:
+            await ack()
         if problem:
             await gov.tell(team, user, f":warning: The approvers of `{tool_name}` were not changed: {problem}")
     try:

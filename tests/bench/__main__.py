@@ -18,19 +18,37 @@ from .server import open_server, server_version
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tests.bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true",
-                        help="a smoke run (< 30 s): 10,000 instead of 100,000 parked turns, fewer samples")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run (< 30 s): 10,000 instead of 100,000 parked turns, fewer samples",
+    )
     parser.add_argument("--write-doc", action="store_true", help=f"rewrite the figures table in {DOC.name}")
     parser.add_argument("--large", type=int, help="parked turns in the large population (default 100,000)")
-    parser.add_argument("--rounds", type=int, help="latency rounds (default 15; --quick 3)")
-    parser.add_argument("--per-round", type=int, default=20,
-                        help="real turns parked and resumed per population and round (default 20)")
+    parser.add_argument("--rounds", type=int, help="latency rounds (default 50; --quick 3)")
+    parser.add_argument(
+        "--per-round",
+        type=int,
+        default=20,
+        help="real turns parked and resumed per population and round (default 20)",
+    )
+    parser.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="CONFIG SET on the server before measuring, to try a setting "
+        "(e.g. stream-node-max-bytes=2048); the figures say so",
+    )
     args = parser.parse_args(argv)
     args.large = args.large or (10_000 if args.quick else 100_000)
-    args.rounds = args.rounds or (3 if args.quick else 15)
+    args.rounds = args.rounds or (3 if args.quick else 50)
     args.small = 100
     if args.per_round >= args.small:
         parser.error("--per-round must be below 100")
+    for setting in args.config:
+        if "=" not in setting:
+            parser.error(f"--config wants NAME=VALUE, got {setting!r}")
     return args
 
 
@@ -42,6 +60,10 @@ async def run(args: argparse.Namespace, argv: list[str]) -> str:
         small_redis, small_counter = server.client(server.small_db)
         large_redis, large_counter = server.client(server.large_db)
         record.server, record.version = server.describe(), await server_version(small_redis)
+        for setting in args.config:
+            name, _, value = setting.partition("=")
+            await small_redis.config_set(name.strip(), value.strip())
+            record.config.append(f"{name.strip()} {value.strip()}")
         small = make_bench(small_redis, f"db {server.small_db}")
         large = make_bench(large_redis, f"db {server.large_db}")
         _say("round trips per answer …")

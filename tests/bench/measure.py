@@ -44,8 +44,9 @@ async def count_round_trips(bench: Bench, counter: RoundTrips, samples: int) -> 
 
         ref, request_id = await bench.park()
         record = await bench.store.get_request(request_id)  # what the Slack click handler reads first
-        sent, _ = await _counted(counter, bench.runtime.answer(
-            _approval(request_id), resume=False, record=record))
+        sent, _ = await _counted(
+            counter, bench.runtime.answer(_approval(request_id), resume=False, record=record)
+        )
         with_record.append(sent)
         await bench.runtime.drive(ref.session_id)
 
@@ -57,8 +58,12 @@ async def count_round_trips(bench: Bench, counter: RoundTrips, samples: int) -> 
         full.append(sent)
         full_logs[log] += 1
     return RoundTripFigures(
-        settle=settle, settle_commands=settle_logs.most_common(1)[0][0], settle_with_record=with_record,
-        full=full, full_commands=full_logs.most_common(1)[0][0], new_connections=counter.connections - opened,
+        settle=settle,
+        settle_commands=settle_logs.most_common(1)[0][0],
+        settle_with_record=with_record,
+        full=full,
+        full_commands=full_logs.most_common(1)[0][0],
+        new_connections=counter.connections - opened,
     )
 
 
@@ -124,7 +129,7 @@ async def bytes_per_parked_turn(bench: Bench) -> BytesFigures:
         kind = (await redis.type(key)).decode()
         memory = int(await redis.memory_usage(key, samples=0) or 0)
         payload, detail = await _payload(redis, key, kind)
-        figures.append(KeyFigure(key.decode()[len(prefix):], kind, memory, payload, detail))
+        figures.append(KeyFigure(key.decode()[len(prefix) :], kind, memory, payload, detail))
     state = await redis.get(store.key(ref.session_id, "state"))
     record = await store.get_request(request_id)
     return BytesFigures(figures, len(state), len(record.model_dump_json(exclude_none=True)))
@@ -166,6 +171,7 @@ class Population:
     memory_per_clone: float = 0.0  # used_memory growth per cloned turn (bytes)
     pending_index_per_turn: float = 0.0  # MEMORY USAGE of the pending zset / its entries
     clones_checked: int = 0
+    settle_seconds: float = 0.0  # waited after filling for the server's background AOF rewrite to end
     resume: list[float] = field(default_factory=list)  # seconds
     resume_round_trips: list[int] = field(default_factory=list)
     baseline: list[float] = field(default_factory=list)  # seconds for GET + SET on the same db
@@ -184,12 +190,26 @@ async def fill(pop: Population, per_round: int, check: int = 3) -> None:
     after = int((await redis.info("memory"))["used_memory"])
     pop.memory_per_clone = (after - before) / (clones + 1)
     pending = cloner.pending_key
-    pop.pending_index_per_turn = int(await redis.memory_usage(pending, samples=0)) / await redis.zcard(pending)
+    pop.pending_index_per_turn = int(await redis.memory_usage(pending, samples=0)) / await redis.zcard(
+        pending
+    )
+    pop.settle_seconds = await quiet_server(redis)
     for n in range(1, check + 1):  # the copies are real parked turns: resume some to the end
         result = await bench.approve(cloner.request_id(n))
         if result.state != "settled" or bench.channel.completed_at.pop(cloner.session_id(n), None) is None:
             raise RuntimeError(f"cloned turn {n} did not resume to turn.completed: {result}")
         pop.clones_checked += 1
+
+
+async def quiet_server(redis: Redis, limit_s: float = 120.0) -> float:
+    """Wait until no AOF rewrite or snapshot runs (a fill can trigger one); returns the seconds waited."""
+    started = time.perf_counter()
+    while time.perf_counter() - started < limit_s:
+        info = await redis.info("persistence")
+        if not info.get("aof_rewrite_in_progress") and not info.get("rdb_bgsave_in_progress"):
+            break
+        await asyncio.sleep(0.2)
+    return time.perf_counter() - started
 
 
 async def measure_latency(pops: list[Population], rounds: int, per_round: int) -> None:
@@ -225,5 +245,3 @@ def percentile(samples: list[float], p: float) -> float:
     """Nearest-rank percentile."""
     ordered = sorted(samples)
     return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
-
-

@@ -64,7 +64,7 @@ async def read_template(store: SessionStore, session_id: str, thread_ts: str, re
         }
         if kind not in readers:
             raise RuntimeError(f"cannot clone {key!r} of type {kind}")
-        keys.append(TemplateKey(key[len(prefix):], kind, await readers[kind](key), await redis.pttl(key)))
+        keys.append(TemplateKey(key[len(prefix) :], kind, await readers[kind](key), await redis.pttl(key)))
     return Template(
         thread_ts=thread_ts.encode(),
         slot=slot.encode(),

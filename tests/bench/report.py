@@ -6,8 +6,8 @@ import os
 import platform
 import shlex
 import sys
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import redis
@@ -15,7 +15,9 @@ import redis
 from .measure import BytesFigures, Population, RoundTripFigures, percentile
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "PERFORMANCE.md"
-START = "<!-- bench:figures:start (written by `python -m tests.bench --write-doc`; edit the prose outside) -->"
+START = (
+    "<!-- bench:figures:start (written by `python -m tests.bench --write-doc`; edit the prose outside) -->"
+)
 END = "<!-- bench:figures:end -->"
 ROUND_TRIP_TARGET = 2
 P99_TARGET = 1.10
@@ -29,6 +31,7 @@ class Run:
     version: str
     load_at_start: tuple[float, float, float]
     seconds: float = 0.0
+    config: list[str] = field(default_factory=list)  # CONFIG SET applied for this run
 
 
 def command_line(argv: list[str]) -> str:
@@ -75,47 +78,69 @@ def render(run: Run, trips: RoundTripFigures, sizes: BytesFigures, pops: list[Po
         f"Python {platform.python_version()}; {run.version} ({run.server}); redis-py {redis.__version__}; "
         f"load average at start {load}.",
         "",
+        *(
+            [f"**Server settings changed for this run** (`CONFIG SET`): {'; '.join(run.config)}.", ""]
+            if run.config
+            else []
+        ),
         "| figure | measured | target | met |",
         "| --- | --- | --- | --- |",
     ]
     settle_max = max(trips.settle)
     lines.append(
         f"| Redis round trips per settled answer, `answer(resume=False)` | {_spread(trips.settle)} "
-        f"({trips.settle_commands}) | ≤ {ROUND_TRIP_TARGET} | {_yes(settle_max <= ROUND_TRIP_TARGET)} |")
+        f"({trips.settle_commands}; {trips.new_connections} connections opened) | ≤ {ROUND_TRIP_TARGET} "
+        f"| {_yes(settle_max <= ROUND_TRIP_TARGET)} |"
+    )
     lines.append(
         f"| … when the caller already read the record, `answer(resume=False, record=…)` "
-        f"| {_spread(trips.settle_with_record)} | (info) | |")
+        f"| {_spread(trips.settle_with_record)} | (info) | |"
+    )
     lines.append(
         f"| round trips for answer + resume to `turn.completed`, `answer(resume=True)` "
-        f"| {_spread(trips.full)} | (info) | |")
+        f"| {_spread(trips.full)} | (info) | |"
+    )
     lines.append(
         f"| bytes in Redis per parked turn (MEMORY USAGE, all keys of the session) | {sizes.memory:,} B "
-        f"| ≤ 1.5 × {sizes.serialized:,} + 1,024 = {sizes.budget:,.0f} B | {_yes(sizes.memory <= sizes.budget)} |")
+        f"| ≤ 1.5 × {sizes.serialized:,} + 1,024 = {sizes.budget:,.0f} B | {_yes(sizes.memory <= sizes.budget)} |"
+    )
     lines.append(
         f"| serialized state: state JSON + request record JSON | {sizes.state_json:,} + {sizes.record_json:,} "
-        f"= {sizes.serialized:,} B | | |")
-    lines.append(f"| ratio bytes in Redis / serialized state | {sizes.memory / sizes.serialized:.2f} "
-                 f"| ≤ {sizes.budget / sizes.serialized:.2f} (for this state) | |")
+        f"= {sizes.serialized:,} B | | |"
+    )
+    lines.append(
+        f"| ratio bytes in Redis / serialized state | {sizes.memory / sizes.serialized:.2f} "
+        f"| ≤ {sizes.budget / sizes.serialized:.2f} (for this state) | |"
+    )
     for pop in pops:
         lines.append(
             f"| settle→resume p50 / p99, {pop.size:,} parked turns ({len(pop.resume)} resumes) "
-            f"| {_ms(percentile(pop.resume, 50))} / {_ms(percentile(pop.resume, 99))} | | |")
+            f"| {_ms(percentile(pop.resume, 50))} / {_ms(percentile(pop.resume, 99))} | | |"
+        )
     small, large = pops[0], pops[-1]
     ratio = percentile(large.resume, 99) / percentile(small.resume, 99)
-    lines.append(f"| p99 at {large.size:,} ÷ p99 at {small.size:,} | {ratio:.3f} | ≤ {P99_TARGET:.2f} "
-                 f"| {_yes(ratio <= P99_TARGET)} |")
+    lines.append(
+        f"| p99 at {large.size:,} ÷ p99 at {small.size:,} | {ratio:.3f} | ≤ {P99_TARGET:.2f} "
+        f"| {_yes(ratio <= P99_TARGET)} |"
+    )
     for pop in pops:
         lines.append(
             f"| baseline GET + SET (2 round trips) p50 / p99, {pop.size:,}-turn database "
-            f"| {_ms(percentile(pop.baseline, 50))} / {_ms(percentile(pop.baseline, 99))} | | |")
+            f"| {_ms(percentile(pop.baseline, 50))} / {_ms(percentile(pop.baseline, 99))} | | |"
+        )
     for pop in pops:
         lines.append(
             f"| resume ÷ baseline, p50 / p99, {pop.size:,} parked "
             f"| {percentile(pop.resume, 50) / percentile(pop.baseline, 50):.1f} / "
-            f"{percentile(pop.resume, 99) / percentile(pop.baseline, 99):.1f} | | |")
+            f"{percentile(pop.resume, 99) / percentile(pop.baseline, 99):.1f} | | |"
+        )
     lines.append(
-        "| round trips per measured resume, " + " / ".join(f"{p.size:,}" for p in pops) + " parked | "
-        + " / ".join(_spread(p.resume_round_trips) for p in pops) + " | (info: no work grows with N) | |")
+        "| round trips per measured resume, "
+        + " / ".join(f"{p.size:,}" for p in pops)
+        + " parked | "
+        + " / ".join(_spread(p.resume_round_trips) for p in pops)
+        + " | (info: no work grows with N) | |"
+    )
     lines += [
         "",
         "Keys of one parked turn (a session with one turn waiting on one approval):",
@@ -126,13 +151,15 @@ def render(run: Run, trips: RoundTripFigures, sizes: BytesFigures, pops: list[Po
     for key in sizes.keys:
         lines.append(f"| `{key.suffix}` | {key.kind} | {key.memory:,} B | {key.payload:,} B | {key.detail} |")
     lines.append(f"| **total** | | **{sizes.memory:,} B** | {sum(k.payload for k in sizes.keys):,} B | |")
-    lines += ["", "Populations:", ""]
+    lines += ["", f"What one answer + resume sends, in order: {trips.full_commands}.", "", "Populations:", ""]
     for pop in pops:
         lines.append(
             f"- {pop.size:,} parked turns: cloned in {pop.fill_seconds:.1f} s; `used_memory` grew "
-            f"{pop.memory_per_clone:,.0f} B per parked turn; workspace pending index "
+            f"{pop.memory_per_clone:,.0f} B per parked turn; waited {pop.settle_seconds:.1f} s for the "
+            f"server's background AOF rewrite; workspace pending index "
             f"{pop.pending_index_per_turn:,.0f} B per entry; {pop.clones_checked} clones resumed to "
-            f"`turn.completed` as a validity check.")
+            f"`turn.completed` as a validity check."
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -76,13 +76,18 @@ class Bench:
     def new_ref(self) -> SessionRef:
         """A fresh Slack thread (one session per parked turn: one turn per session at a time)."""
         thread_ts = f"1718000000.{next(self._numbers):06d}"
-        return SessionRef(session_id=slack_session_id(TEAM, CHANNEL, thread_ts), team_id=TEAM,
-                          channel={"channel_id": CHANNEL, "thread_ts": thread_ts})
+        return SessionRef(
+            session_id=slack_session_id(TEAM, CHANNEL, thread_ts),
+            team_id=TEAM,
+            channel={"channel_id": CHANNEL, "thread_ts": thread_ts},
+        )
 
     async def park(self) -> tuple[SessionRef, str]:
         """Start a turn that parks on one approval; returns its session and request id."""
         ref = self.new_ref()
-        await self.runtime.post_message(ref, ALICE, ASK_TEXT, message_id=f"{CHANNEL}:{ref.channel['thread_ts']}")
+        await self.runtime.post_message(
+            ref, ALICE, ASK_TEXT, message_id=f"{CHANNEL}:{ref.channel['thread_ts']}"
+        )
         request_id = self.channel.open_request.pop(ref.session_id, None)
         if request_id is None:
             raise RuntimeError(f"the bench turn in {ref.session_id} did not park on an approval")
@@ -98,6 +103,11 @@ def make_bench(redis: Redis, db_label: str) -> Bench:
     store = SessionStore(redis)
     channel = BenchChannel()
     model = ScriptedModel([_call_refund, say("Refunded 42.50 EUR to the card; refund re_3PqR8sLkd9Zx.")])
-    runtime = Runtime(store=store, model=model, tools=ToolRegistry([*BUILTIN_TOOLS, refund_charge]),
-                      channel=channel, settings=RuntimeSettings())  # the default system prompt, as deployed
+    runtime = Runtime(
+        store=store,
+        model=model,
+        tools=ToolRegistry([*BUILTIN_TOOLS, refund_charge]),
+        channel=channel,
+        settings=RuntimeSettings(),
+    )  # the default system prompt, as deployed
     return Bench(redis, store, runtime, channel, db_label)

@@ -125,17 +125,23 @@ def redacted(url: str) -> str:
 
 def command_names(packed: Any) -> list[str]:
     """The command names in a RESP-packed write (one for a command, several for a pipeline)."""
-    data = packed if isinstance(packed, bytes) else packed.encode() if isinstance(packed, str) else b"".join(packed)
+    data = (
+        packed
+        if isinstance(packed, bytes)
+        else packed.encode()
+        if isinstance(packed, str)
+        else b"".join(packed)
+    )
     names: list[str] = []
     pos = 0
-    while pos < len(data) and data[pos:pos + 1] == b"*":
+    while pos < len(data) and data[pos : pos + 1] == b"*":
         end = data.index(b"\r\n", pos)
-        parts = int(data[pos + 1:end])
+        parts = int(data[pos + 1 : end])
         pos = end + 2
         for index in range(parts):
             end = data.index(b"\r\n", pos)
-            size = int(data[pos + 1:end])
+            size = int(data[pos + 1 : end])
             if index == 0:
-                names.append(data[end + 2:end + 2 + size].decode(errors="replace").upper())
+                names.append(data[end + 2 : end + 2 + size].decode(errors="replace").upper())
             pos = end + 2 + size + 2
     return names

@@ -1,0 +1,50 @@
+"""The command line: help, clear configuration errors (exit 2), and the console chat."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(args: list[str], env: dict[str, str], stdin: str = "", timeout: float = 60) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "OPENAI_", "BOT_", "PORT"))}
+    return subprocess.run([sys.executable, "-m", "bot", *args], cwd=ROOT, env={**clean, **env}, input=stdin,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_help_lists_subcommands():
+    out = run(["--help"], {}).stdout
+    for command in ("run", "check", "pending", "chat", "audit"):
+        assert command in out
+
+
+def test_bad_setting_is_one_clear_line_and_exit_2():
+    result = run(["check"], {"PORT": "not-a-port"})
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines == [lines[-1]] and "PORT" in lines[-1]
+
+
+def test_http_mode_without_signing_secret_names_the_variable():
+    result = run(["check"], {"SLACK_BOT_TOKEN": "xoxb-1"})
+    assert result.returncode == 2
+    assert "SLACK_SIGNING_SECRET" in result.stderr
+
+
+def test_unimportable_tool_module_names_bot_tools(redis_url):
+    result = run(["check"], {"BOT_TOOLS": "no.such.module", "REDIS_URL": redis_url})
+    assert result.returncode == 2
+    assert "BOT_TOOLS" in result.stderr
+
+
+def test_console_chat_runs_a_tool_and_parks_on_an_approval(redis, redis_url):
+    result = run(["chat"], {"REDIS_URL": redis_url}, stdin="look up acme\nannounce standup moved\napprove\n/quit\n")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "Acme Corp" in out
+    assert "approval needed: post_announcement" in out
+    assert "Posted to #general" in out
