@@ -40,6 +40,7 @@ class CallState(BaseModel):
     principal: Principal | None = None  # whose authority it runs under
     asks: list[Answer] = Field(default_factory=list)  # recorded ctx.ask() answers, by index
     result: CallResult | None = None
+    reported: bool = False  # an action.result was emitted for it
 
 
 class StepState(BaseModel):

@@ -70,6 +70,7 @@ from bot.tools import AskParked, Tool, ToolContext, ToolRegistry
 log = logging.getLogger(__name__)
 
 RESPONSE_POLICY_TIMEOUT = 10.0
+FAILED_DRIVE_RETRY_MS = 30_000
 IGNORED_MESSAGE = "Ignored because the user continued without responding."
 DENIED_MESSAGE = "Tool execution was denied."
 VERIFY_FAILED = "We couldn’t verify your response. Please try again."
@@ -82,7 +83,8 @@ class TurnStore(Protocol):
     async def request_cancel(self, session_id: str, turn_id: str) -> None: ...
     async def acquire_lease(self, session_id: str) -> str | None: ...
     async def renew_lease(self, session_id: str, token: str) -> bool: ...
-    async def release_lease(self, session_id: str, token: str, *, still_active: bool) -> None: ...
+    async def release_lease(self, session_id: str, token: str, *, still_active: bool,
+                            retry_after_ms: int = 0) -> None: ...
     async def mark_active(self, session_id: str, *, delay_ms: int = 0) -> None: ...
     async def due_sessions(self, *, limit: int = 100) -> list[str]: ...
     async def commit(self, session_id: str, token: str | None, state: dict[str, Any] | None,
@@ -273,7 +275,9 @@ class Runtime:
                 renewer.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await renewer
-            await self.store.release_lease(session_id, token, still_active=failed)
+            # a turn that failed unexpectedly is retried by the sweep, but not in a tight loop
+            await self.store.release_lease(session_id, token, still_active=failed,
+                                           retry_after_ms=FAILED_DRIVE_RETRY_MS if failed else 0)
             if failed or not await self._has_work(session_id):
                 return
 
@@ -292,12 +296,10 @@ class Runtime:
             if record.status != "open":
                 await self.store.mark_delivered([request_id])
                 continue
-            raw, _, _ = await self.store.load(record.session_id)
-            if raw:
-                ref = SessionState.model_validate(raw).ref
-                event = InputRequested(session_id=record.session_id, turn_id=record.turn_id, requests=[record.request])
-                if await self._deliver(event, ref):
-                    count += 1
+            ref = SessionRef(session_id=record.session_id, team_id=record.team_id, channel=record.channel)
+            event = InputRequested(session_id=record.session_id, turn_id=record.turn_id, requests=[record.request])
+            if await self._deliver(event, ref):
+                count += 1
         return count
 
     def spawn(self, coro: Any, *, what: str) -> asyncio.Task[Any]:
@@ -450,8 +452,10 @@ class Runtime:
             return True
         if turn.status == "running":
             return True
-        if turn.owner is None or any(_same(m, turn.owner) for m in inbox):
-            return bool(inbox) or await self._all_settled(turn)
+        if turn.limit_request_id:
+            return await self._all_settled(turn)  # other messages wait behind a session-limit prompt
+        if any(_same(m, turn.owner) for m in inbox):
+            return True  # the owner steers past what is still open
         return await self._all_settled(turn)
 
     async def _all_settled(self, turn: TurnState) -> bool:
@@ -609,6 +613,7 @@ class Runtime:
         self._apply_resolutions(step, records)
         step.request_ids = []
         new_events = await self._run_ready_calls(p, state)
+        new_events += self._unreported_results(p.session_id, turn)
         new_requests = await self._requests_for(state, grants)
         if new_requests:
             step.request_ids = [r.request_id for r in new_requests]
@@ -724,9 +729,20 @@ class Runtime:
         if started:
             await self._commit(p, state, started)
         await asyncio.gather(*(self._run_call(p, state, c) for c in ready))
-        return [ActionResult(session_id=p.session_id, turn_id=turn.turn_id, call_id=c.call_id, tool_name=c.tool_name,
-                             status=c.result.status, output=c.result.output, error=c.result.error)
-                for c in turn.step.calls if c.status == "done" and c.result is not None and c in ready]
+        return []
+
+    def _unreported_results(self, session_id: str, turn: TurnState) -> list[Event]:
+        """An ``action.result`` for every call of the step that ended and was not reported yet —
+        run, failed, denied by policy, cancelled or ignored alike."""
+        assert turn.step is not None
+        events: list[Event] = []
+        for c in turn.step.calls:
+            if c.status == "done" and c.result is not None and not c.reported:
+                c.reported = True
+                events.append(ActionResult(session_id=session_id, turn_id=turn.turn_id, call_id=c.call_id,
+                                           tool_name=c.tool_name, status=c.result.status, output=c.result.output,
+                                           error=c.result.error))
+        return events
 
     async def _run_call(self, p: _Pass, state: SessionState, call: CallState) -> None:
         """Run one call at most once per approval (markers survive crashes and rival workers)."""
@@ -805,14 +821,17 @@ class Runtime:
     async def _finish_cancelled(self, p: _Pass, state: SessionState) -> None:
         turn = state.turn
         assert turn is not None
+        reports: list[Event] = []
         if turn.step is not None:
             # the calls never ran: tell the model in the history so the next turn knows
             state.history.append(turn.step.assistant)
             for call in turn.step.calls:
-                result = call.result if call.status == "done" and call.result else CallResult(
-                    status="rejected", output={"code": "TURN_CANCELLED", "message": "The turn was cancelled."})
-                state.history.append({"role": "tool", "tool_call_id": call.call_id, "content": result.content()})
-        await self._end_turn(p, state, TurnCancelled(session_id=p.session_id, turn_id=turn.turn_id))
+                if call.status != "done" or call.result is None:
+                    call.status, call.result = "done", CallResult(
+                        status="rejected", output={"code": "TURN_CANCELLED", "message": "The turn was cancelled."})
+                state.history.append({"role": "tool", "tool_call_id": call.call_id, "content": call.result.content()})
+            reports = self._unreported_results(p.session_id, turn)
+        await self._end_turn(p, state, TurnCancelled(session_id=p.session_id, turn_id=turn.turn_id), reports)
 
     async def _end_turn(self, p: _Pass, state: SessionState, final: Event, before: list[Event] = ()) -> None:  # type: ignore[assignment]
         state.turn = None

@@ -13,6 +13,7 @@ import logging
 import re
 from typing import Any
 
+from redis.exceptions import RedisError
 from slack_bolt.async_app import AsyncApp
 
 from blocks.home import ToolPolicyView
@@ -23,7 +24,7 @@ from handlers.admins import AdminCheck, ClientFor
 from handlers.deps import SlackDeps
 from store.audit import AuditLog
 from store.client import RedisClient
-from store.policies import PolicyStore, match_rule
+from store.policies import PolicyStore, PolicyUpdateConflict, match_rule
 
 log = logging.getLogger(__name__)
 
@@ -202,6 +203,9 @@ class Governance(StorePolicySource):
                 await self.policies.remove_approvers(team_id, resource, actor=actor.principal_id)
         except ValueError as exc:
             return str(exc)
+        except (RedisError, PolicyUpdateConflict) as exc:
+            log.warning("could not save the approvers of %s in %s: %r", resource, team_id, exc)
+            return "the approver lists can't be saved right now. Try again in a minute."
         return None
 
     async def refuse(self, team_id: str, actor: Principal, what: str, **data: Any) -> None:

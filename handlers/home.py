@@ -82,10 +82,8 @@ async def edit_from_home(gov: Governance, ack: Any, body: dict[str, Any], action
         await ack()
         await gov.tell(team, user, f":no_entry: {NOT_ADMIN} Nothing was changed.")
     else:
-        try:
-            problem = await gov.save_approvers(team, tool_name, chosen, principal)
-        finally:
-            await ack()
+        problem = await gov.save_approvers(team, tool_name, chosen, principal)
+        await ack()
         if problem:
             await gov.tell(team, user, f":warning: The approvers of `{tool_name}` were not changed: {problem}")
     try:

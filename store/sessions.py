@@ -184,7 +184,9 @@ class SessionStore:
             await self.redis.zadd(ACTIVE, {session_id: _now_ms() + self.lease_ms})
         return bool(ok)
 
-    async def release_lease(self, session_id: str, token: str, *, still_active: bool) -> None:
+    async def release_lease(
+        self, session_id: str, token: str, *, still_active: bool, retry_after_ms: int = 0
+    ) -> None:
         pipe = self.redis.pipeline(transaction=False)
         pipe.eval(
             "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
@@ -193,7 +195,7 @@ class SessionStore:
             token,
         )
         if still_active:
-            pipe.zadd(ACTIVE, {session_id: _now_ms()})
+            pipe.zadd(ACTIVE, {session_id: _now_ms() + retry_after_ms})
         else:
             pipe.zrem(ACTIVE, session_id)
         await pipe.execute()

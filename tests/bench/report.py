@@ -67,6 +67,17 @@ def _spread(values: list[int]) -> str:
     return str(low) if low == high else f"{low}–{high}"
 
 
+def block_ratios(small: list[float], large: list[float], blocks: int = 5) -> list[float]:
+    """p99(large) / p99(small) within each of ``blocks`` consecutive slices of the samples."""
+    size = min(len(small), len(large)) // blocks
+    if size < 20:
+        return []
+    return [
+        percentile(large[i * size : (i + 1) * size], 99) / percentile(small[i * size : (i + 1) * size], 99)
+        for i in range(blocks)
+    ]
+
+
 def render(run: Run, trips: RoundTripFigures, sizes: BytesFigures, pops: list[Population]) -> str:
     nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     load = " ".join(f"{x:.2f}" for x in run.load_at_start)
@@ -123,6 +134,14 @@ def render(run: Run, trips: RoundTripFigures, sizes: BytesFigures, pops: list[Po
         f"| p99 at {large.size:,} ÷ p99 at {small.size:,} | {ratio:.3f} | ≤ {P99_TARGET:.2f} "
         f"| {_yes(ratio <= P99_TARGET)} |"
     )
+    blocks = block_ratios(small.resume, large.resume)
+    if blocks:
+        lines.append(
+            f"| … the same ratio in {len(blocks)} consecutive blocks of the run (noise) "
+            f"| {', '.join(f'{b:.2f}' for b in blocks)} | | |"
+        )
+    p50_ratio = percentile(large.resume, 50) / percentile(small.resume, 50)
+    lines.append(f"| p50 at {large.size:,} ÷ p50 at {small.size:,} | {p50_ratio:.3f} | (info) | |")
     for pop in pops:
         lines.append(
             f"| baseline GET + SET (2 round trips) p50 / p99, {pop.size:,}-turn database "

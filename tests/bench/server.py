@@ -35,7 +35,9 @@ def counting_client(url: str, db: int | None = None) -> tuple[redis_asyncio.Redi
     """A client whose pool's connections count every ``send_packed_command`` (redis-py funnels
     ``send_command`` and each pipeline's single write through it)."""
     counter = RoundTrips()
-    pool = ConnectionPool.from_url(url, **({"db": db} if db is not None else {}))
+    pool = ConnectionPool.from_url(url)
+    if db is not None:  # set after parsing: a db in the URL would win over a from_url() argument
+        pool.connection_kwargs["db"] = db
     base: type[Any] = pool.connection_class
 
     class CountingConnection(base):  # type: ignore[valid-type, misc]
@@ -84,6 +86,10 @@ class BenchServer:
 async def open_server() -> BenchServer:
     """REDIS_URL's database and the next one (both must be empty), else a private embedded server."""
     url = os.environ.get("REDIS_URL", "").strip()
+    if url and os.environ.get("REDIS_CLUSTER", "").strip() == "1":
+        raise SystemExit(
+            "bench: REDIS_CLUSTER=1 is not supported (the bench uses two databases of one server)"
+        )
     if not url:
         tmp_dir = Path(tempfile.mkdtemp(prefix="hitl-bench-"))
         embedded = EmbeddedValkey(tmp_dir / "data")
@@ -93,7 +99,7 @@ async def open_server() -> BenchServer:
         db = int(probe.connection_pool.connection_kwargs.get("db") or 0)
         server = BenchServer(url, db, db + 1)
         for number in (server.small_db, server.large_db):
-            sized = redis_asyncio.Redis.from_url(url, db=number)
+            sized, _ = counting_client(url, number)
             try:
                 if await sized.dbsize():
                     raise SystemExit(

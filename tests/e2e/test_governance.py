@@ -1,0 +1,400 @@
+"""Governance as Slack drives it: App Home, approver lists, /approvers, four-eyes, N-of-M, tenants, audit."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sys
+from urllib.parse import quote
+
+from pydantic import BaseModel
+
+from bot.approval import Approval, always
+from bot.governance import approvers, four_eyes, n_of_m, tenant_policy
+from bot.models.scripted import ScriptedModel, call, say
+from bot.principals import APP_PRINCIPAL
+from bot.session import SessionRef, slack_session_id
+from bot.tools import ToolContext, tool
+from localslack.seed import ALICE, BOB, CAROL, DAVE, ERIN, GENERAL, TEAM_ID
+from store.audit import AuditLog
+from store.policies import Rule
+from tests.e2e.test_approval_flow import button, card_in, mention_and_wait_for_card
+
+RUNS: list[tuple[str, str | None]] = []
+
+
+class Job(BaseModel):
+    target: str = "x"
+
+
+class Export(BaseModel):
+    team_id: str
+    table: str = "customers"
+
+
+def _ran(name: str, ctx: ToolContext) -> dict:
+    RUNS.append((name, ctx.principal.slack_user_id if ctx.principal else None))
+    return {"done": name}
+
+
+@tool(approval=Approval(request=always(), response=approvers("tool:pay_vendor")))
+async def pay_vendor(args: Job, ctx: ToolContext) -> dict:
+    """Pay a vendor. Needs someone on the approver list."""
+    return _ran("pay_vendor", ctx)
+
+
+@tool(approval=Approval(request=always(), response=four_eyes()))
+async def deploy(args: Job, ctx: ToolContext) -> dict:
+    """Deploy. Someone other than the requester approves."""
+    return _ran("deploy", ctx)
+
+
+@tool(approval=Approval(request=always(), response=n_of_m(2, "tool:rotate_keys")))
+async def rotate_keys(args: Job, ctx: ToolContext) -> dict:
+    """Rotate keys. Two approvers from the list."""
+    return _ran("rotate_keys", ctx)
+
+
+@tool(approval=tenant_policy("tool:export_data"))
+async def export_data(args: Export, ctx: ToolContext) -> dict:
+    """Export a table of the workspace."""
+    return _ran("export_data", ctx)
+
+
+ALL_TOOLS = [pay_vendor, deploy, rotate_keys, export_data]
+
+
+def script(tool_name: str, **args: object) -> ScriptedModel:
+    def answer(messages, tools):
+        return say("Result: " + str(messages[-1]["content"]))
+
+    return ScriptedModel([call(tool_name, **args), answer])
+
+
+def elements(blocks):
+    for block in blocks or []:
+        if block.get("accessory"):
+            yield block["accessory"]
+        if isinstance(block.get("element"), dict):
+            yield block["element"]
+        yield from block.get("elements", [])
+
+
+def find(blocks, action_id):
+    return next((e for e in elements(blocks) if e.get("action_id") == action_id), None)
+
+
+async def open_home(slack, user):
+    before = slack.home_view(user)
+    version = before.hash if before else None
+    result = await slack.open_home(user)
+    assert result.status == 200
+    return await slack.wait_for(lambda: (v := slack.home_view(user)) is not None and v.hash != version and v)
+
+
+def governance(bot):
+    return bot.deps.governance
+
+
+async def audit_entries(bot, kind=None):
+    return await AuditLog(bot.redis.client).entries(TEAM_ID, kind=kind, limit=None)
+
+
+# --- App Home and approver lists ------------------------------------------------------------
+
+
+async def test_admin_sees_editor_and_member_does_not(local_slack, start_app):
+    await start_app(ScriptedModel([]), ALL_TOOLS, BOT_ADMINS=DAVE)
+    carol = await open_home(local_slack, CAROL)
+    editor = find(carol.blocks, "approvers:edit:pay_vendor")
+    assert editor is not None and editor["type"] == "multi_users_select"
+    assert find(carol.blocks, "approvers:edit:rotate_keys") is not None
+    assert "Only workspace admins" not in json.dumps(carol.blocks)
+
+    bob = await open_home(local_slack, BOB)
+    assert not any(str(e.get("action_id", "")).startswith("approvers:edit:") for e in elements(bob.blocks))
+    assert "Only workspace admins can change who approves" in json.dumps(bob.blocks)
+
+    dave = await open_home(local_slack, DAVE)  # listed in BOT_ADMINS
+    assert find(dave.blocks, "approvers:edit:deploy") is not None
+
+
+async def test_admin_saves_list_in_app_home_and_next_click_obeys_it(local_slack, start_app):
+    RUNS.clear()
+    bot = await start_app(script("pay_vendor", target="acme"), ALL_TOOLS)
+    ts, card = await mention_and_wait_for_card(local_slack, "pay acme")
+    await local_slack.click(BOB, GENERAL, card.ts, button(card, "Approve"))
+    refusal = await local_slack.wait_for(lambda: local_slack.ephemerals(BOB))
+    assert "Nobody is set up to approve tool:pay_vendor" in refusal[-1].text
+    assert RUNS == []
+
+    home = await open_home(local_slack, CAROL)
+    result = await local_slack.select_users(CAROL, home.id, "approvers:edit:pay_vendor", [BOB])
+    assert result.status == 200
+    listing = await governance(bot).policies.approvers(TEAM_ID, "tool:pay_vendor")
+    assert listing is not None and listing.approvers == [BOB]
+    assert listing.updated_by == f"slack:{TEAM_ID}:{CAROL}"
+    refreshed = await local_slack.wait_for(
+        lambda: (e := find(local_slack.home_view(CAROL).blocks, "approvers:edit:pay_vendor"))
+        and e.get("initial_users") == [BOB]
+    )
+    assert refreshed
+
+    await local_slack.click(BOB, GENERAL, card.ts, button(card, "Approve"))
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
+    assert RUNS == [("pay_vendor", BOB)]
+    changes = await audit_entries(bot, "policy.change")
+    assert [(c.actor, c.subject) for c in changes] == [(f"slack:{TEAM_ID}:{CAROL}", "tool:pay_vendor")]
+
+
+async def test_non_admin_edit_is_refused_audited_and_changes_nothing(local_slack, start_app):
+    bot = await start_app(ScriptedModel([]), ALL_TOOLS)
+    await governance(bot).policies.set_approvers(TEAM_ID, "tool:pay_vendor", [BOB], actor="test")
+    payload = {
+        "type": "block_actions", "user": {"id": DAVE, "team_id": TEAM_ID}, "team": {"id": TEAM_ID},
+        "trigger_id": "1.2.3", "container": {"type": "view", "view_id": "V0HOME"},
+        "view": {"id": "V0HOME", "type": "home", "app_installed_team_id": TEAM_ID},
+        "actions": [{"action_id": "approvers:edit:pay_vendor", "type": "multi_users_select",
+                     "block_id": "home:tool:0", "selected_users": [DAVE]}],
+    }
+    body = ("payload=" + quote(json.dumps(payload))).encode()
+    result = await local_slack.deliver_raw(
+        body, {**local_slack.sign(body), "Content-Type": "application/x-www-form-urlencoded"})
+    assert result.status == 200
+    listing = await governance(bot).policies.approvers(TEAM_ID, "tool:pay_vendor")
+    assert listing.approvers == [BOB]
+    dm = local_slack.dm_channel(DAVE)
+    note = await local_slack.wait_for_message(dm, predicate=lambda m: "Only workspace admins" in m.text)
+    assert "Nothing was changed" in note.text
+    [refused] = await audit_entries(bot, "policy.refused")
+    assert refused.actor == f"slack:{TEAM_ID}:{DAVE}" and refused.subject == "tool:pay_vendor"
+
+
+async def test_deleted_approvers_are_shown_not_dropped(local_slack, start_app):
+    bot = await start_app(ScriptedModel([]), ALL_TOOLS)
+    local_slack.add_user("U0GONE", "gone").deleted = True
+    await governance(bot).policies.set_approvers(
+        TEAM_ID, "tool:pay_vendor", [BOB, "U0GONE", "U0NOSUCH"], actor="test")
+    home = await open_home(local_slack, CAROL)
+    text = json.dumps(home.blocks)
+    assert "~deleted user~ <@U0GONE>" in text and "~deleted user~ <@U0NOSUCH>" in text
+    assert find(home.blocks, "approvers:edit:pay_vendor")["initial_users"] == [BOB]
+    await local_slack.slash_command(CAROL, "/approvers", "list")
+    listed = await local_slack.wait_for(lambda: local_slack.ephemerals(CAROL))
+    assert "~deleted user~ <@U0GONE>" in listed[-1].text
+
+
+# --- /approvers -----------------------------------------------------------------------------
+
+
+async def test_approvers_command_lists_for_members_and_refuses_their_edits(local_slack, start_app):
+    bot = await start_app(ScriptedModel([]), ALL_TOOLS)
+    await governance(bot).policies.set_approvers(TEAM_ID, "tool:pay_vendor", [BOB], actor="test")
+    await local_slack.slash_command(DAVE, "/approvers")
+    listed = await local_slack.wait_for(lambda: local_slack.ephemerals(DAVE))
+    assert f"<@{BOB}>" in listed[-1].text and "pay_vendor" in listed[-1].text
+    assert "_no approvers set_" in listed[-1].text and "ask one of them" in listed[-1].text
+    assert local_slack.open_views(DAVE) == []
+
+    await local_slack.slash_command(DAVE, "/approvers", "edit")
+    refusal = await local_slack.wait_for(
+        lambda: [e for e in local_slack.ephemerals(DAVE) if "Only workspace admins" in e.text])
+    assert "Nothing was changed" in refusal[-1].text
+    assert local_slack.open_views(DAVE) == []
+    [refused] = await audit_entries(bot, "policy.refused")
+    assert refused.actor == f"slack:{TEAM_ID}:{DAVE}"
+    assert (await governance(bot).policies.approvers(TEAM_ID, "tool:pay_vendor")).approvers == [BOB]
+
+
+async def test_admin_edits_every_list_in_the_approvers_modal(local_slack, start_app):
+    bot = await start_app(ScriptedModel([]), ALL_TOOLS)
+    await local_slack.slash_command(CAROL, "/approvers")
+    [modal] = await local_slack.wait_for(lambda: local_slack.open_views(CAROL))
+    assert modal.callback_id == "approvers_edit"
+    result = await local_slack.submit_view(CAROL, modal.id, {
+        "approvers:pay_vendor": {"users": [BOB, DAVE]},
+        "approvers:rotate_keys": {"users": [BOB, CAROL, DAVE]},
+    })
+    assert result.status == 200 and local_slack.open_views(CAROL) == []
+    store = governance(bot).policies
+    assert (await store.approvers(TEAM_ID, "tool:pay_vendor")).approvers == [BOB, DAVE]
+    assert (await store.approvers(TEAM_ID, "tool:rotate_keys")).approvers == [BOB, CAROL, DAVE]
+    assert await store.approvers(TEAM_ID, "tool:deploy") is None
+    changes = await audit_entries(bot, "policy.change")
+    assert sorted(c.subject for c in changes) == ["tool:pay_vendor", "tool:rotate_keys"]
+
+
+# --- response-policy helpers end to end -----------------------------------------------------
+
+
+async def test_four_eyes_requester_cannot_approve_but_may_cancel(local_slack, start_app):
+    RUNS.clear()
+    await start_app(script("deploy", target="api"), ALL_TOOLS)
+    ts, card = await mention_and_wait_for_card(local_slack, "deploy api")
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+    refusal = await local_slack.wait_for(lambda: local_slack.ephemerals(ALICE))
+    assert "Four-eyes" in refusal[-1].text
+    assert RUNS == []
+    await local_slack.click(DAVE, GENERAL, card.ts, button(card, "Approve"))
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
+    assert RUNS == [("deploy", DAVE)]
+
+    RUNS.clear()
+    ts2, card2 = await mention_and_wait_for_card(local_slack, "deploy api again")
+    await local_slack.click(ALICE, GENERAL, card2.ts, button(card2, "Cancel"))
+    reply = await local_slack.wait_for_message(GENERAL, thread_ts=ts2, predicate=lambda m: "Result:" in m.text)
+    assert "TOOL_EXECUTION_DENIED" in reply.text
+    assert RUNS == []
+
+
+async def test_two_of_three_waits_for_two_distinct_approvers(local_slack, start_app):
+    RUNS.clear()
+    bot = await start_app(script("rotate_keys", target="prod"), ALL_TOOLS)
+    await governance(bot).policies.set_approvers(TEAM_ID, "tool:rotate_keys", [BOB, CAROL, DAVE], actor="test")
+    ts, card = await mention_and_wait_for_card(local_slack, "rotate prod keys")
+    await local_slack.click(BOB, GENERAL, card.ts, button(card, "Approve"))
+    waiting = await local_slack.wait_for(
+        lambda: "1 of 2" in json.dumps((m := local_slack.message(GENERAL, card.ts)).blocks) and m)
+    assert any(b["type"] == "actions" for b in waiting.blocks), "buttons stay until the second approval"
+    await local_slack.click(BOB, GENERAL, card.ts, button(card, "Approve"))  # the same person again
+    await bot.runtime.wait_idle()
+    assert RUNS == []
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))  # the requester never counts
+    await local_slack.wait_for(lambda: [e for e in local_slack.ephemerals(ALICE) if "can't approve your own" in e.text])
+    await local_slack.click(CAROL, GENERAL, card.ts, button(card, "Approve"))
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
+    await bot.runtime.wait_idle()
+    assert len(RUNS) == 1
+    settled = local_slack.message(GENERAL, card.ts)
+    assert all(b["type"] != "actions" for b in settled.blocks)
+
+
+async def test_slack_connect_clicker_refused_unless_workspace_allows_external(local_slack, start_app):
+    RUNS.clear()
+    bot = await start_app(script("deploy", target="web"), ALL_TOOLS)
+    ts, card = await mention_and_wait_for_card(local_slack, "deploy web")
+    await local_slack.click(ERIN, GENERAL, card.ts, button(card, "Approve"))
+    refusal = await local_slack.wait_for(lambda: local_slack.ephemerals(ERIN))
+    assert "other workspaces" in refusal[-1].text
+    await bot.runtime.wait_idle()
+    assert RUNS == []
+    await governance(bot).policies.set_allow_external(TEAM_ID, True, actor="test")
+    await local_slack.click(ERIN, GENERAL, card.ts, button(card, "Approve"))
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
+    assert RUNS == [("deploy", ERIN)]
+
+
+# --- the tenant adapter ---------------------------------------------------------------------
+
+
+def export_script() -> ScriptedModel:
+    def export(messages, tools):
+        team = re.search(r"T0[A-Z]+", messages[-1]["content"]).group(0)
+        return call("export_data", team_id=team)
+
+    def answer(messages, tools):
+        return say("Result: " + str(messages[-1]["content"]))
+
+    return ScriptedModel([export, answer])
+
+
+async def test_tenant_policy_denies_input_naming_another_workspace(local_slack, start_app):
+    RUNS.clear()
+    bot = await start_app(export_script(), ALL_TOOLS)
+    await governance(bot).policies.add_rule(TEAM_ID, Rule(resource="tool:export_data", effect="allow"), actor="test")
+    ts, _ = await local_slack.post_message(ALICE, GENERAL, "<@U0BOT> export T0OTHER")
+    reply = await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
+    assert "names another workspace" in reply.text
+    assert card_in(local_slack, ts) is None and RUNS == []
+
+    ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@U0BOT> export {TEAM_ID}")
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
+    assert RUNS == [("export_data", ALICE)], "the same call for the own workspace runs (the rule allows it)"
+
+
+async def test_tenant_policy_denies_a_session_not_pinned_to_one_user_of_the_workspace(local_slack, start_app):
+    RUNS.clear()
+    bot = await start_app(export_script(), ALL_TOOLS)
+    await governance(bot).policies.add_rule(TEAM_ID, Rule(resource="tool:export_data", effect="allow"), actor="test")
+    root, _ = await local_slack.post_message(ALICE, GENERAL, "nightly export goes here")
+    ref = SessionRef(session_id=slack_session_id(TEAM_ID, GENERAL, root), team_id=TEAM_ID,
+                     channel={"channel_id": GENERAL, "thread_ts": root})
+    # a turn the app starts by itself (a schedule): its principal is the app, not a person of the workspace
+    await bot.runtime.post_message(ref, APP_PRINCIPAL, f"export {TEAM_ID}")
+    reply = await local_slack.wait_for_message(GENERAL, thread_ts=root, predicate=lambda m: "Result:" in m.text)
+    assert "not tied to a single workspace" in reply.text
+    assert RUNS == []
+
+
+# --- App Home inbox -------------------------------------------------------------------------
+
+
+async def test_app_home_lists_what_waits_on_each_person_with_working_buttons(local_slack, start_app):
+    RUNS.clear()
+    bot = await start_app(script("pay_vendor", target="initech"), ALL_TOOLS)
+    await governance(bot).policies.set_approvers(TEAM_ID, "tool:pay_vendor", [BOB], actor="test")
+    ts, card = await mention_and_wait_for_card(local_slack, "pay initech")
+
+    bob = await open_home(local_slack, BOB)
+    approve = next(e for e in elements(bob.blocks) if e.get("type") == "button" and e["text"]["text"] == "Approve")
+    dave = await open_home(local_slack, DAVE)
+    assert not [e for e in elements(dave.blocks) if e.get("type") == "button"]
+    assert "Nothing is waiting on you" in json.dumps(dave.blocks)
+    alice = await open_home(local_slack, ALICE)
+    alice_text = json.dumps(alice.blocks)
+    assert "Requested by you" in alice_text and "waiting for approval" in alice_text and f"<@{BOB}>" in alice_text
+    assert not [e for e in elements(alice.blocks) if e.get("type") == "button"], "the approver list decides, not alice"
+
+    await local_slack.click_in_view(BOB, bob.id, approve["action_id"])
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
+    assert RUNS == [("pay_vendor", BOB)]
+    assert all(b["type"] != "actions" for b in local_slack.message(GENERAL, card.ts).blocks)
+    again = await open_home(local_slack, BOB)
+    assert "Nothing is waiting on you" in json.dumps(again.blocks)
+
+
+# --- audit ----------------------------------------------------------------------------------
+
+
+async def run_cli(bot, *args: str) -> tuple[int, str]:
+    env = {"REDIS_URL": bot.settings.redis_url, "PATH": "/usr/bin:/bin", "BOT_TOOLS": ""}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", "audit", *args, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    out, _ = await asyncio.wait_for(process.communicate(), 60)
+    return process.returncode, out.decode()
+
+
+async def test_audit_records_the_flow_and_exports_and_verifies(local_slack, start_app, tmp_path):
+    RUNS.clear()
+    bot = await start_app(script("pay_vendor", target="globex"), ALL_TOOLS)
+    await governance(bot).policies.set_approvers(TEAM_ID, "tool:pay_vendor", [BOB], actor="test")
+    ts, card = await mention_and_wait_for_card(local_slack, "pay globex")
+    await local_slack.click(DAVE, GENERAL, card.ts, button(card, "Approve"))  # refused: not on the list
+    await local_slack.wait_for(lambda: local_slack.ephemerals(DAVE))
+    await local_slack.click(BOB, GENERAL, card.ts, button(card, "Approve"))
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
+    await bot.runtime.wait_idle()
+
+    entries = await audit_entries(bot)
+    kinds = [e.kind for e in entries]
+    for kind in ("policy.change", "request", "candidate", "settlement", "grant", "resolution", "execution"):
+        assert kind in kinds, kind
+    request = next(e for e in entries if e.kind == "request")
+    assert request.actor == f"slack:{TEAM_ID}:{ALICE}" and request.data["tool"] == "pay_vendor"
+    refused = next(e for e in entries if e.kind == "candidate" and e.data["outcome"] == "rejected")
+    assert refused.actor == f"slack:{TEAM_ID}:{DAVE}"
+    settled = next(e for e in entries if e.kind == "settlement")
+    assert settled.actor == f"slack:{TEAM_ID}:{BOB}" and settled.data["outcome"] == "approved"
+    assert next(e for e in entries if e.kind == "grant").data["approval_key"] == "pay_vendor"
+    assert next(e for e in entries if e.kind == "execution").data["status"] == "completed"
+
+    export = tmp_path / "audit.jsonl"
+    code, out = await run_cli(bot, "export", "--team", TEAM_ID, "--out", str(export))
+    assert code == 0, out
+    assert len(export.read_text().splitlines()) == len(entries)
+    code, out = await run_cli(bot, "verify", "--file", str(export))
+    assert code == 0 and f"ok: {len(entries)} entries" in out, out
+    code, out = await run_cli(bot, "verify", "--team", TEAM_ID)
+    assert code == 0, out

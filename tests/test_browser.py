@@ -1,0 +1,133 @@
+"""The whole product in a browser: ``python -m bot run`` with no accounts, clicked through in headless Chromium.
+
+Each test starts the product the way ``make run`` does (local Slack workspace + bot + offline demo model,
+Redis from the ``redis_url`` fixture) and drives the local Slack page like a person: pick who you are in
+the switcher, type in the composer, open the thread, click the card. On failure a screenshot, the page
+HTML and the bot's log are saved under ``test-artifacts/`` and named in the assertion message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from playwright.async_api import expect
+
+from localslack.seed import ALICE, BOB, CAROL, DAVE
+from tests.browser_helpers import (
+    STEP_TIMEOUT_MS,
+    RunningProduct,
+    WorkspacePage,
+    artifacts_on_failure,
+    chromium_page,
+    run_product,
+)
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture
+async def product(redis, redis_url: str, tmp_path: Path) -> AsyncIterator[RunningProduct]:
+    """The product on a flushed Redis database (the ``redis`` fixture flushes it before we start)."""
+    async with run_product(redis_url, tmp_path / "run") as running:
+        yield running
+
+
+@pytest.fixture
+async def workspace(product: RunningProduct, tmp_path: Path) -> AsyncIterator[WorkspacePage]:
+    async with chromium_page(tmp_path / "chromium-profile") as page:
+        ws = WorkspacePage(page)
+        await ws.open(product.ui_url)
+        yield ws
+
+
+@pytest.fixture(autouse=True)
+def _step_timeout() -> None:
+    expect.set_options(timeout=STEP_TIMEOUT_MS)
+
+
+async def request_refund(ws: WorkspacePage, charge: str, amount: str) -> None:
+    """As alice in #general: mention the agent, wait for its approval card in the thread."""
+    await ws.act_as(ALICE)
+    await ws.open_channel("general")
+    await ws.send(f"@agent refund {charge} ${amount}")
+    thread = await ws.open_thread_of(f"refund {charge}")
+    await expect(thread.locator(".bk-button", has_text="Approve")).to_be_visible()
+
+
+async def approve_refund_as(ws: WorkspacePage, user_id: str, name: str, charge: str, amount: str) -> None:
+    """Switch to ``user_id``, open the request's thread, click Approve: the refund's answer appears and
+    the card says who approved it, with no buttons left."""
+    await ws.act_as(user_id)
+    await ws.open_channel("general")
+    await ws.open_thread_of(f"refund {charge}")
+    card = ws.thread_message("refund_charge")
+    await card.locator(".bk-button", has_text="Approve").click()
+    await expect(ws.thread_message(f"Refunded ${amount} on {charge}")).to_be_visible()
+    await expect(card).to_contain_text(f"Approved by @{name}")
+    await expect(card.locator(".mention", has_text=name)).to_be_visible()
+    await expect(card.locator(".bk-button")).to_have_count(0)
+
+
+async def test_a_refund_is_approved_by_the_finance_approver(
+    workspace: WorkspacePage, product: RunningProduct
+) -> None:
+    ws = workspace
+    async with artifacts_on_failure(ws.page, "browser-refund-approved-by-bob", product):
+        await request_refund(ws, "ch_1001", "40")
+        card = ws.thread_message("refund_charge")
+        await expect(card).to_contain_text("ch_1001")
+
+        await approve_refund_as(ws, BOB, "bob", "ch_1001", "40.00")
+        answer = ws.thread_message("Refunded $40.00 on ch_1001")
+        await expect(answer.locator("code", has_text="ch_1001")).to_be_visible()  # `ch_1001` rendered as code
+
+
+async def test_a_question_is_answered_from_its_choices(workspace: WorkspacePage, product: RunningProduct) -> None:
+    ws = workspace
+    async with artifacts_on_failure(ws.page, "browser-question-answered", product):
+        await ws.act_as(ALICE)
+        await ws.open_channel("general")
+        await ws.send("@agent ask me about lunch")
+        await ws.open_thread_of("ask me about lunch")
+        card = ws.thread_message("What should we do about lunch?")
+        await expect(card).to_be_visible()
+
+        radio = card.get_by_role("radio", name="Sushi")
+        if await radio.count():
+            await radio.check()
+        else:  # more options than radio buttons hold: the card uses a select menu
+            await card.locator("select.bk-select").select_option(label="Sushi")
+
+        reply = ws.thread_message("Got it")
+        await expect(reply).to_contain_text("Got it — Sushi.")  # the asterisks were rendered, not shown
+        await expect(reply.locator(":is(b, i, strong, em)", has_text="Sushi")).to_be_visible()
+        await expect(card.locator('input[type="radio"], select')).to_have_count(0)
+
+
+async def test_an_admin_adds_an_approver_in_app_home_who_then_approves(
+    workspace: WorkspacePage, product: RunningProduct
+) -> None:
+    ws = workspace
+    editor = '[data-action="approvers:edit:refund_charge"]'
+    async with artifacts_on_failure(ws.page, "browser-admin-edits-approvers", product):
+        await ws.act_as(CAROL)
+        home = await ws.open_home()
+        refund_editor = home.locator(editor)
+        await expect(refund_editor.locator(".chip", has_text="bob")).to_be_visible()  # seeded approver
+
+        await refund_editor.locator("select").select_option(DAVE)
+        await expect(refund_editor.locator(".chip", has_text="dave")).to_be_visible()
+
+        # Saved, not just drawn: a fresh page load shows the list the bot published.
+        await ws.page.reload()
+        await ws.act_as(CAROL)
+        home = await ws.open_home()
+        refund_editor = home.locator(editor)
+        await expect(refund_editor.locator(".chip", has_text="dave")).to_be_visible()
+        await expect(refund_editor.locator(".chip", has_text="bob")).to_be_visible()
+        await expect(ws.banner).to_be_hidden()
+
+        await request_refund(ws, "ch_2002", "12")
+        await approve_refund_as(ws, DAVE, "dave", "ch_2002", "12.00")

@@ -1,0 +1,187 @@
+"""The response-policy helpers and the tenant adapter (bot/governance.py) against the real Redis policy store."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as redis_asyncio
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from bot.approval import (
+    ApprovalContext,
+    RequestView,
+    ResponseContext,
+    ResponseView,
+    evaluate_request_policy,
+    evaluate_response_policy,
+)
+from bot.governance import STORE_DOWN, approvers, four_eyes, n_of_m, tenant_policy, use_policy_source
+from bot.principals import APP_PRINCIPAL, Principal, slack_user
+from bot.session import SessionAuth, SessionInfo
+from handlers.governance import StorePolicySource, policy_source_for
+from store.audit import AuditLog
+from store.policies import Condition, PolicyStore, Rule
+
+T = "T1"
+ALICE, BOB, CAROL, DAVE = (slack_user(T, u) for u in ("UALICE", "UBOB", "UCAROL", "UDAVE"))
+PARTNER = slack_user(T, "UPARTNER", user_team_id="T2")  # Slack Connect: keyed by our installation
+
+
+@pytest.fixture
+async def policies(redis) -> AsyncIterator[PolicyStore]:
+    source = policy_source_for(redis)
+    use_policy_source(source)
+    yield source.policies
+    use_policy_source(None)
+
+
+@pytest.fixture
+async def dead_store() -> AsyncIterator[None]:
+    """A policy source whose Redis is not there (nothing listens on the port)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    client = redis_asyncio.Redis(host="127.0.0.1", port=port, socket_connect_timeout=0.2, socket_timeout=0.2,
+                                 retry=Retry(NoBackoff(), retries=0))
+    use_policy_source(StorePolicySource(PolicyStore(client, AuditLog(client))))
+    yield
+    use_policy_source(None)
+    await client.aclose()
+
+
+def answer(requester: Principal | None, responder: Principal, decision: str = "approve") -> ResponseContext:
+    return ResponseContext(
+        request=RequestView(request_id="r1", tool_name="refund", principal=requester),
+        response=ResponseView(decision=decision, principal=responder),
+        session=SessionInfo(id="s1", team_id=T, auth=SessionAuth(current=requester, initiator=requester)),
+    )
+
+
+async def decide(policy, ctx):
+    return await evaluate_response_policy(policy, ctx)
+
+
+# --- approvers(resource) --------------------------------------------------------------------
+
+
+async def test_approvers_allows_listed_people_only(policies):
+    await policies.set_approvers(T, "tool:refund", ["UBOB", "UCAROL"], actor="admin")
+    policy = approvers("tool:refund")
+    assert (await decide(policy, answer(ALICE, BOB))).status == "allowed"
+    refused = await decide(policy, answer(ALICE, DAVE))
+    assert refused.status == "rejected" and "<@UBOB>" in refused.reason
+    assert (await decide(policy, answer(ALICE, ALICE))).status == "rejected", "asking is not approving"
+    assert (await decide(policy, answer(ALICE, ALICE, "cancel"))).status == "allowed", "the requester may cancel"
+
+
+async def test_approvers_counts_group_members_and_required(policies):
+    await policies.set_roles(T, "finance", ["UDAVE"], actor="admin")
+    await policies.set_approvers(T, "tool:refund", ["UBOB"], groups=["finance"], required=2, actor="admin")
+    decision = await decide(approvers("tool:refund"), answer(ALICE, DAVE))
+    assert decision.status == "allowed" and decision.required == 2
+
+
+async def test_approvers_with_nobody_listed_says_what_to_do(policies):
+    refused = await decide(approvers("tool:refund"), answer(ALICE, BOB))
+    assert refused.status == "rejected" and "/approvers" in refused.reason
+
+
+async def test_approvers_refuses_external_people_unless_allowed(policies):
+    await policies.set_approvers(T, "tool:refund", ["UPARTNER"], actor="admin")
+    refused = await decide(approvers("tool:refund"), answer(ALICE, PARTNER))
+    assert refused.status == "rejected" and "other workspaces" in refused.reason
+    await policies.set_allow_external(T, True, actor="admin")
+    assert (await decide(approvers("tool:refund"), answer(ALICE, PARTNER))).status == "allowed"
+
+
+async def test_approvers_refuses_a_clicker_from_another_installation(policies):
+    await policies.set_approvers(T, "tool:refund", ["UBOB"], actor="admin")
+    elsewhere = slack_user("T9", "UBOB")
+    refused = await decide(approvers("tool:refund"), answer(ALICE, elsewhere))
+    assert refused.status == "rejected" and "your own workspace" in refused.reason
+
+
+async def test_store_down_rejects_with_store_down_never_allows(dead_store):
+    for policy in (approvers("tool:refund"), n_of_m(2, "tool:refund"), four_eyes("tool:refund")):
+        decision = await decide(policy, answer(ALICE, BOB))
+        assert decision.status == "rejected" and decision.reason == STORE_DOWN, policy
+
+
+async def test_no_policy_source_rejects():
+    use_policy_source(None)
+    decision = await decide(approvers("tool:refund"), answer(ALICE, BOB))
+    assert decision.status == "rejected" and decision.reason == STORE_DOWN
+
+
+# --- four_eyes / n_of_m ---------------------------------------------------------------------
+
+
+async def test_four_eyes(policies):
+    policy = four_eyes()
+    own = await decide(policy, answer(ALICE, ALICE))
+    assert own.status == "rejected" and "Four-eyes" in own.reason
+    assert (await decide(policy, answer(ALICE, BOB))).status == "allowed"
+    assert (await decide(policy, answer(ALICE, ALICE, "cancel"))).status == "allowed"
+    assert (await decide(policy, answer(ALICE, BOB, "cancel"))).status == "rejected"
+    assert (await decide(policy, answer(ALICE, PARTNER))).status == "rejected"
+
+
+async def test_n_of_m_asks_for_n_listed_people_and_never_the_requester(policies):
+    await policies.set_approvers(T, "tool:rotate", ["UBOB", "UCAROL", "UDAVE"], actor="admin")
+    policy = n_of_m(2, "tool:rotate")
+    decision = await decide(policy, answer(ALICE, BOB))
+    assert decision.status == "allowed" and decision.required == 2
+    assert (await decide(policy, answer(ALICE, ALICE))).status == "rejected"
+    assert (await decide(policy, answer(ALICE, slack_user(T, "USTRANGER")))).status == "rejected"
+    unlisted = await decide(n_of_m(3), answer(ALICE, slack_user(T, "USTRANGER")))
+    assert unlisted.status == "allowed" and unlisted.required == 3
+
+
+# --- tenant_policy --------------------------------------------------------------------------
+
+
+def call_ctx(tool_input: dict | None, current: Principal | None = ALICE, initiator: Principal | None = ALICE,
+             team: str | None = T) -> ApprovalContext:
+    return ApprovalContext(
+        session=SessionInfo(id="s1", team_id=team, auth=SessionAuth(current=current, initiator=initiator)),
+        tool_name="refund", tool_input=tool_input, call_id="c1",
+    )
+
+
+async def status(ctx: ApprovalContext, resource: str = "tool:refund"):
+    return await evaluate_request_policy(tenant_policy(resource), ctx)
+
+
+async def test_tenant_policy_decides_from_rules_default_deny(policies):
+    assert (await status(call_ctx({"amount": 5}))).type == "denied"
+    await policies.add_rule(T, Rule(resource="tool:*", effect="allow"), actor="admin")
+    await policies.add_rule(T, Rule(resource="tool:refund", effect="require_approval",
+                                    condition=Condition(field="amount", op=">", value=1000)), actor="admin")
+    assert (await status(call_ctx({"amount": 5}))).type == "not-applicable"
+    assert (await status(call_ctx({"amount": 5000}))).type == "user-approval"
+    await policies.set_roles(T, "interns", ["UALICE"], actor="admin")
+    await policies.add_rule(T, Rule(resource="tool:refund", effect="deny", roles=["interns"],
+                                    description="Interns can't refund."), actor="admin")
+    denied = await status(call_ctx({"amount": 5}))
+    assert denied.type == "denied" and denied.reason == "Interns can't refund."
+    assert (await status(call_ctx({"amount": 5}, current=BOB, initiator=BOB))).type == "not-applicable"
+
+
+async def test_tenant_policy_denies_other_tenants_and_unpinned_sessions(policies):
+    await policies.add_rule(T, Rule(resource="tool:refund", effect="allow"), actor="admin")
+    assert (await status(call_ctx({"team_id": T}))).type == "not-applicable"
+    named = await status(call_ctx({"team_id": "T2"}))
+    assert named.type == "denied" and "another workspace" in named.reason
+    assert (await status(call_ctx({"tenant": "T2"}))).type == "denied"
+    for current, initiator, team in ((APP_PRINCIPAL, ALICE, T), (ALICE, slack_user("T2", "UX"), T),
+                                     (ALICE, None, T), (ALICE, ALICE, None)):
+        verdict = await status(call_ctx({}, current=current, initiator=initiator, team=team))
+        assert verdict.type == "denied" and "single workspace" in verdict.reason
+
+
+async def test_tenant_policy_store_down_denies(dead_store):
+    verdict = await status(call_ctx({"amount": 1}))
+    assert verdict.type == "denied" and "can't be read" in verdict.reason
