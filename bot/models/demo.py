@@ -79,7 +79,7 @@ def _ask(m: re.Match[str]) -> tuple[str, dict]:
 
 
 _INTENTS = [
-    (re.compile(r"\brefund\s+(ch_\w+)(?:\D*?(\d+(?:\.\d+)?))?", re.I), _refund),
+    (re.compile(r"\brefund\b[^\n]*?\b(ch_\w+)(?:\D*?(\d+(?:\.\d+)?))?", re.I), _refund),
     (re.compile(r"\bdeploy\s+([\w-]+)(?:\s+(?:to|in|on)\s+(staging|production|prod))?", re.I), _deploy),
     (re.compile(r"\bannounce\s+(.+)", re.I | re.S), _announce),
     (re.compile(r"\b(?:look\s*up|lookup|find)\s+(?:customer\s+)?(\w+)", re.I), _lookup),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 from bot.approval import ONLY_REQUESTER, Approval, ResponseContext, allowed, always, rejected
 from bot.models.scripted import ScriptedModel, call
@@ -14,10 +15,13 @@ from tests.engine.harness import (
     CAROL,
     approve,
     cancel,
+    decision,
     make_runtime,
     recording_tool,
     request_status,
     say,
+    shown,
+    tool_results,
 )
 
 FINANCE = {CAROL.principal_id}
@@ -179,3 +183,20 @@ async def test_response_policy_sees_request_and_response(redis):
     assert ctx.response.decision == "cancel" and ctx.response.principal == CAROL
     assert ctx.response.note == "not today"
     assert ctx.session.auth.current == ALICE
+
+
+async def test_cancel_note_reaches_the_model_quoted_and_attributed(redis):
+    refund, runs = recording_tool("refund", approval=always())
+    model = ScriptedModel([call("refund", call_id="c1", pack="five"), model_say("Understood, only the three-pack.")])
+    runtime, channel, _ = make_runtime(redis, model, [refund])
+    await say(runtime, "refund the five-pack")
+    [req] = channel.requests()
+    result = await runtime.answer(decision(req.request_id, "cancel", ALICE), note="Only the three-pack.")
+    assert result.state == "settled" and runs == []
+    [settled] = channel.of("approval.settled")
+    assert settled.outcome == "cancelled" and settled.note == "Only the three-pack."
+    seen = json.loads(tool_results(shown(model))["c1"])
+    flat = json.dumps(seen, ensure_ascii=False).replace('\\"', '"')
+    assert '"Only the three-pack."' in flat  # quoted…
+    assert ALICE.principal_id in flat or "UALICE" in flat  # …and attributed to the person who wrote it
+    assert "not_run" in flat
