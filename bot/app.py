@@ -214,6 +214,8 @@ def _wire_governance(deps: SlackDeps, redis: RedisHandle, client_for: Any, regis
     except ImportError:
         return
     deps.governance = Governance.create(deps, redis.client, client_for, registry)
+    # open App Homes follow requests as they appear and settle
+    deps.runtime.channel = FanoutChannel(deps.runtime.channel, deps.governance.home_channel())
 
 
 async def _recovery_loop(runtime: Runtime, interval: float) -> None:

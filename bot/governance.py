@@ -129,7 +129,11 @@ def n_of_m(n: int, resource: str | None = None) -> ResponsePolicy:
         if ctx.response.decision == "cancel":
             if requester is None or requester.same_as(responder):
                 return allowed()
-            return await _check_list(ctx, resource, required=1) if resource else allowed()
+            if resource:
+                return await _check_list(ctx, resource, required=1)
+            if is_external(responder) and not await _external_ok(ctx):
+                return rejected("People from other workspaces can't answer requests here.")
+            return allowed()
         if requester is not None and requester.same_as(responder):
             return rejected(f"You can't approve your own request; {n} other people must approve it.")
         if resource is None:
@@ -174,7 +178,8 @@ async def _check_list(ctx: ResponseContext, resource: str | None, *, required: i
     if _user(responder) not in listing.approvers:
         names = ", ".join(f"<@{u}>" for u in listing.approvers[:5])
         return rejected(f"Only the approvers for {resource} can answer this: {names}.")
-    return allowed(required=required or listing.required_approvals)
+    # the stricter of the tool's own rule and the workspace's setting wins
+    return allowed(required=max(required or 1, listing.required_approvals))
 
 
 # --- the tenant adapter (a request policy) ---------------------------------------------------

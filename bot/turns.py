@@ -337,7 +337,14 @@ class Runtime:
         response = match_text(first, text, principal)
         if response is None:
             return None
-        return await self.answer(response)
+        owner = state.turn.owner
+        is_owner = owner is None or owner.same_as(principal)
+        if not is_owner and response.option_id is None:
+            return None  # someone else's words are a message of theirs, not an answer to this turn
+        result = await self.answer(response)
+        if not is_owner and result.state in ("rejected", "failed"):
+            return None  # it did not count as an answer: it waits as their message
+        return result
 
     async def _run_response_policy(
         self, policy: Any, ctx: ResponseContext

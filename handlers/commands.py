@@ -45,8 +45,8 @@ REFUSED_EDIT = ":no_entry: Only workspace admins can change who approves. Nothin
 
 
 def register(app: AsyncApp, gov: Governance) -> None:
-    async def on_command(ack: Any, body: dict[str, Any], client: Any) -> None:
-        await handle_command(gov, ack, body, client)
+    async def on_command(ack: Any, body: dict[str, Any], client: Any, respond: Any) -> None:
+        await handle_command(gov, ack, body, client, respond)
 
     async def on_submit(ack: Any, body: dict[str, Any], view: dict[str, Any]) -> None:
         await handle_submission(gov, ack, body, view)
@@ -55,7 +55,7 @@ def register(app: AsyncApp, gov: Governance) -> None:
     app.view(APPROVERS_CALLBACK_ID)(on_submit)
 
 
-async def handle_command(gov: Governance, ack: Any, body: dict[str, Any], client: Any) -> None:
+async def handle_command(gov: Governance, ack: Any, body: dict[str, Any], client: Any, respond: Any) -> None:
     principal = command_principal(body)
     if principal is None or principal.team_id is None or principal.slack_user_id is None:
         await ack(text="I couldn't tell who you are; try again from Slack.")
@@ -73,8 +73,13 @@ async def handle_command(gov: Governance, ack: Any, body: dict[str, Any], client
         return
     if sub in ("", "edit") and is_admin:
         await ack()
-        policies = await gov.tool_policies(team)
-        await client.views_open(trigger_id=body["trigger_id"], view=approvers_modal(policies))
+        try:
+            policies = await gov.tool_policies(team)
+            await client.views_open(trigger_id=body.get("trigger_id"), view=approvers_modal(policies))
+        except Exception:  # noqa: BLE001 - fall back to the list, privately, with the reason
+            log.exception("could not open the approvers editor for %s in %s", user, team)
+            await respond(text="The editor couldn't be opened just now; try again in a minute.\n"
+                               + await list_text(gov, team, is_admin), response_type="ephemeral")
         return
     await ack(text=await list_text(gov, team, is_admin))
 

@@ -22,13 +22,14 @@ from bot.principals import APP_PRINCIPAL, Principal
 from bot.tools import Tool, ToolRegistry
 from handlers.admins import AdminCheck, ClientFor
 from handlers.deps import SlackDeps
-from store.audit import AuditLog
+from store.audit import AuditLog, workspace_key
 from store.client import RedisClient
 from store.policies import PolicyStore, PolicyUpdateConflict, match_rule
 
 log = logging.getLogger(__name__)
 
 NOT_ADMIN = "Only workspace admins can change who approves. Ask an admin, or see the list with `/approvers list`."
+HOME_SEEN_SECONDS = 24 * 3600
 _N_OF_M = re.compile(r"^(\d+)-of-m$")
 
 REQUEST_LABELS = {
@@ -124,8 +125,10 @@ class Governance(StorePolicySource):
         admins: AdminCheck,
         client_for: ClientFor,
         registry: ToolRegistry,
+        redis: RedisClient,
     ) -> None:
         super().__init__(policies)
+        self.redis = redis
         self.deps = deps
         self.audit = audit
         self.admins = admins
@@ -136,7 +139,7 @@ class Governance(StorePolicySource):
     def create(cls, deps: SlackDeps, redis: RedisClient, client_for: ClientFor, registry: ToolRegistry) -> Governance:
         audit = AuditLog(redis)
         gov = cls(deps, PolicyStore(redis, audit), audit, AdminCheck(client_for, deps.settings.admins),
-                  client_for, registry)
+                  client_for, registry, redis)
         use_policy_source(gov)
         if deps.settings.local_mode:
             from localslack.seed import TEAM_ID
@@ -230,3 +233,14 @@ class Governance(StorePolicySource):
         view = await build_home(self, team_id, user_id)
         client = await self.client_for(team_id)
         await client.views_publish(user_id=user_id, view=view)
+        await self.redis.set(workspace_key(team_id, "home-seen", user_id), b"1", ex=HOME_SEEN_SECONDS)
+
+    async def home_seen(self, team_id: str, user_id: str) -> bool:
+        """Whether we published ``user_id``'s App Home lately (so it is worth keeping current)."""
+        return bool(await self.redis.exists(workspace_key(team_id, "home-seen", user_id)))
+
+    def home_channel(self) -> Any:
+        """A channel that keeps recently opened App Homes current (``bot/app.py`` adds it to the fan-out)."""
+        from handlers.home import HomeRefresh
+
+        return HomeRefresh(self)

@@ -32,8 +32,8 @@ from bot.approval import (
     requester_only,
 )
 from bot.principals import Principal, slack_user
-from bot.protocol import RequestRecord
-from bot.session import SessionInfo
+from bot.protocol import ApprovalCandidate, Event, InputRequested, InputResolved, RequestRecord
+from bot.session import SessionInfo, SessionRef
 from handlers.identity import installation_team, interaction_principal
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 DRY_RUN_TIMEOUT_SECONDS = 2.0
 MAX_PERMALINKS = 10
+MAX_REFRESHES = 20  # homes re-published per event, at most
 
 
 def register(app: AsyncApp, gov: Governance) -> None:
@@ -214,3 +215,59 @@ async def _permalink(gov: Governance, record: RequestRecord) -> str | None:
         return response.get("permalink")
     except Exception:  # noqa: BLE001 - a missing link is fine
         return None
+
+
+# --- keeping open homes current ---------------------------------------------------------------
+
+
+class HomeRefresh:
+    """A ``bot.ports.Channel`` that re-publishes the App Home of the people a request concerns.
+
+    When a request appears, collects an approval, or settles, the requester, the person who
+    answered and the people on the tool's approver list get a fresh home — but only those who
+    opened their App Home lately (Slack shows a published home until it is replaced, so a stale
+    inbox would offer buttons that no longer count). The work runs in the background.
+    """
+
+    def __init__(self, gov: Governance) -> None:
+        self.gov = gov
+
+    async def deliver(self, event: Event, session: SessionRef) -> None:
+        team = session.team_id
+        if not team:
+            return
+        if isinstance(event, InputRequested):
+            ids = [r.request_id for r in event.requests]
+        elif isinstance(event, InputResolved):
+            ids = [r.request_id for r in event.resolutions]
+        elif isinstance(event, ApprovalCandidate) and event.outcome == "pending" and event.approvals > 0:
+            ids = [event.request_id]
+        else:
+            return
+        self.gov.deps.runtime.spawn(self._refresh(team, ids), what=f"refresh App Homes for {event.type}")
+
+    async def _refresh(self, team: str, request_ids: list[str]) -> None:
+        records = await self.gov.deps.store.get_requests(request_ids)
+        people: set[str] = set()
+        for record in records:
+            people.update(await _concerned(self.gov, team, record))
+        viewers = [u for u in sorted(people) if await self.gov.home_seen(team, u)][:MAX_REFRESHES]
+        for user in viewers:
+            try:
+                await self.gov.publish_home(team, user)
+            except Exception:  # noqa: BLE001 - the next App Home visit publishes it again
+                log.warning("could not refresh the App Home of %s in %s", user, team, exc_info=True)
+
+
+async def _concerned(gov: Governance, team: str, record: RequestRecord) -> set[str]:
+    from handlers.governance import response_kind, tool_resource
+
+    people = {p.slack_user_id for p in (record.request.principal, record.responder) if p and p.slack_user_id}
+    tool = gov.registry.get(record.request.action.tool_name) if record.request.action else None
+    if tool is not None and record.request.kind == "tool-approval" and response_kind(tool) != "requester-only":
+        kind = response_kind(tool)
+        resource = kind.removeprefix("approvers:") if kind.startswith("approvers:") else tool_resource(tool.name)
+        listing = await _listing(gov, team, resource)
+        if listing is not None:
+            people.update(listing.approvers)
+    return people

@@ -291,9 +291,17 @@ class SessionStore:
             return []
         pipe = self.redis.pipeline(transaction=False)
         for rid in request_ids:
-            pipe.hgetall(self.request_key(rid))
+            key = self.request_key(rid)
+            pipe.hgetall(key)
+            pipe.smembers(f"{key}:ok")
         found = await pipe.execute()
-        return [_record_from_fields(f) for f in found if f]
+        records = []
+        for fields, oks in zip(found[::2], found[1::2], strict=True):
+            if fields:
+                record = _record_from_fields(fields)
+                record.approvals = sorted(o.decode() for o in oks)
+                records.append(record)
+        return records
 
     async def settle(
         self,

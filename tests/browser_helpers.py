@@ -145,11 +145,16 @@ async def _stop(process: asyncio.subprocess.Process) -> None:
 # ---- failure artifacts ------------------------------------------------------------------------------
 
 
-async def save_artifacts(page: Page, name: str, product: RunningProduct | None = None) -> list[Path]:
-    """A screenshot, the page HTML and the bot's log under ``test-artifacts/<name>.*``."""
+async def save_artifacts(
+    page: Page, name: str, product: RunningProduct | None = None, error: BaseException | None = None
+) -> list[Path]:
+    """A screenshot, the page HTML, the bot's log and the error under ``test-artifacts/<name>.*``."""
     ARTIFACTS_DIR.mkdir(exist_ok=True)
     stem = ARTIFACTS_DIR / re.sub(r"[^\w.-]+", "_", name)
     saved: list[Path] = []
+    if error is not None:
+        Path(f"{stem}.error.txt").write_text(f"{type(error).__name__}: {error}\n")
+        saved.append(Path(f"{stem}.error.txt"))
     try:
         await page.screenshot(path=f"{stem}.png", full_page=True, timeout=5_000)
         saved.append(Path(f"{stem}.png"))
@@ -174,7 +179,7 @@ async def artifacts_on_failure(
     try:
         yield
     except Exception as exc:
-        saved = await save_artifacts(page, name, product)
+        saved = await save_artifacts(page, name, product, exc)
         listing = "\n".join(f"  {p}" for p in saved)
         raise AssertionError(f"{name}: {exc}\nartifacts:\n{listing}") from exc
 

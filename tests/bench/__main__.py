@@ -11,7 +11,7 @@ import time
 from datetime import UTC, datetime
 
 from .measure import Population, bytes_per_parked_turn, count_round_trips, fill, measure_latency
-from .report import DOC, Run, render, write_doc
+from .report import DOC, RunInfo, render, write_doc
 from .scenario import make_bench
 from .server import open_server, server_version
 
@@ -53,7 +53,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 async def run(args: argparse.Namespace, argv: list[str]) -> str:
-    record = Run(argv=argv, started=datetime.now(UTC), server="", version="", load_at_start=os.getloadavg())
+    record = RunInfo(
+        argv=argv, started=datetime.now(UTC), server="", version="", load_at_start=os.getloadavg()
+    )
     began = time.perf_counter()
     server = await open_server()
     try:

@@ -6,9 +6,12 @@ import asyncio
 import math
 import time
 from collections import Counter
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
+
+from bot.turns import AnswerResult
 
 from .population import Cloner, read_template
 from .scenario import Bench
@@ -45,7 +48,7 @@ async def count_round_trips(bench: Bench, counter: RoundTrips, samples: int) -> 
         ref, request_id = await bench.park()
         record = await bench.store.get_request(request_id)  # what the Slack click handler reads first
         sent, _ = await _counted(
-            counter, bench.runtime.answer(_approval(request_id), resume=False, record=record)
+            counter, bench.runtime.answer(bench.approval(request_id), resume=False, record=record)
         )
         with_record.append(sent)
         await bench.runtime.drive(ref.session_id)
@@ -67,15 +70,7 @@ async def count_round_trips(bench: Bench, counter: RoundTrips, samples: int) -> 
     )
 
 
-def _approval(request_id: str):
-    from bot.protocol import InputResponse
-
-    from .scenario import ALICE
-
-    return InputResponse(request_id=request_id, option_id="approve", principal=ALICE)
-
-
-async def _counted(counter: RoundTrips, work) -> tuple[int, str]:
+async def _counted(counter: RoundTrips, work: Awaitable[AnswerResult]) -> tuple[int, str]:
     counter.log.clear()
     counter.logging = True
     before = counter.sent
@@ -83,7 +78,7 @@ async def _counted(counter: RoundTrips, work) -> tuple[int, str]:
         result = await work
     finally:
         counter.logging = False
-    if getattr(result, "state", "settled") != "settled":
+    if result.state != "settled":
         raise RuntimeError(f"the bench approval was not settled: {result}")
     return counter.sent - before, " → ".join(counter.log)
 
@@ -230,7 +225,7 @@ async def measure_latency(pops: list[Population], rounds: int, per_round: int) -
                 pop.resume.append(done - started)
                 pop.resume_round_trips.append(pop.counter.sent - before)
         for pop in pops:
-            pop.bench.runtime.model.requests.clear()  # the scripted model keeps every request it saw
+            pop.bench.model.requests.clear()  # the scripted model keeps every request it saw
         await asyncio.sleep(0)
 
 

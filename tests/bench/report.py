@@ -24,7 +24,7 @@ P99_TARGET = 1.10
 
 
 @dataclass
-class Run:
+class RunInfo:
     argv: list[str]
     started: datetime
     server: str
@@ -78,7 +78,7 @@ def block_ratios(small: list[float], large: list[float], blocks: int = 5) -> lis
     ]
 
 
-def render(run: Run, trips: RoundTripFigures, sizes: BytesFigures, pops: list[Population]) -> str:
+def render(run: RunInfo, trips: RoundTripFigures, sizes: BytesFigures, pops: list[Population]) -> str:
     nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     load = " ".join(f"{x:.2f}" for x in run.load_at_start)
     lines = [

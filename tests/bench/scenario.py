@@ -70,6 +70,7 @@ class Bench:
     store: SessionStore
     runtime: Runtime
     channel: BenchChannel
+    model: ScriptedModel
     db_label: str
     _numbers: itertools.count = field(default_factory=lambda: itertools.count(1))
 
@@ -93,10 +94,13 @@ class Bench:
             raise RuntimeError(f"the bench turn in {ref.session_id} did not park on an approval")
         return ref, request_id
 
+    @staticmethod
+    def approval(request_id: str) -> InputResponse:
+        """Alice, who asked, clicks Approve."""
+        return InputResponse(request_id=request_id, option_id="approve", principal=ALICE)
+
     async def approve(self, request_id: str, *, resume: bool = True) -> AnswerResult:
-        return await self.runtime.answer(
-            InputResponse(request_id=request_id, option_id="approve", principal=ALICE), resume=resume
-        )
+        return await self.runtime.answer(self.approval(request_id), resume=resume)
 
 
 def make_bench(redis: Redis, db_label: str) -> Bench:
@@ -110,4 +114,4 @@ def make_bench(redis: Redis, db_label: str) -> Bench:
         channel=channel,
         settings=RuntimeSettings(),
     )  # the default system prompt, as deployed
-    return Bench(redis, store, runtime, channel, db_label)
+    return Bench(redis, store, runtime, channel, model, db_label)

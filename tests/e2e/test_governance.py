@@ -398,3 +398,71 @@ async def test_audit_records_the_flow_and_exports_and_verifies(local_slack, star
     assert code == 0 and f"ok: {len(entries)} entries" in out, out
     code, out = await run_cli(bot, "verify", "--team", TEAM_ID)
     assert code == 0, out
+
+
+async def test_open_app_homes_follow_requests_as_they_appear_and_settle(local_slack, start_app):
+    RUNS.clear()
+    bot = await start_app(script("pay_vendor", target="umbrella"), ALL_TOOLS)
+    await governance(bot).policies.set_approvers(TEAM_ID, "tool:pay_vendor", [BOB], actor="test")
+    home = await open_home(local_slack, BOB)
+    assert "Nothing is waiting on you" in json.dumps(home.blocks)
+
+    ts, card = await mention_and_wait_for_card(local_slack, "pay umbrella")
+    await local_slack.wait_for(lambda: "umbrella" in json.dumps(local_slack.home_view(BOB).blocks))
+    await local_slack.click(BOB, GENERAL, card.ts, button(card, "Approve"))
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
+    await local_slack.wait_for(lambda: "Nothing is waiting on you" in json.dumps(local_slack.home_view(BOB).blocks))
+    assert local_slack.home_view(DAVE) is None, "homes nobody opened are left alone"
+
+
+async def test_offline_demo_starts_with_bob_approving_refunds_once(redis, redis_url, tmp_path):
+    from bot.app import start_bot
+    from bot.config import Settings
+
+    def offline() -> Settings:
+        return Settings(_env_file=None, REDIS_URL=redis_url, LOCALSLACK_PORT=0,  # type: ignore[call-arg]
+                        BOT_TOOLS="bot.demo_tools", BOT_DATA_DIR=str(tmp_path / "data"))
+
+    bot = await start_bot(offline(), host="127.0.0.1", port=0, recovery_interval=0)
+    try:
+        await bot.runtime.wait_idle()
+        listing = await governance(bot).policies.approvers(TEAM_ID, "tool:refund_charge")
+        assert listing is not None and listing.approvers == [BOB]
+        await bot.localslack.open_home(CAROL)
+        home = await bot.localslack.wait_for(lambda: bot.localslack.home_view(CAROL))
+        assert find(home.blocks, "approvers:edit:refund_charge")["initial_users"] == [BOB]
+        await governance(bot).policies.remove_approvers(TEAM_ID, "tool:refund_charge", actor="admin")
+    finally:
+        await bot.close()
+
+    again = await start_bot(offline(), host="127.0.0.1", port=0, recovery_interval=0)
+    try:
+        await again.runtime.wait_idle()
+        assert await governance(again).policies.approvers(TEAM_ID, "tool:refund_charge") is None, \
+            "an admin's change is never undone by the demo seed"
+    finally:
+        await again.close()
+
+
+async def test_empty_states_say_what_to_do_next(local_slack, start_app):
+    await start_app(ScriptedModel([]), [])
+    await local_slack.slash_command(CAROL, "/approvers", "list")
+    [reply] = await local_slack.wait_for(lambda: local_slack.ephemerals(CAROL))
+    assert "nothing to set up" in reply.text and "BOT_TOOLS" in reply.text
+    home = await open_home(local_slack, ALICE)
+    text = json.dumps(home.blocks)
+    assert "Nothing is waiting on you" in text and "You have no open requests" in text
+    await local_slack.slash_command(ALICE, "/approvers", "what")
+    usage = await local_slack.wait_for(lambda: [e for e in local_slack.ephemerals(ALICE) if "/approvers edit" in e.text])
+    assert "/approvers list" in usage[-1].text
+
+
+async def test_admin_check_fails_closed_when_slack_cannot_say(local_slack, start_app):
+    bot = await start_app(ScriptedModel([]), ALL_TOOLS)
+    local_slack.fail_next("users.info", error="internal_error")
+    await local_slack.slash_command(CAROL, "/approvers", "edit")
+    refusal = await local_slack.wait_for(lambda: local_slack.ephemerals(CAROL))
+    assert "Only workspace admins" in refusal[-1].text and local_slack.open_views(CAROL) == []
+    assert len(await audit_entries(bot, "policy.refused")) == 1
+    await local_slack.slash_command(CAROL, "/approvers", "edit")  # Slack answers again
+    await local_slack.wait_for(lambda: local_slack.open_views(CAROL))

@@ -8,7 +8,14 @@ from urllib.parse import quote
 
 from bot.models.scripted import ScriptedModel, call, say
 from localslack.seed import ALICE, BOT_USER_ID, ERIN, GENERAL
-from tests.e2e.test_approval_flow import RUNS, button, card_in, mention_and_wait_for_card, refund_charge, refund_script
+from tests.e2e.test_approval_flow import (
+    RUNS,
+    button,
+    card_in,
+    mention_and_wait_for_card,
+    refund_charge,
+    refund_script,
+)
 
 
 def question_script() -> ScriptedModel:

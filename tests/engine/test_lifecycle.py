@@ -9,9 +9,11 @@ import pytest
 import redis.asyncio as redis_asyncio
 
 from bot.approval import Denied, always
-from bot.models.scripted import ScriptedModel, call
+from bot.models.scripted import ScriptedModel, call, calls
 from bot.models.scripted import say as model_say
-from bot.turns import IGNORED_MESSAGE
+from bot.protocol import InputResponse
+from bot.tools import Tool, ToolContext
+from bot.turns import IGNORED_MESSAGE, RuntimeSettings
 from tests.engine.harness import (
     ALICE,
     BOB,
@@ -260,3 +262,100 @@ async def test_duplicate_message_ids(redis):
     assert first.state == "queued" and second.state == "duplicate"
     assert len(model.requests) == 1
     assert channel.types().count("turn.started") == 1
+
+
+async def test_calls_without_approval_run_before_parking_and_not_again(redis):
+    free, free_runs = recording_tool("lookup")
+    gated, gated_runs = recording_tool("deploy", approval=always())
+    model = ScriptedModel([calls(("lookup", {}, "l1"), ("deploy", {}, "d1")), model_say("done")])
+    runtime, channel, _ = make_runtime(redis, model, [free, gated])
+    await say(runtime, "look up and deploy")
+    assert len(free_runs) == 1 and gated_runs == []
+    assert channel.types()[-2:] == ["input.requested", "turn.waiting"]
+    await approve(runtime, channel.requests()[0].request_id)
+    assert len(free_runs) == 1 and len(gated_runs) == 1
+    results = tool_results(shown(model))
+    assert set(results) == {"l1", "d1"}
+    assert_valid_history(shown(model))
+
+
+async def test_steering_keeps_answers_already_given(redis):
+    gated, runs = recording_tool("deploy", approval=always())
+    model = ScriptedModel([calls(("deploy", {"env": "a"}, "d1"), ("deploy", {"env": "b"}, "d2")), model_say("ok")])
+    runtime, channel, _ = make_runtime(redis, model, [gated])
+    await say(runtime, "deploy both")
+    first, second = channel.of("input.requested")[0].requests
+    await approve(runtime, first.request_id)
+    assert runs == []  # the batch is not complete yet
+    await say(runtime, "skip the other one, thanks")
+    assert [r.call_id for r in runs] == ["d1"]  # the answer given stands; the unanswered one is ignored
+    results = tool_results(shown(model))
+    assert IGNORED_MESSAGE in results["d2"] and IGNORED_MESSAGE not in results["d1"]
+    assert user_texts(shown(model))[-1] == "skip the other one, thanks"
+
+
+async def test_cancel_turn_parked_on_the_session_limit(redis):
+    noop, runs = recording_tool("noop")
+    model = ScriptedModel([call("noop"), model_say("never said")])
+    runtime, channel, store = make_runtime(redis, model, [noop],
+                                           settings=RuntimeSettings(system_prompt="", step_budget=1))
+    await say(runtime, "work")
+    [limit] = channel.requests()
+    assert await runtime.cancel_turn(session().session_id, ALICE) is True
+    assert channel.types()[-2:] == ["turn.cancelled", "session.waiting"]
+    assert await request_status(store, limit.request_id) == "settled"
+    assert len(model.requests) == 1
+
+
+async def test_answer_without_resuming_leaves_the_turn_to_the_sweep(redis):
+    # a frontend may settle first (to ack a click fast) and resume later; if it dies in between,
+    # the recovery sweep resumes the turn
+    gated, runs = recording_tool("deploy", approval=always())
+    runtime, channel, _ = make_runtime(redis, ScriptedModel(gated_script()), [gated])
+    await say(runtime, "deploy prod")
+    [req] = channel.requests()
+    assert await runtime.recover() == 0  # a healthy parked turn needs nothing
+    result = await runtime.answer(InputResponse(request_id=req.request_id, option_id="approve", principal=ALICE),
+                                  resume=False)
+    assert result.state == "settled" and result.batch_complete
+    assert runs == [] and channel.types()[-1] == "input.resolved"
+    await runtime.recover()
+    assert len(runs) == 1
+    assert channel.types()[-2:] == ["turn.completed", "session.waiting"]
+
+
+async def test_cancel_while_the_model_is_thinking_runs_nothing_it_asks_for(redis):
+    thinking, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_step(messages, tools):
+        thinking.set()
+        await release.wait()
+        return call("delete_branch", call_id="del1", name="main")
+
+    tool_, runs = recording_tool("delete_branch")
+    model = ScriptedModel([slow_step, model_say("never")])
+    runtime, channel, _ = make_runtime(redis, model, [tool_])
+    worker = asyncio.create_task(say(runtime, "clean up"))
+    await asyncio.wait_for(thinking.wait(), 2)
+    assert await runtime.cancel_turn(session().session_id, ALICE) is True
+    release.set()
+    await asyncio.wait_for(worker, 3)
+    assert runs == []  # the call came after the stop: it must not run
+    assert channel.types().count("turn.cancelled") == 1
+    assert channel.types()[-2:] == ["turn.cancelled", "session.waiting"]
+    assert len(model.requests) == 1
+
+
+async def test_tools_see_their_session_and_call(redis):
+    seen: list = []
+
+    async def inspect_ctx(args: dict, ctx: ToolContext) -> dict:
+        seen.append((ctx.session.id, ctx.tenant, ctx.session.auth.current, ctx.call_id, ctx.idempotency_key))
+        return {}
+
+    model = ScriptedModel([call("inspect", call_id="c42"), model_say("ok")])
+    runtime, _, _ = make_runtime(redis, model, [Tool(inspect_ctx, name="inspect")])
+    await say(runtime, "who am I?")
+    [(sid, tenant, current, call_id, key)] = seen
+    assert sid == session().session_id and tenant == "T1" and current == ALICE and call_id == "c42"
+    assert key and "c42" in key

@@ -200,3 +200,25 @@ async def test_cancel_note_reaches_the_model_quoted_and_attributed(redis):
     assert '"Only the three-pack."' in flat  # quoted…
     assert ALICE.principal_id in flat or "UALICE" in flat  # …and attributed to the person who wrote it
     assert "not_run" in flat
+
+
+async def test_two_distinct_approvers_required(redis):
+    def two_of_finance(ctx: ResponseContext):
+        return allowed(required=2)
+
+    refund, runs = recording_tool("big_refund", approval=Approval(request=always(), response=two_of_finance))
+    model = ScriptedModel([call("big_refund"), model_say("ok")])
+    runtime, channel, store = make_runtime(redis, model, [refund])
+    await say(runtime, "refund")
+    [req] = channel.requests()
+    first = await approve(runtime, req.request_id, who=BOB)
+    assert first.state == "partial" and first.approvals == 1 and first.required == 2
+    again = await approve(runtime, req.request_id, who=BOB)  # the same person twice counts once
+    assert again.state == "partial" and again.approvals == 1
+    assert runs == [] and await request_status(store, req.request_id) == "open"
+    done = await approve(runtime, req.request_id, who=CAROL)
+    assert done.state == "settled"
+    assert len(runs) == 1
+    progress = [e.approvals for e in channel.of("approval.candidate") if e.approvals]
+    assert progress == [1, 1]
+    assert channel.of("approval.settled")[0].responder == CAROL

@@ -1,7 +1,8 @@
 from pydantic import BaseModel
 
 from bot.approval import always
-from bot.models.scripted import ScriptedModel, call, say as model_say
+from bot.models.scripted import ScriptedModel, call
+from bot.models.scripted import say as model_say
 from bot.protocol import InputResponse
 from bot.tools import ToolContext, tool
 from tests.engine.harness import ALICE, make_runtime, say

@@ -1,0 +1,168 @@
+"""Failures and recovery (DESIGN §7): dead workers, frontends that hiccup, models that are down."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import time
+
+import pytest
+
+from bot.approval import always
+from bot.models.openai import OpenAIChatModel
+from bot.models.scripted import ScriptedModel, call
+from bot.models.scripted import say as model_say
+from bot.tools import Tool, ToolContext
+from store.sessions import UNDELIVERED
+from tests.engine.harness import (
+    RecordingChannel,
+    approve,
+    assert_valid_history,
+    make_runtime,
+    say,
+    session,
+    shown,
+    tool_results,
+    user_texts,
+)
+
+LEASE_MS = 300
+
+
+def _script() -> list:
+    return [call("sync_ledger", call_id="s1", account="acme"), model_say("Sync finished.")]
+
+
+@pytest.mark.parametrize("idempotent", [False, True], ids=["not-idempotent", "idempotent"])
+async def test_dead_worker_turn_is_continued_by_another(redis, idempotent):
+    entered = asyncio.Event()
+    keys: list[str] = []
+
+    async def hangs(args: dict, ctx: ToolContext) -> dict:
+        keys.append(ctx.idempotency_key)
+        entered.set()
+        await asyncio.Event().wait()  # the worker dies in here
+        return {}
+
+    tool_a = Tool(hangs, name="sync_ledger", idempotent=idempotent)
+    runtime_a, channel_a, store = make_runtime(redis, ScriptedModel(_script()), [tool_a], lease_ms=LEASE_MS)
+    worker = asyncio.create_task(say(runtime_a, "sync acme"))
+    await asyncio.wait_for(entered.wait(), 2)
+    worker.cancel()  # a dead worker: it never releases its lease
+    with contextlib.suppress(asyncio.CancelledError):
+        await worker
+    sid = session().session_id
+    assert await redis.exists(store.key(sid, "lease"))
+
+    runs_b: list[str] = []
+
+    async def works(args: dict, ctx: ToolContext) -> dict:
+        runs_b.append(ctx.idempotency_key)
+        return {"synced": args["account"]}
+
+    model_b = ScriptedModel(_script())
+    runtime_b, channel_b, _ = make_runtime(redis, model_b, [Tool(works, name="sync_ledger", idempotent=idempotent)],
+                                           lease_ms=LEASE_MS)
+    await runtime_b.drive(sid)  # the lease is still held: nothing happens yet
+    assert channel_b.events == []
+
+    deadline = time.monotonic() + 3
+    while "turn.completed" not in channel_b.types() and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+        await runtime_b.recover()
+    assert channel_b.types()[-2:] == ["turn.completed", "session.waiting"]
+    history = shown(model_b)
+    assert_valid_history(history)
+    seen = tool_results(history)["s1"]
+    if idempotent:
+        assert runs_b == keys  # re-run once, with the same idempotency key
+        assert json.loads(seen) == {"synced": "acme"}
+    else:
+        assert runs_b == []  # not silently re-run: the model is told it was interrupted
+        assert "interrupted" in seen
+        assert [r.status for r in channel_b.of("action.result")] == ["failed"]
+    assert len(model_b.requests) == 1
+
+
+async def test_failed_card_delivery_is_offered_again(redis):
+    gated = Tool(lambda args: {"ok": True}, name="deploy", approval=always())
+    channel = RecordingChannel(fail_input_requested=1)
+    runtime, channel, store = make_runtime(redis, ScriptedModel([call("deploy"), model_say("ok")]), [gated],
+                                           channel=channel)
+    await say(runtime, "deploy")
+    assert channel.of("input.requested") == []  # the frontend failed to show it
+    assert channel.types()[-1] == "turn.waiting"  # the turn parked anyway
+    [rid] = await store.undelivered(older_than_s=0)
+
+    assert await runtime.recover() == 0  # too recent: the sweep waits a little before re-offering
+    # age the index entry instead of sleeping past the sweep's 5 s grace period
+    await redis.zadd(UNDELIVERED, {rid: time.time() - 60})
+    assert await runtime.recover() == 1
+    [req] = channel.requests()
+    assert req.request_id == rid and req.kind == "tool-approval"
+    assert await store.undelivered(older_than_s=0) == []
+    assert await runtime.recover() == 0  # shown once, not again
+
+    assert (await approve(runtime, rid)).state == "settled"
+    assert channel.types()[-2:] == ["turn.completed", "session.waiting"]
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_model_endpoint_down_fails_the_turn_cleanly(redis):
+    down = OpenAIChatModel("gpt-4o-mini", base_url=f"http://127.0.0.1:{_closed_port()}/v1", api_key="sk-x",
+                           max_retries=0, timeout=2)
+    try:
+        runtime, channel, store = make_runtime(redis, down, [])
+        posted = await asyncio.wait_for(say(runtime, "hello"), 5)
+    finally:
+        await down.aclose()
+    assert posted.state == "queued"
+    assert channel.types() == ["turn.started", "turn.failed", "session.waiting"]
+    [failed] = channel.of("turn.failed")
+    assert failed.reason and "model" in failed.reason.lower()
+    assert "sk-x" not in failed.reason
+
+    # nothing half-written: the state loads, no turn is open, no lease is held, nothing queued
+    sid = session().session_id
+    raw, _, _ = await store.load(sid)
+    assert raw is not None and raw["turn"] is None
+    assert not await redis.exists(store.key(sid, "lease"))
+    assert await store.inbox(sid) == []
+    assert await store.due_sessions() == []
+
+    # the endpoint is back (a new process with a working model): the next message starts a new turn
+    model = ScriptedModel([model_say("Hi!")])
+    runtime_b, channel_b, _ = make_runtime(redis, model, [])
+    await say(runtime_b, "hello again")
+    assert channel_b.types() == ["turn.started", "message.completed", "turn.completed", "session.waiting"]
+    assert user_texts(shown(model)) == ["hello", "hello again"]
+
+
+async def test_a_slow_tool_keeps_its_lease(redis):
+    runs: list[int] = []
+
+    async def slow(args: dict) -> dict:
+        runs.append(1)
+        await asyncio.sleep(3 * LEASE_MS / 1000)
+        return {"ok": True}
+
+    runtime_a, channel_a, store = make_runtime(redis, ScriptedModel(_script()), [Tool(slow, name="sync_ledger")],
+                                               lease_ms=LEASE_MS)
+    runtime_b, channel_b, _ = make_runtime(redis, ScriptedModel(_script()), [Tool(slow, name="sync_ledger")],
+                                           lease_ms=LEASE_MS)
+    worker = asyncio.create_task(say(runtime_a, "sync acme"))
+    deadline = time.monotonic() + 5
+    while not worker.done() and time.monotonic() < deadline:  # a second replica sweeps all the while
+        await runtime_b.recover()
+        await asyncio.sleep(LEASE_MS / 4000)
+    await asyncio.wait_for(worker, 1)
+    assert runs == [1]
+    assert channel_b.events == []
+    assert channel_a.types()[-2:] == ["turn.completed", "session.waiting"]
