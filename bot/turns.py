@@ -81,6 +81,7 @@ class TurnStore(Protocol):
 
     async def load(self, session_id: str) -> tuple[dict[str, Any] | None, set[str], str | None]: ...
     async def request_cancel(self, session_id: str, turn_id: str) -> None: ...
+    async def cancel_requested(self, session_id: str) -> str | None: ...
     async def acquire_lease(self, session_id: str) -> str | None: ...
     async def renew_lease(self, session_id: str, token: str) -> bool: ...
     async def release_lease(self, session_id: str, token: str, *, still_active: bool,
@@ -212,28 +213,33 @@ class Runtime:
         principal = response.principal
         if principal is None:
             return AnswerResult("rejected", record, reason="Authentication is required to respond.")
-        tool = self.tools.get(req.action.tool_name) if req.action else None
-        custom = tool.approval.response if (tool and req.kind == "tool-approval") else None
         decision_kind = "cancel" if outcome in ("cancelled", "stop") else "approve"
-        ctx = ResponseContext(
-            request=RequestView(
-                request_id=req.request_id,
-                call_id=req.action.call_id if req.action else None,
-                tool_name=req.action.tool_name if req.action else None,
-                tool_input=req.action.input if req.action else None,
-                principal=req.principal,
-            ),
-            response=ResponseView(decision=decision_kind, principal=principal, note=note),
-            session=SessionInfo.model_validate(record.session_info or {"id": record.session_id}),
-            approvals=record.approvals,
-        )
-        decision, failure = await self._run_response_policy(custom or requester_only(), ctx)
-        result = await self._settle_answer(record, response, outcome, decision, failure, custom is not None, note)
+        policy, custom = self._response_policy(req)
+        ctx = _response_context(record, principal, decision_kind, note)
+        decision, failure = await self._run_response_policy(policy, ctx)
+        result = await self._settle_answer(record, response, outcome, decision, failure, custom, note)
         if result.batch_complete:
             await self.store.mark_active(record.session_id)  # the sweep resumes it if we die now
             if resume:
                 await self.drive(record.session_id)
         return result
+
+    async def check_response(
+        self, record: RequestRecord, principal: Principal, decision: Literal["approve", "cancel"] = "approve",
+        *, within_s: float | None = None,
+    ) -> ResponseDecision | None:
+        """Would this person's answer count? A dry run of the request's response policy (for "Waiting on
+        you" lists); None when the policy failed. Response policies must therefore have no side effects."""
+        policy, _ = self._response_policy(record.request)
+        decided, _failure = await self._run_response_policy(
+            policy, _response_context(record, principal, decision, None), within_s=within_s)
+        return decided
+
+    def _response_policy(self, req: InputRequest) -> tuple[Any, bool]:
+        """The policy that decides who may settle ``req``, and whether the tool brought its own."""
+        tool = self.tools.get(req.action.tool_name) if req.action else None
+        custom = tool.approval.response if (tool and req.kind == "tool-approval") else None
+        return (custom or requester_only()), custom is not None
 
     async def cancel_turn(self, session_id: str, principal: Principal | None) -> bool:
         """Stop the current turn: pending calls never run; late answers authorize nothing."""
@@ -347,11 +353,11 @@ class Runtime:
         return result
 
     async def _run_response_policy(
-        self, policy: Any, ctx: ResponseContext
+        self, policy: Any, ctx: ResponseContext, *, within_s: float | None = None
     ) -> tuple[ResponseDecision | None, str | None]:
         try:
             decision = await asyncio.wait_for(
-                evaluate_response_policy(policy, ctx), self.settings.response_policy_timeout
+                evaluate_response_policy(policy, ctx), within_s or self.settings.response_policy_timeout
             )
             return decision, None
         except TimeoutError:
@@ -539,6 +545,9 @@ class Runtime:
             await self._end_turn(p, state, TurnFailed(session_id=p.session_id, turn_id=turn.turn_id,
                                                       reason=f"The model could not answer: {exc.reason}"))
             return False
+        if await self.store.cancel_requested(p.session_id) == turn.turn_id:
+            await self._finish_cancelled(p, state)  # stopped while the model thought: run nothing it asked for
+            return False
         turn.steps += 1
         turn.tokens += response.usage.total_tokens
         events: list[Event] = []
@@ -619,6 +628,9 @@ class Runtime:
             return False  # still waiting on people
         self._apply_resolutions(step, records)
         step.request_ids = []
+        if await self.store.cancel_requested(p.session_id) == turn.turn_id:
+            await self._finish_cancelled(p, state)
+            return True
         new_events = await self._run_ready_calls(p, state)
         new_events += self._unreported_results(p.session_id, turn)
         new_requests = await self._requests_for(state, grants)
@@ -755,7 +767,11 @@ class Runtime:
         """Run one call at most once per approval (markers survive crashes and rival workers)."""
         tool = self.tools.get(call.tool_name)
         assert tool is not None
-        marker = f"{call.call_id}:{len(call.asks)}"
+        # some endpoints reuse call ids across steps ("call_0"): the turn and step make the marker unique
+        turn = state.turn
+        assert turn is not None and turn.step is not None
+        call_key = f"{turn.turn_id}:{turn.step.index}:{call.call_id}"
+        marker = f"{call_key}:{len(call.asks)}"
         fresh, recorded = await self.store.begin_execution(p.session_id, marker)
         if not fresh:
             if recorded and recorded != "started":
@@ -771,7 +787,7 @@ class Runtime:
             session=self._session_info(state),
             principal=call.principal,
             call_id=call.call_id,
-            idempotency_key=f"{p.session_id}:{call.call_id}",
+            idempotency_key=f"{p.session_id}:{call_key}",
             answers=call.asks,
         )
         try:
@@ -881,6 +897,24 @@ class Runtime:
 
 
 # --- helpers -------------------------------------------------------------------------------------
+
+
+def _response_context(
+    record: RequestRecord, principal: Principal, decision: str, note: str | None
+) -> ResponseContext:
+    req = record.request
+    return ResponseContext(
+        request=RequestView(
+            request_id=req.request_id,
+            call_id=req.action.call_id if req.action else None,
+            tool_name=req.action.tool_name if req.action else None,
+            tool_input=req.action.input if req.action else None,
+            principal=req.principal,
+        ),
+        response=ResponseView(decision=decision, principal=principal, note=note),  # type: ignore[arg-type]
+        session=SessionInfo.model_validate(record.session_info or {"id": record.session_id}),
+        approvals=record.approvals,
+    )
 
 
 def _answer_outcome(req: InputRequest, response: InputResponse) -> str | None:

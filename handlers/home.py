@@ -24,16 +24,11 @@ from slack_bolt.async_app import AsyncApp
 from blocks.actions import APPROVERS_ACTION_PATTERN, decode_approvers_action_id
 from blocks.home import HomeRequest, home_view
 from bot.approval import (
-    RequestView,
-    ResponseContext,
     ResponseDecision,
-    ResponseView,
-    evaluate_response_policy,
-    requester_only,
 )
 from bot.principals import Principal, slack_user
 from bot.protocol import ApprovalCandidate, Event, InputRequested, InputResolved, RequestRecord
-from bot.session import SessionInfo, SessionRef
+from bot.session import SessionRef
 from handlers.identity import installation_team, interaction_principal
 
 if TYPE_CHECKING:
@@ -120,29 +115,8 @@ async def _none() -> None:
 
 
 async def may_settle(gov: Governance, record: RequestRecord, viewer: Principal) -> ResponseDecision | None:
-    """Dry-run the request's response policy for ``viewer`` approving; None when it failed."""
-    req = record.request
-    tool = gov.registry.get(req.action.tool_name) if req.action else None
-    custom = tool.approval.response if (tool is not None and req.kind == "tool-approval") else None
-    ctx = ResponseContext(
-        request=RequestView(
-            request_id=req.request_id,
-            call_id=req.action.call_id if req.action else None,
-            tool_name=req.action.tool_name if req.action else None,
-            tool_input=req.action.input if req.action else None,
-            principal=req.principal,
-        ),
-        response=ResponseView(decision="approve", principal=viewer),
-        session=SessionInfo.model_validate(record.session_info or {"id": record.session_id}),
-        approvals=record.approvals,
-    )
-    try:
-        return await asyncio.wait_for(
-            evaluate_response_policy(custom or requester_only(), ctx), DRY_RUN_TIMEOUT_SECONDS
-        )
-    except Exception as exc:  # noqa: BLE001 - a failing policy hides the request (fail closed)
-        log.info("dry run of the response policy of %s failed: %r", req.request_id, exc)
-        return None
+    """Would ``viewer`` approving count? The runtime dry-runs the request's own response policy."""
+    return await gov.deps.runtime.check_response(record, viewer, within_s=DRY_RUN_TIMEOUT_SECONDS)
 
 
 async def _waiting_on(gov: Governance, records: list[RequestRecord], viewer: Principal) -> list[HomeRequest]:

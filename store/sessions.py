@@ -159,6 +159,11 @@ class SessionStore:
     async def exists(self, session_id: str) -> bool:
         return bool(await self.redis.exists(self.key(session_id, "state")))
 
+    async def cancel_requested(self, session_id: str) -> str | None:
+        """The turn id someone asked to cancel, if any."""
+        raw = await self.redis.get(self.key(session_id, "cancel"))
+        return raw.decode() if raw else None
+
     async def request_cancel(self, session_id: str, turn_id: str) -> None:
         await self.redis.set(self.key(session_id, "cancel"), turn_id, ex=7 * 24 * 3600)
 

@@ -359,3 +359,64 @@ async def test_tools_see_their_session_and_call(redis):
     [(sid, tenant, current, call_id, key)] = seen
     assert sid == session().session_id and tenant == "T1" and current == ALICE and call_id == "c42"
     assert key and "c42" in key
+
+
+async def test_a_model_that_reuses_call_ids_still_gets_each_call_run(redis):
+    # some OpenAI-compatible servers number tool calls per response ("call_0", "call_1", …), so the
+    # same id shows up again in a later step; each is a new call and must run
+    counter = {"n": 0}
+
+    async def bump(args: dict) -> dict:
+        counter["n"] += 1
+        return {"count": counter["n"]}
+
+    model = ScriptedModel([call("bump", call_id="call_0"), call("bump", call_id="call_0"), model_say("twice")])
+    runtime, channel, _ = make_runtime(redis, model, [Tool(bump, name="bump")])
+    await say(runtime, "bump twice")
+    assert counter["n"] == 2
+    outputs = [e.output for e in channel.of("action.result")]
+    assert outputs == [{"count": 1}, {"count": 2}]
+
+
+async def test_owner_message_while_a_tool_runs_steers_the_same_turn(redis):
+    running, finish = asyncio.Event(), asyncio.Event()
+
+    async def build(args: dict) -> dict:
+        running.set()
+        await finish.wait()
+        return {"built": True}
+
+    model = ScriptedModel([call("build", call_id="b1"), model_say("Built, and noted.")])
+    runtime, channel, _ = make_runtime(redis, model, [Tool(build, name="build")])
+    worker = asyncio.create_task(say(runtime, "build it"))
+    await asyncio.wait_for(running.wait(), 2)
+    posted = await say(runtime, "also bump the version")
+    assert posted.state == "queued"
+    finish.set()
+    await asyncio.wait_for(worker, 3)
+    assert len(model.requests) == 2
+    history = shown(model)
+    assert_valid_history(history)
+    assert user_texts(history) == ["build it", "also bump the version"]
+    assert channel.types().count("turn.started") == 1
+    assert channel.types()[-2:] == ["turn.completed", "session.waiting"]
+
+
+async def test_cancel_while_a_policy_reviews_the_call_runs_nothing(redis):
+    reviewing, verdict = asyncio.Event(), asyncio.Event()
+
+    async def slow_review(ctx) -> str:  # e.g. auto() waiting on its reviewing model
+        reviewing.set()
+        await verdict.wait()
+        return "approved"
+
+    tool_, runs = recording_tool("delete_branch", approval=slow_review)
+    model = ScriptedModel([call("delete_branch", call_id="del1"), model_say("never")])
+    runtime, channel, _ = make_runtime(redis, model, [tool_])
+    worker = asyncio.create_task(say(runtime, "clean up"))
+    await asyncio.wait_for(reviewing.wait(), 2)
+    assert await runtime.cancel_turn(session().session_id, ALICE) is True
+    verdict.set()
+    await asyncio.wait_for(worker, 3)
+    assert runs == []
+    assert channel.types()[-2:] == ["turn.cancelled", "session.waiting"]
