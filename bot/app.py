@@ -43,6 +43,7 @@ from store.sessions import SessionStore
 log = logging.getLogger(__name__)
 
 RECOVERY_INTERVAL_SECONDS = 5.0
+SHUTDOWN_GRACE_SECONDS = 5.0  # in-flight requests get this long; parked turns need nothing at all
 
 
 def slack_retry_handlers() -> list[Any]:
@@ -92,9 +93,17 @@ class BotApp:
     _recovery: asyncio.Task[Any] | None = None
 
     async def close(self) -> None:
+        """Stop taking requests, let running work finish briefly, then release everything.
+
+        Work still running after the grace period is abandoned safely: its lease lapses and another
+        worker continues the turn from its last checkpoint.
+        """
         if self._recovery is not None:
             self._recovery.cancel()
-        await self.runtime.wait_idle()
+        try:
+            await asyncio.wait_for(self.runtime.wait_idle(), SHUTDOWN_GRACE_SECONDS)
+        except TimeoutError:
+            log.warning("shutting down with work in progress; another worker will continue it")
         await self._stack.aclose()
 
 
@@ -192,7 +201,7 @@ async def _start(
     if host is None:
         # the local workspace is for one person on one machine: keep it off the network
         host = "127.0.0.1" if settings.local_mode and "HOST" not in os.environ else settings.host
-    site = web.TCPSite(runner, host, settings.port if port is None else port)
+    site = web.TCPSite(runner, host, settings.port if port is None else port, shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
     await site.start()
     bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     url = f"http://127.0.0.1:{bound}"

@@ -9,6 +9,7 @@ workflows follow.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import inspect
 import json
@@ -147,10 +148,12 @@ class Tool:
         return self.approval_key_fn(args) if self.approval_key_fn else self.name
 
     async def invoke(self, args: BaseModel | dict[str, Any], ctx: ToolContext) -> Any:
-        call = self.fn(args, ctx) if self._wants_ctx else self.fn(args)
-        if inspect.isawaitable(call):
-            return await call
-        return call
+        call_args = (args, ctx) if self._wants_ctx else (args,)
+        if not inspect.iscoroutinefunction(self.fn):
+            # a sync tool runs in a thread so it never blocks other sessions, lease renewal or acks
+            result = await asyncio.to_thread(self.fn, *call_args)
+            return await result if inspect.isawaitable(result) else result
+        return await self.fn(*call_args)
 
 
 def _input_model(fn: ToolFn) -> type[BaseModel] | None:

@@ -10,7 +10,6 @@ replica, after any restart.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import secrets
@@ -279,21 +278,20 @@ class Runtime:
                 log.exception("driving session %s failed; the recovery sweep will retry it", session_id)
             finally:
                 renewer.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await renewer
+                await asyncio.wait({renewer})  # unlike awaiting it, this never swallows our own cancellation
             # a turn that failed unexpectedly is retried by the sweep, but not in a tight loop
             await self.store.release_lease(session_id, token, still_active=failed,
                                            retry_after_ms=FAILED_DRIVE_RETRY_MS if failed else 0)
             if failed or not await self._has_work(session_id):
                 return
 
-    async def recover(self) -> int:
+    async def recover(self, *, undelivered_older_than_s: float = 5.0) -> int:
         """Continue turns whose worker died, and re-offer requests no frontend has shown yet."""
         count = 0
         for session_id in await self.store.due_sessions():
             await self.drive(session_id)
             count += 1
-        for request_id in await self.store.undelivered():
+        for request_id in await self.store.undelivered(older_than_s=undelivered_older_than_s):
             try:
                 record = await self.store.get_request(request_id)
             except LookupError:
@@ -541,9 +539,12 @@ class Runtime:
         assert turn is not None
         try:
             response = await self.model.complete(state.history, self.tools.specs())
-        except ModelError as exc:
+        except Exception as exc:  # noqa: BLE001 - any model failure ends the turn visibly, never silently
+            reason = exc.reason if isinstance(exc, ModelError) else f"unexpected {type(exc).__name__}"
+            if not isinstance(exc, ModelError):
+                log.exception("model client failed in session %s", p.session_id)
             await self._end_turn(p, state, TurnFailed(session_id=p.session_id, turn_id=turn.turn_id,
-                                                      reason=f"The model could not answer: {exc.reason}"))
+                                                      reason=f"The model could not answer: {reason}"))
             return False
         if await self.store.cancel_requested(p.session_id) == turn.turn_id:
             await self._finish_cancelled(p, state)  # stopped while the model thought: run nothing it asked for

@@ -104,7 +104,10 @@ async def run_product(redis_url: str, workdir: Path) -> AsyncIterator[RunningPro
     log_path = workdir / "bot.log"
     with log_path.open("wb") as log_file:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot", "run",
+            sys.executable,
+            "-m",
+            "bot",
+            "run",
             cwd=workdir,
             env=product_env(redis_url, workdir / "data"),
             stdin=asyncio.subprocess.DEVNULL,

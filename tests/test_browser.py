@@ -16,6 +16,7 @@ from playwright.async_api import expect
 
 from localslack.seed import ALICE, BOB, CAROL, DAVE
 from tests.browser_helpers import (
+    CHROMIUM,
     STEP_TIMEOUT_MS,
     RunningProduct,
     WorkspacePage,
@@ -24,7 +25,11 @@ from tests.browser_helpers import (
     run_product,
 )
 
-pytestmark = pytest.mark.browser
+pytestmark = [
+    pytest.mark.browser,
+    # checked before the product starts, so a machine without Chromium skips at once
+    pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} is missing (.ci/run installs it with apt)"),
+]
 
 
 @pytest.fixture
@@ -84,7 +89,9 @@ async def test_a_refund_is_approved_by_the_finance_approver(
         await expect(answer.locator("code", has_text="ch_1001")).to_be_visible()  # `ch_1001` rendered as code
 
 
-async def test_a_question_is_answered_from_its_choices(workspace: WorkspacePage, product: RunningProduct) -> None:
+async def test_a_question_is_answered_from_its_choices(
+    workspace: WorkspacePage, product: RunningProduct
+) -> None:
     ws = workspace
     async with artifacts_on_failure(ws.page, "browser-question-answered", product):
         await ws.act_as(ALICE)
@@ -117,7 +124,12 @@ async def test_an_admin_adds_an_approver_in_app_home_who_then_approves(
         refund_editor = home.locator(editor)
         await expect(refund_editor.locator(".chip", has_text="bob")).to_be_visible()  # seeded approver
 
-        await refund_editor.locator("select").select_option(DAVE)
+        # The pick goes to the bot as block_actions; the bot saves before it acks, so the answer to the
+        # page's /ui/select call means "saved" (and reloading before it could cancel the request).
+        async with ws.page.expect_response("**/ui/select") as picked:
+            await refund_editor.locator("select").select_option(DAVE)
+        answer = await (await picked.value).json()
+        assert answer["ok"] and not answer["problem"], answer
         await expect(refund_editor.locator(".chip", has_text="dave")).to_be_visible()
 
         # Saved, not just drawn: a fresh page load shows the list the bot published.

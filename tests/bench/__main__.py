@@ -59,32 +59,36 @@ async def run(args: argparse.Namespace, argv: list[str]) -> str:
     began = time.perf_counter()
     server = await open_server()
     try:
-        small_redis, small_counter = server.client(server.small_db)
-        large_redis, large_counter = server.client(server.large_db)
-        record.server, record.version = server.describe(), await server_version(small_redis)
+        clients = [server.client(db) for db in server.dbs]
+        first_redis, first_counter = clients[0]
+        record.server, record.version = server.describe(), await server_version(first_redis)
         for setting in args.config:
             name, _, value = setting.partition("=")
-            await small_redis.config_set(name.strip(), value.strip())
+            await first_redis.config_set(name.strip(), value.strip())
             record.config.append(f"{name.strip()} {value.strip()}")
-        small = make_bench(small_redis, f"db {server.small_db}")
-        large = make_bench(large_redis, f"db {server.large_db}")
+        benches = [make_bench(redis, f"db {db}") for (redis, _), db in zip(clients, server.dbs, strict=True)]
         _say("round trips per answer …")
-        trips = await count_round_trips(small, small_counter, samples=5 if args.quick else 20)
-        await small_redis.flushdb()  # the measured populations start empty
+        trips = await count_round_trips(benches[0], first_counter, samples=5 if args.quick else 20)
+        await first_redis.flushdb()  # the measured populations start empty
         _say("bytes per parked turn …")
-        sizes = await bytes_per_parked_turn(small)
-        await small_redis.flushdb()
-        pops = [Population(small, small_counter, args.small), Population(large, large_counter, args.large)]
+        sizes = await bytes_per_parked_turn(benches[0])
+        await first_redis.flushdb()
+        # the second population is a control: the same size as the first, so it differs only by noise
+        shapes = [(args.small, ""), (args.small, "control"), (args.large, "")]
+        pops = [
+            Population(bench, counter, size, role)
+            for bench, (_, counter), (size, role) in zip(benches, clients, shapes, strict=True)
+        ]
         for pop in pops:
-            _say(f"parking {pop.size:,} turns …")
+            _say(f"filling {pop.bench.db_label}: {pop.label} …")
             await fill(pop, args.per_round)
         _say(f"latency: {args.rounds} rounds × {args.per_round} resumes per population …")
         await measure_latency(pops, args.rounds, args.per_round)
         record.seconds = time.perf_counter() - began
         return render(record, trips, sizes, pops)
     finally:
-        if server.embedded is None:  # REDIS_URL: both databases were empty when we started
-            for number in (server.small_db, server.large_db):
+        if server.embedded is None:  # REDIS_URL: the databases were empty when we started
+            for number in server.dbs:
                 cleaner, _ = server.client(number)
                 await cleaner.flushdb()
         await server.close()

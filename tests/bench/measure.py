@@ -162,6 +162,12 @@ class Population:
     bench: Bench
     counter: RoundTrips
     size: int
+    role: str = ""  # e.g. "control"
+
+    @property
+    def label(self) -> str:
+        return f"{self.size:,} parked" + (f" ({self.role})" if self.role else "")
+
     fill_seconds: float = 0.0
     memory_per_clone: float = 0.0  # used_memory growth per cloned turn (bytes)
     pending_index_per_turn: float = 0.0  # MEMORY USAGE of the pending zset / its entries
@@ -208,10 +214,12 @@ async def quiet_server(redis: Redis, limit_s: float = 120.0) -> float:
 
 
 async def measure_latency(pops: list[Population], rounds: int, per_round: int) -> None:
-    """Each round: park ``per_round`` real turns in each database, then resume them alternately."""
+    """Each round: park ``per_round`` real turns in each database, then resume them in turn (one per
+    database, round-robin), so every population sees the same machine noise."""
     for round_number in range(rounds):
         batches = [[await pop.bench.park() for _ in range(per_round)] for pop in pops]
-        order = pops if round_number % 2 == 0 else pops[::-1]
+        shift = round_number % len(pops)  # who goes first changes every round
+        order = pops[shift:] + pops[:shift]
         for index in range(per_round):
             for pop in order:
                 ref, request_id = batches[pops.index(pop)][index]

@@ -53,13 +53,15 @@ def counting_client(url: str, db: int | None = None) -> tuple[redis_asyncio.Redi
     return redis_asyncio.Redis(connection_pool=pool), counter
 
 
+DATABASES = 3  # the 100-turn population, its control twin, the large population
+
+
 @dataclass
 class BenchServer:
-    """Where the bench runs: two logical databases on one server (small and large populations)."""
+    """Where the bench runs: consecutive logical databases of one server, one per population."""
 
     url: str
-    small_db: int
-    large_db: int
+    dbs: list[int]
     embedded: EmbeddedValkey | None = None
     tmp_dir: Path | None = None
     clients: list[redis_asyncio.Redis] = field(default_factory=list)
@@ -72,7 +74,7 @@ class BenchServer:
     def describe(self) -> str:
         if self.embedded is not None:
             return "embedded valkey-server (unix socket, private temp dir)"
-        return f"REDIS_URL {redacted(self.url)} (databases {self.small_db} and {self.large_db})"
+        return f"REDIS_URL {redacted(self.url)}, databases {', '.join(map(str, self.dbs))}"
 
     async def close(self) -> None:
         for made in self.clients:
@@ -84,34 +86,34 @@ class BenchServer:
 
 
 async def open_server() -> BenchServer:
-    """REDIS_URL's database and the next one (both must be empty), else a private embedded server."""
+    """REDIS_URL's database n and the next ones (all must be empty), else a private embedded server."""
     url = os.environ.get("REDIS_URL", "").strip()
     if url and os.environ.get("REDIS_CLUSTER", "").strip() == "1":
         raise SystemExit(
-            "bench: REDIS_CLUSTER=1 is not supported (the bench uses two databases of one server)"
+            "bench: REDIS_CLUSTER=1 is not supported (the bench uses several databases of one server)"
         )
     if not url:
         tmp_dir = Path(tempfile.mkdtemp(prefix="hitl-bench-"))
         embedded = EmbeddedValkey(tmp_dir / "data")
-        return BenchServer(await embedded.start(), 0, 1, embedded=embedded, tmp_dir=tmp_dir)
+        return BenchServer(await embedded.start(), list(range(DATABASES)), embedded=embedded, tmp_dir=tmp_dir)
     probe = redis_asyncio.Redis.from_url(url)
     try:
-        db = int(probe.connection_pool.connection_kwargs.get("db") or 0)
-        server = BenchServer(url, db, db + 1)
-        for number in (server.small_db, server.large_db):
-            sized, _ = counting_client(url, number)
-            try:
-                if await sized.dbsize():
-                    raise SystemExit(
-                        f"bench: REDIS_URL database {number} is not empty; the bench fills databases "
-                        f"{server.small_db} and {server.large_db} and flushes them afterwards. "
-                        "Point REDIS_URL at an empty database (db n and n+1 must both be empty)."
-                    )
-            finally:
-                await sized.aclose()
-        return server
+        first = int(probe.connection_pool.connection_kwargs.get("db") or 0)
     finally:
         await probe.aclose()
+    server = BenchServer(url, list(range(first, first + DATABASES)))
+    for number in server.dbs:
+        sized, _ = counting_client(url, number)
+        try:
+            if await sized.dbsize():
+                raise SystemExit(
+                    f"bench: REDIS_URL database {number} is not empty; the bench fills databases "
+                    f"{', '.join(map(str, server.dbs))} and flushes them afterwards. Point REDIS_URL at "
+                    f"database n where n … n+{DATABASES - 1} are all empty."
+                )
+        finally:
+            await sized.aclose()
+    return server
 
 
 async def server_version(client: redis_asyncio.Redis) -> str:

@@ -147,8 +147,3 @@ async def cancel(runtime: Runtime, request_id: str, who: Principal | None = ALIC
 async def request_status(store: SessionStore, request_id: str) -> str:
     return (await store.get_request(request_id)).status
 
-
-async def stored_turn(store: SessionStore, ref: SessionRef | None = None) -> dict[str, Any] | None:
-    raw, _, _ = await store.load((ref or session()).session_id)
-    assert raw is not None
-    return raw["turn"]

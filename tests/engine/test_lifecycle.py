@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 import redis.asyncio as redis_asyncio
@@ -420,3 +421,31 @@ async def test_cancel_while_a_policy_reviews_the_call_runs_nothing(redis):
     await asyncio.wait_for(worker, 3)
     assert runs == []
     assert channel.types()[-2:] == ["turn.cancelled", "session.waiting"]
+
+
+async def test_a_slow_sync_tool_does_not_stall_other_sessions(redis):
+    # DESIGN §6 "sync functions work too": a blocking sync tool must not freeze the event loop (other
+    # sessions, lease renewal and Slack's 3-second acks all share it)
+    def export_csv(args: dict) -> dict:
+        time.sleep(1.0)
+        return {"rows": 10}
+
+    def script(messages, tools):
+        first = next(m["content"] for m in messages if m["role"] == "user")
+        if first == "export" and not any(m["role"] == "tool" for m in messages):
+            return call("export_csv", call_id="x1")
+        return model_say("done")
+
+    model = ScriptedModel([script, script])
+    runtime, channel, _ = make_runtime(redis, model, [Tool(export_csv, name="export_csv")])
+    started = time.monotonic()
+    slow = asyncio.create_task(say(runtime, "export", ref=session("slow")))
+
+    async def other() -> float:
+        await asyncio.sleep(0.05)
+        await say(runtime, "hello", ref=session("other"))
+        return time.monotonic() - started
+
+    elapsed = await asyncio.wait_for(other(), 5)
+    await asyncio.wait_for(slow, 5)
+    assert elapsed < 0.6, f"another session waited {elapsed:.2f}s behind a sync tool"
