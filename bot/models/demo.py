@@ -14,7 +14,7 @@ import secrets
 from bot.models.base import Message, ModelResponse, TextCallback, ToolCall, ToolSpec, Usage
 
 HELP = (
-    "I'm running *offline* with a built-in demo model, so I only understand a few requests:\n"
+    "I'm running **offline** with a built-in demo model, so I only understand a few requests:\n"
     "- `look up acme` — runs right away (no approval)\n"
     "- `refund ch_1001 $40` — needs a finance approver (bob in the local workspace)\n"
     "- `deploy api to staging` — four-eyes: someone other than you approves\n"
@@ -114,17 +114,17 @@ def _describe(data: object) -> str:
     if data.get("status") == "failed":
         return f"That failed: {data.get('error', 'unknown error')}"
     if data.get("status") == "answered":
-        return f"Got it — *{data.get('answer')}*."
+        return f"Got it — **{data.get('answer')}**."
     if data.get("interrupted"):
         return "OK, I'll drop that question."
     if "refund_id" in data:
         return f"Refunded ${data['amount']:.2f} on `{data['charge_id']}` (refund `{data['refund_id']}`)."
     if "deployed" in data:
-        return f"Deployed *{data['deployed']}* {data['version']} to {data['environment']}."
+        return f"Deployed **{data['deployed']}** {data['version']} to {data['environment']}."
     if data.get("posted"):
         return f"Posted to {data['channel']}: “{data['text']}”"
     if "customer" in data:
         charge = data.get("last_charge") or {}
-        return (f"*{data['customer']}* is on the {data['plan']} plan with {data['seats']} seats; last charge "
+        return (f"**{data['customer']}** is on the {data['plan']} plan with {data['seats']} seats; last charge "
                 f"`{charge.get('id')}` for ${charge.get('amount', 0):.2f}.")
     return f"Result: `{json.dumps(data)}`"
