@@ -66,7 +66,7 @@ async def run(args: argparse.Namespace, argv: list[str]) -> str:
             name, _, value = setting.partition("=")
             await first_redis.config_set(name.strip(), value.strip())
             record.config.append(f"{name.strip()} {value.strip()}")
-        benches = [make_bench(redis, f"db {db}") for (redis, _), db in zip(clients, server.dbs, strict=True)]
+        benches = [make_bench(redis, db) for (redis, _), db in zip(clients, server.dbs, strict=True)]
         _say("round trips per answer …")
         trips = await count_round_trips(benches[0], first_counter, samples=5 if args.quick else 20)
         await first_redis.flushdb()  # the measured populations start empty

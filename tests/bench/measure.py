@@ -169,7 +169,7 @@ class Population:
         return f"{self.size:,} parked" + (f" ({self.role})" if self.role else "")
 
     fill_seconds: float = 0.0
-    memory_per_clone: float = 0.0  # used_memory growth per cloned turn (bytes)
+    memory_per_clone: float = 0.0  # growth of data_memory() per parked turn written (bytes)
     pending_index_per_turn: float = 0.0  # MEMORY USAGE of the pending zset / its entries
     clones_checked: int = 0
     settle_seconds: float = 0.0  # waited after filling for the server's background AOF rewrite to end
@@ -182,13 +182,13 @@ async def fill(pop: Population, per_round: int, check: int = 3) -> None:
     """Park one real turn, clone it up to ``size - per_round`` parked turns, resume a few clones."""
     bench = pop.bench
     redis = bench.redis
-    before = int((await redis.info("memory"))["used_memory"])
+    before = await data_memory(redis, bench.db)
     ref, request_id = await bench.park()
     template = await read_template(bench.store, ref.session_id, ref.channel["thread_ts"], request_id)
     cloner = Cloner(redis, template)
     clones = pop.size - per_round - 1 + check  # the template is one of them; the checked ones go away
     pop.fill_seconds = await cloner.write(1, clones)
-    after = int((await redis.info("memory"))["used_memory"])
+    after = await data_memory(redis, bench.db)
     pop.memory_per_clone = (after - before) / (clones + 1)
     pending = cloner.pending_key
     pop.pending_index_per_turn = int(await redis.memory_usage(pending, samples=0)) / await redis.zcard(
@@ -200,6 +200,14 @@ async def fill(pop: Population, per_round: int, check: int = 3) -> None:
         if result.state != "settled" or bench.channel.completed_at.pop(cloner.session_id(n), None) is None:
             raise RuntimeError(f"cloned turn {n} did not resume to turn.completed: {result}")
         pop.clones_checked += 1
+
+
+async def data_memory(redis: Redis, db: int) -> int:
+    """Bytes the server holds for data: MEMORY STATS ``dataset.bytes`` (all databases; client
+    buffers, script caches and the AOF buffer excluded) plus this database's key tables."""
+    stats = await redis.memory_stats()
+    tables = stats.get(f"db.{db}") or {}
+    return int(stats["dataset.bytes"]) + sum(int(v) for v in tables.values())
 
 
 async def quiet_server(redis: Redis, limit_s: float = 120.0) -> float:

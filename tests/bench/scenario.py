@@ -71,8 +71,12 @@ class Bench:
     runtime: Runtime
     channel: BenchChannel
     model: ScriptedModel
-    db_label: str
+    db: int
     _numbers: itertools.count = field(default_factory=lambda: itertools.count(1))
+
+    @property
+    def db_label(self) -> str:
+        return f"db {self.db}"
 
     def new_ref(self) -> SessionRef:
         """A fresh Slack thread (one session per parked turn: one turn per session at a time)."""
@@ -103,7 +107,7 @@ class Bench:
         return await self.runtime.answer(self.approval(request_id), resume=resume)
 
 
-def make_bench(redis: Redis, db_label: str) -> Bench:
+def make_bench(redis: Redis, db: int) -> Bench:
     store = SessionStore(redis)
     channel = BenchChannel()
     model = ScriptedModel([_call_refund, say("Refunded 42.50 EUR to the card; refund re_3PqR8sLkd9Zx.")])
@@ -114,4 +118,4 @@ def make_bench(redis: Redis, db_label: str) -> Bench:
         channel=channel,
         settings=RuntimeSettings(),
     )  # the default system prompt, as deployed
-    return Bench(redis, store, runtime, channel, model, db_label)
+    return Bench(redis, store, runtime, channel, model, db)
