@@ -217,10 +217,8 @@ class Runtime:
         ctx = _response_context(record, principal, decision_kind, note)
         decision, failure = await self._run_response_policy(policy, ctx)
         result = await self._settle_answer(record, response, outcome, decision, failure, custom, note)
-        if result.batch_complete:
-            await self.store.mark_active(record.session_id)  # the sweep resumes it if we die now
-            if resume:
-                await self.drive(record.session_id)
+        if result.batch_complete and resume:
+            await self.drive(record.session_id)  # (the settle already told the sweep to look, in case we die)
         return result
 
     async def check_response(

@@ -48,6 +48,7 @@ EVENTS_MAXLEN = 10_000
 MESSAGE_DEDUPE_SECONDS = 24 * 3600
 EXEC_MARKER_SECONDS = 30 * 24 * 3600
 ACTIVE = b"hitl:active"
+SETTLED_LOOK_AGAIN_MS = 0  # the next sweep; the answering process normally resumes it first
 UNDELIVERED = b"hitl:undelivered"
 
 
@@ -350,7 +351,15 @@ class SessionStore:
             EVENTS_MAXLEN,
             *[_events_json(evs) for evs in (on_settled, on_partial, on_rejected, on_stale)],
         ]
-        state, first, count, complete = await self._settle(keys=keys, args=args)
+        if mode == "settle":
+            # in the same round trip: have the sweep look at the session soon, so a turn whose last
+            # answer this was resumes even if this process dies before it drives it
+            pipe = self.redis.pipeline(transaction=False)
+            await self._settle(keys=keys, args=args, client=pipe)
+            pipe.zadd(ACTIVE, {record.session_id: _now_ms() + SETTLED_LOOK_AGAIN_MS})
+            (state, first, count, complete), _ = await pipe.execute()
+        else:
+            state, first, count, complete = await self._settle(keys=keys, args=args)
         state = state.decode() if isinstance(state, bytes) else state
         if state == "missing":
             raise UnknownRequest(rid)
