@@ -195,13 +195,13 @@ async def _start(
     handlers.register(slack, deps)
 
     web_app = handlers.http.web_app(slack, ready=lambda: ping(redis.client))
-    runner = web.AppRunner(web_app, access_log=None)
+    runner = web.AppRunner(web_app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
     await runner.setup()
     stack.push_async_callback(runner.cleanup)
     if host is None:
         # the local workspace is for one person on one machine: keep it off the network
         host = "127.0.0.1" if settings.local_mode and "HOST" not in os.environ else settings.host
-    site = web.TCPSite(runner, host, settings.port if port is None else port, shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
+    site = web.TCPSite(runner, host, settings.port if port is None else port)
     await site.start()
     bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     url = f"http://127.0.0.1:{bound}"
