@@ -238,7 +238,7 @@ class SessionStore:
             json.dumps(state, separators=(",", ":")) if state is not None else "",
             len(events),
             len(requests),
-            *[e.model_dump_json() for e in events],
+            *[e.model_dump_json(exclude_none=True) for e in events],
             *[json.dumps(_record_fields(r), separators=(",", ":")) for r in requests],
             EVENTS_MAXLEN,
         ]
@@ -444,7 +444,7 @@ def _now_ms() -> int:
 
 def _record_fields(record: RequestRecord) -> dict[str, str]:
     return {
-        "request": record.request.model_dump_json(),
+        "request": record.request.model_dump_json(exclude_none=True),
         "session_id": record.session_id,
         "turn_id": record.turn_id,
         "team_id": record.team_id or "",
@@ -481,7 +481,7 @@ def _record_from_fields(fields: dict[bytes, bytes]) -> RequestRecord:
 def _events_json(events: list[Event]) -> str:
     if not events:
         return ""
-    return json.dumps([e.model_dump_json() for e in events])
+    return json.dumps([e.model_dump_json(exclude_none=True) for e in events])
 
 
 def _fill_approvals(event: Event, count: int) -> Event:
