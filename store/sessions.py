@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import NoScriptError
 
 from bot.protocol import (
     EVENT_ADAPTER,
@@ -354,10 +355,7 @@ class SessionStore:
         if mode == "settle":
             # in the same round trip: have the sweep look at the session soon, so a turn whose last
             # answer this was resumes even if this process dies before it drives it
-            pipe = self.redis.pipeline(transaction=False)
-            await self._settle(keys=keys, args=args, client=pipe)
-            pipe.zadd(ACTIVE, {record.session_id: _now_ms() + SETTLED_LOOK_AGAIN_MS})
-            (state, first, count, complete), _ = await pipe.execute()
+            state, first, count, complete = await self._settle_and_mark(record.session_id, keys, args)
         else:
             state, first, count, complete = await self._settle(keys=keys, args=args)
         state = state.decode() if isinstance(state, bytes) else state
@@ -368,6 +366,22 @@ class SessionStore:
         return SettleResult(
             state=state, batch_complete=bool(complete), approvals=int(count), record=record, events=events
         )
+
+    async def _settle_and_mark(self, session_id: str, keys: list[str], args: list[Any]) -> list[Any]:
+        """EVALSHA + ZADD in one pipeline. (A redis-py Script in a pipeline would first send SCRIPT
+        EXISTS on every execute: one more round trip. We load the script only when Redis lacks it.)"""
+        for attempt in (1, 2):
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.evalsha(self._settle.sha, len(keys), *keys, *args)
+            pipe.zadd(ACTIVE, {session_id: _now_ms() + SETTLED_LOOK_AGAIN_MS})
+            try:
+                settled, _ = await pipe.execute()
+                return settled
+            except NoScriptError:
+                if attempt == 2:
+                    raise
+                await self.redis.script_load(_SETTLE)  # first use on this server (or after a flush)
+        raise AssertionError("unreachable")
 
     async def mark_delivered(self, request_ids: list[str]) -> None:
         if request_ids:
