@@ -103,6 +103,9 @@ async def _check(settings: Settings) -> int:
         up = await ping(handle.client)
         print(f"redis: {'ok' if up else 'NOT reachable'} ({'REDIS_URL' if settings.redis_url else 'embedded'})")
         ok &= up
+        if up:
+            for hint in await memory_hints(handle.client):
+                print(f"redis: note: {hint}")
     finally:
         await handle.close()
     if settings.local_mode:
@@ -113,6 +116,25 @@ async def _check(settings: Settings) -> int:
     print(f"model: {settings.model} at {settings.openai_base_url}" if settings.openai_api_key
           else "model: offline demo model (set OPENAI_API_KEY for a real one)")
     return 0 if ok else 1
+
+
+MEMORY_SETTINGS = {"stream-node-max-bytes": 2048, "hash-max-listpack-value": 4096}
+
+
+async def memory_hints(client: object) -> list[str]:
+    """Settings that make each parked turn cost about a third more memory (docs/PERFORMANCE.md)."""
+    hints = []
+    for name, wanted in MEMORY_SETTINGS.items():
+        try:
+            found = await client.config_get(name)  # type: ignore[attr-defined]
+            value = int(found.get(name, found.get(name.encode(), 0)))
+        except Exception:  # noqa: BLE001 - managed Redis often forbids CONFIG; nothing to advise then
+            return []
+        if (name == "stream-node-max-bytes" and (value == 0 or value > wanted)) or (
+            name == "hash-max-listpack-value" and value < wanted
+        ):
+            hints.append(f"{name} is {value}; {wanted} keeps parked turns smaller (see docs/PERFORMANCE.md)")
+    return hints
 
 
 async def _pending(settings: Settings, team: str | None) -> int:

@@ -256,6 +256,15 @@ class RequestRecord(Contract):
         return self.request.request_id
 
 
+class SessionSnapshot(Contract):
+    """What the turn loop reads about a session before moving it forward."""
+
+    state: dict[str, Any] | None = None  # None: a session nobody wrote in yet
+    grants: set[str] = Field(default_factory=set)  # once() approval keys granted in this session
+    cancel: str | None = None  # the turn id someone asked to cancel
+    inbox: list[dict[str, Any]] = Field(default_factory=list)  # messages waiting for the turn
+
+
 class SettleResult(Contract):
     """What one settle attempt did, as the store saw it atomically."""
 

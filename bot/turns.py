@@ -51,6 +51,7 @@ from bot.protocol import (
     MessageCompleted,
     RequestRecord,
     Resolution,
+    SessionSnapshot,
     SessionWaiting,
     SettleResult,
     TurnCancelled,
@@ -79,6 +80,7 @@ class TurnStore(Protocol):
     """What the runtime needs from persistence (implemented by ``store.sessions.SessionStore``)."""
 
     async def load(self, session_id: str) -> tuple[dict[str, Any] | None, set[str], str | None]: ...
+    async def snapshot(self, session_id: str) -> SessionSnapshot: ...
     async def request_cancel(self, session_id: str, turn_id: str) -> None: ...
     async def cancel_requested(self, session_id: str) -> str | None: ...
     async def acquire_lease(self, session_id: str) -> str | None: ...
@@ -449,8 +451,8 @@ class Runtime:
         return int(getattr(self.store, "lease_ms", 30_000))
 
     async def _has_work(self, session_id: str) -> bool:
-        raw, _, cancel = await self.store.load(session_id)
-        inbox = await self.store.inbox(session_id)
+        snap = await self.store.snapshot(session_id)
+        raw, cancel, inbox = snap.state, snap.cancel, snap.inbox
         if raw is None:
             return bool(inbox)
         state = SessionState.model_validate(raw)
@@ -476,8 +478,8 @@ class Runtime:
 
     async def _drive_locked(self, p: _Pass) -> None:
         while True:
-            raw, grants, cancel = await self.store.load(p.session_id)
-            inbox = await self.store.inbox(p.session_id)
+            snap = await self.store.snapshot(p.session_id)
+            raw, grants, cancel, inbox = snap.state, snap.grants, snap.cancel, snap.inbox
             state = SessionState.model_validate(raw) if raw else None
             if state is None or state.turn is None:
                 if not inbox:

@@ -82,7 +82,7 @@ def server_command(*, data_dir: Path, socket_path: Path, log_file: Path) -> list
         # Valkey preallocates 4 KiB for a stream node unless nodes are capped smaller; a parked
         # request is a hash with one JSON field of ~1-2 KiB, which stays compact (listpack) only
         # when such values are allowed. Set the same two settings on an external Redis.
-        "--stream-node-max-bytes", "512",
+        "--stream-node-max-bytes", "2048",
         "--hash-max-listpack-value", "4096",
     ]  # fmt: skip
 

@@ -39,6 +39,7 @@ from bot.protocol import (
     InputResponse,
     LeaseLost,
     RequestRecord,
+    SessionSnapshot,
     SettleResult,
     UnknownRequest,
     event_from_json,
@@ -150,13 +151,23 @@ class SessionStore:
 
     async def load(self, session_id: str) -> tuple[dict[str, Any] | None, set[str], str | None]:
         """The session state (None if new), its granted once() keys and a requested cancel."""
+        snapshot = await self.snapshot(session_id)
+        return snapshot.state, snapshot.grants, snapshot.cancel
+
+    async def snapshot(self, session_id: str) -> SessionSnapshot:
+        """Everything the turn loop reads before it moves a session forward, in one round trip."""
         pipe = self.redis.pipeline(transaction=False)
         pipe.get(self.key(session_id, "state"))
         pipe.smembers(self.key(session_id, "grants"))
         pipe.get(self.key(session_id, "cancel"))
-        raw, grants, cancel = await pipe.execute()
-        state = json.loads(raw) if raw else None
-        return state, {g.decode() for g in grants}, (cancel.decode() if cancel else None)
+        pipe.lrange(self.key(session_id, "inbox"), 0, -1)
+        raw, grants, cancel, inbox = await pipe.execute()
+        return SessionSnapshot(
+            state=json.loads(raw) if raw else None,
+            grants={g.decode() for g in grants},
+            cancel=cancel.decode() if cancel else None,
+            inbox=[json.loads(m) for m in inbox],
+        )
 
     async def exists(self, session_id: str) -> bool:
         return bool(await self.redis.exists(self.key(session_id, "state")))

@@ -8,10 +8,13 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Awaitable
 from datetime import UTC, datetime
 
-from .measure import Population, bytes_per_parked_turn, count_round_trips, fill, measure_latency
-from .report import DOC, RunInfo, render, write_doc
+from redis.asyncio import Redis
+
+from .measure import BytesFigures, Population, bytes_per_parked_turn, count_round_trips, fill, measure_latency
+from .report import DOC, SERVER_DEFAULTS, RunInfo, render, write_doc
 from .scenario import make_bench
 from .server import open_server, server_version
 
@@ -44,8 +47,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.large = args.large or (10_000 if args.quick else 100_000)
     args.rounds = args.rounds or (3 if args.quick else 50)
     args.small = 100
-    if args.per_round >= args.small:
-        parser.error("--per-round must be below 100")
+    if not 0 < args.per_round < args.small:
+        parser.error("--per-round must be between 1 and 99")
+    if args.large < args.small:
+        parser.error("--large must be at least 100")
     for setting in args.config:
         if "=" not in setting:
             parser.error(f"--config wants NAME=VALUE, got {setting!r}")
@@ -72,6 +77,11 @@ async def run(args: argparse.Namespace, argv: list[str]) -> str:
         await first_redis.flushdb()  # the measured populations start empty
         _say("bytes per parked turn …")
         sizes = await bytes_per_parked_turn(benches[0])
+        untuned = (
+            await _on_server_defaults(first_redis, bytes_per_parked_turn(benches[0]))
+            if server.embedded
+            else None
+        )
         await first_redis.flushdb()
         # the second population is a control: the same size as the first, so it differs only by noise
         shapes = [(args.small, ""), (args.small, "control"), (args.large, "")]
@@ -85,13 +95,26 @@ async def run(args: argparse.Namespace, argv: list[str]) -> str:
         _say(f"latency: {args.rounds} rounds × {args.per_round} resumes per population …")
         await measure_latency(pops, args.rounds, args.per_round)
         record.seconds = time.perf_counter() - began
-        return render(record, trips, sizes, pops)
+        return render(record, trips, sizes, pops, untuned)
     finally:
         if server.embedded is None:  # REDIS_URL: the databases were empty when we started
             for number in server.dbs:
                 cleaner, _ = server.client(number)
                 await cleaner.flushdb()
         await server.close()
+
+
+async def _on_server_defaults(redis: Redis, work: Awaitable[BytesFigures]) -> BytesFigures:
+    """Run ``work`` with the memory settings at Redis/Valkey defaults (as on an untuned external
+    server), then put back what the embedded server was started with."""
+    saved = {name: (await redis.config_get(name))[name] for name in SERVER_DEFAULTS}
+    try:
+        for name, value in SERVER_DEFAULTS.items():
+            await redis.config_set(name, value)
+        return await work
+    finally:
+        for name, value in saved.items():
+            await redis.config_set(name, value)
 
 
 def _say(text: str) -> None:

@@ -1,10 +1,11 @@
-"""Many parked turns, quickly: clone one real parked turn under new sessions, in pipelined batches.
+"""Many parked turns, quickly: copy one real parked turn under new sessions, in batches.
 
 Driving 100,000 turns through the runtime would take minutes, so the bench parks one real turn and
 copies its keys — same Redis types, same sizes, same encodings — under new Slack threads. Every id
 inside the values (session id and its slot, request id, turn id, call id, thread ts) is rewritten,
 so each copy is a valid parked turn the runtime can resume (the bench checks a few). Each copy also
-gets its entry in the workspace's pending index, as a real park does.
+gets its entry in the workspace's pending index, as a real park does. The ids are rewritten here; a
+small Lua script issues the writes of 500 copies per call.
 """
 
 from __future__ import annotations
