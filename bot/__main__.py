@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("run", help="run the bot (default); without SLACK_BOT_TOKEN it starts a local Slack workspace")
     sub.add_parser("check", help="check the configuration and connections (Redis, Slack, model), then exit")
     pending = sub.add_parser("pending", help="list requests waiting for a person")
-    pending.add_argument("--team", default=None, help="workspace id (default: all local/console requests)")
+    pending.add_argument("--team", default=None, help="only this workspace (default: every workspace)")
     sub.add_parser("chat", help="talk to the agent in this terminal (no Slack needed)")
     audit = sub.add_parser("audit", help="export or verify a workspace's audit log")
     audit_sub = audit.add_subparsers(dest="audit_command", required=True)
@@ -144,13 +144,16 @@ async def _pending(settings: Settings, team: str | None) -> int:
     handle = await open_redis(settings.redis_url, cluster=settings.redis_cluster,
                               data_dir=Path(settings.data_dir) / "redis")
     try:
-        records = await SessionStore(handle.client).pending_for_team(team)
+        store = SessionStore(handle.client)
+        teams = [team] if team else await store.teams_with_pending()
+        records = [r for t in teams for r in await store.pending_for_team(t)]
         if not records:
             print("nothing is waiting")
         for r in records:
             who = r.request.principal.principal_id if r.request.principal else "anonymous"
             what = r.request.action.tool_name if r.request.action else r.request.prompt
-            print(f"{r.request_id}  {r.request.kind:<14} {what:<24} asked by {who}  at {r.request.created_at:%Y-%m-%d %H:%M}")
+            print(f"{r.request_id}  {r.team_id or '-':<10} {r.request.kind:<14} {what:<24} asked by {who}  "
+                  f"at {r.request.created_at:%Y-%m-%d %H:%M}")
     finally:
         await handle.close()
     return 0

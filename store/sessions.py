@@ -413,6 +413,14 @@ class SessionStore:
             await self.redis.zrem(key, *stale)
         return open_records
 
+    async def teams_with_pending(self) -> list[str | None]:
+        """Workspaces that have a pending-requests index (None: sessions without a workspace)."""
+        teams: set[str | None] = set()
+        async for key in self.redis.scan_iter(match="hitl:{ws:*}:pending", count=1000):
+            team = key.decode()[len("hitl:{ws:") : -len("}:pending")]
+            teams.add(None if team == "-" else team)
+        return sorted(teams, key=lambda t: t or "")
+
     # inbox -----------------------------------------------------------------------------------
 
     async def first_sighting(self, session_id: str, message_id: str) -> bool:

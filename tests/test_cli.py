@@ -48,3 +48,12 @@ def test_console_chat_runs_a_tool_and_parks_on_an_approval(redis, redis_url):
     assert "Acme Corp" in out
     assert "approval needed: post_announcement" in out
     assert "Posted to #general" in out
+
+
+def test_pending_lists_waiting_requests_of_every_workspace(redis, redis_url):
+    chat = run(["chat"], {"REDIS_URL": redis_url}, stdin="announce release at 5pm\n/quit\n")
+    assert "approval needed: post_announcement" in chat.stdout
+    listed = run(["pending"], {"REDIS_URL": redis_url})
+    assert listed.returncode == 0, listed.stderr
+    assert "tool-approval" in listed.stdout and "post_announcement" in listed.stdout
+    assert "console:you" in listed.stdout

@@ -160,3 +160,27 @@ async def test_malformed_and_unknown_interactions_change_nothing(local_slack, st
     assert "no longer open" in note[-1].text
     assert RUNS == []
     assert any(b["type"] == "actions" for b in local_slack.message(GENERAL, card.ts).blocks)
+
+
+async def test_bot_messages_edits_and_deletes_never_reach_the_agent(local_slack, start_app):
+    model = ScriptedModel([say("first")] * 3)
+    bot = await start_app(model, [])
+    ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> hi")
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "first" in m.text)
+    await bot.runtime.wait_idle()
+    base = {"type": "event_callback", "team_id": "T0LOCAL", "api_app_id": "A0LOCAL", "event_time": int(time.time()),
+            "authorizations": [{"team_id": "T0LOCAL", "user_id": BOT_USER_ID, "is_bot": True}]}
+    events = [
+        {"type": "message", "subtype": "message_changed", "channel": GENERAL, "channel_type": "channel",
+         "ts": "1767225700.000001", "message": {"user": ALICE, "text": "edited", "ts": ts, "thread_ts": ts}},
+        {"type": "message", "subtype": "message_deleted", "channel": GENERAL, "channel_type": "channel",
+         "ts": "1767225700.000002", "deleted_ts": ts},
+        {"type": "message", "channel": GENERAL, "channel_type": "channel", "user": "U0OTHERBOT",
+         "bot_id": "B0OTHER", "text": "another bot talking", "ts": "1767225700.000003", "thread_ts": ts},
+    ]
+    for n, event in enumerate(events):
+        body = json.dumps({**base, "event_id": f"EvIGNORED{n}", "event": event}).encode()
+        result = await local_slack.deliver_raw(body, {**local_slack.sign(body), "Content-Type": "application/json"})
+        assert result.status == 200
+    await bot.runtime.wait_idle()
+    assert len(model.requests) == 1
