@@ -5,14 +5,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+# not the repository: a developer's .env there must not leak tokens into these runs
+WORKDIR = Path(tempfile.mkdtemp(prefix="bot-cli-"))
 
 
 def run(args: list[str], env: dict[str, str], stdin: str = "", timeout: float = 60) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "OPENAI_", "BOT_", "PORT"))}
-    return subprocess.run([sys.executable, "-m", "bot", *args], cwd=ROOT, env={**clean, **env}, input=stdin,
+    return subprocess.run([sys.executable, "-m", "bot", *args], cwd=WORKDIR, env={**clean, **env}, input=stdin,
                           capture_output=True, text=True, timeout=timeout)
 
 

@@ -16,8 +16,6 @@ from localslack.seed import ALICE, BOT_TOKEN, BOT_USER_ID, GENERAL
 from tests.e2e.conftest import SIGNING_SECRET
 from tests.e2e.test_approval_flow import button, card_in
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -39,7 +37,8 @@ async def start_process(local_slack, redis_url: str, tmp_path: Path) -> tuple[su
         "BOT_LEASE_SECONDS": "2",  # a killed worker's lease lapses quickly
     }
     log = open(tmp_path / f"bot-{port}.log", "w")  # noqa: SIM115 - closed with the process
-    proc = subprocess.Popen([sys.executable, "-m", "bot", "run"], cwd=ROOT, env=env, stdout=log, stderr=log)
+    # run outside the repository so a developer's .env cannot leak into it
+    proc = subprocess.Popen([sys.executable, "-m", "bot", "run"], cwd=tmp_path, env=env, stdout=log, stderr=log)
     async with httpx.AsyncClient() as client:
         for _ in range(100):
             try:
