@@ -1,4 +1,8 @@
-"""Sends signed requests to the bot the way Slack does (v0 signatures, 3-second timeout, event retries)."""
+"""Sends requests to the bot the way Slack does (v0 signatures, 3-second timeout, event retries).
+
+While the app holds a Socket Mode connection the same payloads go over the socket instead (unsigned), and
+the ack's ``payload`` stands in for the HTTP response body.
+"""
 
 from __future__ import annotations
 
@@ -13,9 +17,23 @@ import aiohttp
 from slack_sdk.signature import SignatureVerifier
 
 from localslack.models import DeliveryAttempt, DeliveryResult
+from localslack.socket_mode import EnvelopeType, SocketModeServer
 
 SLACK_TIMEOUT_S = 3.0
 SLACK_USER_AGENT = "Slackbot 1.0 (+https://api.slack.com/robots)"
+SOCKET_RETRY_REASON = "timeout"  # what Slack puts in retry_reason when a socket envelope was not acked
+
+
+@dataclass
+class _Outgoing:
+    """One request, ready for either transport."""
+
+    kind: str
+    body: bytes
+    content_type: str
+    payload: dict[str, Any]
+    envelope_type: EnvelopeType
+    accepts_response_payload: bool
 
 
 class Deliverer:
@@ -29,8 +47,10 @@ class Deliverer:
         timeout_s: float = SLACK_TIMEOUT_S,
         retry: bool = False,
         retry_delays_s: tuple[float, ...] = (0.0, 1.0, 5.0),
+        socket: SocketModeServer | None = None,
     ) -> None:
         self.bot_url = bot_url
+        self.socket = socket
         self.verifier = SignatureVerifier(signing_secret)
         self.timeout_s = timeout_s
         self.retry = retry
@@ -53,29 +73,44 @@ class Deliverer:
         signature = self.verifier.generate_signature(timestamp=stamp, body=body)
         return {"X-Slack-Request-Timestamp": stamp, "X-Slack-Signature": signature or ""}
 
+    @property
+    def over_socket(self) -> bool:
+        """Deliveries go over Socket Mode while the app holds a socket (Slack then ignores the request URL)."""
+        return self.socket is not None and self.socket.connected
+
     async def send_event(self, envelope: dict[str, Any]) -> DeliveryResult:
-        body = json.dumps(envelope).encode()
-        kind = f"event_callback:{envelope['event'].get('type')}"
-        return await self._send(
-            body,
-            "application/json",
-            kind=kind,
+        outgoing = _Outgoing(
+            kind=f"event_callback:{envelope['event'].get('type')}",
+            body=json.dumps(envelope).encode(),
+            content_type="application/json",
             payload=envelope,
-            event_id=envelope["event_id"],
-            retry=self.retry,
+            envelope_type="events_api",
+            accepts_response_payload=False,
         )
+        return await self._send(outgoing, event_id=envelope["event_id"], retry=self.retry)
 
     async def send_interaction(self, payload: dict[str, Any]) -> DeliveryResult:
-        body = urlencode({"payload": json.dumps(payload)}).encode()
-        return await self._send(
-            body, "application/x-www-form-urlencoded", kind=payload["type"], payload=payload
+        outgoing = _Outgoing(
+            kind=payload["type"],
+            body=urlencode({"payload": json.dumps(payload)}).encode(),
+            content_type="application/x-www-form-urlencoded",
+            payload=payload,
+            envelope_type="interactive",
+            # only these interactions let the app answer in the ack (response_action, options)
+            accepts_response_payload=payload["type"] in ("view_submission", "block_suggestion"),
         )
+        return await self._send(outgoing)
 
     async def send_command(self, fields: dict[str, str]) -> DeliveryResult:
-        body = urlencode(fields).encode()
-        return await self._send(
-            body, "application/x-www-form-urlencoded", kind="slash_command", payload=dict(fields)
+        outgoing = _Outgoing(
+            kind="slash_command",
+            body=urlencode(fields).encode(),
+            content_type="application/x-www-form-urlencoded",
+            payload=dict(fields),
+            envelope_type="slash_commands",
+            accepts_response_payload=True,
         )
+        return await self._send(outgoing)
 
     async def deliver_raw(self, body: bytes, headers: dict[str, str]) -> DeliveryResult:
         """Send exactly these bytes and headers (no signing): for forged, stale or duplicate requests."""
@@ -85,14 +120,7 @@ class Deliverer:
         return result
 
     async def _send(
-        self,
-        body: bytes,
-        content_type: str,
-        *,
-        kind: str,
-        payload: dict[str, Any],
-        event_id: str | None = None,
-        retry: bool = False,
+        self, outgoing: _Outgoing, *, event_id: str | None = None, retry: bool = False
     ) -> DeliveryResult:
         attempts: list[DeliveryAttempt] = []
         max_attempts = 1 + (len(self.retry_delays_s) if retry else 0)
@@ -100,22 +128,43 @@ class Deliverer:
         for number in range(max_attempts):
             if number > 0:
                 await asyncio.sleep(self.retry_delays_s[number - 1])
-            headers = {
-                "Content-Type": content_type,
-                **self.sign(body),
-            }  # signed afresh: a retry is a new request
-            if number > 0:
-                headers["X-Slack-Retry-Num"] = str(number)
-                headers["X-Slack-Retry-Reason"] = attempts[-1].error or "http_error"
-            answer = await self._attempt(body, headers)
+            if self.over_socket:
+                answer = await self._attempt_socket(outgoing, number)
+            else:
+                headers = {
+                    "Content-Type": outgoing.content_type,
+                    **self.sign(outgoing.body),
+                }  # signed afresh: a retry is a new request
+                if number > 0:
+                    headers["X-Slack-Retry-Num"] = str(number)
+                    headers["X-Slack-Retry-Reason"] = attempts[-1].error or "http_error"
+                answer = await self._attempt(outgoing.body, headers)
             attempt, text, returned_type = answer.attempt, answer.text, answer.content_type
             attempt.retry_num = number
             attempts.append(attempt)
             if attempt.error is None or answer.no_retry or attempt.error == "no_bot_url":
                 break
-        result = _result(kind, event_id, payload, attempt, text, returned_type, attempts)
+        result = _result(outgoing.kind, event_id, outgoing.payload, attempt, text, returned_type, attempts)
         self.log.append(result)
         return result
+
+    async def _attempt_socket(self, outgoing: _Outgoing, number: int) -> _Answer:
+        assert self.socket is not None
+        is_event = outgoing.envelope_type == "events_api"
+        reply = await self.socket.request(
+            outgoing.envelope_type,
+            outgoing.payload,
+            accepts_response_payload=outgoing.accepts_response_payload,
+            timeout_s=self.timeout_s,
+            retry_attempt=number if is_event else None,
+            retry_reason=(SOCKET_RETRY_REASON if number else "") if is_event else None,
+        )
+        if reply.ack is None:
+            return _Answer(DeliveryAttempt(error=reply.error, detail=reply.detail, elapsed_s=reply.elapsed_s))
+        attempt = DeliveryAttempt(status=200, elapsed_s=reply.elapsed_s)  # an ack is Socket Mode's 200
+        if reply.ack.payload is None:
+            return _Answer(attempt)
+        return _Answer(attempt, json.dumps(reply.ack.payload), "application/json")
 
     async def _attempt(self, body: bytes, headers: dict[str, str]) -> _Answer:
         if not self.bot_url:

@@ -1,4 +1,4 @@
-"""``LocalSlack``: the local workspace as one aiohttp server (Web API, response_url, OAuth, UI)."""
+"""``LocalSlack``: the local workspace as one aiohttp server (Web API, Socket Mode, response_url, OAuth, UI)."""
 
 from __future__ import annotations
 
@@ -26,18 +26,22 @@ from localslack.models import (
     View,
 )
 from localslack.seed import TEAM_ID, Seed
+from localslack.socket_mode import SOCKET_ROUTE, DisconnectReason, SocketModeServer
 from localslack.webapi import DEFAULT_SCOPES, WebApi
 from localslack.workspace import TRIGGER_TTL_S, ApiError, Workspace
 
 T = TypeVar("T")
 DEFAULT_CLIENT_ID = "1111111111.2222222222"
 DEFAULT_CLIENT_SECRET = "localslack-client-secret"
+DEFAULT_APP_TOKEN = "xapp-local-A0LOCAL"
 
 
 class LocalSlack(UserActions):
     """A local Slack workspace: Web API at ``api_url``, signed delivery to ``bot_url``, browser UI at ``ui_url``.
 
     Use as ``async with LocalSlack(bot_url=..., signing_secret=...) as slack:`` or ``start()``/``stop()``.
+    An app that connects with Socket Mode (``app_token`` → ``apps.connections.open``) gets every delivery over
+    its socket instead of ``bot_url`` for as long as the socket is open.
     """
 
     def __init__(
@@ -55,23 +59,29 @@ class LocalSlack(UserActions):
         echo_bot_messages: bool = False,
         client_id: str = DEFAULT_CLIENT_ID,
         client_secret: str = DEFAULT_CLIENT_SECRET,
+        app_token: str = DEFAULT_APP_TOKEN,
     ) -> None:
         self.host = host
         self.port = port
         self.signing_secret = signing_secret
+        self._app_token = app_token
         self.ws = Workspace(seed, trigger_ttl_s=trigger_ttl_s)
+        self.socket_mode = SocketModeServer(on_change=self.ws.touch)
         self.deliverer = Deliverer(
             bot_url=bot_url,
             signing_secret=signing_secret,
             timeout_s=delivery_timeout_s,
             retry=retry_delivery,
             retry_delays_s=retry_delays_s,
+            socket=self.socket_mode,
         )
         self.api = WebApi(
             self.ws,
             client_id=client_id,
             client_secret=client_secret,
             on_bot_message=self.echo_bot_message if echo_bot_messages else None,
+            app_token=app_token,
+            open_socket_url=lambda: self.socket_mode.issue_url(self.base_url),
         )
         self._message_state: dict[tuple[str, ...], dict[str, dict[str, Any]]] = {}
         self._background: set[asyncio.Task[Any]] = set()
@@ -83,6 +93,7 @@ class LocalSlack(UserActions):
     def build_app(self) -> web.Application:
         app = web.Application(client_max_size=8 * 1024 * 1024)
         app.router.add_route("*", "/api/{method}", self.api.handle)
+        app.router.add_get(SOCKET_ROUTE, self.socket_mode.handle)
         app.router.add_post("/response_url/{hook_id}", self._response_url)
         app.router.add_get("/oauth/v2/authorize", self._oauth_authorize_page)
         app.router.add_post("/oauth/v2/authorize", self._oauth_authorize_allow)
@@ -116,6 +127,7 @@ class LocalSlack(UserActions):
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
         await ui.close_streams(self)
+        await self.socket_mode.close()  # open sockets would hold the server's shutdown
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -154,6 +166,26 @@ class LocalSlack(UserActions):
 
     def set_bot_url(self, url: str | None) -> None:
         self.deliverer.bot_url = url
+
+    # ---- Socket Mode ---------------------------------------------------------------------------------
+
+    @property
+    def app_token(self) -> str:
+        """The app-level token (``xapp-…``) that ``apps.connections.open`` accepts: ``SLACK_APP_TOKEN``."""
+        return self._app_token
+
+    @property
+    def socket_connected(self) -> bool:
+        """True while the app holds a Socket Mode connection (deliveries then use it, not ``bot_url``)."""
+        return self.socket_mode.connected
+
+    async def wait_for_socket(self, timeout_s: float = 10.0) -> None:
+        """Wait until an app has connected over Socket Mode."""
+        await self.wait_for(lambda: self.socket_mode.connected, timeout_s)
+
+    async def disconnect_sockets(self, reason: DisconnectReason = "refresh_requested") -> int:
+        """Ask every connected app to reconnect (Slack's ``disconnect`` message); returns how many were told."""
+        return await self.socket_mode.disconnect(reason)
 
     # ---- workspace setup -----------------------------------------------------------------------------
 

@@ -309,6 +309,7 @@ def ui_state(slack: LocalSlack, user_id: str) -> dict[str, Any]:
         "home": home.to_slack() if home else None,
         "modals": [{**v.to_slack(), "errors": v.errors} for v in ws.modal_stack(me.id)],
         "bot_url": slack.bot_url,
+        "socket_connected": slack.socket_connected,
         "last_delivery": _last_delivery(slack),
         "api_url": f"{ws.base_url}/api/",
     }

@@ -38,6 +38,7 @@ DEFAULT_SCOPES = [
 
 Handler = Callable[["Params"], dict[str, Any]]
 MessageHook = Callable[[str, Message, dict[str, Any] | None], None]
+APP_TOKEN_METHODS = frozenset({"apps.connections.open"})  # the only methods an app-level token may call
 
 
 @dataclass
@@ -93,8 +94,12 @@ class WebApi:
         client_id: str,
         client_secret: str,
         on_bot_message: MessageHook | None = None,
+        app_token: str | None = None,
+        open_socket_url: Callable[[], str] | None = None,
     ) -> None:
         self.ws = workspace
+        self.app_token = app_token
+        self.open_socket_url = open_socket_url
         self.client_id = client_id
         self.client_secret = client_secret
         self.on_bot_message = on_bot_message
@@ -126,6 +131,8 @@ class WebApi:
             "bots.info": self.bots_info,
             "oauth.v2.access": self.oauth_v2_access,
         }
+        if open_socket_url is not None:  # Socket Mode is on for this app
+            self.handlers["apps.connections.open"] = self.apps_connections_open
         self._no_token_methods = {"api.test", "oauth.v2.access"}
 
     # ---- HTTP entry point ----------------------------------------------------------------------------
@@ -156,9 +163,28 @@ class WebApi:
         handler = self.handlers.get(method)
         if handler is None:
             raise ApiError("unknown_method", extra={"req_method": method})
-        auth = None if method in self._no_token_methods else self.ws.auth_for(token)
+        if method in APP_TOKEN_METHODS:
+            self._check_app_token(token)
+            auth = None
+        elif method in self._no_token_methods:
+            auth = None
+        elif token is not None and token == self.app_token:
+            raise ApiError("not_allowed_token_type")
+        else:
+            auth = self.ws.auth_for(token)
         result = handler(Params(values, auth))
         return {"ok": True, **result}
+
+    def _check_app_token(self, token: str | None) -> None:
+        """Slack's answers: no token, an unknown ``xapp-`` token, or a bot/user token where an app-level one
+        is required."""
+        if not token:
+            raise ApiError("not_authed")
+        if self.app_token is not None and token == self.app_token:
+            return
+        if not token.startswith("xapp-") and token in self.ws.tokens:
+            raise ApiError("not_allowed_token_type")
+        raise ApiError("invalid_auth")
 
     def fail_next(
         self,
@@ -573,6 +599,10 @@ class WebApi:
         if team is None:
             raise ApiError("bot_not_found")
         return {"bot": self.ws.bot_profile(team.id)}
+
+    def apps_connections_open(self, p: Params) -> dict[str, Any]:
+        assert self.open_socket_url is not None  # registered only with it
+        return {"url": self.open_socket_url()}
 
     def oauth_v2_access(self, p: Params) -> dict[str, Any]:
         client_id, client_secret = p.text("client_id"), p.text("client_secret")

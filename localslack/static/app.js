@@ -177,10 +177,12 @@
     $("me-avatar").src = data.me.avatar;
     const status = $("bot-status");
     const last = data.last_delivery;
-    const failing = !data.bot_url || (last && !last.ok);
+    const reachable = data.bot_url || data.socket_connected;
+    const failing = !reachable || (last && !last.ok);
     status.className = `bot-status ${failing ? "bad" : "good"}`;
     status.textContent = failing ? "agent not answering" : "agent connected";
-    status.title = failing ? (last && last.problem) || "No bot URL configured" : `Delivering to ${data.bot_url}`;
+    const via = data.socket_connected ? "Delivering over Socket Mode" : `Delivering to ${data.bot_url}`;
+    status.title = failing ? (last && last.problem) || "No bot URL configured and no Socket Mode connection" : via;
   }
 
   function navItem(label, icon, active, onClick, extra) {
