@@ -172,7 +172,8 @@ async def _chat(settings: Settings) -> int:
     try:
         runtime = Runtime(store=SessionStore(handle.client), model=build_model(settings), tools=build_tools(settings),
                           channel=ConsoleChannel(),
-                          settings=RuntimeSettings(step_budget=settings.step_budget, token_budget=settings.token_budget))
+                          settings=RuntimeSettings(step_budget=settings.step_budget, token_budget=settings.token_budget,
+                                 history_window=settings.history_window))
         _use_policies(handle.client)
         await chat_loop(runtime, SessionRef(session_id="console:local", team_id=None))
     finally:

@@ -188,7 +188,8 @@ async def _start(
         model=model or build_model(settings),
         tools=registry,
         channel=channel,
-        settings=RuntimeSettings(step_budget=settings.step_budget, token_budget=settings.token_budget),
+        settings=RuntimeSettings(step_budget=settings.step_budget, token_budget=settings.token_budget,
+                                 history_window=settings.history_window),
     )
     deps = SlackDeps(runtime=runtime, store=store, settings=settings)
     _wire_governance(deps, redis, client_for, registry)

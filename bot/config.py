@@ -38,6 +38,7 @@ class Settings(BaseSettings):
     bot_admins: str = Field(default="", alias="BOT_ADMINS")
     step_budget: int = Field(default=20, alias="BOT_STEP_BUDGET", ge=1)
     token_budget: int = Field(default=200_000, alias="BOT_TOKEN_BUDGET", ge=1000)
+    history_window: int = Field(default=200, alias="BOT_HISTORY_WINDOW", ge=0)
     lease_seconds: float = Field(default=15.0, alias="BOT_LEASE_SECONDS", gt=0.2)
     localslack_port: int = Field(default=3001, alias="LOCALSLACK_PORT")
 

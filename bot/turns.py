@@ -114,6 +114,7 @@ class RuntimeSettings:
         "need a person's approval; if a call is denied, do not retry it unless asked. Keep answers short."
     )
     response_policy_timeout: float = RESPONSE_POLICY_TIMEOUT
+    history_window: int = 200  # newest messages the model sees (the system prompt always); 0 = all
 
 
 @dataclass
@@ -538,7 +539,9 @@ class Runtime:
         turn = state.turn
         assert turn is not None
         try:
-            response = await self.model.complete(state.history, self.tools.specs())
+            response = await self.model.complete(
+                model_view(state.history, self.settings.history_window), self.tools.specs()
+            )
         except Exception as exc:  # noqa: BLE001 - any model failure ends the turn visibly, never silently
             reason = exc.reason if isinstance(exc, ModelError) else f"unexpected {type(exc).__name__}"
             if not isinstance(exc, ModelError):
@@ -898,6 +901,22 @@ class Runtime:
 
 
 # --- helpers -------------------------------------------------------------------------------------
+
+
+def model_view(history: list[dict[str, Any]], window: int) -> list[dict[str, Any]]:
+    """What the model is shown: system messages, then the newest ``window`` messages, starting at a
+    user message so no tool result is cut from the call that asked for it. The stored history keeps
+    everything."""
+    if window <= 0 or len(history) <= window:
+        return history
+    system = [m for m in history if m.get("role") == "system"]
+    rest = [m for m in history if m.get("role") != "system"]
+    tail = rest[-window:]
+    start = next((i for i, m in enumerate(tail) if m.get("role") == "user"), None)
+    if start is None:  # one very long turn: keep it whole rather than break a call from its results
+        start = max((i for i, m in enumerate(rest) if m.get("role") == "user"), default=0)
+        return system + rest[start:]
+    return system + tail[start:]
 
 
 def _response_context(
