@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench check clean
+.PHONY: run test soak lint bench check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,10 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
+
+# the chaos and fuzz proofs at full length (make test runs a bounded version of each)
+soak: $(STAMP)
+	SOAK=1 $(BIN)/python -m pytest -q -m soak
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -42,7 +42,7 @@ from store.sessions import SessionStore
 
 log = logging.getLogger(__name__)
 
-RECOVERY_INTERVAL_SECONDS = 5.0
+RECOVERY_INTERVAL_SECONDS = 2.0  # dead workers' turns and undelivered events are picked up this often
 SHUTDOWN_GRACE_SECONDS = 5.0  # in-flight requests get this long; parked turns need nothing at all
 
 
@@ -142,7 +142,8 @@ async def _start(
     stack.push_async_callback(redis.close)
     if not await ping(redis.client):
         raise ConfigError(f"REDIS_URL: no Redis answered at {_redacted(redis.url)}")
-    store = SessionStore(redis.client, lease_ms=int(settings.lease_seconds * 1000))
+    store = SessionStore(redis.client, lease_ms=int(settings.lease_seconds * 1000),
+                         retention_s=int(settings.retention_days * 86400))
 
     local = None
     api_url, token, secret = settings.slack_api_url, settings.slack_bot_token, settings.slack_signing_secret
@@ -167,7 +168,9 @@ async def _start(
         client=client,
         signing_secret=secret,
         oauth_settings=oauth,
-        process_before_response=False,
+        # a listener's ack goes out when it returns: listeners record what must not be lost, ack,
+        # and hand slow work to runtime.spawn — so an acknowledged message is always in Redis
+        process_before_response=True,
     )
 
     async def client_for(team_id: str | None) -> AsyncWebClient:
@@ -178,9 +181,9 @@ async def _start(
             raise LookupError(f"no installation for workspace {team_id}")
         return AsyncWebClient(token=bot.bot_token, base_url=api_url, retry_handlers=slack_retry_handlers())
 
-    # The audit log records after Slack has rendered, and its failures never reach the runtime.
-    audit_channel = AuditChannel(AuditLog(redis.client), store.get_request)
-    channel: Channel = FanoutChannel(SlackChannel(store, client_for), audit_channel)
+    # Slack and the audit log are separate consumers of the committed events (each its own cursor),
+    # so neither a slow Slack nor the audit log holds up the other, or the turn.
+    channel: Channel = SlackChannel(store, client_for)
     if channel_wrap is not None:
         channel = channel_wrap(channel)
     runtime = Runtime(
@@ -189,8 +192,9 @@ async def _start(
         tools=registry,
         channel=channel,
         settings=RuntimeSettings(step_budget=settings.step_budget, token_budget=settings.token_budget,
-                                 history_window=settings.history_window),
+                                 history_window=settings.history_window, history_limit=settings.history_limit),
     )
+    runtime.add_consumer("audit", AuditChannel(AuditLog(redis.client), redis.client, store.get_request))
     deps = SlackDeps(runtime=runtime, store=store, settings=settings)
     _wire_governance(deps, redis, client_for, registry)
     handlers.register(slack, deps)

@@ -8,9 +8,11 @@ A *response policy* runs when someone answers and says whether that answer count
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import json
 import logging
+import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -69,6 +71,7 @@ class ApprovalContext(BaseModel):
     tool_input: dict[str, Any] | None = None
     call_id: str
     approved_tools: frozenset[str] = frozenset()
+    approval_key: str | None = None  # the tool's approval key for this call (grants are stored under it)
     tool_description: str = ""
     reviewer: Any = Field(default=None, exclude=True)  # the configured ChatModel, for auto()
 
@@ -76,35 +79,149 @@ class ApprovalContext(BaseModel):
 RequestPolicy = Callable[[ApprovalContext], Any]
 
 
-async def evaluate_request_policy(policy: RequestPolicy, ctx: ApprovalContext) -> PolicyStatus:
-    result = policy(ctx)
+async def evaluate_request_policy(
+    policy: RequestPolicy, ctx: ApprovalContext, *, timeout: float | None = None  # noqa: ASYNC109 - API
+) -> PolicyStatus:
+    """Run a request policy and normalise its status; raises TimeoutError after ``timeout`` seconds.
+
+    Callers must treat any exception, TimeoutError included, as "denied".
+    """
+    return normalize_status(await _evaluate(policy, ctx, timeout))
+
+
+# --- running user policies without blocking the event loop -------------------------------------
+
+_INLINE = "_runs_inline"  # set on built-in policies that only look at the context
+MAX_POLICY_THREADS = 64
+
+
+class _PolicyThreads:
+    """Daemon threads for synchronous policies.
+
+    Not ``asyncio.to_thread``: a policy that hangs forever would keep a thread of the loop's default
+    executor, which also resolves host names for Redis connections, and would hold up interpreter
+    exit (executor threads are joined). A daemon thread per call avoids both; the cap stops a
+    policy that hangs on every call from piling up threads without end.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._alive = 0
+
+    async def run(self, fn: Callable[[Any], Any], arg: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        context = contextvars.copy_context()  # like asyncio.to_thread: the policy sees our contextvars
+        with self._lock:
+            if self._alive >= self.limit:
+                raise RuntimeError(f"{self._alive} policy evaluations are still running; refusing another")
+            self._alive += 1
+        thread = threading.Thread(target=self._work, args=(loop, future, context, fn, arg),
+                                  name=f"policy:{getattr(fn, '__name__', type(fn).__name__)}", daemon=True)
+        thread.start()
+        return await future
+
+    def _work(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any],
+              context: contextvars.Context, fn: Callable[[Any], Any], arg: Any) -> None:
+        try:
+            outcome: tuple[bool, Any] = (True, context.run(fn, arg))
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting caller
+            if not isinstance(exc, Exception) or isinstance(exc, StopIteration):
+                # a future can't carry StopIteration, and SystemExit must not surface in the loop
+                exc = RuntimeError(f"the policy raised {exc!r}")
+            outcome = (False, exc)
+        finally:
+            with self._lock:
+                self._alive -= 1
+        try:
+            loop.call_soon_threadsafe(_deliver, future, *outcome)
+        except RuntimeError:
+            pass  # the loop closed while the policy ran: nobody waits for the answer any more
+
+
+def _deliver(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    if future.done():  # the caller timed out or was cancelled meanwhile
+        return
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
+
+
+_threads = _PolicyThreads(MAX_POLICY_THREADS)
+
+
+def _is_async(fn: Any) -> bool:
+    # a coroutine function (also behind functools.partial), or an object with ``async def __call__``
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
+
+
+async def _call(policy: Callable[[Any], Any], ctx: Any) -> Any:
+    if getattr(policy, _INLINE, False) or _is_async(policy):
+        result = policy(ctx)  # built-ins are instant; async policies yield on their own
+    else:
+        # a plain function may block (I/O, a lock): off the loop, so lease renewals, acks and the
+        # timeout around it keep running
+        result = await _threads.run(policy, ctx)
     if inspect.isawaitable(result):
         result = await result
-    return normalize_status(result)
+    return result
 
 
-def _named(kind: str, fn: RequestPolicy) -> RequestPolicy:
+async def _evaluate(policy: Callable[[Any], Any], ctx: Any, limit: float | None) -> Any:
+    if limit is None:  # unbounded here; the caller may bound it (asyncio.wait_for) itself
+        return await _call(policy, ctx)
+    async with asyncio.timeout(limit):
+        return await _call(policy, ctx)
+
+
+def _named(kind: str, fn: RequestPolicy, *, inline: bool = False) -> RequestPolicy:
     fn.policy_kind = kind  # type: ignore[attr-defined]  # lets UIs label a tool's policy
+    if inline:
+        setattr(fn, _INLINE, True)
     return fn
+
+
+# Request policies that never read ``approved_tools``: approving their calls grants nothing.
+_GRANTLESS_KINDS = frozenset({"never", "always", "auto", "tenant"})
+
+
+def records_grant(policy: Approval | RequestPolicy | None) -> bool:
+    """Whether approving a call under this request policy should record a session grant.
+
+    True for ``once()`` and for custom policies (they may read ``approved_tools`` to decide);
+    False for the built-ins that ignore grants, so approving an ``always()`` call never lets a
+    ``once()`` or custom tool sharing its approval key skip its prompt.
+    """
+    request = as_approval(policy).request
+    return getattr(request, "policy_kind", None) not in _GRANTLESS_KINDS
 
 
 def never() -> RequestPolicy:
     """Run without asking (the default)."""
-    return _named("never", lambda ctx: "not-applicable")
+    return _named("never", lambda ctx: "not-applicable", inline=True)
 
 
 def always() -> RequestPolicy:
     """Ask a person every time."""
-    return _named("always", lambda ctx: "user-approval")
+    return _named("always", lambda ctx: "user-approval", inline=True)
 
 
 def once() -> RequestPolicy:
     """Ask the first time; after an explicit approval the tool runs without asking in this session.
 
-    A grant only counts once every pending request for the same key is resolved, so approving one
-    of two pending prompts does not approve the other (see ``ApprovalContext.approved_tools``).
+    Grants are scoped by the tool's ``approval_key`` (the tool name when it has none): approving
+    ``deploy`` to prod does not approve ``deploy`` to staging. A grant only counts once every
+    pending request for the same key is resolved, so approving one of two pending prompts does not
+    approve the other (see ``ApprovalContext.approved_tools``).
     """
-    return _named("once", lambda ctx: "not-applicable" if ctx.tool_name in ctx.approved_tools else "user-approval")
+
+    def policy(ctx: ApprovalContext) -> StatusType:
+        granted = (ctx.approval_key or ctx.tool_name) in ctx.approved_tools
+        return "not-applicable" if granted else "user-approval"
+
+    return _named("once", policy, inline=True)
 
 
 AUTO_MAX_INPUT_BYTES = 64 * 1024
@@ -248,13 +365,15 @@ def requester_only() -> ResponsePolicy:
         return rejected(ONLY_REQUESTER)
 
     policy.policy_kind = "requester-only"  # type: ignore[attr-defined]
+    setattr(policy, _INLINE, True)
     return policy
 
 
-async def evaluate_response_policy(policy: ResponsePolicy, ctx: ResponseContext) -> ResponseDecision:
-    result = policy(ctx)
-    if inspect.isawaitable(result):
-        result = await result
+async def evaluate_response_policy(
+    policy: ResponsePolicy, ctx: ResponseContext, *, timeout: float | None = None  # noqa: ASYNC109 - API
+) -> ResponseDecision:
+    """Run a response policy; raises TimeoutError after ``timeout`` seconds (callers fail closed)."""
+    result = await _evaluate(policy, ctx, timeout)
     if isinstance(result, ResponseDecision):
         return result
     if isinstance(result, dict):

@@ -40,6 +40,8 @@ class Settings(BaseSettings):
     token_budget: int = Field(default=200_000, alias="BOT_TOKEN_BUDGET", ge=1000)
     history_window: int = Field(default=200, alias="BOT_HISTORY_WINDOW", ge=0)
     lease_seconds: float = Field(default=15.0, alias="BOT_LEASE_SECONDS", gt=0.2)
+    retention_days: float = Field(default=30.0, alias="BOT_RETENTION_DAYS", gt=0)
+    history_limit: int = Field(default=1000, alias="BOT_HISTORY_LIMIT", ge=0)
     localslack_port: int = Field(default=3001, alias="LOCALSLACK_PORT")
 
     @field_validator("slack_api_url")

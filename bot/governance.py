@@ -15,6 +15,7 @@ fails closed: a store that cannot be read rejects or denies, with a reason peopl
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel
@@ -33,7 +34,12 @@ from bot.principals import Principal
 log = logging.getLogger(__name__)
 
 STORE_DOWN = "Approver lists can't be read right now, so nobody can approve this yet. Try again in a minute."
-TENANT_FIELDS = ("team_id", "tenant", "tenant_id", "workspace", "workspace_id")
+# A key names a tenant when its last word is one of these, alone or with an id suffix, in any case
+# or spelling: team, teamId, team_id, TEAM-ID, target_team_id, workspaceIds, tenant, enterprise_id…
+TENANT_WORDS = frozenset({"team", "workspace", "tenant", "enterprise"})
+# How much of a tool input tenant_policy() inspects; anything bigger is denied, not half-checked.
+MAX_INPUT_DEPTH = 64
+MAX_INPUT_NODES = 10_000
 
 
 class ApproverList(BaseModel):
@@ -188,8 +194,10 @@ async def _check_list(ctx: ResponseContext, resource: str | None, *, required: i
 def tenant_policy(resource: str | None = None) -> Any:
     """Decide calls from the workspace's rules (seed 001's multi-tenant pattern).
 
-    Denies when the session is not pinned to one workspace, when the input names another
-    tenant, when no rule allows the call, and when the rules cannot be read.
+    Denies when the session is not pinned to one workspace, when the input names another or an
+    unclear tenant under any tenant-like key at any depth (see :func:`is_tenant_key`), when no
+    rule allows the call, and when the rules cannot be read. A rule condition on a number that
+    is not finite asks a person.
     """
 
     async def policy(ctx: ApprovalContext) -> PolicyStatus:
@@ -197,9 +205,9 @@ def tenant_policy(resource: str | None = None) -> Any:
         current, initiator = ctx.session.auth.current, ctx.session.auth.initiator
         if not team or not _pinned(team, current, initiator):
             return PolicyStatus(type="denied", reason="This session is not tied to a single workspace.")
-        named = _named_tenant(ctx.tool_input)
-        if named is not None and named != team:
-            return PolicyStatus(type="denied", reason="The request names another workspace; calls stay in yours.")
+        problem = _tenant_problem(ctx.tool_input, team)
+        if problem is not None:
+            return PolicyStatus(type="denied", reason=problem)
         if _source is None:
             return PolicyStatus(type="denied", reason="Workspace rules are not available.")
         try:
@@ -229,9 +237,68 @@ def _pinned(team: str, *principals: Principal | None) -> bool:
     return True
 
 
-def _named_tenant(tool_input: dict[str, Any] | None) -> str | None:
-    for key in TENANT_FIELDS:
-        value = (tool_input or {}).get(key)
-        if isinstance(value, str) and value:
-            return value
+_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
+_FINAL_WORDS = frozenset(w + end for w in TENANT_WORDS for end in ("", "s", "id", "ids"))
+
+
+def is_tenant_key(key: object) -> bool:
+    """``team_id``, ``teamId``, ``Team-ID``, ``target_team_id``, ``workspaces``… but not ``steam`` or ``team_name``."""
+    words = [w.lower() for w in _WORDS.findall(str(key))]
+    # joining the last words also catches ``team_id``, ``teamID`` and ``teamIDs`` (split as team, i, ds)
+    return any("".join(words[-n:]) in _FINAL_WORDS for n in (1, 2, 3) if len(words) >= n)
+
+
+class _TooBig(Exception):
+    pass
+
+
+def _tenant_problem(tool_input: Any, team: str) -> str | None:
+    """Why the input may reach outside ``team`` (a reason for the model), or None when it stays inside.
+
+    Every tenant-like key at any depth must hold exactly ``team`` as a string: another id, a
+    second disagreeing field, a list, an object, a number, null or "" all deny, because a tool
+    could read any of them as "another workspace" or "all workspaces".
+    """
+    try:
+        found = _tenant_values(tool_input, at=None, depth=0, budget=[MAX_INPUT_NODES])
+    except _TooBig:
+        return ("The request is too large or too deeply nested to check which workspace it touches, "
+                "so it was denied.")
+    for at, value in found:
+        if not isinstance(value, str):
+            return (f"The request's `{_path(at)}` is not a single workspace id; it must be this workspace's id "
+                    f"({team}), so the call was denied.")
+        if value != team:
+            return f"The request names another workspace (`{_path(at)}`); calls stay in yours ({team})."
     return None
+
+
+# Where a value sits: (key or list index, where its parent sits). Built per node in O(1) and only
+# spelled out for the reason, so long keys in large inputs cost nothing.
+_At = tuple[object, "_At | None"]
+
+
+def _tenant_values(value: Any, *, at: _At | None, depth: int, budget: list[int]) -> list[tuple[_At, Any]]:
+    """(where, value) of every tenant-like key in ``value``; raises _TooBig past the inspection bounds."""
+    budget[0] -= 1
+    if budget[0] < 0 or depth > MAX_INPUT_DEPTH:
+        raise _TooBig
+    found: list[tuple[_At, Any]] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where: _At = (key, at)
+            if is_tenant_key(key):
+                found.append((where, item))
+            found.extend(_tenant_values(item, at=where, depth=depth + 1, budget=budget))
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found.extend(_tenant_values(item, at=(index, at), depth=depth + 1, budget=budget))
+    return found
+
+
+def _path(at: _At | None) -> str:
+    parts: list[str] = []
+    while at is not None:
+        step, at = at
+        parts.append(f"[{step}]" if isinstance(step, int) else f".{str(step)[:40]}")
+    return "".join(reversed(parts)).lstrip(".")

@@ -34,12 +34,17 @@ def match_text(request: InputRequest, text: str, principal: Principal | None = N
     for option in displayed:
         if option.label.lower() == normalized:
             return InputResponse(request_id=request.request_id, option_id=option.id, principal=principal)
-    if normalized.isdigit() and 1 <= int(normalized) <= len(displayed):
+    if _option_number(normalized, len(displayed)):
         option = displayed[int(normalized) - 1]
         return InputResponse(request_id=request.request_id, option_id=option.id, principal=principal)
     if request.allow_free_text or (request.kind == "question" and not request.options):
         return InputResponse(request_id=request.request_id, text=trimmed, principal=principal)
     return None
+
+
+def _option_number(text: str, count: int) -> bool:
+    """A 1-based option number in plain ASCII digits ("²", "①" and 5,000-digit numbers are just text)."""
+    return text.isascii() and text.isdigit() and len(text) <= 4 and 1 <= int(text) <= count
 
 
 def strip_mention(text: str, bot_user_id: str | None) -> str:

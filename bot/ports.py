@@ -12,12 +12,16 @@ from bot.protocol import Event
 from bot.session import SessionRef
 
 
-class Channel(Protocol):
-    """A frontend: receives every event of a session, in order, after it is stored.
+class Undeliverable(Exception):  # noqa: N818 - a verdict, not a bug
+    """A frontend can never show this event (its channel is gone, the app was removed): skip it."""
 
-    Raising from ``deliver`` for an ``input.requested`` event leaves the requests marked
-    undelivered; the runtime offers them again later (nothing is lost because a frontend
-    hiccuped). Failures for other events are logged.
+
+class Channel(Protocol):
+    """A consumer of a session's committed events, in order (see ``bot.outbox``).
+
+    Raising from ``deliver`` means "not now": the same event is offered again later, with backoff,
+    so a frontend must make a repeat harmless. Raise :class:`Undeliverable` for an event that can
+    never be shown; it is skipped.
     """
 
     async def deliver(self, event: Event, session: SessionRef) -> None: ...

@@ -263,6 +263,7 @@ class SessionSnapshot(Contract):
     grants: set[str] = Field(default_factory=set)  # once() approval keys granted in this session
     cancel: str | None = None  # the turn id someone asked to cancel
     inbox: list[dict[str, Any]] = Field(default_factory=list)  # messages waiting for the turn
+    failures: int = 0  # unexpected errors in a row while driving it
 
 
 class SettleResult(Contract):

@@ -45,6 +45,7 @@ class CallState(BaseModel):
 
 class StepState(BaseModel):
     index: int
+    step_id: str = ""  # unique for the session's whole life: execution markers are keyed by it
     assistant: Message
     calls: list[CallState]
     request_ids: list[str] = Field(default_factory=list)  # open requests this step waits on

@@ -37,8 +37,12 @@ class AskRequest(BaseModel):
     allow_free_text: bool = True
 
 
-class AskParked(Exception):  # noqa: N818 - control flow, not an error
-    """Raised inside a tool when ``ctx.ask()`` has no recorded answer yet; the turn parks."""
+class AskParked(BaseException):  # noqa: N818 - control flow, not an error
+    """Raised inside a tool when ``ctx.ask()`` has no recorded answer yet; the turn parks.
+
+    Like ``asyncio.CancelledError`` it is a BaseException, so a tool's ``except Exception`` cannot
+    swallow it by accident (and if a tool catches it anyway, the context remembers the ask).
+    """
 
     def __init__(self, ask: AskRequest):
         super().__init__(ask.prompt)
@@ -66,6 +70,7 @@ class ToolContext:
         self._answers = list(answers or [])
         self._asked = 0
         self._can_ask = can_ask
+        self.parked: AskRequest | None = None  # the unanswered ask, even if the tool swallowed AskParked
 
     @property
     def tenant(self) -> str | None:
@@ -82,7 +87,9 @@ class ToolContext:
         if not self._can_ask:
             return Answer(status="unavailable")
         opts = [o if isinstance(o, InputOption) else InputOption(id=o, label=o) for o in options or []]
-        raise AskParked(AskRequest(index=index, prompt=prompt, options=opts, allow_free_text=allow_free_text))
+        if self.parked is None:
+            self.parked = AskRequest(index=index, prompt=prompt, options=opts, allow_free_text=allow_free_text)
+        raise AskParked(self.parked)
 
 
 ToolFn = Callable[..., Any]

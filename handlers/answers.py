@@ -2,7 +2,8 @@
 
 A click acknowledged is a click recorded: the answer is settled in Redis first (two round trips;
 the response policy gets a bounded wait), then Slack gets its ack, then the slow work (resuming
-the turn, the model, the tools) runs in a tracked background task.
+the turn, the model, the tools, notes to the clicker) runs in a tracked background task. Nothing
+here waits on Slack before the ack: card updates are delivered by the outbox.
 """
 
 from __future__ import annotations
@@ -82,8 +83,13 @@ async def _on_action(deps: SlackDeps, ack: Any, body: dict[str, Any], action: di
     )
     await asyncio.wait({task}, timeout=ACK_BUDGET_SECONDS)
     await ack()
-    result = await task
-    await _after_answer(deps, client, body, principal.slack_user_id, result)
+    deps.runtime.spawn(_finish(deps, client, body, principal.slack_user_id, task),
+                       what=f"after answer {record.request_id}")
+
+
+async def _finish(deps: SlackDeps, client: Any, body: dict[str, Any], user_id: str | None,
+                  task: asyncio.Task[AnswerResult], *, quiet_refusals: bool = False) -> None:
+    await _after_answer(deps, client, body, user_id, await task, quiet_refusals=quiet_refusals)
 
 
 async def _on_freeform_submit(deps: SlackDeps, ack: Any, body: dict[str, Any], view: dict[str, Any], client: Any) -> None:
@@ -108,15 +114,15 @@ async def _on_freeform_submit(deps: SlackDeps, ack: Any, body: dict[str, Any], v
     done, _ = await asyncio.wait({task}, timeout=ACK_BUDGET_SECONDS)
     if done:
         result = task.result()
-        if result.state in ("rejected", "failed"):
+        if result.state in ("rejected", "failed", "forbidden"):
             await ack(response_action="errors", errors={FREEFORM_BLOCK_ID: refused_text(result.reason)})
             return
         if result.state in ("stale", "invalid"):
             await ack(response_action="errors", errors={FREEFORM_BLOCK_ID: _settled_text(result.record)})
             return
     await ack()
-    result = await task
-    await _after_answer(deps, client, body, principal.slack_user_id, result, quiet_refusals=done != set())
+    deps.runtime.spawn(_finish(deps, client, body, principal.slack_user_id, task, quiet_refusals=bool(done)),
+                       what=f"after typed answer {record.request_id}")
 
 
 async def _after_answer(
@@ -126,6 +132,8 @@ async def _after_answer(
     """Explain the outcome privately where the card does not, then resume the turn."""
     if result.state == "stale":
         await _tell(client, body, user_id, result.record, _settled_text(result.record))
+    elif result.state == "forbidden" and not quiet_refusals:
+        await _tell(client, body, user_id, None, result.reason or "That answer cannot count.")
     elif result.state == "invalid":
         await _tell(client, body, user_id, result.record, result.reason or "That is not one of the options.")
     if result.batch_complete:
@@ -134,7 +142,7 @@ async def _after_answer(
 
 def _settled_text(record: RequestRecord) -> str:
     if record.status == "open":
-        return "That answer did not count; try again."
+        return "That answer did not count; try again."  # (the settle re-reads a stale record, so rare)
     label = resolution_label(record.request, record.outcome or "ignored",  # type: ignore[arg-type]
                              record.response.option_id if record.response else None)
     decider = record.responder.slack_user_id if record.responder else None

@@ -24,6 +24,7 @@ from blocks.cards import (
     resolution_label,
 )
 from blocks.messages import reply_messages, status_text
+from bot.ports import Undeliverable
 from bot.protocol import (
     ActionStarted,
     ApprovalCandidate,
@@ -32,7 +33,6 @@ from bot.protocol import (
     InputResolved,
     MessageCompleted,
     TurnFailed,
-    utcnow,
 )
 from bot.session import SessionRef
 from store.sessions import SessionStore
@@ -40,10 +40,26 @@ from store.sessions import SessionStore
 log = logging.getLogger(__name__)
 
 ClientFor = Callable[[str | None], Awaitable[AsyncWebClient]]
+CLAIMED = "claimed"
+
+
+# Slack's answers that mean "try again later" (the outbox retries with backoff)
+TRANSIENT_ERRORS = {"ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout"}
+# ... and those that mean the conversation or the app is gone for good
+GONE_ERRORS = {"channel_not_found", "is_archived", "not_in_channel", "account_inactive", "token_revoked",
+               "invalid_auth", "team_access_not_granted", "missing_scope", "no_permission"}
+POST_MARK = "hitl_post"  # message metadata event type: lets a retry find a post whose answer was lost
 
 
 class SlackChannel:
-    """Events in, Slack messages out. Raises only for ``input.requested`` (so it is offered again)."""
+    """Events in, Slack messages out: a consumer of the outbox (``bot.outbox``).
+
+    Every post is claimed in Redis before it is sent and recorded after, so an event delivered
+    again (after a crash, a 5xx or a lost answer) never posts twice: a claim without a record is
+    looked up in the thread (by the message's metadata) before anything is re-posted. Transient
+    failures raise (retried later); a channel that is gone raises ``Undeliverable``; other
+    rejections are logged and skipped.
+    """
 
     def __init__(self, store: SessionStore, client_for: ClientFor):
         self.store = store
@@ -52,13 +68,20 @@ class SlackChannel:
     async def deliver(self, event: Event, session: SessionRef) -> None:
         if not session.channel.get("channel_id"):
             return  # not a Slack session (console, benchmarks)
-        if isinstance(event, InputRequested):
-            await self._post_cards(event, session)  # failures propagate: the runtime re-offers them
-            return
         try:
-            await self._render(event, session)
+            if isinstance(event, InputRequested):
+                await self._post_cards(event, session)
+            else:
+                await self._render(event, session)
         except SlackApiError as exc:
-            log.warning("Slack rejected %s for %s: %s", event.type, session.session_id, exc.response.get("error"))
+            error = exc.response.get("error")
+            if exc.response.status_code >= 500 or exc.response.status_code == 429 or error in TRANSIENT_ERRORS:
+                raise
+            if error in GONE_ERRORS:
+                raise Undeliverable(f"Slack said {error}") from exc
+            log.warning("Slack rejected %s for %s: %s", event.type, session.session_id, error)
+        except LookupError as exc:  # no installation for the workspace any more
+            raise Undeliverable(str(exc)) from exc
 
     async def _render(self, event: Event, session: SessionRef) -> None:
         match event.type:
@@ -69,7 +92,7 @@ class SlackChannel:
                 await self._set_status(session, status_text("running_tool", event.tool_name))
             case "message.completed":
                 assert isinstance(event, MessageCompleted)
-                await self._post_reply(session, event.text)
+                await self._post_reply(session, event.seq, event.text)
             case "approval.candidate":
                 assert isinstance(event, ApprovalCandidate)
                 await self._candidate(event, session)
@@ -79,65 +102,76 @@ class SlackChannel:
             case "turn.waiting" | "turn.completed" | "turn.cancelled":
                 await self._clear_status(session)
                 if event.type == "turn.cancelled":
-                    await self._post(session, ":octagonal_sign: Stopped. Nothing else from this turn will run.")
+                    await self._post(session, event.seq, ":octagonal_sign: Stopped. Nothing else from this turn will run.")
             case "turn.failed":
                 assert isinstance(event, TurnFailed)
                 await self._clear_status(session)
-                await self._post(session, f":warning: {event.reason}\nSend your message again to retry.")
+                await self._post(session, event.seq, f":warning: {event.reason}\nSend your message again to retry.")
             case _:
                 pass
 
     # --- cards ---------------------------------------------------------------------------------
 
     async def _post_cards(self, event: InputRequested, session: SessionRef) -> None:
-        fresh = [r for r in event.requests if not await self.store.channel_get(session.session_id, f"card:{r.request_id}")]
-        if not fresh:
-            return
-        client = await self.client_for(session.team_id)
-        channel, thread_ts = session.channel["channel_id"], session.channel.get("thread_ts") or None
-        for req in fresh:
-            attempt = f"posting:{req.request_id}"
-            if await self.store.channel_get(session.session_id, attempt):
-                # offered again after a failure or a crash: the card may be in Slack already
-                found = await self._find_posted_card(client, session, req.request_id)
-                if found is not None:
-                    await self.store.channel_set(session.session_id, f"card:{req.request_id}", json.dumps(found))
-                    continue
-            await self.store.channel_set(session.session_id, attempt, utcnow().isoformat())
-            # one card per message, so updating one card never touches another
+        # one card per message, so updating one card never touches another
+        for req in event.requests:
             for message in render_requests([req]):
-                resp = await client.chat_postMessage(
-                    channel=channel, thread_ts=thread_ts, text=message["text"], blocks=message["blocks"]
-                )
-                card = {"channel": resp.get("channel", channel), "ts": resp["ts"]}
-                await self.store.channel_set(session.session_id, f"card:{req.request_id}", json.dumps(card))
+                await self._post_once(session, f"card:{req.request_id}", message, request_id=req.request_id)
 
-    async def _find_posted_card(
-        self, client: AsyncWebClient, session: SessionRef, request_id: str
+    async def _post_once(
+        self, session: SessionRef, field: str, message: dict[str, Any], *, request_id: str | None = None
     ) -> dict[str, str] | None:
+        """Post a message unless this post was made before; returns where it is."""
+        sid = session.session_id
+        if not await self.store.channel_claim(sid, field, CLAIMED):
+            existing = await self.store.channel_get(sid, field)
+            if existing and existing != CLAIMED:
+                return json.loads(existing)  # posted and recorded already
+            # claimed but not recorded: a post in flight when a worker died, or whose answer was lost
+            found = await self._find_post(session, field, request_id)
+            if found is not None:
+                await self.store.channel_set(sid, field, json.dumps(found))
+                return found
+        client = await self.client_for(session.team_id)
+        channel = session.channel["channel_id"]
+        resp = await client.chat_postMessage(
+            channel=channel, thread_ts=session.channel.get("thread_ts") or None, text=message["text"],
+            blocks=message.get("blocks"), metadata={"event_type": POST_MARK, "event_payload": {"post": field}},
+        )
+        posted = {"channel": resp.get("channel", channel), "ts": resp["ts"]}
+        await self.store.channel_set(sid, field, json.dumps(posted))
+        return posted
+
+    async def _find_post(self, session: SessionRef, field: str, request_id: str | None) -> dict[str, str] | None:
+        client = await self.client_for(session.team_id)
         channel, thread_ts = session.channel["channel_id"], session.channel.get("thread_ts")
         try:
             if thread_ts:
-                resp = await client.conversations_replies(channel=channel, ts=thread_ts, limit=200)
+                resp = await client.conversations_replies(channel=channel, ts=thread_ts, limit=200,
+                                                          include_all_metadata=True)
             else:
-                resp = await client.conversations_history(channel=channel, limit=200)
+                resp = await client.conversations_history(channel=channel, limit=200, include_all_metadata=True)
         except SlackApiError:
             return None
         for message in resp.get("messages", []):
-            if any(request_id_of_block(b.get("block_id")) == request_id for b in message.get("blocks") or []):
+            payload = (message.get("metadata") or {}).get("event_payload") or {}
+            by_card = request_id is not None and any(
+                request_id_of_block(b.get("block_id")) == request_id for b in message.get("blocks") or [])
+            if payload.get("post") == field or by_card:
                 return {"channel": channel, "ts": message["ts"]}
         return None
 
     async def _card(self, session: SessionRef, request_id: str) -> dict[str, Any] | None:
-        raw = await self.store.channel_get(session.session_id, f"card:{request_id}")
-        if raw:
-            return json.loads(raw)
-        if not await self.store.channel_get(session.session_id, f"posting:{request_id}"):
+        field = f"card:{request_id}"
+        raw = await self.store.channel_get(session.session_id, field)
+        if not raw:
             return None
+        if raw != CLAIMED:
+            return json.loads(raw)
         # a worker died between posting the card and recording where it is: find it in the thread
-        found = await self._find_posted_card(await self.client_for(session.team_id), session, request_id)
+        found = await self._find_post(session, field, request_id)
         if found is not None:
-            await self.store.channel_set(session.session_id, f"card:{request_id}", json.dumps(found))
+            await self.store.channel_set(session.session_id, field, json.dumps(found))
         return found
 
     async def _candidate(self, event: ApprovalCandidate, session: SessionRef) -> None:
@@ -163,10 +197,11 @@ class SlackChannel:
 
     async def _resolved(self, event: InputResolved, session: SessionRef) -> None:
         for resolution in event.resolutions:
+            record = await self.store.get_request(resolution.request_id)
+            await self.store.unindex_request(record)
             card = await self._card(session, resolution.request_id)
             if card is None:
                 continue
-            record = await self.store.get_request(resolution.request_id)
             response = resolution.response
             decider = response.principal.slack_user_id if response and response.principal else None
             label = resolution_label(record.request, resolution.outcome, response.option_id if response else None)
@@ -188,24 +223,22 @@ class SlackChannel:
 
     # --- replies and status -------------------------------------------------------------------
 
-    async def _post_reply(self, session: SessionRef, text: str) -> None:
-        client = await self.client_for(session.team_id)
-        for message in reply_messages(text):
-            await client.chat_postMessage(
-                channel=session.channel["channel_id"],
-                thread_ts=session.channel.get("thread_ts") or None,
-                text=message["text"],
-                blocks=message["blocks"],
-            )
+    async def _post_reply(self, session: SessionRef, seq: int | None, text: str) -> None:
+        for i, message in enumerate(reply_messages(text)):
+            await self._post_once(session, f"post:{seq}:{i}", message)
 
-    async def _post(self, session: SessionRef, text: str) -> None:
-        client = await self.client_for(session.team_id)
-        await client.chat_postMessage(
-            channel=session.channel["channel_id"], thread_ts=session.channel.get("thread_ts") or None, text=text
-        )
+    async def _post(self, session: SessionRef, seq: int | None, text: str) -> None:
+        await self._post_once(session, f"post:{seq}:0", {"text": text})
 
     async def _set_status(self, session: SessionRef, text: str) -> None:
-        """One status line per session, updated in place while the agent works."""
+        """One status line per session, updated in place while the agent works (best effort: a status
+        line that Slack refuses must never hold up the cards and replies behind it)."""
+        try:
+            await self._update_status(session, text)
+        except SlackApiError as exc:
+            log.info("status line not shown in %s: %s", session.session_id, exc.response.get("error"))
+
+    async def _update_status(self, session: SessionRef, text: str) -> None:
         client = await self.client_for(session.team_id)
         existing = await self.store.channel_get(session.session_id, "status")
         if existing:
@@ -232,7 +265,7 @@ class SlackChannel:
         try:
             await client.chat_delete(channel=status["channel"], ts=status["ts"])
         except SlackApiError:
-            pass  # already gone
+            pass  # already gone, or refused: a stale status line is cosmetic
 
 
 def _label_of(req: Any, option_id: str | None) -> str | None:

@@ -1,7 +1,8 @@
 """Messages in: mentions, DMs and replies in threads that have a session (DESIGN §10).
 
 Slack sends a mention twice (``app_mention`` and ``message``) and retries deliveries; the
-runtime drops repeats by message id (channel + ts), so each message reaches the agent once.
+runtime drops repeats by message id (channel + ts), so each message reaches the agent once. A
+message is recorded in Redis before the ack, so one that Slack saw acknowledged is never lost.
 """
 
 from __future__ import annotations
@@ -57,7 +58,10 @@ async def _handle(
         ref = SessionRef(session_id=sid, team_id=team, channel={"channel_id": channel_id, "thread_ts": root})
         if event.get("channel_type") != "im" and not mentioned and not await deps.store.exists(sid):
             return  # a thread the agent is not part of
-    deps.runtime.spawn(
-        deps.runtime.post_message(ref, principal, strip_mention(text, bot_user), message_id=f"{channel_id}:{ts}"),
-        what=f"message {channel_id}:{ts} in {sid}",
-    )
+    # recorded before Slack gets its ack (the app runs with process_before_response): an acknowledged
+    # message is never lost, even if this process dies right after; the rest runs in the background
+    message = await deps.runtime.record_message(ref, principal, strip_mention(text, bot_user),
+                                                message_id=f"{channel_id}:{ts}")
+    if message is None:
+        return  # a repeat: the mention's twin event or a Slack retry
+    deps.runtime.spawn(deps.runtime.process_message(sid, message), what=f"message {channel_id}:{ts} in {sid}")

@@ -17,8 +17,10 @@ kind            from event                  actor / subject / data
 
 Policy changes and refused edits are written by ``store.policies.PolicyStore`` itself.
 
-Sessions without a workspace (the console) are skipped. Audit failures are logged and swallowed:
-the audit log must never stop a card from being shown (the Slack channel runs first).
+It is a consumer of the outbox (``bot.outbox``) with a cursor of its own, so it audits what was
+*committed*, whether or not Slack showed it, and never holds Slack up. Each event is audited once:
+a repeat after a crash is recognised by the event's session and sequence number. A failure raises,
+so the outbox retries it later. Sessions without a workspace (the console) are skipped.
 """
 
 from __future__ import annotations
@@ -40,11 +42,12 @@ from bot.protocol import (
     RequestRecord,
 )
 from bot.session import SessionRef
-from store.audit import AuditLog
+from store.audit import AuditLog, workspace_key
 
 log = logging.getLogger(__name__)
 
 RequestLookup = Callable[[str], Awaitable[RequestRecord]]
+AUDITED_MARK_SECONDS = 30 * 24 * 3600  # longer than any outbox retry
 
 
 def _who(principal: Principal | None) -> str | None:
@@ -59,19 +62,28 @@ def _digest(value: Any) -> str:
 class AuditChannel:
     """Appends requests, candidates, settlements, grants, resolutions and executions to the audit log."""
 
-    def __init__(self, audit: AuditLog, requests: RequestLookup | None = None) -> None:
+    def __init__(self, audit: AuditLog, redis: Any, requests: RequestLookup | None = None,
+                 *, retention_s: int = AUDITED_MARK_SECONDS) -> None:
         self.audit = audit
+        self.redis = redis
         self._requests = requests  # to read a settled request's approval key (grants)
+        self.retention_s = retention_s
 
     async def deliver(self, event: Event, session: SessionRef) -> None:
         team = session.team_id
         if not team:
             return
-        try:
-            for kind, actor, subject, data in await self._entries(event, session):
-                await self.audit.append(team, kind, actor=actor, subject=subject, data=data)
-        except Exception:  # noqa: BLE001 - never let the audit log block a frontend
-            log.exception("could not audit %s of session %s in %s", event.type, session.session_id, team)
+        entries = await self._entries(event, session)
+        if not entries:
+            return
+        mark = workspace_key(team, "audited", f"{session.session_id}:{event.seq}")
+        if event.seq is not None and await self.redis.exists(mark):
+            return  # audited before a crash kept the cursor from moving
+        for kind, actor, subject, data in entries:
+            await self.audit.append(team, kind, actor=actor, subject=subject,
+                                    data={**data, "event_seq": event.seq})
+        if event.seq is not None:
+            await self.redis.set(mark, 1, ex=self.retention_s)
 
     async def _entries(self, event: Event, session: SessionRef) -> list[tuple[str, str | None, str | None, dict]]:
         base = {"session_id": session.session_id, "turn_id": event.turn_id}

@@ -117,7 +117,9 @@ class Condition(BaseModel):
     """A threshold on one numeric field of the tool input, e.g. ``amount > 1000``.
 
     ``field`` may be a dotted path into nested objects (``"payment.amount"``). A missing field, or
-    one that is not a number (strings, booleans, null), makes the condition not hold.
+    one that is not a number (strings, booleans, null), makes the condition not hold. A number that
+    is not finite (``1e999`` parses to infinity; NaN) leaves it undecided: :func:`match_rule` then
+    asks a person rather than skip the rule, since ``amount > 1000`` must not wave infinity through.
     """
 
     field: str = Field(min_length=1)
@@ -131,7 +133,8 @@ class Condition(BaseModel):
             raise ValueError("condition value must be a finite number")
         return value
 
-    def holds(self, tool_input: dict[str, Any] | None) -> bool:
+    def evaluate(self, tool_input: dict[str, Any] | None) -> bool | None:
+        """True/False when the field can be compared; None when it is a non-finite number (undecided)."""
         found: Any = tool_input
         for part in self.field.split("."):
             if not isinstance(found, dict) or part not in found:
@@ -140,8 +143,11 @@ class Condition(BaseModel):
         if isinstance(found, bool) or not isinstance(found, int | float):
             return False
         if not math.isfinite(found):
-            return False
+            return None
         return _OPS[self.op](found, self.value)
+
+    def holds(self, tool_input: dict[str, Any] | None) -> bool:
+        return self.evaluate(tool_input) is True
 
     def describe(self) -> str:
         value = int(self.value) if self.value.is_integer() else self.value
@@ -184,10 +190,11 @@ class Rule(BaseModel):
     def matches_resource(self, resource: str) -> bool:
         return pattern_matches(self.resource, resource)
 
-    def applies(self, tool_input: dict[str, Any] | None, user_roles: set[str]) -> bool:
+    def applies(self, tool_input: dict[str, Any] | None, user_roles: set[str]) -> bool | None:
+        """True/False, or None when the roles match but the condition is undecided (non-finite number)."""
         if self.roles and not user_roles.intersection(self.roles):
             return False
-        return self.condition is None or self.condition.holds(tool_input)
+        return True if self.condition is None else self.condition.evaluate(tool_input)
 
     def precedence(self) -> tuple[int, int, int, int]:
         """Sort key, highest first: pattern specificity, then qualifiers (roles, condition), then strictness."""
@@ -248,13 +255,35 @@ def match_rule(
     require_approval, allow); then the order they were added. The first that applies (roles
     intersect, condition holds) wins. So ``{tool:refund, allow}`` plus
     ``{tool:refund, require_approval, amount > 1000}`` asks only for large refunds.
+
+    A rule whose condition is undecided (the field is infinite or NaN) is never skipped: a deny
+    rule denies, otherwise the answer is "require_approval" (a person decides) unless the rules
+    after it would deny anyway.
     """
     indexed = [(index, rule) for index, rule in enumerate(policy.rules) if rule.matches_resource(resource)]
     indexed.sort(key=lambda item: (tuple(-x for x in item[1].precedence()), item[0]))
-    for _, rule in indexed:
-        if rule.applies(tool_input, user_roles):
-            return rule
-    return None
+    return _first_applying([rule for _, rule in indexed], tool_input, user_roles)
+
+
+def _first_applying(rules: list[Rule], tool_input: dict[str, Any] | None, user_roles: set[str]) -> Rule | None:
+    undecided: Rule | None = None  # the first rule whose condition could not be compared
+    for rule in rules:
+        applies = rule.applies(tool_input, user_roles)
+        if applies is None and rule.effect != "deny":
+            # the call lands here or on a later rule: keep looking for a deny, else a person decides
+            undecided = undecided or rule
+            continue
+        if applies is not False:
+            return rule if undecided is None or rule.effect == "deny" else _ask_instead(undecided)
+    return _ask_instead(undecided) if undecided is not None else None
+
+
+def _ask_instead(rule: Rule) -> Rule:
+    assert rule.condition is not None
+    return rule.model_copy(update={
+        "effect": "require_approval",
+        "description": f"{rule.condition.field} is not a finite number, so a person has to decide.",
+    })
 
 
 @dataclass

@@ -15,11 +15,17 @@ Keys of a session (``P = hitl:{slot}``):
   P:req:<rid>:ok set of principal ids that approved (n-of-m)
   P:exec:<call>  execution marker: "started" or the JSON result
   P:msg:<id>     seen inbound message ids (dedupe of Slack retries)
-  P:chan         hash of frontend data (e.g. Slack card ts per request)
+  P:chan         hash of frontend data (e.g. Slack card ts per request, post claims)
+  P:out          hash consumer → id of the last stream entry that consumer has handled (the outbox cursor)
+  P:outlock:<c>  a consumer's short delivery lock for this session (one deliverer at a time keeps order)
 Global, advisory indexes (outside any slot; readers re-check the records):
   hitl:active                 zset session_id → when it next needs a look (lease expiry)
-  hitl:undelivered            zset request_id → when it was asked, until a frontend showed it
+  hitl:outbox                 zset session_id → when its committed events next need delivering
   hitl:{ws:<team>}:pending    zset request_id → created time, for "waiting on you" listings
+
+Retention (DESIGN §12): a session's keys live ``retention_s`` after its last write; a settled request
+lives ``retention_s`` after it settled; an open request never expires; execution markers live as long
+as a session. Indexes drop settled ids as the outbox delivers their resolution.
 """
 
 from __future__ import annotations
@@ -44,14 +50,16 @@ from bot.protocol import (
     UnknownRequest,
     event_from_json,
 )
-from bot.session import session_slot
+from bot.session import SessionRef, session_slot
 
 EVENTS_MAXLEN = 10_000
 MESSAGE_DEDUPE_SECONDS = 24 * 3600
-EXEC_MARKER_SECONDS = 30 * 24 * 3600
+DEFAULT_RETENTION_SECONDS = 30 * 24 * 3600
 ACTIVE = b"hitl:active"
+OUTBOX = b"hitl:outbox"
 SETTLED_LOOK_AGAIN_MS = 0  # the next sweep; the answering process normally resumes it first
-UNDELIVERED = b"hitl:undelivered"
+OUTBOX_GRACE_MS = 2_000  # a committer delivers at once; the sweep steps in if it died
+OUTBOX_LOCK_MS = 60_000
 
 
 def _prefix(slot: str) -> str:
@@ -68,19 +76,28 @@ def slot_of_request(request_id: str) -> str:
 # Commit a checkpoint: verify the lease, write state, create requests, append events.
 _COMMIT = """
 local token, state_json, n_events, n_requests = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local ref_json, retention = ARGV[#ARGV - 2], ARGV[#ARGV - 1]
 if token ~= '' and redis.call('GET', KEYS[1]) ~= token then return -1 end
-if state_json ~= '' then redis.call('SET', KEYS[2], state_json) end
+if state_json ~= '' then redis.call('SET', KEYS[2], state_json, 'PX', retention) end
 for i = 1, n_requests do
   local fields = cjson.decode(ARGV[4 + n_events + i])
   local flat = {}
   for k, v in pairs(fields) do table.insert(flat, k); table.insert(flat, v) end
-  redis.call('HSET', KEYS[4 + i], unpack(flat))
+  redis.call('HSET', KEYS[5 + i], unpack(flat))
+end
+if ref_json ~= '' then
+  redis.call('HSET', KEYS[5], '_ref', ref_json)
+  redis.call('PEXPIRE', KEYS[5], retention)
 end
 local first = 0
 for i = 1, n_events do
   local s = redis.call('INCR', KEYS[4])
   if i == 1 then first = s end
   redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[#ARGV], '*', 's', s, 'e', ARGV[4 + i])
+end
+if n_events > 0 then
+  redis.call('PEXPIRE', KEYS[3], retention)
+  redis.call('PEXPIRE', KEYS[4], retention)
 end
 return first
 """
@@ -92,6 +109,7 @@ local req, oks, events, seq, grants = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5
 local mode, now, outcome, response, responder, responder_id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local required, grant_key, note, maxlen = tonumber(ARGV[7]), ARGV[8], ARGV[9], ARGV[10]
 local ev_settled, ev_partial, ev_rejected, ev_stale = ARGV[11], ARGV[12], ARGV[13], ARGV[14]
+local retention = ARGV[15]
 local function emit(list_json, approvals)
   if list_json == '' then return 0 end
   local first = 0
@@ -101,6 +119,8 @@ local function emit(list_json, approvals)
     if first == 0 then first = s end
     redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', 's', s, 'e', ev)
   end
+  redis.call('PEXPIRE', events, retention)
+  redis.call('PEXPIRE', seq, retention)
   return first
 end
 local status = redis.call('HGET', req, 'status')
@@ -115,7 +135,12 @@ if required > 1 and outcome == 'approved' then
 end
 redis.call('HSET', req, 'status', 'settled', 'outcome', outcome, 'response', response,
            'responder', responder, 'settled_at', now, 'note', note)
-if grant_key ~= '' and outcome == 'approved' then redis.call('SADD', grants, grant_key) end
+redis.call('PEXPIRE', req, retention)
+redis.call('PEXPIRE', oks, retention)
+if grant_key ~= '' and outcome == 'approved' then
+  redis.call('SADD', grants, grant_key)
+  redis.call('PEXPIRE', grants, retention)
+end
 local first = emit(ev_settled, count)
 local complete = 1
 for i = 6, #KEYS do
@@ -125,14 +150,40 @@ return {'settled', first, count, complete}
 """
 
 
+# Start a tool call: only the lease holder may (fencing), and only once per marker.
+_BEGIN = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, false} end
+if redis.call('SET', KEYS[2], 'started', 'NX', 'PX', ARGV[2]) then return {1, false} end
+return {0, redis.call('GET', KEYS[2])}
+"""
+
+# Record an incoming message durably, once: the dedupe mark and the queue entry are one write.
+_RECORD_MESSAGE = """
+if ARGV[1] ~= '' and not redis.call('SET', KEYS[1], 1, 'NX', 'EX', ARGV[3]) then return 0 end
+redis.call('RPUSH', KEYS[2], ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+return 1
+"""
+
+# Read a consumer's undelivered events: its cursor and the entries after it.
+_OUTBOX_READ = """
+local cursor = redis.call('HGET', KEYS[1], ARGV[1]) or '0-0'
+return {redis.call('HGET', KEYS[1], '_ref') or '', redis.call('XRANGE', KEYS[2], '(' .. cursor, '+', 'COUNT', ARGV[2])}
+"""
+
+
 class SessionStore:
     """Redis persistence for sessions. Methods are small and mostly one round trip each."""
 
-    def __init__(self, redis: Redis, *, lease_ms: int = 30_000):
+    def __init__(self, redis: Redis, *, lease_ms: int = 30_000, retention_s: int = DEFAULT_RETENTION_SECONDS):
         self.redis = redis
         self.lease_ms = lease_ms
+        self.retention_ms = int(retention_s * 1000)
         self._commit = redis.register_script(_COMMIT)
         self._settle = redis.register_script(_SETTLE)
+        self._begin = redis.register_script(_BEGIN)
+        self._record_message = redis.register_script(_RECORD_MESSAGE)
+        self._outbox_read = redis.register_script(_OUTBOX_READ)
 
     # keys ------------------------------------------------------------------------------------
 
@@ -161,12 +212,14 @@ class SessionStore:
         pipe.smembers(self.key(session_id, "grants"))
         pipe.get(self.key(session_id, "cancel"))
         pipe.lrange(self.key(session_id, "inbox"), 0, -1)
-        raw, grants, cancel, inbox = await pipe.execute()
+        pipe.get(self.key(session_id, "fails"))
+        raw, grants, cancel, inbox, fails = await pipe.execute()
         return SessionSnapshot(
             state=json.loads(raw) if raw else None,
             grants={g.decode() for g in grants},
             cancel=cancel.decode() if cancel else None,
             inbox=[json.loads(m) for m in inbox],
+            failures=int(fails or 0),
         )
 
     async def exists(self, session_id: str) -> bool:
@@ -178,7 +231,7 @@ class SessionStore:
         return raw.decode() if raw else None
 
     async def request_cancel(self, session_id: str, turn_id: str) -> None:
-        await self.redis.set(self.key(session_id, "cancel"), turn_id, ex=7 * 24 * 3600)
+        await self.redis.set(self.key(session_id, "cancel"), turn_id, px=self.retention_ms)
 
     async def acquire_lease(self, session_id: str) -> str | None:
         token = secrets.token_hex(8)
@@ -218,6 +271,18 @@ class SessionStore:
             pipe.zrem(ACTIVE, session_id)
         await pipe.execute()
 
+    async def drive_failures(self, session_id: str, *, failed: bool) -> int:
+        """Count a session's unexpected drive failures in a row (reset on success); returns the count."""
+        key = self.key(session_id, "fails")
+        if not failed:
+            await self.redis.delete(key)
+            return 0
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.incr(key)
+        pipe.pexpire(key, self.retention_ms)
+        count, _ = await pipe.execute()
+        return int(count)
+
     async def mark_active(self, session_id: str, *, delay_ms: int = 0) -> None:
         await self.redis.zadd(ACTIVE, {session_id: _now_ms() + delay_ms})
 
@@ -233,8 +298,12 @@ class SessionStore:
         state: dict[str, Any] | None,
         events: list[Event] = (),  # type: ignore[assignment]
         requests: list[RequestRecord] = (),  # type: ignore[assignment]
+        *,
+        ref: SessionRef | None = None,
     ) -> list[Event]:
         """Atomically checkpoint state, create requests and append events; returns events with seq.
+
+        ``ref`` (the frontend's routing data) is kept beside the outbox cursor for the deliverer.
 
         With a token, fails with LeaseLost unless this worker still holds the turn lease.
         """
@@ -243,6 +312,7 @@ class SessionStore:
             self.key(session_id, "state"),
             self.key(session_id, "events"),
             self.key(session_id, "seq"),
+            self.key(session_id, "out"),
             *[self.request_key(r.request_id) for r in requests],
         ]
         args: list[Any] = [
@@ -252,22 +322,40 @@ class SessionStore:
             len(requests),
             *[e.model_dump_json(exclude_none=True) for e in events],
             *[json.dumps(_record_fields(r), separators=(",", ":")) for r in requests],
+            ref.model_dump_json(exclude_none=True) if ref is not None else "",
+            self.retention_ms,
             EVENTS_MAXLEN,
         ]
-        first = await self._commit(keys=keys, args=args)
-        if first == -1:
-            raise LeaseLost(session_id)
-        if requests:
-            await self._index_requests(requests)
-        return _with_seq(events, int(first))
-
-    async def _index_requests(self, requests: list[RequestRecord]) -> None:
-        pipe = self.redis.pipeline(transaction=False)
+        # the outbox entry travels in the same write as the commit, so committed events are never
+        # left without someone to deliver them (the committer normally delivers them at once)
+        extra: list[tuple[str, tuple[Any, ...]]] = []
+        if events:
+            extra.append(("zadd", (OUTBOX, {session_id: _now_ms() + OUTBOX_GRACE_MS})))
         now = time.time()
         for r in requests:
-            pipe.zadd(UNDELIVERED, {r.request_id: now})
-            pipe.zadd(self.pending_key(r.team_id), {r.request_id: now})
-        await pipe.execute()
+            extra.append(("zadd", (self.pending_key(r.team_id), {r.request_id: now})))
+        first, *_ = await self._eval_pipelined(self._commit, keys, args, extra)
+        if first == -1:
+            raise LeaseLost(session_id)
+        return _with_seq(events, int(first))
+
+    async def _eval_pipelined(
+        self, script: Any, keys: list[Any], args: list[Any], extra: list[tuple[str, tuple[Any, ...]]]
+    ) -> list[Any]:
+        """EVALSHA plus a few commands in one round trip. (A redis-py Script in a pipeline would first
+        send SCRIPT EXISTS on every execute: one more round trip. We load the script only when Redis lacks it.)"""
+        for attempt in (1, 2):
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+            for name, call_args in extra:
+                getattr(pipe, name)(*call_args)
+            try:
+                return await pipe.execute()
+            except NoScriptError:
+                if attempt == 2:
+                    raise
+                await self.redis.script_load(script.script)  # first use on this server (or after a flush)
+        raise AssertionError("unreachable")
 
     # events ----------------------------------------------------------------------------------
 
@@ -363,12 +451,14 @@ class SessionStore:
             EVENTS_MAXLEN,
             *[_events_json(evs) for evs in (on_settled, on_partial, on_rejected, on_stale)],
         ]
+        args.append(self.retention_ms)
+        # in the same round trip: have the sweep look at the session soon, so a turn whose last answer
+        # this was resumes even if this process dies before it drives it, and the outbox delivers what
+        # the settle appended (the card update) even then
+        extra: list[tuple[str, tuple[Any, ...]]] = [("zadd", (OUTBOX, {record.session_id: _now_ms() + OUTBOX_GRACE_MS}))]
         if mode == "settle":
-            # in the same round trip: have the sweep look at the session soon, so a turn whose last
-            # answer this was resumes even if this process dies before it drives it
-            state, first, count, complete = await self._settle_and_mark(record.session_id, keys, args)
-        else:
-            state, first, count, complete = await self._settle(keys=keys, args=args)
+            extra.append(("zadd", (ACTIVE, {record.session_id: _now_ms() + SETTLED_LOOK_AGAIN_MS})))
+        (state, first, count, complete), *_ = await self._eval_pipelined(self._settle, keys, args, extra)
         state = state.decode() if isinstance(state, bytes) else state
         if state == "missing":
             raise UnknownRequest(rid)
@@ -377,30 +467,6 @@ class SessionStore:
         return SettleResult(
             state=state, batch_complete=bool(complete), approvals=int(count), record=record, events=events
         )
-
-    async def _settle_and_mark(self, session_id: str, keys: list[str], args: list[Any]) -> list[Any]:
-        """EVALSHA + ZADD in one pipeline. (A redis-py Script in a pipeline would first send SCRIPT
-        EXISTS on every execute: one more round trip. We load the script only when Redis lacks it.)"""
-        for attempt in (1, 2):
-            pipe = self.redis.pipeline(transaction=False)
-            pipe.evalsha(self._settle.sha, len(keys), *keys, *args)
-            pipe.zadd(ACTIVE, {session_id: _now_ms() + SETTLED_LOOK_AGAIN_MS})
-            try:
-                settled, _ = await pipe.execute()
-                return settled
-            except NoScriptError:
-                if attempt == 2:
-                    raise
-                await self.redis.script_load(_SETTLE)  # first use on this server (or after a flush)
-        raise AssertionError("unreachable")
-
-    async def mark_delivered(self, request_ids: list[str]) -> None:
-        if request_ids:
-            await self.redis.zrem(UNDELIVERED, *request_ids)
-
-    async def undelivered(self, *, older_than_s: float = 5.0, limit: int = 100) -> list[str]:
-        raw = await self.redis.zrangebyscore(UNDELIVERED, 0, time.time() - older_than_s, start=0, num=limit)
-        return [r.decode() for r in raw]
 
     async def pending_for_team(self, team_id: str | None, *, limit: int = 200) -> list[RequestRecord]:
         """Open requests of a workspace, oldest first; drops index entries that are settled."""
@@ -423,13 +489,19 @@ class SessionStore:
 
     # inbox -----------------------------------------------------------------------------------
 
-    async def first_sighting(self, session_id: str, message_id: str) -> bool:
-        """True the first time a message id is seen in this session (Slack sends some twice)."""
-        key = self.key(session_id, f"msg:{message_id}")
-        return bool(await self.redis.set(key, 1, nx=True, ex=MESSAGE_DEDUPE_SECONDS))
+    async def record_message(self, session_id: str, message: dict[str, Any], *, message_id: str | None) -> bool:
+        """Queue a message durably, once per ``message_id`` (Slack sends some twice); False for a repeat.
 
-    async def push_inbox(self, session_id: str, message: dict[str, Any]) -> None:
-        await self.redis.rpush(self.key(session_id, "inbox"), json.dumps(message, separators=(",", ":")))
+        The dedupe mark and the queue entry are one atomic write, and the session is put on the sweep's
+        list in the same round trip: a message acknowledged to Slack is never lost, even if this process
+        dies right after.
+        """
+        keys = [self.key(session_id, f"msg:{message_id or '-'}"), self.key(session_id, "inbox")]
+        args = [message_id or "", json.dumps(message, separators=(",", ":")), MESSAGE_DEDUPE_SECONDS,
+                self.retention_ms]
+        extra = [("zadd", (ACTIVE, {session_id: _now_ms() + OUTBOX_GRACE_MS}))]
+        recorded, _ = await self._eval_pipelined(self._record_message, keys, args, extra)
+        return bool(recorded)
 
     async def inbox(self, session_id: str) -> list[dict[str, Any]]:
         return [json.loads(m) for m in await self.redis.lrange(self.key(session_id, "inbox"), 0, -1)]
@@ -441,17 +513,80 @@ class SessionStore:
 
     # exactly-once execution ------------------------------------------------------------------
 
-    async def begin_execution(self, session_id: str, marker: str) -> tuple[bool, str | None]:
-        """(True, None) if this worker may run the call; else (False, recorded value)."""
-        key = self.key(session_id, f"exec:{marker}")
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.set(key, "started", nx=True, ex=EXEC_MARKER_SECONDS)
-        pipe.get(key)
-        got, value = await pipe.execute()
-        return bool(got), (None if got else value.decode() if value else None)
+    async def begin_execution(self, session_id: str, marker: str, token: str) -> tuple[bool, str | None]:
+        """(True, None) if this worker may run the call; else (False, recorded value).
+
+        The lease token fences it: a worker that lost the turn lease gets LeaseLost and starts nothing.
+        """
+        keys = [self.key(session_id, "lease"), self.key(session_id, f"exec:{marker}")]
+        got, value = await self._begin(keys=keys, args=[token, self.retention_ms])
+        if got == -1:
+            raise LeaseLost(session_id)
+        return got == 1, (value.decode() if isinstance(value, bytes) else None)
 
     async def finish_execution(self, session_id: str, marker: str, result_json: str) -> None:
-        await self.redis.set(self.key(session_id, f"exec:{marker}"), result_json, ex=EXEC_MARKER_SECONDS)
+        """Record what a started call did. Not fenced: it is a fact about the world, and a successor
+        that finds it uses the real result instead of reporting the call as interrupted."""
+        await self.redis.set(self.key(session_id, f"exec:{marker}"), result_json, px=self.retention_ms)
+
+    # the outbox: committed events → consumers (DESIGN §12) -----------------------------------
+
+    async def outbox_due(self, *, limit: int = 100) -> list[str]:
+        """Sessions whose committed events may still need delivering, most overdue first."""
+        raw = await self.redis.zrangebyscore(OUTBOX, 0, _now_ms(), start=0, num=limit)
+        return [r.decode() for r in raw]
+
+    async def outbox_schedule(self, session_id: str, *, delay_ms: int) -> None:
+        await self.redis.zadd(OUTBOX, {session_id: _now_ms() + delay_ms})
+
+    async def outbox_clear(self, session_id: str) -> None:
+        """Take a session off the outbox list (before a last look for new events, never after)."""
+        await self.redis.zrem(OUTBOX, session_id)
+
+    async def outbox_lock(self, session_id: str, consumer: str, token: str) -> bool:
+        key = self.key(session_id, f"outlock:{consumer}")
+        return bool(await self.redis.set(key, token, nx=True, px=OUTBOX_LOCK_MS))
+
+    async def outbox_unlock(self, session_id: str, consumer: str, token: str) -> None:
+        await self.redis.eval(
+            "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+            1, self.key(session_id, f"outlock:{consumer}"), token,
+        )
+
+    async def outbox_read(
+        self, session_id: str, consumer: str, *, count: int = 100
+    ) -> tuple[SessionRef | None, list[tuple[str, Event]]]:
+        """The session's routing data and the events after ``consumer``'s cursor, oldest first, with
+        their stream ids (one round trip)."""
+        keys = [self.key(session_id, "out"), self.key(session_id, "events")]
+        raw_ref, entries = await self._outbox_read(keys=keys, args=[consumer, count])
+        ref = SessionRef.model_validate_json(raw_ref) if raw_ref else None
+        out: list[tuple[str, Event]] = []
+        for entry_id, flat in entries:
+            fields = dict(zip(flat[::2], flat[1::2], strict=True))
+            event = event_from_json(fields[b"e"])
+            event.seq = int(fields[b"s"])
+            out.append((entry_id.decode(), event))
+        return ref, out
+
+    async def outbox_failures(self, session_id: str, consumer: str, *, failed: bool) -> int:
+        """Count consecutive delivery failures of a consumer (reset on success); returns the count."""
+        key, field = self.key(session_id, "out"), f"_fails:{consumer}"
+        if failed:
+            return int(await self.redis.hincrby(key, field, 1))
+        await self.redis.hdel(key, field)
+        return 0
+
+    async def outbox_advance(self, session_id: str, consumer: str, entry_id: str) -> None:
+        key = self.key(session_id, "out")
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hset(key, consumer, entry_id)
+        pipe.pexpire(key, self.retention_ms)
+        await pipe.execute()
+
+    async def unindex_request(self, record: RequestRecord) -> None:
+        """Drop a settled request from the workspace's pending index."""
+        await self.redis.zrem(self.pending_key(record.team_id), record.request_id)
 
     # frontend data ---------------------------------------------------------------------------
 
@@ -460,7 +595,20 @@ class SessionStore:
         return raw.decode() if raw else None
 
     async def channel_set(self, session_id: str, field: str, value: str) -> None:
-        await self.redis.hset(self.key(session_id, "chan"), field, value)
+        key = self.key(session_id, "chan")
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hset(key, field, value)
+        pipe.pexpire(key, self.retention_ms)
+        await pipe.execute()
+
+    async def channel_claim(self, session_id: str, field: str, value: str) -> bool:
+        """Set ``field`` only if it is not set yet (claim a post before sending it); True if we did."""
+        key = self.key(session_id, "chan")
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hsetnx(key, field, value)
+        pipe.pexpire(key, self.retention_ms)
+        claimed, _ = await pipe.execute()
+        return bool(claimed)
 
     async def channel_delete(self, session_id: str, field: str) -> None:
         await self.redis.hdel(self.key(session_id, "chan"), field)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import AsyncIterator
 
@@ -185,3 +186,80 @@ async def test_tenant_policy_denies_other_tenants_and_unpinned_sessions(policies
 async def test_tenant_policy_store_down_denies(dead_store):
     verdict = await status(call_ctx({"amount": 1}))
     assert verdict.type == "denied" and "can't be read" in verdict.reason
+
+
+@pytest.mark.parametrize(
+    "tool_input",
+    [
+        {"team_id": T, "workspace_id": "T2"},  # a second tenant field that disagrees
+        {"workspace_id": "T2", "team_id": T},
+        {"target": {"team_id": "T2"}},  # nested
+        {"items": [{"amount": 1}, {"workspace": "T2"}]},  # inside a list
+        {"a": {"b": {"c": [{"d": {"tenant_id": "T2"}}]}}},
+        {"teamId": "T2"},  # camelCase
+        {"TEAM_ID": "T2"},
+        {"tenant-id": "T2"},  # kebab-case
+        {"workspaceID": "T2"},
+        {"enterprise_id": "E2"},
+        {"target_team_id": "T2"},  # a qualified tenant field
+        {"team_ids": [T, "T2"]},
+        {"team_id": [T, "T2"]},  # structured values under a tenant key
+        {"team_id": [T]},
+        {"team": {"id": T}},
+        {"team_id": 1},
+        {"team_id": True},
+        {"team_id": None},
+        {"team_id": ""},
+        {"team_id": " T1"},
+    ],
+    ids=repr,
+)
+async def test_tenant_policy_denies_any_other_or_unclear_tenant_anywhere_in_the_input(policies, tool_input):
+    await policies.add_rule(T, Rule(resource="tool:refund", effect="allow"), actor="admin")
+    verdict = await status(call_ctx(tool_input))
+    assert verdict.type == "denied", verdict
+    assert "workspace" in verdict.reason
+
+
+def nested(depth: int) -> dict:
+    value: dict = {"amount": 1}
+    for _ in range(depth):
+        value = {"next": value}
+    return value
+
+
+async def test_tenant_policy_allows_the_session_workspace_everywhere_and_unrelated_keys(policies):
+    await policies.add_rule(T, Rule(resource="tool:refund", effect="allow"), actor="admin")
+    same = {"team_id": T, "target": {"workspaceId": T, "tenant": T}, "rows": [{"TEAM": T}],
+            "steam": "x", "teammate": "U2", "team_name": "Finance", "home_team_size": 3}
+    assert (await status(call_ctx(same))).type == "not-applicable"
+    assert (await status(call_ctx(nested(20)))).type == "not-applicable"
+
+
+async def test_tenant_policy_denies_input_too_deep_or_too_large_to_inspect(policies):
+    await policies.add_rule(T, Rule(resource="tool:refund", effect="allow"), actor="admin")
+    deep = await status(call_ctx(nested(200)))
+    assert deep.type == "denied" and "workspace" in deep.reason
+    wide = await status(call_ctx({"rows": [{"n": i} for i in range(20_000)]}))
+    assert wide.type == "denied" and "workspace" in wide.reason
+
+
+@pytest.mark.parametrize("amount", ["1e999", "-1e999", "NaN", "Infinity", "-Infinity"])
+async def test_tenant_rules_send_non_finite_amounts_to_a_person(policies, amount):
+    tool_input = json.loads(f'{{"amount": {amount}}}')  # what a model's JSON arguments parse to
+    await policies.add_rule(T, Rule(resource="tool:refund", effect="allow"), actor="admin")
+    await policies.add_rule(T, Rule(resource="tool:refund", effect="require_approval",
+                                    condition=Condition(field="amount", op=">", value=1000)), actor="admin")
+    await policies.add_rule(T, Rule(resource="tool:refund", effect="require_approval",
+                                    condition=Condition(field="amount", op="<", value=-1000)), actor="admin")
+    asked = await status(call_ctx(tool_input))
+    assert asked.type == "user-approval", asked
+    assert "amount" in asked.reason
+
+
+async def test_an_allow_rule_with_a_condition_never_allows_a_non_finite_amount(policies):
+    await policies.add_rule(T, Rule(resource="tool:refund", effect="allow",
+                                    condition=Condition(field="amount", op="<", value=100)), actor="admin")
+    assert (await status(call_ctx({"amount": 5}))).type == "not-applicable"
+    assert (await status(call_ctx({"amount": float("nan")}))).type == "user-approval"
+    assert (await status(call_ctx({"amount": float("-inf")}))).type == "user-approval"

@@ -289,7 +289,6 @@ def test_condition_operators(op: str, value: float, amount: float, holds: bool) 
         {"amount": "5000"},
         {"amount": True},
         {"amount": [5000]},
-        {"amount": float("inf")},
     ],
 )
 def test_condition_on_missing_or_non_numeric_field_does_not_hold(tool_input: dict | None) -> None:
@@ -297,6 +296,43 @@ def test_condition_on_missing_or_non_numeric_field_does_not_hold(tool_input: dic
     assert condition.holds(tool_input) is False
     rule = Rule(resource="tool:refund_charge", effect="deny", condition=condition)
     assert match_rule(_policy(rule), "tool:refund_charge", tool_input, set()) is None
+
+
+NON_FINITE = [float("inf"), float("-inf"), float("nan")]
+
+
+@pytest.mark.parametrize("amount", NON_FINITE, ids=repr)
+def test_a_non_finite_number_leaves_a_condition_undecided(amount: float) -> None:
+    for op in (">", ">=", "<", "<=", "==", "!="):
+        condition = Condition(field="amount", op=op, value=1000)
+        assert condition.evaluate({"amount": amount}) is None
+        assert condition.holds({"amount": amount}) is False
+    assert Condition(field="amount", op=">", value=1).evaluate({"amount": 5}) is True
+    assert Condition(field="amount", op=">", value=1).evaluate({"amount": "5"}) is False
+
+
+@pytest.mark.parametrize("amount", NON_FINITE, ids=repr)
+def test_an_undecided_condition_asks_a_person_instead_of_being_skipped(amount: float) -> None:
+    allow = Rule(resource="tool:refund_charge", effect="allow")
+    large = Rule(resource="tool:refund_charge", effect="require_approval",
+                 condition=Condition(field="amount", op=">", value=1000), description="Large refunds need a person.")
+    small_ok = Rule(resource="tool:refund_charge", effect="allow", condition=Condition(field="amount", op="<", value=10))
+    for policy in (_policy(allow, large), _policy(small_ok), _policy(small_ok, allow)):
+        decided = match_rule(policy, "tool:refund_charge", {"amount": amount}, set())
+        assert decided is not None and decided.effect == "require_approval", policy.rules
+        assert "amount" in decided.description
+    assert match_rule(_policy(allow, large), "tool:refund_charge", {"amount": 5}, set()) == allow
+
+
+@pytest.mark.parametrize("amount", NON_FINITE, ids=repr)
+def test_an_undecided_condition_never_softens_a_deny(amount: float) -> None:
+    huge_denied = Rule(resource="tool:refund_charge", effect="deny", condition=Condition(field="amount", op=">", value=1e6))
+    small_ok = Rule(resource="tool:refund_charge", effect="allow", condition=Condition(field="amount", op="<", value=10))
+    everything_denied = Rule(resource="tool:*", effect="deny")
+    assert match_rule(_policy(huge_denied), "tool:refund_charge", {"amount": amount}, set()) == huge_denied
+    # the undecided allow could fall through to a deny: the stricter outcome wins
+    assert match_rule(_policy(small_ok, everything_denied), "tool:refund_charge", {"amount": amount}, set()) \
+        == everything_denied
 
 
 def test_condition_reads_nested_fields() -> None:

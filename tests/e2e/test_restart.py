@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 
 from localslack.seed import ALICE, BOT_TOKEN, BOT_USER_ID, GENERAL
+from tests.chaos.harness import stop_process
 from tests.e2e.conftest import SIGNING_SECRET
 from tests.e2e.test_approval_flow import button, card_in
 
@@ -60,7 +61,7 @@ async def test_kill_9_between_card_and_click(local_slack, redis, redis_url, tmp_
         card = await local_slack.wait_for(lambda: card_in(local_slack, ts), timeout_s=15)
     finally:
         first.send_signal(signal.SIGKILL)
-        first.wait()
+        await asyncio.to_thread(first.wait)
     second, _ = await start_process(local_slack, redis_url, tmp_path)
     try:
         result = await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
@@ -68,8 +69,17 @@ async def test_kill_9_between_card_and_click(local_slack, redis, redis_url, tmp_
         reply = await local_slack.wait_for_message(
             GENERAL, thread_ts=ts, predicate=lambda m: "Posted to" in m.text, timeout_s=15)
         assert "lunch is here" in reply.text
-        updated = local_slack.message(GENERAL, card.ts)
-        assert all(b["type"] != "actions" for b in updated.blocks), [(c.method, c.params.get("text"), c.params.get("ts")) for c in local_slack.calls]
+
+        def settled() -> bool:
+            updated = local_slack.message(GENERAL, card.ts)
+            return all(b["type"] != "actions" for b in updated.blocks)
+
+        # the card update may be rendered just after the reply (delivery is asynchronous to the turn)
+        try:
+            await local_slack.wait_for(settled, timeout_s=5)
+        except TimeoutError:
+            pass
+        assert settled(), [(c.method, c.params.get("text"), c.params.get("ts")) for c in local_slack.calls]
     finally:
-        second.terminate()
-        second.wait(timeout=10)
+        # terminate, wait (without blocking the loop LocalSlack runs in), then kill if still there
+        await stop_process(second, timeout_s=10)

@@ -68,7 +68,9 @@ def session(name: str = "s1", team: str = "T1") -> SessionRef:
 
 async def say(runtime: Runtime, text: str, who: Principal | None = ALICE, ref: SessionRef | None = None,
               message_id: str | None = None):
-    return await runtime.post_message(ref or session(), who, text, message_id=message_id)
+    result = await runtime.post_message(ref or session(), who, text, message_id=message_id)
+    await runtime.wait_idle()  # the outbox delivers in the background: let the channel see everything
+    return result
 
 
 # --- helpers for behaviour tests -------------------------------------------------------------------
@@ -136,12 +138,16 @@ def decision(request_id: str, option_id: str, who: Principal | None = ALICE, tex
 
 
 async def approve(runtime: Runtime, request_id: str, who: Principal | None = ALICE) -> AnswerResult:
-    return await runtime.answer(decision(request_id, "approve", who))
+    result = await runtime.answer(decision(request_id, "approve", who))
+    await runtime.wait_idle()
+    return result
 
 
 async def cancel(runtime: Runtime, request_id: str, who: Principal | None = ALICE,
                  note: str | None = None) -> AnswerResult:
-    return await runtime.answer(decision(request_id, "cancel", who), note=note)
+    result = await runtime.answer(decision(request_id, "cancel", who), note=note)
+    await runtime.wait_idle()
+    return result
 
 
 async def request_status(store: SessionStore, request_id: str) -> str:

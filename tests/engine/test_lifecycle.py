@@ -14,7 +14,8 @@ from bot.models.scripted import ScriptedModel, call, calls
 from bot.models.scripted import say as model_say
 from bot.protocol import InputResponse
 from bot.tools import Tool, ToolContext
-from bot.turns import IGNORED_MESSAGE, RuntimeSettings
+from bot.drive import IGNORED_MESSAGE
+from bot.turns import RuntimeSettings
 from tests.engine.harness import (
     ALICE,
     BOB,
@@ -318,9 +319,11 @@ async def test_answer_without_resuming_leaves_the_turn_to_the_sweep(redis):
     assert await runtime.recover() == 0  # a healthy parked turn needs nothing
     result = await runtime.answer(InputResponse(request_id=req.request_id, option_id="approve", principal=ALICE),
                                   resume=False)
+    await runtime.wait_idle()
     assert result.state == "settled" and result.batch_complete
     assert runs == [] and channel.types()[-1] == "input.resolved"
     await runtime.recover()
+    await runtime.wait_idle()
     assert len(runs) == 1
     assert channel.types()[-2:] == ["turn.completed", "session.waiting"]
 

@@ -3,16 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 import pytest
 from pydantic import BaseModel
 
-from bot.approval import ApprovalContext, Approved, Denied, always, never, once
+from bot.approval import (
+    Approval,
+    ApprovalContext,
+    Approved,
+    Denied,
+    ResponseContext,
+    allowed,
+    always,
+    never,
+    once,
+)
 from bot.models.scripted import ScriptedModel, call, calls
 from bot.models.scripted import say as model_say
 from bot.tools import ToolContext, tool
-from bot.turns import DENIED_MESSAGE
+from bot.drive import DENIED_MESSAGE
+from bot.turns import RuntimeSettings
 from tests.engine.harness import (
     ALICE,
     approve,
@@ -249,3 +261,49 @@ async def test_approval_key_scopes_grants(redis):
     assert len(requests) == 2 and requests[1].action.input == {"env": "staging"}
     _, grants, _ = await store.load(session().session_id)
     assert grants == {"deploy:prod"}
+
+
+# --- a slow response policy is bounded and does not stall the worker ---------------------------------
+
+
+async def test_a_slow_sync_response_policy_times_out_without_stalling_the_loop(redis):
+    release = threading.Event()
+    calls_seen: list[str] = []
+
+    def slow_then_fast(ctx: ResponseContext) -> Any:
+        calls_seen.append(ctx.response.decision)
+        if len(calls_seen) == 1:
+            release.wait(3)  # a blocking lookup that hangs the first time
+        return allowed()
+
+    gated, runs = recording_tool("refund", approval=Approval(request=always(), response=slow_then_fast))
+    model = ScriptedModel([call("refund", call_id="c1"), model_say("refunded")])
+    runtime, channel, store = make_runtime(redis, model, [gated],
+                                           settings=RuntimeSettings(system_prompt="", response_policy_timeout=0.5))
+    await say(runtime, "refund it")
+    [req] = channel.requests()
+
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0.01)
+
+    ticker = asyncio.create_task(tick())
+    try:
+        await asyncio.sleep(0)
+        before = ticks
+        result = await approve(runtime, req.request_id)
+        during = ticks - before
+    finally:
+        ticker.cancel()
+        release.set()
+    # the click did not count, nothing ran, and the worker kept serving everything else meanwhile
+    assert result.state == "failed" and "temporarily unavailable" in result.reason
+    assert runs == [] and await request_status(store, req.request_id) == "open"
+    assert during >= 5, f"the event loop stalled while the policy ran ({during} ticks)"
+    # the next click, with the policy answering promptly, settles it
+    assert (await approve(runtime, req.request_id)).state == "settled"
+    assert len(runs) == 1 and channel.types()[-1] == "session.waiting"

@@ -175,6 +175,7 @@ async def test_ctx_ask_replays_and_runs_side_effects_once(redis):
     assert effects == []
 
     await runtime.answer(InputResponse(request_id=first.request_id, option_id="staging", principal=ALICE))
+    await runtime.wait_idle()
     requests = channel.requests()
     assert len(requests) == 2 and requests[1].prompt == "Why now?" and requests[1].display == "text"
     assert effects == []

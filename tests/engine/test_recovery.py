@@ -15,7 +15,7 @@ from bot.models.openai import OpenAIChatModel
 from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
 from bot.tools import Tool, ToolContext
-from store.sessions import UNDELIVERED
+from store.sessions import OUTBOX
 from tests.engine.harness import (
     RecordingChannel,
     approve,
@@ -88,24 +88,27 @@ async def test_dead_worker_turn_is_continued_by_another(redis, idempotent):
 
 async def test_failed_card_delivery_is_offered_again(redis):
     gated = Tool(lambda args: {"ok": True}, name="deploy", approval=always())
-    channel = RecordingChannel(fail_input_requested=1)
+    channel = RecordingChannel(fail_input_requested=1000)
     runtime, channel, store = make_runtime(redis, ScriptedModel([call("deploy"), model_say("ok")]), [gated],
                                            channel=channel)
     await say(runtime, "deploy")
     assert channel.of("input.requested") == []  # the frontend failed to show it
-    assert channel.types()[-1] == "turn.waiting"  # the turn parked anyway
-    [rid] = await store.undelivered(older_than_s=0)
+    assert "turn.waiting" not in channel.types()  # order is kept: nothing after the card jumps ahead of it
+    sid = session().session_id
+    assert await store.outbox_due() == []  # retried after a backoff, not in a tight loop
+    assert await runtime.recover() == 0
+    assert channel.fail_input_requested > 990  # a handful of attempts, not a spin
 
-    assert await runtime.recover() == 0  # too recent: the sweep waits a little before re-offering
-    # age the index entry instead of sleeping past the sweep's 5 s grace period
-    await redis.zadd(UNDELIVERED, {rid: time.time() - 60})
-    assert await runtime.recover() == 1
+    channel.fail_input_requested = 0  # the frontend is back
+    await redis.zadd(OUTBOX, {sid: 0})  # make the retry due now instead of sleeping through the backoff
+    await runtime.recover()
     [req] = channel.requests()
-    assert req.request_id == rid and req.kind == "tool-approval"
-    assert await store.undelivered(older_than_s=0) == []
+    assert req.kind == "tool-approval"
+    assert channel.types()[-2:] == ["input.requested", "turn.waiting"]
     assert await runtime.recover() == 0  # shown once, not again
+    assert len(channel.requests()) == 1
 
-    assert (await approve(runtime, rid)).state == "settled"
+    assert (await approve(runtime, req.request_id)).state == "settled"
     assert channel.types()[-2:] == ["turn.completed", "session.waiting"]
 
 

@@ -19,7 +19,8 @@ from bot.protocol import (
     approval_options,
     session_limit_options,
 )
-from bot.turns import DENIED_MESSAGE, RuntimeSettings
+from bot.drive import DENIED_MESSAGE
+from bot.turns import RuntimeSettings
 from tests.engine.harness import (
     ALICE,
     make_runtime,

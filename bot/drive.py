@@ -1,0 +1,503 @@
+"""The turn loop (DESIGN §7, §8): step → policy → run or park → resume / steer / cancel.
+
+:meth:`Driver.drive` is idempotent: whoever holds the session's turn lease looks at the stored
+state and moves it forward until the turn parks or ends, checkpointing as it goes. The lease's
+token fences every commit and every tool start, and the lease never outlives the work it guards:
+its renewer is stopped by a flag with bounded waits. An unexpected error is retried with backoff a
+bounded number of times; then the turn fails visibly and the session takes new messages again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from bot.execute import Executor, denied_output
+from bot.intake import Intake
+from bot.models.base import ModelError
+from bot.parts import Parts
+from bot.principals import Principal
+from bot.protocol import (
+    CONTINUE,
+    Answer,
+    Event,
+    InputRequest,
+    InputRequested,
+    LeaseLost,
+    MessageCompleted,
+    RequestRecord,
+    SessionWaiting,
+    TurnCancelled,
+    TurnCompleted,
+    TurnFailed,
+    TurnStarted,
+    TurnWaiting,
+    session_limit_options,
+)
+from bot.session import SessionRef, new_request_id
+from bot.settle import Settler
+from bot.state import CallResult, CallState, SessionState, StepState, TurnState
+
+log = logging.getLogger(__name__)
+
+IGNORED_MESSAGE = "Ignored because the user continued without responding."
+DENIED_MESSAGE = "Tool execution was denied."
+FAILED_RETRY_BASE_MS = 1_000
+FAILED_RETRY_MAX_MS = 60_000
+RENEW_RETRY_S = 0.1
+STOP_WAIT_S = 1.0
+
+
+class LeaseKeeper:
+    """Renews a turn lease while work runs. Redis errors are retried until the lease would lapse; a
+    lost lease is remembered. Stopped by a flag, never by cancellation alone, with bounded waits."""
+
+    def __init__(self, store: Any, session_id: str, token: str, lease_ms: int):
+        self.store, self.session_id, self.token = store, session_id, token
+        self.interval = max(lease_ms / 3000, 0.05)
+        self.lease_s = lease_ms / 1000
+        self.lost = False
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        self._stop.set()
+        task = self._task
+        if task is None:
+            return
+        done, _ = await asyncio.wait({task}, timeout=STOP_WAIT_S)
+        if not done:
+            task.cancel()
+            await asyncio.wait({task}, timeout=STOP_WAIT_S)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        renewed_at = loop.time()
+        while not self._stop.is_set():
+            try:
+                await asyncio.wait_for(self._stop.wait(), self.interval)
+                return
+            except TimeoutError:
+                pass
+            while not self._stop.is_set():
+                try:
+                    ok = await asyncio.wait_for(self.store.renew_lease(self.session_id, self.token), self.interval)
+                except Exception as exc:  # noqa: BLE001 - a blip: retry until the lease would lapse
+                    if loop.time() - renewed_at > self.lease_s:
+                        log.warning("could not renew the lease of %s (%r); it lapsed", self.session_id, exc)
+                        self.lost = True
+                        return
+                    await asyncio.sleep(RENEW_RETRY_S)
+                    continue
+                if not ok:
+                    self.lost = True
+                    return
+                renewed_at = loop.time()
+                break
+
+
+@dataclass
+class _Pass:
+    """Work done under one lease."""
+
+    session_id: str
+    token: str
+
+
+class Driver:
+    def __init__(self, parts: Parts, settler: Settler, intake: Intake, executor: Executor):
+        self.p = parts
+        self.settler = settler
+        self.intake = intake
+        self.exec = executor
+
+    async def drive(self, session_id: str) -> None:
+        """Move the session forward if this worker can take its lease; safe to call any time."""
+        store = self.p.store
+        while True:
+            token = await store.acquire_lease(session_id)
+            if token is None:
+                return  # another worker drives it and re-checks for work before letting go
+            keeper = LeaseKeeper(store, session_id, token, int(getattr(store, "lease_ms", 30_000)))
+            keeper.start()
+            failed = False
+            try:
+                await self._drive_locked(_Pass(session_id, token))
+            except LeaseLost:
+                log.warning("lost the turn lease of %s; another worker continues it", session_id)
+                return
+            except Exception:
+                failed = True
+                log.exception("driving session %s failed", session_id)
+            finally:
+                await keeper.stop()
+            retry_ms = await self._after_failure(session_id, token) if failed else 0
+            await store.release_lease(session_id, token, still_active=failed, retry_after_ms=retry_ms)
+            if failed or not await self._has_work(session_id):
+                return
+
+    async def _after_failure(self, session_id: str, token: str) -> int:
+        """Count the failure; past the limit fail the turn visibly. Returns the delay before a retry."""
+        count = await self.p.store.drive_failures(session_id, failed=True)
+        if count < self.p.settings.max_drive_failures:
+            delay = min(FAILED_RETRY_BASE_MS * 2 ** (count - 1), FAILED_RETRY_MAX_MS)
+            log.warning("session %s: attempt %d failed; retrying in %.1fs", session_id, count, delay / 1000)
+            return delay
+        try:
+            await self._abandon_turn(_Pass(session_id, token))
+            await self.p.store.drive_failures(session_id, failed=False)
+            return 0
+        except Exception:
+            log.exception("could not fail the turn of %s visibly; retrying later", session_id)
+            return FAILED_RETRY_MAX_MS
+
+    async def _abandon_turn(self, p: _Pass) -> None:
+        snap = await self.p.store.snapshot(p.session_id)
+        if snap.state is None:
+            return
+        state = SessionState.model_validate(snap.state)
+        turn = state.turn
+        if turn is None:
+            return
+        log.error("session %s: giving up on turn %s after %d failed attempts", p.session_id, turn.turn_id,
+                  snap.failures)
+        reports = self._close_step(p, state, "TURN_FAILED", "The turn failed before this call could run.")
+        await self._end_turn(p, state, TurnFailed(
+            session_id=p.session_id, turn_id=turn.turn_id,
+            reason="Something went wrong while working on this, several times in a row."), reports)
+
+    # --- the loop --------------------------------------------------------------------------------
+
+    async def _has_work(self, session_id: str) -> bool:
+        snap = await self.p.store.snapshot(session_id)
+        if snap.state is None:
+            return bool(snap.inbox)
+        state = SessionState.model_validate(snap.state)
+        turn = state.turn
+        if turn is None:
+            return bool(snap.inbox)
+        if snap.cancel == turn.turn_id or turn.status == "running":
+            return True
+        if not turn.limit_request_id and any(_same(m, turn.owner) for m in snap.inbox):
+            return True  # the owner answers or steers past what is still open
+        return await self._all_settled(turn)
+
+    async def _all_settled(self, turn: TurnState) -> bool:
+        ids = list(turn.step.request_ids if turn.step else [])
+        if turn.limit_request_id:
+            ids.append(turn.limit_request_id)
+        return all(r.status != "open" for r in await self.p.store.get_requests(ids))
+
+    async def _drive_locked(self, p: _Pass) -> None:
+        while True:
+            snap = await self.p.store.snapshot(p.session_id)
+            if snap.failures:
+                await self.p.store.drive_failures(p.session_id, failed=False)
+            state = SessionState.model_validate(snap.state) if snap.state else None
+            if state is None or state.turn is None:
+                if not snap.inbox:
+                    return
+                await self._start_turn(p, state, snap.inbox[0])
+                continue
+            turn = state.turn
+            if snap.cancel == turn.turn_id:
+                await self._finish_cancelled(p, state)
+                continue
+            owner_message = next((m for m in snap.inbox if _same(m, turn.owner)), None)
+            if owner_message is not None and (turn.step is not None or turn.limit_request_id):
+                # a typed answer recorded but not yet tried (its process died after the ack): try it first
+                if await self.intake.try_answer(p.session_id, owner_message, state):
+                    continue
+            if turn.limit_request_id:
+                if not await self._resume_limit(p, state):
+                    return
+                continue
+            if turn.step is not None:
+                if not await self._resume_step(p, state, snap.grants, owner_message):
+                    return
+                continue
+            for message in [m for m in snap.inbox if _same(m, turn.owner)]:
+                if await self.p.store.take_inbox(p.session_id, message):
+                    state.history.append(_user_message(message))
+            if turn.steps >= turn.step_budget or turn.tokens >= turn.token_budget:
+                await self._park_on_limit(p, state)
+                return
+            if not await self._model_step(p, state, snap.grants):
+                continue
+
+    async def _start_turn(self, p: _Pass, state: SessionState | None, message: dict[str, Any]) -> None:
+        if not await self.p.store.take_inbox(p.session_id, message):
+            return  # taken meanwhile (it answered a request): look again
+        principal = Principal.model_validate(message["principal"]) if message.get("principal") else None
+        if state is None:
+            state = SessionState(ref=SessionRef.model_validate(message["ref"]), initiator=principal)
+        state.turns += 1
+        if not state.history and self.p.settings.system_prompt:
+            state.history.append({"role": "system", "content": self.p.settings.system_prompt})
+        state.history.append(_user_message(message))
+        state.turn = TurnState(
+            turn_id=f"turn_{secrets.token_hex(6)}",
+            number=state.turns,
+            owner=principal,
+            step_budget=self.p.settings.step_budget,
+            token_budget=self.p.settings.token_budget,
+        )
+        await self._commit(p, state, [TurnStarted(session_id=p.session_id, turn_id=state.turn.turn_id,
+                                                  principal=principal)])
+
+    async def _model_step(self, p: _Pass, state: SessionState, grants: set[str]) -> bool:
+        """One model call; returns False when the turn ended."""
+        turn = state.turn
+        assert turn is not None
+        try:
+            response = await self.p.model.complete(
+                model_view(state.history, self.p.settings.history_window), self.p.tools.specs()
+            )
+        except Exception as exc:  # noqa: BLE001 - any model failure ends the turn visibly, never silently
+            reason = exc.reason if isinstance(exc, ModelError) else f"unexpected {type(exc).__name__}"
+            if not isinstance(exc, ModelError):
+                log.exception("model client failed in session %s", p.session_id)
+            await self._end_turn(p, state, TurnFailed(session_id=p.session_id, turn_id=turn.turn_id,
+                                                      reason=f"The model could not answer: {reason}"))
+            return False
+        if await self.p.store.cancel_requested(p.session_id) == turn.turn_id:
+            await self._finish_cancelled(p, state)  # stopped while the model thought: run nothing it asked for
+            return False
+        turn.steps += 1
+        turn.tokens += response.usage.total_tokens
+        events: list[Event] = []
+        if response.text:
+            events.append(MessageCompleted(session_id=p.session_id, turn_id=turn.turn_id, text=response.text))
+        if not response.tool_calls:
+            state.history.append(response.to_message())
+            await self._end_turn(p, state, TurnCompleted(session_id=p.session_id, turn_id=turn.turn_id), events)
+            return False
+        turn.step = StepState(
+            index=turn.steps,
+            step_id=secrets.token_hex(6),
+            assistant=response.to_message(),
+            calls=[CallState(call_id=c.id, tool_name=c.name, arguments=c.arguments) for c in response.tool_calls],
+        )
+        await self.exec.apply_request_policies(state, grants)
+        await self._commit(p, state, events)
+        await self._resume_step(p, state, grants, None)
+        return True
+
+    async def _resume_step(
+        self, p: _Pass, state: SessionState, grants: set[str], steer: dict[str, Any] | None
+    ) -> bool:
+        """Apply answers, run what may run, park on what still needs a person. False = parked."""
+        turn = state.turn
+        assert turn is not None and turn.step is not None
+        step = turn.step
+        records = {r.request_id: r for r in await self.p.store.get_requests(step.request_ids)}
+        open_ids = [rid for rid, r in records.items() if r.status == "open"]
+        if open_ids and steer is not None:
+            for rid in open_ids:
+                await self.settler.resolve_unanswered(records[rid], "ignored")
+            records = {r.request_id: r for r in await self.p.store.get_requests(step.request_ids)}
+            open_ids = [rid for rid, r in records.items() if r.status == "open"]
+        if open_ids:
+            return False  # still waiting on people
+        _apply_resolutions(step, records)
+        step.request_ids = []
+        if await self.p.store.cancel_requested(p.session_id) == turn.turn_id:
+            await self._finish_cancelled(p, state)
+            return True
+        self.exec.ensure_tools(state)  # a replica without a ready call's tool leaves the step to one that has it
+        started = self.exec.started_events(p.session_id, state)
+        if started:
+            await self._commit(p, state, started)
+        await self.exec.run_ready(p.session_id, p.token, state)
+        results = _unreported_results(p.session_id, turn)
+        new_requests = self.exec.requests_for(state)
+        if new_requests:
+            step.request_ids = [r.request_id for r in new_requests]
+            turn.status = "parked"
+            events = [*results,
+                      InputRequested(session_id=p.session_id, turn_id=turn.turn_id,
+                                     requests=[r.request for r in new_requests]),
+                      TurnWaiting(session_id=p.session_id, turn_id=turn.turn_id, on="input")]
+            await self._commit(p, state, events, new_requests)
+            return False
+        # the step is complete: its calls and results join the history together
+        state.history.append(step.assistant)
+        for call in step.calls:
+            result = call.result or CallResult(status="failed", error="the call did not run")
+            state.history.append({"role": "tool", "tool_call_id": call.call_id, "content": result.content()})
+        turn.step = None
+        turn.status = "running"
+        await self._commit(p, state, results)
+        return True
+
+    async def _park_on_limit(self, p: _Pass, state: SessionState) -> None:
+        from bot.execute import make_record
+
+        turn = state.turn
+        assert turn is not None
+        req = InputRequest(
+            request_id=new_request_id(state.ref.session_id),
+            kind="session-limit",
+            prompt=f"The agent has used this turn's budget ({turn.steps} steps, {turn.tokens} tokens). Keep going?",
+            options=session_limit_options(),
+            display="confirmation",
+            principal=turn.owner,
+            session_id=state.ref.session_id,
+            turn_id=turn.turn_id,
+        )
+        record = make_record(state, req)
+        record.batch = [req.request_id]
+        turn.limit_request_id = req.request_id
+        turn.status = "parked"
+        await self._commit(p, state, [InputRequested(session_id=p.session_id, turn_id=turn.turn_id, requests=[req]),
+                                      TurnWaiting(session_id=p.session_id, turn_id=turn.turn_id, on="input")],
+                           [record])
+
+    async def _resume_limit(self, p: _Pass, state: SessionState) -> bool:
+        turn = state.turn
+        assert turn is not None and turn.limit_request_id is not None
+        [record] = await self.p.store.get_requests([turn.limit_request_id]) or [None]
+        if record is not None and record.status == "open":
+            return False
+        turn.limit_request_id = None
+        turn.status = "running"
+        if record is not None and record.outcome == "approved" and record.response and record.response.option_id == CONTINUE:
+            # a fresh budget; step ids stay unique, so no execution marker of this turn is ever reused
+            turn.steps, turn.tokens = 0, 0
+            await self._commit(p, state, [])
+            return True
+        await self._end_turn(p, state, TurnCompleted(session_id=p.session_id, turn_id=turn.turn_id), [
+            MessageCompleted(session_id=p.session_id, turn_id=turn.turn_id,
+                             text="Stopped: this turn reached its budget and was not continued.")])
+        return True
+
+    def _close_step(self, p: _Pass, state: SessionState, code: str, message: str) -> list[Event]:
+        """End a step whose calls will not run: every call gets a result, in the history too."""
+        turn = state.turn
+        assert turn is not None
+        if turn.step is None:
+            return []
+        state.history.append(turn.step.assistant)
+        for call in turn.step.calls:
+            if call.status != "done" or call.result is None:
+                call.status, call.result = "done", CallResult(status="rejected", output={"code": code, "message": message})
+            state.history.append({"role": "tool", "tool_call_id": call.call_id, "content": call.result.content()})
+        return _unreported_results(p.session_id, turn)
+
+    async def _finish_cancelled(self, p: _Pass, state: SessionState) -> None:
+        turn = state.turn
+        assert turn is not None
+        reports = self._close_step(p, state, "TURN_CANCELLED", "The turn was cancelled.")
+        await self._end_turn(p, state, TurnCancelled(session_id=p.session_id, turn_id=turn.turn_id), reports)
+
+    async def _end_turn(self, p: _Pass, state: SessionState, final: Event, before: list[Event] = ()) -> None:  # type: ignore[assignment]
+        state.turn = None
+        state.history = compact(state.history, self.p.settings.history_limit)
+        await self._commit(p, state, [*before, final, SessionWaiting(session_id=p.session_id)])
+
+    async def _commit(
+        self, p: _Pass, state: SessionState, events: list[Event], requests: list[RequestRecord] = ()  # type: ignore[assignment]
+    ) -> None:
+        await self.p.store.commit(p.session_id, p.token, state.model_dump(mode="json"), events, list(requests),
+                                  ref=state.ref)
+        if events:
+            self.p.outbox.kick(p.session_id)
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def _apply_resolutions(step: StepState, records: dict[str, RequestRecord]) -> None:
+    for call in step.calls:
+        if call.status == "awaiting" and call.request_id in records:
+            record = records[call.request_id]
+            call.request_id = None
+            if record.outcome == "approved":
+                call.status = "ready"
+                call.principal = record.responder or call.principal
+            else:
+                call.status = "done"
+                call.result = CallResult(status="rejected", output=_rejection(record))
+        elif call.status == "asking" and call.ask_request_id in records:
+            record = records[call.ask_request_id]
+            call.ask_request_id = None
+            if record.outcome == "answered" and record.response is not None:
+                call.asks.append(Answer(status="answered", option_id=record.response.option_id,
+                                        text=record.response.text, responder=record.responder))
+                call.status = "ready"
+            elif record.outcome == "ignored":
+                call.asks.append(Answer(status="interrupted"))
+                call.status = "ready"
+            else:
+                call.status = "done"
+                call.result = CallResult(status="rejected", output={"status": "cancelled"})
+
+
+def _unreported_results(session_id: str, turn: TurnState) -> list[Event]:
+    """An ``action.result`` for every call of the step that ended and was not reported yet."""
+    from bot.protocol import ActionResult
+
+    assert turn.step is not None
+    events: list[Event] = []
+    for c in turn.step.calls:
+        if c.status == "done" and c.result is not None and not c.reported:
+            c.reported = True
+            events.append(ActionResult(session_id=session_id, turn_id=turn.turn_id, call_id=c.call_id,
+                                       tool_name=c.tool_name, status=c.result.status, output=c.result.output,
+                                       error=c.result.error))
+    return events
+
+
+def _rejection(record: RequestRecord) -> dict[str, Any]:
+    if record.outcome == "ignored":
+        return denied_output(IGNORED_MESSAGE, status="ignored", request_id=record.request_id)
+    if record.outcome == "cancelled":
+        return denied_output("The turn was cancelled.", status="cancelled", request_id=record.request_id)
+    if record.outcome == "expired":
+        return denied_output("Nobody answered in time.", status="expired", request_id=record.request_id)
+    output = denied_output(DENIED_MESSAGE, status="denied", request_id=record.request_id)
+    if record.note:
+        who = record.responder.principal_id if record.responder else "the person who cancelled"
+        output["note"] = f'{who} wrote: "{record.note}"'
+    return output
+
+
+def model_view(history: list[dict[str, Any]], window: int) -> list[dict[str, Any]]:
+    """What the model is shown: system messages, then the newest ``window`` messages, starting at a
+    user message so no tool result is cut from the call that asked for it. The stored history keeps
+    everything."""
+    if window <= 0 or len(history) <= window:
+        return history
+    system = [m for m in history if m.get("role") == "system"]
+    rest = [m for m in history if m.get("role") != "system"]
+    tail = rest[-window:]
+    start = next((i for i, m in enumerate(tail) if m.get("role") == "user"), None)
+    if start is None:  # one very long turn: keep it whole rather than break a call from its results
+        start = max((i for i, m in enumerate(rest) if m.get("role") == "user"), default=0)
+        return system + rest[start:]
+    return system + tail[start:]
+
+
+def compact(history: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """Bound a long session's stored history (a DM is one endless session): keep the system messages
+    and the newest ``limit`` messages, cut at a user message so calls keep their results."""
+    if limit <= 0 or len(history) <= limit:
+        return history
+    return model_view(history, limit)
+
+
+def _same(message: dict[str, Any], owner: Principal | None) -> bool:
+    if owner is None:
+        return True
+    raw = message.get("principal")
+    return raw is not None and owner.same_as(Principal.model_validate(raw))
+
+
+def _user_message(message: dict[str, Any]) -> dict[str, Any]:
+    return {"role": "user", "content": message["text"]}

@@ -1,0 +1,278 @@
+"""Deciding and running a step's tool calls: request policies, approval requests, execution (DESIGN §7).
+
+The exactly-once rules live here. A call runs under an execution marker keyed by the step's
+session-unique id, the call id and how many of its ``ctx.ask()`` questions were answered. Starting
+a call is fenced by the turn lease's token: a worker that lost the lease can start nothing. A marker
+found "started" on recovery means the call was interrupted: it is reported, not run again, unless
+the tool declares itself idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from bot.approval import ApprovalContext, evaluate_request_policy, records_grant
+from bot.parts import Parts
+from bot.protocol import ActionRef, ActionStarted, InputOption, InputRequest, RequestRecord, approval_options
+from bot.session import SessionAuth, SessionInfo, new_request_id
+from bot.state import CallResult, CallState, SessionState, StepState
+from bot.tools import AskParked, Tool, ToolContext
+
+log = logging.getLogger(__name__)
+
+DENIED_MESSAGE = "Tool execution was denied."
+INTERRUPTED = ("The call was interrupted before it finished (the worker stopped). It was not run again, "
+               "because it may have had effects; check before retrying.")
+
+
+class ToolUnavailable(RuntimeError):
+    """This process has no tool of that name (a rolling deploy, another BOT_TOOLS): another replica may."""
+
+
+def session_info(state: SessionState) -> SessionInfo:
+    turn = state.turn
+    return SessionInfo(
+        id=state.ref.session_id,
+        auth=SessionAuth(current=turn.owner if turn else None, initiator=state.initiator),
+        turn=turn.number if turn else state.turns,
+        team_id=state.ref.team_id,
+    )
+
+
+def marker_of(turn_id: str, step: StepState, call: CallState) -> str:
+    """The call's identity for exactly-once: unique for the session's life (endpoints reuse call ids)."""
+    return f"{turn_id}:{step.step_id or step.index}:{call.call_id}:{len(call.asks)}"
+
+
+class Executor:
+    def __init__(self, parts: Parts):
+        self.p = parts
+
+    # --- request policies ------------------------------------------------------------------------
+
+    async def apply_request_policies(self, state: SessionState, grants: set[str]) -> None:
+        turn = state.turn
+        assert turn is not None and turn.step is not None
+        info = session_info(state)
+        await asyncio.gather(*(self._decide(call, info, grants, turn.owner) for call in turn.step.calls))
+
+    async def _decide(self, call: CallState, info: SessionInfo, grants: set[str], owner: Any) -> None:
+        tool = self.p.tools.get(call.tool_name)
+        if tool is None:
+            call.status, call.result = "done", CallResult(
+                status="failed", error=f"unknown tool {call.tool_name!r}; available: {', '.join(self.p.tools.names())}")
+            return
+        try:
+            args = tool.parse(call.arguments)
+        except ValueError as exc:
+            call.status, call.result = "done", CallResult(status="failed", error=str(exc))
+            return
+        ctx = ApprovalContext(
+            session=info,
+            tool_name=tool.name,
+            tool_input=as_dict(args),
+            call_id=call.call_id,
+            approved_tools=frozenset(grants),
+            approval_key=tool.approval_key(args),
+            tool_description=tool.description,
+            reviewer=self.p.reviewer,
+        )
+        try:
+            status = await evaluate_request_policy(tool.approval.request, ctx,
+                                                   timeout=self.p.settings.request_policy_timeout)
+        except Exception as exc:  # noqa: BLE001 - a broken or hung policy denies, never allows
+            log.warning("request policy of %s failed (%r); denying", tool.name, exc)
+            call.status, call.result = "done", CallResult(
+                status="rejected", output=denied_output("The approval policy failed, so the call was denied."))
+            return
+        call.principal = owner
+        if status.type == "denied":
+            call.status, call.result = "done", CallResult(
+                status="rejected", output=denied_output(status.reason or DENIED_MESSAGE))
+        elif status.type == "user-approval":
+            call.status = "awaiting"
+        else:
+            call.status = "ready"
+
+    # --- requests for people ---------------------------------------------------------------------
+
+    def requests_for(self, state: SessionState) -> list[RequestRecord]:
+        """Approval requests for calls awaiting a person, and questions for calls that asked."""
+        turn = state.turn
+        assert turn is not None and turn.step is not None
+        records: list[RequestRecord] = []
+        for call in turn.step.calls:
+            if call.status == "awaiting" and call.request_id is None:
+                records.append(self._approval_request(state, call))
+            elif call.status == "asking" and call.ask_request_id is None and call.result is not None:
+                records.append(self._question(state, call))
+        batch = [r.request_id for r in records]
+        for r in records:
+            r.batch = batch
+        return records
+
+    def _approval_request(self, state: SessionState, call: CallState) -> RequestRecord:
+        turn = state.turn
+        assert turn is not None
+        tool = self.require(call.tool_name)
+        args = tool.parse(call.arguments)
+        req = InputRequest(
+            request_id=new_request_id(state.ref.session_id),
+            kind="tool-approval",
+            prompt=f"Run {tool.name}?",
+            action=ActionRef(call_id=call.call_id, tool_name=tool.name, input=as_dict(args)),
+            options=approval_options(),
+            display="confirmation",
+            principal=turn.owner,
+            session_id=state.ref.session_id,
+            turn_id=turn.turn_id,
+            dangerous=tool.dangerous,
+        )
+        call.request_id = req.request_id
+        key = tool.approval_key(args) if records_grant(tool.approval) else None
+        return make_record(state, req, approval_key=key)
+
+    def _question(self, state: SessionState, call: CallState) -> RequestRecord:
+        turn = state.turn
+        assert turn is not None and call.result is not None
+        ask = call.result.output  # the pending ask, parked by run_call
+        req = InputRequest(
+            request_id=new_request_id(state.ref.session_id),
+            kind="question",
+            prompt=ask["prompt"],
+            action=ActionRef(call_id=call.call_id, tool_name=call.tool_name),
+            options=[InputOption.model_validate(o) for o in ask["options"]],
+            display="select" if ask["options"] else "text",
+            allow_free_text=ask["allow_free_text"],
+            principal=turn.owner,
+            session_id=state.ref.session_id,
+            turn_id=turn.turn_id,
+        )
+        call.ask_request_id = req.request_id
+        call.result = None
+        return make_record(state, req)
+
+    # --- running ---------------------------------------------------------------------------------
+
+    def require(self, name: str) -> Tool:
+        tool = self.p.tools.get(name)
+        if tool is None:
+            raise ToolUnavailable(f"tool {name!r} is not loaded in this process")
+        return tool
+
+    def ensure_tools(self, state: SessionState) -> None:
+        turn = state.turn
+        assert turn is not None and turn.step is not None
+        for call in turn.step.calls:
+            if call.status == "ready":
+                self.require(call.tool_name)
+
+    def started_events(self, session_id: str, state: SessionState) -> list[ActionStarted]:
+        turn = state.turn
+        assert turn is not None and turn.step is not None
+        return [ActionStarted(session_id=session_id, turn_id=turn.turn_id, call_id=c.call_id,
+                              tool_name=c.tool_name, input=safe_input(self.p.tools.get(c.tool_name), c))
+                for c in turn.step.calls if c.status == "ready" and not c.asks]
+
+    async def run_ready(self, session_id: str, token: str, state: SessionState) -> None:
+        turn = state.turn
+        assert turn is not None and turn.step is not None
+        ready = [c for c in turn.step.calls if c.status == "ready"]
+        self.ensure_tools(state)
+        await asyncio.gather(*(self.run_call(session_id, token, state, c) for c in ready))
+
+    async def run_call(self, session_id: str, token: str, state: SessionState, call: CallState) -> None:
+        """Run one call at most once per approval (markers survive crashes and rival workers)."""
+        tool = self.require(call.tool_name)
+        turn = state.turn
+        assert turn is not None and turn.step is not None
+        marker = marker_of(turn.turn_id, turn.step, call)
+        fresh, recorded = await self.p.store.begin_execution(session_id, marker, token)  # fenced: LeaseLost
+        if not fresh:
+            if recorded and recorded != "started":
+                apply_recorded(call, json.loads(recorded))
+                return
+            if not tool.idempotent:
+                call.status, call.result = "done", CallResult(status="failed", error=INTERRUPTED)
+                return
+        ctx = ToolContext(
+            session=session_info(state),
+            principal=call.principal,
+            call_id=call.call_id,
+            idempotency_key=f"{session_id}:{turn.turn_id}:{turn.step.step_id or turn.step.index}:{call.call_id}",
+            answers=call.asks,
+        )
+        try:
+            output = await tool.invoke(tool.parse(call.arguments), ctx)
+        except AskParked:
+            pass
+        except Exception as exc:  # noqa: BLE001 - a tool error is the model's to handle
+            log.info("tool %s raised %r", tool.name, exc)
+            call.status, call.result = "done", CallResult(status="failed", error=f"{type(exc).__name__}: {exc}")
+        else:
+            call.status, call.result = "done", CallResult(status="completed", output=jsonable(output))
+        if ctx.parked is not None:  # the tool asked (even if it caught the park signal): the turn parks
+            ask = ctx.parked.model_dump(mode="json")
+            call.status, call.result = "asking", CallResult(status="failed", output=ask)
+            await self.p.store.finish_execution(session_id, marker, json.dumps({"asked": ask}))
+            return
+        assert call.result is not None
+        await self.p.store.finish_execution(session_id, marker, call.result.model_dump_json())
+
+
+def make_record(state: SessionState, req: InputRequest, *, approval_key: str | None = None) -> RequestRecord:
+    assert state.turn is not None
+    return RequestRecord(
+        request=req,
+        session_id=state.ref.session_id,
+        turn_id=state.turn.turn_id,
+        team_id=state.ref.team_id,
+        channel=state.ref.channel,
+        session_info=session_info(state).model_dump(mode="json"),
+        approval_key=approval_key,
+    )
+
+
+def apply_recorded(call: CallState, recorded: dict[str, Any]) -> None:
+    """Take what an earlier run of this call recorded: its result, or the question it parked on."""
+    if "asked" in recorded:
+        ask = recorded["asked"]
+        if isinstance(ask, dict):  # a crash lost the question: ask it again
+            call.status, call.result = "asking", CallResult(status="failed", output=ask)
+            return
+        call.status, call.result = "done", CallResult(status="failed", error=INTERRUPTED)
+        return
+    call.status, call.result = "done", CallResult.model_validate(recorded)
+
+
+def denied_output(message: str, *, status: str = "denied", request_id: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"code": "TOOL_EXECUTION_DENIED", "message": message, "tool": {"result": "not_run"}}
+    if request_id:
+        out["approval"] = {"requestId": request_id, "status": status}
+    return out
+
+
+def as_dict(args: Any) -> dict[str, Any]:
+    return args.model_dump(mode="json") if hasattr(args, "model_dump") else dict(args)
+
+
+def safe_input(tool: Tool | None, call: CallState) -> dict[str, Any] | None:
+    if tool is None:
+        return None
+    try:
+        return as_dict(tool.parse(call.arguments))
+    except ValueError:
+        return None
+
+
+def jsonable(value: Any) -> Any:
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    try:
+        json.dumps(value)
+        return value
+    except TypeError:
+        return json.loads(json.dumps(value, default=str))

@@ -1,0 +1,77 @@
+"""Messages in (DESIGN §8): record durably first, then answer, steer, queue or start a turn.
+
+A message is written to the session's queue (once per message id) before anyone acknowledges it,
+so a process that dies right after the ack loses nothing: the sweep drives the session. Then the
+message is tried as a typed answer to the first open request; if it answers nothing it stays
+queued and the turn loop takes it (steering, a new turn, or waiting for the turn to end).
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from bot.inputs import first_open_input, match_text
+from bot.parts import Parts
+from bot.principals import Principal
+from bot.protocol import utcnow
+from bot.session import SessionRef
+from bot.settle import AnswerResult, Settler
+from bot.state import SessionState
+
+
+def new_message(ref: SessionRef, principal: Principal | None, text: str, message_id: str | None) -> dict[str, Any]:
+    return {
+        "id": message_id or secrets.token_hex(8),
+        "principal": principal.model_dump(mode="json") if principal else None,
+        "text": text,
+        "ref": ref.model_dump(mode="json"),
+        "at": utcnow().isoformat(),
+    }
+
+
+class Intake:
+    def __init__(self, parts: Parts, settler: Settler):
+        self.p = parts
+        self.settler = settler
+
+    async def record(
+        self, ref: SessionRef, principal: Principal | None, text: str, *, message_id: str | None = None
+    ) -> dict[str, Any] | None:
+        """Queue the message durably; None when this message id was seen before (Slack repeats some)."""
+        message = new_message(ref, principal, text, message_id)
+        if not await self.p.store.record_message(ref.session_id, message, message_id=message_id):
+            return None
+        return message
+
+    async def try_answer(
+        self, session_id: str, message: dict[str, Any], state: SessionState | None = None
+    ) -> AnswerResult | None:
+        """Answer the first open request with this queued message, if it is an answer; the message then
+        leaves the queue. None: it answers nothing and stays queued."""
+        if state is None:
+            raw = (await self.p.store.snapshot(session_id)).state
+            state = SessionState.model_validate(raw) if raw else None
+        if state is None or state.turn is None:
+            return None
+        turn = state.turn
+        ids = list(turn.step.request_ids if turn.step else [])
+        if turn.limit_request_id:
+            ids.append(turn.limit_request_id)
+        records = [r for r in await self.p.store.get_requests(ids) if r.status == "open"]
+        first = first_open_input([r.request for r in records])
+        if first is None:
+            return None
+        principal = Principal.model_validate(message["principal"]) if message.get("principal") else None
+        response = match_text(first, message["text"], principal)
+        if response is None:
+            return None
+        is_owner = turn.owner is None or turn.owner.same_as(principal)
+        if not is_owner and response.option_id is None:
+            return None  # someone else's words are a message of theirs, not an answer to this turn
+        record = next(r for r in records if r.request_id == first.request_id)
+        result = await self.settler.answer(response, record=record)
+        if result.state == "invalid" or (not is_owner and result.state in ("rejected", "failed", "forbidden")):
+            return None  # it did not count as an answer: it waits as their message
+        await self.p.store.take_inbox(session_id, message)
+        return result

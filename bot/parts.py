@@ -1,0 +1,80 @@
+"""What the runtime's parts share: settings, the store interface and the objects they all use.
+
+The :class:`bot.turns.Runtime` façade builds one :class:`Parts` and hands it to intake, settle,
+drive, execute and the outbox, so each job lives in its own module and none owns another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from bot.models.base import ChatModel
+from bot.outbox import Outbox, OutboxStore
+from bot.protocol import Event, RequestRecord, SessionSnapshot, SettleResult
+from bot.session import SessionRef
+from bot.tools import ToolRegistry
+
+RESPONSE_POLICY_TIMEOUT = 10.0
+REQUEST_POLICY_TIMEOUT = 30.0  # auto() asks a model and bounds itself at 30 s; a hung custom policy denies
+
+
+class TurnStore(OutboxStore, Protocol):
+    """What the runtime needs from persistence (implemented by ``store.sessions.SessionStore``)."""
+
+    lease_ms: int
+
+    async def snapshot(self, session_id: str) -> SessionSnapshot: ...
+    async def request_cancel(self, session_id: str, turn_id: str) -> None: ...
+    async def cancel_requested(self, session_id: str) -> str | None: ...
+    async def acquire_lease(self, session_id: str) -> str | None: ...
+    async def renew_lease(self, session_id: str, token: str) -> bool: ...
+    async def release_lease(self, session_id: str, token: str, *, still_active: bool,
+                            retry_after_ms: int = 0) -> None: ...
+    async def mark_active(self, session_id: str, *, delay_ms: int = 0) -> None: ...
+    async def due_sessions(self, *, limit: int = 100) -> list[str]: ...
+    async def commit(self, session_id: str, token: str | None, state: dict[str, Any] | None,
+                     events: list[Event] = ..., requests: list[RequestRecord] = ..., *,
+                     ref: SessionRef | None = None) -> list[Event]: ...
+    async def emit(self, session_id: str, events: list[Event]) -> list[Event]: ...
+    async def get_request(self, request_id: str) -> RequestRecord: ...
+    async def get_requests(self, request_ids: list[str]) -> list[RequestRecord]: ...
+    async def settle(self, record: RequestRecord, **kwargs: Any) -> SettleResult: ...
+    async def record_message(self, session_id: str, message: dict[str, Any], *, message_id: str | None) -> bool: ...
+    async def take_inbox(self, session_id: str, message: dict[str, Any]) -> bool: ...
+    async def begin_execution(self, session_id: str, marker: str, token: str) -> tuple[bool, str | None]: ...
+    async def finish_execution(self, session_id: str, marker: str, result_json: str) -> None: ...
+    async def drive_failures(self, session_id: str, *, failed: bool) -> int: ...
+
+
+@dataclass
+class RuntimeSettings:
+    step_budget: int = 20  # model steps per turn before a session-limit prompt
+    token_budget: int = 200_000  # tokens per turn before a session-limit prompt
+    system_prompt: str = (
+        "You are a helpful assistant working inside a Slack thread. Use the tools you have. Some tools "
+        "need a person's approval; if a call is denied, do not retry it unless asked. Keep answers short."
+    )
+    response_policy_timeout: float = RESPONSE_POLICY_TIMEOUT
+    request_policy_timeout: float = REQUEST_POLICY_TIMEOUT
+    history_window: int = 200  # newest messages the model sees (the system prompt always); 0 = all
+    history_limit: int = 1_000  # stored messages kept after a turn ends (older ones are dropped); 0 = all
+    max_drive_failures: int = 6  # unexpected errors in a row before a turn is failed visibly
+
+
+Spawn = Callable[..., "asyncio.Task[Any]"]
+
+
+@dataclass
+class Parts:
+    """The shared objects of one runtime."""
+
+    store: TurnStore
+    model: ChatModel
+    reviewer: ChatModel
+    tools: ToolRegistry
+    settings: RuntimeSettings
+    outbox: Outbox
+    spawn: Spawn

@@ -1,0 +1,246 @@
+"""The one settle path (DESIGN §7, §12): boundary → response policy → atomic settle → outbox.
+
+Every answer — a click, a select, a modal, a typed reply, and the engine's own "ignored" and
+"cancelled" — goes through :class:`Settler`. Fail closed: a principal from another workspace, a
+request whose tool this process does not have, and a policy that raises or hangs never settle.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from bot.approval import (
+    RequestView,
+    ResponseContext,
+    ResponseDecision,
+    ResponseView,
+    evaluate_response_policy,
+    requester_only,
+)
+from bot.parts import Parts
+from bot.principals import Principal
+from bot.protocol import (
+    APPROVE,
+    CANCEL,
+    CONTINUE,
+    STOP,
+    ApprovalCandidate,
+    ApprovalSettled,
+    Event,
+    InputRequest,
+    InputResolved,
+    InputResponse,
+    RequestRecord,
+    Resolution,
+)
+from bot.session import SessionInfo
+
+log = logging.getLogger(__name__)
+
+VERIFY_FAILED = "We couldn’t verify your response. Please try again."
+POLICY_UNAVAILABLE = "Approval authorization is temporarily unavailable. Please try again."
+FOREIGN = "This request belongs to another workspace, so your answer cannot count."
+NO_TOOL = ("This request's tool ({tool}) is not available right now, so nobody can be checked as allowed to "
+           "answer it. Try again in a minute.")
+ANONYMOUS = "Authentication is required to respond."
+
+
+@dataclass
+class AnswerResult:
+    """What happened to one answer, for the frontend to explain to the person."""
+
+    state: Literal["settled", "rejected", "failed", "partial", "stale", "invalid", "forbidden"]
+    record: RequestRecord
+    reason: str | None = None
+    approvals: int = 0
+    required: int = 1
+    batch_complete: bool = False  # the step can resume now
+
+
+class Settler:
+    def __init__(self, parts: Parts):
+        self.p = parts
+
+    async def answer(
+        self, response: InputResponse, *, note: str | None = None, record: RequestRecord | None = None
+    ) -> AnswerResult:
+        """One read (unless the caller has the record), the checks, one atomic settle."""
+        if record is None or record.request_id != response.request_id:
+            record = await self.p.store.get_request(response.request_id)  # raises UnknownRequest
+        if record.status != "open":
+            return AnswerResult("stale", record)
+        req = record.request
+        outcome = answer_outcome(req, response)
+        if outcome is None:
+            return AnswerResult("invalid", record, reason="That is not one of the options.")
+        principal = response.principal
+        if principal is None:
+            return AnswerResult("rejected", record, reason=ANONYMOUS)
+        policy, custom = self.response_policy(req)
+        if not _same_workspace(record, principal, policy):
+            # before any policy, and without a trace in the session: it is not that workspace's business
+            log.warning("refused an answer to %s from %s: another workspace", record.request_id, principal.principal_id)
+            return AnswerResult("forbidden", record, reason=FOREIGN)
+        if policy is None:  # a tool-approval whose tool this process lacks: never fall back to another rule
+            reason = NO_TOOL.format(tool=req.action.tool_name if req.action else "?")
+            return await self._refuse(record, response, outcome, None, reason, custom=False)
+        decision_kind = "cancel" if outcome in ("cancelled", "stop") else "approve"
+        decision, failure = await self._run_policy(policy, response_context(record, principal, decision_kind, note))
+        if decision is None or decision.status == "rejected":
+            reason = failure or (decision.reason if decision else None) or VERIFY_FAILED
+            return await self._refuse(record, response, outcome, decision, reason, custom=custom)
+        return await self._settle(record, response, outcome, decision, custom, note)
+
+    def response_policy(self, req: InputRequest) -> tuple[Any, bool]:
+        """The policy that decides who may settle ``req`` (None: cannot be known here), and whether
+        the tool brought its own."""
+        if req.kind != "tool-approval" or req.action is None:
+            return requester_only(), False
+        tool = self.p.tools.get(req.action.tool_name)
+        if tool is None:
+            return None, True
+        custom = tool.approval.response
+        return (custom or requester_only()), custom is not None
+
+    async def check(
+        self, record: RequestRecord, principal: Principal, decision: Literal["approve", "cancel"] = "approve",
+        *, within_s: float | None = None,
+    ) -> ResponseDecision | None:
+        """Would this person's answer count? A dry run (no side effects); None when it cannot be known."""
+        policy, _ = self.response_policy(record.request)
+        if policy is None or not _same_workspace(record, principal, policy):
+            return None
+        decided, _ = await self._run_policy(policy, response_context(record, principal, decision, None), within_s=within_s)
+        return decided
+
+    async def _run_policy(
+        self, policy: Any, ctx: ResponseContext, *, within_s: float | None = None
+    ) -> tuple[ResponseDecision | None, str | None]:
+        try:
+            decided = await evaluate_response_policy(policy, ctx, timeout=within_s or self.p.settings.response_policy_timeout)
+            return decided, None
+        except TimeoutError:
+            return None, POLICY_UNAVAILABLE
+        except Exception as exc:  # noqa: BLE001 - a broken policy fails closed
+            log.warning("response policy for %s raised %r; failing closed", ctx.request.request_id, exc)
+            return None, VERIFY_FAILED
+
+    async def _refuse(
+        self, record: RequestRecord, response: InputResponse, outcome: str, decision: ResponseDecision | None,
+        reason: str, *, custom: bool,
+    ) -> AnswerResult:
+        sid, tid, rid = record.session_id, record.turn_id, record.request_id
+        principal = response.principal
+        kind = "failed" if decision is None else "rejected"
+        pending = [ApprovalCandidate(session_id=sid, turn_id=tid, request_id=rid, outcome="pending",
+                                     responder=principal)] if custom else []
+        refusal = ApprovalCandidate(session_id=sid, turn_id=tid, request_id=rid, outcome=kind,
+                                    responder=principal, reason=reason)
+        result = await self.p.store.settle(record, mode="reject", outcome=outcome, response=response,
+                                           on_rejected=[*pending, refusal])
+        self.p.outbox.kick(sid)
+        if result.state == "stale":
+            return AnswerResult("stale", await self.p.store.get_request(rid))  # say who settled it meanwhile
+        return AnswerResult(kind, record, reason=reason)
+
+    async def _settle(
+        self, record: RequestRecord, response: InputResponse, outcome: str, decision: ResponseDecision,
+        custom: bool, note: str | None,
+    ) -> AnswerResult:
+        req = record.request
+        sid, tid, rid = record.session_id, record.turn_id, record.request_id
+        principal = response.principal
+        pending: list[Event] = [ApprovalCandidate(session_id=sid, turn_id=tid, request_id=rid, outcome="pending",
+                                                  responder=principal)] if custom else []
+        required = decision.required if outcome == "approved" else 1
+        settled_events: list[Event] = list(pending)
+        if req.kind == "tool-approval":
+            settled_events.append(ApprovalSettled(session_id=sid, turn_id=tid, request_id=rid,
+                                                  outcome="approved" if outcome == "approved" else "cancelled",
+                                                  responder=principal, note=note))
+        resolution = resolution_outcome(req, outcome)
+        settled_events.append(InputResolved(session_id=sid, turn_id=tid, resolutions=[
+            Resolution(request_id=rid, kind=req.kind, outcome=resolution, response=response)]))
+        partial = [*pending, ApprovalCandidate(session_id=sid, turn_id=tid, request_id=rid, outcome="pending",
+                                               responder=principal, approvals=-1, required=required)]
+        stale = [ApprovalCandidate(session_id=sid, turn_id=tid, request_id=rid, outcome="stale",
+                                   responder=principal, reason="Another response settled this approval.")]
+        result = await self.p.store.settle(
+            record,
+            mode="settle",
+            outcome=resolution,
+            response=response,
+            responder_id=principal.principal_id if principal else "",
+            required=required,
+            grant_key=record.approval_key if req.kind == "tool-approval" else None,
+            note=note,
+            batch=record.batch,
+            on_settled=settled_events,
+            on_partial=partial,
+            on_stale=stale,
+        )
+        self.p.outbox.kick(sid)
+        if result.state == "stale":
+            return AnswerResult("stale", await self.p.store.get_request(rid))
+        if result.state == "partial":
+            return AnswerResult("partial", record, approvals=result.approvals, required=required)
+        return AnswerResult("settled", record, approvals=result.approvals, required=required,
+                            batch_complete=result.batch_complete)
+
+    async def resolve_unanswered(self, record: RequestRecord, outcome: str) -> bool:
+        """Settle an open request nobody answered: ignored (steered past) or cancelled (turn cancelled)."""
+        req = record.request
+        events = [InputResolved(session_id=record.session_id, turn_id=record.turn_id, resolutions=[
+            Resolution(request_id=req.request_id, kind=req.kind, outcome=outcome)])]  # type: ignore[arg-type]
+        result = await self.p.store.settle(record, mode="settle", outcome=outcome, response=None,
+                                           batch=record.batch, on_settled=events)
+        self.p.outbox.kick(record.session_id)
+        return result.state == "settled"
+
+
+def _same_workspace(record: RequestRecord, principal: Principal, policy: Any) -> bool:
+    """The answerer belongs to the request's installation (its Enterprise org counts too), unless the
+    response policy says it admits people from outside (``policy.admits_external = True``)."""
+    if record.team_id is None or getattr(policy, "admits_external", False):
+        return True
+    if principal.team_id == record.team_id:
+        return True
+    org = (record.session_info or {}).get("enterprise_id")
+    return bool(org) and principal.attributes.get("enterprise_id") == org
+
+
+def response_context(record: RequestRecord, principal: Principal, decision: str, note: str | None) -> ResponseContext:
+    req = record.request
+    return ResponseContext(
+        request=RequestView(
+            request_id=req.request_id,
+            call_id=req.action.call_id if req.action else None,
+            tool_name=req.action.tool_name if req.action else None,
+            tool_input=req.action.input if req.action else None,
+            principal=req.principal,
+        ),
+        response=ResponseView(decision=decision, principal=principal, note=note),  # type: ignore[arg-type]
+        session=SessionInfo.model_validate(record.session_info or {"id": record.session_id}),
+        approvals=record.approvals,
+    )
+
+
+def answer_outcome(req: InputRequest, response: InputResponse) -> str | None:
+    """The resolution an answer asks for, or None when it is not a valid answer to this request."""
+    if req.kind == "tool-approval":
+        return {APPROVE: "approved", CANCEL: "cancelled"}.get(response.option_id or "")
+    if req.kind == "session-limit":
+        return {CONTINUE: "approved", STOP: "stop"}.get(response.option_id or "")
+    if response.option_id is not None:
+        return "answered" if req.option(response.option_id) else None
+    if response.text and response.text.strip() and (req.allow_free_text or not req.options):
+        return "answered"
+    return None
+
+
+def resolution_outcome(req: InputRequest, outcome: str) -> str:
+    if req.kind in ("tool-approval", "session-limit"):
+        return "approved" if outcome == "approved" else "denied"
+    return "answered"
