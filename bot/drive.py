@@ -108,6 +108,7 @@ class _Pass:
 
     session_id: str
     token: str
+    failures: int = 0  # earlier failed attempts seen in the snapshot (cleared when this pass succeeds)
 
 
 class Driver:
@@ -127,8 +128,11 @@ class Driver:
             keeper = LeaseKeeper(store, session_id, token, int(getattr(store, "lease_ms", 30_000)))
             keeper.start()
             failed = False
+            work = _Pass(session_id, token)
             try:
-                await self._drive_locked(_Pass(session_id, token))
+                await self._drive_locked(work)
+                if work.failures:
+                    await store.drive_failures(session_id, failed=False)
             except LeaseLost:
                 log.warning("lost the turn lease of %s; another worker continues it", session_id)
                 return
@@ -197,8 +201,7 @@ class Driver:
     async def _drive_locked(self, p: _Pass) -> None:
         while True:
             snap = await self.p.store.snapshot(p.session_id)
-            if snap.failures:
-                await self.p.store.drive_failures(p.session_id, failed=False)
+            p.failures = max(p.failures, snap.failures)
             state = SessionState.model_validate(snap.state) if snap.state else None
             if state is None or state.turn is None:
                 if not snap.inbox:

@@ -10,11 +10,11 @@ import pytest
 import redis.asyncio as redis_asyncio
 
 from bot.approval import Denied, always
+from bot.drive import IGNORED_MESSAGE
 from bot.models.scripted import ScriptedModel, call, calls
 from bot.models.scripted import say as model_say
 from bot.protocol import InputResponse
 from bot.tools import Tool, ToolContext
-from bot.drive import IGNORED_MESSAGE
 from bot.turns import RuntimeSettings
 from tests.engine.harness import (
     ALICE,

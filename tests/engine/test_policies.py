@@ -20,10 +20,10 @@ from bot.approval import (
     never,
     once,
 )
+from bot.drive import DENIED_MESSAGE
 from bot.models.scripted import ScriptedModel, call, calls
 from bot.models.scripted import say as model_say
 from bot.tools import ToolContext, tool
-from bot.drive import DENIED_MESSAGE
 from bot.turns import RuntimeSettings
 from tests.engine.harness import (
     ALICE,

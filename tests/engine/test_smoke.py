@@ -30,6 +30,7 @@ async def test_approve_runs_once(redis):
     assert channel.types()[-2:] == ["input.requested", "turn.waiting"]
     [req] = channel.requests()
     result = await runtime.answer(InputResponse(request_id=req.request_id, option_id="approve", principal=ALICE))
+    await runtime.wait_idle()
     assert result.state == "settled"
     assert RAN == ["ch_1"]
     assert channel.types()[-3:] == ["message.completed", "turn.completed", "session.waiting"]

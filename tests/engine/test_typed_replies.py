@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from bot.approval import always
+from bot.drive import DENIED_MESSAGE
 from bot.inputs import first_open_input, match_text
 from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
@@ -19,7 +20,6 @@ from bot.protocol import (
     approval_options,
     session_limit_options,
 )
-from bot.drive import DENIED_MESSAGE
 from bot.turns import RuntimeSettings
 from tests.engine.harness import (
     ALICE,

@@ -1,0 +1,315 @@
+"""Regression tests for the review's breaks of "exactly once" and "fail closed" (one test per defect).
+
+Each test names the defect it pins (issue 8's numbering). They run on a real Valkey with real runtimes;
+"a dead worker" is a runtime whose tasks are cancelled before they finish, the way kill -9 leaves them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+
+from bot.approval import Approval, allowed, always, once, rejected
+from bot.drive import LeaseKeeper
+from bot.models.scripted import ScriptedModel, call, calls
+from bot.models.scripted import say as model_say
+from bot.principals import slack_user
+from bot.protocol import InputResponse, LeaseLost
+from bot.tools import Tool, ToolContext
+from bot.turns import RuntimeSettings
+from store.sessions import OUTBOX
+from tests.engine.harness import (
+    ALICE,
+    BOB,
+    approve,
+    assert_valid_history,
+    decision,
+    make_runtime,
+    recording_tool,
+    request_status,
+    say,
+    session,
+    shown,
+    tool_results,
+)
+
+EVE_ELSEWHERE = slack_user("T2", "UEVE")  # a person of another workspace the app is installed in
+
+
+def _not_the_requester(ctx):
+    if ctx.response.decision == "approve" and ctx.request.principal.same_as(ctx.response.principal):
+        return rejected("Someone else has to approve.")
+    return allowed()
+
+
+async def test_1_a_replica_without_the_tool_refuses_instead_of_using_another_rule(redis):
+    gated, runs = recording_tool("wire", approval=Approval(request=always(), response=_not_the_requester))
+    runtime_a, channel, store = make_runtime(redis, ScriptedModel([call("wire"), model_say("sent")]), [gated])
+    await say(runtime_a, "wire the money")
+    [req] = channel.requests()
+    runtime_b, _, _ = make_runtime(redis, ScriptedModel([]), [])  # a rolling deploy: no "wire" here
+
+    result = await runtime_b.answer(decision(req.request_id, "approve", ALICE))  # the requester themself
+    await runtime_b.wait_idle()
+    assert result.state == "failed" and "not available" in (result.reason or "")
+    assert await request_status(store, req.request_id) == "open"
+    assert runs == []
+    assert await runtime_b.check_response(await store.get_request(req.request_id), ALICE) is None
+
+
+async def test_2_answers_from_another_workspace_settle_nothing(redis):
+    anyone = Approval(request=always(), response=lambda ctx: allowed())
+    gated, runs = recording_tool("deploy", approval=anyone)
+    runtime, channel, store = make_runtime(redis, ScriptedModel([call("deploy"), model_say("ok")]), [gated])
+    await say(runtime, "deploy")
+    [req] = channel.requests()
+    for option in ("approve", "cancel"):
+        result = await runtime.answer(decision(req.request_id, option, EVE_ELSEWHERE))
+        assert result.state == "forbidden"
+    await runtime.wait_idle()
+    assert await request_status(store, req.request_id) == "open"
+    assert channel.of("approval.candidate") == []  # no trace in this workspace's session or audit
+    assert (await approve(runtime, req.request_id, BOB)).state == "settled"  # a colleague's answer counts
+    assert len(runs) == 1
+
+
+async def test_5_markers_stay_unique_after_keep_going(redis):
+    gated, runs = recording_tool("deploy", approval=always())
+    script = [call("deploy", call_id="call_0", env="a"), call("deploy", call_id="call_0", env="b"),
+              model_say("both done")]
+    model = ScriptedModel(script, by_turn_position=False)
+    runtime, channel, _ = make_runtime(redis, model, [gated], settings=RuntimeSettings(system_prompt="", step_budget=1))
+    await say(runtime, "deploy a then b")
+    [first] = channel.requests()
+    await approve(runtime, first.request_id)
+    limit = channel.requests()[-1]
+    assert limit.kind == "session-limit"
+    await runtime.answer(decision(limit.request_id, "continue"))  # "keep going": the step counter restarts
+    await runtime.wait_idle()
+    second = channel.requests()[-1]
+    assert second.kind == "tool-approval" and second.action.input == {"env": "b"}
+    await approve(runtime, second.request_id)
+    assert [r.args for r in runs] == [{"env": "a"}, {"env": "b"}]  # the second call ran, not an old result
+    assert_valid_history(shown(model))
+
+
+async def test_6_a_worker_that_lost_its_lease_cannot_start_a_call(redis):
+    runtime, _, store = make_runtime(redis, ScriptedModel([]), [])
+    sid = session().session_id
+    stale = await store.acquire_lease(sid)
+    await redis.delete(store.key(sid, "lease"))  # it lapsed (a blip) ...
+    fresh = await store.acquire_lease(sid)  # ... and another worker took the turn
+    assert stale and fresh and stale != fresh
+    with contextlib.suppress(LeaseLost):
+        await store.begin_execution(sid, "turn_x:step:call_1:0", stale)
+        raise AssertionError("a fenced start must raise LeaseLost")
+    assert not await redis.exists(store.key(sid, "exec:turn_x:step:call_1:0"))
+    assert (await store.begin_execution(sid, "turn_x:step:call_1:0", fresh)) == (True, None)
+
+
+async def test_6_lease_renewal_survives_a_redis_blip(redis):
+    _, _, store = make_runtime(redis, ScriptedModel([]), [], lease_ms=600)
+    sid = session().session_id
+    token = await store.acquire_lease(sid)
+    keeper = LeaseKeeper(store, sid, token, 600)
+    keeper.start()
+    await asyncio.sleep(0.25)
+    await redis.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")  # every other connection drops
+    await asyncio.sleep(0.9)  # longer than the lease: only renewals keep it
+    assert not keeper.lost
+    assert (await redis.get(store.key(sid, "lease"))).decode() == token
+    await keeper.stop()
+
+
+async def test_19_the_lease_never_outlives_the_work(redis):
+    runtime, channel, store = make_runtime(redis, ScriptedModel([model_say("hi")]), [], lease_ms=300)
+    await say(runtime, "hello")
+    sid = session().session_id
+    assert not await redis.exists(store.key(sid, "lease"))
+    token = await store.acquire_lease(sid)
+    keeper = LeaseKeeper(store, sid, token, 300)
+    keeper.start()
+    await keeper.stop()
+    await asyncio.sleep(0.5)  # past the lease: a renewer still running would have kept it
+    assert not await redis.exists(store.key(sid, "lease"))
+
+
+def _asks_and_waits(entered: asyncio.Event):
+    async def choose(args: dict, ctx: ToolContext) -> dict:
+        answer = await ctx.ask("Which region?", ["eu", "us"])
+        return {"region": answer.option_id}
+
+    async def slow(args: dict, ctx: ToolContext) -> dict:
+        entered.set()
+        await asyncio.Event().wait()  # the worker dies in here
+        return {}
+
+    return [Tool(choose, name="choose"), Tool(slow, name="slow", idempotent=True)]
+
+
+async def test_7_a_question_asked_before_a_crash_is_asked_again(redis):
+    entered = asyncio.Event()
+    script = [calls(("choose", {}, "c1"), ("slow", {}, "s1")), model_say("done")]
+    runtime_a, _, _ = make_runtime(redis, ScriptedModel(script), _asks_and_waits(entered), lease_ms=300)
+    worker = asyncio.create_task(runtime_a.post_message(session(), ALICE, "go"))
+    await asyncio.wait_for(entered.wait(), 2)
+    worker.cancel()  # dies while "slow" runs; "choose" already recorded that it asked
+    with contextlib.suppress(asyncio.CancelledError):
+        await worker
+
+    finished = asyncio.Event()
+
+    async def quick(args: dict) -> dict:
+        finished.set()
+        return {"ok": True}
+
+    tools_b = [_asks_and_waits(asyncio.Event())[0], Tool(quick, name="slow", idempotent=True)]
+    runtime_b, channel_b, _ = make_runtime(redis, ScriptedModel(script), tools_b, lease_ms=300)
+    for _ in range(40):
+        await runtime_b.recover()
+        await runtime_b.wait_idle()
+        if channel_b.requests():
+            break
+        await asyncio.sleep(0.1)
+    [question] = channel_b.requests()
+    assert question.kind == "question" and question.prompt == "Which region?"
+    await runtime_b.answer(decision(question.request_id, "eu"))
+    await runtime_b.wait_idle()
+    assert channel_b.types()[-2:] == ["turn.completed", "session.waiting"]
+
+
+async def test_8_a_tool_that_catches_everything_still_parks_on_its_question(redis):
+    async def careless(args: dict, ctx: ToolContext) -> dict:
+        try:
+            answer = await ctx.ask("Proceed?", ["yes", "no"])
+        except Exception:  # noqa: BLE001 - the point of the test
+            return {"swallowed": True}
+        return {"answer": answer.option_id}
+
+    model = ScriptedModel([call("careless", call_id="k1"), model_say("ok")])
+    runtime, channel, _ = make_runtime(redis, model, [Tool(careless, name="careless")])
+    await say(runtime, "go")
+    [question] = channel.requests()
+    assert question.prompt == "Proceed?"
+    await runtime.answer(decision(question.request_id, "yes"))
+    await runtime.wait_idle()
+    assert json.loads(tool_results(shown(model))["k1"]) == {"answer": "yes"}
+
+
+async def test_10_odd_digits_are_text_and_nothing_is_lost(redis):
+    async def pick(args: dict, ctx: ToolContext) -> dict:
+        answer = await ctx.ask("How many?", ["one", "two"])
+        return {"option": answer.option_id, "text": answer.text}
+
+    model = ScriptedModel([call("pick", call_id="p1"), model_say("ok")])
+    runtime, channel, store = make_runtime(redis, model, [Tool(pick, name="pick")])
+    await say(runtime, "pick")
+    for text in ("²", "①", "9" * 5000):
+        assert (await say(runtime, text)).state in ("answered", "queued")
+    assert json.loads(tool_results(shown(model))["p1"]) == {"option": None, "text": "²"}
+    # the later messages were not swallowed: they wait as the owner's next words
+    assert [m["text"] for m in await store.inbox(session().session_id)] in ([], ["①", "9" * 5000])
+
+
+async def test_11_an_unexpected_error_fails_the_turn_visibly_after_bounded_retries(redis):
+    gated, runs = recording_tool("deploy", approval=always())
+    runtime_a, channel_a, store = make_runtime(redis, ScriptedModel([call("deploy"), model_say("ok")]), [gated])
+    await say(runtime_a, "deploy")
+    [req] = channel_a.requests()
+    await runtime_a.answer(decision(req.request_id, "approve"), resume=False)  # then this replica goes away
+    runtime_b, channel_b, _ = make_runtime(redis, ScriptedModel([model_say("hello again")], by_turn_position=False), [],
+                                           settings=RuntimeSettings(system_prompt="", max_drive_failures=3))
+    sid = session().session_id
+    for _ in range(3):  # a replica that lacks the tool cannot resume the approved call
+        await redis.zadd("hitl:active", {sid: 0})
+        await runtime_b.recover()
+        await runtime_b.wait_idle()
+    assert runs == []
+    assert "turn.failed" in channel_b.types()
+    assert channel_b.types()[-1] == "session.waiting"
+    assert (await say(runtime_b, "hi")).state == "queued"  # the session takes new messages again
+    assert channel_b.types()[-2:] == ["turn.completed", "session.waiting"]
+
+
+async def test_15_once_with_an_approval_key_remembers_by_key_and_always_grants_nothing(redis):
+    keyed, keyed_runs = recording_tool("charge", approval=once(), approval_key=lambda a: f"charge:{a['customer']}")
+    script = [call("charge", customer="acme"), call("charge", customer="acme"), call("charge", customer="globex"),
+              model_say("done")]
+    runtime, channel, store = make_runtime(redis, ScriptedModel(script, by_turn_position=False), [keyed])
+    await say(runtime, "charge them")
+    [first] = channel.requests()
+    await approve(runtime, first.request_id)
+    # acme again runs without asking; globex is another key and asks
+    assert len(keyed_runs) == 2
+    assert channel.requests()[-1].action.input == {"customer": "globex"}
+
+    always_tool, _ = recording_tool("deploy", approval=always())
+    runtime2, channel2, store2 = make_runtime(redis, ScriptedModel([call("deploy"), model_say("ok")]),
+                                              [always_tool])
+    ref = session("s2")
+    await say(runtime2, "deploy", ref=ref)
+    await approve(runtime2, channel2.requests()[-1].request_id)
+    assert (await store2.snapshot(ref.session_id)).grants == set()
+
+
+async def test_16_a_refused_click_on_a_settled_request_says_who_settled_it(redis):
+    only_bob = Approval(request=always(), response=lambda ctx: allowed() if ctx.response.principal.same_as(BOB)
+                        else rejected("Only Bob."))
+    gated, _ = recording_tool("deploy", approval=only_bob)
+    runtime, channel, store = make_runtime(redis, ScriptedModel([call("deploy"), model_say("ok")]), [gated])
+    await say(runtime, "deploy")
+    [req] = channel.requests()
+    record = await store.get_request(req.request_id)  # Carol's click read the record while it was open
+    await approve(runtime, req.request_id, BOB)
+    late = await runtime.answer(InputResponse(request_id=req.request_id, option_id="approve", principal=ALICE),
+                                record=record)
+    assert late.state == "stale"
+    assert late.record.status == "settled" and late.record.responder.same_as(BOB)
+
+
+async def test_18_what_a_dead_process_settled_still_reaches_the_frontend(redis):
+    gated, runs = recording_tool("deploy", approval=always())
+    runtime_a, channel_a, store = make_runtime(redis, ScriptedModel([call("deploy"), model_say("ok")]), [gated])
+    await say(runtime_a, "deploy")
+    [req] = channel_a.requests()
+    before = len(channel_a.events)
+    await runtime_a.answer(decision(req.request_id, "approve"), resume=False)
+    for task in list(runtime_a._tasks):  # kill -9: its delivery never happens
+        task.cancel()
+    await asyncio.gather(*runtime_a._tasks, return_exceptions=True)
+    assert channel_a.events[before:] == []
+
+    runtime_b, channel_b, _ = make_runtime(redis, ScriptedModel([call("deploy"), model_say("ok")]), [gated])
+    await redis.zadd(OUTBOX, {session().session_id: 0})  # the grace period has passed
+    await redis.zadd("hitl:active", {session().session_id: 0})
+    await runtime_b.recover()
+    await runtime_b.wait_idle()
+    assert "input.resolved" in channel_b.types()  # the card loses its buttons
+    assert channel_b.types()[-2:] == ["turn.completed", "session.waiting"]
+    assert len(runs) == 1
+
+
+async def test_13_settled_data_has_a_retention_and_indexes_forget_it(redis):
+    gated, _ = recording_tool("deploy", approval=always())
+    runtime, channel, store = make_runtime(redis, ScriptedModel([call("deploy"), model_say("ok")]), [gated])
+    await say(runtime, "deploy")
+    [req] = channel.requests()
+    sid = session().session_id
+    assert await redis.ttl(store.request_key(req.request_id)) == -1  # an open request never expires
+    await approve(runtime, req.request_id)
+    for key in (store.request_key(req.request_id), store.key(sid, "state"), store.key(sid, "events"),
+                store.key(sid, "chan") if await redis.exists(store.key(sid, "chan")) else store.key(sid, "out")):
+        assert await redis.ttl(key) > 0, key
+    markers = [k async for k in redis.scan_iter(match=store.key(sid, "exec:*"))]
+    assert markers and all([await redis.ttl(k) > 0 for k in markers])
+
+
+async def test_13_long_sessions_keep_a_bounded_history(redis):
+    model = ScriptedModel([model_say(f"reply {i}") for i in range(30)], by_turn_position=False)
+    runtime, _, store = make_runtime(redis, model, [], settings=RuntimeSettings(system_prompt="sys", history_limit=10))
+    for i in range(30):
+        await say(runtime, f"message {i}")
+    raw = (await store.snapshot(session().session_id)).state
+    assert len(raw["history"]) <= 11 and raw["history"][0]["content"] == "sys"
+    assert raw["history"][-1]["content"] == "reply 29"
