@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -41,6 +42,22 @@ log = logging.getLogger(__name__)
 
 ClientFor = Callable[[str | None], Awaitable[AsyncWebClient]]
 CLAIMED = "claimed"
+CLAIM_IN_FLIGHT_S = 30.0  # longer than one chat.postMessage with its retries
+
+
+class PostInFlight(RuntimeError):
+    """Another worker claimed this post moments ago: try again later rather than post it twice."""
+
+
+def _claim() -> str:
+    return f"{CLAIMED}:{time.time():.3f}"
+
+
+def _claimed_at(value: str | None) -> float:
+    try:
+        return float((value or "").split(":", 1)[1])
+    except (IndexError, ValueError):
+        return 0.0  # an old-style claim: treat it as stale
 
 
 # Slack's answers that mean "try again later" (the outbox retries with backoff)
@@ -123,21 +140,30 @@ class SlackChannel:
     ) -> dict[str, str] | None:
         """Post a message unless this post was made before; returns where it is."""
         sid = session.session_id
-        if not await self.store.channel_claim(sid, field, CLAIMED):
+        if not await self.store.channel_claim(sid, field, _claim()):
             existing = await self.store.channel_get(sid, field)
-            if existing and existing != CLAIMED:
+            if existing and not existing.startswith(CLAIMED):
                 return json.loads(existing)  # posted and recorded already
-            # claimed but not recorded: a post in flight when a worker died, or whose answer was lost
+            if time.time() - _claimed_at(existing) < CLAIM_IN_FLIGHT_S:
+                raise PostInFlight(f"{field} is being posted by another worker")  # the outbox looks again later
+            # claimed long ago but never recorded: the worker died mid-post, or its answer was lost
             found = await self._find_post(session, field, request_id)
             if found is not None:
                 await self.store.channel_set(sid, field, json.dumps(found))
                 return found
+            await self.store.channel_set(sid, field, _claim())
         client = await self.client_for(session.team_id)
         channel = session.channel["channel_id"]
-        resp = await client.chat_postMessage(
-            channel=channel, thread_ts=session.channel.get("thread_ts") or None, text=message["text"],
-            blocks=message.get("blocks"), metadata={"event_type": POST_MARK, "event_payload": {"post": field}},
-        )
+        try:
+            resp = await client.chat_postMessage(
+                channel=channel, thread_ts=session.channel.get("thread_ts") or None, text=message["text"],
+                blocks=message.get("blocks"), metadata={"event_type": POST_MARK, "event_payload": {"post": field}},
+            )
+        except SlackApiError:
+            # Slack answered "no": nothing was posted, so the next attempt may post at once. (A network
+            # error keeps the claim: the post may have landed, and is looked up before posting again.)
+            await self.store.channel_delete(sid, field)
+            raise
         posted = {"channel": resp.get("channel", channel), "ts": resp["ts"]}
         await self.store.channel_set(sid, field, json.dumps(posted))
         return posted
@@ -166,7 +192,7 @@ class SlackChannel:
         raw = await self.store.channel_get(session.session_id, field)
         if not raw:
             return None
-        if raw != CLAIMED:
+        if not raw.startswith(CLAIMED):
             return json.loads(raw)
         # a worker died between posting the card and recording where it is: find it in the thread
         found = await self._find_post(session, field, request_id)

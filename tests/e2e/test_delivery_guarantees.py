@@ -1,0 +1,129 @@
+"""Delivery guarantees over real HTTP and a real local Slack (issue 8: #9, #12, #14, #17).
+
+- a message Slack saw acknowledged is already in Redis (recorded before the ack);
+- a card offered twice at once is posted once (claimed before it is sent);
+- a reply whose post answer was lost is found, not posted again;
+- a channel that is gone does not hold up other sessions' cards;
+- the audit log has each committed event once, however often delivery is retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from blocks.actions import request_id_of_block
+from bot.models.scripted import ScriptedModel, say
+from bot.protocol import InputRequested, MessageCompleted
+from bot.session import SessionRef, new_request_id
+from handlers.channel import PostInFlight, SlackChannel
+from localslack.seed import ALICE, BOT_USER_ID, GENERAL
+from store.audit import AuditLog
+from store.sessions import OUTBOX
+from tests.e2e.test_approval_flow import (
+    RUNS,
+    button,
+    card_in,
+    mention_and_wait_for_card,
+    refund_charge,
+    refund_script,
+)
+
+
+class SilentModel:
+    """A model that never answers: the turn stays where the message left it."""
+
+    def __init__(self) -> None:
+        self.asked = asyncio.Event()
+
+    async def complete(self, messages, tools):  # noqa: ANN001 - ChatModel protocol
+        self.asked.set()
+        await asyncio.Event().wait()
+
+
+async def test_a_message_is_in_redis_before_slack_gets_the_ack(local_slack, start_app):
+    model = SilentModel()
+    bot = await start_app(model, [])
+    ts, deliveries = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> remember this")
+    assert deliveries and all(d.status == 200 for d in deliveries)
+    # right at the ack: either still queued or already taken into a turn — in Redis either way
+    sid = f"slack:T0LOCAL:{GENERAL}:{ts}"
+    snap = await bot.store.snapshot(sid)
+    queued = [m["text"] for m in snap.inbox]
+    started = [m["content"] for m in (snap.state or {}).get("history", []) if m.get("role") == "user"]
+    assert "remember this" in queued + started
+    for task in list(bot.runtime._tasks):  # the model would block shutdown
+        task.cancel()
+
+
+async def test_a_card_offered_twice_at_once_is_posted_once(local_slack, start_app):
+    bot = await start_app(refund_script(), [refund_charge])
+    ts, card = await mention_and_wait_for_card(local_slack)
+    sid = f"slack:T0LOCAL:{GENERAL}:{ts}"
+    [request_id] = [r.request_id for r in await bot.store.pending_for_team("T0LOCAL")]
+    # a request whose card is not in Slack yet, offered by two deliverers at once (a sweep re-offering a
+    # card whose first post is still in flight)
+    req = (await bot.store.get_request(request_id)).request.model_copy(update={"request_id": new_request_id(sid)})
+    channel = SlackChannel(bot.store, lambda team: _client(bot))
+    ref = SessionRef(session_id=sid, team_id="T0LOCAL", channel={"channel_id": GENERAL, "thread_ts": ts})
+    event = InputRequested(session_id=sid, turn_id="t", requests=[req])
+    outcomes = await asyncio.gather(*(channel.deliver(event, ref) for _ in range(3)), return_exceptions=True)
+    assert all(o is None or isinstance(o, PostInFlight) for o in outcomes)  # others come back later
+    await channel.deliver(event, ref)  # ... and when they do, the card is there already
+    posted = [m for m in local_slack.messages(GENERAL, thread_ts=ts)
+              if any(request_id_of_block(b.get("block_id")) == req.request_id for b in m.blocks)]
+    assert len(posted) == 1 and posted[0].ts != card.ts
+
+
+async def test_a_reply_whose_answer_was_lost_is_found_not_posted_again(local_slack, start_app):
+    bot = await start_app(ScriptedModel([say("hello")]), [])
+    ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> hi")
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: m.text == "hello")
+    await bot.runtime.wait_idle()
+    sid = f"slack:T0LOCAL:{GENERAL}:{ts}"
+    [(field, _)] = [(f, v) for f, v in (await bot.store.redis.hgetall(bot.store.key(sid, "chan"))).items()
+                    if f.startswith(b"post:")]
+    await bot.store.channel_set(sid, field.decode(), "claimed:1")  # posted long ago; the worker died before recording it
+    ref = SessionRef(session_id=sid, team_id="T0LOCAL", channel={"channel_id": GENERAL, "thread_ts": ts})
+    seq = int(field.decode().split(":")[1])
+    await SlackChannel(bot.store, lambda team: _client(bot)).deliver(
+        MessageCompleted(session_id=sid, turn_id="t", text="hello", seq=seq), ref)
+    assert [m.text for m in local_slack.messages(GENERAL, thread_ts=ts)].count("hello") == 1
+
+
+async def test_a_channel_that_is_gone_does_not_hold_up_other_sessions(local_slack, start_app):
+    RUNS.clear()
+    bot = await start_app(refund_script(), [refund_charge])
+    local_slack.fail_next("chat.postMessage", error="channel_not_found", times=2)  # status line, then the card
+    dead_ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> refund ch_1")
+    await bot.runtime.wait_idle()
+    assert card_in(local_slack, dead_ts) is None
+    dead_sid = f"slack:T0LOCAL:{GENERAL}:{dead_ts}"
+    assert await bot.store.redis.zscore(OUTBOX, dead_sid) is None  # skipped, not retried forever
+    ts, card = await mention_and_wait_for_card(local_slack)  # another session is served at once
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+    await local_slack.wait_for(lambda: RUNS)
+
+
+async def test_the_audit_log_has_each_event_once_despite_retries(local_slack, start_app):
+    bot = await start_app(refund_script(), [refund_charge])
+    local_slack.fail_next("chat.postMessage", error="internal_error", times=6)  # the card fails a few times
+    ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> refund ch_1")
+    await bot.runtime.wait_idle()
+    sid = f"slack:T0LOCAL:{GENERAL}:{ts}"
+    for _ in range(6):
+        await bot.store.redis.zadd(OUTBOX, {sid: 0})
+        await bot.runtime.recover()
+        await bot.runtime.wait_idle()
+    card = await local_slack.wait_for(lambda: card_in(local_slack, ts))
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Refunded" in m.text or "refund" in m.text.lower())
+    await bot.runtime.wait_idle()
+    entries = [e async for e in AuditLog(bot.store.redis).iter_entries("T0LOCAL")]
+    requests = [e for e in entries if e.kind == "request"]
+    assert len(requests) == 1
+    seqs = [(e.data.get("session_id"), e.data.get("event_seq"), e.kind, e.subject) for e in entries if e.data.get("event_seq")]
+    assert len(seqs) == len(set(seqs))
+
+
+async def _client(bot):
+    return bot.slack.client
