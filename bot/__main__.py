@@ -106,6 +106,8 @@ async def _check(settings: Settings) -> int:
         if up:
             for hint in await memory_hints(handle.client):
                 print(f"redis: note: {hint}")
+            for line in await data_report(handle.client, retention_days=settings.retention_days):
+                print(f"data: {line}")
     finally:
         await handle.close()
     if settings.local_mode:
@@ -116,6 +118,20 @@ async def _check(settings: Settings) -> int:
     print(f"model: {settings.model} at {settings.openai_base_url}" if settings.openai_api_key
           else "model: offline demo model (set OPENAI_API_KEY for a real one)")
     return 0 if ok else 1
+
+
+async def data_report(client: object, *, retention_days: float) -> list[str]:
+    """How much the bot keeps, and how old its oldest data is (retention: BOT_RETENTION_DAYS)."""
+    from store.sessions import SessionStore
+
+    store = SessionStore(client)  # type: ignore[arg-type]
+    counts = await store.key_counts()
+    lines = [", ".join(f"{n} {kind}" for kind, n in counts.items()) or "no keys yet",
+             f"retention: {retention_days:g} days after the last write (settled requests, finished sessions)"]
+    oldest = await store.oldest_pending()
+    if oldest is not None:
+        lines.append(f"oldest open request: {oldest:%Y-%m-%d %H:%M} UTC (open requests never expire)")
+    return lines
 
 
 MEMORY_SETTINGS = {"stream-node-max-bytes": 2048, "hash-max-listpack-value": 4096}

@@ -613,6 +613,28 @@ class SessionStore:
     async def channel_delete(self, session_id: str, field: str) -> None:
         await self.redis.hdel(self.key(session_id, "chan"), field)
 
+    async def key_counts(self, *, limit: int = 1_000_000) -> dict[str, int]:
+        """Keys by kind (state, events, requests, markers, …), by SCAN: for `bot check`, not for hot paths."""
+        counts: dict[str, int] = {}
+        seen = 0
+        async for key in self.redis.scan_iter(match="hitl:{*}:*", count=1000):
+            parts = key.decode(errors="replace").split(":")
+            kind = parts[2] if len(parts) > 2 and not parts[1].startswith("{ws:") else "workspace"
+            counts[kind] = counts.get(kind, 0) + 1
+            seen += 1
+            if seen >= limit:
+                break
+        return dict(sorted(counts.items()))
+
+    async def oldest_pending(self) -> datetime | None:
+        """When the oldest request still in a pending index was asked."""
+        oldest: float | None = None
+        async for key in self.redis.scan_iter(match="hitl:{ws:*}:pending", count=1000):
+            first = await self.redis.zrange(key, 0, 0, withscores=True)
+            if first and (oldest is None or first[0][1] < oldest):
+                oldest = first[0][1]
+        return datetime.fromtimestamp(oldest, UTC) if oldest is not None else None
+
     async def session_keys(self, session_id: str) -> list[bytes]:
         """Every key of a session (for measurements and tests; uses SCAN)."""
         pattern = f"{_prefix(session_slot(session_id))}:*"

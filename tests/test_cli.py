@@ -59,3 +59,12 @@ def test_pending_lists_waiting_requests_of_every_workspace(redis, redis_url):
     assert listed.returncode == 0, listed.stderr
     assert "tool-approval" in listed.stdout and "post_announcement" in listed.stdout
     assert "console:you" in listed.stdout
+
+
+def test_check_reports_what_is_kept_and_the_oldest_open_request(redis, redis_url):
+    run(["chat"], {"REDIS_URL": redis_url}, stdin="announce release at 5pm\n/quit\n")
+    checked = run(["check"], {"REDIS_URL": redis_url})
+    assert checked.returncode == 0, checked.stderr
+    assert "data: " in checked.stdout and " state" in checked.stdout and " req" in checked.stdout
+    assert "retention: 30 days" in checked.stdout
+    assert "oldest open request:" in checked.stdout
