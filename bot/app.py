@@ -171,6 +171,8 @@ async def _start(
         # a listener's ack goes out when it returns: listeners record what must not be lost, ack,
         # and hand slow work to runtime.spawn — so an acknowledged message is always in Redis
         process_before_response=True,
+        # handlers.http checks every signature on the raw bytes before anything is parsed
+        request_verification_enabled=False,
     )
 
     async def client_for(team_id: str | None) -> AsyncWebClient:
@@ -199,7 +201,7 @@ async def _start(
     _wire_governance(deps, redis, client_for, registry)
     handlers.register(slack, deps)
 
-    web_app = handlers.http.web_app(slack, ready=lambda: ping(redis.client))
+    web_app = handlers.http.web_app(slack, signing_secret=secret, ready=lambda: ping(redis.client))
     runner = web.AppRunner(web_app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
     await runner.setup()
     stack.push_async_callback(runner.cleanup)

@@ -144,13 +144,14 @@ class SlackChannel:
             existing = await self.store.channel_get(sid, field)
             if existing and not existing.startswith(CLAIMED):
                 return json.loads(existing)  # posted and recorded already
-            if time.time() - _claimed_at(existing) < CLAIM_IN_FLIGHT_S:
-                raise PostInFlight(f"{field} is being posted by another worker")  # the outbox looks again later
-            # claimed long ago but never recorded: the worker died mid-post, or its answer was lost
+            # claimed but not recorded: the worker died mid-post, its answer was lost, or (rarely, as
+            # posts are made under the outbox lock) it is still posting. Look in the thread first.
             found = await self._find_post(session, field, request_id)
             if found is not None:
                 await self.store.channel_set(sid, field, json.dumps(found))
                 return found
+            if time.time() - _claimed_at(existing) < CLAIM_IN_FLIGHT_S:
+                raise PostInFlight(f"{field} is being posted by another worker")  # the outbox looks again later
             await self.store.channel_set(sid, field, _claim())
         client = await self.client_for(session.team_id)
         channel = session.channel["channel_id"]

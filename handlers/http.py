@@ -1,34 +1,65 @@
 """The HTTP side: one endpoint for events, commands and interactivity, plus health and OAuth routes.
 
-Bolt verifies signatures and dispatches; this wrapper turns a body Bolt cannot parse into a 400
-(instead of a 500 that Slack would retry) and logs it without its content.
+Every request to the endpoint goes through the same gate, in this order (fail closed, never a 5xx
+for input: Slack retries those):
+
+1. the signature and timestamp are checked on the raw bytes, before anything is parsed; unsigned,
+   badly signed or stale requests get 401 (Bolt's own check is switched off in ``bot.app``, so this
+   is the one place it happens);
+2. the body is parsed as Bolt parses it; a signed body that does not parse, or whose shape our
+   listeners cannot read (``handlers.envelope``), gets 400 and is logged without its content;
+3. Bolt dispatches it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_sdk.signature import SignatureVerifier
+
+from handlers.envelope import problem
 
 log = logging.getLogger(__name__)
 
 EVENTS_PATH = "/slack/events"
 
 
+def signed_by_slack(verifier: SignatureVerifier | None, body: bytes, headers: Mapping[str, str]) -> bool:
+    """Slack's v0 signature over the raw bytes, within five minutes; any oddity means no."""
+    if verifier is None:  # Socket Mode without a signing secret: nothing over HTTP is Slack's
+        return False
+    try:
+        return verifier.is_valid_request(body, dict(headers))
+    except (ValueError, TypeError, OverflowError):  # a non-numeric timestamp, non-ASCII signature…
+        return False
+
+
 def web_app(
-    slack: AsyncApp, *, ready: Callable[[], Awaitable[bool]], client_max_size: int = 4 * 1024 * 1024
+    slack: AsyncApp,
+    *,
+    signing_secret: str | None,
+    ready: Callable[[], Awaitable[bool]],
+    client_max_size: int = 4 * 1024 * 1024,
 ) -> web.Application:
     app = web.Application(client_max_size=client_max_size)
+    verifier = SignatureVerifier(signing_secret) if signing_secret else None
 
     async def events(request: web.Request) -> web.Response:
+        raw = await request.read()
+        if not signed_by_slack(verifier, raw, request.headers):
+            return web.json_response({"error": "invalid signature"}, status=401)
         try:
-            bolt_request = await to_bolt_request(request)
-        except ValueError as exc:  # JSON or form payload Bolt cannot read
-            log.warning("rejected a malformed Slack request (%s)", type(exc).__name__)
-            return web.json_response({"error": "malformed payload"}, status=400)
+            bolt_request = AsyncBoltRequest(body=raw.decode("utf-8"), query=request.query_string,
+                                            headers=dict(request.headers))  # type: ignore[arg-type]
+        except (ValueError, TypeError, AttributeError, KeyError) as exc:  # not JSON, not a form, odd shape
+            return _malformed(type(exc).__name__)
+        if (why := problem(bolt_request.body)) is not None:
+            return _malformed(why)
         return await to_aiohttp_response(await slack.async_dispatch(bolt_request))
 
     async def healthz(request: web.Request) -> web.Response:
@@ -54,3 +85,8 @@ def web_app(
         app.router.add_get(flow.install_path, install)
         app.router.add_get(flow.redirect_uri_path, callback)
     return app
+
+
+def _malformed(why: str) -> web.Response:
+    log.warning("rejected a malformed signed Slack request (%s)", why)
+    return web.json_response({"error": "malformed request"}, status=400)

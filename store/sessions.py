@@ -59,7 +59,6 @@ ACTIVE = b"hitl:active"
 OUTBOX = b"hitl:outbox"
 SETTLED_LOOK_AGAIN_MS = 0  # the next sweep; the answering process normally resumes it first
 OUTBOX_GRACE_MS = 2_000  # a committer delivers at once; the sweep steps in if it died
-OUTBOX_LOCK_MS = 60_000
 
 
 def _prefix(slot: str) -> str:
@@ -545,7 +544,7 @@ class SessionStore:
 
     async def outbox_lock(self, session_id: str, consumer: str, token: str) -> bool:
         key = self.key(session_id, f"outlock:{consumer}")
-        return bool(await self.redis.set(key, token, nx=True, px=OUTBOX_LOCK_MS))
+        return bool(await self.redis.set(key, token, nx=True, px=self.lease_ms))
 
     async def outbox_unlock(self, session_id: str, consumer: str, token: str) -> None:
         await self.redis.eval(
@@ -578,10 +577,15 @@ class SessionStore:
         return 0
 
     async def outbox_advance(self, session_id: str, consumer: str, entry_id: str) -> None:
+        """Move ``consumer``'s cursor past ``entry_id`` and renew the deliverer's lock (one round trip)."""
         key = self.key(session_id, "out")
         pipe = self.redis.pipeline(transaction=False)
         pipe.hset(key, consumer, entry_id)
         pipe.pexpire(key, self.retention_ms)
+        # the lock lives as long as a turn's lease and is renewed with every event handed over, so a
+        # dead deliverer holds its sessions back briefly; a live one stalled longer than that may be
+        # joined by a second, which is harmless (consumers make repeats harmless, see bot.outbox)
+        pipe.pexpire(self.key(session_id, f"outlock:{consumer}"), self.lease_ms)
         await pipe.execute()
 
     async def unindex_request(self, record: RequestRecord) -> None:

@@ -1,0 +1,109 @@
+"""Two replicas on one Redis: the same click at both at once, and a replica dying mid-turn.
+
+- Same click, two replicas: Alice's one Approve click is posted (signed, as Slack would) to replica A
+  and replica B concurrently, plus a duplicate to each (Slack retries, double clicks, a load balancer
+  that fans out). The tool must run once, the card settle once, the turn answer once.
+- A replica SIGKILLed while its slow tool runs (or right after the tool's effect landed): the other
+  replica, which never saw the click, finishes the turn from Redis through its recovery sweep
+  (``RECOVERY_INTERVAL_SECONDS`` in bot/app.py), and the call is not run twice.
+
+Bounded in ``make test``; ``SOAK=1`` runs more rounds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.chaos.harness import (
+    RESUMING,
+    SOAK,
+    TOOL_RUNNING,
+    Cluster,
+    Trial,
+    click,
+    click_payload,
+    finish,
+    open_turn,
+    poll,
+    problems,
+    report,
+)
+
+SAME_CLICK_ROUNDS = 30 if SOAK else 4
+FAILOVER_ROUNDS = 10 if SOAK else 2
+TURNS_PER_FAILOVER = 3
+
+
+@pytest.mark.soak
+async def test_one_click_delivered_to_two_replicas_runs_the_tool_once(cluster: Cluster, capsys):
+    await cluster.start("a")
+    await cluster.start("b")
+    cluster.route("a")
+    trials: list[Trial] = []
+    acks: list[int] = []
+    for number in range(SAME_CLICK_ROUNDS):
+        trial = Trial(key=f"s{number:03d}", idempotent=number % 2 == 1, moment="same_click")
+        trials.append(trial)
+        await open_turn(cluster.slack, trial)
+        payload = await click_payload(cluster.slack, trial)
+        acks += await cluster.post_interaction(payload, ["a", "b", "a", "b"])
+        await finish(cluster.slack, cluster, trial, reclick_after_s=60)  # no second click from the user
+
+    several_settlements = [t.key for t in trials if len(t.card_outcomes) > 1]
+    with capsys.disabled():
+        print(
+            "\n"
+            + report(
+                "same click at two replicas",
+                trials,
+                cluster,
+                {
+                    "deliveries": len(acks),
+                    "acked_200": acks.count(200),
+                    "cards_settled_differently": len(several_settlements),
+                },
+            )
+        )
+    broken = [f"{t.describe()} -> {problems(t)}" for t in trials if problems(t)]
+    assert not broken, "\n".join(broken)
+    assert acks.count(200) == len(acks), acks
+    # one decision per card: every settled rendering of a card says the same thing
+    assert not several_settlements, [(t.key, t.card_outcomes) for t in trials if len(t.card_outcomes) > 1]
+    # and the ledger agrees with what the user was told: one effect per approved call
+    assert all(t.outcome == "wrote" and t.lines == 1 for t in trials), [t.describe() for t in trials]
+
+
+@pytest.mark.soak
+async def test_replica_killed_mid_turn_the_other_finishes_it(cluster: Cluster, capsys):
+    names = ["a", "b"]
+    for name in names:
+        await cluster.start(name)
+    trials: list[Trial] = []
+    for number in range(FAILOVER_ROUNDS):
+        victim, survivor = names[number % 2], names[(number + 1) % 2]
+        moment = TOOL_RUNNING if number % 2 == 0 else RESUMING
+        cluster.route(victim)
+        batch = [
+            Trial(key=f"f{number:03d}n{i}", idempotent=i == TURNS_PER_FAILOVER - 1, moment=moment)
+            for i in range(TURNS_PER_FAILOVER)
+        ]
+        trials += batch
+        await asyncio.gather(*(open_turn(cluster.slack, t) for t in batch))
+        await asyncio.gather(*(click(cluster.slack, t) for t in batch))
+        rows = cluster.starts if moment == TOOL_RUNNING else cluster.ledger
+        try:
+            await poll(lambda: all(rows(t.key) for t in batch), 15)  # noqa: B023 - awaited in this iteration
+        except TimeoutError:
+            for t in batch:
+                t.notes.append(f"{moment} not reached before the kill")
+        cluster.kill(victim, moment)
+        cluster.route(survivor)  # the victim stays dead until the survivor has finished its turns
+        await asyncio.gather(*(finish(cluster.slack, cluster, t, timeout_s=30) for t in batch))
+        await cluster.start(victim)
+
+    with capsys.disabled():
+        print("\n" + report("replica killed mid-turn, the other finishes", trials, cluster))
+    broken = [f"{t.describe()} -> {problems(t)}" for t in trials if problems(t)]
+    assert not broken, "\n".join(broken)
