@@ -15,6 +15,7 @@ ELLIPSIS = "…"
 MESSAGE_BLOCKS = 50
 VIEW_BLOCKS = 100
 MESSAGE_TEXT = 4000  # chat.update answers msg_too_long above this; we hold postMessage to it too
+MESSAGE_BLOCKS_TEXT = 12_000  # all block texts of one message together, else msg_blocks_too_long
 VIEW_TITLE = 24
 VIEW_BUTTON = 24  # submit / close
 PRIVATE_METADATA = 3000

@@ -17,6 +17,7 @@ from slack_sdk.models.blocks import MarkdownTextObject, SectionBlock
 from blocks.limits import (
     ELLIPSIS,
     MESSAGE_BLOCKS,
+    MESSAGE_BLOCKS_TEXT,
     MESSAGE_TEXT,
     SECTION_TEXT,
     escape_mrkdwn,
@@ -212,19 +213,34 @@ def _safe_cut(text: str, at: int) -> int:
 
 
 def reply_messages(md_text: str) -> list[Message]:
-    """An agent's Markdown reply as messages: one section per ≤3000-character piece, ≤50 blocks each.
+    """An agent's Markdown reply as messages Slack accepts: one section per ≤3000-character piece, and
+    per message at most 50 blocks whose texts add up to at most 12,000 characters.
 
     Empty or blank text gives no messages."""
     pieces = split_message(markdown_to_mrkdwn(md_text), SECTION_TEXT) if md_text.strip() else []
     messages: list[Message] = []
-    for start in range(0, len(pieces), MESSAGE_BLOCKS):
-        group = pieces[start : start + MESSAGE_BLOCKS]
+    for start, group in _message_groups(pieces):
         blocks = [
             SectionBlock(block_id=f"reply:{start + i}", text=MarkdownTextObject(text=piece)).to_dict()
             for i, piece in enumerate(group)
         ]
         messages.append({"text": truncate_mrkdwn("\n".join(group), MESSAGE_TEXT), "blocks": blocks})
     return messages
+
+
+def _message_groups(pieces: list[str]) -> list[tuple[int, list[str]]]:
+    """Consecutive pieces packed into messages (index of the first piece, the pieces)."""
+    groups: list[tuple[int, list[str]]] = []
+    start, group, size = 0, [], 0
+    for index, piece in enumerate(pieces):
+        if group and (len(group) == MESSAGE_BLOCKS or size + len(piece) > MESSAGE_BLOCKS_TEXT):
+            groups.append((start, group))
+            start, group, size = index, [], 0
+        group.append(piece)
+        size += len(piece)
+    if group:
+        groups.append((start, group))
+    return groups
 
 
 # --- working indicator ----------------------------------------------------------------------

@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from blocks.actions import (
@@ -62,18 +63,13 @@ async def _on_action(deps: SlackDeps, ack: Any, body: dict[str, Any], action: di
         record = await deps.store.get_request(decoded.request_id)
     except UnknownRequest:
         await ack()
-        await _tell(client, body, principal.slack_user_id, None, not_found_text())
+        deps.runtime.spawn(_tell(client, body, principal.slack_user_id, None, not_found_text()),
+                           what="tell about an unknown request")
         return
     if decoded.control == "freeform":
         await ack()
-        if record.status != "open":
-            await _tell(client, body, principal.slack_user_id, record, _settled_text(record))
-            return
-        where = body.get("container") or {}
-        await client.views_open(
-            trigger_id=body["trigger_id"],
-            view=freeform_modal(record.request, where.get("channel_id", ""), where.get("message_ts", "")),
-        )
+        deps.runtime.spawn(_open_freeform(client, body, principal.slack_user_id, record),
+                           what=f"open the answer form of {record.request_id}")
         return
     raw_value = action.get("value") if decoded.control == "btn" else (action.get("selected_option") or {}).get("value")
     option_id = decode_option_value(record.request, raw_value)
@@ -85,6 +81,22 @@ async def _on_action(deps: SlackDeps, ack: Any, body: dict[str, Any], action: di
     await ack()
     deps.runtime.spawn(_finish(deps, client, body, principal.slack_user_id, task),
                        what=f"after answer {record.request_id}")
+
+
+async def _open_freeform(client: Any, body: dict[str, Any], user_id: str | None, record: RequestRecord) -> None:
+    if record.status != "open":
+        await _tell(client, body, user_id, record, _settled_text(record))
+        return
+    where = body.get("container") or {}
+    try:
+        await client.views_open(
+            trigger_id=body.get("trigger_id"),
+            view=freeform_modal(record.request, where.get("channel_id", ""), where.get("message_ts", "")),
+        )
+    except SlackApiError as exc:  # an expired trigger (Slack gives 3 s), a modal already open…
+        log.warning("could not open the answer form for %s: %s", record.request_id, exc.response.get("error"))
+        await _tell(client, body, user_id, record,
+                    "The answer form couldn't be opened just now; click “Type your own answer” again.")
 
 
 async def _finish(deps: SlackDeps, client: Any, body: dict[str, Any], user_id: str | None,

@@ -10,9 +10,14 @@ Bolt acknowledges what no listener handles.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+# Slack's ids (T…, E…, U…, W…, C…, D…, G…) are short runs of letters and digits; anything else in an id
+# field is not from Slack, and would otherwise travel into Redis keys and principal ids
+SlackId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+SlackTs = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,12}(\.[0-9]{1,8})?$")]  # "1712345678.000100"
 
 
 class _Shape(BaseModel):
@@ -20,11 +25,13 @@ class _Shape(BaseModel):
 
 
 class Actor(_Shape):
-    id: str
+    id: SlackId
+    team_id: SlackId | None = None
+    username: str | None = None
 
 
 class Team(_Shape):
-    id: str | None = None
+    id: SlackId | None = None
 
 
 class Action(_Shape):
@@ -34,28 +41,61 @@ class Action(_Shape):
     selected_option: dict[str, Any] | None = None
 
 
-class BlockActions(_Shape):
+class Authorization(_Shape):
+    team_id: SlackId | None = None
+    enterprise_id: SlackId | None = None
+    user_id: SlackId | None = None
+
+
+class Interaction(_Shape):
+    """What every interaction payload carries that ``handlers.identity`` reads."""
+
     user: Actor
     team: Team | None = None
+    team_id: SlackId | None = None
+    app_installed_team_id: SlackId | None = None
+    authorizations: list[Authorization] | None = None
+    trigger_id: str | None = None
+
+
+class Container(_Shape):
+    channel_id: SlackId | None = None
+    message_ts: SlackTs | None = None
+
+
+class Channel(_Shape):
+    id: SlackId | None = None
+
+
+class CardMessage(_Shape):
+    ts: SlackTs | None = None
+    thread_ts: SlackTs | None = None
+
+
+class BlockActions(Interaction):
     actions: list[Action] = Field(min_length=1)
-    container: dict[str, Any] | None = None
-    channel: dict[str, Any] | None = None
-    message: dict[str, Any] | None = None
+    container: Container | None = None
+    channel: Channel | None = None
+    message: CardMessage | None = None
     view: dict[str, Any] | None = None
 
 
+class ViewState(_Shape):
+    values: dict[str, dict[str, dict[str, Any]]] = {}  # block id → action id → the input's value
+
+
 class View(_Shape):
-    id: str | None = None
+    type: str
+    id: SlackId | None = None
+    app_installed_team_id: SlackId | None = None
     callback_id: str | None = None
     private_metadata: str | None = None
-    state: dict[str, Any] | None = None
+    state: ViewState | None = None
 
 
-class ViewPayload(_Shape):
+class ViewPayload(Interaction):
     """``view_submission`` and ``view_closed``."""
 
-    user: Actor
-    team: Team | None = None
     view: View
 
 
@@ -66,27 +106,35 @@ class Event(_Shape):
 class MessageEvent(Event):
     """``message`` and ``app_mention``: the events whose fields our listeners read."""
 
-    user: str | None = None
+    user: SlackId | None = None
     text: str | None = None
-    channel: str | None = None
-    ts: str | None = None
-    thread_ts: str | None = None
+    channel: SlackId | None = None
+    ts: SlackTs | None = None
+    thread_ts: SlackTs | None = None
     subtype: str | None = None
+    channel_type: str | None = None
+    bot_id: str | None = None
+    user_team: SlackId | None = None
+    team: SlackId | None = None
 
 
 MESSAGE_EVENTS = {"message", "app_mention"}
 
 
 class EventCallback(_Shape):
-    team_id: str | None = None
+    team_id: SlackId | None = None
     event: Event
-    authorizations: list[dict[str, Any]] | None = None
+    authorizations: list[Authorization] | None = None
 
 
 class SlashCommand(_Shape):
     command: str
-    user_id: str
-    team_id: str
+    user_id: SlackId
+    team_id: SlackId
+    user_team_id: SlackId | None = None
+    channel_id: SlackId | None = None
+    trigger_id: str | None = None
+    response_url: str | None = None
     text: str = ""
 
 

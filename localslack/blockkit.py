@@ -48,6 +48,21 @@ INTERACTIVE_TYPES = {
 }
 
 
+# Slack refuses a message whose blocks' texts add up to more than this (msg_blocks_too_long), even when
+# every block is within its own limit (reference/slack-platform-study.md §1; seen on real workspaces)
+MESSAGE_BLOCKS_TEXT_MAX = 12_000
+
+
+def blocks_text_length(value: Any) -> int:
+    """The characters of every text in these blocks (text objects, rich text, fields, nested elements)."""
+    if isinstance(value, list):
+        return sum(blocks_text_length(item) for item in value)
+    if not isinstance(value, dict):
+        return 0
+    own = len(value["text"]) if isinstance(value.get("text"), str) else 0
+    return own + sum(blocks_text_length(item) for key, item in value.items() if isinstance(item, dict | list))
+
+
 def validate_blocks(
     blocks: Any, *, pointer: str = "/blocks", max_blocks: int = MESSAGE_BLOCKS_MAX
 ) -> list[str]:

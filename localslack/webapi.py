@@ -235,6 +235,8 @@ class WebApi:
                 "invalid_blocks",
                 extra={"errors": errors, "response_metadata": {"messages": [f"[ERROR] {e}" for e in errors]}},
             )
+        if blockkit.blocks_text_length(blocks) > blockkit.MESSAGE_BLOCKS_TEXT_MAX:
+            raise ApiError("msg_blocks_too_long")
         return list(blocks)
 
     def _bot_profile(self, auth: Auth) -> dict[str, Any] | None:

@@ -137,6 +137,17 @@ def test_long_replies_become_several_sections_and_messages() -> None:
     assert all(len(s) <= 3000 for s in sections)
     assert sum(s.count("*Part ") for s in sections) == 250
     assert any(m["text"].endswith("…") for m in messages)  # fallback text cut to 4000
+    # real Slack refuses a message whose blocks' texts add up to more than 12,000 characters
+    assert all(sum(len(b["text"]["text"]) for b in m["blocks"]) <= 12_000 for m in messages)
+
+
+def test_a_reply_of_full_sections_never_exceeds_the_message_text_budget() -> None:
+    md = "\n\n".join("w" * 2990 for _ in range(9))  # nine near-full sections: at most four per message
+    messages = reply_messages(md)
+    sizes = [sum(len(b["text"]["text"]) for b in m["blocks"]) for m in messages]
+    assert all(size <= 12_000 for size in sizes), sizes
+    assert sum(sizes) >= 9 * 2990  # nothing lost
+    assert [b["block_id"] for m in messages for b in m["blocks"]] == [f"reply:{i}" for i in range(9)]
 
 
 def test_blank_reply_gives_no_messages() -> None:

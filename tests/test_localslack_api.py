@@ -223,6 +223,15 @@ async def test_too_long_text(client: AsyncWebClient, slack: LocalSlack) -> None:
     assert error.response["error"] == "msg_too_long"
 
 
+async def test_blocks_whose_texts_add_up_to_more_than_12k_are_refused(client: AsyncWebClient, slack: LocalSlack) -> None:
+    section = {"type": "section", "text": {"type": "mrkdwn", "text": "x" * 3000}}
+    error = await slack_error(client.chat_postMessage(channel=GENERAL, text="long", blocks=[section] * 5))
+    assert error.response["error"] == "msg_blocks_too_long"
+    assert slack.messages(GENERAL) == []
+    posted = await client.chat_postMessage(channel=GENERAL, text="long", blocks=[section] * 4)
+    assert posted["ok"]
+
+
 async def test_channel_not_found_invalid_auth_and_unknown_method(
     client: AsyncWebClient, slack: LocalSlack
 ) -> None:
