@@ -250,6 +250,7 @@ class RequestRecord(Contract):
     settled_at: datetime | None = None
     approvals: list[str] = Field(default_factory=list)  # principal ids that approved (n-of-m)
     batch: list[str] = Field(default_factory=list)  # request ids parked together with this one
+    undeliverable: str | None = None  # why its card could not be shown (the channel is gone): App Home says so
 
     @property
     def request_id(self) -> str:

@@ -95,6 +95,9 @@ class SlackChannel:
             if exc.response.status_code >= 500 or exc.response.status_code == 429 or error in TRANSIENT_ERRORS:
                 raise
             if error in GONE_ERRORS:
+                if isinstance(event, InputRequested):  # the request stays open: App Home offers it instead
+                    for req in event.requests:
+                        await self.store.mark_undeliverable(req.request_id, f"Slack said {error}")
                 raise Undeliverable(f"Slack said {error}") from exc
             log.warning("Slack rejected %s for %s: %s", event.type, session.session_id, error)
         except LookupError as exc:  # no installation for the workspace any more

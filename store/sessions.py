@@ -588,6 +588,13 @@ class SessionStore:
         pipe.pexpire(self.key(session_id, f"outlock:{consumer}"), self.lease_ms)
         await pipe.execute()
 
+    async def mark_undeliverable(self, request_id: str, reason: str) -> None:
+        """Note on a stored request that its card cannot be shown (never creates a request)."""
+        await self.redis.eval(
+            "if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'undeliverable', ARGV[1]) end",
+            1, self.request_key(request_id), reason[:300],
+        )
+
     async def unindex_request(self, record: RequestRecord) -> None:
         """Drop a settled request from the workspace's pending index."""
         await self.redis.zrem(self.pending_key(record.team_id), record.request_id)
@@ -681,6 +688,7 @@ def _record_from_fields(fields: dict[bytes, bytes]) -> RequestRecord:
             "note": f.get("note") or None,
             "settled_at": f.get("settled_at") or None,
             "batch": json.loads(f.get("batch") or "[]"),
+            "undeliverable": f.get("undeliverable") or None,
         }
     )
 

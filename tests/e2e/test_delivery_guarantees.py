@@ -99,6 +99,8 @@ async def test_a_channel_that_is_gone_does_not_hold_up_other_sessions(local_slac
     assert card_in(local_slack, dead_ts) is None
     dead_sid = f"slack:T0LOCAL:{GENERAL}:{dead_ts}"
     assert await bot.store.redis.zscore(OUTBOX, dead_sid) is None  # skipped, not retried forever
+    [parked] = [r for r in await bot.store.pending_for_team("T0LOCAL") if r.session_id == dead_sid]
+    assert parked.status == "open" and parked.undeliverable == "Slack said channel_not_found"
     ts, card = await mention_and_wait_for_card(local_slack)  # another session is served at once
     await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
     await local_slack.wait_for(lambda: RUNS)
