@@ -40,6 +40,7 @@ from pydantic_core import to_jsonable_python
 from redis.exceptions import ResponseError
 
 from store.client import RedisClient
+from store.replay import REPLAY_MARK_MS, replay_mark, replay_safe
 
 GENESIS_HASH = "0" * 64
 KEY_PREFIX = "hitl"
@@ -367,7 +368,7 @@ class AuditLog:
     def __init__(self, redis: RedisClient) -> None:
         self._redis = redis
         self._read_head = redis.register_script(_READ_HEAD_LUA)
-        self._append = redis.register_script(_APPEND_LUA)
+        self._append = redis.register_script(replay_safe(_APPEND_LUA))
         self._locks: dict[str, asyncio.Lock] = {}
 
     @staticmethod
@@ -439,7 +440,7 @@ class AuditLog:
                 *guard_args,
             ]
             try:
-                reply = await self._append(keys=keys, args=args)
+                reply = await self._append(keys=[*keys, replay_mark(keys)], args=[*args, REPLAY_MARK_MS])
             except ResponseError as exc:
                 if "equal or smaller than the target stream top" in str(exc):
                     raise AuditError(

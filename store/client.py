@@ -2,19 +2,51 @@
 
 ``REDIS_URL`` set → a client on that server (``redis://``, ``rediss://``, ``unix://``; Redis Cluster when
 asked). Unset → a private embedded Valkey in a data directory, owned by the returned handle.
+
+Every client is built to ride out a blip and a burst (issue 8, #20 and #22):
+
+- Bounded waits. Every connect and every reply has a socket timeout (``CONNECT_TIMEOUT_S``,
+  ``SOCKET_TIMEOUT_S``), so no call made before a Slack ack can hang.
+- Retries on a fresh connection. On a ``ConnectionError`` or ``TimeoutError`` (a restart, a pooled
+  connection the server or a load balancer dropped: "Connection closed by server") redis-py drops the
+  connection, reconnects and sends the command again, up to ``RETRIES`` times with jittered exponential
+  backoff: 0.7-1.4 s in all, which spans a restart. ``BoundedRetry`` caps the time spent retrying, as
+  redis-py nests its retries. Connections idle for ``HEALTH_CHECK_INTERVAL_S`` are PINGed before use, so
+  a dead one is found by a PING (safe to repeat) rather than by the command.
+- A pool that waits. Non-cluster clients use a ``BlockingConnectionPool`` of ``MAX_CONNECTIONS``: a burst
+  waits up to ``POOL_TIMEOUT_S`` for a free connection instead of raising ``MaxConnectionsError``.
+  redis-py's cluster client cannot wait; its cap per node is set high instead.
+
+Values in the URL's query string win over these defaults (``?max_connections=128&timeout=10``).
+
+Retried writes. When a connection fails after a command was sent and before its reply was read, the
+whole command (or pipeline) is sent again, so a write may reach the server twice. The engine's writes
+that would change meaning when repeated (commit, settle, tool start, message record, inbox take) are
+``replay_safe`` scripts (store/sessions.py): a resent copy gets the first answer back and applies
+nothing (tests/test_store_replay.py loses a reply on purpose). The rest are idempotent on replay
+(SET/HSET/ZADD/ZREM/DEL/PEXPIRE, token-checked lease renew/release and outbox unlock) or only delay
+work when repeated (a lease or post claim's SET NX answers "taken", which lapses with its TTL); failure
+counters (INCR/HINCRBY) may count one extra failure, and a resent audit append is caught by its
+per-event dedupe mark (store/audit_events.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeAlias
+from typing import Any, TypeAlias, TypeVar
 from urllib.parse import urlsplit
 
 import redis.asyncio as redis_asyncio
+from redis.asyncio.retry import Retry
+from redis.backoff import AbstractBackoff, EqualJitterBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from store.embedded import EmbeddedValkey
 
@@ -22,7 +54,74 @@ DEFAULT_DATA_DIR = Path(".data/redis")
 SUPPORTED_SCHEMES = ("redis", "rediss", "unix")
 _PASSWORD_IN_URL = re.compile(r"(//[^/@:]*:)[^@/]*@")
 
+# Connecting to Redis takes milliseconds; 2 s still covers one lost SYN (retransmitted after 1 s).
+CONNECT_TIMEOUT_S = 2.0
+# Our commands are short scripts and O(1) reads answering in milliseconds, and none blocks (no BLPOP,
+# no XREAD BLOCK). The longest a healthy server stalls is the ~2 s write delay of appendfsync everysec
+# on a slow disk; 3 s never cuts that off (a cut-off write would be resent), while one try on a hung
+# server ends in about the time Slack gives us to ack. (Slack's 3 s cannot bound a hung server anyway:
+# we never ack what is not recorded. The budget below makes such a command fail in ~6 s, not ~50 s.)
+SOCKET_TIMEOUT_S = 3.0
+# After this long idle, a pooled connection is PINGed before use: a dead one costs a harmless PING
+# and a reconnect instead of the command.
+HEALTH_CHECK_INTERVAL_S = 10
+# Backoff before retry n is between half and all of min(cap, base * 2**n): 0.1-0.2, 0.2-0.4 and 0.4-0.8 s.
+# The guaranteed ~0.7 s spans a restart of the server (embedded Valkey is back in well under 0.1 s); the
+# ~1.4 s at most keeps a click within Slack's 3 s; the jitter keeps replicas from reconnecting in step.
+RETRIES = 3
+RETRY_BACKOFF_BASE_S = 0.1
+RETRY_BACKOFF_CAP_S = 1.0
+# No retry starts later than one socket timeout plus the whole backoff schedule after a command's first
+# try: every retry fits after failures that are quick (refused, closed), one fits after a timeout (a
+# half-open connection), and a server that accepts but never answers fails a command in about two
+# socket timeouts instead of the ~16 that redis-py's nested retries would otherwise add up to.
+RETRY_BUDGET_EXTRA_S = 1.5
+# Connections per process. Connections open on demand; a burst beyond this waits for a free one (in
+# milliseconds, as commands are short) for up to POOL_TIMEOUT_S, then fails rather than hanging forever.
+MAX_CONNECTIONS = 64
+POOL_TIMEOUT_S = 5.0
+# redis-py's cluster client cannot wait for a connection (it raises at its cap), so its cap per node is
+# high enough that a burst is bounded by our own concurrency instead. Still far below Redis' maxclients.
+CLUSTER_MAX_CONNECTIONS_PER_NODE = 512
+
 RedisClient: TypeAlias = redis_asyncio.Redis | redis_asyncio.RedisCluster
+_T = TypeVar("_T")
+# When the outermost retrying call of the current task must stop retrying (see BoundedRetry).
+_retry_deadline: ContextVar[float | None] = ContextVar("redis_retry_deadline", default=None)
+
+
+class BoundedRetry(Retry):
+    """redis-py's Retry, with a time budget: no retry starts later than ``budget_s`` after the first try.
+
+    redis-py nests retries (a command's retry reconnects, the reconnect retries, the health check's PING
+    retries, each with this policy), so against a server that accepts and never answers the tries
+    multiply: 16 of ``SOCKET_TIMEOUT_S`` each. The budget is set by the outermost call in the task and
+    shared by the calls nested in it.
+    """
+
+    def __init__(self, backoff: AbstractBackoff, retries: int, *, budget_s: float) -> None:
+        super().__init__(backoff, retries)
+        self.budget_s = budget_s
+
+    async def call_with_retry(
+        self, do: Callable[[], Awaitable[_T]], fail: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> _T:
+        loop = asyncio.get_running_loop()
+        deadline, token = _retry_deadline.get(), None
+        if deadline is None:
+            deadline = loop.time() + self.budget_s
+            token = _retry_deadline.set(deadline)
+
+        async def fail_within_budget(error: Exception, *failures: int) -> None:
+            await fail(error, *failures)  # redis-py's clean-up: drop the broken connection
+            if loop.time() >= deadline:
+                raise error
+
+        try:
+            return await super().call_with_retry(do, fail_within_budget, *args, **kwargs)
+        finally:
+            if token is not None:
+                _retry_deadline.reset(token)
 
 
 @dataclass
@@ -42,21 +141,34 @@ class RedisHandle:
                 await self.server.stop()
 
 
-async def open_redis(url: str | None, *, cluster: bool = False, data_dir: Path | None = None) -> RedisHandle:
+async def open_redis(
+    url: str | None,
+    *,
+    cluster: bool = False,
+    data_dir: Path | None = None,
+    max_connections: int = MAX_CONNECTIONS,
+    socket_timeout: float = SOCKET_TIMEOUT_S,
+) -> RedisHandle:
     """Connect to ``url`` (the value of REDIS_URL), or start an embedded server in ``data_dir`` when None.
 
-    The client uses ``decode_responses=False`` (keys and values are bytes). Connecting to an external
-    server is lazy: use :func:`ping` to check it answers. A malformed url raises ``ValueError`` naming
-    REDIS_URL; a busy data dir raises ``store.embedded.DataDirInUse``.
+    The client uses ``decode_responses=False`` (keys and values are bytes), socket timeouts, retries on
+    a fresh connection and a pool of ``max_connections`` that waits when all are busy (see the module
+    docstring). Connecting to an external server is lazy: use :func:`ping` to check it answers. A
+    malformed url raises ``ValueError`` naming REDIS_URL; a busy data dir raises
+    ``store.embedded.DataDirInUse``.
     """
+    options = _connection_options(socket_timeout)
     if url is not None and url.strip():
-        return RedisHandle(client=_client_for_url(url.strip(), cluster=cluster), url=url.strip())
+        client = _client_for_url(
+            url.strip(), cluster=cluster, max_connections=max_connections, options=options
+        )
+        return RedisHandle(client=client, url=url.strip())
     if cluster:
         raise ValueError("REDIS_CLUSTER=1 needs REDIS_URL to point at a Redis Cluster node")
     server = EmbeddedValkey(data_dir if data_dir is not None else DEFAULT_DATA_DIR)
     server_url = await server.start()
     try:
-        client = redis_asyncio.Redis.from_url(server_url, decode_responses=False)
+        client = _pooled_client(server_url, max_connections=max_connections, options=options)
     except BaseException:
         await server.stop()
         raise
@@ -72,12 +184,41 @@ async def ping(client: RedisClient, *, within_s: float = 2.0) -> bool:
         return False
 
 
-def _client_for_url(url: str, *, cluster: bool) -> RedisClient:
+def _connection_options(socket_timeout: float) -> dict[str, Any]:
+    """What every connection we open is configured with (each connection gets its own copy of retry)."""
+    return {
+        "decode_responses": False,
+        "socket_timeout": socket_timeout,
+        "socket_connect_timeout": CONNECT_TIMEOUT_S,
+        "health_check_interval": HEALTH_CHECK_INTERVAL_S,
+        "retry": BoundedRetry(
+            EqualJitterBackoff(cap=RETRY_BACKOFF_CAP_S, base=RETRY_BACKOFF_BASE_S),
+            RETRIES,
+            budget_s=socket_timeout + RETRY_BUDGET_EXTRA_S,
+        ),
+        "retry_on_error": [RedisConnectionError, RedisTimeoutError],
+    }
+
+
+def _pooled_client(url: str, *, max_connections: int, options: dict[str, Any]) -> redis_asyncio.Redis:
+    pool = redis_asyncio.BlockingConnectionPool.from_url(
+        url, max_connections=max_connections, timeout=POOL_TIMEOUT_S, **options
+    )
+    return redis_asyncio.Redis.from_pool(pool)  # the client owns the pool: aclose() closes it
+
+
+def _client_for_url(
+    url: str, *, cluster: bool, max_connections: int = MAX_CONNECTIONS, options: dict[str, Any] | None = None
+) -> RedisClient:
+    """A client on ``url``; ``max_connections`` sizes the waiting pool (not the cluster client's)."""
     _validate_url(url, cluster=cluster)
+    options = options if options is not None else _connection_options(SOCKET_TIMEOUT_S)
     try:
         if cluster:
-            return redis_asyncio.RedisCluster.from_url(url, decode_responses=False)
-        return redis_asyncio.Redis.from_url(url, decode_responses=False)
+            return redis_asyncio.RedisCluster.from_url(
+                url, max_connections=CLUSTER_MAX_CONNECTIONS_PER_NODE, **options
+            )
+        return _pooled_client(url, max_connections=max_connections, options=options)
     except (ValueError, TypeError, RedisError) as exc:
         raise ValueError(f"REDIS_URL {_redacted(url)!r} is not a valid Redis URL: {exc}") from exc
 

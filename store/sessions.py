@@ -51,6 +51,7 @@ from bot.protocol import (
     event_from_json,
 )
 from bot.session import SessionRef, session_slot
+from store.replay import REPLAY_MARK_MS, replay_mark, replay_safe
 
 EVENTS_MAXLEN = 10_000
 MESSAGE_DEDUPE_SECONDS = 24 * 3600
@@ -149,6 +150,11 @@ return {'settled', first, count, complete}
 """
 
 
+# Take one queued message off the inbox (the taker then owns it).
+_TAKE = """
+return redis.call('LREM', KEYS[1], 1, ARGV[1])
+"""
+
 # Start a tool call: only the lease holder may (fencing), and only once per marker.
 _BEGIN = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, false} end
@@ -178,10 +184,11 @@ class SessionStore:
         self.redis = redis
         self.lease_ms = lease_ms
         self.retention_ms = int(retention_s * 1000)
-        self._commit = redis.register_script(_COMMIT)
-        self._settle = redis.register_script(_SETTLE)
-        self._begin = redis.register_script(_BEGIN)
-        self._record_message = redis.register_script(_RECORD_MESSAGE)
+        self._commit = redis.register_script(replay_safe(_COMMIT))
+        self._settle = redis.register_script(replay_safe(_SETTLE))
+        self._begin = redis.register_script(replay_safe(_BEGIN))
+        self._record_message = redis.register_script(replay_safe(_RECORD_MESSAGE))
+        self._take = redis.register_script(replay_safe(_TAKE))
         self._outbox_read = redis.register_script(_OUTBOX_READ)
 
     # keys ------------------------------------------------------------------------------------
@@ -341,8 +348,10 @@ class SessionStore:
     async def _eval_pipelined(
         self, script: Any, keys: list[Any], args: list[Any], extra: list[tuple[str, tuple[Any, ...]]]
     ) -> list[Any]:
-        """EVALSHA plus a few commands in one round trip. (A redis-py Script in a pipeline would first
-        send SCRIPT EXISTS on every execute: one more round trip. We load the script only when Redis lacks it.)"""
+        """EVALSHA of a ``replay_safe`` script plus a few idempotent commands in one round trip. (A redis-py
+        Script in a pipeline would first send SCRIPT EXISTS on every execute: one more round trip. We load
+        the script only when Redis lacks it.)"""
+        keys, args = [*keys, replay_mark(keys)], [*args, REPLAY_MARK_MS]
         for attempt in (1, 2):
             pipe = self.redis.pipeline(transaction=False)
             pipe.evalsha(script.sha, len(keys), *keys, *args)
@@ -508,7 +517,8 @@ class SessionStore:
     async def take_inbox(self, session_id: str, message: dict[str, Any]) -> bool:
         """Remove one queued message; False if another worker already took it."""
         raw = json.dumps(message, separators=(",", ":"))
-        return bool(await self.redis.lrem(self.key(session_id, "inbox"), 1, raw))
+        taken, *_ = await self._eval_pipelined(self._take, [self.key(session_id, "inbox")], [raw], [])
+        return bool(taken)
 
     # exactly-once execution ------------------------------------------------------------------
 
@@ -518,7 +528,7 @@ class SessionStore:
         The lease token fences it: a worker that lost the turn lease gets LeaseLost and starts nothing.
         """
         keys = [self.key(session_id, "lease"), self.key(session_id, f"exec:{marker}")]
-        got, value = await self._begin(keys=keys, args=[token, self.retention_ms])
+        (got, value), *_ = await self._eval_pipelined(self._begin, keys, [token, self.retention_ms], [])
         if got == -1:
             raise LeaseLost(session_id)
         return got == 1, (value.decode() if isinstance(value, bytes) else None)

@@ -1,0 +1,37 @@
+"""Writes that apply once even when the Redis client sends them twice.
+
+The client resends a command whose reply was lost on a broken connection (store/client.py): the write
+may have been applied already. A ``replay_safe`` script carries a fresh mark per invocation (its last
+key, in the hash slot of the others, and the mark's lifetime, its last argument); the first run stores
+its answer under the mark and a resent copy gets that answer back instead of running again. Without it
+a resent inbox take would say "taken by someone else" and lose the message, a resent tool start would
+report the call as interrupted, a resent commit or audit append would add its entries twice.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+# How long a write remembers its answer: far longer than the client retries a command (seconds).
+REPLAY_MARK_MS = 60_000
+
+
+def replay_safe(body: str) -> str:
+    """The Lua ``body`` wrapped so that an invocation sent twice runs once; the body sees its own
+    KEYS and ARGV only (the mark and its lifetime are removed first)."""
+    return (
+        "local mark, mark_ms = table.remove(KEYS), table.remove(ARGV)\n"
+        "local done = redis.call('GET', mark)\n"
+        "if done then return cjson.decode(done) end\n"
+        "local result = (function()\n" + body + "\nend)()\n"
+        "redis.call('SET', mark, cjson.encode(result), 'PX', mark_ms)\n"
+        "return result\n"
+    )
+
+
+def replay_mark(keys: list[Any]) -> str:
+    """A fresh mark key in the hash slot of ``keys[0]`` (all our script keys carry a hash tag)."""
+    first = keys[0].decode() if isinstance(keys[0], bytes) else str(keys[0])
+    tag = first[: first.index("}") + 1]
+    return f"{tag}:once:{secrets.token_hex(8)}"

@@ -1,0 +1,192 @@
+"""The Redis client rides out blips and bursts (issue 8, #20 and #22), against real valkey-server processes.
+
+Each test sets the client from ``open_redis`` beside a plain ``redis.asyncio.Redis.from_url`` client in
+the same situation, so it shows what the settings in store/client.py change for a caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import redis.asyncio as redis_asyncio
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import MaxConnectionsError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from store.client import RETRY_BUDGET_EXTRA_S, open_redis
+from store.embedded import EmbeddedValkey
+
+KEY = b"parked:turn-1"
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    # A short path keeps the unix socket in the data dir, so a restarted server listens where it did.
+    path = Path(tempfile.mkdtemp(prefix="hitl-rc-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+async def server(short_dir: Path) -> AsyncIterator[EmbeddedValkey]:
+    valkey = EmbeddedValkey(short_dir)
+    await valkey.start()
+    yield valkey
+    await valkey.stop()
+
+
+async def _start_after(server: EmbeddedValkey, delay_s: float) -> str:
+    await asyncio.sleep(delay_s)
+    return await server.start()
+
+
+class SilentProxy:
+    """A TCP front for the server that can drop its connections without telling the clients.
+
+    After :meth:`drop_connections` the server side of every open connection is gone (as when the server
+    behind a load balancer or NAT restarts), but a client learns of it only when it next sends: then
+    its connection is closed in its face, "Connection closed by server". New connections work.
+    """
+
+    def __init__(self, socket_path: str) -> None:
+        self.socket_path = socket_path
+        self.port = 0
+        self._dropped: set[asyncio.StreamWriter] = set()
+        self._upstreams: set[asyncio.StreamWriter] = set()
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        self.drop_connections()
+
+    def drop_connections(self) -> None:
+        for upstream in self._upstreams:
+            self._dropped.add(upstream)
+            upstream.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, upstream = await asyncio.open_unix_connection(self.socket_path)
+        self._upstreams.add(upstream)
+
+        async def to_client() -> None:
+            while data := await up_reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+            # the server side is gone: say nothing to the client
+
+        answering = asyncio.create_task(to_client())
+        try:
+            while (data := await reader.read(65536)) and upstream not in self._dropped:
+                upstream.write(data)
+                await upstream.drain()
+        except ConnectionError:
+            pass
+        finally:
+            answering.cancel()
+            upstream.close()
+            writer.close()
+            self._upstreams.discard(upstream)
+
+
+@pytest.mark.parametrize("embedded", [False, True], ids=["REDIS_URL", "embedded"])
+async def test_a_command_sent_while_the_server_restarts_waits_for_it(short_dir: Path, embedded: bool) -> None:
+    if embedded:  # open_redis(None) starts and owns the server; restart that one
+        handle = await open_redis(None, data_dir=short_dir)
+        server = handle.server
+        assert server is not None
+    else:
+        server = EmbeddedValkey(short_dir)
+        handle = await open_redis(await server.start())
+    plain = redis_asyncio.Redis.from_url(handle.url)
+    try:
+        await handle.client.set(KEY, b"state")
+        assert await plain.get(KEY) == b"state"  # both now hold a pooled connection
+
+        await server.stop()
+        restart = asyncio.create_task(_start_after(server, 0.3))
+        with pytest.raises(RedisConnectionError):  # the plain client gives up at once
+            await plain.get(KEY)
+        started = time.monotonic()
+        assert await handle.client.get(KEY) == b"state"  # ours waits for the server, which kept the data
+        assert time.monotonic() - started < 2.0
+        assert await restart == handle.url  # back on the same socket, where the client reconnects
+    finally:
+        await plain.aclose()
+        await handle.close()
+        await server.stop()
+
+
+async def test_a_pooled_connection_the_server_dropped_is_replaced(server: EmbeddedValkey) -> None:
+    proxy = SilentProxy(server.url.removeprefix("unix://"))
+    await proxy.start()
+    url = f"redis://127.0.0.1:{proxy.port}/0"
+    handle = await open_redis(url)
+    plain = redis_asyncio.Redis.from_url(url)
+    try:
+        await handle.client.set(KEY, b"state")
+        assert await plain.get(KEY) == b"state"
+
+        proxy.drop_connections()
+        with pytest.raises(RedisConnectionError, match="Connection closed by server"):
+            await plain.get(KEY)
+        assert await handle.client.get(KEY) == b"state"
+        # a second drop is survived as well (each command gets its own retries)
+        proxy.drop_connections()
+        assert await handle.client.get(KEY) == b"state"
+    finally:
+        await plain.aclose()
+        await handle.close()
+        await proxy.stop()
+
+
+async def test_a_burst_larger_than_the_pool_waits_for_free_connections(server: EmbeddedValkey) -> None:
+    handle = await open_redis(server.url, max_connections=4)
+    plain = redis_asyncio.Redis.from_url(server.url, max_connections=4)
+    admin = redis_asyncio.Redis.from_url(server.url)
+    count_once = "return redis.call('INCR', KEYS[1])"
+    try:
+        results = await asyncio.gather(*(handle.client.eval(count_once, 1, b"ours") for _ in range(200)))
+        assert sorted(results) == list(range(1, 201))  # every command ran, and ran once
+        assert len(await admin.client_list()) <= 4 + 1  # ours kept to its 4 connections (+ admin)
+
+        plain_results = await asyncio.gather(
+            *(plain.eval(count_once, 1, b"plain") for _ in range(200)), return_exceptions=True
+        )
+        assert any(isinstance(r, MaxConnectionsError) for r in plain_results)
+    finally:
+        await plain.aclose()
+        await admin.aclose()
+        await handle.close()
+
+
+async def test_a_server_that_never_answers_fails_the_command_in_bounded_time() -> None:
+    async def accept_and_never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while await reader.read(65536):
+            pass
+        writer.close()
+
+    silent = await asyncio.start_server(accept_and_never_answer, "127.0.0.1", 0)
+    port = silent.sockets[0].getsockname()[1]
+    timeout_s = 0.2
+    handle = await open_redis(f"redis://127.0.0.1:{port}/0", socket_timeout=timeout_s)
+    try:
+        started = time.monotonic()
+        with pytest.raises(RedisTimeoutError):
+            await handle.client.get(KEY)
+        elapsed = time.monotonic() - started
+        # the retry budget (one timeout plus the backoff schedule), plus the tries in flight at its end
+        assert timeout_s <= elapsed < timeout_s + RETRY_BUDGET_EXTRA_S + 3 * timeout_s + 0.5, elapsed
+    finally:
+        await handle.close()
+        silent.close()

@@ -1,0 +1,161 @@
+"""A write whose reply is lost is resent by the client; it must still apply once (store.sessions.replay_safe).
+
+A proxy between the store and a real valkey-server forwards a command to the server, then throws the
+reply away and closes the client's connection, exactly once: the server applied the write, the client
+saw "Connection closed by server" and, as store/client.py tells it to, sends the same command again on
+a new connection. Each test shows what a caller would get without the guard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from bot.protocol import MessageCompleted
+from store.audit import AuditLog
+from store.client import open_redis
+from store.embedded import EmbeddedValkey
+from store.replay import replay_safe
+from store.sessions import SessionStore
+
+
+class ReplyLosingProxy:
+    """TCP in front of a unix-socket server; ``lose_next_reply()`` drops the next reply and the connection."""
+
+    def __init__(self, socket_path: str) -> None:
+        self.socket_path = socket_path
+        self.port = 0
+        self.lose = False
+        self.lost = 0
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        assert self._server is not None
+        self._server.close()
+
+    def lose_next_reply(self) -> None:
+        self.lose = True
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, upstream = await asyncio.open_unix_connection(self.socket_path)
+        try:
+            while data := await reader.read(65536):
+                upstream.write(data)
+                await upstream.drain()
+                reply = await up_reader.read(65536)
+                if self.lose:  # the server did the work; the client never hears of it
+                    self.lose = False
+                    self.lost += 1
+                    return
+                writer.write(reply)
+                await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            upstream.close()
+            writer.close()
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="hitl-rp-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+async def proxied(short_dir: Path) -> AsyncIterator[tuple[SessionStore, ReplyLosingProxy]]:
+    server = EmbeddedValkey(short_dir)
+    url = await server.start()
+    proxy = ReplyLosingProxy(url.removeprefix("unix://").split("?")[0])
+    await proxy.start()
+    handle = await open_redis(f"redis://127.0.0.1:{proxy.port}/0")
+    try:
+        store = SessionStore(handle.client)
+        await warm_up(store)
+        await AuditLog(handle.client).append("T0WARM", "request", actor="U0ALICE")
+        yield store, proxy
+    finally:
+        await handle.close()
+        await proxy.stop()
+        await server.stop()
+
+
+async def warm_up(store: SessionStore) -> None:
+    """Use every script once on another session, so the lost reply is the operation's, not a NOSCRIPT."""
+    other = "slack:T0LOCAL:C0RANDOM:9.000009"
+    await store.record_message(other, {"text": "hi"}, message_id=None)
+    await store.take_inbox(other, {"text": "hi"})
+    token = await store.acquire_lease(other)
+    assert token is not None
+    await store.begin_execution(other, "warm", token)
+    await store.emit(other, [MessageCompleted(session_id=other, turn_id="turn_0", text="hi")])
+
+
+SID = "slack:T0LOCAL:C0GENERAL:1.000001"
+MESSAGE = {"text": "refund ch_1 please", "principal": None}
+
+
+async def test_a_taken_message_whose_answer_was_lost_is_still_taken_by_its_taker(proxied) -> None:
+    store, proxy = proxied
+    assert await store.record_message(SID, MESSAGE, message_id="C0GENERAL:1.000001")
+    proxy.lose_next_reply()
+    # without the guard the resent LREM finds nothing and answers 0: the caller drops the message
+    assert await store.take_inbox(SID, MESSAGE) is True
+    assert proxy.lost == 1
+    assert await store.inbox(SID) == []
+    assert await store.take_inbox(SID, MESSAGE) is False  # a real second taker still gets nothing
+
+
+async def test_a_tool_start_whose_answer_was_lost_is_still_ours(proxied) -> None:
+    store, proxy = proxied
+    token = await store.acquire_lease(SID)
+    assert token is not None
+    proxy.lose_next_reply()
+    # without the guard the resent SET NX answers "already started": the call is reported interrupted
+    assert await store.begin_execution(SID, "turn_1:step_1:call_0:0", token) == (True, None)
+    assert proxy.lost == 1
+    fresh, recorded = await store.begin_execution(SID, "turn_1:step_1:call_0:0", token)
+    assert not fresh and recorded and recorded.startswith("started")
+
+
+async def test_a_commit_whose_answer_was_lost_appends_its_events_once(proxied) -> None:
+    store, proxy = proxied
+    event = MessageCompleted(session_id=SID, turn_id="turn_1", text="Refunded ch_1.")
+    proxy.lose_next_reply()
+    committed = await store.emit(SID, [event])
+    assert proxy.lost == 1
+    _, entries = await store.outbox_read(SID, "frontend")
+    assert [e.type for _, e in entries] == ["message.completed"]  # once, not twice
+    assert committed[0].seq == entries[0][1].seq
+
+
+async def test_an_audit_entry_whose_answer_was_lost_is_written_once(proxied) -> None:
+    store, proxy = proxied
+    audit = AuditLog(store.redis)
+    proxy.lose_next_reply()
+    await audit.append("T0LOCAL", "settle", actor="U0BOB", subject="req_1", data={"outcome": "approved"})
+    assert proxy.lost == 1
+    entries = await audit.entries("T0LOCAL")
+    assert [(e.kind, e.subject) for e in entries] == [("settle", "req_1")]  # once, and the chain is whole
+    assert (await audit.verify("T0LOCAL")).ok
+
+
+async def test_the_body_never_sees_the_mark_and_a_resent_copy_gets_the_first_answer(redis) -> None:
+    counting = redis.register_script(replay_safe(
+        "return {#KEYS, #ARGV, redis.call('INCR', KEYS[1]), ARGV[1]}"))
+    keys, args = ["hitl:{s1}:n", "hitl:{s1}:once:abc"], ["x", 60_000]
+    first = await counting(keys=keys, args=args)
+    assert first == [1, 1, 1, b"x"]  # one key and one argument: the mark and its lifetime are hidden
+    assert await counting(keys=keys, args=args) == first  # the same invocation again: not applied twice
+    assert await redis.get("hitl:{s1}:n") == b"1"
+    assert (await counting(keys=["hitl:{s1}:n", "hitl:{s1}:once:def"], args=args))[2] == 2  # a new one is
