@@ -44,15 +44,22 @@ log = logging.getLogger(__name__)
 
 RECOVERY_INTERVAL_SECONDS = 2.0  # dead workers' turns and undelivered events are picked up this often
 SHUTDOWN_GRACE_SECONDS = 5.0  # in-flight requests get this long; parked turns need nothing at all
+# a delivery's Slack call gives up after this (slack_sdk's default is 30 s); handlers.channel waits this
+# long (plus a margin, CLAIM_IN_FLIGHT_S) before it treats an unrecorded post as never made
+DELIVERY_TIMEOUT_S = 10
 
 
-def slack_retry_handlers() -> list[Any]:
-    """429s honour Retry-After; brief server and connection errors are retried too."""
-    return [
-        AsyncRateLimitErrorRetryHandler(max_retry_count=3),
+def slack_retry_handlers(*, wait_on_rate_limits: bool = True) -> list[Any]:
+    """Brief server and connection errors are retried; 429s wait for Retry-After inside the call, except
+    for the outbox's deliveries: those raise, and the outbox offers the event again when Slack said to
+    (waiting inside the call would hold the session's delivery lock past its lease)."""
+    handlers: list[Any] = [
         AsyncServerErrorRetryHandler(max_retry_count=2),
         AsyncConnectionErrorRetryHandler(max_retry_count=2),
     ]
+    if wait_on_rate_limits:
+        handlers.insert(0, AsyncRateLimitErrorRetryHandler(max_retry_count=3))
+    return handlers
 
 
 def build_model(settings: Settings) -> ChatModel:
@@ -175,17 +182,25 @@ async def _start(
         request_verification_enabled=False,
     )
 
-    async def client_for(team_id: str | None) -> AsyncWebClient:
+    delivery_client = AsyncWebClient(token=client.token, base_url=api_url, timeout=DELIVERY_TIMEOUT_S,
+                                     retry_handlers=slack_retry_handlers(wait_on_rate_limits=False))
+
+    async def client_for(team_id: str | None, *, delivery: bool = False) -> AsyncWebClient:
         if oauth is None:
-            return client
+            return delivery_client if delivery else client
         bot = await oauth.installation_store.async_find_bot(enterprise_id=None, team_id=team_id)
         if bot is None:
             raise LookupError(f"no installation for workspace {team_id}")
-        return AsyncWebClient(token=bot.bot_token, base_url=api_url, retry_handlers=slack_retry_handlers())
+        return AsyncWebClient(token=bot.bot_token, base_url=api_url,
+                              **({"timeout": DELIVERY_TIMEOUT_S} if delivery else {}),
+                              retry_handlers=slack_retry_handlers(wait_on_rate_limits=not delivery))
+
+    async def delivery_client_for(team_id: str | None) -> AsyncWebClient:
+        return await client_for(team_id, delivery=True)
 
     # Slack and the audit log are separate consumers of the committed events (each its own cursor),
     # so neither a slow Slack nor the audit log holds up the other, or the turn.
-    channel: Channel = SlackChannel(store, client_for)
+    channel: Channel = SlackChannel(store, delivery_client_for)
     if channel_wrap is not None:
         channel = channel_wrap(channel)
     runtime = Runtime(

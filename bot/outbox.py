@@ -9,8 +9,9 @@ events to each consumer in order and moves that consumer's cursor past each one 
   only that event, and consumers make repeats harmless: Slack posts are claimed and looked up, audit
   entries are keyed by event);
 - order is kept per session and consumer (one deliverer at a time holds a short lock);
-- a consumer that fails (Slack down, rate limited) is retried with per-session backoff, so one dead
-  channel never delays another session's cards;
+- a consumer that fails (Slack down) is retried with per-session backoff, so one dead channel never
+  delays another session's cards; a rate-limited one (:class:`bot.ports.RetryLater`) waits exactly as
+  long as it was asked to, and only that session waits;
 - an event a consumer can never deliver (the channel is gone) is skipped with a log line, and the
   consumer is told through :class:`bot.ports.Undeliverable`.
 """
@@ -20,10 +21,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from bot.ports import Channel, Undeliverable
+from bot.ports import Channel, RetryLater, Undeliverable
 from bot.protocol import Event
 from bot.session import SessionRef
 
@@ -42,7 +44,8 @@ class OutboxStore(Protocol):
     async def outbox_unlock(self, session_id: str, consumer: str, token: str) -> None: ...
     async def outbox_read(
         self, session_id: str, consumer: str, *, count: int = 100
-    ) -> tuple[SessionRef | None, list[tuple[str, Event]]]: ...
+    ) -> tuple[SessionRef | None, list[tuple[str, Event]], int]: ...
+    async def outbox_hold(self, session_id: str, consumer: str, until_ms: int) -> None: ...
     async def outbox_advance(self, session_id: str, consumer: str, entry_id: str) -> None: ...
     async def outbox_failures(self, session_id: str, consumer: str, *, failed: bool) -> int: ...
 
@@ -107,13 +110,19 @@ class Outbox:
             return BUSY_RECHECK_MS
         try:
             while True:
-                ref, entries = await self.store.outbox_read(session_id, name)
+                ref, entries, hold_until_ms = await self.store.outbox_read(session_id, name)
                 if not entries:
                     return None
+                if (wait_ms := hold_until_ms - _now_ms()) > 0:
+                    return wait_ms  # backing off, or Slack said to wait: a new commit does not change that
                 ref = ref or SessionRef(session_id=session_id)
                 for entry_id, event in entries:
                     try:
                         await channel.deliver(event, ref)
+                    except RetryLater as exc:  # rate limited: wait as asked, without counting a failure
+                        log.info("%s waits %.1fs before showing %s of session %s (%s)",
+                                 name, exc.delay_s, event.type, session_id, exc)
+                        return await self._hold(session_id, name, max(int(exc.delay_s * 1000), RETRY_BASE_MS))
                     except Undeliverable as exc:
                         log.warning("%s cannot show %s of session %s: %s; skipping it",
                                     name, event.type, session_id, exc)
@@ -129,5 +138,13 @@ class Outbox:
         delay = min(RETRY_BASE_MS * 2 ** min(failures - 1, 20), RETRY_MAX_MS)
         log.warning("%s could not show %s of session %s (%s: %s); attempt %d, retrying in %.1fs",
                     name, event.type, session_id, type(exc).__name__, exc, failures, delay / 1000)
-        return delay
+        return await self._hold(session_id, name, delay)
+
+    async def _hold(self, session_id: str, name: str, delay_ms: int) -> int:
+        await self.store.outbox_hold(session_id, name, _now_ms() + delay_ms)
+        return delay_ms
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 

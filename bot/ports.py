@@ -16,12 +16,20 @@ class Undeliverable(Exception):  # noqa: N818 - a verdict, not a bug
     """A frontend can never show this event (its channel is gone, the app was removed): skip it."""
 
 
+class RetryLater(Exception):  # noqa: N818 - a request, not a bug
+    """Not now, and not a failure: the far side asked us to wait (Slack's 429 with Retry-After)."""
+
+    def __init__(self, delay_s: float, reason: str = ""):
+        super().__init__(reason or f"asked to wait {delay_s:.1f}s")
+        self.delay_s = delay_s
+
+
 class Channel(Protocol):
     """A consumer of a session's committed events, in order (see ``bot.outbox``).
 
     Raising from ``deliver`` means "not now": the same event is offered again later, with backoff,
     so a frontend must make a repeat harmless. Raise :class:`Undeliverable` for an event that can
-    never be shown; it is skipped.
+    never be shown (it is skipped), :class:`RetryLater` to be offered it again after a given delay.
     """
 
     async def deliver(self, event: Event, session: SessionRef) -> None: ...

@@ -25,7 +25,7 @@ from blocks.cards import (
     resolution_label,
 )
 from blocks.messages import reply_messages, status_text
-from bot.ports import Undeliverable
+from bot.ports import RetryLater, Undeliverable
 from bot.protocol import (
     ActionStarted,
     ApprovalCandidate,
@@ -36,17 +36,21 @@ from bot.protocol import (
     TurnFailed,
 )
 from bot.session import SessionRef
+from handlers.pacing import SlackPacing
 from store.sessions import SessionStore
 
 log = logging.getLogger(__name__)
 
 ClientFor = Callable[[str | None], Awaitable[AsyncWebClient]]
 CLAIMED = "claimed"
-CLAIM_IN_FLIGHT_S = 30.0  # longer than one chat.postMessage with its retries
+# longer than one chat.postMessage can take: the delivery client's timeout (bot/app.py) plus its retries
+# of connection errors, which are immediate
+CLAIM_IN_FLIGHT_S = 12.0
 
 
-class PostInFlight(RuntimeError):
-    """Another worker claimed this post moments ago: try again later rather than post it twice."""
+class PostInFlight(RetryLater):
+    """Another worker claimed this post moments ago: look again when its post would have ended, rather
+    than post it twice (a wait, not a failure)."""
 
 
 def _claim() -> str:
@@ -78,9 +82,10 @@ class SlackChannel:
     rejections are logged and skipped.
     """
 
-    def __init__(self, store: SessionStore, client_for: ClientFor):
+    def __init__(self, store: SessionStore, client_for: ClientFor, pacing: SlackPacing | None = None):
         self.store = store
         self.client_for = client_for
+        self.pacing = pacing or SlackPacing()
 
     async def deliver(self, event: Event, session: SessionRef) -> None:
         if not session.channel.get("channel_id"):
@@ -92,7 +97,9 @@ class SlackChannel:
                 await self._render(event, session)
         except SlackApiError as exc:
             error = exc.response.get("error")
-            if exc.response.status_code >= 500 or exc.response.status_code == 429 or error in TRANSIENT_ERRORS:
+            if exc.response.status_code == 429 or error == "ratelimited":
+                raise RetryLater(_retry_after(exc), f"Slack rate limited {event.type}") from exc
+            if exc.response.status_code >= 500 or error in TRANSIENT_ERRORS:
                 raise
             if error in GONE_ERRORS:
                 if isinstance(event, InputRequested):  # the request stays open: App Home offers it instead
@@ -142,7 +149,8 @@ class SlackChannel:
         self, session: SessionRef, field: str, message: dict[str, Any], *, request_id: str | None = None
     ) -> dict[str, str] | None:
         """Post a message unless this post was made before; returns where it is."""
-        sid = session.session_id
+        sid, channel = session.session_id, session.channel["channel_id"]
+        await self.pacing.posts.wait(channel)  # before the claim: no claim is held while we wait our turn
         if not await self.store.channel_claim(sid, field, _claim()):
             existing = await self.store.channel_get(sid, field)
             if existing and not existing.startswith(CLAIMED):
@@ -153,11 +161,11 @@ class SlackChannel:
             if found is not None:
                 await self.store.channel_set(sid, field, json.dumps(found))
                 return found
-            if time.time() - _claimed_at(existing) < CLAIM_IN_FLIGHT_S:
-                raise PostInFlight(f"{field} is being posted by another worker")  # the outbox looks again later
+            in_flight_for = CLAIM_IN_FLIGHT_S - (time.time() - _claimed_at(existing))
+            if in_flight_for > 0:  # the outbox looks again once a live post would have ended
+                raise PostInFlight(max(in_flight_for, 0.5), f"{field} is being posted by another worker")
             await self.store.channel_set(sid, field, _claim())
         client = await self.client_for(session.team_id)
-        channel = session.channel["channel_id"]
         try:
             resp = await client.chat_postMessage(
                 channel=channel, thread_ts=session.channel.get("thread_ts") or None, text=message["text"],
@@ -222,6 +230,7 @@ class SlackChannel:
             approvers = [p.rsplit(":", 1)[-1] for p in record.approvals]
             message = render_waiting(record.request, approvers, event.required)
             client = await self.client_for(session.team_id)
+            await self.pacing.updates.wait(session.team_id or "")
             await client.chat_update(channel=card["channel"], ts=card["ts"], text=message["text"],
                                      blocks=message["blocks"])
 
@@ -248,6 +257,7 @@ class SlackChannel:
                 approvals=[p.rsplit(":", 1)[-1] for p in record.approvals],
             )
             client = await self.client_for(session.team_id)
+            await self.pacing.updates.wait(session.team_id or "")
             await client.chat_update(channel=card["channel"], ts=card["ts"], text=message["text"],
                                      blocks=message["blocks"])
 
@@ -267,6 +277,8 @@ class SlackChannel:
             await self._update_status(session, text)
         except SlackApiError as exc:
             log.info("status line not shown in %s: %s", session.session_id, exc.response.get("error"))
+        except RetryLater:
+            log.info("status line skipped in %s: the channel is busy", session.session_id)
 
     async def _update_status(self, session: SessionRef, text: str) -> None:
         client = await self.client_for(session.team_id)
@@ -274,10 +286,12 @@ class SlackChannel:
         if existing:
             status = json.loads(existing)
             try:
+                await self.pacing.updates.wait(session.team_id or "")
                 await client.chat_update(channel=status["channel"], ts=status["ts"], text=text)
                 return
             except SlackApiError:
                 pass  # deleted by someone: post a new one
+        await self.pacing.posts.wait(session.channel["channel_id"])
         resp = await client.chat_postMessage(
             channel=session.channel["channel_id"], thread_ts=session.channel.get("thread_ts") or None, text=text
         )
@@ -296,6 +310,18 @@ class SlackChannel:
             await client.chat_delete(channel=status["channel"], ts=status["ts"])
         except SlackApiError:
             pass  # already gone, or refused: a stale status line is cosmetic
+
+
+def _retry_after(exc: SlackApiError) -> float:
+    """Slack's Retry-After (seconds) on a 429; a second when it is missing or odd."""
+    headers = exc.response.headers or {}
+    raw = headers.get("Retry-After") or headers.get("retry-after")
+    if isinstance(raw, list):
+        raw = raw[0] if raw else None
+    try:
+        return min(max(float(raw), 0.0), 3600.0) if raw is not None else 1.0
+    except (TypeError, ValueError):
+        return 1.0
 
 
 def _label_of(req: Any, option_id: str | None) -> str | None:

@@ -170,10 +170,13 @@ redis.call('PEXPIRE', KEYS[2], ARGV[4])
 return 1
 """
 
-# Read a consumer's undelivered events: its cursor and the entries after it.
+# Read a consumer's undelivered events: the routing data, the entries after its cursor, and until when
+# it was asked to hold off (epoch ms, 0 for never).
 _OUTBOX_READ = """
 local cursor = redis.call('HGET', KEYS[1], ARGV[1]) or '0-0'
-return {redis.call('HGET', KEYS[1], '_ref') or '', redis.call('XRANGE', KEYS[2], '(' .. cursor, '+', 'COUNT', ARGV[2])}
+return {redis.call('HGET', KEYS[1], '_ref') or '',
+        redis.call('XRANGE', KEYS[2], '(' .. cursor, '+', 'COUNT', ARGV[2]),
+        redis.call('HGET', KEYS[1], '_hold:' .. ARGV[1]) or '0'}
 """
 
 
@@ -564,11 +567,11 @@ class SessionStore:
 
     async def outbox_read(
         self, session_id: str, consumer: str, *, count: int = 100
-    ) -> tuple[SessionRef | None, list[tuple[str, Event]]]:
-        """The session's routing data and the events after ``consumer``'s cursor, oldest first, with
-        their stream ids (one round trip)."""
+    ) -> tuple[SessionRef | None, list[tuple[str, Event]], int]:
+        """The session's routing data, the events after ``consumer``'s cursor (oldest first, with their
+        stream ids) and the epoch ms before which the consumer is not to be tried (one round trip)."""
         keys = [self.key(session_id, "out"), self.key(session_id, "events")]
-        raw_ref, entries = await self._outbox_read(keys=keys, args=[consumer, count])
+        raw_ref, entries, hold = await self._outbox_read(keys=keys, args=[consumer, count])
         ref = SessionRef.model_validate_json(raw_ref) if raw_ref else None
         out: list[tuple[str, Event]] = []
         for entry_id, flat in entries:
@@ -576,15 +579,19 @@ class SessionStore:
             event = event_from_json(fields[b"e"])
             event.seq = int(fields[b"s"])
             out.append((entry_id.decode(), event))
-        return ref, out
+        return ref, out, int(hold)
 
     async def outbox_failures(self, session_id: str, consumer: str, *, failed: bool) -> int:
         """Count consecutive delivery failures of a consumer (reset on success); returns the count."""
         key, field = self.key(session_id, "out"), f"_fails:{consumer}"
         if failed:
             return int(await self.redis.hincrby(key, field, 1))
-        await self.redis.hdel(key, field)
+        await self.redis.hdel(key, field, f"_hold:{consumer}")
         return 0
+
+    async def outbox_hold(self, session_id: str, consumer: str, until_ms: int) -> None:
+        """Do not try ``consumer`` again before ``until_ms`` (epoch ms), whoever delivers next."""
+        await self.redis.hset(self.key(session_id, "out"), f"_hold:{consumer}", until_ms)
 
     async def outbox_advance(self, session_id: str, consumer: str, entry_id: str) -> None:
         """Move ``consumer``'s cursor past ``entry_id`` and renew the deliverer's lock (one round trip)."""

@@ -134,7 +134,7 @@ async def test_a_commit_whose_answer_was_lost_appends_its_events_once(proxied) -
     proxy.lose_next_reply()
     committed = await store.emit(SID, [event])
     assert proxy.lost == 1
-    _, entries = await store.outbox_read(SID, "frontend")
+    _, entries, _ = await store.outbox_read(SID, "frontend")
     assert [e.type for _, e in entries] == ["message.completed"]  # once, not twice
     assert committed[0].seq == entries[0][1].seq
 

@@ -113,6 +113,8 @@ async def test_the_audit_log_has_each_event_once_despite_retries(local_slack, st
     await bot.runtime.wait_idle()
     sid = f"slack:T0LOCAL:{GENERAL}:{ts}"
     for _ in range(6):
+        # as if each backoff had run out: the sweep finds the session due and the hold lapsed
+        await bot.store.redis.hdel(bot.store.key(sid, "out"), "_hold:frontend")
         await bot.store.redis.zadd(OUTBOX, {sid: 0})
         await bot.runtime.recover()
         await bot.runtime.wait_idle()
@@ -129,3 +131,34 @@ async def test_the_audit_log_has_each_event_once_despite_retries(local_slack, st
 
 async def _client(bot):
     return bot.slack.client
+
+
+async def test_a_rate_limited_card_waits_as_slack_asked_and_holds_up_no_one_else(local_slack, start_app):
+    RUNS.clear()
+    bot = await start_app(refund_script(), [refund_charge])
+    # Slack answers 429 + Retry-After: 2 to the status line and to the card of the first session
+    local_slack.fail_next("chat.postMessage", status=429, retry_after=2, times=2)
+    first_ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> refund ch_1")
+    await bot.runtime.wait_idle()
+    refused_at = asyncio.get_running_loop().time()
+    assert card_in(local_slack, first_ts) is None
+    # another conversation is served at once, while the first one waits
+    second_ts, _ = await mention_and_wait_for_card(local_slack)
+    assert card_in(local_slack, first_ts) is None
+
+    async def sweeping() -> None:  # what every replica's recovery loop does
+        while True:
+            await bot.runtime.recover()
+            await asyncio.sleep(0.2)
+
+    sweeper = asyncio.create_task(sweeping())
+    try:
+        card = await local_slack.wait_for(lambda: card_in(local_slack, first_ts), timeout_s=6)
+    finally:
+        sweeper.cancel()
+    waited = asyncio.get_running_loop().time() - refused_at
+    assert waited >= 1.5, f"posted again after {waited:.2f}s although Slack said to wait 2s"
+    cards = [m for m in local_slack.messages(GENERAL, thread_ts=first_ts) if card_in(local_slack, first_ts) and
+             any(b.get("type") == "actions" for b in m.blocks or [])]
+    assert [m.ts for m in cards] == [card.ts]  # posted once
+    assert card_in(local_slack, second_ts) is not None

@@ -100,7 +100,9 @@ async def test_failed_card_delivery_is_offered_again(redis):
     assert channel.fail_input_requested > 990  # a handful of attempts, not a spin
 
     channel.fail_input_requested = 0  # the frontend is back
-    await redis.zadd(OUTBOX, {sid: 0})  # make the retry due now instead of sleeping through the backoff
+    # make the retry due now instead of sleeping through the backoff
+    await redis.hdel(store.key(sid, "out"), "_hold:frontend")
+    await redis.zadd(OUTBOX, {sid: 0})
     await runtime.recover()
     [req] = channel.requests()
     assert req.kind == "tool-approval"

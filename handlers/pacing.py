@@ -1,0 +1,67 @@
+"""Pacing Slack calls so that we stay inside Slack's rate limits instead of bouncing off them.
+
+Slack allows about one message per second per channel (short bursts are fine) and rates ``chat.update``
+per workspace (Tier 3, 50+ a minute). A :class:`Pacer` spaces calls per key with the generic cell rate
+algorithm: ``burst`` calls go at once, then one every ``interval_s``. Each caller reserves its slot
+before it sleeps, so concurrent callers queue in order. The pacing is per process (replicas do not
+share it); a 429 that still happens is honoured by the outbox (``bot.ports.RetryLater``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+from bot.ports import RetryLater
+
+PRUNE_ABOVE = 10_000  # keys remembered before idle ones are forgotten
+MAX_WAIT_S = 2.0  # longer waits are handed back to the outbox, which offers the event again later
+
+
+class Pacer:
+    def __init__(
+        self,
+        interval_s: float,
+        burst: int,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ):
+        if interval_s <= 0 or burst < 1:
+            raise ValueError("a pacer needs interval_s > 0 and burst >= 1")
+        self.interval_s = interval_s
+        self.tolerance_s = (burst - 1) * interval_s
+        self._clock = clock
+        self._sleep = sleep
+        self._due: dict[str, float] = {}  # key → theoretical arrival time of the next call
+
+    def reserve(self, key: str, *, max_wait_s: float = float("inf")) -> float:
+        """Take the next slot for ``key`` and return how long to wait before using it; when that is longer
+        than ``max_wait_s``, take nothing and return the wait (the caller comes back later)."""
+        now = self._clock()
+        due = max(self._due.get(key, now), now)
+        delay = max(0.0, due - self.tolerance_s - now)
+        if delay > max_wait_s:
+            return delay
+        self._due[key] = due + self.interval_s
+        if len(self._due) > PRUNE_ABOVE:
+            self._due = {k: t for k, t in self._due.items() if t > now}
+        return delay
+
+    async def wait(self, key: str, *, max_wait_s: float = MAX_WAIT_S) -> None:
+        """Wait for ``key``'s next slot; raise RetryLater when it is further off than ``max_wait_s`` (a
+        deliverer must not sleep for long while it holds a session's delivery lock)."""
+        delay = self.reserve(key, max_wait_s=max_wait_s)
+        if delay > max_wait_s:
+            raise RetryLater(delay, f"pacing {key}")
+        if delay > 0:
+            await self._sleep(delay)
+
+
+class SlackPacing:
+    """The pacers one Slack frontend uses."""
+
+    def __init__(self) -> None:
+        self.posts = Pacer(interval_s=1.0, burst=4)  # per channel
+        self.updates = Pacer(interval_s=1.0, burst=20)  # per workspace: chat.update is Tier 3
