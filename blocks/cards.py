@@ -49,6 +49,7 @@ from blocks.limits import (
     SECTION_FIELDS,
     SECTION_TEXT,
     SELECT_OPTIONS,
+    escape_keeping_mentions,
     escape_mrkdwn,
     mrkdwn,
     one_line,
@@ -524,7 +525,8 @@ def refused_text(reason: str | None) -> str:
     why = one_line(reason or "")
     if not why:
         return ":no_entry: You can't answer this request."
-    return truncate_mrkdwn(f":no_entry: You can't answer this request: {escape_mrkdwn(why)}", SECTION_TEXT)
+    return truncate_mrkdwn(f":no_entry: You can't answer this request: {escape_keeping_mentions(why)}",
+                           SECTION_TEXT)
 
 
 def already_settled_text(outcome_label: str, decided_by: str | None) -> str:

@@ -98,6 +98,16 @@ def escape_mrkdwn(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+_USER_MENTION = re.compile(r"<@([UW][A-Z0-9]{1,30})>")
+
+
+def escape_keeping_mentions(text: str) -> str:
+    """``escape_mrkdwn`` for text that may name people: ``<@U123>`` mentions stay mentions (policies say
+    who may approve), any other ``<…>`` (links, broadcasts, markup) is shown as typed."""
+    parts = _USER_MENTION.split(text)  # text, user id, text, user id, …, text
+    return "".join(escape_mrkdwn(part) if i % 2 == 0 else f"<@{part}>" for i, part in enumerate(parts))
+
+
 def one_line(text: str) -> str:
     """Collapse whitespace and newlines, for summaries that must stay on one line."""
     return " ".join(text.split())

@@ -161,6 +161,12 @@ async def _external_ok(ctx: ResponseContext) -> bool:
         return False
 
 
+def _named(resource: str) -> str:
+    """How a person reads a resource: `refund_charge` for "tool:refund_charge"."""
+    kind, _, name = resource.partition(":")
+    return f"`{name}`" if kind == "tool" and name else f"`{resource}`"
+
+
 async def _check_list(ctx: ResponseContext, resource: str | None, *, required: int | None) -> ResponseDecision:
     responder = ctx.response.principal
     requester = ctx.request.principal
@@ -179,11 +185,12 @@ async def _check_list(ctx: ResponseContext, resource: str | None, *, required: i
         log.warning("approver list for %s in %s unreadable: %r", resource, team, exc)
         return rejected(STORE_DOWN)
     if listing is None or not listing.approvers:
-        return rejected(f"Nobody is set up to approve {resource} yet. A workspace admin can add approvers "
-                        "in the app's Home tab or with /approvers.")
+        return rejected(f"Nobody is set up to approve {_named(resource)} yet. A workspace admin can add "
+                        "approvers in the app's Home tab or with /approvers.")
     if _user(responder) not in listing.approvers:
-        names = ", ".join(f"<@{u}>" for u in listing.approvers[:5])
-        return rejected(f"Only the approvers for {resource} can answer this: {names}.")
+        names = " or ".join(f"<@{u}>" for u in listing.approvers[:5])
+        more = f" (or {len(listing.approvers) - 5} more on its list)" if len(listing.approvers) > 5 else ""
+        return rejected(f"Only {names}{more} can approve {_named(resource)}.")
     # the stricter of the tool's own rule and the workspace's setting wins
     return allowed(required=max(required or 1, listing.required_approvals))
 

@@ -444,6 +444,11 @@ def test_ephemeral_texts() -> None:
     )
     assert refused_text(None) == ":no_entry: You can't answer this request."
     assert len(refused_text("x" * 5000)) <= 3000
+    # a policy naming who may approve keeps its mentions; anything else in angle brackets is shown as typed
+    assert refused_text("Only <@U0BOB> or <@W0CAROL> can approve `refund`; <!channel> <https://x.io|x>") == (
+        ":no_entry: You can't answer this request: Only <@U0BOB> or <@W0CAROL> can approve `refund`; "
+        "&lt;!channel&gt; &lt;https://x.io|x&gt;"
+    )
 
 
 # --- freeform modal -------------------------------------------------------------------------

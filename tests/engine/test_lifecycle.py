@@ -177,6 +177,7 @@ async def test_cancel_turn_while_parked(redis):
     await say(runtime, "deploy prod")
     [req] = channel.requests()
     assert await runtime.cancel_turn(session().session_id, ALICE) is True
+    await runtime.wait_idle()  # the events reach the frontend through the outbox, after the commit
     assert runs == []
     [resolved] = channel.of("input.resolved")
     assert resolved.resolutions[0].request_id == req.request_id
@@ -304,6 +305,7 @@ async def test_cancel_turn_parked_on_the_session_limit(redis):
     await say(runtime, "work")
     [limit] = channel.requests()
     assert await runtime.cancel_turn(session().session_id, ALICE) is True
+    await runtime.wait_idle()
     assert channel.types()[-2:] == ["turn.cancelled", "session.waiting"]
     assert await request_status(store, limit.request_id) == "settled"
     assert len(model.requests) == 1
