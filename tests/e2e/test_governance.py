@@ -126,7 +126,7 @@ async def test_admin_saves_list_in_app_home_and_next_click_obeys_it(local_slack,
     ts, card = await mention_and_wait_for_card(local_slack, "pay acme")
     await local_slack.click(BOB, GENERAL, card.ts, button(card, "Approve"))
     refusal = await local_slack.wait_for(lambda: local_slack.ephemerals(BOB))
-    assert "Nobody is set up to approve tool:pay_vendor" in refusal[-1].text
+    assert "Nobody is set up to approve `pay_vendor`" in refusal[-1].text
     assert RUNS == []
 
     home = await open_home(local_slack, CAROL)
