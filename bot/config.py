@@ -12,6 +12,20 @@ class ConfigError(Exception):
     """A setting is missing or wrong; the message names the variable and the fix."""
 
 
+# The bot token's scopes, asked for at install; manifest.yml lists the same (tests/test_manifest.py)
+BOT_SCOPES = (
+    "app_mentions:read",  # app_mention events
+    "channels:history",  # threads in public channels the agent is part of
+    "groups:history",  # the same in private channels
+    "im:history",  # direct messages
+    "mpim:history",  # threads in group DMs
+    "chat:write",  # replies, cards, card updates, private notes
+    "commands",  # /approvers
+    "users:read",  # users.info: who is a workspace admin
+    "im:write",  # conversations.open: private notes for App Home clicks
+)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore")
 
@@ -21,11 +35,7 @@ class Settings(BaseSettings):
     slack_api_url: str = Field(default="https://slack.com/api/", alias="SLACK_API_URL")
     slack_client_id: str | None = Field(default=None, alias="SLACK_CLIENT_ID")
     slack_client_secret: str | None = Field(default=None, alias="SLACK_CLIENT_SECRET")
-    slack_scopes: str = Field(
-        default="app_mentions:read,channels:history,groups:history,im:history,chat:write,commands,users:read,"
-        "im:write,reactions:write",
-        alias="SLACK_SCOPES",
-    )
+    slack_scopes: str = Field(default=",".join(BOT_SCOPES), alias="SLACK_SCOPES")
     port: int = Field(default=3000, alias="PORT")
     host: str = Field(default="0.0.0.0", alias="HOST")
     redis_url: str | None = Field(default=None, alias="REDIS_URL")

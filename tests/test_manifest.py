@@ -43,3 +43,18 @@ def test_scopes_cover_every_web_api_method_the_code_calls():
         if method in needs:
             assert needs[method] in scopes, f"{method} needs {needs[method]}"
     assert "chat_postMessage" in used
+
+
+def test_the_code_asks_for_exactly_the_scopes_the_manifest_grants():
+    from bot.config import BOT_SCOPES, Settings
+
+    assert sorted(manifest()["oauth_config"]["scopes"]["bot"]) == sorted(BOT_SCOPES)
+    assert Settings(_env_file=None).slack_scopes.split(",") == list(BOT_SCOPES)  # type: ignore[call-arg]
+
+
+def test_group_dm_threads_are_heard_and_nothing_unused_is_asked_for():
+    scopes = set(manifest()["oauth_config"]["scopes"]["bot"])
+    assert "mpim:history" in scopes and "message.mpim" in manifest()["settings"]["event_subscriptions"]["bot_events"]
+    assert "reactions:write" not in scopes  # nothing adds reactions
+    usage = next(c["usage_hint"] for c in manifest()["features"]["slash_commands"] if c["command"] == "/approvers")
+    assert all(word in usage for word in ("list", "edit", "help"))
