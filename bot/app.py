@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.http_retry.builtin_async_handlers import (
@@ -35,6 +36,7 @@ from bot.tools import Tool, ToolRegistry
 from bot.turns import Runtime, RuntimeSettings
 from handlers.channel import SlackChannel
 from handlers.deps import SlackDeps
+from handlers.identity import installation_team
 from store.audit import AuditLog
 from store.audit_events import AuditChannel
 from store.client import RedisHandle, open_redis, ping
@@ -60,6 +62,22 @@ def slack_retry_handlers(*, wait_on_rate_limits: bool = True) -> list[Any]:
     if wait_on_rate_limits:
         handlers.insert(0, AsyncRateLimitErrorRetryHandler(max_retry_count=3))
     return handlers
+
+
+def _workspace_recorder(installations: Any) -> Any:
+    """A Bolt middleware noting, once per process and workspace, which org a workspace belongs to and
+    whether the app is installed org-wide, from the verified request (see ``client_for``)."""
+    seen: set[tuple[str, str | None, bool]] = set()
+
+    async def remember_workspace(body: dict[str, Any], context: Any, next: Any) -> None:  # noqa: A002
+        # the workspace as our sessions name it (an org-wide install's authorization has no team)
+        key = (installation_team(body), context.enterprise_id, bool(context.is_enterprise_install))
+        if key[0] and key not in seen:
+            await installations.async_remember_workspace(*key)
+            seen.add(key)
+        await next()
+
+    return remember_workspace
 
 
 def build_model(settings: Settings) -> ChatModel:
@@ -164,13 +182,16 @@ async def _start(
         stack.push_async_callback(local.stop)
         api_url, token = local.api_url, BOT_TOKEN
 
-    client = AsyncWebClient(token=token, base_url=api_url, retry_handlers=slack_retry_handlers())
+    # one connection pool for every Slack call (without it slack_sdk opens a session per call)
+    http = aiohttp.ClientSession()
+    stack.push_async_callback(http.close)
+    client = AsyncWebClient(token=token, base_url=api_url, session=http, retry_handlers=slack_retry_handlers())
     oauth = None
     if settings.slack_client_id:
         from handlers.oauth import oauth_settings
 
         oauth = oauth_settings(settings, redis.client)
-        client = AsyncWebClient(base_url=api_url, retry_handlers=slack_retry_handlers())
+        client = AsyncWebClient(base_url=api_url, session=http, retry_handlers=slack_retry_handlers())
     slack = AsyncApp(
         client=client,
         signing_secret=secret,
@@ -183,17 +204,21 @@ async def _start(
     )
 
     delivery_client = AsyncWebClient(token=client.token, base_url=api_url, timeout=DELIVERY_TIMEOUT_S,
-                                     retry_handlers=slack_retry_handlers(wait_on_rate_limits=False))
+                                     session=http, retry_handlers=slack_retry_handlers(wait_on_rate_limits=False))
 
     async def client_for(team_id: str | None, *, delivery: bool = False) -> AsyncWebClient:
         if oauth is None:
             return delivery_client if delivery else client
-        bot = await oauth.installation_store.async_find_bot(enterprise_id=None, team_id=team_id)
+        # found as Bolt's authorize finds it: the workspace's own install or its org's org-wide one
+        bot = await oauth.installation_store.async_find_bot_for_workspace(team_id)
         if bot is None:
             raise LookupError(f"no installation for workspace {team_id}")
-        return AsyncWebClient(token=bot.bot_token, base_url=api_url,
+        return AsyncWebClient(token=bot.bot_token, base_url=api_url, session=http,
                               **({"timeout": DELIVERY_TIMEOUT_S} if delivery else {}),
                               retry_handlers=slack_retry_handlers(wait_on_rate_limits=not delivery))
+
+    if oauth is not None:
+        slack.middleware(_workspace_recorder(oauth.installation_store))
 
     async def delivery_client_for(team_id: str | None) -> AsyncWebClient:
         return await client_for(team_id, delivery=True)

@@ -113,6 +113,8 @@ class RedisInstallationStore(AsyncInstallationStore):
         return self.key(enterprise_id, None if is_enterprise_install else team_id)
 
     async def async_save(self, installation: Installation) -> None:
+        if installation.team_id and not installation.is_enterprise_install:
+            await self.async_remember_workspace(installation.team_id, installation.enterprise_id, False)
         key = self.key(installation.enterprise_id, installation.team_id)
         entity = _to_json(installation)
         fields = {_LATEST: entity, f"{_USER_PREFIX}{_checked_id(installation.user_id)}": entity}
@@ -155,6 +157,36 @@ class RedisInstallationStore(AsyncInstallationStore):
         if raw_bot is not None:
             _overlay_bot(installation, Bot(**json.loads(raw_bot)))
         return installation
+
+    # which org a workspace belongs to, and whether the app is installed org-wide there ------------
+
+    def _directory_key(self) -> str:
+        return ":".join([KEY_PREFIX, "{inst:directory}", "workspaces", *([self.client_id] if self.client_id else [])])
+
+    async def async_remember_workspace(
+        self, team_id: str, enterprise_id: str | None, is_enterprise_install: bool
+    ) -> None:
+        """Note what a verified request said about a workspace, so that calls made later with only its
+        team id (cards, replies, App Home) find the installation as Bolt's authorize does."""
+        value = json.dumps({"enterprise_id": enterprise_id, "is_enterprise_install": is_enterprise_install})
+        await self._redis.hset(self._directory_key(), _checked_id(team_id), value)
+
+    async def async_workspace(self, team_id: str) -> tuple[str | None, bool] | None:
+        """(enterprise id, installed org-wide) as last seen for ``team_id``; None if never seen."""
+        raw = await self._redis.hget(self._directory_key(), _checked_id(team_id))
+        if raw is None:
+            return None
+        seen = json.loads(raw)
+        return seen.get("enterprise_id"), bool(seen.get("is_enterprise_install"))
+
+    async def async_find_bot_for_workspace(self, team_id: str | None) -> Bot | None:
+        """The bot serving ``team_id``: its own install, or its org's org-wide install (Enterprise Grid)."""
+        if team_id is None:
+            return None
+        seen = await self.async_workspace(team_id)
+        enterprise_id, org_wide = seen if seen is not None else (None, False)
+        return await self.async_find_bot(enterprise_id=enterprise_id, team_id=team_id,
+                                         is_enterprise_install=org_wide)
 
     async def async_delete_bot(self, *, enterprise_id: str | None, team_id: str | None) -> None:
         await self._redis.hdel(self.key(enterprise_id, team_id), _BOT)

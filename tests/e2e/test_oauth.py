@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
+from slack_sdk.oauth.installation_store.models.installation import Installation
 
 from bot.models.scripted import ScriptedModel, say
 from handlers.oauth import authorize_url
+from localslack.seed import ALICE, BOT_TOKEN, BOT_USER_ID, GENERAL, TEAM_ID
 from localslack.server import DEFAULT_CLIENT_ID, DEFAULT_CLIENT_SECRET
 from store.installations import RedisInstallationStore
 
@@ -73,3 +76,74 @@ async def test_install_with_an_unknown_state_stores_nothing(local_slack, start_a
     assert local_slack.calls_to("oauth.v2.access") == []
     store = RedisInstallationStore(redis, client_id=DEFAULT_CLIENT_ID)
     assert await store.async_find_bot(enterprise_id=None, team_id=NEW_TEAM) is None
+
+
+async def install_through_oauth(local_slack, bot) -> None:
+    """The consent dance of the test above, condensed: the new workspace installs the app."""
+    async with aiohttp.ClientSession() as browser:
+        async with browser.get(f"{bot.url}/slack/install", allow_redirects=False) as install:
+            location, cookie = install.headers["Location"], install.cookies["slack-app-oauth-state"]
+        state = parse_qs(urlsplit(location).query)["state"][0]
+        code = local_slack.issue_oauth_code(NEW_TEAM, user_id=NEWBIE)
+        async with browser.get(f"{bot.url}/slack/oauth_redirect?code={code}&state={state}",
+                               headers={"Cookie": f"{cookie.key}={cookie.value}"}) as done:
+            assert done.status == 200, await done.text()
+
+
+async def send_event(local_slack, event: dict) -> int:
+    envelope = {"type": "event_callback", "team_id": NEW_TEAM, "api_app_id": "A0LOCAL", "event_id": f"Ev{event['type']}",
+                "event_time": 1, "event": event,
+                "authorizations": [{"team_id": NEW_TEAM, "user_id": "U0NEWBOT", "is_bot": True,
+                                    "enterprise_id": None, "is_enterprise_install": False}]}
+    body = json.dumps(envelope).encode()
+    result = await local_slack.deliver_raw(body, {"Content-Type": "application/json", **local_slack.sign(body)})
+    return result.status
+
+
+async def test_uninstall_removes_the_installation_and_says_so(local_slack, start_app, redis, caplog):
+    local_slack.add_team(NEW_TEAM, "New Co", NEW_TOKEN)
+    local_slack.add_user(NEWBIE, "newbie", team_id=NEW_TEAM)
+    bot = await start_app(ScriptedModel([]), [], **OAUTH)
+    await install_through_oauth(local_slack, bot)
+    store = RedisInstallationStore(redis, client_id=DEFAULT_CLIENT_ID)
+    assert await store.async_find_bot(enterprise_id=None, team_id=NEW_TEAM) is not None
+
+    assert await send_event(local_slack, {"type": "app_uninstalled"}) == 200
+    assert await store.async_find_bot(enterprise_id=None, team_id=NEW_TEAM) is None
+    assert await store.async_find_installation(enterprise_id=None, team_id=NEW_TEAM) is None
+    assert any("uninstalled from workspace T0NEW" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_revoked_bot_token_is_forgotten(local_slack, start_app, redis, caplog):
+    local_slack.add_team(NEW_TEAM, "New Co", NEW_TOKEN)
+    local_slack.add_user(NEWBIE, "newbie", team_id=NEW_TEAM)
+    bot = await start_app(ScriptedModel([]), [], **OAUTH)
+    await install_through_oauth(local_slack, bot)
+    store = RedisInstallationStore(redis, client_id=DEFAULT_CLIENT_ID)
+    assert await send_event(local_slack, {"type": "tokens_revoked", "tokens": {"bot": ["U0NEWBOT"]}}) == 200
+    assert await store.async_find_bot(enterprise_id=None, team_id=NEW_TEAM) is None
+    assert any("revoked tokens of workspace T0NEW" in r.getMessage() for r in caplog.records)
+
+
+async def test_an_org_wide_install_answers_in_every_workspace_of_the_org(local_slack, start_app, redis):
+    """Enterprise Grid: the installation is stored under the org (no team); cards and replies for a
+    workspace of the org must find it the way Bolt's authorize does, not by the team alone."""
+    bot = await start_app(ScriptedModel([say("hello from the org install")]), [], **OAUTH)
+    store = RedisInstallationStore(redis, client_id=DEFAULT_CLIENT_ID)
+    await store.async_save(Installation(
+        app_id="A0LOCAL", enterprise_id="E0ORG", team_id=None, is_enterprise_install=True, user_id=ALICE,
+        bot_token=BOT_TOKEN, bot_id="B0LOCAL", bot_user_id=BOT_USER_ID, bot_scopes=["chat:write"]))
+    envelope = {
+        "type": "event_callback", "team_id": TEAM_ID, "enterprise_id": "E0ORG", "api_app_id": "A0LOCAL",
+        "event_id": "Ev0ORGWIDE", "event_time": 1, "is_ext_shared_channel": False,
+        "authorizations": [{"enterprise_id": "E0ORG", "team_id": None, "user_id": BOT_USER_ID, "is_bot": True,
+                            "is_enterprise_install": True}],
+        "event": {"type": "app_mention", "user": ALICE, "text": f"<@{BOT_USER_ID}> hi", "ts": "1767225600.000100",
+                  "channel": GENERAL, "event_ts": "1767225600.000100", "team": TEAM_ID},
+    }
+    body = json.dumps(envelope).encode()
+    answer = await local_slack.deliver_raw(body, {"Content-Type": "application/json", **local_slack.sign(body)})
+    assert answer.status == 200
+    await bot.runtime.wait_idle()
+    posts = [c for c in local_slack.calls_to("chat.postMessage") if "hello from the org install" in str(c.params)]
+    assert posts and posts[0].ok and posts[0].token == BOT_TOKEN, [c.response for c in local_slack.calls]
