@@ -36,6 +36,7 @@ from bot.protocol import InputResponse, RequestRecord, UnknownRequest
 from bot.turns import AnswerResult
 from handlers.deps import SlackDeps
 from handlers.identity import interaction_principal
+from handlers.notes import tell_privately
 
 log = logging.getLogger(__name__)
 
@@ -162,17 +163,15 @@ def _settled_text(record: RequestRecord) -> str:
 
 
 async def _tell(client: Any, body: dict[str, Any], user_id: str | None, record: RequestRecord | None, text: str) -> None:
-    """A private note to the clicker, in the thread the card lives in (or as a DM from App Home)."""
+    """A private note to the clicker, in the thread the card lives in; as a direct message when they
+    clicked in App Home or cannot see that channel (an ephemeral there would never reach them)."""
     if not user_id:
         return
-    channel = (body.get("channel") or {}).get("id") or (record.channel.get("channel_id") if record else None)
-    thread_ts = ((body.get("message") or {}).get("thread_ts")
-                 or (record.channel.get("thread_ts") if record else None) or None)
+    from_home = (body.get("view") or {}).get("type") == "home"
+    channel = None if from_home else (
+        (body.get("channel") or {}).get("id") or (record.channel.get("channel_id") if record else None))
+    thread_ts = (body.get("message") or {}).get("thread_ts") or (record.channel.get("thread_ts") if record else None)
     try:
-        if channel:
-            await client.chat_postEphemeral(channel=channel, user=user_id, thread_ts=thread_ts, text=text)
-        else:
-            dm = await client.conversations_open(users=user_id)
-            await client.chat_postMessage(channel=dm["channel"]["id"], text=text)
+        await tell_privately(client, user_id, text, channel=channel, thread_ts=thread_ts)
     except Exception:  # noqa: BLE001 - a note that cannot be shown must not break the click
         log.warning("could not tell %s: %s", user_id, text, exc_info=True)

@@ -36,6 +36,7 @@ from bot.protocol import (
     TurnFailed,
 )
 from bot.session import SessionRef
+from handlers.notes import tell_privately
 from handlers.pacing import SlackPacing
 from store.sessions import SessionStore
 
@@ -216,12 +217,8 @@ class SlackChannel:
         user = event.responder.slack_user_id if event.responder else None
         if event.outcome in ("rejected", "failed") and user:
             client = await self.client_for(session.team_id)
-            await client.chat_postEphemeral(
-                channel=session.channel["channel_id"],
-                user=user,
-                thread_ts=session.channel.get("thread_ts") or None,
-                text=refused_text(event.reason),
-            )
+            await tell_privately(client, user, refused_text(event.reason), channel=session.channel["channel_id"],
+                                 thread_ts=session.channel.get("thread_ts"))
         elif event.outcome == "pending" and event.approvals > 0:
             record = await self.store.get_request(event.request_id)
             card = await self._card(session, event.request_id)

@@ -16,7 +16,7 @@ from bot.models.scripted import ScriptedModel, call, say
 from bot.principals import APP_PRINCIPAL
 from bot.session import SessionRef, slack_session_id
 from bot.tools import ToolContext, tool
-from localslack.seed import ALICE, BOB, CAROL, DAVE, ERIN, GENERAL, TEAM_ID
+from localslack.seed import ALICE, BOB, BOT_USER_ID, CAROL, DAVE, ERIN, GENERAL, TEAM_ID
 from store.audit import AuditLog
 from store.policies import Rule
 from tests.e2e.test_approval_flow import button, card_in, mention_and_wait_for_card
@@ -466,3 +466,23 @@ async def test_admin_check_fails_closed_when_slack_cannot_say(local_slack, start
     assert len(await audit_entries(bot, "policy.refused")) == 1
     await local_slack.slash_command(CAROL, "/approvers", "edit")  # Slack answers again
     await local_slack.wait_for(lambda: local_slack.open_views(CAROL))
+
+
+async def test_a_refusal_in_app_home_reaches_someone_outside_the_channel_by_direct_message(local_slack, start_app):
+    RUNS.clear()
+    bot = await start_app(script("pay_vendor", target="hooli"), ALL_TOOLS)
+    local_slack.add_channel("C0PRIVATE", "deals", members=[ALICE, BOT_USER_ID])  # bob is not in it
+    await governance(bot).policies.set_approvers(TEAM_ID, "tool:pay_vendor", [BOB], actor="test")
+    ts, _ = await local_slack.post_message(ALICE, "C0PRIVATE", f"<@{BOT_USER_ID}> pay hooli")
+    await local_slack.wait_for(lambda: any(b.get("type") == "actions" for m in
+                                           local_slack.messages("C0PRIVATE", thread_ts=ts) for b in m.blocks or []))
+    bob = await open_home(local_slack, BOB)
+    approve = next(e for e in elements(bob.blocks) if e.get("type") == "button" and e["text"]["text"] == "Approve")
+    # bob leaves the list while his Home still shows the request: his click there is refused
+    await governance(bot).policies.set_approvers(TEAM_ID, "tool:pay_vendor", [CAROL], actor="test")
+    await local_slack.click_in_view(BOB, bob.id, approve["action_id"])
+    [opened] = await local_slack.wait_for(lambda: local_slack.calls_to("conversations.open"))
+    dm = opened.response["channel"]["id"]
+    note = await local_slack.wait_for_message(dm, predicate=lambda m: "can't answer" in m.text)
+    assert f"<@{CAROL}>" in note.text  # and who may approve instead
+    assert RUNS == []
