@@ -1,8 +1,10 @@
-"""The ``/approvers`` surface: a modal to edit every tool's approver list, and a text summary.
+"""The ``/approvers`` surface: the editor modal, a read-only modal, notices, and a text summary.
 
-Submitting the modal (callback ``approvers_edit``) gives one ``approvers:<tool_name>`` input block
-per tool with a ``users`` multi-users select; :func:`blocks.actions.decode_approvers_submission`
-turns its state into ``{tool_name: [user ids]}``.
+``/approvers`` opens :func:`loading_modal` at once and then replaces it with :func:`approvers_modal`
+(admins), :func:`approvers_list_modal` (everyone else) or a :func:`notice_modal` (a refusal, a
+failure). Submitting the editor (callback ``approvers_edit``) gives one ``approvers:<tool_name>``
+input block per tool with a ``users`` multi-users select;
+:func:`blocks.actions.decode_approvers_submission` turns its state into ``{tool_name: [user ids]}``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from slack_sdk.models.views import View
 from blocks import actions as ids
 from blocks.home import EMPTY_TOOLS, ToolPolicyView, approvals_needed_text, approver_names, tool_line
 from blocks.limits import (
+    CONTEXT_TEXT,
     ELLIPSIS,
     INPUT_HINT,
     INPUT_LABEL,
@@ -37,6 +40,7 @@ from blocks.limits import (
 
 MODAL_TITLE = "Approver lists"
 LABEL_CHARS = 150  # long labels wrap badly; the description goes into the hint
+LOADING_TEXT = ":hourglass_flowing_sand: Loading…"
 
 
 def _hint(policy: ToolPolicyView) -> str:
@@ -65,17 +69,10 @@ def _input(policy: ToolPolicyView) -> InputBlock:
     )
 
 
-def approvers_modal(tool_policies: Sequence[ToolPolicyView]) -> dict:
-    """The ``/approvers`` modal: one multi-users select per tool, submit "Save"."""
+def approvers_modal(tool_policies: Sequence[ToolPolicyView], *, empty_text: str = EMPTY_TOOLS) -> dict:
+    """The ``/approvers`` editor: one multi-users select per tool, submit "Save"."""
     if not tool_policies:
-        view = View(
-            type="modal",
-            callback_id=ids.APPROVERS_CALLBACK_ID,
-            title=PlainTextObject(text=MODAL_TITLE),
-            close=PlainTextObject(text="Close"),
-            blocks=[SectionBlock(block_id="approvers-empty", text=MarkdownTextObject(text=EMPTY_TOOLS))],
-        )
-        return view.to_dict()
+        return notice_modal(empty_text, block_id="approvers-empty")
     intro = ContextBlock(
         block_id="approvers-intro",
         elements=[
@@ -87,17 +84,7 @@ def approvers_modal(tool_policies: Sequence[ToolPolicyView]) -> dict:
         room -= 1  # the "more" note
     blocks: list[Block] = [intro, *(_input(policy) for policy in tool_policies[:room])]
     if len(tool_policies) > room:
-        blocks.append(
-            ContextBlock(
-                block_id="approvers-more",
-                elements=[
-                    MarkdownTextObject(
-                        text=f"{ELLIPSIS} showing {room} of {len(tool_policies)} tools; "
-                        "the others keep their lists."
-                    )
-                ],
-            )
-        )
+        blocks.append(_more_note(room, len(tool_policies), "the others keep their lists."))
     view = View(
         type="modal",
         callback_id=ids.APPROVERS_CALLBACK_ID,
@@ -107,6 +94,61 @@ def approvers_modal(tool_policies: Sequence[ToolPolicyView]) -> dict:
         blocks=blocks,
     )
     return view.to_dict()
+
+
+def approvers_list_modal(
+    tool_policies: Sequence[ToolPolicyView], notes: Sequence[str] = (), *, empty_text: str = EMPTY_TOOLS
+) -> dict:
+    """Who approves each tool, read-only (``/approvers`` for people who may not edit): one section per
+    tool, then ``notes`` (mrkdwn lines, e.g. who can change the lists)."""
+    if not tool_policies:
+        return notice_modal(empty_text, block_id="approvers-empty")
+    room = VIEW_BLOCKS - (1 if notes else 0)
+    if len(tool_policies) > room:
+        room -= 1  # the "more" note
+    blocks: list[Block] = [
+        SectionBlock(
+            block_id=f"approvers-tool:{n}",
+            text=MarkdownTextObject(
+                text=mrkdwn(f"{tool_line(policy)}\n{approver_names(policy)}", SECTION_TEXT)
+            ),
+        )
+        for n, policy in enumerate(tool_policies[:room])
+    ]
+    if len(tool_policies) > room:
+        blocks.append(_more_note(room, len(tool_policies), "ask an admin about the others."))
+    if notes:
+        blocks.append(
+            ContextBlock(
+                block_id="approvers-notes",
+                elements=[MarkdownTextObject(text=mrkdwn("\n".join(notes), CONTEXT_TEXT))],
+            )
+        )
+    return _closable(blocks)
+
+
+def notice_modal(text: str, *, block_id: str = "approvers-notice") -> dict:
+    """A modal that only says ``text`` (mrkdwn): a refusal, a failure, an empty state."""
+    section = SectionBlock(block_id=block_id, text=MarkdownTextObject(text=mrkdwn(text, SECTION_TEXT)))
+    return _closable([section])
+
+
+def loading_modal() -> dict:
+    """What ``/approvers`` opens at once (a trigger_id lasts 3 s); updated when the lists are read."""
+    return notice_modal(LOADING_TEXT, block_id="approvers-loading")
+
+
+def _closable(blocks: Sequence[Block]) -> dict:
+    view = View(type="modal", title=PlainTextObject(text=MODAL_TITLE), close=PlainTextObject(text="Close"),
+                blocks=list(blocks))
+    return view.to_dict()
+
+
+def _more_note(shown: int, total: int, rest: str) -> ContextBlock:
+    return ContextBlock(
+        block_id="approvers-more",
+        elements=[MarkdownTextObject(text=f"{ELLIPSIS} showing {shown} of {total} tools; {rest}")],
+    )
 
 
 def approvers_list_text(policies: Sequence[ToolPolicyView], limit: int = SECTION_TEXT) -> str:
@@ -120,7 +162,7 @@ def approvers_list_text(policies: Sequence[ToolPolicyView], limit: int = SECTION
         rest = len(policies) - n - 1
         tail = 60 if rest else 0  # room for the "and N more" line
         if used + 1 + len(line) + tail > limit:
-            lines.append(f"{ELLIPSIS} and {len(policies) - n} more tools — see the App Home.")
+            lines.append(f"{ELLIPSIS} and {len(policies) - n} more tools — `/approvers` shows them all.")
             break
         lines.append(line)
         used += 1 + len(line)

@@ -267,11 +267,12 @@ def _wire_governance(deps: SlackDeps, redis: RedisHandle, client_for: Any, regis
     """App Home, /approvers, approver lists and the audit log, when that part is installed."""
     try:
         from handlers.governance import Governance
+        from handlers.home import HomeRefresh
     except ImportError:
         return
     deps.governance = Governance.create(deps, redis.client, client_for, registry)
     # open App Homes follow requests as they appear and settle
-    deps.runtime.channel = FanoutChannel(deps.runtime.channel, deps.governance.home_channel())
+    deps.runtime.channel = FanoutChannel(deps.runtime.channel, HomeRefresh(deps.governance))
 
 
 async def _recovery_loop(runtime: Runtime, interval: float) -> None:

@@ -1,10 +1,14 @@
-"""Bolt listeners, one group per Slack feature; each group has ``register(app, deps)``."""
+"""Bolt listeners, one group per Slack feature; each group has ``register(app, deps)``.
+
+Governance's surfaces (App Home, ``/approvers``) register with the ``Governance`` they show; they
+import ``handlers.governance``, which imports neither of them (tests/test_handlers_imports.py).
+"""
 
 from __future__ import annotations
 
 from slack_bolt.async_app import AsyncApp
 
-from handlers import answers, events, fallback, installs
+from handlers import answers, commands, events, fallback, home, installs
 from handlers.deps import SlackDeps
 
 
@@ -13,5 +17,6 @@ def register(app: AsyncApp, deps: SlackDeps) -> None:
     answers.register(app, deps)
     installs.register(app)
     if deps.governance is not None:
-        deps.governance.register(app)
+        home.register(app, deps.governance)
+        commands.register(app, deps.governance)
     fallback.register(app)

@@ -6,6 +6,11 @@ An admin is a person of the installation's workspace whose ``users.info`` says `
 wrong (Slack error, timeout, a person from another workspace) means *not an admin*: we fail closed
 and log why. Answers are cached in the process for a short while (60 s) so App Home and
 ``/approvers`` do not call Slack on every click; a demoted admin loses rights within that time.
+
+Listeners must not wait on Slack before their ack (issue 8): they use :meth:`AdminCheck.cached_admin`
+(no Slack call) or :meth:`AdminCheck.admin_status` with a ``within`` budget, and tell "could not
+check" (``None``) apart from "not an admin" (``False``). One lookup per person runs at a time; one
+cut short by a budget carries on and fills the cache, so asking again soon gets the answer.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 log = logging.getLogger(__name__)
 
 CACHE_SECONDS = 60.0
-LOOKUP_TIMEOUT_SECONDS = 2.0  # users.info runs before acks: keep well inside Slack's 3 s
+LOOKUP_TIMEOUT_SECONDS = 2.0  # one users.info, Slack's retries included: a slow Slack fails closed
 GONE_ERRORS = {"user_not_found", "users_not_found"}
 
 ClientFor = Callable[[str | None], Awaitable[AsyncWebClient]]
@@ -78,31 +83,70 @@ class AdminCheck:
         self._ttl = ttl
         self._clock = clock
         self._cache: dict[tuple[str, str], tuple[float, SlackUser]] = {}
+        self._inflight: dict[tuple[str, str], asyncio.Future[SlackUser]] = {}
 
     async def is_admin(self, team_id: str | None, user_id: str | None) -> bool:
+        """Whether Slack (or ``BOT_ADMINS``) says ``user_id`` is an admin here; False if it could not say."""
+        return await self.admin_status(team_id, user_id) is True
+
+    async def admin_status(
+        self, team_id: str | None, user_id: str | None, *, within: float | None = None
+    ) -> bool | None:
+        """True or False as :meth:`is_admin`, or None when Slack could not say (an error, a timeout, or no
+        answer within ``within`` seconds). A lookup cut short by ``within`` goes on in the background."""
+        if not team_id or not user_id:
+            return False
+        known = self.cached_admin(team_id, user_id)
+        if known is not None:
+            return known
+        try:
+            user = await asyncio.wait_for(self.user(team_id, user_id), within)
+        except TimeoutError:
+            log.warning("could not tell within %ss whether %s in %s is an admin", within, user_id, team_id)
+            return None
+        if user.state == "unknown":
+            log.warning("could not tell whether %s in %s is an admin: users.info failed", user_id, team_id)
+            return None
+        return self._verdict(team_id, user)
+
+    def cached_admin(self, team_id: str | None, user_id: str | None) -> bool | None:
+        """The answer when it needs no Slack call (``BOT_ADMINS`` or a fresh cache entry), else None."""
         if not team_id or not user_id:
             return False
         if user_id in self.bot_admins:
             return True
-        user = await self.user(team_id, user_id)
+        cached = self._cache.get((team_id, user_id))
+        if cached is None or cached[0] <= self._clock():
+            return None
+        return self._verdict(team_id, cached[1])
+
+    @staticmethod
+    def _verdict(team_id: str, user: SlackUser) -> bool:
         if user.state != "active":
-            if user.state == "unknown":
-                log.warning("treating %s in %s as not an admin: users.info failed", user_id, team_id)
-            return False
+            return False  # deleted or missing people are nobody's admins
         if not user.belongs_to(team_id):
             return False  # an admin of a Slack Connect partner is no admin here
         return user.is_admin
 
     async def user(self, team_id: str, user_id: str) -> SlackUser:
-        """What Slack says about ``user_id`` (cached; ``state="unknown"`` when Slack could not say)."""
+        """What Slack says about ``user_id`` (cached; ``state="unknown"`` when Slack could not say).
+
+        Concurrent callers share one ``users.info`` call (a burst of clicks by one person asks once)."""
         key = (team_id, user_id)
         cached = self._cache.get(key)
-        now = self._clock()
-        if cached is not None and cached[0] > now:
+        if cached is not None and cached[0] > self._clock():
             return cached[1]
+        lookup = self._inflight.get(key)
+        if lookup is None:
+            lookup = asyncio.ensure_future(self._remember(team_id, user_id))
+            self._inflight[key] = lookup
+            lookup.add_done_callback(lambda _: self._inflight.pop(key, None))
+        return await asyncio.shield(lookup)  # a caller that gives up must not cancel the others' lookup
+
+    async def _remember(self, team_id: str, user_id: str) -> SlackUser:
         user = await self._lookup(team_id, user_id)
         if user.state != "unknown":  # failures are retried on the next call, not remembered
-            self._cache[key] = (now + self._ttl, user)
+            self._cache[(team_id, user_id)] = (self._clock() + self._ttl, user)
         return user
 
     async def users(self, team_id: str, user_ids: Iterable[str]) -> dict[str, SlackUser]:

@@ -1,9 +1,15 @@
 """``/approvers``: see who approves each tool; admins edit the lists in a modal.
 
-- ``/approvers`` — admins get the editor modal; everyone else gets the list (privately).
-- ``/approvers list`` — the list, for everyone.
-- ``/approvers edit`` — the editor for admins; a private refusal (and an audit entry) for others.
-- ``/approvers help`` — usage.
+- ``/approvers`` — a modal: the editor for admins, the lists read-only for everyone else.
+- ``/approvers list`` — the lists as a private message, for everyone.
+- ``/approvers edit`` — the editor for admins; a refusal (and an audit entry) for others.
+- ``/approvers help`` (or any other word) — usage.
+
+Slack's answer never waits on Slack (issue 8; Bolt answers when the listener returns): the command is
+acknowledged at once, then a background task opens a "Loading…" modal with the command's trigger_id
+(valid for 3 s, so that goes first), asks Slack whether the person is an admin, reads the lists and
+updates the modal. When the modal cannot be opened the same content goes out as a private message
+through the command's response_url; when that fails too, the failure is only logged.
 
 Saving the modal (callback ``approvers_edit``) replaces every list shown in it at once; each change
 is audited by the policy store. A non-admin submitting it (e.g. demoted while it was open) is refused
@@ -12,17 +18,27 @@ and nothing changes.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from slack_bolt.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError
 
 from blocks.actions import APPROVERS_CALLBACK_ID, approvers_block_id, decode_approvers_submission
-from blocks.approvers import approvers_list_text, approvers_modal
+from blocks.approvers import (
+    approvers_list_modal,
+    approvers_list_text,
+    approvers_modal,
+    loading_modal,
+    notice_modal,
+)
+from blocks.home import ToolPolicyView
+from bot.principals import Principal
+from handlers.governance import ADMIN_CHECK_FAILED, Governance
+from handlers.home import republish
 from handlers.identity import command_principal, interaction_principal
-
-if TYPE_CHECKING:
-    from handlers.governance import Governance
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +56,17 @@ NO_TOOLS_NEXT = (
 ADMIN_NEXT = "Change them with `/approvers edit` or in the app's Home tab."
 MEMBER_NEXT = "Only workspace admins can change who approves; ask one of them if a list is wrong."
 UNSET_NEXT = "Tools marked _no approvers set_ can't be approved by anyone on their list yet."
+UNCHECKED_NEXT = f"{ADMIN_CHECK_FAILED.removesuffix('.')} to edit the lists."
 REFUSED_EDIT = ":no_entry: Only workspace admins can change who approves. Nothing was changed. " \
                "See the current lists with `/approvers list`."
+UNCHECKED_EDIT = f":warning: {ADMIN_CHECK_FAILED} Nothing was changed."
+UNREADABLE = "Approver lists can't be read right now. Try again in a minute."
+EDITOR_FAILED = "The editor couldn't be opened just now; try again in a minute."
+# A view_submission must carry its errors in the ack: the admin check may take this long of Slack's 3 s
+# (saving the lists, a few Redis writes, needs the rest). A lookup cut short finishes in the background,
+# so trying again moments later finds the answer in the cache.
+SUBMIT_ADMIN_CHECK_SECONDS = 1.5
+RESPOND_TIMEOUT_SECONDS = 10.0
 
 
 def register(app: AsyncApp, gov: Governance) -> None:
@@ -55,51 +80,140 @@ def register(app: AsyncApp, gov: Governance) -> None:
     app.view(APPROVERS_CALLBACK_ID)(on_submit)
 
 
+@dataclass(frozen=True)
+class Invocation:
+    """One run of ``/approvers``: who ran it, the subcommand, and where to answer."""
+
+    principal: Principal
+    team: str
+    user: str
+    sub: str  # "", "list" or "edit"
+    trigger_id: str | None
+    client: Any
+    respond: Any
+
+
 async def handle_command(gov: Governance, ack: Any, body: dict[str, Any], client: Any, respond: Any) -> None:
+    """Acknowledge at once (usage text in the ack); everything that asks Slack runs after it."""
     principal = command_principal(body)
     if principal is None or principal.team_id is None or principal.slack_user_id is None:
         await ack(text="I couldn't tell who you are; try again from Slack.")
         return
-    team, user = principal.team_id, principal.slack_user_id
     words = (body.get("text") or "").strip().lower().split()
     sub = words[0] if words else ""
     if sub not in ("", "list", "edit"):
         await ack(text=USAGE)
         return
-    is_admin = await gov.admins.is_admin(team, user)
-    if sub == "edit" and not is_admin:
-        await gov.refuse(team, principal, "approvers", via=COMMAND)
-        await ack(text=REFUSED_EDIT)
-        return
-    if sub in ("", "edit") and is_admin:
-        await ack()
-        try:
-            policies = await gov.tool_policies(team)
-            await client.views_open(trigger_id=body.get("trigger_id"), view=approvers_modal(policies))
-        except Exception:  # noqa: BLE001 - fall back to the list, privately, with the reason
-            log.exception("could not open the approvers editor for %s in %s", user, team)
-            await respond(text="The editor couldn't be opened just now; try again in a minute.\n"
-                               + await list_text(gov, team, is_admin), response_type="ephemeral")
-        return
-    await ack(text=await list_text(gov, team, is_admin))
+    run = Invocation(principal=principal, team=principal.team_id, user=principal.slack_user_id, sub=sub,
+                     trigger_id=body.get("trigger_id"), client=client, respond=respond)
+    await ack()
+    work = send_list(gov, run) if sub == "list" else show_modal(gov, run)
+    gov.deps.runtime.spawn(work, what=f"{COMMAND} {sub or 'modal'} for {run.user}")
 
 
-async def list_text(gov: Governance, team: str, is_admin: bool) -> str:
+async def send_list(gov: Governance, run: Invocation) -> None:
+    admin, policies = await asyncio.gather(
+        gov.admins.admin_status(run.team, run.user), read_policies(gov, run.team)
+    )
+    await reply(run, list_text(policies, admin))
+
+
+async def show_modal(gov: Governance, run: Invocation) -> None:
+    """Open "Loading…" first (the trigger lasts 3 s), decide meanwhile, then show the answer in it."""
+    view_id, admin = await asyncio.gather(open_loading(run), gov.admins.admin_status(run.team, run.user))
+    modal, text = await answer(gov, run, admin)
+    if view_id is not None and await update_modal(run, view_id, modal):
+        return
+    await reply(run, text)
+
+
+async def answer(gov: Governance, run: Invocation, admin: bool | None) -> tuple[dict, str]:
+    """The modal to show, and the same as a private message for when no modal can be shown."""
+    if run.sub == "edit" and admin is not True:
+        unsure = {"reason": "admin check failed"} if admin is None else {}
+        await gov.refuse(run.team, run.principal, "approvers", via=COMMAND, **unsure)
+        text = REFUSED_EDIT if admin is False else UNCHECKED_EDIT
+        return notice_modal(text), text
+    policies = await read_policies(gov, run.team)
+    if policies is None:
+        return notice_modal(UNREADABLE), UNREADABLE
+    text = list_text(policies, admin)
+    if admin:
+        return approvers_modal(policies, empty_text=NO_TOOLS_NEXT), f"{EDITOR_FAILED}\n{text}"
+    return approvers_list_modal(policies, footer(policies, admin), empty_text=NO_TOOLS_NEXT), text
+
+
+async def read_policies(gov: Governance, team: str) -> list[ToolPolicyView] | None:
+    """Every tool's approver list, or None when the store can't be read."""
     try:
-        policies = await gov.tool_policies(team)
-    except Exception:  # noqa: BLE001 - say so rather than time out silently
+        return await gov.tool_policies(team)
+    except Exception:  # noqa: BLE001 - say so rather than leave "Loading…" up
         log.exception("approver lists of %s unreadable", team)
-        return "Approver lists can't be read right now. Try again in a minute."
+        return None
+
+
+def list_text(policies: list[ToolPolicyView] | None, admin: bool | None) -> str:
+    if policies is None:
+        return UNREADABLE
     if not policies:
         return NO_TOOLS_NEXT
-    lines = [approvers_list_text(policies)]
-    if any(not p.approvers for p in policies):
-        lines.append(UNSET_NEXT)
-    lines.append(ADMIN_NEXT if is_admin else MEMBER_NEXT)
-    return "\n".join(lines)
+    return "\n".join([approvers_list_text(policies), *footer(policies, admin)])
+
+
+def footer(policies: list[ToolPolicyView], admin: bool | None) -> list[str]:
+    lines = [UNSET_NEXT] if any(not p.approvers for p in policies) else []
+    lines.append(ADMIN_NEXT if admin else UNCHECKED_NEXT if admin is None else MEMBER_NEXT)
+    return lines
+
+
+async def open_loading(run: Invocation) -> str | None:
+    """The "Loading…" modal's view id, or None when Slack would not open it (e.g. an expired trigger)."""
+    try:
+        response = await run.client.views_open(trigger_id=run.trigger_id, view=loading_modal())
+        return (response.get("view") or {}).get("id")
+    except Exception as exc:  # noqa: BLE001 - the answer goes out as a private message instead
+        log.warning("could not open the %s modal for %s in %s: %s", COMMAND, run.user, run.team, _reason(exc))
+        return None
+
+
+async def update_modal(run: Invocation, view_id: str, modal: dict) -> bool:
+    """Replace "Loading…" with ``modal``; False when the answer should go out as a message instead."""
+    try:
+        await run.client.views_update(view_id=view_id, view=modal)
+        return True
+    except Exception as exc:  # noqa: BLE001
+        reason = _reason(exc)
+        log.warning("could not update the %s modal of %s in %s: %s", COMMAND, run.user, run.team, reason)
+        return reason == "not_found"  # they closed it before it loaded: leave them be
+
+
+async def reply(run: Invocation, text: str) -> None:
+    """A private message through the command's response_url; a failure is only logged."""
+    try:
+        sent = await asyncio.wait_for(run.respond(text=text, response_type="ephemeral"),
+                                      RESPOND_TIMEOUT_SECONDS)
+        if sent.status_code != 200:
+            log.warning("response_url refused the %s reply for %s: %s %s", COMMAND, run.user,
+                        sent.status_code, sent.body[:200])
+    except Exception as exc:  # noqa: BLE001 - nowhere left to answer; Slack already has its ack
+        log.warning("could not reply to %s for %s in %s: %r", COMMAND, run.user, run.team, exc)
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, SlackApiError) and exc.response is not None:
+        return str(exc.response.get("error"))
+    return repr(exc)
 
 
 async def handle_submission(gov: Governance, ack: Any, body: dict[str, Any], view: dict[str, Any]) -> None:
+    """Save the editor's lists, answering with errors in the ack when something can't be saved.
+
+    The ack must carry the errors, so the admin check happens before it: from the cache when fresh
+    (it usually is: opening the editor checked), else one ``users.info`` given at most
+    ``SUBMIT_ADMIN_CHECK_SECONDS``. When Slack can't tell in time we fail closed: an error under the
+    first block, "Couldn't check your admin rights just now; try again", nothing saved, an audited
+    refusal. The lookup carries on and fills the cache, so the next Save normally goes through.
+    """
     principal = interaction_principal(body)
     values = (view.get("state") or {}).get("values") or {}
     submitted = decode_approvers_submission(values)
@@ -108,10 +222,14 @@ async def handle_submission(gov: Governance, ack: Any, body: dict[str, Any], vie
         await ack()
         return
     team, user = principal.team_id, principal.slack_user_id
-    if not await gov.admins.is_admin(team, user):
-        await gov.refuse(team, principal, "approvers", via="approvers_modal", tools=sorted(submitted))
+    admin = await gov.admins.admin_status(team, user, within=SUBMIT_ADMIN_CHECK_SECONDS)
+    if admin is not True:
+        unsure = {"reason": "admin check failed"} if admin is None else {}
+        await gov.refuse(team, principal, "approvers", via="approvers_modal", tools=sorted(submitted),
+                         **unsure)
+        message = "Only workspace admins can change approvers." if admin is False else ADMIN_CHECK_FAILED
         if first_block is not None:
-            await ack(response_action="errors", errors={first_block: "Only workspace admins can change approvers."})
+            await ack(response_action="errors", errors={first_block: message})
         else:
             await ack()
         return
@@ -124,7 +242,4 @@ async def handle_submission(gov: Governance, ack: Any, body: dict[str, Any], vie
         await ack(response_action="errors", errors=errors)
         return
     await ack()
-    try:
-        await gov.publish_home(team, user)
-    except Exception:  # noqa: BLE001 - the lists are saved; a stale home tab refreshes when opened
-        log.warning("could not republish the App Home of %s", user, exc_info=True)
+    gov.deps.runtime.spawn(republish(gov, team, user), what=f"App Home of {user} after {COMMAND}")

@@ -1,10 +1,13 @@
-"""Governance in Slack: approver lists, admins, App Home, ``/approvers`` (issue 4, DESIGN §10).
+"""Governance in Slack: approver lists, admins and the audit log (issue 4, DESIGN §10).
 
 :class:`Governance` is built once by ``bot/app.py`` (``Governance.create``). It holds the policy
-store, the audit log and the admin check, registers the App Home and ``/approvers`` listeners, and
-is the ``bot.governance.PolicySource`` that the response-policy helpers (``approvers()``,
-``four_eyes()``, ``n_of_m()``, ``tenant_policy()``) read. Each tool's approver list lives under the
-resource ``tool:<tool name>``.
+store, the audit log and the admin check, and is the ``bot.governance.PolicySource`` that the
+response-policy helpers (``approvers()``, ``four_eyes()``, ``n_of_m()``, ``tenant_policy()``) read.
+Each tool's approver list lives under the resource ``tool:<tool name>``.
+
+The Slack surfaces built on it, App Home (``handlers/home.py``) and ``/approvers``
+(``handlers/commands.py``), import this module, never the other way round: ``handlers.register``
+registers their listeners and ``bot/app.py`` adds the App Home refresher to the outbox.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ import re
 from typing import Any
 
 from redis.exceptions import RedisError
-from slack_bolt.async_app import AsyncApp
 
 from blocks.home import ToolPolicyView
 from bot.governance import ApproverList, RuleVerdict, use_policy_source
@@ -22,14 +24,15 @@ from bot.principals import APP_PRINCIPAL, Principal
 from bot.tools import Tool, ToolRegistry
 from handlers.admins import AdminCheck, ClientFor
 from handlers.deps import SlackDeps
-from store.audit import AuditLog, workspace_key
+from store.audit import AuditLog
 from store.client import RedisClient
 from store.policies import PolicyStore, PolicyUpdateConflict, match_rule
 
 log = logging.getLogger(__name__)
 
 NOT_ADMIN = "Only workspace admins can change who approves. Ask an admin, or see the list with `/approvers list`."
-HOME_SEEN_SECONDS = 24 * 3600
+# Slack could not say whether someone is an admin (an error, or no answer in time): we refuse, saying so
+ADMIN_CHECK_FAILED = "Couldn't check your admin rights just now; try again."
 _N_OF_M = re.compile(r"^(\d+)-of-m$")
 
 REQUEST_LABELS = {
@@ -115,7 +118,7 @@ def policy_source_for(redis: RedisClient) -> StorePolicySource:
 
 
 class Governance(StorePolicySource):
-    """Approver lists, admins and the audit log of every workspace, and the Slack listeners that edit them."""
+    """Approver lists, admins and the audit log of every workspace, for the Slack surfaces that show them."""
 
     def __init__(
         self,
@@ -146,12 +149,6 @@ class Governance(StorePolicySource):
 
             deps.runtime.spawn(gov.seed_demo(TEAM_ID), what="seed the demo approver list")
         return gov
-
-    def register(self, app: AsyncApp) -> None:
-        from handlers import commands, home
-
-        home.register(app, self)
-        commands.register(app, self)
 
     # --- approver lists ---------------------------------------------------------------------
 
@@ -226,21 +223,3 @@ class Governance(StorePolicySource):
             await client.chat_postMessage(channel=dm["channel"]["id"], text=text)
         except Exception:  # noqa: BLE001 - a note that cannot be shown must not break the action
             log.warning("could not tell %s: %s", user_id, text, exc_info=True)
-
-    async def publish_home(self, team_id: str, user_id: str) -> None:
-        from handlers.home import build_home
-
-        view = await build_home(self, team_id, user_id)
-        client = await self.client_for(team_id)
-        await client.views_publish(user_id=user_id, view=view)
-        await self.redis.set(workspace_key(team_id, "home-seen", user_id), b"1", ex=HOME_SEEN_SECONDS)
-
-    async def home_seen(self, team_id: str, user_id: str) -> bool:
-        """Whether we published ``user_id``'s App Home lately (so it is worth keeping current)."""
-        return bool(await self.redis.exists(workspace_key(team_id, "home-seen", user_id)))
-
-    def home_channel(self) -> Any:
-        """A channel that keeps recently opened App Homes current (``bot/app.py`` adds it to the fan-out)."""
-        from handlers.home import HomeRefresh
-
-        return HomeRefresh(self)

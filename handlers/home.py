@@ -10,6 +10,9 @@ hides the request (fail closed); the thread card still shows it.
 
 The buttons on App Home cards use the same ``hitl:`` action ids as the cards in threads, so
 ``handlers/answers.py`` settles them.
+
+Nothing here waits on Slack before Slack gets its answer (issue 8): building a home asks Slack
+(``users.info``, permalinks, ``views.publish``), so it always runs in a tracked background task.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 
@@ -29,16 +33,23 @@ from bot.approval import (
 from bot.principals import Principal, slack_user
 from bot.protocol import ApprovalCandidate, Event, InputRequested, InputResolved, RequestRecord
 from bot.session import SessionRef
+from handlers.governance import (
+    ADMIN_CHECK_FAILED,
+    NOT_ADMIN,
+    Governance,
+    required_by_kind,
+    response_kind,
+    tool_resource,
+)
 from handlers.identity import installation_team, interaction_principal
-
-if TYPE_CHECKING:
-    from handlers.governance import Governance
+from store.audit import workspace_key
 
 log = logging.getLogger(__name__)
 
 DRY_RUN_TIMEOUT_SECONDS = 2.0
 MAX_PERMALINKS = 10
 MAX_REFRESHES = 20  # homes re-published per event, at most
+HOME_SEEN_SECONDS = 24 * 3600  # homes published this lately are kept current by HomeRefresh
 
 
 def register(app: AsyncApp, gov: Governance) -> None:
@@ -46,10 +57,8 @@ def register(app: AsyncApp, gov: Governance) -> None:
         team, user = installation_team(body), event.get("user")
         if event.get("tab", "home") != "home" or not team or not user:
             return
-        try:
-            await gov.publish_home(team, user)
-        except Exception:
-            log.exception("could not publish the App Home of %s in %s", user, team)
+        # Bolt answers the event when this returns; the home is built and published after that
+        gov.deps.runtime.spawn(republish(gov, team, user), what=f"publish the App Home of {user}")
 
     async def on_edit(ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
         await edit_from_home(gov, ack, body, action)
@@ -59,33 +68,92 @@ def register(app: AsyncApp, gov: Governance) -> None:
 
 
 async def edit_from_home(gov: Governance, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
-    """An admin picked people in a tool's multi-users select: save at once, then show the new home.
+    """Someone picked people in a tool's multi-users select: save (admins) or refuse, then show the new home.
 
-    The save happens before the ack (a few Redis writes, well inside Slack's 3 s), so an
-    acknowledged change is a stored change; notes and the refreshed home follow the ack.
+    Slack's answer never waits on Slack. When the clicker's admin rights are known without asking
+    (``BOT_ADMINS``, or the cached answer from building the home they are looking at), the change is
+    saved, or the refusal audited, before the ack: a few Redis writes, so an acknowledged change is a
+    stored change. Otherwise the ack goes out at once and the check (one ``users.info``) and the save
+    follow in the background. Either way the note to the clicker and the refreshed home, which shows
+    what was stored, come after the ack.
     """
-    from handlers.governance import NOT_ADMIN, tool_resource
-
     principal = interaction_principal(body)
     tool_name = decode_approvers_action_id(action.get("action_id", ""))
     if principal is None or principal.team_id is None or principal.slack_user_id is None or tool_name is None:
         await ack()
         return
-    team, user = principal.team_id, principal.slack_user_id
     chosen = [u for u in action.get("selected_users") or [] if isinstance(u, str)]
-    if not await gov.admins.is_admin(team, user):
-        await gov.refuse(team, principal, tool_resource(tool_name), via="app_home", selected=chosen)
+    edit = HomeEdit(principal=principal, team=principal.team_id, user=principal.slack_user_id,
+                    tool_name=tool_name, chosen=chosen)
+    admin = gov.admins.cached_admin(edit.team, edit.user)
+    if admin is None:
         await ack()
-        await gov.tell(team, user, f":no_entry: {NOT_ADMIN} Nothing was changed.")
-    else:
-        problem = await gov.save_approvers(team, tool_name, chosen, principal)
-        await ack()
-        if problem:
-            await gov.tell(team, user, f":warning: The approvers of `{tool_name}` were not changed: {problem}")
+        gov.deps.runtime.spawn(_check_and_apply(gov, edit),
+                               what=f"App Home edit of {tool_name} by {edit.user}")
+        return
+    note = await _apply_edit(gov, edit, admin)
+    await ack()
+    gov.deps.runtime.spawn(_after_edit(gov, edit, note), what=f"after the App Home edit by {edit.user}")
+
+
+@dataclass(frozen=True)
+class HomeEdit:
+    """One pick in a tool's approver select on App Home."""
+
+    principal: Principal
+    team: str
+    user: str
+    tool_name: str
+    chosen: list[str]
+
+
+async def _check_and_apply(gov: Governance, edit: HomeEdit) -> None:
+    admin = await gov.admins.admin_status(edit.team, edit.user)
+    await _after_edit(gov, edit, await _apply_edit(gov, edit, admin))
+
+
+async def _apply_edit(gov: Governance, edit: HomeEdit, admin: bool | None) -> str | None:
+    """Save the new list, or audit the refusal (``admin`` None: Slack could not say). Returns a note for
+    the clicker, if any. Redis only."""
+    if admin is not True:
+        unsure = {"reason": "admin check failed"} if admin is None else {}
+        await gov.refuse(edit.team, edit.principal, tool_resource(edit.tool_name), via="app_home",
+                         selected=edit.chosen, **unsure)
+        if admin is None:
+            return f":warning: {ADMIN_CHECK_FAILED} Nothing was changed."
+        return f":no_entry: {NOT_ADMIN} Nothing was changed."
+    problem = await gov.save_approvers(edit.team, edit.tool_name, edit.chosen, edit.principal)
+    return f":warning: The approvers of `{edit.tool_name}` were not changed: {problem}" if problem else None
+
+
+async def _after_edit(gov: Governance, edit: HomeEdit, note: str | None) -> None:
+    if note:
+        await gov.tell(edit.team, edit.user, note)
+    await republish(gov, edit.team, edit.user)
+
+
+# --- publishing -------------------------------------------------------------------------------
+
+
+async def publish_home(gov: Governance, team: str, user_id: str) -> None:
+    """Build and publish ``user_id``'s App Home (several Slack calls: run it after the ack)."""
+    view = await build_home(gov, team, user_id)
+    client = await gov.client_for(team)
+    await client.views_publish(user_id=user_id, view=view)
+    await gov.redis.set(workspace_key(team, "home-seen", user_id), b"1", ex=HOME_SEEN_SECONDS)
+
+
+async def republish(gov: Governance, team: str, user_id: str) -> None:
+    """:func:`publish_home` for background work: a failure is logged; the next visit publishes again."""
     try:
-        await gov.publish_home(team, user)
+        await publish_home(gov, team, user_id)
     except Exception:
-        log.exception("could not republish the App Home of %s in %s", user, team)
+        log.exception("could not publish the App Home of %s in %s", user_id, team)
+
+
+async def home_seen(gov: Governance, team: str, user_id: str) -> bool:
+    """Whether we published ``user_id``'s App Home lately (so it is worth keeping current)."""
+    return bool(await gov.redis.exists(workspace_key(team, "home-seen", user_id)))
 
 
 # --- building the view ------------------------------------------------------------------------
@@ -136,8 +204,6 @@ async def _waiting_on(gov: Governance, records: list[RequestRecord], viewer: Pri
 
 
 async def _requested_by(gov: Governance, records: list[RequestRecord], viewer: Principal) -> list[HomeRequest]:
-    from handlers.governance import required_by_kind, response_kind, tool_resource
-
     mine = [r for r in records if viewer.same_as(r.request.principal)]
     items = []
     for n, record in enumerate(mine):
@@ -225,17 +291,15 @@ class HomeRefresh:
         people: set[str] = set()
         for record in records:
             people.update(await _concerned(self.gov, team, record))
-        viewers = [u for u in sorted(people) if await self.gov.home_seen(team, u)][:MAX_REFRESHES]
+        viewers = [u for u in sorted(people) if await home_seen(self.gov, team, u)][:MAX_REFRESHES]
         for user in viewers:
             try:
-                await self.gov.publish_home(team, user)
+                await publish_home(self.gov, team, user)
             except Exception:  # noqa: BLE001 - the next App Home visit publishes it again
                 log.warning("could not refresh the App Home of %s in %s", user, team, exc_info=True)
 
 
 async def _concerned(gov: Governance, team: str, record: RequestRecord) -> set[str]:
-    from handlers.governance import response_kind, tool_resource
-
     people = {p.slack_user_id for p in (record.request.principal, record.responder) if p and p.slack_user_id}
     tool = gov.registry.get(record.request.action.tool_name) if record.request.action else None
     if tool is not None and record.request.kind == "tool-approval" and response_kind(tool) != "requester-only":

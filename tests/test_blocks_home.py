@@ -14,6 +14,7 @@ from blocks import (
     home_view,
     render_request,
 )
+from blocks.approvers import approvers_list_modal, loading_modal, notice_modal
 from blocks.home import EMPTY_REQUESTED, EMPTY_TOOLS, EMPTY_WAITING, NOT_ADMIN_NOTE
 from bot.principals import slack_user
 from bot.protocol import ActionRef, InputOption, InputRequest, approval_options
@@ -220,6 +221,35 @@ def test_approvers_modal_limits() -> None:
     assert "submit" not in empty and EMPTY_TOOLS in texts(empty)
 
 
+def test_approvers_read_only_modal_limits() -> None:
+    many = [
+        policy(f"tool_{i}_" + "n" * 40, policy_label="always " * 30, approvers=[f"U{j:08d}" for j in range(400)],
+               deleted_approvers=["U9"])
+        for i in range(150)
+    ]
+    view = approvers_list_modal(many, ["Only workspace admins can change who approves."])
+    assert_valid_view(view)
+    assert len(view["blocks"]) == 100 and "submit" not in view and view["close"]["text"] == "Close"
+    assert not [b for b in view["blocks"] if b["type"] == "input"] and all_elements(view["blocks"]) == []
+    assert "showing 98 of 150 tools" in texts(view)
+    assert view["blocks"][-1]["block_id"] == "approvers-notes"
+    assert all(len(b["text"]["text"]) <= 3000 for b in view["blocks"] if b["type"] == "section")
+
+    one = approvers_list_modal([policy("refund_charge", policy_label="always", approvers=["U1"])])
+    assert_valid_view(one)
+    assert texts(one).splitlines()[:2] == ["*`refund_charge`* · always · 1 approval needed", "<@U1>"]
+    assert EMPTY_TOOLS in texts(approvers_list_modal([]))
+    assert "nothing to set up" in texts(approvers_list_modal([], empty_text="nothing to set up"))
+
+
+def test_loading_and_notice_modals() -> None:
+    for view in (loading_modal(), notice_modal("x" * 5000), notice_modal("")):
+        assert_valid_view(view)
+        assert view["type"] == "modal" and "submit" not in view and view["title"]["text"] == "Approver lists"
+    assert "Loading…" in texts(loading_modal())
+    assert texts(notice_modal("x" * 5000)).endswith("…")
+
+
 def test_approvers_list_text() -> None:
     text = approvers_list_text(
         [
@@ -243,6 +273,6 @@ def test_approvers_list_text() -> None:
     )
     assert len(many) <= 3000
     assert many.splitlines()[-1].startswith("… and ") and many.splitlines()[-1].endswith(
-        "more tools — see the App Home."
+        "more tools — `/approvers` shows them all."
     )
     assert_mrkdwn_escaped(many)

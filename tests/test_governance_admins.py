@@ -1,7 +1,9 @@
-"""Who is an admin (handlers/admins.py): users.info flags, Grid, BOT_ADMINS, Slack Connect, failing closed."""
+"""Who is an admin (handlers/admins.py): users.info flags, Grid, BOT_ADMINS, Slack Connect, failing closed,
+and answers within a budget for listeners that must ack in time."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -73,3 +75,50 @@ async def test_answers_are_cached_briefly(slack):
     assert len(slack.calls_to("users.info")) == 1
     now[0] = 61
     assert not await admins.is_admin(TEAM_ID, CAROL)
+
+
+class SlowUsersInfo:
+    """A client whose users.info waits until the test lets it through (Slack being slow), then asks LocalSlack."""
+
+    def __init__(self, slack: LocalSlack) -> None:
+        self.client = AsyncWebClient(token=BOT_TOKEN, base_url=slack.api_url)
+        self.gate = asyncio.Event()
+        self.asked = 0
+
+    async def client_for(self, team: str | None) -> SlowUsersInfo:
+        return self
+
+    async def users_info(self, **kwargs):
+        self.asked += 1
+        await self.gate.wait()
+        return await self.client.users_info(**kwargs)
+
+
+async def test_no_answer_in_time_is_no_verdict_and_the_lookup_carries_on(slack):
+    slow = SlowUsersInfo(slack)
+    admins = AdminCheck(slow.client_for)  # type: ignore[arg-type]
+    assert await admins.admin_status(TEAM_ID, CAROL, within=0.05) is None
+    assert await admins.admin_status(TEAM_ID, CAROL, within=0.05) is None
+    assert slow.asked == 1, "callers share the lookup in flight"
+    slow.gate.set()
+    assert await admins.admin_status(TEAM_ID, CAROL, within=1.0) is True
+    assert slow.asked == 1 and len(slack.calls_to("users.info")) == 1, "the first lookup answered, once"
+    assert admins.cached_admin(TEAM_ID, CAROL) is True
+
+
+async def test_cached_admin_never_asks_slack(slack):
+    admins = check(slack, bot_admins={DAVE})
+    assert admins.cached_admin(TEAM_ID, DAVE) is True, "BOT_ADMINS need no lookup"
+    assert admins.cached_admin(TEAM_ID, CAROL) is None, "unknown until Slack is asked"
+    assert admins.cached_admin(None, CAROL) is False
+    assert slack.calls_to("users.info") == []
+    assert not await admins.is_admin(TEAM_ID, ALICE)
+    assert admins.cached_admin(TEAM_ID, ALICE) is False
+    assert len(slack.calls_to("users.info")) == 1
+
+
+async def test_a_slack_error_is_no_verdict_rather_than_no(slack):
+    admins = check(slack)
+    slack.fail_next("users.info", error="internal_error")
+    assert await admins.admin_status(TEAM_ID, CAROL) is None
+    assert await admins.admin_status(TEAM_ID, ALICE) is False

@@ -97,6 +97,20 @@ def governance(bot):
     return bot.deps.governance
 
 
+async def loaded_modal(slack, user, replacing=None):
+    """The modal ``/approvers`` opened for ``user`` (not the modal ``replacing``), once it shows more than
+    "Loading…"."""
+
+    def ready():
+        stack = slack.open_views(user)
+        if not stack or (replacing is not None and stack[-1].id == replacing.id):
+            return None
+        text = json.dumps(stack[-1].blocks)
+        return "Loading" not in text and stack[-1]
+
+    return await slack.wait_for(ready)
+
+
 async def audit_entries(bot, kind=None):
     return await AuditLog(bot.redis.client).entries(TEAM_ID, kind=kind, limit=None)
 
@@ -188,20 +202,23 @@ async def test_deleted_approvers_are_shown_not_dropped(local_slack, start_app):
 # --- /approvers -----------------------------------------------------------------------------
 
 
-async def test_approvers_command_lists_for_members_and_refuses_their_edits(local_slack, start_app):
+async def test_approvers_command_shows_members_the_lists_and_refuses_their_edits(local_slack, start_app):
     bot = await start_app(ScriptedModel([]), ALL_TOOLS)
     await governance(bot).policies.set_approvers(TEAM_ID, "tool:pay_vendor", [BOB], actor="test")
-    await local_slack.slash_command(DAVE, "/approvers")
-    listed = await local_slack.wait_for(lambda: local_slack.ephemerals(DAVE))
-    assert f"<@{BOB}>" in listed[-1].text and "pay_vendor" in listed[-1].text
-    assert "_no approvers set_" in listed[-1].text and "ask one of them" in listed[-1].text
-    assert local_slack.open_views(DAVE) == []
+    result = await local_slack.slash_command(DAVE, "/approvers")
+    assert result.ok and result.ack_json() is None, "the answer comes in the modal, not in the ack"
+    listed = await loaded_modal(local_slack, DAVE)
+    text = json.dumps(listed.blocks)
+    assert f"<@{BOB}>" in text and "pay_vendor" in text
+    assert "_no approvers set_" in text and "ask one of them" in text
+    assert listed.submit is None and not [b for b in listed.blocks if b["type"] == "input"], "read-only"
+    assert local_slack.ephemerals(DAVE) == []
 
     await local_slack.slash_command(DAVE, "/approvers", "edit")
-    refusal = await local_slack.wait_for(
-        lambda: [e for e in local_slack.ephemerals(DAVE) if "Only workspace admins" in e.text])
-    assert "Nothing was changed" in refusal[-1].text
-    assert local_slack.open_views(DAVE) == []
+    refusal = await loaded_modal(local_slack, DAVE, replacing=listed)
+    assert "Only workspace admins can change who approves" in json.dumps(refusal.blocks)
+    assert "Nothing was changed" in json.dumps(refusal.blocks) and refusal.submit is None
+    assert local_slack.ephemerals(DAVE) == []
     [refused] = await audit_entries(bot, "policy.refused")
     assert refused.actor == f"slack:{TEAM_ID}:{DAVE}"
     assert (await governance(bot).policies.approvers(TEAM_ID, "tool:pay_vendor")).approvers == [BOB]
@@ -210,8 +227,8 @@ async def test_approvers_command_lists_for_members_and_refuses_their_edits(local
 async def test_admin_edits_every_list_in_the_approvers_modal(local_slack, start_app):
     bot = await start_app(ScriptedModel([]), ALL_TOOLS)
     await local_slack.slash_command(CAROL, "/approvers")
-    [modal] = await local_slack.wait_for(lambda: local_slack.open_views(CAROL))
-    assert modal.callback_id == "approvers_edit"
+    modal = await loaded_modal(local_slack, CAROL)
+    assert modal.callback_id == "approvers_edit" and [v.id for v in local_slack.open_views(CAROL)] == [modal.id]
     result = await local_slack.submit_view(CAROL, modal.id, {
         "approvers:pay_vendor": {"users": [BOB, DAVE]},
         "approvers:rotate_keys": {"users": [BOB, CAROL, DAVE]},
@@ -461,11 +478,13 @@ async def test_admin_check_fails_closed_when_slack_cannot_say(local_slack, start
     bot = await start_app(ScriptedModel([]), ALL_TOOLS)
     local_slack.fail_next("users.info", error="internal_error")
     await local_slack.slash_command(CAROL, "/approvers", "edit")
-    refusal = await local_slack.wait_for(lambda: local_slack.ephemerals(CAROL))
-    assert "Only workspace admins" in refusal[-1].text and local_slack.open_views(CAROL) == []
-    assert len(await audit_entries(bot, "policy.refused")) == 1
+    refusal = await loaded_modal(local_slack, CAROL)
+    assert "Couldn't check your admin rights just now; try again. Nothing was changed." in json.dumps(refusal.blocks)
+    assert refusal.callback_id != "approvers_edit" and refusal.submit is None
+    [refused] = await audit_entries(bot, "policy.refused")
+    assert refused.data["reason"] == "admin check failed"
     await local_slack.slash_command(CAROL, "/approvers", "edit")  # Slack answers again
-    await local_slack.wait_for(lambda: local_slack.open_views(CAROL))
+    assert (await loaded_modal(local_slack, CAROL, replacing=refusal)).callback_id == "approvers_edit"
 
 
 async def test_a_refusal_in_app_home_reaches_someone_outside_the_channel_by_direct_message(local_slack, start_app):

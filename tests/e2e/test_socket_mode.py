@@ -108,8 +108,7 @@ async def test_slash_command_answers_over_socket_mode(socket_bot: SocketBot) -> 
     assert result.ok, (result.error, result.detail)
     envelope = slack.socket_mode.sent[-1]
     assert envelope.type == "slash_commands" and envelope.payload["command"] == "/approvers"
-    shown = slack.ephemerals(DAVE)
-    assert shown, "no answer was shown to the user"
+    shown = await slack.wait_for(lambda: slack.ephemerals(DAVE))  # sent through response_url after the ack
     answer = shown[-1]
     assert answer.sender == BOT_USER_ID, answer  # the bot's answer, not Slackbot's "failed" notice
     assert "Approver lists" in answer.text and "post_announcement" in answer.text, answer.text
