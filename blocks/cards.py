@@ -4,11 +4,19 @@ A card is a list of blocks whose block ids all start with the request id (see
 :func:`blocks.actions.block_id`), so several cards can share one message and one of them can be
 replaced in place (:func:`replace_request_blocks`). Every text is truncated visibly to Slack's
 limits; slack_sdk's models validate each block as it is built.
+
+A card is where people decide, so text from the model or a tool (the prompt, option labels, the tool's
+input, a typed answer or note) can neither ping anyone nor dress a link up as another one (issue 9):
+prompts and labels go through :func:`blocks.messages.decision_mrkdwn` / ``decision_plain``, the
+tool's input and people's words are shown exactly (``literal_mrkdwn``), and every mrkdwn text object is
+``verbatim`` so Slack adds no links or mentions of its own. The mentions the card makes itself
+("Requested by <@U0ALICE>", who approved) are built here from verified ids and stay real mentions.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -57,7 +65,13 @@ from blocks.limits import (
     truncate,
     truncate_mrkdwn,
 )
-from blocks.messages import Message, markdown_to_mrkdwn
+from blocks.messages import (
+    Message,
+    decision_mrkdwn,
+    decision_plain,
+    link_hosts,
+    literal_mrkdwn,
+)
 from bot.principals import Principal
 from bot.protocol import (
     APPROVE,
@@ -112,14 +126,15 @@ def tool_name_of(req: InputRequest) -> str:
 
 def request_summary(req: InputRequest, limit: int = 300) -> str:
     """One plain line saying what a request is about (fallback text, lists)."""
-    prompt = one_line(req.prompt)
     if req.kind == "tool-approval":
-        text = f"Approval needed: {tool_name_of(req)}" + (f" — {prompt}" if prompt else "")
+        alone = f"Approval needed: {tool_name_of(req)}"
+        lead = alone + " — "
     elif req.kind == "session-limit":
-        text = f"Session limit: {prompt}" if prompt else "Session limit reached"
+        lead, alone = "Session limit: ", "Session limit reached"
     else:
-        text = f"Question: {prompt}" if prompt else "Question"
-    return truncate(text, limit)
+        lead, alone = "Question: ", "Question"
+    prompt = decision_plain(req.prompt, max(limit - len(lead), 1))  # cut between links, not inside one
+    return truncate(lead + prompt if prompt else alone, limit)
 
 
 def requester_text(req: InputRequest, requester_name: str | None = None) -> str:
@@ -181,25 +196,52 @@ def resolution_label(req: InputRequest, outcome: ResolutionOutcome, option_id: s
 
 
 FIELD_NAME_CHARS = 200
+LINK_NOTE_HOSTS = 5
 
 
 def _value_text(value: Any, limit: int) -> str:
-    """A tool-input value as mrkdwn within ``limit``: strings as written, numbers and booleans as
-    JSON, nested values as compact JSON in a code span (cut inside the span, so it stays closed)."""
-    if isinstance(value, str):
-        return truncate_mrkdwn(escape_mrkdwn(value), limit) if value else "_(empty)_"
+    """A tool-input value as mrkdwn within ``limit``, shown exactly as the tool gets it: strings as
+    written, numbers and booleans as JSON, nested values as compact JSON in a code span (cut inside the
+    span, so it stays closed). The hosts its URLs go to are named below it when the text does not show
+    them plainly after a "://" (user info, %-escapes, look-alike letters, hidden characters, a cut)."""
+    if isinstance(value, str) and not value:
+        return "_(empty)_"
     if isinstance(value, bool) or value is None:
         return json.dumps(value)
     if isinstance(value, int | float):
         return truncate(str(value), limit)
-    compact = escape_mrkdwn(json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str))
-    if "`" in compact:
-        return truncate_mrkdwn(compact, limit)
-    return f"`{truncate_mrkdwn(compact, limit - 2)}`"
+    nested = not isinstance(value, str)
+    raw = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str) if nested else value
+    hosts = link_hosts(raw)
+    shown = _shown_value(raw, limit - len(_hosts_note(list(hosts))), code=nested)
+    return shown + _hosts_note(
+        [h for h, plainly in hosts.items() if not plainly or not _shows_host(shown, h)]
+    )
+
+
+def _shown_value(raw: str, limit: int, *, code: bool) -> str:
+    text = literal_mrkdwn(raw)
+    if not code or "`" in text:
+        return truncate_mrkdwn(text, limit)
+    return f"`{truncate_mrkdwn(text, limit - 2)}`"
+
+
+def _shows_host(shown: str, host: str) -> bool:
+    # after a "://", so a host only inside a path or cut off by truncation does not count
+    return re.search(re.escape("://" + host) + r"(?![\w.-])", shown, re.I) is not None
+
+
+def _hosts_note(hosts: list[str]) -> str:
+    if not hosts:
+        return ""
+    listed = ", ".join(hosts[:LINK_NOTE_HOSTS])
+    if len(hosts) > LINK_NOTE_HOSTS:
+        listed += f" and {len(hosts) - LINK_NOTE_HOSTS} more"
+    return f"\n_↳ links to {escape_mrkdwn(listed)}_"
 
 
 def _field_text(key: Any, value: Any) -> str:
-    name = escape_mrkdwn(truncate(one_line(str(key)), FIELD_NAME_CHARS)) or "_(no name)_"
+    name = truncate_mrkdwn(literal_mrkdwn(one_line(str(key))), FIELD_NAME_CHARS) or "_(no name)_"
     head = f"*{name}*\n"
     return head + _value_text(value, FIELD_TEXT - len(head))
 
@@ -216,17 +258,18 @@ def _field_texts(tool_input: dict[str, Any] | None, max_fields: int) -> list[str
 # --- the card -------------------------------------------------------------------------------
 
 
+def _text(text: str) -> MarkdownTextObject:
+    # verbatim: Slack must not turn words the model wrote ("@here", "stripe.com") into mentions or links;
+    # the <…> tokens the card writes itself still render
+    return MarkdownTextObject(text=text, verbatim=True)
+
+
 def _section(request_id: str, kind: str, text: str, n: int = 0) -> SectionBlock:
-    return SectionBlock(
-        block_id=ids.block_id(request_id, kind, n), text=MarkdownTextObject(text=mrkdwn(text, SECTION_TEXT))
-    )
+    return SectionBlock(block_id=ids.block_id(request_id, kind, n), text=_text(mrkdwn(text, SECTION_TEXT)))
 
 
 def _context(request_id: str, kind: str, text: str) -> ContextBlock:
-    return ContextBlock(
-        block_id=ids.block_id(request_id, kind),
-        elements=[MarkdownTextObject(text=mrkdwn(text, CONTEXT_TEXT))],
-    )
+    return ContextBlock(block_id=ids.block_id(request_id, kind), elements=[_text(mrkdwn(text, CONTEXT_TEXT))])
 
 
 def _options_of(req: InputRequest) -> list[InputOption]:
@@ -241,7 +284,7 @@ def _options_of(req: InputRequest) -> list[InputOption]:
 
 
 def _title_text(req: InputRequest, prompt_limit: int) -> str:
-    prompt = markdown_to_mrkdwn(req.prompt).strip()
+    prompt = decision_mrkdwn(req.prompt).strip()
     if req.kind == "tool-approval":
         emoji = ":warning: " if req.dangerous else ""
         title = f"{emoji}*Approval needed:* {inline_code(tool_name_of(req))}"
@@ -267,8 +310,8 @@ def _confirm_for(req: InputRequest) -> ConfirmObject:
     tool = one_line(tool_name_of(req))
     return ConfirmObject(
         title=PlainTextObject(text=plain(f"Run {tool}?", CONFIRM_TITLE)),
-        text=MarkdownTextObject(
-            text=truncate_mrkdwn(
+        text=_text(
+            truncate_mrkdwn(
                 f"{inline_code(tool)} is marked as dangerous. It will run with the input shown on the card.",
                 CONFIRM_TEXT,
             )
@@ -290,7 +333,7 @@ def _buttons(req: InputRequest, options: list[InputOption]) -> list[ButtonElemen
         confirm = _confirm_for(req) if req.dangerous and option.id == APPROVE else None
         buttons.append(
             ButtonElement(
-                text=PlainTextObject(text=plain(one_line(option.label), BUTTON_TEXT)),
+                text=PlainTextObject(text=plain(decision_plain(option.label, BUTTON_TEXT), BUTTON_TEXT)),
                 action_id=ids.button_action_id(req.request_id, index),
                 value=ids.button_value(index, option),
                 style=style,
@@ -303,11 +346,11 @@ def _buttons(req: InputRequest, options: list[InputOption]) -> list[ButtonElemen
 def _choice_options(options: list[InputOption]) -> list[Option]:
     result = []
     for index, option in enumerate(options[:SELECT_OPTIONS]):
-        description = one_line(option.description or "")
+        description = decision_plain(option.description or "", OPTION_DESCRIPTION)
         result.append(
             Option(
                 value=ids.option_value(index, option),
-                text=PlainTextObject(text=plain(one_line(option.label), OPTION_TEXT)),
+                text=PlainTextObject(text=plain(decision_plain(option.label, OPTION_TEXT), OPTION_TEXT)),
                 description=PlainTextObject(text=truncate(description, OPTION_DESCRIPTION))
                 if description
                 else None,
@@ -384,7 +427,7 @@ def card_blocks(
             blocks.append(
                 SectionBlock(
                     block_id=ids.block_id(rid, f"{tag}input", n),
-                    fields=[MarkdownTextObject(text=text) for text in chunk],
+                    fields=[_text(text) for text in chunk],
                 )
             )
     who = requester_text(req, requester_name)
@@ -492,12 +535,12 @@ def render_settled(
 def _answer_text(answer: str) -> str:
     text = answer.strip()
     if "\n" not in text and "*" not in text:  # one plain line reads best in bold
-        return f":speech_balloon: *{truncate_mrkdwn(escape_mrkdwn(text), SECTION_TEXT - 20)}*"
+        return f":speech_balloon: *{truncate_mrkdwn(literal_mrkdwn(text), SECTION_TEXT - 20)}*"
     return truncate_mrkdwn(":speech_balloon:\n" + _quote(text), SECTION_TEXT)
 
 
 def _quote(text: str) -> str:
-    lines = escape_mrkdwn(text.strip()).split("\n")
+    lines = literal_mrkdwn(text.strip()).split("\n")
     return truncate_mrkdwn("\n".join(f"> {line}" for line in lines), SECTION_TEXT)
 
 
@@ -525,8 +568,9 @@ def refused_text(reason: str | None) -> str:
     why = one_line(reason or "")
     if not why:
         return ":no_entry: You can't answer this request."
-    return truncate_mrkdwn(f":no_entry: You can't answer this request: {escape_keeping_mentions(why)}",
-                           SECTION_TEXT)
+    return truncate_mrkdwn(
+        f":no_entry: You can't answer this request: {escape_keeping_mentions(why)}", SECTION_TEXT
+    )
 
 
 def already_settled_text(outcome_label: str, decided_by: str | None) -> str:
@@ -549,7 +593,7 @@ FREEFORM_TITLE = "Your answer"
 
 def freeform_modal(req: InputRequest, channel_id: str, message_ts: str) -> dict:
     """The modal opened by "Type your own answer"; submits to callback ``hitl_freeform``."""
-    prompt = markdown_to_mrkdwn(req.prompt).strip() or "_(no question text)_"
+    prompt = decision_mrkdwn(req.prompt).strip() or "_(no question text)_"
     view = View(
         type="modal",
         callback_id=ids.FREEFORM_CALLBACK_ID,
@@ -560,7 +604,7 @@ def freeform_modal(req: InputRequest, channel_id: str, message_ts: str) -> dict:
         blocks=[
             SectionBlock(
                 block_id=ids.block_id(req.request_id, "modal-prompt"),
-                text=MarkdownTextObject(text=truncate_mrkdwn(prompt, SECTION_TEXT)),
+                text=_text(truncate_mrkdwn(prompt, SECTION_TEXT)),
             ),
             InputBlock(
                 block_id=ids.FREEFORM_BLOCK_ID,

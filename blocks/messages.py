@@ -5,12 +5,21 @@ Slack's mrkdwn is not Markdown: bold is ``*x*``, italics ``_x_``, strike ``~x~``
 them escaped even inside code, so we do too). Code spans and fences keep their content verbatim
 apart from that escaping. Broadcast mentions (``<!channel>``, ``<!here>``…) written by a model are
 neutralised: a model must not be able to ping a whole channel.
+
+Cards are where people decide, so text a model or a tool wrote is held to stricter rules there
+(:func:`decision_mrkdwn`, :func:`decision_plain`, :func:`literal_mrkdwn`, issue 9): every link shows
+its real host, no mention written by a model pings anyone, and characters that hide or reorder text
+are dropped or shown.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal, TypedDict
+from urllib.parse import quote, unquote
 
 from slack_sdk.models.blocks import MarkdownTextObject, SectionBlock
 
@@ -38,13 +47,16 @@ class Message(TypedDict):
 
 _FENCE_RE = re.compile(r"^[ \t]*(```|~~~)")
 _CODE_SPAN_RE = re.compile(r"(`+)(.+?)\1", re.S)
-# Slack tokens a model may legitimately write: user/channel mentions, dates, links.
+# Slack tokens a model may legitimately write in a reply: user/channel mentions, dates, links.
 _SLACK_TOKEN_RE = re.compile(
     r"<(?:@[UW][A-Z0-9]+(?:\|[^<>]*)?|#C[A-Z0-9]+(?:\|[^<>]*)?|!date\^[^<>]+|(?:https?://|mailto:)[^<>\s]+)>"
 )
+# On a card every <…> a model wrote is looked at (labels with spaces too), none is passed on as it is.
+_ANY_TOKEN_RE = re.compile(r"<([^<>\n]*)>")
 _MD_LINK_RE = re.compile(
     r"!?\[([^\]\n]+)\]\(\s*<?([^()\s<>]+(?:\([^()\s]*\))?[^()\s<>]*)>?(?:\s+\"[^\"]*\")?\s*\)"
 )
+_BARE_URL_RE = re.compile(r"(?<![\w/@.])https?:[^\s<>\ue000\ue001]+", re.I)
 _BOLD_ITALIC_RE = re.compile(r"\*\*\*(?=\S)(.+?)(?<=\S)\*\*\*")
 _BOLD_RE = re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1")
 _STRIKE_RE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
@@ -55,17 +67,34 @@ _BULLET_RE = re.compile(r"^([ \t]*)[-*+][ \t]+(.*)$")
 _TASK_RE = re.compile(r"^\[([ xX])\][ \t]+")
 _QUOTE_RE = re.compile(r"^[ \t]*>[ \t]?(.*)$")
 
-# Private-use characters stand in for protected pieces while the inline rules run.
+# Private-use characters stand in for protected pieces while the inline rules run. The same characters in
+# the text itself are dropped first: a stray "\ue0007\ue000" would pick up another piece, or none (a crash).
 _HOLD = "\ue000"
 _BOLD = "\ue001"
 _HOLD_RE = re.compile(_HOLD + r"(\d+)" + _HOLD)
+_PRIVATE_RE = re.compile(f"[{_HOLD}{_BOLD}]")
+_LONE_AMP_RE = re.compile(r"&(?!amp;|lt;|gt;)")
 
 
 def markdown_to_mrkdwn(md: str) -> str:
-    """Convert the Markdown a model writes into Slack mrkdwn."""
+    """Convert the Markdown a model writes into Slack mrkdwn (for replies)."""
+    return _convert(md, decision=False)
+
+
+def decision_mrkdwn(md: str) -> str:
+    """Markdown a model or a tool wrote, as mrkdwn for a card people decide on.
+
+    Like :func:`markdown_to_mrkdwn`, but every link shows its real host (see :func:`_link_view`), no
+    mention, broadcast or channel token survives (``<@U1>`` → ``@U1``, ``<!here>`` → ``@here``) and
+    characters that hide or reorder text are dropped. Put it in a ``verbatim`` text object, so Slack
+    adds no links or mentions of its own either."""
+    return _convert(_visible(md), decision=True)
+
+
+def _convert(md: str, *, decision: bool) -> str:
     out: list[str] = []
     fence: str | None = None
-    for line in md.replace("\r\n", "\n").split("\n"):
+    for line in _PRIVATE_RE.sub("", md).replace("\r\n", "\n").split("\n"):
         opener = _FENCE_RE.match(line)
         if opener and fence is None and line.strip().count(opener.group(1)) >= 2:
             opener = None  # ```inline``` on one line is a code span, not a fence
@@ -80,22 +109,22 @@ def markdown_to_mrkdwn(md: str) -> str:
             # Slack has no syntax highlighting: drop the info string ("```python"), keep the fence.
             out.append("```")
         else:
-            out.append(_convert_line(line))
+            out.append(_convert_line(line, decision))
     if fence is not None:  # an unterminated fence would swallow the rest of the message in Slack
         out.append("```")
     return "\n".join(out)
 
 
-def _convert_line(line: str) -> str:
+def _convert_line(line: str, decision: bool) -> str:
     if _RULE_RE.match(line):
         return "──────────"
     heading = _HEADING_RE.match(line)
     if heading:
-        text = _inline(heading.group(1)).replace("*", "").strip()
+        text = _inline(heading.group(1), decision).replace("*", "").strip()
         return f"*{text}*" if text else ""
     quote = _QUOTE_RE.match(line)
     if quote:
-        return "> " + _inline(quote.group(1))
+        return "> " + _inline(quote.group(1), decision)
     bullet = _BULLET_RE.match(line)
     if bullet:
         indent, body = bullet.groups()
@@ -103,20 +132,38 @@ def _convert_line(line: str) -> str:
         if task:
             body = ("☑ " if task.group(1).lower() == "x" else "☐ ") + body[task.end() :]
         level = len(indent.expandtabs(4)) // 2
-        return "    " * level + ("•" if level == 0 else "◦") + " " + _inline(body)
-    return _inline(line)
+        return "    " * level + ("•" if level == 0 else "◦") + " " + _inline(body, decision)
+    return _inline(line, decision)
 
 
-def _inline(text: str) -> str:
+def _inline(text: str, decision: bool = False) -> str:
     held: list[str] = []
+    sources: list[str] = []
 
-    def hold(piece: str) -> str:
+    def hold(piece: str, source: str) -> str:
         held.append(piece)
+        sources.append(source)
         return f"{_HOLD}{len(held) - 1}{_HOLD}"
 
-    text = _CODE_SPAN_RE.sub(lambda m: hold(_code_span(m.group(1), m.group(2))), text)
-    text = _SLACK_TOKEN_RE.sub(lambda m: hold(m.group(0)), text)
-    text = _MD_LINK_RE.sub(lambda m: hold(_link(m.group(2), m.group(1))), text)
+    def source(part: str) -> str:  # what the model wrote, held pieces put back
+        return _HOLD_RE.sub(lambda m: sources[int(m.group(1))], part)
+
+    text = _CODE_SPAN_RE.sub(lambda m: hold(_code_span(m.group(1), m.group(2)), m.group(0)), text)
+    if decision:  # links before tokens: "[<https://a|b>](https://evil)" is one link, judged as a whole
+        text = _MD_LINK_RE.sub(
+            lambda m: hold(_decision_link(source(m.group(2)), source(m.group(1))), source(m.group(0))), text
+        )
+        text = _ANY_TOKEN_RE.sub(
+            lambda m: hold(_decision_token(source(m.group(1))), source(m.group(0))), text
+        )
+        text = _BARE_URL_RE.sub(lambda m: _bare_url(m.group(0), hold), text)
+    else:  # links first here too: a token inside a link's label must not end up nested in it
+        text = _MD_LINK_RE.sub(
+            lambda m: hold(_link(m.group(2), m.group(1), source(m.group(1))), source(m.group(0))), text
+        )
+        text = _SLACK_TOKEN_RE.sub(
+            lambda m: hold(_reply_token(m.group(0), source(m.group(0))), source(m.group(0))), text
+        )
     text = escape_mrkdwn(text)
     text = _BOLD_ITALIC_RE.sub(lambda m: f"{_BOLD}_{m.group(1)}_{_BOLD}", text)
     text = _BOLD_RE.sub(lambda m: f"{_BOLD}{m.group(2)}{_BOLD}", text)
@@ -134,13 +181,258 @@ def _code_span(ticks: str, code: str) -> str:
     return fence + escape_mrkdwn(code) + fence
 
 
-def _link(url: str, label: str) -> str:
+def _link(url: str, label: str, written: str | None = None) -> str:
+    """A link in a reply. ``written``: the label as the model wrote it (``label`` may hold code spans)."""
     label_text = _BOLD_RE.sub(r"\2", label).replace("`", "")
     label_text = escape_mrkdwn(label_text).replace("|", "¦")
     if not re.match(r"^(?:https?://|mailto:)", url, re.I):
         return f"{label_text} ({escape_mrkdwn(url)})"
+    target = _http_target(url)
+    if target is not None and _looks_like_link(written or label):  # "[https://stripe.com](https://evil…)"
+        return _slack_link(target.url, escape_mrkdwn(target.shown))
     safe_url = url.replace("&", "&amp;").replace("<", "%3C").replace(">", "%3E").replace("|", "%7C")
     return f"<{safe_url}|{label_text}>"
+
+
+def _reply_token(token: str, written: str) -> str:
+    """A Slack token a model wrote in a reply, kept as it is, unless it is a link whose label reads like
+    an address: that one shows its real address instead. ``written``: the token with held pieces put back."""
+    if _HOLD in token:  # it holds a converted link: as a token it would nest links, so it stays text
+        return escape_mrkdwn(token)
+    url, bar, label = written[1:-1].partition("|")
+    if bar and _SCHEME_RE.match(url) and _looks_like_link(label):
+        return _link(url, label)
+    return _LONE_AMP_RE.sub("&amp;", token)  # Slack wants & escaped inside tokens too
+
+
+# --- links and mentions a model wrote, on decision surfaces -----------------------------------
+
+# Characters that hide text or change the order it reads in (zero-width spaces, soft hyphen, direction
+# marks, embeddings, overrides and isolates): "\u202emoc.epirts" reads as "stripe.com". ZWJ and ZWNJ are
+# kept: emoji sequences and some scripts need them.
+_HIDDEN_RE = re.compile("[\u00ad\u061c\u180e\u200b\u200e\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
+_SCHEME_RE = re.compile(r"^([a-z][a-z0-9+.-]*):", re.I)
+_HOST_RE = re.compile(r"^[a-z0-9_-]+(?:\.[a-z0-9_-]+)*$")
+_IPV6_RE = re.compile(r"^\[[0-9a-f:.]+\]$")
+# A label that reads like an address: a scheme, "www.", or a dotted name ending in letters ("stripe.com",
+# "stripe。com", "x.py"). Prose rarely matches; when it does the label is only replaced by the real address.
+_LINKISH_RE = re.compile(r"://|\bwww\.|mailto:|[\w-][.\u3002\uff0e\uff61](?:xn--|[^\W\d_]{2})", re.I)
+_URL_SAFE = "/?#[]@!$&'()*+,;=:%~-._"
+_BROADCASTS = {"!here": "@here", "!channel": "@channel", "!everyone": "@everyone"}
+# a link's text (label and host) stays short: a cut drops a whole link, so a long one would vanish
+LINK_LABEL_CHARS = 80
+LINK_SHOWN_CHARS = 80
+HOST_CHARS = 64
+
+
+@dataclass(frozen=True)
+class _Target:
+    """Where an http(s) link goes, rebuilt from its parts so that what is shown is exactly what opens."""
+
+    url: str  # scheme://host[:port]/path — no user info, host in ASCII
+    host: str  # "evil.example", "xn--strpe-p2e.com", "[::1]:8443"; a long host keeps its end
+    shown: str  # host and path: the text of a link whose own label read like an address
+
+
+def _visible(text: str) -> str:
+    return _HIDDEN_RE.sub("", text)
+
+
+def reveal_hidden(text: str) -> str:
+    """``text`` with its hidden characters written out (``[U+202E]``), for text shown exactly as written."""
+    return _HIDDEN_RE.sub(lambda m: f"[U+{ord(m.group(0)):04X}]", text)
+
+
+def _http_target(url: str) -> _Target | None:
+    """Where an http(s) URL really goes, or None for another scheme or a host that is not a plain name
+    or IP address (such a URL is shown, never linked)."""
+    scheme = _SCHEME_RE.match(url)
+    if scheme is None or scheme.group(1).lower() not in ("http", "https"):
+        return None
+    rest = url[scheme.end() :].lstrip("/\\")  # browsers read https:x, https:/x and https:\\x as https://x
+    end = min((i for i in (rest.find(c) for c in "/\\?#") if i >= 0), default=len(rest))
+    # "https://stripe.com@evil.example/" goes to evil.example; a backslash ends the host, as in browsers
+    host, port = _split_port(rest[:end].rpartition("@")[2])
+    ascii_host = _ascii_host(host)
+    if ascii_host is None or not (port == "" or port.isdigit()):
+        return None
+    where = ascii_host + (f":{port}" if port else "")
+    path = quote(rest[end:].replace("\\", "/"), safe=_URL_SAFE)
+    host_shown = _keep_end(where, HOST_CHARS)
+    shown = host_shown + (truncate(path, LINK_SHOWN_CHARS - len(host_shown)) if path.strip("/") else "")
+    return _Target(f"{scheme.group(1).lower()}://{where}{path}", host_shown, shown)
+
+
+def _split_port(hostport: str) -> tuple[str, str]:
+    if hostport.startswith("["):  # [::1]:8443
+        close = hostport.find("]") + 1
+        host, rest = hostport[:close], hostport[close:]
+        return host, rest[1:] if rest.startswith(":") else rest
+    host, colon, port = hostport.rpartition(":")
+    return (host, port) if colon else (hostport, "")
+
+
+def _ascii_host(host: str) -> str | None:
+    """The host as a browser looks it up, in ASCII: %-escapes decoded, IDN as punycode (so a Cyrillic "і"
+    in "strіpe.com" shows as "xn--strpe-p2e.com"); None when it is not a plain host name or IP address."""
+    host = unquote(host).lower().rstrip(".")
+    if _IPV6_RE.match(host):
+        return host
+    if not host.isascii():
+        try:
+            host = host.encode("idna").decode("ascii")
+        except UnicodeError:
+            return None
+    return host if len(host) <= 253 and _HOST_RE.match(host) else None
+
+
+def _keep_end(host: str, limit: int) -> str:
+    # the end of a host names who owns it ("….evil.example"), so a long one loses its start
+    return host if len(host) <= limit else ELLIPSIS + host[-(limit - 1) :]
+
+
+def _looks_like_link(label: str) -> bool:
+    folded = unicodedata.normalize("NFKC", _visible(label)).replace("\u200c", "").replace("\u200d", "")
+    return bool(_LINKISH_RE.search(folded))
+
+
+def _link_view(url: str, label: str) -> tuple[str, str | None]:
+    """A link a model wrote, as (its text, where a click goes or None).
+
+    The real host is always part of the text: after the label, "Refund policy (evil.example)", or as
+    the text itself when the label is empty or reads like an address, since "https://stripe.com/…" on
+    a link to evil.example is the attack. Being inside the link, the host is never cut apart from it.
+    Only http(s) links stay clickable; ``javascript:``, ``data:``, ``mailto:``… are shown as text."""
+    target = _http_target(url)
+    text = truncate(one_line(_BOLD_RE.sub(r"\2", label).replace("`", "")), LINK_LABEL_CHARS)
+    honest = bool(text) and not _looks_like_link(text)
+    if target is None:
+        where = truncate(one_line(url), LINK_SHOWN_CHARS)
+        return (f"{text} ({where})" if honest else where), None
+    return (f"{text} ({target.host})" if honest else target.shown), target.url
+
+
+def _slack_link(url: str, escaped_text: str) -> str:
+    return f"<{url.replace('&', '&amp;')}|{escaped_text.replace('|', '¦')}>"
+
+
+def _decision_link(url: str, label: str) -> str:
+    text, href = _link_view(url, label)
+    return _slack_link(href, escape_mrkdwn(text)) if href else escape_mrkdwn(text)
+
+
+def _token_words(inner: str) -> str | None:
+    """A Slack token a model wrote (the part between ``<`` and ``>``) as harmless words: a mention
+    names without pinging, a broadcast is only words, a date shows its fallback (a date can carry a
+    link); None for a link, anything else as typed."""
+    target, _, label = inner.partition("|")
+    if re.fullmatch(r"[@#][A-Z0-9]+", target):
+        return target  # <@U0BOB> → @U0BOB, <#C1|general> → #C1: the id, not a label the model chose
+    if target in _BROADCASTS:
+        return _BROADCASTS[target]
+    if target.startswith("!subteam^"):
+        return "@" + target.removeprefix("!subteam^")
+    if target.startswith("!date^"):
+        return label or target
+    if _SCHEME_RE.match(target):
+        return None
+    return f"<{inner}>"
+
+
+def _decision_token(inner: str) -> str:
+    words = _token_words(inner)
+    if words is not None:
+        return escape_mrkdwn(words)
+    url, _, label = inner.partition("|")
+    return _decision_link(url, label)
+
+
+def _trim_url(url: str) -> str:
+    """A bare URL without the punctuation of the sentence around it: "(see https://x.io/a_(b))." gives
+    "https://x.io/a_(b)"."""
+    trimmed = url.rstrip(".,;:!?'\"*_~")
+    while trimmed.endswith(")") and trimmed.count(")") > trimmed.count("("):
+        trimmed = trimmed[:-1].rstrip(".,;:!?'\"*_~")
+    return trimmed
+
+
+def _bare_url(url: str, hold: Callable[[str, str], str]) -> str:
+    trimmed = _trim_url(url)
+    return hold(_decision_link(trimmed, ""), trimmed) + _url_tail(url)
+
+
+def decision_plain(text: str, limit: int | None = None) -> str:
+    """Text a model or a tool wrote, for a ``plain_text`` object on a card (button and option labels):
+    the links, mentions and hidden characters of :func:`decision_mrkdwn`, as words ("Refund policy
+    (evil.example)", "@here"). Slack parses nothing in plain text, but people read it all the same.
+    Cut to ``limit`` without cutting into a link's words: a host cut short could read as another."""
+    held: list[str] = []
+    sources: list[str] = []
+
+    def hold(piece: str, source: str) -> str:
+        held.append(one_line(piece))
+        sources.append(source)
+        return f"{_HOLD}{len(held) - 1}{_HOLD}"
+
+    def source(part: str) -> str:  # what the model wrote, held pieces put back
+        return _HOLD_RE.sub(lambda m: sources[int(m.group(1))], part)
+
+    text = one_line(_visible(_PRIVATE_RE.sub("", text)))
+    text = _MD_LINK_RE.sub(lambda m: hold(_link_view(m.group(2), m.group(1))[0], m.group(0)), text)
+    text = _ANY_TOKEN_RE.sub(lambda m: hold(_plain_token(source(m.group(1))), source(m.group(0))), text)
+    text = _BARE_URL_RE.sub(
+        lambda m: hold(_link_view(_trim_url(m.group(0)), "")[0], "") + _url_tail(m.group(0)), text
+    )
+    return _fit(text, held, limit)
+
+
+def _plain_token(inner: str) -> str:
+    words = _token_words(inner)
+    if words is not None:
+        return words
+    url, _, label = inner.partition("|")
+    return _link_view(url, label)[0]
+
+
+def _url_tail(url: str) -> str:
+    return url[len(_trim_url(url)) :]
+
+
+def _fit(text: str, held: list[str], limit: int | None) -> str:
+    """``text`` with its held pieces put back, cut visibly to ``limit`` between pieces, never inside one."""
+    parts = _HOLD_RE.split(text)  # text, index, text, index, …, text
+    pieces = [held[int(part)] if i % 2 else part for i, part in enumerate(parts)]
+    whole = "".join(pieces)
+    if limit is None or len(whole) <= limit:
+        return whole
+    out = ""
+    for i, piece in enumerate(pieces):
+        room = limit - 1 - len(out)
+        if len(piece) > room:
+            out += "" if i % 2 else piece[:room]
+            break
+        out += piece
+    return out.rstrip() + ELLIPSIS
+
+
+def literal_mrkdwn(text: str) -> str:
+    """Text shown exactly as written (a tool's argument, a person's typed answer): escaped, so nothing
+    in it is a token, link or mention, with hidden characters written out. Show it ``verbatim``."""
+    return escape_mrkdwn(reveal_hidden(text))
+
+
+def link_hosts(text: str) -> dict[str, bool]:
+    """The real hosts of the http(s) URLs in ``text``, in order, each with whether every URL going there
+    spells it plainly: "https://host…", not "https://stripe.com@host", "https://%65vil.example" or
+    look-alike letters (whose real host is punycode)."""
+    hosts: dict[str, bool] = {}
+    for match in _BARE_URL_RE.finditer(_visible(text)):
+        for part in re.split(r"[|()\[\]{}\"'`,;]", match.group(0)):  # "<url|label>", "[label](url)", JSON
+            target = _http_target(part) if _SCHEME_RE.match(part) else None
+            if target is not None:
+                plainly = re.match(rf"https?://{re.escape(target.host)}(?![\w.@%-])", part, re.I) is not None
+                hosts[target.host] = hosts.get(target.host, True) and plainly
+    return hosts
 
 
 # --- splitting ------------------------------------------------------------------------------
@@ -272,11 +564,32 @@ def status_text(kind: StatusKind, tool_name: str | None = None) -> str:
         raise ValueError(f"unknown status kind {kind!r}") from None
 
 
+# --- a failed turn ---------------------------------------------------------------------------
+
+FAILURE_REASON_CHARS = 1000
+
+
+def failure_message(reason: str) -> Message:
+    """The thread message for a failed turn. ``reason`` may quote a model provider's error text, which
+    nobody vetted: it is escaped (no mention, broadcast or link token survives), hidden characters are
+    written out, and its section is ``verbatim`` so Slack links and mentions nothing in it either."""
+    why = truncate_mrkdwn(escape_mrkdwn(one_line(reveal_hidden(reason))), FAILURE_REASON_CHARS)
+    text = f":warning: {why or 'Something went wrong.'}\nSend your message again to retry."
+    block = SectionBlock(block_id="turn-failed", text=MarkdownTextObject(text=text, verbatim=True))
+    return {"text": text, "blocks": [block.to_dict()]}
+
+
 __all__ = [
     "ELLIPSIS",
     "Message",
     "StatusKind",
+    "decision_mrkdwn",
+    "decision_plain",
+    "failure_message",
+    "link_hosts",
+    "literal_mrkdwn",
     "markdown_to_mrkdwn",
+    "reveal_hidden",
     "reply_messages",
     "split_message",
     "status_text",

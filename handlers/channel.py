@@ -24,7 +24,7 @@ from blocks.cards import (
     render_waiting,
     resolution_label,
 )
-from blocks.messages import reply_messages, status_text
+from blocks.messages import failure_message, reply_messages, status_text
 from bot.ports import RetryLater, Undeliverable
 from bot.protocol import (
     ActionStarted,
@@ -47,6 +47,7 @@ CLAIMED = "claimed"
 # longer than one chat.postMessage can take: the delivery client's timeout (bot/app.py) plus its retries
 # of connection errors, which are immediate
 CLAIM_IN_FLIGHT_S = 12.0
+NOTE_FRESH_S = 60.0  # a private note this late would only confuse: it is dropped
 
 
 class PostInFlight(RetryLater):
@@ -134,7 +135,7 @@ class SlackChannel:
             case "turn.failed":
                 assert isinstance(event, TurnFailed)
                 await self._clear_status(session)
-                await self._post(session, event.seq, f":warning: {event.reason}\nSend your message again to retry.")
+                await self._post_once(session, f"post:{event.seq}:0", failure_message(event.reason))
             case _:
                 pass
 
@@ -213,12 +214,26 @@ class SlackChannel:
             await self.store.channel_set(session.session_id, field, json.dumps(found))
         return found
 
+    async def _refusal_note(self, event: ApprovalCandidate, session: SessionRef, user: str) -> None:
+        """Tell a refused clicker why, best effort: a note that is late or rate limited is dropped, so
+        a flood of refused clicks never holds up the session's card updates and answers behind it."""
+        if event.at is not None and time.time() - event.at.timestamp() > NOTE_FRESH_S:
+            log.info("refusal note for %s in %s dropped: %.0fs late", user, session.session_id,
+                     time.time() - event.at.timestamp())
+            return
+        client = await self.client_for(session.team_id)
+        try:
+            await tell_privately(client, user, refused_text(event.reason), channel=session.channel["channel_id"],
+                                 thread_ts=session.channel.get("thread_ts"))
+        except SlackApiError as exc:
+            if exc.response.status_code != 429 and exc.response.get("error") != "ratelimited":
+                raise
+            log.info("refusal note for %s in %s dropped: rate limited", user, session.session_id)
+
     async def _candidate(self, event: ApprovalCandidate, session: SessionRef) -> None:
         user = event.responder.slack_user_id if event.responder else None
         if event.outcome in ("rejected", "failed") and user:
-            client = await self.client_for(session.team_id)
-            await tell_privately(client, user, refused_text(event.reason), channel=session.channel["channel_id"],
-                                 thread_ts=session.channel.get("thread_ts"))
+            await self._refusal_note(event, session, user)
         elif event.outcome == "pending" and event.approvals > 0:
             record = await self.store.get_request(event.request_id)
             card = await self._card(session, event.request_id)
