@@ -39,7 +39,8 @@ BUSY_RECHECK_MS = 1_000  # another deliverer holds the session: look again soon,
 class OutboxStore(Protocol):
     async def outbox_due(self, *, limit: int = 100) -> list[str]: ...
     async def outbox_schedule(self, session_id: str, *, delay_ms: int) -> None: ...
-    async def outbox_clear(self, session_id: str) -> None: ...
+    async def outbox_claim(self, session_id: str) -> int: ...
+    async def outbox_release(self, session_id: str, claim: int) -> None: ...
     async def outbox_lock(self, session_id: str, consumer: str, token: str) -> bool: ...
     async def outbox_unlock(self, session_id: str, consumer: str, token: str) -> None: ...
     async def outbox_read(
@@ -93,15 +94,16 @@ class Outbox:
 
     async def flush(self, session_id: str) -> bool:
         """Deliver every consumer's pending events; True when nothing is left to deliver."""
-        # off the list before looking: a commit after our last look puts it back (never the reverse)
-        await self.store.outbox_clear(session_id)
-        done = True
-        for name, channel in self.consumers.items():
-            delay = await self._flush_consumer(session_id, name, channel)
-            if delay is not None:
-                done = False
-                await self.store.outbox_schedule(session_id, delay_ms=delay)
-        return done
+        # the session stays on the list while we deliver (a kill -9 mid-delivery must not strand its
+        # events); it leaves only if nobody re-scheduled it meanwhile (a commit after our last look)
+        claim = await self.store.outbox_claim(session_id)
+        delays = [d for name, channel in self.consumers.items()
+                  if (d := await self._flush_consumer(session_id, name, channel)) is not None]
+        if delays:  # due again when the soonest consumer may be tried
+            await self.store.outbox_schedule(session_id, delay_ms=min(delays))
+            return False
+        await self.store.outbox_release(session_id, claim)
+        return True
 
     async def _flush_consumer(self, session_id: str, name: str, channel: Channel) -> int | None:
         """None when the consumer is up to date; else the delay before trying again."""

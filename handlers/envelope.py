@@ -138,6 +138,27 @@ class SlashCommand(_Shape):
     text: str = ""
 
 
+class Readable(_Shape):
+    """The fields Bolt itself reads from any request (to build its context, match listeners and log
+    what it does not handle) must have the kind Slack sends, whatever the request's type."""
+
+    # Slack sends null for these (an org-wide install has no team; outside Grid there is no enterprise)
+    enterprise: dict[str, Any] | str | None = None
+    team: dict[str, Any] | str | None = None
+    user: dict[str, Any] | str | None = None
+    channel: dict[str, Any] | str | None = None
+    is_enterprise_install: bool | str | None = None
+    # ... but never for these: Bolt reads them as ``body.get("event", {}).get(…)``. (An absent field takes
+    # the default, which pydantic does not validate; an explicit null is refused.)
+    view: dict[str, Any] = None  # type: ignore[assignment]
+    container: dict[str, Any] = None  # type: ignore[assignment]
+    message: dict[str, Any] = None  # type: ignore[assignment]
+    event: dict[str, Any] | str = None  # type: ignore[assignment]
+    authorizations: list[dict[str, Any]] = None  # type: ignore[assignment]
+    actions: list[dict[str, Any]] = None  # type: ignore[assignment]
+    function_data: dict[str, Any] = None  # type: ignore[assignment]
+
+
 SHAPES: dict[str, type[_Shape]] = {
     "block_actions": BlockActions,
     "view_submission": ViewPayload,
@@ -150,6 +171,8 @@ def problem(body: Any) -> str | None:
     """Why a (signed) parsed body cannot be handled, or None when it can."""
     if not isinstance(body, dict):
         return f"the body is a JSON {type(body).__name__}, not an object"
+    if (unreadable := _check(Readable, body)) is not None:
+        return unreadable
     kind = body.get("type")
     if kind is None:
         if "command" in body:

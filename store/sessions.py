@@ -551,9 +551,20 @@ class SessionStore:
     async def outbox_schedule(self, session_id: str, *, delay_ms: int) -> None:
         await self.redis.zadd(OUTBOX, {session_id: _now_ms() + delay_ms})
 
-    async def outbox_clear(self, session_id: str) -> None:
-        """Take a session off the outbox list (before a last look for new events, never after)."""
-        await self.redis.zrem(OUTBOX, session_id)
+    async def outbox_claim(self, session_id: str) -> int:
+        """Keep a session on the outbox list while we deliver it, due again one lease from now (if this
+        process dies mid-delivery, any replica's sweep takes over then); returns the claim's score."""
+        until = _now_ms() + self.lease_ms
+        await self.redis.zadd(OUTBOX, {session_id: until})
+        return until
+
+    async def outbox_release(self, session_id: str, claim: int) -> None:
+        """Take a delivered session off the list, unless a commit (or a retry) re-scheduled it meanwhile."""
+        await self.redis.eval(
+            "if tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1])) == tonumber(ARGV[2]) then "
+            "return redis.call('ZREM', KEYS[1], ARGV[1]) end return 0",
+            1, OUTBOX, session_id, claim,
+        )
 
     async def outbox_lock(self, session_id: str, consumer: str, token: str) -> bool:
         key = self.key(session_id, f"outlock:{consumer}")

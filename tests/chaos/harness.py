@@ -358,7 +358,7 @@ class Trial:
 
     def describe(self) -> str:
         return (
-            f"{self.key} moment={self.moment} idem={self.idempotent} outcome={self.outcome} "
+            f"{self.key} thread={self.thread_ts} moment={self.moment} idem={self.idempotent} outcome={self.outcome} "
             f"lines={self.lines} executions={self.executions} clicks={self.clicks} live_card={self.live_card} "
             f"replies={self.replies} reply={self.reply!r} notes={self.notes}"
         )

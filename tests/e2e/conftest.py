@@ -43,9 +43,11 @@ async def start_app(local_slack: LocalSlack, redis, redis_url: str, tmp_path) ->
     """``await start_app(model, tools)`` → a running BotApp that localslack delivers to."""
     started: list[BotApp] = []
 
-    async def start(model: ChatModel, tools: list[Tool], **extra: Any) -> BotApp:
+    async def start(model: ChatModel, tools: list[Tool], *, recovery_interval: float = 0, **extra: Any) -> BotApp:
+        # no recovery sweep by default: tests drive recovery themselves, except those that need it running
         settings = e2e_settings(local_slack, redis_url, tmp_path, **extra)
-        bot = await start_bot(settings, model=model, tools=tools, host="127.0.0.1", port=0, recovery_interval=0)
+        bot = await start_bot(settings, model=model, tools=tools, host="127.0.0.1", port=0,
+                              recovery_interval=recovery_interval)
         local_slack.set_bot_url(f"{bot.url}/slack/events")
         started.append(bot)
         return bot

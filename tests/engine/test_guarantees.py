@@ -22,6 +22,7 @@ from store.sessions import OUTBOX
 from tests.engine.harness import (
     ALICE,
     BOB,
+    RecordingChannel,
     approve,
     assert_valid_history,
     decision,
@@ -288,6 +289,33 @@ async def test_18_what_a_dead_process_settled_still_reaches_the_frontend(redis):
     assert "input.resolved" in channel_b.types()  # the card loses its buttons
     assert channel_b.types()[-2:] == ["turn.completed", "session.waiting"]
     assert len(runs) == 1
+
+
+class StuckChannel(RecordingChannel):
+    """A frontend whose delivery of the final answer never returns: the process dies inside it."""
+
+    async def deliver(self, event, session) -> None:  # noqa: ANN001 - Channel protocol
+        if event.type == "message.completed":
+            await asyncio.Event().wait()
+        await super().deliver(event, session)
+
+
+async def test_18_events_are_not_stranded_when_the_deliverer_dies_mid_delivery(redis):
+    runtime_a, _, store = make_runtime(redis, ScriptedModel([model_say("the answer")]), [],
+                                       channel=StuckChannel(), lease_ms=300)
+    await runtime_a.record_message(session(), ALICE, "hi", message_id="m1")
+    await runtime_a.drive(session().session_id)
+    await asyncio.sleep(0.05)  # the deliverer is now stuck inside Slack's call
+    for task in list(runtime_a._tasks):  # kill -9 mid-delivery
+        task.cancel()
+    await asyncio.gather(*runtime_a._tasks, return_exceptions=True)
+
+    runtime_b, channel_b, _ = make_runtime(redis, ScriptedModel([]), [], lease_ms=300)
+    await asyncio.sleep(0.4)  # one lease later, any replica's sweep finds the session due again
+    await runtime_b.recover()
+    await runtime_b.wait_idle()
+    assert [e.text for e in channel_b.of("message.completed")] == ["the answer"]
+    assert await store.outbox_due() == []  # and, delivered, it leaves the list
 
 
 async def test_13_settled_data_has_a_retention_and_indexes_forget_it(redis):
