@@ -59,6 +59,7 @@ class HomeRequest(BaseModel):
     waiting_for: list[str] = Field(default_factory=list)  # user ids who can still settle it
     permalink: str | None = None  # link to the card's thread
     requester_name: str | None = None
+    undeliverable: str | None = None  # why its card is not in the channel (the channel is gone): answer here
 
 
 class ToolPolicyView(BaseModel):
@@ -139,6 +140,8 @@ def _requested_row(item: HomeRequest, n: int) -> SectionBlock:
             item.permalink.replace("&", "&amp;").replace("<", "%3C").replace(">", "%3E").replace("|", "%7C")
         )
         status += f" · <{link}|Open thread>"
+    if item.undeliverable:
+        status += "\n" + undelivered_text(item.undeliverable, can_settle=False)
     return SectionBlock(
         block_id=ids.block_id(req.request_id, "hr-row", n),
         text=MarkdownTextObject(text=mrkdwn(f"{title}\n{status}", SECTION_TEXT)),
@@ -219,7 +222,21 @@ def _waiting_card(item: HomeRequest) -> list[Block]:
                 elements=[MarkdownTextObject(text="You can follow this request but not settle it.")],
             )
         )
+    if item.undeliverable:
+        blocks.append(
+            ContextBlock(
+                block_id=ids.block_id(item.request.request_id, "hw-undelivered"),
+                elements=[MarkdownTextObject(text=undelivered_text(item.undeliverable, item.can_settle))],
+            )
+        )
     return blocks
+
+
+def undelivered_text(reason: str, can_settle: bool) -> str:
+    """Why a request is only here: its card could not be posted in its channel."""
+    why = escape_mrkdwn(truncate(one_line(reason), 120))
+    where = "Answer it here." if can_settle else "It can be answered from App Home."
+    return f":warning: Its card couldn't be posted in the conversation ({why}). {where}"
 
 
 def _waiting_blocks(waiting_on_you: Sequence[HomeRequest], budget: int) -> list[Block]:

@@ -199,7 +199,8 @@ async def _waiting_on(gov: Governance, records: list[RequestRecord], viewer: Pri
             if viewer.principal_id in record.approvals:
                 continue  # they already gave their approval; it waits on others now
             approvals = [p.rsplit(":", 1)[-1] for p in record.approvals]
-        items.append(HomeRequest(request=record.request, approvals=approvals, required=decision.required))
+        items.append(HomeRequest(request=record.request, approvals=approvals, required=decision.required,
+                                 undeliverable=record.undeliverable))
     return items
 
 
@@ -229,6 +230,7 @@ async def _requested_by(gov: Governance, records: list[RequestRecord], viewer: P
                 required=required,
                 waiting_for=waiting_for,
                 permalink=await _permalink(gov, record) if n < MAX_PERMALINKS else None,
+                undeliverable=record.undeliverable,
             )
         )
     return items

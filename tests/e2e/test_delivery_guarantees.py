@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 from blocks.actions import request_id_of_block
 from bot.models.scripted import ScriptedModel, say
@@ -27,6 +28,7 @@ from tests.e2e.test_approval_flow import (
     refund_charge,
     refund_script,
 )
+from tests.e2e.test_governance import open_home
 
 
 class SilentModel:
@@ -101,6 +103,8 @@ async def test_a_channel_that_is_gone_does_not_hold_up_other_sessions(local_slac
     assert await bot.store.redis.zscore(OUTBOX, dead_sid) is None  # skipped, not retried forever
     [parked] = [r for r in await bot.store.pending_for_team("T0LOCAL") if r.session_id == dead_sid]
     assert parked.status == "open" and parked.undeliverable == "Slack said channel_not_found"
+    home = await open_home(local_slack, ALICE)  # App Home says where it went, and it waits there
+    assert "couldn't be posted in the conversation (Slack said channel_not_found)" in json.dumps(home.blocks)
     ts, card = await mention_and_wait_for_card(local_slack)  # another session is served at once
     await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
     await local_slack.wait_for(lambda: RUNS)
