@@ -153,7 +153,7 @@ class Readable(_Shape):
     view: dict[str, Any] = None  # type: ignore[assignment]
     container: dict[str, Any] = None  # type: ignore[assignment]
     message: dict[str, Any] = None  # type: ignore[assignment]
-    event: dict[str, Any] | str = None  # type: ignore[assignment]
+    event: dict[str, Any] = None  # type: ignore[assignment]
     authorizations: list[dict[str, Any]] = None  # type: ignore[assignment]
     actions: list[dict[str, Any]] = None  # type: ignore[assignment]
     function_data: dict[str, Any] = None  # type: ignore[assignment]
