@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from bot.execute import Executor, denied_output
@@ -28,6 +28,7 @@ from bot.protocol import (
     InputRequested,
     LeaseLost,
     MessageCompleted,
+    MessageTaken,
     RequestRecord,
     SessionWaiting,
     TurnCancelled,
@@ -109,6 +110,8 @@ class _Pass:
     session_id: str
     token: str
     failures: int = 0  # earlier failed attempts seen in the snapshot (cleared when this pass succeeds)
+    # queued messages taken into the in-memory history; they leave the inbox with the next commit
+    taking: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Driver:
@@ -200,43 +203,46 @@ class Driver:
 
     async def _drive_locked(self, p: _Pass) -> None:
         while True:
-            snap = await self.p.store.snapshot(p.session_id)
-            p.failures = max(p.failures, snap.failures)
-            state = SessionState.model_validate(snap.state) if snap.state else None
-            if state is None or state.turn is None:
-                if not snap.inbox:
+            try:
+                if not await self._drive_step(p):
                     return
-                await self._start_turn(p, state, snap.inbox[0])
-                continue
-            turn = state.turn
-            if snap.cancel == turn.turn_id:
-                await self._finish_cancelled(p, state)
-                continue
-            owner_message = next((m for m in snap.inbox if _same(m, turn.owner)), None)
-            if owner_message is not None and (turn.step is not None or turn.limit_request_id):
-                # a typed answer recorded but not yet tried (its process died after the ack): try it first
-                if await self.intake.try_answer(p.session_id, owner_message, state):
-                    continue
-            if turn.limit_request_id:
-                if not await self._resume_limit(p, state):
-                    return
-                continue
-            if turn.step is not None:
-                if not await self._resume_step(p, state, snap.grants, owner_message):
-                    return
-                continue
-            for message in [m for m in snap.inbox if _same(m, turn.owner)]:
-                if await self.p.store.take_inbox(p.session_id, message):
-                    state.history.append(_user_message(message))
-            if turn.steps >= turn.step_budget or turn.tokens >= turn.token_budget:
-                await self._park_on_limit(p, state)
-                return
-            if not await self._model_step(p, state, snap.grants):
-                continue
+            except MessageTaken:
+                p.taking = []  # it answered a request meanwhile: look again at what Redis holds
+
+    async def _drive_step(self, p: _Pass) -> bool:
+        """One step of the turn loop from a fresh snapshot; False when nothing more can be done now."""
+        snap = await self.p.store.snapshot(p.session_id)
+        p.failures = max(p.failures, snap.failures)
+        state = SessionState.model_validate(snap.state) if snap.state else None
+        if state is None or state.turn is None:
+            if not snap.inbox:
+                return False
+            await self._start_turn(p, state, snap.inbox[0])
+            return True
+        turn = state.turn
+        if snap.cancel == turn.turn_id:
+            await self._finish_cancelled(p, state)
+            return True
+        owner_message = next((m for m in snap.inbox if _same(m, turn.owner)), None)
+        if owner_message is not None and (turn.step is not None or turn.limit_request_id):
+            # a typed answer recorded but not yet tried (its process died after the ack): try it first
+            if await self.intake.try_answer(p.session_id, owner_message, state):
+                return True
+        if turn.limit_request_id:
+            return await self._resume_limit(p, state)
+        if turn.step is not None:
+            return await self._resume_step(p, state, snap.grants, owner_message)
+        for message in [m for m in snap.inbox if _same(m, turn.owner)]:
+            state.history.append(_user_message(message))
+            p.taking.append(message)  # steering: it leaves the queue with the next checkpoint
+        if turn.steps >= turn.step_budget or turn.tokens >= turn.token_budget:
+            await self._park_on_limit(p, state)
+            return False
+        await self._model_step(p, state, snap.grants)
+        return True
 
     async def _start_turn(self, p: _Pass, state: SessionState | None, message: dict[str, Any]) -> None:
-        if not await self.p.store.take_inbox(p.session_id, message):
-            return  # taken meanwhile (it answered a request): look again
+        p.taking.append(message)
         principal = Principal.model_validate(message["principal"]) if message.get("principal") else None
         if state is None:
             state = SessionState(ref=SessionRef.model_validate(message["ref"]), initiator=principal)
@@ -408,7 +414,8 @@ class Driver:
         self, p: _Pass, state: SessionState, events: list[Event], requests: list[RequestRecord] = ()  # type: ignore[assignment]
     ) -> None:
         await self.p.store.commit(p.session_id, p.token, state.model_dump(mode="json"), events, list(requests),
-                                  ref=state.ref)
+                                  ref=state.ref, take=p.taking)
+        p.taking = []
         if events:
             self.p.outbox.kick(p.session_id)
 

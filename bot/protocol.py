@@ -287,3 +287,8 @@ class UnknownRequest(LookupError):
 
 class LeaseLost(Exception):  # noqa: N818 - a condition the caller handles, not a bug
     """Another worker holds the turn now; this worker must stop without writing."""
+
+
+class MessageTaken(Exception):  # noqa: N818 - a condition the caller handles, not a bug
+    """A queued message this commit meant to take in was taken first (it answered a request): nothing
+    was written; look at the session again."""

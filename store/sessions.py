@@ -44,6 +44,7 @@ from bot.protocol import (
     Event,
     InputResponse,
     LeaseLost,
+    MessageTaken,
     RequestRecord,
     SessionSnapshot,
     SettleResult,
@@ -74,10 +75,17 @@ def slot_of_request(request_id: str) -> str:
 
 
 # Commit a checkpoint: verify the lease, write state, create requests, append events.
+# Queued messages the new state takes in (``take``) leave the inbox in the same write, so a message is
+# always either queued or in the saved history, never in neither (-2: another worker took one first).
 _COMMIT = """
 local token, state_json, n_events, n_requests = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local ref_json, retention = ARGV[#ARGV - 2], ARGV[#ARGV - 1]
+local take = cjson.decode(ARGV[#ARGV - 3])
 if token ~= '' and redis.call('GET', KEYS[1]) ~= token then return -1 end
+for _, raw in ipairs(take) do
+  if not redis.call('LPOS', KEYS[#KEYS], raw) then return -2 end
+end
+for _, raw in ipairs(take) do redis.call('LREM', KEYS[#KEYS], 1, raw) end
 if state_json ~= '' then redis.call('SET', KEYS[2], state_json, 'PX', retention) end
 for i = 1, n_requests do
   local fields = cjson.decode(ARGV[4 + n_events + i])
@@ -309,12 +317,15 @@ class SessionStore:
         requests: list[RequestRecord] = (),  # type: ignore[assignment]
         *,
         ref: SessionRef | None = None,
+        take: list[dict[str, Any]] = (),  # type: ignore[assignment]
     ) -> list[Event]:
         """Atomically checkpoint state, create requests and append events; returns events with seq.
 
         ``ref`` (the frontend's routing data) is kept beside the outbox cursor for the deliverer.
+        ``take``: queued messages this state has taken in; they leave the inbox in the same write.
 
-        With a token, fails with LeaseLost unless this worker still holds the turn lease.
+        With a token, fails with LeaseLost unless this worker still holds the turn lease; fails with
+        MessageTaken, writing nothing, if another worker took one of ``take`` first.
         """
         keys = [
             self.key(session_id, "lease"),
@@ -323,6 +334,7 @@ class SessionStore:
             self.key(session_id, "seq"),
             self.key(session_id, "out"),
             *[self.request_key(r.request_id) for r in requests],
+            self.key(session_id, "inbox"),
         ]
         args: list[Any] = [
             token or "",
@@ -331,6 +343,7 @@ class SessionStore:
             len(requests),
             *[e.model_dump_json(exclude_none=True) for e in events],
             *[json.dumps(_record_fields(r), separators=(",", ":")) for r in requests],
+            json.dumps([json.dumps(m, separators=(",", ":")) for m in take]) if take else "[]",
             ref.model_dump_json(exclude_none=True) if ref is not None else "",
             self.retention_ms,
             EVENTS_MAXLEN,
@@ -346,6 +359,8 @@ class SessionStore:
         first, *_ = await self._eval_pipelined(self._commit, keys, args, extra)
         if first == -1:
             raise LeaseLost(session_id)
+        if first == -2:
+            raise MessageTaken(session_id)
         return _with_seq(events, int(first))
 
     async def _eval_pipelined(

@@ -10,12 +10,14 @@ import asyncio
 import contextlib
 import json
 
+import pytest
+
 from bot.approval import Approval, allowed, always, once, rejected
 from bot.drive import LeaseKeeper
 from bot.models.scripted import ScriptedModel, call, calls
 from bot.models.scripted import say as model_say
 from bot.principals import slack_user
-from bot.protocol import InputResponse, LeaseLost
+from bot.protocol import InputResponse, LeaseLost, MessageTaken
 from bot.tools import Tool, ToolContext
 from bot.turns import RuntimeSettings
 from store.sessions import OUTBOX
@@ -33,6 +35,7 @@ from tests.engine.harness import (
     session,
     shown,
     tool_results,
+    user_texts,
 )
 
 EVE_ELSEWHERE = slack_user("T2", "UEVE")  # a person of another workspace the app is installed in
@@ -341,3 +344,81 @@ async def test_13_long_sessions_keep_a_bounded_history(redis):
     raw = (await store.snapshot(session().session_id)).state
     assert len(raw["history"]) <= 11 and raw["history"][0]["content"] == "sys"
     assert raw["history"][-1]["content"] == "reply 29"
+
+
+class _DiesThinking(ScriptedModel):
+    """A scripted model whose process dies while it thinks about step ``dies_at`` (its call never
+    returns; the test cancels the worker the way kill -9 would)."""
+
+    def __init__(self, steps, dies_at: int):
+        super().__init__(steps)
+        self.dies_at, self.thinking = dies_at, asyncio.Event()
+
+    async def complete(self, messages, tools, **kw):  # noqa: ANN001 - ChatModel protocol
+        if self.next_step_index(messages) == self.dies_at:
+            self.thinking.set()
+            await asyncio.Event().wait()
+        return await super().complete(messages, tools, **kw)
+
+
+def _saved_or_queued(snap) -> list[str]:
+    queued = [m["text"] for m in snap.inbox]
+    saved = [m.get("content") for m in (snap.state or {}).get("history", []) if m.get("role") == "user"]
+    return queued + saved
+
+
+async def test_20_a_steering_message_is_never_in_neither_place(redis):
+    # The owner writes while a tool runs; the worker takes the message into the next model call and dies
+    # while the model thinks. The message was acknowledged to Slack: it must be queued or saved at that
+    # moment, and the next worker must show it to the model.
+    running, finish = asyncio.Event(), asyncio.Event()
+
+    async def build(args: dict) -> dict:
+        running.set()
+        await finish.wait()
+        return {"built": True}
+
+    script = [call("build", call_id="b1"), model_say("Built, and noted.")]
+    model_a = _DiesThinking(script, dies_at=1)
+    runtime_a, _, store = make_runtime(redis, model_a, [Tool(build, name="build", idempotent=True)], lease_ms=300)
+    worker = asyncio.create_task(runtime_a.post_message(session(), ALICE, "build it"))
+    await asyncio.wait_for(running.wait(), 2)
+    assert (await runtime_a.post_message(session(), ALICE, "also bump the version")).state == "queued"
+    finish.set()
+    await asyncio.wait_for(model_a.thinking.wait(), 2)
+    assert "also bump the version" in _saved_or_queued(await store.snapshot(session().session_id))
+    worker.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await worker
+
+    model_b = ScriptedModel(script)
+    runtime_b, channel_b, _ = make_runtime(redis, model_b, [Tool(build, name="build", idempotent=True)],
+                                           lease_ms=300)
+    for _ in range(40):
+        await runtime_b.recover()
+        await runtime_b.wait_idle()
+        if "turn.completed" in channel_b.types():
+            break
+        await asyncio.sleep(0.1)
+    assert "also bump the version" in user_texts(shown(model_b))
+    assert channel_b.types()[-2:] == ["turn.completed", "session.waiting"]
+
+
+async def test_20_a_first_message_leaves_the_queue_only_with_the_turn_that_saves_it(redis):
+    # The first commit of a turn takes the message; if that commit cannot happen (the lease is gone),
+    # the message stays queued for whoever drives the session next.
+    runtime, _, store = make_runtime(redis, ScriptedModel([model_say("hi")]), [])
+    sid = session().session_id
+    message = {"id": "m1", "principal": None, "text": "hello", "ref": session().model_dump(mode="json"), "at": "x"}
+    assert await store.record_message(sid, message, message_id="m1")
+    token = await store.acquire_lease(sid)
+    await store.release_lease(sid, token, still_active=False)
+    with pytest.raises(LeaseLost):
+        await store.commit(sid, token, {"ref": session().model_dump(mode="json")}, take=[message])
+    assert [m["text"] for m in await store.inbox(sid)] == ["hello"]  # lease lost: nothing taken
+    token = await store.acquire_lease(sid)
+    await store.commit(sid, token, {"ref": session().model_dump(mode="json")}, take=[message])
+    assert await store.inbox(sid) == []
+    with pytest.raises(MessageTaken):  # taken already: the commit writes nothing
+        await store.commit(sid, token, {"changed": True}, take=[message])
+    assert json.loads(await redis.get(store.key(sid, "state"))) == {"ref": session().model_dump(mode="json")}
