@@ -1,4 +1,4 @@
-"""The command line: ``python -m bot [run|check|pending|chat|audit]``."""
+"""The command line: ``python -m bot [run|check|pending|chat|audit|reset-local]``."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ def main(argv: list[str] | None = None) -> int:
     pending = sub.add_parser("pending", help="list requests waiting for a person")
     pending.add_argument("--team", default=None, help="only this workspace (default: every workspace)")
     sub.add_parser("chat", help="talk to the agent in this terminal (no Slack needed)")
+    sub.add_parser("reset-local", help="forget the local Slack workspace and the embedded Redis's data "
+                                       "(BOT_DATA_DIR); stop the bot first")
     audit = sub.add_parser("audit", help="export or verify a workspace's audit log")
     audit_sub = audit.add_subparsers(dest="audit_command", required=True)
     export = audit_sub.add_parser("export", help="write the audit log as JSON lines")
@@ -48,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_pending(settings, args.team))
         if command == "chat":
             return asyncio.run(_chat(settings))
+        if command == "reset-local":
+            return _reset_local(settings)
         if command == "audit":
             from bot.audit_cli import audit_command
 
@@ -58,6 +62,26 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def _reset_local(settings: Settings) -> int:
+    """Start the local setup afresh: the local Slack workspace, and the embedded Redis unless REDIS_URL
+    names another one (that one is never touched)."""
+    from localslack.persistence import reset_command
+    from store.embedded import DataDirInUse, forget_data
+
+    if settings.redis_url:
+        print("REDIS_URL is set: its data is kept (parked turns there may point at messages the new local "
+              "workspace does not have)")
+    else:
+        redis_dir = Path(settings.data_dir) / "redis"
+        try:
+            if forget_data(redis_dir):
+                print(f"forgot the embedded Redis data ({redis_dir})")
+        except DataDirInUse as exc:
+            print(f"{exc}; nothing was reset", file=sys.stderr)
+            return 1
+    return reset_command(settings.data_dir)
 
 
 async def _run(settings: Settings) -> int:

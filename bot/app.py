@@ -177,7 +177,9 @@ async def _start(
         from localslack.server import LocalSlack
 
         secret = secret or secrets.token_hex(16)
-        local = LocalSlack(bot_url=None, signing_secret=secret, port=settings.localslack_port)
+        # the workspace is kept under BOT_DATA_DIR, so a restart shows the threads parked turns resume in
+        local = LocalSlack(bot_url=None, signing_secret=secret, port=settings.localslack_port,
+                           data_dir=settings.data_dir)
         await local.start()
         stack.push_async_callback(local.stop)
         api_url, token = local.api_url, BOT_TOKEN

@@ -92,6 +92,10 @@ class UserActions:
         channel = self._channel(channel_id)
         if user.id not in channel.members:
             raise LocalSlackError(f"{user.name} is not a member of {channel.name or channel.id}")
+        if channel.is_archived:
+            raise LocalSlackError(f"#{channel.name or channel.id} is archived: nobody can post in it")
+        if user.deleted:
+            raise LocalSlackError(f"{user.name}'s account is deactivated")
         message = Message(
             channel=channel.id,
             ts=self.ws.clock.next(),
@@ -117,7 +121,13 @@ class UserActions:
             events.append(payloads.message_event(message, channel, author, event_type="app_mention"))
         events.append(payloads.message_event(message, channel, author))
         envelopes = [
-            payloads.event_envelope(e, source_team_id=source_team, installation=installation, channel=channel)
+            payloads.event_envelope(
+                e,
+                source_team_id=source_team,
+                installation=installation,
+                channel=channel,
+                org=self.ws.enterprise_of(installation.id),
+            )
             for e in events
         ]
         return list(await asyncio.gather(*(self.deliverer.send_event(e) for e in envelopes)))
@@ -130,7 +140,11 @@ class UserActions:
             return
         event = payloads.bot_message_event(kind, message, channel, previous)
         envelope = payloads.event_envelope(
-            event, source_team_id=installation.id, installation=installation, channel=channel
+            event,
+            source_team_id=installation.id,
+            installation=installation,
+            channel=channel,
+            org=self.ws.enterprise_of(installation.id),
         )
         self._spawn(self.deliverer.send_event(envelope))
 
@@ -195,6 +209,7 @@ class UserActions:
                 trigger_id=trigger_id,
                 state_values=target.view.state_values,
                 view=target.view,
+                org=self.ws.enterprise_of(target.installation.id),
             )
             return await self.deliverer.send_interaction(payload)
         assert target.channel is not None
@@ -225,6 +240,7 @@ class UserActions:
             message_ts=original.ts,
             is_ephemeral=target.ephemeral is not None,
             response_url=response_url,
+            org=self.ws.enterprise_of(target.installation.id),
         )
         return await self.deliverer.send_interaction(payload)
 
@@ -414,7 +430,11 @@ class UserActions:
         view.errors = {}
         trigger_id = self.ws.issue_trigger(user.id, target.installation.id)
         payload = payloads.view_submission(
-            user=user, installation=target.installation, view=view, trigger_id=trigger_id
+            user=user,
+            installation=target.installation,
+            view=view,
+            trigger_id=trigger_id,
+            org=self.ws.enterprise_of(target.installation.id),
         )
         result = await self.deliverer.send_interaction(payload)
         if result.ok:
@@ -467,7 +487,9 @@ class UserActions:
             self.ws.pop_modal(user.id, view.id)
         if not view.notify_on_close:
             return None
-        payload = payloads.view_closed(user=user, installation=target.installation, view=view)
+        payload = payloads.view_closed(
+            user=user, installation=target.installation, view=view, org=self.ws.enterprise_of(target.installation.id)
+        )
         return await self.deliverer.send_interaction(payload)
 
     async def open_home(self, user_id: str) -> DeliveryResult:
@@ -486,7 +508,11 @@ class UserActions:
         if home is not None:
             event["view"] = home.to_slack()
         envelope = payloads.event_envelope(
-            event, source_team_id=installation.id, installation=installation, channel=None
+            event,
+            source_team_id=installation.id,
+            installation=installation,
+            channel=None,
+            org=self.ws.enterprise_of(installation.id),
         )
         return await self.deliverer.send_event(envelope)
 
@@ -512,6 +538,7 @@ class UserActions:
             text=text,
             response_url=response_url,
             trigger_id=self.ws.issue_trigger(user.id, installation.id),
+            org=self.ws.enterprise_of(installation.id),
         )
         result = await self.deliverer.send_command(fields)
         if not result.ok:

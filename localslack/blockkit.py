@@ -1,8 +1,10 @@
 """Block Kit checks (what Slack rejects) and lookups of interactive elements inside blocks.
 
 Validation leans on ``slack_sdk.models`` (``Block.parse`` + ``to_dict``, which runs every nested
-``JsonValidator``) and adds the few structural rules the SDK does not check (empty text, duplicate ids,
-min counts). Errors are phrased like Slack's: ``"<message> [json-pointer:/blocks/0/text]"``.
+``JsonValidator``) and adds the rules Slack enforces that the SDK does not check (empty text, duplicate ids,
+min counts, plain_text-only fields, option limits, initial options that must be among the options).
+Errors are phrased like Slack's: ``"<message> [json-pointer:/blocks/0/text]"``. Each rule's source is in
+docs/LOCALSLACK.md.
 """
 
 from __future__ import annotations
@@ -22,6 +24,23 @@ VIEW_MAX_BYTES = 250_000
 # Block types whose "text"/"label" must be a text object (never a bare string).
 _TEXT_OBJECT_HOLDERS = {"section", "header", "button", "input", "checkboxes", "radio_buttons"}
 _MIN_ONE_ELEMENT = {"actions", "context"}
+
+# Where Slack takes only a plain_text object (docs.slack.dev reference/block-kit/composition-objects/
+# text-object: header text, button text, option text in select/overflow menus, placeholders, confirm
+# dialog title/confirm/deny, option group labels; views: title/submit/close).
+_PLAIN_TEXT_ONLY: dict[str, tuple[str, ...]] = {"header": ("text",), "button": ("text",)}
+_MENU_TYPES = {"static_select", "multi_static_select", "overflow", "external_select", "multi_external_select"}
+# Option lists: minimum 1 and maximum count per element (option-object / element reference pages).
+_OPTION_COUNTS: dict[str, tuple[int, int]] = {
+    "static_select": (1, 100),
+    "multi_static_select": (1, 100),
+    "radio_buttons": (1, 10),
+    "checkboxes": (1, 10),
+    "overflow": (1, 5),
+}
+OPTION_VALUE_MAX = 150  # option object: "value ... Maximum length for this field is 150 characters"
+OPTION_TEXT_MAX = 75
+OPTION_DESCRIPTION_MAX = 75
 INTERACTIVE_TYPES = {
     "button",
     "static_select",
@@ -129,6 +148,84 @@ def _structural_errors(block: dict[str, Any], here: str) -> list[str]:
             if action_id in seen_actions:
                 errors.append(f"duplicate action_id: {action_id} [json-pointer:{path}/action_id]")
             seen_actions.add(action_id)
+        if isinstance(node_type, str):
+            errors.extend(_plain_text_errors(node, node_type, path))
+            if node_type in _OPTION_COUNTS or node_type in _MENU_TYPES:
+                errors.extend(_option_errors(node, node_type, path))
+    return errors
+
+
+def _not_plain_text(value: Any) -> bool:
+    return isinstance(value, dict) and value.get("type") != "plain_text"
+
+
+def _plain_text_errors(node: dict[str, Any], node_type: str, path: str) -> list[str]:
+    keys = list(_PLAIN_TEXT_ONLY.get(node_type, ()))
+    if node_type in INTERACTIVE_TYPES:
+        keys.append("placeholder")
+    errors = [f"must be a plain_text text object [json-pointer:{path}/{k}]" for k in keys if _not_plain_text(node.get(k))]
+    confirm = node.get("confirm")
+    if isinstance(confirm, dict):
+        for key in ("title", "confirm", "deny"):
+            if _not_plain_text(confirm.get(key)):
+                errors.append(f"must be a plain_text text object [json-pointer:{path}/confirm/{key}]")
+    return errors
+
+
+def _option_list(node: dict[str, Any], path: str) -> list[tuple[dict[str, Any], str]]:
+    found: list[tuple[dict[str, Any], str]] = []
+    for index, option in enumerate(node.get("options") or []):
+        if isinstance(option, dict):
+            found.append((option, f"{path}/options/{index}"))
+    for g, group in enumerate(node.get("option_groups") or []):
+        if isinstance(group, dict):
+            for index, option in enumerate(group.get("options") or []):
+                if isinstance(option, dict):
+                    found.append((option, f"{path}/option_groups/{g}/options/{index}"))
+    return found
+
+
+def _same_option(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return a.get("value") == b.get("value") and text_of(a.get("text")) == text_of(b.get("text"))
+
+
+def _option_errors(node: dict[str, Any], node_type: str, path: str) -> list[str]:
+    """Option objects: value <= 150, text/description <= 75, plain_text text in menus; counts per element;
+    a select needs options; initial_option(s) must be among the options."""
+    errors: list[str] = []
+    options = _option_list(node, path)
+    in_menu = node_type in _MENU_TYPES
+    for option, here in options:
+        value = option.get("value")
+        if isinstance(value, str) and len(value) > OPTION_VALUE_MAX:
+            errors.append(f"must be less than {OPTION_VALUE_MAX + 1} characters [json-pointer:{here}/value]")
+        if len(text_of(option.get("text"))) > OPTION_TEXT_MAX:
+            errors.append(f"must be less than {OPTION_TEXT_MAX + 1} characters [json-pointer:{here}/text/text]")
+        if len(text_of(option.get("description"))) > OPTION_DESCRIPTION_MAX:
+            errors.append(
+                f"must be less than {OPTION_DESCRIPTION_MAX + 1} characters [json-pointer:{here}/description/text]"
+            )
+        if in_menu and _not_plain_text(option.get("text")):
+            errors.append(f"must be a plain_text text object [json-pointer:{here}/text]")
+    for g, group in enumerate(node.get("option_groups") or []):
+        if isinstance(group, dict) and _not_plain_text(group.get("label")):
+            errors.append(f"must be a plain_text text object [json-pointer:{path}/option_groups/{g}/label]")
+    if node_type in _OPTION_COUNTS and ("options" in node or "option_groups" in node):
+        low, high = _OPTION_COUNTS[node_type]
+        key = "option_groups" if "option_groups" in node and "options" not in node else "options"
+        listed = node.get(key)
+        count = len(listed) if isinstance(listed, list) else 0
+        if key == "options" and count < low:
+            errors.append(f"must provide at least {low} item [json-pointer:{path}/options]")
+        elif count > high:
+            errors.append(f"must provide no more than {high} items [json-pointer:{path}/{key}]")
+    plain = [o for o, _ in options]
+    initial = node.get("initial_option")
+    if isinstance(initial, dict) and plain and not any(_same_option(initial, o) for o in plain):
+        errors.append(f"must match one of the options [json-pointer:{path}/initial_option]")
+    for index, chosen in enumerate(node.get("initial_options") or []):
+        if isinstance(chosen, dict) and plain and not any(_same_option(chosen, o) for o in plain):
+            errors.append(f"must match one of the options [json-pointer:{path}/initial_options/{index}]")
     return errors
 
 
@@ -152,6 +249,9 @@ def validate_view(view: Any) -> list[str]:
         errors.append("must be one of modal, home [json-pointer:/view/type]")
     if view_type == "modal" and not view.get("title"):
         errors.append("missing required field: title [json-pointer:/view/title]")
+    for key in ("title", "submit", "close"):  # modal-views reference: "plain_text only"
+        if _not_plain_text(view.get(key)):
+            errors.append(f"must be a plain_text text object [json-pointer:/view/{key}]")
     blocks = view.get("blocks")
     if blocks is None:
         errors.append("missing required field: blocks [json-pointer:/view/blocks]")

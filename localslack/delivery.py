@@ -2,6 +2,13 @@
 
 While the app holds a Socket Mode connection the same payloads go over the socket instead (unsigned), and
 the ack's ``payload`` stands in for the HTTP response body.
+
+An event whose delivery failed (no 2xx within 3 s, an error status, no connection) is sent again up to 3
+times, as Slack does, with ``X-Slack-Retry-Num`` / ``X-Slack-Retry-Reason`` (over a socket:
+``retry_attempt`` / ``retry_reason``); an answer with ``X-Slack-No-Retry: 1`` stops them. Like Slack, the
+person who caused the event does not wait for the retries: ``send_event`` returns after the first attempt
+and the retries run in the background, updating that same ``DeliveryResult`` (``retrying`` is true until
+they end; ``wait_retries()`` waits for them). Interactions and slash commands are never retried.
 """
 
 from __future__ import annotations
@@ -20,6 +27,9 @@ from localslack.models import DeliveryAttempt, DeliveryResult
 from localslack.socket_mode import EnvelopeType, SocketModeServer
 
 SLACK_TIMEOUT_S = 3.0
+# Slack retries a failed event delivery 3 times: "immediately, after 1 minute, after 5 minutes". LocalSlack
+# keeps the count and the headers and reads the minutes as seconds, so a test sees every retry quickly.
+RETRY_DELAYS_S = (0.0, 1.0, 5.0)
 SLACK_USER_AGENT = "Slackbot 1.0 (+https://api.slack.com/robots)"
 SOCKET_RETRY_REASON = "timeout"  # what Slack puts in retry_reason when a socket envelope was not acked
 
@@ -45,8 +55,8 @@ class Deliverer:
         bot_url: str | None,
         signing_secret: str,
         timeout_s: float = SLACK_TIMEOUT_S,
-        retry: bool = False,
-        retry_delays_s: tuple[float, ...] = (0.0, 1.0, 5.0),
+        retry: bool = True,
+        retry_delays_s: tuple[float, ...] = RETRY_DELAYS_S,
         socket: SocketModeServer | None = None,
     ) -> None:
         self.bot_url = bot_url
@@ -57,12 +67,22 @@ class Deliverer:
         self.retry_delays_s = retry_delays_s
         self.log: list[DeliveryResult] = []
         self._session: aiohttp.ClientSession | None = None
+        self._retries: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         if self._session is None:
             self._session = aiohttp.ClientSession(headers={"User-Agent": SLACK_USER_AGENT})
 
+    async def wait_retries(self, timeout_s: float | None = None) -> None:
+        """Wait until every pending event retry has been sent (or has given up)."""
+        while self._retries:
+            await asyncio.wait_for(asyncio.gather(*list(self._retries), return_exceptions=True), timeout_s)
+
     async def stop(self) -> None:
+        for task in list(self._retries):
+            task.cancel()
+        if self._retries:
+            await asyncio.gather(*self._retries, return_exceptions=True)
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -122,31 +142,54 @@ class Deliverer:
     async def _send(
         self, outgoing: _Outgoing, *, event_id: str | None = None, retry: bool = False
     ) -> DeliveryResult:
-        attempts: list[DeliveryAttempt] = []
-        max_attempts = 1 + (len(self.retry_delays_s) if retry else 0)
-        attempt, text, returned_type = DeliveryAttempt(), "", ""
-        for number in range(max_attempts):
-            if number > 0:
-                await asyncio.sleep(self.retry_delays_s[number - 1])
-            if self.over_socket:
-                answer = await self._attempt_socket(outgoing, number)
-            else:
-                headers = {
-                    "Content-Type": outgoing.content_type,
-                    **self.sign(outgoing.body),
-                }  # signed afresh: a retry is a new request
-                if number > 0:
-                    headers["X-Slack-Retry-Num"] = str(number)
-                    headers["X-Slack-Retry-Reason"] = attempts[-1].error or "http_error"
-                answer = await self._attempt(outgoing.body, headers)
-            attempt, text, returned_type = answer.attempt, answer.text, answer.content_type
-            attempt.retry_num = number
-            attempts.append(attempt)
-            if attempt.error is None or answer.no_retry or attempt.error == "no_bot_url":
-                break
-        result = _result(outgoing.kind, event_id, outgoing.payload, attempt, text, returned_type, attempts)
+        answer = await self._try(outgoing, 0, None)
+        result = _result(
+            outgoing.kind,
+            event_id,
+            outgoing.payload,
+            answer.attempt,
+            answer.text,
+            answer.content_type,
+            [answer.attempt],
+        )
         self.log.append(result)
+        if retry and self.retry_delays_s and _retryable(answer):
+            result.retrying = True
+            task = asyncio.ensure_future(self._retry(outgoing, result))
+            self._retries.add(task)
+            task.add_done_callback(self._retries.discard)
         return result
+
+    async def _try(self, outgoing: _Outgoing, number: int, previous: DeliveryAttempt | None) -> _Answer:
+        if self.over_socket:
+            answer = await self._attempt_socket(outgoing, number)
+        else:
+            headers = {
+                "Content-Type": outgoing.content_type,
+                **self.sign(outgoing.body),
+            }  # signed afresh: a retry is a new request
+            if number > 0:
+                headers["X-Slack-Retry-Num"] = str(number)
+                headers["X-Slack-Retry-Reason"] = (previous.error if previous else None) or "http_error"
+            answer = await self._attempt(outgoing.body, headers)
+        answer.attempt.retry_num = number
+        return answer
+
+    async def _retry(self, outgoing: _Outgoing, result: DeliveryResult) -> None:
+        """Slack's retries of one event: same body and event_id, re-signed, numbered 1..3."""
+        try:
+            for number, delay in enumerate(self.retry_delays_s, start=1):
+                await asyncio.sleep(delay)
+                answer = await self._try(outgoing, number, result.attempts[-1])
+                result.attempts.append(answer.attempt)
+                last = answer.attempt
+                result.status, result.error, result.detail = last.status, last.error, last.detail
+                result.body, result.content_type = answer.text, answer.content_type
+                result.elapsed_s = sum(a.elapsed_s for a in result.attempts)
+                if not _retryable(answer):
+                    return
+        finally:
+            result.retrying = False
 
     async def _attempt_socket(self, outgoing: _Outgoing, number: int) -> _Answer:
         assert self.socket is not None
@@ -210,6 +253,10 @@ class _Answer:
     text: str = ""
     content_type: str = ""
     no_retry: bool = False
+
+
+def _retryable(answer: _Answer) -> bool:
+    return answer.attempt.error not in (None, "no_bot_url") and not answer.no_retry
 
 
 def _result(

@@ -19,6 +19,25 @@ VERIFICATION_TOKEN = "localslack-verification-token"
 USER_COLORS = ("9f69e7", "4bbe2e", "e7392d", "3c989f", "e0a729", "2b6836", "674b1b", "e96699")
 
 
+class Enterprise(BaseModel):
+    """An Enterprise Grid organization (``E…``) holding several workspaces.
+
+    With ``org_install`` the app is installed org-wide: one bot user and one bot token for every workspace
+    of the org (``is_enterprise_install: true`` in payloads, ``authorizations[0].team_id`` null).
+    """
+
+    id: str
+    name: str
+    domain: str
+    org_install: bool = False
+    bot_user_id: str | None = None
+    bot_id: str | None = None
+    bot_token: str | None = None
+
+    def ref(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name}
+
+
 class Team(BaseModel):
     id: str
     name: str
@@ -26,6 +45,7 @@ class Team(BaseModel):
     bot_user_id: str | None = None
     bot_id: str | None = None
     bot_token: str | None = None
+    enterprise_id: str | None = None  # the Grid org this workspace belongs to
 
     @property
     def installed(self) -> bool:
@@ -60,6 +80,12 @@ class User(BaseModel):
     deleted: bool = False
     color: str = USER_COLORS[0]
     tz: str = "Europe/London"
+    # Enterprise Grid: the org, the org-level roles and every workspace of the org the person is in
+    enterprise_id: str | None = None
+    enterprise_name: str = ""
+    is_org_admin: bool = False
+    is_org_owner: bool = False
+    teams: list[str] = Field(default_factory=list)
 
     def avatar_url(self, base_url: str) -> str:
         return f"{base_url}/ui/avatar/{self.id}.svg"
@@ -91,7 +117,7 @@ class User(BaseModel):
             profile["always_active"] = True
         else:
             profile["email"] = f"{self.name}@{self.team_id.lower()}.example"
-        return {
+        out: dict[str, Any] = {
             "id": self.id,
             "team_id": self.team_id,
             "name": self.name,
@@ -113,6 +139,17 @@ class User(BaseModel):
             "is_email_confirmed": not self.is_bot,
             "who_can_share_contact_card": "EVERYONE",
         }
+        if self.enterprise_id:
+            out["enterprise_user"] = {
+                "id": self.id,
+                "enterprise_id": self.enterprise_id,
+                "enterprise_name": self.enterprise_name,
+                "is_admin": self.is_org_admin,
+                "is_owner": self.is_org_owner,
+                "is_primary_owner": False,
+                "teams": list(self.teams or [self.team_id]),
+            }
+        return out
 
 
 class Channel(BaseModel):
@@ -127,6 +164,7 @@ class Channel(BaseModel):
     created: int = 1767225600
     topic: str = ""
     purpose: str = ""
+    is_archived: bool = False
 
     @property
     def is_ext_shared(self) -> bool:
@@ -146,7 +184,7 @@ class Channel(BaseModel):
             return {
                 "id": self.id,
                 "created": self.created,
-                "is_archived": False,
+                "is_archived": self.is_archived,
                 "is_im": True,
                 "is_org_shared": False,
                 "context_team_id": self.team_id,
@@ -164,7 +202,7 @@ class Channel(BaseModel):
             "is_mpim": False,
             "is_private": self.is_private,
             "created": self.created,
-            "is_archived": False,
+            "is_archived": self.is_archived,
             "is_general": self.name == "general",
             "unlinked": 0,
             "name_normalized": self.name,
@@ -374,6 +412,7 @@ class DeliveryResult(BaseModel):
     detail: str = ""
     elapsed_s: float = 0.0
     attempts: list[DeliveryAttempt] = Field(default_factory=list)
+    retrying: bool = False  # Slack's retries of this event are still to come (they update this result)
 
     @property
     def ok(self) -> bool:
@@ -394,8 +433,9 @@ class DeliveryResult(BaseModel):
             return None
         if self.error == "no_bot_url":
             return "No bot is connected to this workspace (no bot URL set)."
+        retry = " Slack will send it again." if self.retrying else ""
         if self.error == "connection_failed":
-            return f"The bot did not answer ({self.detail or 'connection failed'}) — is it running?"
+            return f"The bot did not answer ({self.detail or 'connection failed'}) — is it running?{retry}"
         if self.error == "http_timeout":
-            return "The bot did not answer within 3 seconds (Slack would show a timeout)."
-        return f"The bot answered HTTP {self.status}{': ' + self.detail if self.detail else ''}."
+            return f"The bot did not answer within 3 seconds (Slack would show a timeout).{retry}"
+        return f"The bot answered HTTP {self.status}{': ' + self.detail if self.detail else ''}.{retry}"

@@ -1,6 +1,10 @@
 """Builders for what Slack sends to an app: Events API envelopes and interaction payloads.
 
-Shapes follow reference/slack/payloads/ (themselves taken from Slack's docs and Bolt's tests).
+Shapes follow reference/slack/payloads/ (themselves taken from Slack's docs and Bolt's tests). Enterprise
+Grid fields follow Slack's org-app reference (api.slack.com/enterprise/apps/reference) and Bolt's
+``tests/scenario_tests_async/test_events_org_apps.py``: the envelope carries ``enterprise_id``;
+``authorizations[0]`` has the org's ``enterprise_id`` and, for an org-wide install, ``team_id: null`` and
+``is_enterprise_install: true``; interactions carry ``enterprise: {id, name}`` and ``team.enterprise_id``.
 """
 
 from __future__ import annotations
@@ -10,37 +14,72 @@ import json
 import time
 from typing import Any
 
-from localslack.models import APP_ID, VERIFICATION_TOKEN, Channel, Message, Team, User, View
+from localslack.models import APP_ID, VERIFICATION_TOKEN, Channel, Enterprise, Message, Team, User, View
 from localslack.workspace import random_id
 
 
+def _org_install(org: Enterprise | None) -> bool:
+    return bool(org and org.org_install)
+
+
 def event_envelope(
-    event: dict[str, Any], *, source_team_id: str, installation: Team, channel: Channel | None
+    event: dict[str, Any],
+    *,
+    source_team_id: str,
+    installation: Team,
+    channel: Channel | None,
+    org: Enterprise | None = None,
 ) -> dict[str, Any]:
     """An ``event_callback``: envelope team_id is the source team, authorizations[0] the installation."""
     context = {"id": channel.id if channel else None, "et": event.get("type")}
-    return {
+    envelope: dict[str, Any] = {
         "token": VERIFICATION_TOKEN,
         "team_id": source_team_id,
-        "context_team_id": installation.id,
-        "context_enterprise_id": None,
-        "api_app_id": APP_ID,
-        "event": event,
-        "type": "event_callback",
-        "event_id": random_id("Ev", 10),
-        "event_time": int(time.time()),
-        "authorizations": [
-            {
-                "enterprise_id": None,
-                "team_id": installation.id,
-                "user_id": installation.bot_user_id,
-                "is_bot": True,
-                "is_enterprise_install": False,
-            }
-        ],
-        "is_ext_shared_channel": bool(channel and channel.is_ext_shared),
-        "event_context": "4-" + base64.urlsafe_b64encode(json.dumps(context).encode()).decode().rstrip("="),
     }
+    if org is not None:
+        envelope["enterprise_id"] = org.id
+    envelope.update(
+        {
+            "context_team_id": installation.id,
+            "context_enterprise_id": org.id if org else None,
+            "api_app_id": APP_ID,
+            "event": event,
+            "type": "event_callback",
+            "event_id": random_id("Ev", 10),
+            "event_time": int(time.time()),
+            "authorizations": [
+                {
+                    "enterprise_id": org.id if org else None,
+                    "team_id": None if _org_install(org) else installation.id,
+                    "user_id": installation.bot_user_id,
+                    "is_bot": True,
+                    "is_enterprise_install": _org_install(org),
+                }
+            ],
+            "is_ext_shared_channel": bool(channel and channel.is_ext_shared),
+            "event_context": "4-"
+            + base64.urlsafe_b64encode(json.dumps(context).encode()).decode().rstrip("="),
+        }
+    )
+    return envelope
+
+
+def lifecycle_envelope(event: dict[str, Any], *, team_id: str | None, org: Enterprise | None) -> dict[str, Any]:
+    """``tokens_revoked`` / ``app_uninstalled``: Slack's samples carry no ``authorizations`` (the app has
+    just lost them); ``team_id`` is the workspace (null for an org-wide uninstall, with ``enterprise_id``)."""
+    envelope: dict[str, Any] = {"token": VERIFICATION_TOKEN, "team_id": team_id}
+    if org is not None:
+        envelope["enterprise_id"] = org.id
+    envelope.update(
+        {
+            "api_app_id": APP_ID,
+            "event": {**event, "event_ts": f"{time.time():.6f}"},
+            "type": "event_callback",
+            "event_id": random_id("Ev", 10),
+            "event_time": int(time.time()),
+        }
+    )
+    return envelope
 
 
 def message_event(
@@ -116,8 +155,12 @@ def user_ref(user: User) -> dict[str, Any]:
     return {"id": user.id, "username": user.name, "name": user.name, "team_id": user.team_id}
 
 
-def team_ref(team: Team) -> dict[str, Any]:
-    return {"id": team.id, "domain": team.domain}
+def team_ref(team: Team, org: Enterprise | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": team.id, "domain": team.domain}
+    if org is not None:
+        out["enterprise_id"] = org.id
+        out["enterprise_name"] = org.name
+    return out
 
 
 def action_ts() -> str:
@@ -137,6 +180,7 @@ def block_actions(
     is_ephemeral: bool = False,
     view: View | None = None,
     response_url: str | None = None,
+    org: Enterprise | None = None,
 ) -> dict[str, Any]:
     payload: dict[str, Any] = {
         "type": "block_actions",
@@ -159,9 +203,9 @@ def block_actions(
     payload.update(
         {
             "trigger_id": trigger_id,
-            "team": team_ref(installation),
-            "enterprise": None,
-            "is_enterprise_install": False,
+            "team": team_ref(installation, org),
+            "enterprise": org.ref() if org else None,
+            "is_enterprise_install": _org_install(org),
         }
     )
     if channel is not None:
@@ -177,32 +221,34 @@ def block_actions(
     return payload
 
 
-def view_submission(*, user: User, installation: Team, view: View, trigger_id: str) -> dict[str, Any]:
+def view_submission(
+    *, user: User, installation: Team, view: View, trigger_id: str, org: Enterprise | None = None
+) -> dict[str, Any]:
     return {
         "type": "view_submission",
-        "team": team_ref(installation),
+        "team": team_ref(installation, org),
         "user": user_ref(user),
         "api_app_id": APP_ID,
         "token": VERIFICATION_TOKEN,
         "trigger_id": trigger_id,
         "view": view.to_slack(),
         "response_urls": [],
-        "is_enterprise_install": False,
-        "enterprise": None,
+        "is_enterprise_install": _org_install(org),
+        "enterprise": org.ref() if org else None,
     }
 
 
-def view_closed(*, user: User, installation: Team, view: View) -> dict[str, Any]:
+def view_closed(*, user: User, installation: Team, view: View, org: Enterprise | None = None) -> dict[str, Any]:
     return {
         "type": "view_closed",
-        "team": team_ref(installation),
+        "team": team_ref(installation, org),
         "user": user_ref(user),
         "api_app_id": APP_ID,
         "token": VERIFICATION_TOKEN,
         "view": view.to_slack(),
         "is_cleared": False,
-        "is_enterprise_install": False,
-        "enterprise": None,
+        "is_enterprise_install": _org_install(org),
+        "enterprise": org.ref() if org else None,
     }
 
 
@@ -215,11 +261,18 @@ def slash_command(
     text: str,
     response_url: str,
     trigger_id: str,
+    org: Enterprise | None = None,
 ) -> dict[str, str]:
-    return {
+    fields = {
         "token": VERIFICATION_TOKEN,
         "team_id": installation.id,
         "team_domain": installation.domain,
+    }
+    if org is not None:
+        fields["enterprise_id"] = org.id
+        fields["enterprise_name"] = org.name
+    return {
+        **fields,
         "channel_id": channel.id,
         "channel_name": channel.name or "directmessage",
         "user_id": user.id,
@@ -227,7 +280,7 @@ def slash_command(
         "command": command,
         "text": text,
         "api_app_id": APP_ID,
-        "is_enterprise_install": "false",
+        "is_enterprise_install": "true" if _org_install(org) else "false",
         "response_url": response_url,
         "trigger_id": trigger_id,
     }

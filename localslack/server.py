@@ -6,15 +6,16 @@ import asyncio
 import html
 import json
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, Literal, TypeVar
 from urllib.parse import urlencode
 
 from aiohttp import web
 
-from localslack import ui
+from localslack import manifest, payloads, ui
 from localslack.actions import LocalSlackError, UserActions
-from localslack.delivery import SLACK_TIMEOUT_S, Deliverer
+from localslack.delivery import RETRY_DELAYS_S, SLACK_TIMEOUT_S, Deliverer
 from localslack.models import (
     ApiCall,
     Channel,
@@ -25,10 +26,12 @@ from localslack.models import (
     User,
     View,
 )
+from localslack.persistence import DEFAULT_SAVE_DELAY_S, Persister
+from localslack.ratelimit import RateLimits
 from localslack.seed import TEAM_ID, Seed
 from localslack.socket_mode import SOCKET_ROUTE, DisconnectReason, SocketModeServer
-from localslack.webapi import DEFAULT_SCOPES, WebApi
-from localslack.workspace import TRIGGER_TTL_S, ApiError, Workspace
+from localslack.webapi import WebApi
+from localslack.workspace import RESPONSE_URL_MAX_USES, RESPONSE_URL_TTL_S, TRIGGER_TTL_S, ApiError, Workspace
 
 T = TypeVar("T")
 DEFAULT_CLIENT_ID = "1111111111.2222222222"
@@ -42,6 +45,20 @@ class LocalSlack(UserActions):
     Use as ``async with LocalSlack(bot_url=..., signing_secret=...) as slack:`` or ``start()``/``stop()``.
     An app that connects with Socket Mode (``app_token`` → ``apps.connections.open``) gets every delivery over
     its socket instead of ``bot_url`` for as long as the socket is open.
+
+    It refuses what Slack refuses (docs/LOCALSLACK.md lists every rule and its source):
+
+    - ``scopes``: what the app's tokens may do; default ``"manifest"`` = ``oauth_config.scopes.bot`` of
+      ``manifest.yml`` (a call needing another scope answers ``missing_scope``); a list = those scopes;
+      ``None`` = not checked.
+    - ``rate_limits``: Slack's tiers per method and workspace, and one post a second per channel (429 +
+      ``Retry-After``); on by default. ``slack.rate_limits.enabled = False`` switches them off,
+      ``slack.rate_limits.limit("chat.update", per_minute=2)`` tightens one method.
+    - ``retry_delivery``: an event not answered 2xx within 3 s is sent again (up to 3 times, with
+      ``X-Slack-Retry-Num`` / ``X-Slack-Retry-Reason``), as Slack does; on by default, after
+      ``retry_delays_s`` (Slack: immediately, 1 min, 5 min; here seconds).
+    - ``data_dir``: keep the workspace (channels, messages, threads, users, installs, open views) in
+      ``<data_dir>/localslack.json`` so a restart shows the same workspace; ``None`` = in memory only.
     """
 
     def __init__(
@@ -52,20 +69,29 @@ class LocalSlack(UserActions):
         host: str = "127.0.0.1",
         port: int = 0,
         seed: Seed | None = None,
-        retry_delivery: bool = False,
-        retry_delays_s: tuple[float, ...] = (0.0, 1.0, 5.0),
+        retry_delivery: bool = True,
+        retry_delays_s: tuple[float, ...] = RETRY_DELAYS_S,
         delivery_timeout_s: float = SLACK_TIMEOUT_S,
         trigger_ttl_s: float = TRIGGER_TTL_S,
         echo_bot_messages: bool = False,
         client_id: str = DEFAULT_CLIENT_ID,
         client_secret: str = DEFAULT_CLIENT_SECRET,
         app_token: str = DEFAULT_APP_TOKEN,
+        scopes: Iterable[str] | Literal["manifest"] | None = "manifest",
+        rate_limits: bool | RateLimits = True,
+        data_dir: str | Path | None = None,
+        save_delay_s: float = DEFAULT_SAVE_DELAY_S,
     ) -> None:
         self.host = host
         self.port = port
         self.signing_secret = signing_secret
         self._app_token = app_token
-        self.ws = Workspace(seed, trigger_ttl_s=trigger_ttl_s)
+        granted = manifest.bot_scopes() if scopes == "manifest" else (None if scopes is None else list(scopes))
+        self.ws = Workspace(seed, trigger_ttl_s=trigger_ttl_s, scopes=granted)
+        self.persister = Persister(self.ws, data_dir, save_delay_s=save_delay_s) if data_dir else None
+        if self.persister is not None:
+            self.persister.load()
+        self.rate_limits = rate_limits if isinstance(rate_limits, RateLimits) else RateLimits(enabled=rate_limits)
         self.socket_mode = SocketModeServer(on_change=self.ws.touch)
         self.deliverer = Deliverer(
             bot_url=bot_url,
@@ -82,6 +108,7 @@ class LocalSlack(UserActions):
             on_bot_message=self.echo_bot_message if echo_bot_messages else None,
             app_token=app_token,
             open_socket_url=lambda: self.socket_mode.issue_url(self.base_url),
+            rate_limits=self.rate_limits,
         )
         self._message_state: dict[tuple[str, ...], dict[str, dict[str, Any]]] = {}
         self._background: set[asyncio.Task[Any]] = set()
@@ -132,6 +159,8 @@ class LocalSlack(UserActions):
             await self._runner.cleanup()
             self._runner = None
         await self.deliverer.stop()
+        if self.persister is not None:
+            self.persister.save()  # whatever the debounce still held
 
     async def __aenter__(self) -> LocalSlack:
         await self.start()
@@ -191,8 +220,12 @@ class LocalSlack(UserActions):
 
     @property
     def bot_token(self) -> str:
+        """The app's bot token (the default team's, else the first installed team's or org's)."""
         token = self.ws.teams[TEAM_ID].bot_token if TEAM_ID in self.ws.teams else None
-        return token or next(t.bot_token for t in self.ws.teams.values() if t.bot_token)
+        token = token or next((t.bot_token for t in self.ws.teams.values() if t.bot_token), None)
+        if token is None:
+            raise RuntimeError("the app is not installed in any workspace")
+        return token
 
     def add_team(self, team_id: str, name: str, bot_token: str) -> Team:
         """Another workspace with the app installed (its bot user is ``U<id-without-T>BOT``)."""
@@ -247,6 +280,15 @@ class LocalSlack(UserActions):
         )
         return self.ws.add_channel(channel)
 
+    def invite(self, channel_id: str, user_id: str) -> Channel:
+        """``/invite`` someone (or the app's bot user) into a channel."""
+        channel = self.ws.channel(channel_id)
+        self.ws.user(user_id)
+        if user_id not in channel.members:
+            channel.members.append(user_id)
+            self.ws.touch()
+        return channel
+
     def issue_oauth_code(
         self,
         team_id: str,
@@ -256,8 +298,58 @@ class LocalSlack(UserActions):
         redirect_uri: str | None = None,
     ) -> str:
         """A one-time code that ``oauth.v2.access`` exchanges for ``team_id``'s bot token (installing the app
-        there if it was not yet)."""
-        return self.ws.issue_oauth_code(team_id, user_id, list(scopes or DEFAULT_SCOPES), redirect_uri)
+        there if it was not yet). An ``E…`` id installs the app org-wide on that Enterprise Grid org. The
+        token gets ``scopes`` (default: what the manifest grants)."""
+        granted = list(scopes) if scopes else list(self.ws.app_scopes or [])
+        return self.ws.issue_oauth_code(team_id, user_id, granted, redirect_uri)
+
+    # ---- what admins and people do to the workspace (Slack's refusals follow) ----------------------
+
+    async def uninstall(self, team_id: str) -> list[DeliveryResult]:
+        """Remove the app from a workspace (an ``E…`` id: from the whole org). Its token answers
+        ``token_revoked`` from now on and the bot leaves its channels; the app gets ``tokens_revoked`` and
+        ``app_uninstalled`` (Slack sends both, in no guaranteed order)."""
+        org = self.ws.enterprises.get(team_id) or self.ws.enterprise_of(team_id)
+        org_wide = team_id in self.ws.enterprises
+        teams = [t.id for t in self.ws.teams.values() if t.enterprise_id == team_id] if org_wide else [team_id]
+        revoked = self.ws.uninstall(team_id)
+        results = []
+        for event in (
+            {"type": "tokens_revoked", "tokens": {"oauth": [], "bot": revoked}},
+            {"type": "app_uninstalled"},
+        ):
+            envelope = payloads.lifecycle_envelope(event, team_id=None if org_wide else teams[0], org=org)
+            results.append(await self.deliverer.send_event(envelope))
+        return results
+
+    def grant_scopes(self, *scopes: str, token: str | None = None) -> list[str] | None:
+        """Give a token (default: the bot token) more scopes, as reinstalling with them would; returns what it
+        has now (None: its scopes are not checked)."""
+        auth = self.ws.auth_for(token or self.bot_token)
+        if auth.scopes is not None:
+            auth.scopes = [*auth.scopes, *(s for s in scopes if s not in auth.scopes)]
+            self.ws.touch()
+        return auth.scopes
+
+    def revoke_token(self, token: str) -> None:
+        """The token answers ``token_revoked`` from now on (as after ``auth.revoke``)."""
+        self.ws.revoke_token(token)
+
+    def deactivate_user(self, user_id: str) -> User:
+        """Deactivate an account: ``deleted: true`` in users.info, ``user_disabled`` from conversations.open,
+        and its tokens (the bot user's: the bot token) answer ``account_inactive``."""
+        return self.ws.deactivate_user(user_id)
+
+    def archive_channel(self, channel_id: str) -> Channel:
+        """Archive a channel: posts answer ``is_archived``, edits ``is_inactive``, people cannot post."""
+        return self.ws.archive_channel(channel_id, True)
+
+    def unarchive_channel(self, channel_id: str) -> Channel:
+        return self.ws.archive_channel(channel_id, False)
+
+    def reset_rate_limits(self) -> None:
+        """Full buckets again, as if no call had been made for a minute."""
+        self.rate_limits.reset()
 
     def issue_trigger_id(self, user_id: str, team_id: str = TEAM_ID) -> str:
         """A fresh trigger_id for ``user_id`` (valid ``trigger_ttl_s`` seconds, once), for calling views.open."""
@@ -276,6 +368,11 @@ class LocalSlack(UserActions):
     def deliveries(self) -> list[DeliveryResult]:
         """Every request sent to the bot, oldest first."""
         return self.deliverer.log
+
+    async def wait_for_retries(self, timeout_s: float = 30.0) -> None:
+        """Wait until Slack's pending retries of failed event deliveries have all been sent (each updates the
+        ``DeliveryResult`` the first attempt returned)."""
+        await self.deliverer.wait_retries(timeout_s)
 
     def fail_next(
         self,
@@ -369,9 +466,9 @@ class LocalSlack(UserActions):
         context = self.ws.response_urls.get(request.match_info["hook_id"])
         if context is None:
             return web.json_response({"ok": False, "error": "no_active_hooks"}, status=404)
-        if time.monotonic() - context.created_at > 30 * 60:
+        if time.time() - context.created_at > RESPONSE_URL_TTL_S:
             return web.json_response({"ok": False, "error": "expired_url"}, status=404)
-        if context.uses >= 5:
+        if context.uses >= RESPONSE_URL_MAX_USES:
             return web.json_response({"ok": False, "error": "used_url"}, status=404)
         try:
             body = await _json_or_payload(request)

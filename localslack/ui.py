@@ -37,7 +37,10 @@ def register(app: web.Application, slack: LocalSlack) -> None:
         return web.FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-store"})
 
     async def state(request: web.Request) -> web.Response:
-        user_id = request.query.get("user") or "U0ALICE"
+        user_id = request.query.get("user") or ""
+        if user_id not in slack.ws.users:  # e.g. the Grid seed has no U0ALICE: show its first person
+            people = [u for u in slack.ws.users.values() if not u.is_bot and not u.deleted]
+            user_id = people[0].id if people else user_id
         try:
             return web.json_response(ui_state(slack, user_id))
         except (LocalSlackError, ApiError) as exc:

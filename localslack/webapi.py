@@ -17,24 +17,15 @@ from typing import Any
 
 from aiohttp import web
 
-from localslack import blockkit
-from localslack.models import APP_ID, ApiCall, Channel, Ephemeral, Message
+from localslack import blockkit, methods
+from localslack.models import APP_ID, ApiCall, Channel, Ephemeral, Message, Team
+from localslack.ratelimit import RateLimits
 from localslack.workspace import ApiError, Auth, Workspace, error_messages
 
 POST_TEXT_MAX = 40_000
 UPDATE_TEXT_MAX = 4_000
 _JSON_FIELDS = ("blocks", "attachments", "view", "metadata")
 _EMOJI_NAME = re.compile(r"^[a-z0-9_+'\-]+$")
-DEFAULT_SCOPES = [
-    "app_mentions:read",
-    "channels:history",
-    "chat:write",
-    "commands",
-    "im:history",
-    "im:write",
-    "reactions:write",
-    "users:read",
-]
 
 Handler = Callable[["Params"], dict[str, Any]]
 MessageHook = Callable[[str, Message, dict[str, Any] | None], None]
@@ -96,8 +87,10 @@ class WebApi:
         on_bot_message: MessageHook | None = None,
         app_token: str | None = None,
         open_socket_url: Callable[[], str] | None = None,
+        rate_limits: RateLimits | None = None,
     ) -> None:
         self.ws = workspace
+        self.rate_limits = rate_limits or RateLimits(enabled=False)
         self.app_token = app_token
         self.open_socket_url = open_socket_url
         self.client_id = client_id
@@ -142,14 +135,16 @@ class WebApi:
         token: str | None = None
         values: dict[str, Any] = {}
         warnings: list[str] = []
+        scope_headers: dict[str, str] = {}
         try:
             values, token, warnings = await _read_params(request)
             self._apply_fault(method)
-            response = self._dispatch(method, values, token)
+            response = self._dispatch(method, values, token, scope_headers)
             status, headers = 200, {}
         except ApiError as exc:
             response = {"ok": False, "error": exc.error, **exc.extra}
             status, headers = exc.status, exc.headers
+        headers = {**scope_headers, **headers}
         if warnings and response.get("ok"):
             response["warning"] = ",".join(warnings)
             response.setdefault("response_metadata", {})["warnings"] = warnings
@@ -159,12 +154,16 @@ class WebApi:
         self.ws.touch()
         return web.json_response(response, status=status, headers=headers)
 
-    def _dispatch(self, method: str, values: dict[str, Any], token: str | None) -> dict[str, Any]:
+    def _dispatch(
+        self, method: str, values: dict[str, Any], token: str | None, scope_headers: dict[str, str]
+    ) -> dict[str, Any]:
+        """Slack's order: method, token, rate limit, scope, then the method's own checks."""
         handler = self.handlers.get(method)
         if handler is None:
             raise ApiError("unknown_method", extra={"req_method": method})
         if method in APP_TOKEN_METHODS:
             self._check_app_token(token)
+            self._rate_limit(method, "app", None)
             auth = None
         elif method in self._no_token_methods:
             auth = None
@@ -172,8 +171,22 @@ class WebApi:
             raise ApiError("not_allowed_token_type")
         else:
             auth = self.ws.auth_for(token)
+            if auth.scopes is not None:
+                scope_headers["X-OAuth-Scopes"] = ",".join(auth.scopes)
+                accepted = methods.spec(method).scopes
+                if accepted:
+                    scope_headers["X-Accepted-OAuth-Scopes"] = ",".join(accepted)
+            self._rate_limit(method, auth.team_id, _raw_channel(values) if method == "chat.postMessage" else None)
+            needed = methods.spec(method).scopes
+            if needed:
+                require_scope(auth, needed[0])
         result = handler(Params(values, auth))
         return {"ok": True, **result}
+
+    def _rate_limit(self, method: str, workspace: str, channel: str | None) -> None:
+        retry_after = self.rate_limits.check(method, workspace, channel)
+        if retry_after is not None:
+            raise ApiError("ratelimited", status=429, headers={"Retry-After": str(retry_after)})
 
     def _check_app_token(self, token: str | None) -> None:
         """Slack's answers: no token, an unknown ``xapp-`` token, or a bot/user token where an app-level one
@@ -213,17 +226,47 @@ class WebApi:
 
     # ---- helpers -------------------------------------------------------------------------------------
 
-    def _resolve_channel(self, p: Params, name: str = "channel") -> Channel:
+    def _resolve_channel(self, p: Params, name: str = "channel", *, names_ok: bool = False) -> Channel:
+        """The conversation a call names. Only chat.postMessage / chat.postEphemeral take a channel name or
+        a user id ("An encoded ID or channel name", posting to a user id = the app's DM); every other method
+        wants the conversation's id — chat.update: "For direct messages, ensure that this value is a DM ID
+        (starts with D) instead of a User ID" — and answers channel_not_found otherwise."""
         channel_id = p.text(name)
         if channel_id is None:
             raise ApiError("channel_not_found")
-        if channel_id.startswith(("U", "W")) and channel_id in self.ws.users and p.auth.is_bot:
-            return self.ws.dm_channel(channel_id, p.auth.team_id)  # posting to a user id means the app's DM
-        if channel_id.startswith("#") or channel_id not in self.ws.channels:
-            by_name = next((c for c in self.ws.channels.values() if c.name == channel_id.lstrip("#")), None)
+        if names_ok and channel_id.startswith(("U", "W")) and channel_id in self.ws.users and p.auth.is_bot:
+            user = self.ws.user(channel_id)
+            team = user.team_id if p.auth.reaches(user.team_id) else p.auth.team_id
+            return self.ws.dm_channel(channel_id, team)  # posting to a user id means the app's DM
+        if names_ok and (channel_id.startswith("#") or channel_id not in self.ws.channels):
+            if p.auth.is_enterprise_install:
+                raise ApiError("team_not_found")  # "when using an org-wide token, the channel_name is passed"
+            wanted = channel_id.lstrip("#")
+            by_name = next(
+                (
+                    c
+                    for c in self.ws.channels.values()
+                    if c.name == wanted and any(p.auth.reaches(t) for t in (c.team_id, *c.connected_team_ids))
+                ),
+                None,
+            )
             if by_name is not None:
                 channel_id = by_name.id
         return self.ws.channel_for(p.auth, channel_id)
+
+    def _channel_scope(self, p: Params, method: str, channel: Channel) -> None:
+        """conversations.*: the scope for this conversation's type (channels:/groups:/im:/mpim:)."""
+        needed = methods.spec(method).scope_for(channel.channel_type)
+        if needed:
+            require_scope(p.auth, needed)
+
+    def _installation_team(self, p: Params, team_id: str | None) -> Team:
+        """The workspace a call acts in: the token's own, or (org-wide token) ``team_id`` if it reaches it."""
+        if team_id and p.auth.reaches(team_id):
+            return self.ws.team(team_id)
+        if p.auth.is_enterprise_install:
+            raise ApiError("missing_argument", extra=error_messages("team_id is required for an org-wide token"))
+        return self.ws.team(p.auth.team_id)
 
     def _check_blocks(self, p: Params) -> list[dict[str, Any]] | None:
         blocks = p.get("blocks")
@@ -241,6 +284,10 @@ class WebApi:
 
     def _bot_profile(self, auth: Auth) -> dict[str, Any] | None:
         return self.ws.bot_profile(auth.team_id) if auth.is_bot else None
+
+    def _author_team(self, p: Params, channel: Channel) -> str:
+        """The ``team`` a posted message carries: the token's workspace (an org-wide token: the channel's)."""
+        return channel.team_id if p.auth.is_enterprise_install else p.auth.team_id
 
     def _message(self, p: Params, channel_id: str, ts: str | None) -> Message:
         if not ts:
@@ -260,22 +307,33 @@ class WebApi:
         return {"args": {k: v for k, v in p.values.items() if isinstance(v, str)}}
 
     def auth_test(self, p: Params) -> dict[str, Any]:
-        team = self.ws.team(p.auth.team_id)
+        """An org-wide token answers with the org (``team_id`` = the ``E…`` id) and
+        ``is_enterprise_install: true``; a workspace token in a Grid org adds its ``enterprise_id``."""
         user = self.ws.user(p.auth.user_id)
-        out = {
+        if p.auth.is_enterprise_install:
+            org = self.ws.enterprise(p.auth.enterprise_id)
+            name, team_id = org.name, org.id
+        else:
+            team = self.ws.team(p.auth.team_id)
+            name, team_id = team.name, team.id
+        out: dict[str, Any] = {
             "url": f"{self.ws.base_url}/",
-            "team": team.name,
+            "team": name,
             "user": user.name,
-            "team_id": team.id,
+            "team_id": team_id,
             "user_id": user.id,
         }
         if p.auth.is_bot:
             out["bot_id"] = p.auth.bot_id
-        out["is_enterprise_install"] = False
+        if p.auth.enterprise_id:
+            out["enterprise_id"] = p.auth.enterprise_id
+        out["is_enterprise_install"] = p.auth.is_enterprise_install
         return out
 
     def chat_post_message(self, p: Params) -> dict[str, Any]:
-        channel = self._resolve_channel(p)
+        channel = self._resolve_channel(p, names_ok=True)
+        if channel.is_archived:
+            raise ApiError("is_archived")
         if p.auth.user_id not in channel.members:
             raise ApiError("not_in_channel")
         text = p.text("text") or ""
@@ -292,7 +350,7 @@ class WebApi:
             channel=channel.id,
             ts=self.ws.clock.next(),
             user=p.auth.user_id,
-            team=p.auth.team_id,
+            team=self._author_team(p, channel),
             text=text,
             blocks=blocks,
             attachments=p.get("attachments") or None,
@@ -318,6 +376,8 @@ class WebApi:
 
     def chat_update(self, p: Params) -> dict[str, Any]:
         channel = self._resolve_channel(p)
+        if channel.is_archived:
+            raise ApiError("is_inactive")  # "cannot be edited within a frozen, archived or deleted channel"
         message = self._message(p, channel.id, p.text("ts"))
         if message.user != p.auth.user_id:
             raise ApiError("cant_update_message")
@@ -344,7 +404,9 @@ class WebApi:
         return {"channel": channel.id, "ts": message.ts, "text": message.text, "message": rendered}
 
     def chat_post_ephemeral(self, p: Params) -> dict[str, Any]:
-        channel = self._resolve_channel(p)
+        channel = self._resolve_channel(p, names_ok=True)
+        if channel.is_archived:
+            raise ApiError("is_archived")
         user_id = p.text("user", required=True)
         self.ws.user(user_id)
         if p.auth.user_id not in channel.members:
@@ -408,7 +470,7 @@ class WebApi:
                 "invalid_arguments", extra=error_messages("must be modal [json-pointer:/view/type]")
             )
         trigger = self.ws.use_trigger(p.text("trigger_id"))
-        team = self.ws.team(p.auth.team_id)
+        team = self._installation_team(p, trigger.team_id)
         stored = self.ws.new_view(view, user_id=trigger.user_id, team=team)
         self.ws.open_modal(trigger.user_id, stored)
         return {"view": stored.to_slack()}
@@ -422,7 +484,8 @@ class WebApi:
         trigger = self.ws.use_trigger(p.text("trigger_id"))
         if len(self.ws.modal_stack(trigger.user_id)) >= 3:
             raise ApiError("push_limit_reached")
-        stored = self.ws.new_view(view, user_id=trigger.user_id, team=self.ws.team(p.auth.team_id))
+        team = self._installation_team(p, trigger.team_id)
+        stored = self.ws.new_view(view, user_id=trigger.user_id, team=team)
         self.ws.push_modal(trigger.user_id, stored)
         return {"view": stored.to_slack()}
 
@@ -432,7 +495,7 @@ class WebApi:
             raise ApiError("invalid_arguments", extra=error_messages("view_id or external_id is required"))
         view = self._checked_view(p)
         current = self.ws.find_view(view_id, external_id)
-        if current is None or current.team_id != p.auth.team_id or not self.ws.is_open(current):
+        if current is None or not p.auth.reaches(current.team_id) or not self.ws.is_open(current):
             raise ApiError("not_found")
         expected_hash = p.text("hash")
         if expected_hash and expected_hash != current.hash:
@@ -441,7 +504,7 @@ class WebApi:
             raise ApiError(
                 "invalid_arguments", extra=error_messages("view type cannot change [json-pointer:/view/type]")
             )
-        updated = self.ws.replace_view(current, view, self.ws.team(p.auth.team_id))
+        updated = self.ws.replace_view(current, view, self.ws.team(current.team_id))
         return {"view": updated.to_slack()}
 
     def views_publish(self, p: Params) -> dict[str, Any]:
@@ -452,7 +515,7 @@ class WebApi:
             raise ApiError(
                 "invalid_arguments", extra=error_messages("must be home [json-pointer:/view/type]")
             )
-        team = self.ws.team(p.auth.team_id)
+        team = self._installation_team(p, user.team_id if p.auth.is_enterprise_install else None)
         current = self.ws.home_view(user.id, team.id)
         expected_hash = p.text("hash")
         if expected_hash and current is not None and expected_hash != current.hash:
@@ -465,7 +528,8 @@ class WebApi:
         return {"user": user.to_slack(self.ws.base_url)}
 
     def users_list(self, p: Params) -> dict[str, Any]:
-        members = [u for u in self.ws.users.values() if u.team_id == p.auth.team_id]
+        team = self._installation_team(p, p.text("team_id"))  # an org-wide token must say which workspace
+        members = [u for u in self.ws.users.values() if u.team_id == team.id or team.id in u.teams]
         start = _offset(p)
         limit = p.number("limit", 200) or 200
         page = members[start : start + limit]
@@ -480,17 +544,22 @@ class WebApi:
         channel_id = p.text("channel")
         if channel_id:
             channel = self.ws.channel_for(p.auth, channel_id)
+            self._channel_scope(p, "conversations.open", channel)
             return {"no_op": True, "already_open": True, "channel": _open_shape(channel, p)}
         users = [u for u in (p.text("users") or "").split(",") if u]
         if not users:
             raise ApiError("users_list_not_supplied")
+        require_scope(p.auth, "im:write" if len(users) == 1 else "mpim:write")
         if len(users) > 1 or not p.auth.is_bot:
             raise ApiError("method_not_supported_for_channel_type")
+        user = self.ws.user(users[0])
+        if user.deleted:
+            raise ApiError("user_disabled")
+        team_id = user.team_id if p.auth.is_enterprise_install and p.auth.reaches(user.team_id) else p.auth.team_id
         existed = any(
-            c.is_im and c.im_user == users[0] and c.team_id == p.auth.team_id
-            for c in self.ws.channels.values()
+            c.is_im and c.im_user == users[0] and c.team_id == team_id for c in self.ws.channels.values()
         )
-        channel = self.ws.dm_channel(self.ws.user(users[0]).id, p.auth.team_id)
+        channel = self.ws.dm_channel(user.id, team_id)
         out: dict[str, Any] = {"channel": _open_shape(channel, p)}
         if existed:
             out = {"no_op": True, "already_open": True, **out}
@@ -498,22 +567,34 @@ class WebApi:
 
     def conversations_info(self, p: Params) -> dict[str, Any]:
         channel = self._resolve_channel(p)
+        self._channel_scope(p, "conversations.info", channel)
         return {"channel": channel.to_slack(p.auth.user_id)}
 
     def conversations_members(self, p: Params) -> dict[str, Any]:
         channel = self._resolve_channel(p)
+        self._channel_scope(p, "conversations.members", channel)
         return {"members": list(channel.members), "response_metadata": {"next_cursor": ""}}
 
     def conversations_list(self, p: Params) -> dict[str, Any]:
+        kinds = methods.conversation_types_scope(p.text("types"))
+        for kind in kinds:
+            needed = methods.spec("conversations.list").scope_for(kind)
+            if needed:
+                require_scope(p.auth, needed)
+        team = self._installation_team(p, p.text("team_id"))  # an org-wide token must say which workspace
         channels = [
             c.to_slack(p.auth.user_id)
             for c in self.ws.channels.values()
-            if not c.is_im and c.visible_to_team(p.auth.team_id)
+            if not c.is_im
+            and c.visible_to_team(team.id)
+            and c.channel_type in kinds
+            and (not c.is_private or p.auth.user_id in c.members)
         ]
         return {"channels": channels, "response_metadata": {"next_cursor": ""}}
 
     def conversations_history(self, p: Params) -> dict[str, Any]:
         channel = self._resolve_channel(p)
+        self._channel_scope(p, "conversations.history", channel)
         if p.auth.user_id not in channel.members:
             raise ApiError("not_in_channel")
         messages = list(reversed(self._in_window(p, self.ws.top_level(channel.id))))
@@ -533,7 +614,13 @@ class WebApi:
         return out
 
     def conversations_replies(self, p: Params) -> dict[str, Any]:
+        """Like conversations.history it needs the *:history scope of the conversation's type, and a bot
+        must be a member: those scopes only reach conversations the app is in (channels:history; Slack staff
+        in slackapi/deno-slack-sdk#128: "this is a limitation / requirement of the channels:history scope")."""
         channel = self._resolve_channel(p)
+        self._channel_scope(p, "conversations.replies", channel)
+        if p.auth.is_bot and p.auth.user_id not in channel.members:
+            raise ApiError("not_in_channel")
         ts = p.text("ts", required=True)
         message = self.ws.find_message(channel.id, ts)
         if message is None:
@@ -582,6 +669,8 @@ class WebApi:
         return self._message(p, channel.id, timestamp), name
 
     def reactions_add(self, p: Params) -> dict[str, Any]:
+        if self._resolve_channel(p).is_archived:
+            raise ApiError("is_archived")
         message, name = self._reaction_target(p)
         self.ws.add_reaction(message, name, p.auth.user_id)
         return {}
@@ -592,8 +681,12 @@ class WebApi:
         return {}
 
     def team_info(self, p: Params) -> dict[str, Any]:
-        team = self.ws.team(p.text("team") or p.auth.team_id)
-        return {"team": team.to_slack(self.ws.base_url)}
+        team = self._installation_team(p, p.text("team") or p.text("team_id"))
+        out = team.to_slack(self.ws.base_url)
+        org = self.ws.enterprise_of(team.id)
+        if org is not None:
+            out["enterprise_id"], out["enterprise_name"] = org.id, org.name
+        return {"team": out}
 
     def bots_info(self, p: Params) -> dict[str, Any]:
         bot_id = p.text("bot") or p.auth.bot_id
@@ -618,8 +711,22 @@ class WebApi:
         redirect_uri = p.text("redirect_uri")
         if code.redirect_uri and redirect_uri and redirect_uri != code.redirect_uri:
             raise ApiError("bad_redirect_uri")
-        team = self.ws.install(code.team_id)
         authed_user: dict[str, Any] = {"id": code.user_id} if code.user_id else {}
+        if code.team_id in self.ws.enterprises:  # an org-wide install (api.slack.com/enterprise/apps/reference)
+            org = self.ws.install_org(code.team_id, scopes=list(code.scopes))
+            return {
+                "app_id": APP_ID,
+                "authed_user": authed_user,
+                "scope": ",".join(code.scopes),
+                "token_type": "bot",
+                "access_token": org.bot_token,
+                "bot_user_id": org.bot_user_id,
+                "team": None,
+                "enterprise": org.ref(),
+                "is_enterprise_install": True,
+            }
+        team = self.ws.install(code.team_id, scopes=list(code.scopes))
+        org = self.ws.enterprise_of(team.id)
         return {
             "app_id": APP_ID,
             "authed_user": authed_user,
@@ -628,9 +735,22 @@ class WebApi:
             "access_token": team.bot_token,
             "bot_user_id": team.bot_user_id,
             "team": {"id": team.id, "name": team.name},
-            "enterprise": None,
+            "enterprise": org.ref() if org else None,
             "is_enterprise_install": False,
         }
+
+
+def require_scope(auth: Auth, scope: str) -> None:
+    """Slack's refusal for a token without the scope a call needs (``needed`` / ``provided`` as Slack
+    sends them, e.g. ``{"error": "missing_scope", "needed": "groups:history", "provided": "..."}``)."""
+    if auth.scopes is None or scope in auth.scopes:
+        return
+    raise ApiError("missing_scope", extra={"needed": scope, "provided": ",".join(auth.scopes)})
+
+
+def _raw_channel(values: dict[str, Any]) -> str | None:
+    channel = values.get("channel")
+    return str(channel) if channel else None
 
 
 def _offset(p: Params) -> int:

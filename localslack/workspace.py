@@ -13,11 +13,12 @@ import secrets
 import string
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from localslack.blockkit import block_elements
-from localslack.models import APP_ID, Channel, Ephemeral, Message, Reaction, Team, User, View
+from localslack.models import APP_ID, Channel, Enterprise, Ephemeral, Message, Reaction, Team, User, View
 from localslack.seed import Seed, default_seed
 
 TRIGGER_TTL_S = 3.0
@@ -47,16 +48,39 @@ class ApiError(Exception):
 
 @dataclass
 class Auth:
-    """Who a token belongs to."""
+    """Who a token belongs to, where it reaches and what it may do.
+
+    An org-wide token (``is_enterprise_install``) has ``team_id`` = the org's ``E…`` id and reaches every
+    workspace in ``teams``; a workspace token reaches its own workspace. ``scopes`` None = not checked.
+    """
 
     token: str
     team_id: str
     user_id: str
     bot_id: str | None
+    scopes: list[str] | None = None
+    enterprise_id: str | None = None
+    is_enterprise_install: bool = False
+    teams: list[str] = field(default_factory=list)
 
     @property
     def is_bot(self) -> bool:
         return self.bot_id is not None
+
+    def reaches(self, team_id: str | None) -> bool:
+        return team_id is not None and (team_id == self.team_id or team_id in self.teams)
+
+    def to_state(self) -> dict[str, Any]:
+        return {
+            "token": self.token,
+            "team_id": self.team_id,
+            "user_id": self.user_id,
+            "bot_id": self.bot_id,
+            "scopes": self.scopes,
+            "enterprise_id": self.enterprise_id,
+            "is_enterprise_install": self.is_enterprise_install,
+            "teams": list(self.teams),
+        }
 
 
 @dataclass
@@ -77,7 +101,7 @@ class ResponseUrl:
     message_ts: str | None = None
     is_ephemeral: bool = False
     thread_ts: str | None = None
-    created_at: float = field(default_factory=time.monotonic)
+    created_at: float = field(default_factory=time.time)  # wall clock: it survives a restart
     uses: int = 0
 
 
@@ -135,11 +159,19 @@ def rich_text_blocks(text: str) -> list[dict[str, Any]]:
 class Workspace:
     """All teams, people, channels, messages and views of the local Slack."""
 
-    def __init__(self, seed: Seed | None = None, *, trigger_ttl_s: float = TRIGGER_TTL_S) -> None:
+    def __init__(
+        self,
+        seed: Seed | None = None,
+        *,
+        trigger_ttl_s: float = TRIGGER_TTL_S,
+        scopes: list[str] | None = None,
+    ) -> None:
         seed = seed or default_seed()
         self.base_url = "http://127.0.0.1"
         self.trigger_ttl_s = trigger_ttl_s
+        self.app_scopes = list(scopes) if scopes is not None else None  # what the app's manifest grants
         self.clock = TsClock()
+        self.enterprises: dict[str, Enterprise] = {e.id: e.model_copy(deep=True) for e in seed.enterprises}
         self.teams: dict[str, Team] = {t.id: t.model_copy(deep=True) for t in seed.teams}
         self.users: dict[str, User] = {u.id: u.model_copy(deep=True) for u in seed.users}
         self.channels: dict[str, Channel] = {c.id: c.model_copy(deep=True) for c in seed.channels}
@@ -152,10 +184,12 @@ class Workspace:
         self.response_urls: dict[str, ResponseUrl] = {}
         self.oauth_codes: dict[str, OAuthCode] = {}
         self.tokens: dict[str, Auth] = {}
+        self.revoked_tokens: set[str] = set()
         for team in self.teams.values():
             self._register_bot_token(team)
         self.version = 0
         self._changed = asyncio.Event()
+        self.on_change: list[Callable[[], None]] = []
 
     # ---- change notification -------------------------------------------------------------------------
 
@@ -163,6 +197,8 @@ class Workspace:
         self.version += 1
         self._changed.set()
         self._changed = asyncio.Event()
+        for hook in self.on_change:
+            hook()
 
     async def wait_changed(self, since_version: int, max_wait_s: float) -> int:
         """Wait until ``version`` moves past ``since_version`` (or the timeout); return the version."""
@@ -177,12 +213,45 @@ class Workspace:
 
     # ---- teams, users, tokens ------------------------------------------------------------------------
 
-    def _register_bot_token(self, team: Team) -> None:
-        if team.bot_token and team.bot_user_id:
-            self.tokens[team.bot_token] = Auth(team.bot_token, team.id, team.bot_user_id, team.bot_id)
+    def _register_bot_token(self, team: Team, scopes: list[str] | None = None) -> None:
+        if not (team.bot_token and team.bot_user_id) or team.bot_token in self.revoked_tokens:
+            return
+        org = self.enterprises.get(team.enterprise_id or "")
+        granted = scopes if scopes is not None else self._scopes_of(team.bot_token)
+        if org is not None and org.org_install and team.bot_token == org.bot_token:
+            self.tokens[team.bot_token] = Auth(
+                team.bot_token,
+                org.id,
+                team.bot_user_id,
+                team.bot_id,
+                scopes=granted,
+                enterprise_id=org.id,
+                is_enterprise_install=True,
+                teams=[t.id for t in self.teams.values() if t.enterprise_id == org.id and t.installed],
+            )
+            return
+        self.tokens[team.bot_token] = Auth(
+            team.bot_token,
+            team.id,
+            team.bot_user_id,
+            team.bot_id,
+            scopes=granted,
+            enterprise_id=team.enterprise_id,
+        )
 
-    def install(self, team_id: str, name: str | None = None, bot_token: str | None = None) -> Team:
-        """Install the app in ``team_id`` (creating the team if new): a bot user and a bot token."""
+    def _scopes_of(self, token: str) -> list[str] | None:
+        known = self.tokens.get(token)
+        return known.scopes if known is not None else self.app_scopes
+
+    def install(
+        self,
+        team_id: str,
+        name: str | None = None,
+        bot_token: str | None = None,
+        scopes: list[str] | None = None,
+    ) -> Team:
+        """Install the app in ``team_id`` (creating the team if new): a bot user and a bot token with
+        ``scopes`` (default: the manifest's). Reinstalling after an uninstall issues a new token."""
         team = self.teams.get(team_id)
         if team is None:
             team = Team(
@@ -193,7 +262,10 @@ class Workspace:
             suffix = team_id[1:]
             team.bot_user_id = team.bot_user_id or f"U{suffix}BOT"
             team.bot_id = team.bot_id or f"B{suffix}BOT"
-            team.bot_token = bot_token or f"xoxb-local-{team_id}"
+            token = bot_token or f"xoxb-local-{team_id}"
+            if token in self.revoked_tokens:
+                token = f"xoxb-local-{team_id}-{secrets.token_hex(4)}"
+            team.bot_token = token
             bot = User(
                 id=team.bot_user_id,
                 team_id=team_id,
@@ -203,10 +275,97 @@ class Workspace:
                 bot_id=team.bot_id,
                 color="2eb67d",
             )
-            self.users.setdefault(bot.id, bot)
-        self._register_bot_token(team)
+            existing = self.users.setdefault(bot.id, bot)
+            existing.deleted = False
+        self._register_bot_token(team, scopes if scopes is not None else self.app_scopes)
         self.touch()
         return team
+
+    def install_org(self, enterprise_id: str, scopes: list[str] | None = None) -> Enterprise:
+        """Install the app org-wide in ``enterprise_id``: one bot and token for all of its workspaces."""
+        org = self.enterprise(enterprise_id)
+        if not org.org_install or not org.bot_token or org.bot_token in self.revoked_tokens:
+            suffix = org.id[1:]
+            org.org_install = True
+            org.bot_user_id = org.bot_user_id or f"W{suffix}BOT"
+            org.bot_id = org.bot_id or f"B{suffix}BOT"
+            token = f"xoxb-local-{org.id}"
+            org.bot_token = token if token not in self.revoked_tokens else f"{token}-{secrets.token_hex(4)}"
+            home = next((t.id for t in self.teams.values() if t.enterprise_id == org.id), org.id)
+            bot = User(
+                id=org.bot_user_id,
+                team_id=home,
+                name="agent",
+                real_name="agent",
+                is_bot=True,
+                bot_id=org.bot_id,
+                color="2eb67d",
+                enterprise_id=org.id,
+                enterprise_name=org.name,
+            )
+            self.users.setdefault(bot.id, bot).deleted = False
+        for team in self.teams.values():
+            if team.enterprise_id == org.id:
+                team.bot_user_id, team.bot_id, team.bot_token = org.bot_user_id, org.bot_id, org.bot_token
+        for team in self.teams.values():
+            if team.enterprise_id == org.id:
+                self._register_bot_token(team, scopes if scopes is not None else self.app_scopes)
+        self.touch()
+        return org
+
+    def enterprise(self, enterprise_id: str | None) -> Enterprise:
+        org = self.enterprises.get(enterprise_id or "")
+        if org is None:
+            raise ApiError("team_not_found")
+        return org
+
+    def enterprise_of(self, team_id: str | None) -> Enterprise | None:
+        team = self.teams.get(team_id or "")
+        return self.enterprises.get(team.enterprise_id or "") if team is not None else None
+
+    def uninstall(self, team_or_enterprise_id: str) -> list[str]:
+        """Remove the app from a workspace (or, for an ``E…`` id, from the whole org): its bot token is
+        revoked (``token_revoked`` from then on) and its bot leaves every channel. Returns the bot user ids
+        whose tokens were revoked (what ``tokens_revoked`` reports)."""
+        if team_or_enterprise_id in self.enterprises:
+            org = self.enterprises[team_or_enterprise_id]
+            targets = [t for t in self.teams.values() if t.enterprise_id == org.id]
+            org.org_install = False
+        else:
+            targets = [self.team(team_or_enterprise_id)]
+        revoked: list[str] = []
+        for team in targets:
+            if team.bot_token:
+                self.revoke_token(team.bot_token, touch=False)
+                if team.bot_user_id and team.bot_user_id not in revoked:
+                    revoked.append(team.bot_user_id)
+            for channel in self.channels.values():
+                if channel.team_id == team.id and team.bot_user_id in channel.members:
+                    channel.members = [m for m in channel.members if m != team.bot_user_id]
+            team.bot_token = None
+        self.touch()
+        return revoked
+
+    def revoke_token(self, token: str, *, touch: bool = True) -> None:
+        """The token answers ``token_revoked`` from now on (an uninstall, or ``auth.revoke``)."""
+        self.revoked_tokens.add(token)
+        self.tokens.pop(token, None)
+        if touch:
+            self.touch()
+
+    def deactivate_user(self, user_id: str) -> User:
+        """A deactivated account: ``deleted: true`` in users.info, and its tokens answer
+        ``account_inactive`` (for the bot user: the bot token)."""
+        user = self.user(user_id)
+        user.deleted = True
+        self.touch()
+        return user
+
+    def archive_channel(self, channel_id: str, archived: bool = True) -> Channel:
+        channel = self.channel(channel_id)
+        channel.is_archived = archived
+        self.touch()
+        return channel
 
     def add_user(self, user: User) -> User:
         self.users[user.id] = user
@@ -222,15 +381,23 @@ class Workspace:
     def issue_user_token(self, user_id: str) -> str:
         user = self.user(user_id)
         token = f"xoxp-local-{user.id}-{secrets.token_hex(4)}"
-        self.tokens[token] = Auth(token, user.team_id, user.id, None)
+        self.tokens[token] = Auth(token, user.team_id, user.id, None, enterprise_id=user.enterprise_id)
         return token
 
     def auth_for(self, token: str | None) -> Auth:
+        """Slack's authentication answers: ``not_authed`` (no token), ``invalid_auth`` (unknown),
+        ``token_revoked`` (uninstalled / revoked), ``account_inactive`` (its user or bot user was
+        deactivated)."""
         if not token:
             raise ApiError("not_authed")
+        if token in self.revoked_tokens:
+            raise ApiError("token_revoked")
         auth = self.tokens.get(token)
         if auth is None:
             raise ApiError("invalid_auth")
+        owner = self.users.get(auth.user_id)
+        if owner is not None and owner.deleted:
+            raise ApiError("account_inactive")
         return auth
 
     def user(self, user_id: str | None) -> User:
@@ -246,7 +413,7 @@ class Workspace:
         return team
 
     def bot_profile(self, team_id: str) -> dict[str, Any]:
-        team = self.teams[team_id]
+        team: Team | Enterprise = self.teams[team_id] if team_id in self.teams else self.enterprises[team_id]
         icon = f"{self.base_url}/ui/avatar/{team.bot_user_id}.svg"
         return {
             "id": team.bot_id,
@@ -270,7 +437,7 @@ class Workspace:
     def channel_for(self, auth: Auth, channel_id: str | None) -> Channel:
         """The channel as the token sees it: unknown or not shared with its team → channel_not_found."""
         channel = self.channel(channel_id)
-        if not channel.visible_to_team(auth.team_id):
+        if not any(auth.reaches(t) for t in (channel.team_id, *channel.connected_team_ids)):
             raise ApiError("channel_not_found")
         if channel.is_im and auth.user_id not in channel.members:
             raise ApiError("channel_not_found")

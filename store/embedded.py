@@ -171,6 +171,21 @@ class _DataDirLock:
             self._file = None
 
 
+def forget_data(data_dir: Path) -> bool:
+    """Delete an embedded server's data directory; True if there was one. Raises DataDirInUse while a
+    process still serves it (its lock is held), so a running bot never loses its data underneath it."""
+    data_dir = Path(data_dir)
+    if not data_dir.exists():
+        return False
+    lock = _DataDirLock(data_dir)
+    lock.acquire()
+    try:
+        shutil.rmtree(data_dir)
+    finally:
+        lock.release()
+    return True
+
+
 class EmbeddedValkey:
     """One private ``valkey-server`` child process serving ``data_dir`` over a unix socket."""
 

@@ -20,7 +20,7 @@ def run(args: list[str], env: dict[str, str], stdin: str = "", timeout: float = 
 
 def test_help_lists_subcommands():
     out = run(["--help"], {}).stdout
-    for command in ("run", "check", "pending", "chat", "audit"):
+    for command in ("run", "check", "pending", "chat", "audit", "reset-local"):
         assert command in out
 
 

@@ -386,6 +386,10 @@ async def test_second_team_has_its_own_token_and_cannot_see_the_first(slack: Loc
 
 
 async def test_dm_open_reactions_info_and_permalink(client: AsyncWebClient, slack: LocalSlack) -> None:
+    # the manifest grants neither reactions:write nor channels:read: Slack refuses, naming the scope
+    error = await slack_error(client.conversations_info(channel=GENERAL))
+    assert (error.response["error"], error.response["needed"]) == ("missing_scope", "channels:read")
+    slack.grant_scopes("reactions:write", "channels:read", "team:read")
     opened = await client.conversations_open(users=ALICE)
     dm_id = opened["channel"]["id"]
     assert dm_id == slack.dm_channel(ALICE) and dm_id.startswith("D")

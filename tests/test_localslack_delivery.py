@@ -393,17 +393,61 @@ async def test_failed_event_deliveries_are_retried_with_slack_headers(receiver: 
         return web.Response(status=200)
 
     bot.respond = flaky
-    async with LocalSlack(
-        bot_url=url, signing_secret=SECRET, retry_delivery=True, retry_delays_s=(0.0, 0.01, 0.01)
-    ) as slack:
-        _, (result,) = await slack.post_message(ALICE, FINANCE, "hello")
-    assert result.ok and [a.status for a in result.attempts] == [500, 500, 200]
+    async with LocalSlack(bot_url=url, signing_secret=SECRET, retry_delays_s=(0.0, 0.01, 0.01)) as slack:
+        _, (result,) = await slack.post_message(ALICE, FINANCE, "hello")  # retries are on by default
+        assert not result.ok and result.retrying  # alice does not wait for Slack's retries...
+        await slack.wait_for_retries()
+    assert result.ok and not result.retrying  # ...which update the same result
+    assert [a.status for a in result.attempts] == [500, 500, 200]
     retry_headers = [
         (r.headers.get("X-Slack-Retry-Num"), r.headers.get("X-Slack-Retry-Reason")) for r in bot.requests
     ]
     assert retry_headers == [(None, None), ("1", "http_error"), ("2", "http_error")]
     assert len({r.json["event_id"] for r in bot.requests}) == 1  # a retry is the same event
     assert all(r.signature_valid for r in bot.requests)
+
+
+async def test_retries_are_on_by_default_with_slacks_count_headers_and_opt_out(
+    receiver: tuple[Receiver, str],
+) -> None:
+    """Slack retries a failed event 3 times (immediately, after ~1 min, after ~5 min: here seconds), with
+    X-Slack-Retry-Num 1..3 and X-Slack-Retry-Reason; X-Slack-No-Retry: 1 stops it; interactions are not
+    retried."""
+    from localslack.delivery import RETRY_DELAYS_S
+
+    bot, url = receiver
+    async with LocalSlack(bot_url=url, signing_secret=SECRET) as slack:
+        assert slack.deliverer.retry is True and slack.deliverer.retry_delays_s == RETRY_DELAYS_S == (0.0, 1.0, 5.0)
+
+    async def always_500(_: Received) -> web.StreamResponse:
+        return web.Response(status=500)
+
+    bot.respond = always_500
+    async with LocalSlack(bot_url=url, signing_secret=SECRET, retry_delays_s=(0.0, 0.01, 0.01)) as slack:
+        _, (result,) = await slack.post_message(ALICE, FINANCE, "hello")
+        await slack.wait_for_retries()
+        assert len(result.attempts) == 4 and not result.ok and not result.retrying
+        assert [(r.headers.get("X-Slack-Retry-Num"), r.headers.get("X-Slack-Retry-Reason")) for r in bot.requests] == [
+            (None, None), ("1", "http_error"), ("2", "http_error"), ("3", "http_error")
+        ]
+
+        bot.requests.clear()
+
+        async def refuse_for_good(_: Received) -> web.StreamResponse:
+            return web.Response(status=500, headers={"X-Slack-No-Retry": "1"})
+
+        bot.respond = refuse_for_good
+        _, (result,) = await slack.post_message(ALICE, FINANCE, "again")
+        await slack.wait_for_retries()
+        assert len(bot.requests) == 1 and not result.retrying
+
+        bot.requests.clear()
+        bot.respond = always_500
+        client = AsyncWebClient(base_url=slack.api_url, token=BOT_TOKEN)
+        card_ts = await post_card(client)
+        clicked = await slack.click(BOB, GENERAL, card_ts, "hitl.approve")
+        await slack.wait_for_retries()
+        assert not clicked.ok and len(bot.requests) == 1  # an interaction is never sent twice
 
 
 async def test_slow_ack_counts_as_timeout_and_is_retried(receiver: tuple[Receiver, str]) -> None:
@@ -418,9 +462,10 @@ async def test_slow_ack_counts_as_timeout_and_is_retried(receiver: tuple[Receive
 
     bot.respond = slow_once
     async with LocalSlack(
-        bot_url=url, signing_secret=SECRET, retry_delivery=True, retry_delays_s=(0.0,), delivery_timeout_s=0.2
+        bot_url=url, signing_secret=SECRET, retry_delays_s=(0.0,), delivery_timeout_s=0.2
     ) as slack:
         _, (result,) = await slack.post_message(ALICE, FINANCE, "hello")
+        await slack.wait_for_retries()
     assert [a.error for a in result.attempts] == ["http_timeout", None]
     assert bot.requests[-1].headers["X-Slack-Retry-Reason"] == "http_timeout"
 
@@ -462,7 +507,9 @@ async def test_home_opened_event_and_unreachable_bot(slack: LocalSlack, bot: Rec
     slack.set_bot_url("http://127.0.0.1:9/slack/events")  # nothing listens on the discard port
     _, (result,) = await slack.post_message(ALICE, FINANCE, "anyone there?")
     assert not result.ok and result.error == "connection_failed"
-    assert result.friendly_error() == "The bot did not answer (connection refused) — is it running?"
+    assert result.friendly_error() == (
+        "The bot did not answer (connection refused) — is it running? Slack will send it again."
+    )
     failed = await slack.slash_command(ALICE, "/approvers", "", GENERAL)
     assert not failed.ok
     assert slack.ephemerals(ALICE)[-1].text == '/approvers failed with the error "dispatch_failed"'

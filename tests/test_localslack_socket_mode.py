@@ -180,6 +180,7 @@ async def test_unacked_event_times_out_and_is_retried_with_retry_fields(
 
     app.answer = ack_only_retries
     _, (result,) = await slack.post_message(ALICE, FINANCE, "are you there?")
+    await slack.wait_for_retries()
 
     assert result.ok and [a.error for a in result.attempts] == ["http_timeout", None]
     assert [(r.retry_attempt, r.retry_reason) for r in app.requests] == [(0, ""), (1, "timeout")]
@@ -299,6 +300,7 @@ async def test_socket_closing_mid_envelope_fails_fast_and_the_retry_goes_over_ht
 
     app.answer = hang_up
     _, (result,) = await slack.post_message(ALICE, FINANCE, "anyone?")
+    await slack.wait_for_retries()
     assert result.ok and [a.error for a in result.attempts] == ["connection_failed", None]
     assert result.attempts[0].elapsed_s < 2
     assert len(http_bot[0].requests) == 1 and http_bot[0].requests[0][1]

@@ -50,6 +50,7 @@
         showBanner(data.error || "Unknown user");
       } else {
         ui.data = data;
+        ui.me = data.me.id;  // the server falls back to its first person for an unknown one
         render();
       }
     } catch (error) {

@@ -1,0 +1,168 @@
+"""The local workspace on disk: ``<data dir>/localslack.json``, so a restart shows the same Slack.
+
+Saved: teams, Grid orgs, people, channels (with archive state), every message and thread, ephemerals,
+views (App Home tabs and open modals), response_urls, tokens (installs and their scopes, revoked ones) and
+the message clock. Not saved: trigger_ids (they live 3 s), Socket Mode connections, delivery and call logs.
+
+Writes are debounced (one write per ``save_delay_s`` however many changes) and atomic (a temp file in the
+same directory, fsync, ``os.replace``), so a crash leaves the previous or the new file, never half of one.
+On load the saved state wins; what the seed has and the file lacks (a person added to the seed later) is
+kept. A file that cannot be read is moved aside (``localslack.json.unreadable-<time>``) and the seed used.
+``reset(data_dir)`` (``python -m localslack reset``) deletes the file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from localslack.models import Channel, Enterprise, Ephemeral, Message, Team, User, View
+from localslack.workspace import Auth, ResponseUrl, Workspace
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "localslack.json"
+STATE_VERSION = 1
+DEFAULT_SAVE_DELAY_S = 0.5
+
+
+def state_path(data_dir: str | Path) -> Path:
+    return Path(data_dir) / STATE_FILE
+
+
+def dump(ws: Workspace) -> dict[str, Any]:
+    return {
+        "version": STATE_VERSION,
+        "saved_at": time.time(),
+        "enterprises": [e.model_dump(mode="json") for e in ws.enterprises.values()],
+        "teams": [t.model_dump(mode="json") for t in ws.teams.values()],
+        "users": [u.model_dump(mode="json") for u in ws.users.values()],
+        "channels": [c.model_dump(mode="json") for c in ws.channels.values()],
+        "history": {cid: [m.model_dump(mode="json") for m in msgs] for cid, msgs in ws.history.items()},
+        "ephemerals": [e.model_dump(mode="json") for e in ws.ephemerals],
+        "views": [v.model_dump(mode="json") for v in ws.views.values()],
+        "home_views": [[team, user, view] for (team, user), view in ws.home_views.items()],
+        "modal_stacks": ws.modal_stacks,
+        "response_urls": {hook: asdict(ctx) for hook, ctx in ws.response_urls.items()},
+        "tokens": [a.to_state() for a in ws.tokens.values()],
+        "revoked_tokens": sorted(ws.revoked_tokens),
+        "clock_us": ws.clock._last_us,
+    }
+
+
+def restore(ws: Workspace, state: dict[str, Any]) -> None:
+    """Put a saved state into a workspace built from its seed (saved entries replace seeded ones)."""
+    if state.get("version") != STATE_VERSION:
+        raise ValueError(f"unknown state version {state.get('version')!r}")
+    for raw in state.get("enterprises", []):
+        org = Enterprise.model_validate(raw)
+        ws.enterprises[org.id] = org
+    for raw in state.get("teams", []):
+        team = Team.model_validate(raw)
+        ws.teams[team.id] = team
+    for raw in state.get("users", []):
+        user = User.model_validate(raw)
+        ws.users[user.id] = user
+    for raw in state.get("channels", []):
+        channel = Channel.model_validate(raw)
+        ws.channels[channel.id] = channel
+        ws.history.setdefault(channel.id, [])
+    for channel_id, messages in state.get("history", {}).items():
+        ws.history[channel_id] = [Message.model_validate(m) for m in messages]
+    ws.ephemerals = [Ephemeral.model_validate(e) for e in state.get("ephemerals", [])]
+    ws.views = {v.id: v for v in (View.model_validate(raw) for raw in state.get("views", []))}
+    ws.home_views = {(team, user): view for team, user, view in state.get("home_views", [])}
+    ws.modal_stacks = {user: list(stack) for user, stack in state.get("modal_stacks", {}).items()}
+    ws.response_urls = {hook: ResponseUrl(**ctx) for hook, ctx in state.get("response_urls", {}).items()}
+    ws.revoked_tokens = set(state.get("revoked_tokens", []))
+    ws.tokens = {t: a for t, a in ws.tokens.items() if t not in ws.revoked_tokens}
+    for raw in state.get("tokens", []):
+        auth = Auth(**raw)
+        ws.tokens[auth.token] = auth
+    ws.clock._last_us = max(ws.clock._last_us, int(state.get("clock_us") or 0))
+
+
+class Persister:
+    """Keeps ``<data_dir>/localslack.json`` in step with the workspace: loads it, saves after changes."""
+
+    def __init__(self, ws: Workspace, data_dir: str | Path, *, save_delay_s: float = DEFAULT_SAVE_DELAY_S) -> None:
+        self.ws = ws
+        self.path = state_path(data_dir)
+        self.save_delay_s = save_delay_s
+        self.saves = 0
+        self._dirty = False
+        self._handle: asyncio.TimerHandle | None = None
+        ws.on_change.append(self.schedule)
+
+    def load(self) -> bool:
+        """Read the saved workspace, if any; True when one was loaded."""
+        try:
+            state = json.loads(self.path.read_text())
+            restore(self.ws, state)
+        except FileNotFoundError:
+            return False
+        except (ValueError, TypeError, KeyError) as exc:
+            aside = self.path.with_name(f"{self.path.name}.unreadable-{int(time.time())}")
+            os.replace(self.path, aside)
+            log.warning("could not read %s (%s); moved it to %s and started from the seed", self.path, exc, aside)
+            return False
+        log.info("local Slack workspace restored from %s", self.path)
+        return True
+
+    def schedule(self) -> None:
+        """Called on every change: save once, ``save_delay_s`` after the first unsaved change."""
+        self._dirty = True
+        if self._handle is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop yet (building the workspace): the next change or stop() saves
+        self._handle = loop.call_later(self.save_delay_s, self._flush)
+
+    def _flush(self) -> None:
+        self._handle = None
+        if self._dirty:
+            self.save()
+
+    def save(self) -> None:
+        """Write now (atomically): temp file in the same directory, fsync, rename over the old file."""
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        self._dirty = False
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        data = json.dumps(dump(self.ws), separators=(",", ":"))
+        with open(tmp, "w", encoding="utf-8") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, self.path)
+        self.saves += 1
+
+
+def reset(data_dir: str | Path) -> bool:
+    """Forget the local workspace kept in ``data_dir``; True when there was one to forget."""
+    path = state_path(data_dir)
+    existed = path.exists()
+    path.unlink(missing_ok=True)
+    for leftover in path.parent.glob(f".{path.name}.*.tmp") if path.parent.exists() else []:
+        leftover.unlink(missing_ok=True)
+    return existed
+
+
+def reset_command(data_dir: str | Path) -> int:
+    """What ``python -m localslack reset`` (and the bot's ``reset-local``) run: 0 either way."""
+    path = state_path(data_dir)
+    if reset(data_dir):
+        print(f"forgot the local Slack workspace ({path}); the next start begins from the seed")
+    else:
+        print(f"nothing to forget: no local Slack workspace at {path}")
+    return 0
