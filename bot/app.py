@@ -240,7 +240,7 @@ async def _start(
     )
     runtime.add_consumer("audit", AuditChannel(AuditLog(redis.client), redis.client, store.get_request))
     deps = SlackDeps(runtime=runtime, store=store, settings=settings)
-    _wire_governance(deps, redis, client_for, registry)
+    _wire_governance(deps, redis, client_for, registry, oauth.installation_store if oauth else None)
     handlers.register(slack, deps)
 
     web_app = handlers.http.web_app(slack, signing_secret=secret, ready=lambda: ping(redis.client))
@@ -265,14 +265,15 @@ async def _start(
     return bot
 
 
-def _wire_governance(deps: SlackDeps, redis: RedisHandle, client_for: Any, registry: ToolRegistry) -> None:
+def _wire_governance(deps: SlackDeps, redis: RedisHandle, client_for: Any, registry: ToolRegistry,
+                     workspaces: Any = None) -> None:
     """App Home, /approvers, approver lists and the audit log, when that part is installed."""
     try:
         from handlers.governance import Governance
         from handlers.home import HomeRefresh
     except ImportError:
         return
-    deps.governance = Governance.create(deps, redis.client, client_for, registry)
+    deps.governance = Governance.create(deps, redis.client, client_for, registry, workspaces)
     # open App Homes follow requests as they appear and settle
     deps.runtime.channel = FanoutChannel(deps.runtime.channel, HomeRefresh(deps.governance))
 

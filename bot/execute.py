@@ -39,6 +39,7 @@ def session_info(state: SessionState) -> SessionInfo:
         auth=SessionAuth(current=turn.owner if turn else None, initiator=state.initiator),
         turn=turn.number if turn else state.turns,
         team_id=state.ref.team_id,
+        enterprise_id=state.ref.enterprise_id,
     )
 
 

@@ -57,6 +57,8 @@ class PolicySource(Protocol):
 
     async def approver_list(self, team_id: str, resource: str) -> ApproverList | None: ...
     async def allows_external(self, team_id: str) -> bool: ...
+    async def workspace_org(self, team_id: str) -> str | None:
+        """The Enterprise Grid org a workspace belongs to, as verified requests said; None if unknown."""
     async def decide(
         self, team_id: str, resource: str, tool_input: dict[str, Any] | None, user_id: str | None
     ) -> RuleVerdict | None: ...
@@ -115,7 +117,7 @@ def four_eyes(resource: str | None = None) -> ResponsePolicy:
             )
         if requester is not None and requester.same_as(responder):
             return rejected("Four-eyes rule: you can't approve your own request — someone else has to.")
-        if is_external(responder) and not await _external_ok(ctx):
+        if await _outsider(ctx, responder):
             return rejected("People from other workspaces can't approve requests here.")
         if resource is None:
             return allowed()
@@ -137,19 +139,39 @@ def n_of_m(n: int, resource: str | None = None) -> ResponsePolicy:
                 return allowed()
             if resource:
                 return await _check_list(ctx, resource, required=1)
-            if is_external(responder) and not await _external_ok(ctx):
+            if await _outsider(ctx, responder):
                 return rejected("People from other workspaces can't answer requests here.")
             return allowed()
         if requester is not None and requester.same_as(responder):
             return rejected(f"You can't approve your own request; {n} other people must approve it.")
         if resource is None:
-            if is_external(responder) and not await _external_ok(ctx):
+            if await _outsider(ctx, responder):
                 return rejected("People from other workspaces can't approve requests here.")
             return allowed(required=n)
         return await _check_list(ctx, resource, required=n)
 
     policy.policy_kind = f"{n}-of-m"  # type: ignore[attr-defined]
     return policy
+
+
+async def _outsider(ctx: ResponseContext, responder: Principal) -> bool:
+    """From another organisation (Slack Connect) and not let in by the workspace. A colleague whose own
+    workspace is another one of the request's Enterprise Grid org is not an outsider."""
+    if not is_external(responder):
+        return False
+    if await _same_org(ctx, responder.attributes.get("user_team_id")):
+        return False
+    return not await _external_ok(ctx)
+
+
+async def _same_org(ctx: ResponseContext, home_team: str | None) -> bool:
+    org = ctx.session.enterprise_id
+    if _source is None or not org or not home_team:
+        return False
+    try:
+        return await _source.workspace_org(home_team) == org
+    except Exception:  # noqa: BLE001 - unknown: treated as outside the org (fail closed)
+        return False
 
 
 async def _external_ok(ctx: ResponseContext) -> bool:
@@ -175,9 +197,10 @@ async def _check_list(ctx: ResponseContext, resource: str | None, *, required: i
     team = ctx.session.team_id
     if _source is None or team is None or resource is None:
         return rejected(STORE_DOWN if _source is None else "This request has no workspace, so nobody can approve it.")
-    if responder.team_id != team:
+    org = ctx.session.enterprise_id
+    if responder.team_id != team and not (org and responder.attributes.get("enterprise_id") == org):
         return rejected("You can only approve requests from your own workspace.")
-    if is_external(responder) and not await _external_ok(ctx):
+    if await _outsider(ctx, responder):
         return rejected("People from other workspaces can't approve requests here.")
     try:
         listing = await _source.approver_list(team, resource)

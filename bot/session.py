@@ -20,6 +20,7 @@ class SessionInfo(BaseModel):
     auth: SessionAuth = Field(default_factory=SessionAuth)
     turn: int = 0
     team_id: str | None = None  # the tenant: the installation workspace, from the verified payload
+    enterprise_id: str | None = None  # its Enterprise Grid org, if any (same source)
 
     @property
     def tenant(self) -> str | None:
@@ -31,6 +32,7 @@ class SessionRef(BaseModel):
 
     session_id: str
     team_id: str | None = None
+    enterprise_id: str | None = None  # the installation's Enterprise Grid org, if any
     channel: dict[str, str] = Field(default_factory=dict)  # e.g. {"channel_id": "C1", "thread_ts": "1.2"}
 
 

@@ -15,7 +15,7 @@ from slack_bolt.async_app import AsyncApp
 from bot.inputs import strip_mention
 from bot.session import SessionRef, slack_session_id
 from handlers.deps import SlackDeps
-from handlers.identity import event_principal, installation_team
+from handlers.identity import event_principal, installation_enterprise, installation_team
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ async def _handle(
     if event.get("bot_id") or event.get("subtype") not in PERSON_SUBTYPES:
         return
     principal = event_principal(body, event)
-    team = installation_team(body)
+    team, org = installation_team(body), installation_enterprise(body)
     channel_id, ts = event.get("channel"), event.get("ts")
     if principal is None or not team or not channel_id or not ts:
         return
@@ -51,11 +51,11 @@ async def _handle(
     if event.get("channel_type") == "im" and not thread_ts:
         # a DM without threads is one running conversation; replies go to the DM itself
         sid = slack_session_id(team, channel_id, "dm")
-        ref = SessionRef(session_id=sid, team_id=team, channel={"channel_id": channel_id, "thread_ts": ""})
+        ref = SessionRef(session_id=sid, team_id=team, enterprise_id=org, channel={"channel_id": channel_id, "thread_ts": ""})
     else:
         root = thread_ts or ts
         sid = slack_session_id(team, channel_id, root)
-        ref = SessionRef(session_id=sid, team_id=team, channel={"channel_id": channel_id, "thread_ts": root})
+        ref = SessionRef(session_id=sid, team_id=team, enterprise_id=org, channel={"channel_id": channel_id, "thread_ts": root})
         if event.get("channel_type") != "im" and not mentioned and not await deps.store.exists(sid):
             return  # a thread the agent is not part of
     # recorded before Slack gets its ack (the app runs with process_before_response): an acknowledged

@@ -86,8 +86,9 @@ def needs_people(t: Tool) -> bool:
 class StorePolicySource:
     """``bot.governance.PolicySource`` over the Redis policy store. Errors propagate: the helpers fail closed."""
 
-    def __init__(self, policies: PolicyStore) -> None:
+    def __init__(self, policies: PolicyStore, workspaces: Any = None) -> None:
         self.policies = policies
+        self.workspaces = workspaces  # store.installations.RedisInstallationStore (OAuth mode) or None
 
     async def approver_list(self, team_id: str, resource: str) -> ApproverList | None:
         policy = await self.policies.get(team_id)
@@ -100,6 +101,11 @@ class StorePolicySource:
 
     async def allows_external(self, team_id: str) -> bool:
         return (await self.policies.get(team_id)).allow_external
+
+    async def workspace_org(self, team_id: str) -> str | None:
+        """Known only where verified requests from that workspace were seen (the OAuth directory)."""
+        seen = await self.workspaces.async_workspace(team_id) if self.workspaces is not None else None
+        return seen[0] if seen else None
 
     async def decide(
         self, team_id: str, resource: str, tool_input: dict[str, Any] | None, user_id: str | None
@@ -139,10 +145,12 @@ class Governance(StorePolicySource):
         self.registry = registry
 
     @classmethod
-    def create(cls, deps: SlackDeps, redis: RedisClient, client_for: ClientFor, registry: ToolRegistry) -> Governance:
+    def create(cls, deps: SlackDeps, redis: RedisClient, client_for: ClientFor, registry: ToolRegistry,
+               workspaces: Any = None) -> Governance:
         audit = AuditLog(redis)
         gov = cls(deps, PolicyStore(redis, audit), audit, AdminCheck(client_for, deps.settings.admins),
                   client_for, registry, redis)
+        gov.workspaces = workspaces
         use_policy_source(gov)
         if deps.settings.local_mode:
             from localslack.seed import TEAM_ID

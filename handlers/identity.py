@@ -2,7 +2,8 @@
 
 The principal's team is the *installation's* workspace (``authorizations[0]`` for events, the
 installed team for interactions), so one person keeps one principal across Slack Connect and
-Enterprise Grid; the person's own workspace goes in ``attributes["user_team_id"]``.
+Enterprise Grid; the person's own workspace goes in ``attributes["user_team_id"]`` and the
+installation's Enterprise Grid org, when there is one, in ``attributes["enterprise_id"]``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,28 @@ def installation_team(body: dict[str, Any]) -> str | None:
     return None
 
 
+def installation_enterprise(body: dict[str, Any]) -> str | None:
+    """The Enterprise Grid org the app is installed in (or on), from the verified payload; None outside Grid."""
+    auths = body.get("authorizations") or []
+    if auths and isinstance(auths[0], dict) and auths[0].get("enterprise_id"):
+        return auths[0]["enterprise_id"]
+    enterprise = body.get("enterprise")
+    team = body.get("team")
+    for candidate in (
+        enterprise.get("id") if isinstance(enterprise, dict) else None,
+        body.get("enterprise_id"),
+        team.get("enterprise_id") if isinstance(team, dict) else None,
+    ):
+        if isinstance(candidate, str) and candidate:
+            return candidate
+    return None
+
+
+def _org(body: dict[str, Any]) -> dict[str, str]:
+    enterprise = installation_enterprise(body)
+    return {"enterprise_id": enterprise} if enterprise else {}
+
+
 def event_principal(body: dict[str, Any], event: dict[str, Any]) -> Principal | None:
     """Who wrote a message event; None when it has no human author."""
     user_id = event.get("user")
@@ -37,7 +60,7 @@ def event_principal(body: dict[str, Any], event: dict[str, Any]) -> Principal | 
     if not user_id or not team:
         return None
     user_team = event.get("user_team") or event.get("team") or team
-    return slack_user(team, user_id, user_team_id=user_team)
+    return slack_user(team, user_id, user_team_id=user_team, **_org(body))
 
 
 def interaction_principal(body: dict[str, Any]) -> Principal | None:
@@ -46,7 +69,8 @@ def interaction_principal(body: dict[str, Any]) -> Principal | None:
     team = installation_team(body)
     if not user.get("id") or not team:
         return None
-    return slack_user(team, user["id"], user_team_id=user.get("team_id") or team, user_name=user.get("username"))
+    return slack_user(team, user["id"], user_team_id=user.get("team_id") or team, user_name=user.get("username"),
+                      **_org(body))
 
 
 def command_principal(body: dict[str, Any]) -> Principal | None:
@@ -55,4 +79,4 @@ def command_principal(body: dict[str, Any]) -> Principal | None:
     user_id = body.get("user_id")
     if not team or not user_id:
         return None
-    return slack_user(team, user_id, user_team_id=body.get("user_team_id") or team)
+    return slack_user(team, user_id, user_team_id=body.get("user_team_id") or team, **_org(body))

@@ -263,3 +263,56 @@ async def test_an_allow_rule_with_a_condition_never_allows_a_non_finite_amount(p
     assert (await status(call_ctx({"amount": 5}))).type == "not-applicable"
     assert (await status(call_ctx({"amount": float("nan")}))).type == "user-approval"
     assert (await status(call_ctx({"amount": float("-inf")}))).type == "user-approval"
+
+
+# --- Enterprise Grid: colleagues of the same org are not outsiders ----------------------------------
+
+ORG, SALES, SUPPORT, PARTNER_TEAM = "E1", "T1SALES", "T1SUPPORT", "T2PARTNER"
+
+
+def grid_answer(requester: Principal, responder: Principal) -> ResponseContext:
+    return ResponseContext(
+        request=RequestView(request_id="r1", tool_name="deploy", principal=requester),
+        response=ResponseView(decision="approve", principal=responder),
+        session=SessionInfo(id="s1", team_id=SUPPORT, enterprise_id=ORG,
+                            auth=SessionAuth(current=requester, initiator=requester)),
+    )
+
+
+@pytest.fixture
+async def grid(redis) -> AsyncIterator[PolicyStore]:
+    from store.installations import RedisInstallationStore
+
+    workspaces = RedisInstallationStore(redis)
+    # what verified requests said: both workspaces belong to the org, installed org-wide
+    await workspaces.async_remember_workspace(SALES, ORG, True)
+    await workspaces.async_remember_workspace(SUPPORT, ORG, True)
+    await workspaces.async_remember_workspace(PARTNER_TEAM, "E2", False)
+    source = StorePolicySource(PolicyStore(redis, AuditLog(redis)), workspaces)
+    use_policy_source(source)
+    yield source.policies
+    use_policy_source(None)
+
+
+async def test_a_colleague_from_another_workspace_of_the_org_may_approve(grid):
+    chi = slack_user(SUPPORT, "WCHI", enterprise_id=ORG)
+    dev = slack_user(SUPPORT, "WDEV", user_team_id=SALES, enterprise_id=ORG)  # home: Sales; acting in Support
+    assert (await decide(four_eyes(), grid_answer(chi, dev))).status == "allowed"
+    assert (await decide(n_of_m(1), grid_answer(chi, dev))).status == "allowed"
+    await grid.set_approvers(SUPPORT, "tool:deploy", ["WDEV"], actor="admin")
+    assert (await decide(approvers("tool:deploy"), grid_answer(chi, dev))).status == "allowed"
+    # an org-wide install: the click arrives under the colleague's own workspace
+    dev_at_home = slack_user(SALES, "WDEV", enterprise_id=ORG)
+    assert (await decide(approvers("tool:deploy"), grid_answer(chi, dev_at_home))).status == "allowed"
+
+
+async def test_a_slack_connect_partner_of_another_org_is_still_an_outsider(grid):
+    chi = slack_user(SUPPORT, "WCHI", enterprise_id=ORG)
+    for home in (PARTNER_TEAM, "T3UNSEEN"):  # another org, or a workspace nobody vouched for
+        partner = slack_user(SUPPORT, "UPARTNER", user_team_id=home, enterprise_id=ORG)
+        refused = await decide(four_eyes(), grid_answer(chi, partner))
+        assert refused.status == "rejected" and "other workspaces" in refused.reason, home
+    stranger = slack_user("T9", "UBOB", enterprise_id="E9")  # another installation, another org
+    await grid.set_approvers(SUPPORT, "tool:deploy", ["UBOB"], actor="admin")
+    refused = await decide(approvers("tool:deploy"), grid_answer(chi, stranger))
+    assert refused.status == "rejected" and "your own workspace" in refused.reason

@@ -47,9 +47,9 @@ def refund_script(tool_name: str = "refund_charge") -> ScriptedModel:
     return ScriptedModel([call(tool_name, charge_id="ch_1", amount=5.0), answer])
 
 
-def card_in(slack, thread_ts):
+def card_in(slack, thread_ts, channel=GENERAL):
     """The newest message in the thread that has buttons."""
-    for message in reversed(slack.messages(GENERAL, thread_ts)):
+    for message in reversed(slack.messages(channel, thread_ts)):
         for block in message.blocks or []:
             if block.get("type") == "actions":
                 return message

@@ -78,6 +78,25 @@ async def test_2_answers_from_another_workspace_settle_nothing(redis):
     assert len(runs) == 1
 
 
+async def test_2_a_colleague_from_another_workspace_of_the_org_crosses_the_boundary(redis):
+    anyone = Approval(request=always(), response=lambda ctx: allowed())
+    gated, runs = recording_tool("deploy", approval=anyone)
+    runtime, channel, store = make_runtime(redis, ScriptedModel([call("deploy"), model_say("ok")]), [gated])
+    in_org = session().model_copy(update={"enterprise_id": "E1"})
+    await say(runtime, "deploy", ref=in_org)
+    [req] = channel.requests()
+    outsider = slack_user("T2", "UEVE", enterprise_id="E2")  # another installation of another org
+    assert (await runtime.answer(decision(req.request_id, "approve", outsider))).state == "forbidden"
+    no_org = slack_user("T2", "UEVE")  # a payload that names no org does not count as the org's
+    assert (await runtime.answer(decision(req.request_id, "approve", no_org))).state == "forbidden"
+    colleague = slack_user("T2", "UDEV", enterprise_id="E1")  # org-wide install, their own workspace
+    assert (await approve(runtime, req.request_id, colleague)).state == "settled"
+    await runtime.wait_idle()
+    assert len(runs) == 1
+    record = await store.get_request(req.request_id)
+    assert record.session_info["enterprise_id"] == "E1"  # the org travels with the request
+
+
 async def test_5_markers_stay_unique_after_keep_going(redis):
     gated, runs = recording_tool("deploy", approval=always())
     script = [call("deploy", call_id="call_0", env="a"), call("deploy", call_id="call_0", env="b"),
