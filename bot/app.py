@@ -227,7 +227,9 @@ async def _start(
 
     # Slack and the audit log are separate consumers of the committed events (each its own cursor),
     # so neither a slow Slack nor the audit log holds up the other, or the turn.
-    channel: Channel = SlackChannel(store, delivery_client_for)
+    slack_channel = SlackChannel(store, delivery_client_for)
+    stack.push_async_callback(slack_channel.close)  # its pending status lines
+    channel: Channel = slack_channel
     if channel_wrap is not None:
         channel = channel_wrap(channel)
     runtime = Runtime(

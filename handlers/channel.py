@@ -38,6 +38,7 @@ from bot.protocol import (
 from bot.session import SessionRef
 from handlers.notes import tell_privately
 from handlers.pacing import SlackPacing
+from handlers.status import StatusLines
 from store.sessions import SessionStore
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,10 @@ class SlackChannel:
         self.store = store
         self.client_for = client_for
         self.pacing = pacing or SlackPacing()
+        self.status = StatusLines(store, client_for, self.pacing)
+
+    async def close(self) -> None:
+        await self.status.close()
 
     async def deliver(self, event: Event, session: SessionRef) -> None:
         if not session.channel.get("channel_id"):
@@ -115,10 +120,10 @@ class SlackChannel:
     async def _render(self, event: Event, session: SessionRef) -> None:
         match event.type:
             case "turn.started":
-                await self._set_status(session, status_text("thinking"))
+                self.status.show_later(session, status_text("thinking"))
             case "action.started":
                 assert isinstance(event, ActionStarted)
-                await self._set_status(session, status_text("running_tool", event.tool_name))
+                self.status.show_later(session, status_text("running_tool", event.tool_name))
             case "message.completed":
                 assert isinstance(event, MessageCompleted)
                 await self._post_reply(session, event.seq, event.text)
@@ -129,12 +134,12 @@ class SlackChannel:
                 assert isinstance(event, InputResolved)
                 await self._resolved(event, session)
             case "turn.waiting" | "turn.completed" | "turn.cancelled":
-                await self._clear_status(session)
+                await self.status.clear(session)
                 if event.type == "turn.cancelled":
                     await self._post(session, event.seq, ":octagonal_sign: Stopped. Nothing else from this turn will run.")
             case "turn.failed":
                 assert isinstance(event, TurnFailed)
-                await self._clear_status(session)
+                await self.status.clear(session)
                 await self._post_once(session, f"post:{event.seq}:0", failure_message(event.reason))
             case _:
                 pass
@@ -281,48 +286,6 @@ class SlackChannel:
 
     async def _post(self, session: SessionRef, seq: int | None, text: str) -> None:
         await self._post_once(session, f"post:{seq}:0", {"text": text})
-
-    async def _set_status(self, session: SessionRef, text: str) -> None:
-        """One status line per session, updated in place while the agent works (best effort: a status
-        line that Slack refuses must never hold up the cards and replies behind it)."""
-        try:
-            await self._update_status(session, text)
-        except SlackApiError as exc:
-            log.info("status line not shown in %s: %s", session.session_id, exc.response.get("error"))
-        except RetryLater:
-            log.info("status line skipped in %s: the channel is busy", session.session_id)
-
-    async def _update_status(self, session: SessionRef, text: str) -> None:
-        client = await self.client_for(session.team_id)
-        existing = await self.store.channel_get(session.session_id, "status")
-        if existing:
-            status = json.loads(existing)
-            try:
-                await self.pacing.updates.wait(session.team_id or "")
-                await client.chat_update(channel=status["channel"], ts=status["ts"], text=text)
-                return
-            except SlackApiError:
-                pass  # deleted by someone: post a new one
-        await self.pacing.posts.wait(session.channel["channel_id"])
-        resp = await client.chat_postMessage(
-            channel=session.channel["channel_id"], thread_ts=session.channel.get("thread_ts") or None, text=text
-        )
-        await self.store.channel_set(
-            session.session_id, "status", json.dumps({"channel": resp.get("channel"), "ts": resp["ts"]})
-        )
-
-    async def _clear_status(self, session: SessionRef) -> None:
-        existing = await self.store.channel_get(session.session_id, "status")
-        if not existing:
-            return
-        await self.store.channel_delete(session.session_id, "status")
-        status = json.loads(existing)
-        client = await self.client_for(session.team_id)
-        try:
-            await client.chat_delete(channel=status["channel"], ts=status["ts"])
-        except SlackApiError:
-            pass  # already gone, or refused: a stale status line is cosmetic
-
 
 def _retry_after(exc: SlackApiError) -> float:
     """Slack's Retry-After (seconds) on a 429; a second when it is missing or odd."""

@@ -117,7 +117,8 @@ async def test_slack_connect_clicker_principal(local_slack, start_app):
 
 
 async def test_rate_limited_post_is_retried(local_slack, start_app):
-    await start_app(ScriptedModel([say("after the rate limit")]), [])
+    # the reply is held as Slack asked and the recovery sweep (every replica runs one) posts it after
+    await start_app(ScriptedModel([say("after the rate limit")]), [], recovery_interval=0.5)
     local_slack.fail_next("chat.postMessage", status=429, retry_after=1, times=1)
     ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> hi")
     reply = await local_slack.wait_for_message(

@@ -1,0 +1,55 @@
+"""The status line costs Slack calls only when work is slow (issue 10: at most card, update and reply per
+approve cycle; issue 9: progress on long work)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from pydantic import BaseModel
+
+from bot.approval import never
+from bot.models.scripted import ScriptedModel, call, say
+from bot.tools import tool
+from handlers.status import STATUS_DELAY_S
+from localslack.seed import ALICE, BOT_USER_ID, GENERAL
+from tests.e2e.test_approval_flow import button, mention_and_wait_for_card, refund_charge, refund_script
+
+CHAT = ("chat.postMessage", "chat.update", "chat.delete")
+
+
+def chat_calls(slack) -> list[str]:  # noqa: ANN001
+    return [c.method for c in slack.calls if c.method in CHAT]
+
+
+async def test_a_quick_approve_cycle_makes_three_slack_calls(local_slack, start_app):
+    bot = await start_app(refund_script(), [refund_charge])
+    ts, card = await mention_and_wait_for_card(local_slack)
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
+    await bot.runtime.wait_idle()
+    await asyncio.sleep(STATUS_DELAY_S + 0.3)  # a status line armed during the cycle would be posted by now
+    assert chat_calls(local_slack) == ["chat.postMessage", "chat.update", "chat.postMessage"]  # card, update, reply
+
+
+class Job(BaseModel):
+    name: str
+
+
+@tool(approval=never())
+async def slow_report(args: Job) -> dict:
+    """A report that takes a while."""
+    await asyncio.sleep(STATUS_DELAY_S + 1.0)
+    return {"report": args.name}
+
+
+async def test_slow_work_shows_a_status_line_that_goes_when_the_turn_ends(local_slack, start_app):
+    model = ScriptedModel([call("slow_report", name="q3"), say("Here is the q3 report.")])
+    await start_app(model, [slow_report])
+    ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> the q3 report please")
+    status = await local_slack.wait_for(
+        lambda: [m for m in local_slack.messages(GENERAL, thread_ts=ts) if "Running `slow_report`" in m.text],
+        timeout_s=STATUS_DELAY_S + 2)
+    assert status, "a step still running after the delay shows what it is doing"
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "q3 report." in m.text)
+    await local_slack.wait_for(
+        lambda: not [m for m in local_slack.messages(GENERAL, thread_ts=ts) if "Running" in m.text])
