@@ -47,7 +47,8 @@ class OutboxStore(Protocol):
         self, session_id: str, consumer: str, *, count: int = 100
     ) -> tuple[SessionRef | None, list[tuple[str, Event]], int]: ...
     async def outbox_hold(self, session_id: str, consumer: str, until_ms: int) -> None: ...
-    async def outbox_advance(self, session_id: str, consumer: str, entry_id: str) -> None: ...
+    async def outbox_advance(self, session_id: str, consumer: str, entry_id: str, *,
+                             renew: bool = True) -> None: ...
     async def outbox_failures(self, session_id: str, consumer: str, *, failed: bool) -> int: ...
 
 
@@ -110,15 +111,21 @@ class Outbox:
         token = secrets.token_hex(8)
         if not await self.store.outbox_lock(session_id, name, token):
             return BUSY_RECHECK_MS
+        # the lock and the cursor's retention are renewed at the end of each batch, and within one only
+        # when a third of the lock's life has gone by (a cursor move alone is one command)
+        renew_every_s = getattr(self.store, "lease_ms", 30_000) / 3000
+        renewed_at = time.monotonic()
+        held = False  # a failure or a wait was recorded (a hold is set with each): clear it once through
         try:
             while True:
                 ref, entries, hold_until_ms = await self.store.outbox_read(session_id, name)
+                held = held or hold_until_ms > 0
                 if not entries:
                     return None
                 if (wait_ms := hold_until_ms - _now_ms()) > 0:
                     return wait_ms  # backing off, or Slack said to wait: a new commit does not change that
                 ref = ref or SessionRef(session_id=session_id)
-                for entry_id, event in entries:
+                for index, (entry_id, event) in enumerate(entries):
                     try:
                         await channel.deliver(event, ref)
                     except RetryLater as exc:  # rate limited: wait as asked, without counting a failure
@@ -130,8 +137,13 @@ class Outbox:
                                     name, event.type, session_id, exc)
                     except Exception as exc:  # noqa: BLE001 - retried later; nothing is lost
                         return await self._backoff(session_id, name, event, exc)
-                    await self.store.outbox_advance(session_id, name, entry_id)
-                await self.store.outbox_failures(session_id, name, failed=False)
+                    renew = index == len(entries) - 1 or time.monotonic() - renewed_at > renew_every_s
+                    await self.store.outbox_advance(session_id, name, entry_id, renew=renew)
+                    if renew:
+                        renewed_at = time.monotonic()
+                if held:
+                    await self.store.outbox_failures(session_id, name, failed=False)
+                    held = False
         finally:
             await self.store.outbox_unlock(session_id, name, token)
 

@@ -118,6 +118,7 @@ class Tool:
         self.idempotent = idempotent
         self.input_model = _input_model(fn)
         self._wants_ctx = len(inspect.signature(fn).parameters) >= 2
+        self._spec: ToolSpec | None = None
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r})"
@@ -127,11 +128,14 @@ class Tool:
         return getattr(self.approval.request, "policy_kind", "custom")
 
     def spec(self) -> ToolSpec:
-        if self.input_model is None:
-            params: dict[str, Any] = {"type": "object", "properties": {}}
-        else:
-            params = self.input_model.model_json_schema()
-        return ToolSpec(name=self.name, description=self.description, parameters=params)
+        """What the model is told about the tool; built once (a JSON schema costs milliseconds)."""
+        if self._spec is None or self._spec.name != self.name or self._spec.description != self.description:
+            if self.input_model is None:
+                params: dict[str, Any] = {"type": "object", "properties": {}}
+            else:
+                params = self.input_model.model_json_schema()
+            self._spec = ToolSpec(name=self.name, description=self.description, parameters=params)
+        return self._spec
 
     def parse(self, arguments: str | dict[str, Any] | None) -> BaseModel | dict[str, Any]:
         """Validate raw model arguments; raises ValueError with a message the model can act on."""

@@ -619,13 +619,17 @@ class SessionStore:
         """Do not try ``consumer`` again before ``until_ms`` (epoch ms), whoever delivers next."""
         await self.redis.hset(self.key(session_id, "out"), f"_hold:{consumer}", until_ms)
 
-    async def outbox_advance(self, session_id: str, consumer: str, entry_id: str) -> None:
-        """Move ``consumer``'s cursor past ``entry_id`` and renew the deliverer's lock (one round trip)."""
+    async def outbox_advance(self, session_id: str, consumer: str, entry_id: str, *, renew: bool = True) -> None:
+        """Move ``consumer``'s cursor past ``entry_id``; with ``renew``, also renew the deliverer's lock and
+        the cursor's retention (one round trip either way)."""
         key = self.key(session_id, "out")
+        if not renew:
+            await self.redis.hset(key, consumer, entry_id)
+            return
         pipe = self.redis.pipeline(transaction=False)
         pipe.hset(key, consumer, entry_id)
         pipe.pexpire(key, self.retention_ms)
-        # the lock lives as long as a turn's lease and is renewed with every event handed over, so a
+        # the lock lives as long as a turn's lease and is renewed while events are handed over, so a
         # dead deliverer holds its sessions back briefly; a live one stalled longer than that may be
         # joined by a second, which is harmless (consumers make repeats harmless, see bot.outbox)
         pipe.pexpire(self.key(session_id, f"outlock:{consumer}"), self.lease_ms)
