@@ -50,7 +50,7 @@ class Intake:
         """Answer the first open request with this queued message, if it is an answer; the message then
         leaves the queue. None: it answers nothing and stays queued."""
         if state is None:
-            raw = (await self.p.store.snapshot(session_id)).state
+            raw = await self.p.store.state(session_id)
             state = SessionState.model_validate(raw) if raw else None
         if state is None or state.turn is None:
             return None

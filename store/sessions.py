@@ -239,6 +239,11 @@ class SessionStore:
             failures=int(fails or 0),
         )
 
+    async def state(self, session_id: str) -> dict[str, Any] | None:
+        """The saved session state alone (one command), for callers that need nothing else."""
+        raw = await self.redis.get(self.key(session_id, "state"))
+        return json.loads(raw) if raw else None
+
     async def exists(self, session_id: str) -> bool:
         return bool(await self.redis.exists(self.key(session_id, "state")))
 
