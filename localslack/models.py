@@ -157,6 +157,7 @@ class Channel(BaseModel):
     team_id: str
     name: str | None = None  # None for a DM
     is_im: bool = False
+    is_mpim: bool = False  # a group DM: private, no name people chose (Slack names it mpdm-a--b--c-1)
     is_private: bool = False
     im_user: str | None = None  # the human in a DM with the bot
     members: list[str] = Field(default_factory=list)
@@ -171,9 +172,11 @@ class Channel(BaseModel):
         return bool(self.connected_team_ids)
 
     @property
-    def channel_type(self) -> Literal["channel", "group", "im"]:
+    def channel_type(self) -> Literal["channel", "group", "im", "mpim"]:
         if self.is_im:
             return "im"
+        if self.is_mpim:
+            return "mpim"
         return "group" if self.is_private else "channel"
 
     def visible_to_team(self, team_id: str) -> bool:
@@ -196,10 +199,10 @@ class Channel(BaseModel):
         return {
             "id": self.id,
             "name": self.name,
-            "is_channel": not self.is_private,
-            "is_group": self.is_private,
+            "is_channel": not self.is_private and not self.is_mpim,
+            "is_group": self.is_private and not self.is_mpim,
             "is_im": False,
-            "is_mpim": False,
+            "is_mpim": self.is_mpim,
             "is_private": self.is_private,
             "created": self.created,
             "is_archived": self.is_archived,

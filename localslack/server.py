@@ -265,7 +265,9 @@ class LocalSlack(UserActions):
         connected_team_ids: list[str] | None = None,
         is_private: bool = False,
         bot_member: bool = True,
+        is_mpim: bool = False,
     ) -> Channel:
+        """A channel (``is_mpim``: a group DM of ``members``, private like Slack's)."""
         team = self.ws.team(team_id)
         member_ids = list(members or [])
         if bot_member and team.bot_user_id and team.bot_user_id not in member_ids:
@@ -274,7 +276,8 @@ class LocalSlack(UserActions):
             id=channel_id,
             team_id=team_id,
             name=name,
-            is_private=is_private,
+            is_private=is_private or is_mpim,
+            is_mpim=is_mpim,
             members=member_ids,
             connected_team_ids=list(connected_team_ids or []),
         )
