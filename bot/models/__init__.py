@@ -1,7 +1,11 @@
-"""Model clients: an OpenAI-compatible one over httpx, a scripted one for tests and offline use."""
+"""Model clients: an OpenAI-compatible one over httpx, a scripted one for tests and offline use.
+
+The OpenAI client is imported on first use: it brings httpx, which start-up does not need.
+"""
+
+from typing import Any
 
 from bot.models.base import ChatModel, Message, ModelError, ModelResponse, ToolCall, ToolSpec, Usage
-from bot.models.openai import OpenAIChatModel
 from bot.models.scripted import ScriptedModel, call, calls, say
 
 __all__ = [
@@ -18,3 +22,11 @@ __all__ = [
     "calls",
     "say",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "OpenAIChatModel":
+        from bot.models.openai import OpenAIChatModel
+
+        return OpenAIChatModel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
