@@ -112,6 +112,9 @@ class _Pass:
     failures: int = 0  # earlier failed attempts seen in the snapshot (cleared when this pass succeeds)
     # queued messages taken into the in-memory history; they leave the inbox with the next commit
     taking: list[dict[str, Any]] = field(default_factory=list)
+    # the state as this pass last committed it (fenced by the lease, so still what Redis holds); the
+    # next step starts from it instead of reading it back. Used once: a step that commits sets it again.
+    committed: dict[str, Any] | None = None
 
 
 class Driver:
@@ -207,11 +210,12 @@ class Driver:
                 if not await self._drive_step(p):
                     return
             except MessageTaken:
-                p.taking = []  # it answered a request meanwhile: look again at what Redis holds
+                p.taking, p.committed = [], None  # it answered a request meanwhile: look again at Redis
 
     async def _drive_step(self, p: _Pass) -> bool:
         """One step of the turn loop from a fresh snapshot; False when nothing more can be done now."""
-        snap = await self.p.store.snapshot(p.session_id)
+        known, p.committed = p.committed, None
+        snap = await self.p.store.snapshot(p.session_id, known_state=known)
         p.failures = max(p.failures, snap.failures)
         state = SessionState.model_validate(snap.state) if snap.state else None
         if state is None or state.turn is None:
@@ -413,9 +417,9 @@ class Driver:
     async def _commit(
         self, p: _Pass, state: SessionState, events: list[Event], requests: list[RequestRecord] = ()  # type: ignore[assignment]
     ) -> None:
-        await self.p.store.commit(p.session_id, p.token, state.model_dump(mode="json"), events, list(requests),
-                                  ref=state.ref, take=p.taking)
-        p.taking = []
+        saved = state.model_dump(mode="json")
+        await self.p.store.commit(p.session_id, p.token, saved, events, list(requests), ref=state.ref, take=p.taking)
+        p.taking, p.committed = [], saved
         if events:
             self.p.outbox.kick(p.session_id)
 

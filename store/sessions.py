@@ -222,15 +222,25 @@ class SessionStore:
         snapshot = await self.snapshot(session_id)
         return snapshot.state, snapshot.grants, snapshot.cancel
 
-    async def snapshot(self, session_id: str) -> SessionSnapshot:
-        """Everything the turn loop reads before it moves a session forward, in one round trip."""
+    async def snapshot(self, session_id: str, *, known_state: dict[str, Any] | None = None) -> SessionSnapshot:
+        """Everything the turn loop reads before it moves a session forward, in one round trip.
+
+        ``known_state``: the state this lease holder committed last (nobody else can have written it
+        since), so it is not read again; nor is the failure count, read once per pass."""
         pipe = self.redis.pipeline(transaction=False)
-        pipe.get(self.key(session_id, "state"))
+        if known_state is None:
+            pipe.get(self.key(session_id, "state"))
         pipe.smembers(self.key(session_id, "grants"))
         pipe.get(self.key(session_id, "cancel"))
         pipe.lrange(self.key(session_id, "inbox"), 0, -1)
-        pipe.get(self.key(session_id, "fails"))
-        raw, grants, cancel, inbox, fails = await pipe.execute()
+        if known_state is None:
+            pipe.get(self.key(session_id, "fails"))
+            raw, grants, cancel, inbox, fails = await pipe.execute()
+        else:
+            grants, cancel, inbox = await pipe.execute()
+            return SessionSnapshot(state=known_state, grants={g.decode() for g in grants},
+                                   cancel=cancel.decode() if cancel else None,
+                                   inbox=[json.loads(m) for m in inbox])
         return SessionSnapshot(
             state=json.loads(raw) if raw else None,
             grants={g.decode() for g in grants},
