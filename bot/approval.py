@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from bot.principals import Principal
+from bot.protocol import Responders
 from bot.session import SessionInfo
 
 if TYPE_CHECKING:
@@ -352,6 +353,34 @@ class ResponseContext(BaseModel):
 
 ResponsePolicy = Callable[[ResponseContext], Any]
 
+
+class AnswerersContext(BaseModel):
+    """What a response policy sees when it says who may answer (no answer yet)."""
+
+    request: RequestView
+    session: SessionInfo
+
+
+DESCRIBE_TIMEOUT = 2.0  # describing is for the card: a slow or failing one shows no line, never blocks
+
+
+async def describe_responders(policy: ResponsePolicy | None, ctx: AnswerersContext) -> Responders | None:
+    """Who may settle, as the policy says (its ``responders`` attribute: a function of
+    :class:`AnswerersContext`, sync or async, returning ``Responders``). A policy without one is "a
+    custom rule" (its ``description`` attribute, if any, says which). None when it could not say."""
+    policy = policy or requester_only()
+    describe = getattr(policy, "responders", None)
+    if describe is None:
+        return Responders(rule="custom", description=getattr(policy, "description", None))
+    try:
+        result = describe(ctx)
+        if inspect.isawaitable(result):
+            result = await asyncio.wait_for(result, DESCRIBE_TIMEOUT)
+        return result if isinstance(result, Responders) else Responders.model_validate(result)
+    except Exception as exc:  # noqa: BLE001 - informational only
+        log.warning("response policy %r could not say who may answer: %r", policy, exc)
+        return None
+
 ONLY_REQUESTER = "Only the person who requested this action can respond to this approval."
 
 
@@ -364,7 +393,12 @@ def requester_only() -> ResponsePolicy:
             return allowed()
         return rejected(ONLY_REQUESTER)
 
+    def responders(ctx: AnswerersContext) -> Responders:
+        requester = ctx.request.principal
+        return Responders(rule="requester", people=[requester]) if requester else Responders(rule="anyone")
+
     policy.policy_kind = "requester-only"  # type: ignore[attr-defined]
+    policy.responders = responders  # type: ignore[attr-defined]
     setattr(policy, _INLINE, True)
     return policy
 

@@ -14,7 +14,14 @@ import json
 import logging
 from typing import Any
 
-from bot.approval import ApprovalContext, evaluate_request_policy, records_grant
+from bot.approval import (
+    AnswerersContext,
+    ApprovalContext,
+    RequestView,
+    describe_responders,
+    evaluate_request_policy,
+    records_grant,
+)
 from bot.parts import Parts
 from bot.protocol import ActionRef, ActionStarted, InputOption, InputRequest, RequestRecord, approval_options
 from bot.session import SessionAuth, SessionInfo, new_request_id
@@ -114,6 +121,23 @@ class Executor:
         for r in records:
             r.batch = batch
         return records
+
+    async def describe_responders(self, state: SessionState, records: list[RequestRecord]) -> None:
+        """Say on each new approval request who may settle it (its tool's response policy describes
+        itself), so cards can name them instead of people finding out by being refused."""
+        info = session_info(state)
+
+        async def describe(record: RequestRecord) -> None:
+            req = record.request
+            tool = self.p.tools.get(req.action.tool_name) if req.action else None
+            if req.kind != "tool-approval" or tool is None or req.action is None:
+                return
+            view = RequestView(request_id=req.request_id, call_id=req.action.call_id, tool_name=tool.name,
+                               tool_input=req.action.input, principal=req.principal)
+            req.responders = await describe_responders(tool.approval.response,
+                                                       AnswerersContext(request=view, session=info))
+
+        await asyncio.gather(*(describe(r) for r in records))
 
     def _approval_request(self, state: SessionState, call: CallState) -> RequestRecord:
         turn = state.turn

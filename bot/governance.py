@@ -21,6 +21,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel
 
 from bot.approval import (
+    AnswerersContext,
     ApprovalContext,
     PolicyStatus,
     ResponseContext,
@@ -29,7 +30,8 @@ from bot.approval import (
     allowed,
     rejected,
 )
-from bot.principals import Principal
+from bot.principals import Principal, slack_user
+from bot.protocol import Responders
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +99,11 @@ def approvers(resource: str) -> ResponsePolicy:
     async def policy(ctx: ResponseContext) -> ResponseDecision:
         return await _check_list(ctx, resource, required=None)
 
+    async def responders(ctx: AnswerersContext) -> Responders:
+        return await _listed(ctx, resource, required=1, exclude_requester=False)
+
     policy.policy_kind = f"approvers:{resource}"  # type: ignore[attr-defined]
+    policy.responders = responders  # type: ignore[attr-defined]
     return policy
 
 
@@ -123,7 +129,13 @@ def four_eyes(resource: str | None = None) -> ResponsePolicy:
             return allowed()
         return await _check_list(ctx, resource, required=None)
 
+    async def responders(ctx: AnswerersContext) -> Responders:
+        if resource is not None:
+            return await _listed(ctx, resource, required=1, exclude_requester=True)
+        return _anyone_but_requester(ctx, required=1)
+
     policy.policy_kind = "four-eyes"  # type: ignore[attr-defined]
+    policy.responders = responders  # type: ignore[attr-defined]
     return policy
 
 
@@ -150,8 +162,35 @@ def n_of_m(n: int, resource: str | None = None) -> ResponsePolicy:
             return allowed(required=n)
         return await _check_list(ctx, resource, required=n)
 
+    async def responders(ctx: AnswerersContext) -> Responders:
+        if resource is not None:
+            return await _listed(ctx, resource, required=n, exclude_requester=True)
+        return _anyone_but_requester(ctx, required=n)
+
     policy.policy_kind = f"{n}-of-m"  # type: ignore[attr-defined]
+    policy.responders = responders  # type: ignore[attr-defined]
     return policy
+
+
+def _anyone_but_requester(ctx: AnswerersContext, *, required: int) -> Responders:
+    requester = ctx.request.principal
+    if requester is None:
+        return Responders(rule="anyone", required=required)
+    return Responders(rule="anyone_but", people=[requester], required=required)
+
+
+async def _listed(ctx: AnswerersContext, resource: str, *, required: int, exclude_requester: bool) -> Responders:
+    """The resource's approver list as people (raises when it cannot be read: no line on the card)."""
+    team = ctx.session.team_id
+    if _source is None or team is None:
+        raise LookupError("no policy source or no workspace")
+    listing = await _source.approver_list(team, resource)
+    requester = _user(ctx.request.principal)
+    users = [u for u in (listing.approvers if listing else []) if not (exclude_requester and u == requester)]
+    if not users:
+        return Responders(rule="nobody", description=f"Nobody is set up to approve {_named(resource)} yet")
+    need = max(required, listing.required_approvals if listing else 1)
+    return Responders(rule="people", people=[slack_user(team, u) for u in users], required=need)
 
 
 async def _outsider(ctx: ResponseContext, responder: Principal) -> bool:

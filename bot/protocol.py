@@ -53,6 +53,19 @@ class ActionRef(Contract):
     input: dict[str, Any] | None = None
 
 
+class Responders(Contract):
+    """Who may settle a request, as its response policy describes itself when the request is made.
+
+    ``rule``: ``requester`` (only ``people[0]``, who asked), ``people`` (any of ``people``), ``anyone``,
+    ``anyone_but`` (anyone except ``people``), ``nobody`` (no one is set up yet), ``custom`` (a rule of
+    the tool's own, in its ``description`` if it gave one). ``required``: distinct approvals needed."""
+
+    rule: Literal["requester", "people", "anyone", "anyone_but", "nobody", "custom"]
+    people: list[Principal] = Field(default_factory=list)
+    required: int = 1
+    description: str | None = None
+
+
 class InputRequest(Contract):
     request_id: str
     kind: RequestKind
@@ -67,6 +80,7 @@ class InputRequest(Contract):
     dangerous: bool = False
     created_at: datetime = Field(default_factory=utcnow)
     expires_at: datetime | None = None
+    responders: Responders | None = None  # who may settle it (shown on cards); None: not described
 
     def displayed_options(self) -> list[InputOption]:
         """Options in the order people see them; typed numbers index this order (DESIGN §8)."""

@@ -36,6 +36,7 @@ from bot.protocol import (
     ActionRef,
     InputOption,
     InputRequest,
+    Responders,
     approval_options,
     session_limit_options,
 )
@@ -516,3 +517,50 @@ def test_expiry_is_shown_as_a_slack_date_and_questions_say_whom_they_are_for() -
     blocks = render_request(question(labels=["A", "B"], expires_at=expires))
     assert_valid_blocks(blocks)
     assert f"Question for <@U0ALICE> · expires <!date^{int(expires.timestamp())}^" in texts(blocks)
+
+
+# --- who may answer, on the card (issue 11: people find out before they click) -----------------------
+
+BOB, CAROL, DAVE = (slack_user("T1", u) for u in ("U0BOB", "U0CAROL", "U0DAVE"))
+
+
+def _with(responders: Responders | None, **kw) -> InputRequest:  # noqa: ANN003
+    req = approval(**kw)
+    req.responders = responders
+    return req
+
+
+@pytest.mark.parametrize(
+    ("responders", "line"),
+    [
+        (Responders(rule="requester", people=[ALICE]), "Only <@U0ALICE> (who asked) can approve"),
+        (Responders(rule="people", people=[BOB]), "Waiting on <@U0BOB>"),
+        (Responders(rule="people", people=[BOB, CAROL]), "Waiting on <@U0BOB> or <@U0CAROL>"),
+        (Responders(rule="people", people=[BOB, CAROL, DAVE], required=2),
+         "Needs 2 of <@U0BOB>, <@U0CAROL> and <@U0DAVE>"),
+        (Responders(rule="people", people=[slack_user("T1", f"U{i}") for i in range(8)]),
+         "Waiting on <@U0>, <@U1>, <@U2>, <@U3>, <@U4> or 3 others"),
+        (Responders(rule="anyone_but", people=[DAVE]), "Anyone but <@U0DAVE> can approve"),
+        (Responders(rule="anyone_but", people=[DAVE], required=2), "Needs 2 people other than <@U0DAVE>"),
+        (Responders(rule="anyone"), "Anyone here can approve"),
+        (Responders(rule="nobody", description="Nobody is set up to approve `refund_charge` yet"),
+         "Nobody is set up to approve `refund_charge` yet: a workspace admin adds approvers"),
+        (Responders(rule="custom"), "Who can approve is decided by a custom rule"),
+        (Responders(rule="custom", description="The on-call <!channel> *lead*"),
+         "Who can approve: The on-call &lt;!channel&gt;"),
+    ],
+    ids=["requester", "one", "two", "two-of-three", "many", "anyone-but", "n-other-than", "anyone", "nobody",
+         "custom", "custom-described-verbatim"],
+)
+def test_the_card_says_who_may_answer(responders, line):
+    blocks = render_request(_with(responders))
+    assert_valid_blocks(blocks)
+    who = next(t for t in all_texts(blocks) if t.startswith("Requested by"))
+    assert line in who, who
+
+
+def test_a_settled_card_no_longer_says_who_may_answer():
+    settled = render_settled(_with(Responders(rule="people", people=[BOB])), outcome_label="Approved",
+                             decided_by="U0BOB")
+    assert "Waiting on" not in json.dumps(settled["blocks"])
+    assert "Waiting on" not in json.dumps(render_request(_with(None)))  # not described: no line

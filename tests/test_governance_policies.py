@@ -12,12 +12,16 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from bot.approval import (
+    AnswerersContext,
     ApprovalContext,
     RequestView,
     ResponseContext,
     ResponseView,
+    describe_responders,
     evaluate_request_policy,
     evaluate_response_policy,
+    rejected,
+    requester_only,
 )
 from bot.governance import STORE_DOWN, approvers, four_eyes, n_of_m, tenant_policy, use_policy_source
 from bot.principals import APP_PRINCIPAL, Principal, slack_user
@@ -316,3 +320,46 @@ async def test_a_slack_connect_partner_of_another_org_is_still_an_outsider(grid)
     await grid.set_approvers(SUPPORT, "tool:deploy", ["UBOB"], actor="admin")
     refused = await decide(approvers("tool:deploy"), grid_answer(chi, stranger))
     assert refused.status == "rejected" and "your own workspace" in refused.reason
+
+
+# --- who may answer: the helpers describe themselves for the card -----------------------------------
+
+def asked_by(requester: Principal | None) -> AnswerersContext:
+    return AnswerersContext(request=RequestView(request_id="r1", tool_name="refund", principal=requester),
+                            session=SessionInfo(id="s1", team_id=T))
+
+
+def ids(responders) -> list[str]:  # noqa: ANN001
+    return [p.slack_user_id for p in responders.people]
+
+
+async def test_helpers_say_who_may_answer(policies):
+    await policies.set_approvers(T, "tool:refund", ["UBOB", "UCAROL", "UALICE"], actor="admin")
+    listed = await describe_responders(approvers("tool:refund"), asked_by(ALICE))
+    assert (listed.rule, ids(listed), listed.required) == ("people", ["UALICE", "UBOB", "UCAROL"], 1)
+    others = await describe_responders(four_eyes("tool:refund"), asked_by(ALICE))
+    assert (others.rule, ids(others)) == ("people", ["UBOB", "UCAROL"])  # the requester never counts
+    two = await describe_responders(n_of_m(2, "tool:refund"), asked_by(ALICE))
+    assert (two.rule, ids(two), two.required) == ("people", ["UBOB", "UCAROL"], 2)
+    anyone_else = await describe_responders(four_eyes(), asked_by(DAVE))
+    assert (anyone_else.rule, ids(anyone_else)) == ("anyone_but", ["UDAVE"])
+    only = await describe_responders(requester_only(), asked_by(ALICE))
+    assert (only.rule, ids(only)) == ("requester", ["UALICE"])
+    assert (await describe_responders(None, asked_by(ALICE))).rule == "requester"  # the default policy
+
+
+async def test_an_empty_list_says_nobody_yet_and_a_custom_rule_says_so(policies):
+    nobody = await describe_responders(approvers("tool:refund"), asked_by(ALICE))
+    assert nobody.rule == "nobody" and "`refund`" in nobody.description
+
+    def on_call(ctx):  # noqa: ANN001, ANN202
+        return rejected("not on call")
+
+    assert (await describe_responders(on_call, asked_by(ALICE))).rule == "custom"
+    on_call.description = "Whoever is on call this week"
+    described = await describe_responders(on_call, asked_by(ALICE))
+    assert described.description == "Whoever is on call this week"
+
+
+async def test_an_unreadable_list_describes_nothing(dead_store):
+    assert await describe_responders(approvers("tool:refund"), asked_by(ALICE)) is None

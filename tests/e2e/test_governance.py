@@ -287,6 +287,21 @@ async def test_two_of_three_waits_for_two_distinct_approvers(local_slack, start_
     assert all(b["type"] != "actions" for b in settled.blocks)
 
 
+async def test_cards_and_app_home_say_who_may_answer_before_anyone_clicks(local_slack, start_app):
+    bot = await start_app(script("pay_vendor", target="initech"), ALL_TOOLS)
+    await governance(bot).policies.set_approvers(TEAM_ID, "tool:pay_vendor", [BOB, CAROL], actor="test")
+    _, card = await mention_and_wait_for_card(local_slack, "pay initech")
+    assert f"Waiting on <@{BOB}> or <@{CAROL}>" in json.dumps(card.blocks)
+    bob = await open_home(local_slack, BOB)
+    assert f"Waiting on <@{BOB}> or <@{CAROL}>" in json.dumps(bob.blocks)
+
+
+async def test_a_four_eyes_card_names_who_cannot_approve(local_slack, start_app):
+    await start_app(script("deploy", target="web"), ALL_TOOLS)
+    _, card = await mention_and_wait_for_card(local_slack, "deploy web")
+    assert f"Anyone but <@{ALICE}> can approve" in json.dumps(card.blocks)
+
+
 async def test_slack_connect_clicker_refused_unless_workspace_allows_external(local_slack, start_app):
     RUNS.clear()
     bot = await start_app(script("deploy", target="web"), ALL_TOOLS)
