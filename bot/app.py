@@ -129,6 +129,8 @@ class BotApp:
             await asyncio.wait_for(self.runtime.wait_idle(), SHUTDOWN_GRACE_SECONDS)
         except TimeoutError:
             log.warning("shutting down with work in progress; another worker will continue it")
+        # nothing may outlive the Redis and Slack connections closed next
+        await self.runtime.abandon()
         await self._stack.aclose()
 
 

@@ -205,3 +205,15 @@ class Runtime:
         """Wait for spawned background work, deliveries included (tests, graceful shutdown)."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def abandon(self, *, within_s: float = 2.0) -> int:
+        """Cancel the background work still running (shutdown, after the grace period) and wait a bounded
+        time for it to stop, so none of it outlives the connections it uses. Safe: whatever it had not
+        committed is redone from the last checkpoint by whoever drives the session next. Returns how
+        many tasks were still running."""
+        tasks = [t for t in self._tasks if not t.done()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=within_s)
+        return len(tasks)
