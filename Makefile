@@ -28,6 +28,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m tests.bench
+	$(BIN)/python -m tests.bench.cycle
 
 check: $(STAMP)
 	$(BIN)/python -m bot check
