@@ -11,11 +11,15 @@ import logging
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError
 
+from bot.governance import is_external
 from bot.inputs import strip_mention
+from bot.principals import Principal
 from bot.session import SessionRef, slack_session_id
 from handlers.deps import SlackDeps
 from handlers.identity import event_principal, installation_enterprise, installation_team
+from handlers.notes import tell_privately
 
 log = logging.getLogger(__name__)
 
@@ -23,19 +27,50 @@ log = logging.getLogger(__name__)
 PERSON_SUBTYPES = {None, "file_share", "thread_broadcast"}
 
 
-def register(app: AsyncApp, deps: SlackDeps) -> None:
-    async def on_mention(body: dict[str, Any], event: dict[str, Any], context: dict[str, Any]) -> None:
-        await _handle(deps, body, event, context, mentioned=True)
+GUEST_TEXT = ("Only people of this workspace can ask the agent here, so your message was not passed on. "
+              "Ask someone from the workspace to run it for you.")
 
-    async def on_message(body: dict[str, Any], event: dict[str, Any], context: dict[str, Any]) -> None:
-        await _handle(deps, body, event, context, mentioned=False)
+
+def register(app: AsyncApp, deps: SlackDeps) -> None:
+    async def on_mention(body: dict[str, Any], event: dict[str, Any], context: dict[str, Any], client: Any) -> None:
+        await _handle(deps, body, event, context, client, mentioned=True)
+
+    async def on_message(body: dict[str, Any], event: dict[str, Any], context: dict[str, Any], client: Any) -> None:
+        await _handle(deps, body, event, context, client, mentioned=False)
 
     app.event("app_mention")(on_mention)
     app.event("message")(on_message)
 
 
+async def may_talk(deps: SlackDeps, principal: Principal, org: str | None) -> bool:
+    """Whether this person may talk to the agent (start or steer a turn): a member of the installation's
+    workspace or of its Enterprise org; a Slack Connect guest only where the workspace admits people
+    from outside. Fails closed: when that cannot be read, a guest is not passed on."""
+    if not is_external(principal):
+        return True
+    gov = deps.governance
+    if gov is None or principal.team_id is None:
+        return False
+    try:
+        home = principal.attributes.get("user_team_id")
+        if org and home and await gov.workspace_org(home) == org:
+            return True
+        return bool(await gov.allows_external(principal.team_id))
+    except Exception:  # noqa: BLE001 - fail closed
+        log.warning("could not tell whether %s may talk to the agent; not passing it on", principal.principal_id)
+        return False
+
+
+async def _tell_guest(client: Any, user_id: str, channel_id: str, thread_ts: str) -> None:
+    try:
+        await tell_privately(client, user_id, GUEST_TEXT, channel=channel_id, thread_ts=thread_ts)
+    except SlackApiError as exc:  # a courtesy: Slack refusing it changes nothing
+        log.info("could not tell %s why their message was not passed on: %s", user_id, exc.response.get("error"))
+
+
 async def _handle(
-    deps: SlackDeps, body: dict[str, Any], event: dict[str, Any], context: dict[str, Any], *, mentioned: bool
+    deps: SlackDeps, body: dict[str, Any], event: dict[str, Any], context: dict[str, Any], client: Any, *,
+    mentioned: bool,
 ) -> None:
     if event.get("bot_id") or event.get("subtype") not in PERSON_SUBTYPES:
         return
@@ -58,6 +93,12 @@ async def _handle(
         ref = SessionRef(session_id=sid, team_id=team, enterprise_id=org, channel={"channel_id": channel_id, "thread_ts": root})
         if event.get("channel_type") != "im" and not mentioned and not await deps.store.exists(sid):
             return  # a thread the agent is not part of
+    if not await may_talk(deps, principal, org):
+        # told once, where they asked (a mention arrives twice: only its app_mention tells), not on every reply
+        if event.get("type") == "app_mention" or event.get("channel_type") == "im":
+            deps.runtime.spawn(_tell_guest(client, event["user"], channel_id, thread_ts or ts),
+                               what=f"tell a guest in {channel_id}")
+        return
     # recorded before Slack gets its ack (the app runs with process_before_response): an acknowledged
     # message is never lost, even if this process dies right after; the rest runs in the background
     message = await deps.runtime.record_message(ref, principal, strip_mention(text, bot_user),

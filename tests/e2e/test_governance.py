@@ -520,3 +520,19 @@ async def test_a_refusal_in_app_home_reaches_someone_outside_the_channel_by_dire
     note = await local_slack.wait_for_message(dm, predicate=lambda m: "can't answer" in m.text)
     assert f"<@{CAROL}>" in note.text  # and who may approve instead
     assert RUNS == []
+
+
+async def test_a_slack_connect_guest_cannot_start_a_turn_unless_the_workspace_admits_outsiders(local_slack, start_app):
+    RUNS.clear()
+    bot = await start_app(script("pay_vendor", target="initech"), ALL_TOOLS)
+    ts, deliveries = await local_slack.post_message(ERIN, GENERAL, f"<@{BOT_USER_ID}> pay initech")
+    assert deliveries and all(d.status == 200 for d in deliveries)
+    [note] = await local_slack.wait_for(lambda: local_slack.ephemerals(ERIN))
+    assert "Only people of this workspace can ask the agent" in note.text
+    await bot.runtime.wait_idle()
+    assert not await bot.store.exists(f"slack:{TEAM_ID}:{GENERAL}:{ts}"), "nothing was started or queued"
+    assert card_in(local_slack, ts) is None
+    await governance(bot).policies.set_allow_external(TEAM_ID, True, actor="test")
+    ts, _ = await local_slack.post_message(ERIN, GENERAL, f"<@{BOT_USER_ID}> pay initech")
+    assert await local_slack.wait_for(lambda: card_in(local_slack, ts))
+    assert len(local_slack.ephemerals(ERIN)) == 1, "told once, not once per event"

@@ -108,7 +108,9 @@ async def test_forged_and_stale_signatures_are_refused(local_slack, start_app):
 
 async def test_slack_connect_clicker_principal(local_slack, start_app):
     RUNS.clear()
-    await start_app(refund_script(), [refund_charge])
+    bot = await start_app(refund_script(), [refund_charge])
+    # the workspace admits people from outside (else a guest cannot start a turn at all)
+    await bot.deps.governance.policies.set_allow_external("T0LOCAL", True, actor="test")
     ts, card = await mention_and_wait_for_card(local_slack, user=ERIN)
     # erin (from T0OTHER) asked, so erin may approve; her principal is keyed by the installation team
     await local_slack.click(ERIN, GENERAL, card.ts, button(card, "Approve"))
