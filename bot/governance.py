@@ -93,14 +93,20 @@ def requester_only() -> ResponsePolicy:
     return default()
 
 
-def approvers(resource: str) -> ResponsePolicy:
-    """Only people on the resource's approver list may approve; the requester or an approver may cancel."""
+def approvers(resource: str, *, allow_self: bool = False) -> ResponsePolicy:
+    """Only people on the resource's approver list may approve; the requester or an approver may cancel.
+
+    An approver who asked for the call cannot approve it themselves unless ``allow_self=True``."""
 
     async def policy(ctx: ResponseContext) -> ResponseDecision:
+        requester, responder = ctx.request.principal, ctx.response.principal
+        if (not allow_self and ctx.response.decision == "approve" and requester is not None
+                and requester.same_as(responder)):
+            return rejected("You can't approve your own request; someone else on the approver list has to.")
         return await _check_list(ctx, resource, required=None)
 
     async def responders(ctx: AnswerersContext) -> Responders:
-        return await _listed(ctx, resource, required=1, exclude_requester=False)
+        return await _listed(ctx, resource, required=1, exclude_requester=not allow_self)
 
     policy.policy_kind = f"approvers:{resource}"  # type: ignore[attr-defined]
     policy.responders = responders  # type: ignore[attr-defined]

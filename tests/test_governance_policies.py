@@ -82,6 +82,17 @@ async def test_approvers_allows_listed_people_only(policies):
     assert (await decide(policy, answer(ALICE, ALICE, "cancel"))).status == "allowed", "the requester may cancel"
 
 
+async def test_an_approver_cannot_approve_their_own_request_unless_allowed(policies):
+    await policies.set_approvers(T, "tool:refund", ["UBOB", "UCAROL"], actor="admin")
+    refused = await decide(approvers("tool:refund"), answer(BOB, BOB))
+    assert refused.status == "rejected" and "your own request" in refused.reason
+    assert (await decide(approvers("tool:refund"), answer(BOB, CAROL))).status == "allowed"
+    assert (await decide(approvers("tool:refund"), answer(BOB, BOB, "cancel"))).status == "allowed"
+    assert (await decide(approvers("tool:refund", allow_self=True), answer(BOB, BOB))).status == "allowed"
+    shown = await describe_responders(approvers("tool:refund"), asked_by(BOB))
+    assert ids(shown) == ["UCAROL"], "the card does not offer the requester as their own approver"
+
+
 async def test_approvers_counts_group_members_and_required(policies):
     await policies.set_roles(T, "finance", ["UDAVE"], actor="admin")
     await policies.set_approvers(T, "tool:refund", ["UBOB"], groups=["finance"], required=2, actor="admin")
@@ -335,7 +346,7 @@ def ids(responders) -> list[str]:  # noqa: ANN001
 
 async def test_helpers_say_who_may_answer(policies):
     await policies.set_approvers(T, "tool:refund", ["UBOB", "UCAROL", "UALICE"], actor="admin")
-    listed = await describe_responders(approvers("tool:refund"), asked_by(ALICE))
+    listed = await describe_responders(approvers("tool:refund", allow_self=True), asked_by(ALICE))
     assert (listed.rule, ids(listed), listed.required) == ("people", ["UALICE", "UBOB", "UCAROL"], 1)
     others = await describe_responders(four_eyes("tool:refund"), asked_by(ALICE))
     assert (others.rule, ids(others)) == ("people", ["UBOB", "UCAROL"])  # the requester never counts
