@@ -156,6 +156,12 @@ def rich_text_blocks(text: str) -> list[dict[str, Any]]:
     return [{"type": "rich_text", "block_id": secrets.token_hex(3), "elements": [section]}]
 
 
+
+def agent_user(user_id: str, team_id: str, bot_id: str | None, **org: str) -> User:
+    """The app's bot user as Slack shows it in a workspace (``org``: its Enterprise Grid org)."""
+    return User(id=user_id, team_id=team_id, name="agent", real_name="agent", title="AI agent", is_bot=True,
+                bot_id=bot_id, color="2eb67d", **org)
+
 class Workspace:
     """All teams, people, channels, messages and views of the local Slack."""
 
@@ -266,15 +272,7 @@ class Workspace:
             if token in self.revoked_tokens:
                 token = f"xoxb-local-{team_id}-{secrets.token_hex(4)}"
             team.bot_token = token
-            bot = User(
-                id=team.bot_user_id,
-                team_id=team_id,
-                name="agent",
-                real_name="agent",
-                is_bot=True,
-                bot_id=team.bot_id,
-                color="2eb67d",
-            )
+            bot = agent_user(team.bot_user_id, team_id, team.bot_id)
             existing = self.users.setdefault(bot.id, bot)
             existing.deleted = False
         self._register_bot_token(team, scopes if scopes is not None else self.app_scopes)
@@ -292,17 +290,7 @@ class Workspace:
             token = f"xoxb-local-{org.id}"
             org.bot_token = token if token not in self.revoked_tokens else f"{token}-{secrets.token_hex(4)}"
             home = next((t.id for t in self.teams.values() if t.enterprise_id == org.id), org.id)
-            bot = User(
-                id=org.bot_user_id,
-                team_id=home,
-                name="agent",
-                real_name="agent",
-                is_bot=True,
-                bot_id=org.bot_id,
-                color="2eb67d",
-                enterprise_id=org.id,
-                enterprise_name=org.name,
-            )
+            bot = agent_user(org.bot_user_id, home, org.bot_id, enterprise_id=org.id, enterprise_name=org.name)
             self.users.setdefault(bot.id, bot).deleted = False
         for team in self.teams.values():
             if team.enterprise_id == org.id:
