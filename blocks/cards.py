@@ -324,13 +324,14 @@ def _options_of(req: InputRequest) -> list[InputOption]:
     return []
 
 
-def _title_text(req: InputRequest, prompt_limit: int) -> str:
+def _title_text(req: InputRequest, prompt_limit: int, *, pending: bool = True) -> str:
     prompt = decision_mrkdwn(req.prompt).strip()
     if req.kind == "tool-approval":
         emoji = ":warning: " if req.dangerous else ""
-        title = f"{emoji}*Approval needed:* {inline_code(tool_name_of(req))}"
         tool_name = tool_name_of(req)
-        if prompt and one_line(req.prompt) != tool_name:
+        # a settled card says what it was about; only a pending one says something is needed
+        title = f"{emoji}*{'Approval needed:' if pending else 'Approval for'}* {inline_code(tool_name)}"
+        if prompt and one_line(req.prompt) not in (tool_name, f"Run {tool_name}?"):  # never the name twice
             title += "\n" + truncate_mrkdwn(prompt, prompt_limit)
         return title
     if req.kind == "session-limit":
@@ -456,11 +457,14 @@ def card_blocks(
     required: int = 1,
     prompt_limit: int = SECTION_TEXT - 200,
     max_fields: int = CARD_MAX_FIELDS,
+    pending: bool | None = None,
 ) -> list[Block]:
     """The card as slack_sdk blocks. ``tag`` prefixes block-id kinds so each iteration of a card
-    (pending, waiting, settled, App Home) has its own block ids."""
+    (pending, waiting, settled, App Home) has its own block ids. ``pending`` (default: ``interactive``):
+    still open, so it says who may answer and when it expires, even where this viewer has no buttons."""
+    pending = interactive if pending is None else pending
     rid = req.request_id
-    blocks: list[Block] = [_section(rid, f"{tag}title", _title_text(req, prompt_limit))]
+    blocks: list[Block] = [_section(rid, f"{tag}title", _title_text(req, prompt_limit, pending=pending))]
     if req.kind == "tool-approval" and req.action is not None:
         fields = _field_texts(req.action.input, max_fields)
         for n, start in enumerate(range(0, len(fields), SECTION_FIELDS)):
@@ -472,9 +476,9 @@ def card_blocks(
                 )
             )
     who = requester_text(req, requester_name)
-    if interactive and (answerers := responders_text(req)):
+    if pending and (answerers := responders_text(req)):
         who += f" · {answerers}"
-    if req.expires_at is not None and interactive:
+    if req.expires_at is not None and pending:
         who += f" · expires {slack_date(req.expires_at)}"
     if req.kind != "session-limit":
         blocks.append(_context(rid, f"{tag}who", who))

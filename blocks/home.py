@@ -209,6 +209,7 @@ def _waiting_card(item: HomeRequest) -> list[Block]:
         item.request,
         tag="hw-",
         interactive=item.can_settle,
+        pending=True,
         requester_name=item.requester_name,
         approvals=item.approvals,
         required=item.required,

@@ -50,6 +50,12 @@ def session_info(state: SessionState) -> SessionInfo:
     )
 
 
+def _what_it_does(tool: Tool) -> str:
+    """The card's line under the tool's name: the first line of its description (what it does)."""
+    first = tool.description.strip().splitlines()[0].strip() if tool.description.strip() else ""
+    return first or f"Run {tool.name}?"
+
+
 def marker_of(turn_id: str, step: StepState, call: CallState) -> str:
     """The call's identity for exactly-once: unique for the session's life (endpoints reuse call ids)."""
     return f"{turn_id}:{step.step_id or step.index}:{call.call_id}:{len(call.asks)}"
@@ -147,7 +153,7 @@ class Executor:
         req = InputRequest(
             request_id=new_request_id(state.ref.session_id),
             kind="tool-approval",
-            prompt=f"Run {tool.name}?",
+            prompt=_what_it_does(tool),
             action=ActionRef(call_id=call.call_id, tool_name=tool.name, input=as_dict(args)),
             options=approval_options(),
             display="confirmation",

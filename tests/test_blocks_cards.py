@@ -564,3 +564,13 @@ def test_a_settled_card_no_longer_says_who_may_answer():
                              decided_by="U0BOB")
     assert "Waiting on" not in json.dumps(settled["blocks"])
     assert "Waiting on" not in json.dumps(render_request(_with(None)))  # not described: no line
+
+
+def test_a_card_never_says_the_tool_twice_and_a_settled_one_no_longer_asks():
+    req = approval(prompt="Run refund_charge?")  # the old default prompt: the tool's name again
+    title = render_request(req)[0]["text"]["text"]
+    assert title == "*Approval needed:* `refund_charge`"
+    described = approval(prompt="Refund a charge.")
+    assert render_request(described)[0]["text"]["text"] == "*Approval needed:* `refund_charge`\nRefund a charge."
+    settled = render_settled(described, outcome_label="Approved", decided_by="U0BOB")
+    assert settled["blocks"][0]["text"]["text"].startswith("*Approval for* `refund_charge`")

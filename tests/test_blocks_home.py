@@ -17,7 +17,7 @@ from blocks import (
 from blocks.approvers import approvers_list_modal, loading_modal, notice_modal
 from blocks.home import EMPTY_REQUESTED, EMPTY_TOOLS, EMPTY_WAITING, NOT_ADMIN_NOTE
 from bot.principals import slack_user
-from bot.protocol import ActionRef, InputOption, InputRequest, approval_options
+from bot.protocol import ActionRef, InputOption, InputRequest, Responders, approval_options
 from tests.blocks_validation import all_elements, all_texts, assert_mrkdwn_escaped, assert_valid_view
 
 BOB = slack_user("T1", "U0BOB")
@@ -276,3 +276,12 @@ def test_approvers_list_text() -> None:
         "more tools — `/approvers` shows them all."
     )
     assert_mrkdwn_escaped(many)
+
+
+
+def test_a_read_only_home_card_still_says_who_may_answer() -> None:
+    req = approval("r1")
+    req.responders = Responders(rule="people", people=[slack_user("T1", "U0BOB")])
+    view = home_view("U0ME", [HomeRequest(request=req, can_settle=False)], [], None)
+    assert_valid_view(view)
+    assert "Waiting on <@U0BOB>" in texts(view) and "*Approval needed:*" in texts(view)
