@@ -39,7 +39,10 @@ class DemoModel:
         for pattern, build in _INTENTS:
             match = pattern.search(text)
             if match:
-                name, args = build(match)
+                built = build(match)
+                if isinstance(built, str):  # not enough to act on: the demo asks instead of guessing
+                    return _say(built)
+                name, args = built
                 if name in available:
                     return ModelResponse(
                         tool_calls=[ToolCall(id=f"call_{secrets.token_hex(6)}", name=name, arguments=json.dumps(args))],
@@ -52,9 +55,13 @@ def _say(text: str) -> ModelResponse:
     return ModelResponse(text=text, usage=Usage(prompt_tokens=50, completion_tokens=len(text) // 4))
 
 
-def _refund(m: re.Match[str]) -> tuple[str, dict]:
-    amount = float(m.group(2)) if m.group(2) else 10.0
-    return "refund_charge", {"charge_id": m.group(1), "amount": amount}
+def _refund(m: re.Match[str]) -> tuple[str, dict] | str:
+    charge, minus, digits = m.group(1), m.group(2), m.group(3)
+    if digits is None:
+        return f"How much should I refund on `{charge}`? For example: `refund {charge} $40`."
+    if minus or float(digits) <= 0:
+        return f"A refund has to be a positive amount; `{minus or ''}{digits}` isn't one."
+    return "refund_charge", {"charge_id": charge, "amount": float(digits)}
 
 
 def _deploy(m: re.Match[str]) -> tuple[str, dict]:
@@ -79,7 +86,7 @@ def _ask(m: re.Match[str]) -> tuple[str, dict]:
 
 
 _INTENTS = [
-    (re.compile(r"\brefund\b[^\n]*?\b(ch_\w+)(?:\D*?(\d+(?:\.\d+)?))?", re.I), _refund),
+    (re.compile(r"\brefund\b[^\n]*?\b(ch_\w+)(?:[^\d\n-]*?(-)?\s*\$?\s*(\d+(?:\.\d+)?))?", re.I), _refund),
     (re.compile(r"\bdeploy\s+([\w-]+)(?:\s+(?:to|in|on)\s+(staging|production|prod))?", re.I), _deploy),
     (re.compile(r"\bannounce\s+(.+)", re.I | re.S), _announce),
     (re.compile(r"\b(?:look\s*up|lookup|find)\s+(?:customer\s+)?(\w+)", re.I), _lookup),

@@ -1,0 +1,33 @@
+"""The offline demo model (bot/models/demo.py): what someone trying `make run` without a key gets."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bot.models.base import ToolSpec
+from bot.models.demo import DemoModel
+
+TOOLS = [ToolSpec(name="refund_charge", description="Refund a charge.", parameters={})]
+
+
+async def reply_to(text: str):  # noqa: ANN201
+    return await DemoModel().complete([{"role": "user", "content": text}], TOOLS)
+
+
+@pytest.mark.parametrize(("text", "amount"), [("refund ch_1001 $40", 40.0), ("please refund ch_77 12.50", 12.5)])
+async def test_a_refund_with_an_amount_asks_for_approval_of_that_amount(text, amount):
+    [call] = (await reply_to(text)).tool_calls
+    assert call.name == "refund_charge" and json.loads(call.arguments)["amount"] == amount
+
+
+async def test_a_refund_without_an_amount_asks_for_it_instead_of_inventing_one():
+    response = await reply_to("refund ch_1001")
+    assert not response.tool_calls and "How much should I refund on `ch_1001`?" in response.text
+
+
+@pytest.mark.parametrize("text", ["refund ch_1001 -$40", "refund ch_1001 $-5", "refund ch_1 $0"])
+async def test_a_negative_or_zero_refund_is_refused_not_turned_positive(text):
+    response = await reply_to(text)
+    assert not response.tool_calls and "has to be a positive amount" in response.text
