@@ -29,6 +29,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m tests.bench
 	$(BIN)/python -m tests.bench.cycle
+	$(BIN)/python -m tests.bench.http
 
 check: $(STAMP)
 	$(BIN)/python -m bot check

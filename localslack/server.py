@@ -57,6 +57,8 @@ class LocalSlack(UserActions):
     - ``retry_delivery``: an event not answered 2xx within 3 s is sent again (up to 3 times, with
       ``X-Slack-Retry-Num`` / ``X-Slack-Retry-Reason``), as Slack does; on by default, after
       ``retry_delays_s`` (Slack: immediately, 1 min, 5 min; here seconds).
+    - ``api_delay_s``: every Web API call waits this long before it is handled, as if Slack were that far
+      away (benchmarks); 0 by default; ``slack.api.answer_delay_s`` changes it on a running workspace.
     - ``data_dir``: keep the workspace (channels, messages, threads, users, installs, open views) in
       ``<data_dir>/localslack.json`` so a restart shows the same workspace; ``None`` = in memory only.
     """
@@ -81,6 +83,7 @@ class LocalSlack(UserActions):
         rate_limits: bool | RateLimits = True,
         data_dir: str | Path | None = None,
         save_delay_s: float = DEFAULT_SAVE_DELAY_S,
+        api_delay_s: float = 0.0,
     ) -> None:
         self.host = host
         self.port = port
@@ -109,6 +112,7 @@ class LocalSlack(UserActions):
             app_token=app_token,
             open_socket_url=lambda: self.socket_mode.issue_url(self.base_url),
             rate_limits=self.rate_limits,
+            answer_delay_s=api_delay_s,
         )
         self._message_state: dict[tuple[str, ...], dict[str, dict[str, Any]]] = {}
         self._background: set[asyncio.Task[Any]] = set()

@@ -7,6 +7,7 @@ Answers with Slack's shapes and error codes; every call is recorded for tests.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -88,8 +89,11 @@ class WebApi:
         app_token: str | None = None,
         open_socket_url: Callable[[], str] | None = None,
         rate_limits: RateLimits | None = None,
+        answer_delay_s: float = 0.0,
     ) -> None:
         self.ws = workspace
+        # how long every call waits before it is handled (Slack's own latency, for benchmarks); 0 = none
+        self.answer_delay_s = answer_delay_s
         self.rate_limits = rate_limits or RateLimits(enabled=False)
         self.app_token = app_token
         self.open_socket_url = open_socket_url
@@ -136,6 +140,8 @@ class WebApi:
         values: dict[str, Any] = {}
         warnings: list[str] = []
         scope_headers: dict[str, str] = {}
+        if self.answer_delay_s > 0:
+            await asyncio.sleep(self.answer_delay_s)
         try:
             values, token, warnings = await _read_params(request)
             self._apply_fault(method)

@@ -1,0 +1,57 @@
+"""The project as a contender process: ``python -m tests.bench.http.project --slack-url … --model-url … …``.
+
+The real app, built by ``bot.app.start_bot`` as the end-to-end tests build it, with the model an
+``OpenAIChatModel`` calling the bench's model server over HTTP and one tool (``tools.refund_charge``,
+policy ``always()``). Its own process, so its CPU time is its own and its event loop serves nothing
+but the app.
+
+``--unpaced`` switches off the app's own pacing of Slack calls (one post a second per channel after a
+burst of 4; ``chat.update`` once a second per workspace after a burst of 20, Tier 3): the bench runs
+LocalSlack without rate limits, so the bare Bolt app may call Slack as fast as it likes, and with the
+pacing on, the project would be measured waiting out Slack's limits instead of doing work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import Any
+
+from .serve import serve_until_stopped
+
+
+def unpaced(channel: Any) -> Any:
+    from handlers.pacing import Pacer
+
+    # the same pacer objects the status lines share; only their rate changes
+    channel.pacing.posts = Pacer(interval_s=0.001, burst=1_000_000)
+    channel.pacing.updates = Pacer(interval_s=0.001, burst=1_000_000)
+    return channel
+
+
+async def main(args: argparse.Namespace) -> None:
+    from bot.app import start_bot
+    from bot.config import Settings
+    from bot.models.openai import OpenAIChatModel
+
+    from .tools import refund_charge
+
+    settings = Settings(_env_file=None, SLACK_BOT_TOKEN=args.token, SLACK_SIGNING_SECRET=args.secret,  # type: ignore[call-arg]
+                        SLACK_API_URL=args.slack_url, REDIS_URL=args.redis_url, BOT_TOOLS="",
+                        BOT_DATA_DIR=args.data_dir)
+    model = OpenAIChatModel("bench-model", base_url=args.model_url, api_key="sk-bench")
+    bot = await start_bot(settings, model=model, tools=[refund_charge], host="127.0.0.1", port=0,
+                          recovery_interval=0, channel_wrap=unpaced if args.unpaced else None)
+    try:
+        await serve_until_stopped(f"{bot.url}/slack/events", bot.runtime.wait_idle)
+    finally:
+        await bot.close()
+        await model.aclose()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="python -m tests.bench.http.project")
+    for name in ("--secret", "--token", "--slack-url", "--model-url", "--redis-url", "--data-dir"):
+        parser.add_argument(name, required=True)
+    parser.add_argument("--unpaced", action="store_true")
+    asyncio.run(main(parser.parse_args()))

@@ -1,0 +1,284 @@
+"""The HTTP benchmark's output: the side-by-side table (goals marked), the floor, the breakdowns; and
+``--write-doc``, which replaces the block between the markers in docs/PERFORMANCE.md (prose kept)."""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from .drive import Samples, Side
+from .trace import Trace
+
+DOC = Path(__file__).resolve().parents[3] / "docs" / "PERFORMANCE.md"
+START = "<!-- bench:http:start (written by `python -m tests.bench.http --write-doc`; edit the prose outside) -->"
+START_PREFIX, END = "<!-- bench:http:start", "<!-- bench:http:end -->"
+SECTION = "## The HTTP benchmark: the app side by side with bare Bolt and raw aiohttp"
+
+
+@dataclass(frozen=True)
+class Condition:
+    """How long Slack's Web API and the model take to answer."""
+
+    slack_ms: float
+    model_ms: float
+
+    @property
+    def label(self) -> str:
+        if not self.slack_ms and not self.model_ms:
+            return "Slack and model answering at once"
+        if self.slack_ms == self.model_ms:
+            return f"Slack and model answering in {self.slack_ms:g} ms"
+        return f"Slack answering in {self.slack_ms:g} ms, model in {self.model_ms:g} ms"
+
+
+@dataclass
+class Restarts:
+    seconds: dict[tuple[str, int], list[float]] = field(default_factory=dict)  # (side key, parked) → samples
+    pending_seen: dict[int, int] = field(default_factory=dict)  # parked → the pending index's size then
+    copy_s: dict[int, float] = field(default_factory=dict)
+
+
+@dataclass
+class Run:
+    command: str
+    started: datetime
+    load_at_start: tuple[float, float, float]
+    redis: str
+    conditions: list[Condition]
+    sides: dict[str, Side]
+    restarts: Restarts
+    args: dict[str, object]
+    trace: Trace | None = None
+    seconds: float = 0.0
+
+
+def percentile_ms(values: list[float], q: float) -> float:
+    """Nearest-rank percentile, in ms."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return 1000 * ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+@dataclass
+class Row:
+    name: str
+    project: float
+    bolt: float
+    unit: str
+    goal: str
+    met: Callable[[float, float], bool] | None  # (project, bolt) → met; None: for information
+    compare: str = "ratio"  # "ratio" | "difference" | "none"
+
+    def cells(self) -> list[str]:
+        mine, theirs = _value(self.project, self.unit), _value(self.bolt, self.unit)
+        if self.compare == "difference":
+            relation = f"{self.project - self.bolt:+.1f} {self.unit}"
+        elif self.compare == "ratio" and self.bolt and not math.isnan(self.bolt):
+            relation = f"{self.project / self.bolt:.2f}"
+        else:
+            relation = "—"
+        met = "" if self.met is None else ("yes" if self.met(self.project, self.bolt) else "**NO**")
+        return [self.name, mine, theirs, relation, self.goal, met]
+
+
+def _value(value: float, unit: str) -> str:
+    if math.isnan(value):
+        return "—"
+    if unit == "ms":
+        return f"{value:,.1f} ms"
+    if unit == "s":
+        return f"{value:,.2f} s"
+    if unit == "cores":
+        return f"{value:.2f}"
+    return f"{value:,.1f}{(' ' + unit) if unit else ''}"
+
+
+def at_most(factor: float) -> Callable[[float, float], bool]:
+    return lambda mine, theirs: mine <= factor * theirs
+
+
+def at_least(factor: float) -> Callable[[float, float], bool]:
+    return lambda mine, theirs: mine >= factor * theirs
+
+
+def _markdown(header: list[str], rows: list[list[str]], align: str) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def _per_cycle(samples: Samples, value: float) -> float:
+    return value / samples.cycles if samples.cycles else math.nan
+
+
+def _light(samples: Samples, value: float) -> float:
+    return value / samples.light_cycles if samples.light_cycles else math.nan
+
+
+def _rate(samples: Samples) -> float:
+    return samples.cycles / samples.cycle_wall_s if samples.cycle_wall_s else math.nan
+
+
+def main_rows(run: Run) -> list[Row]:
+    p, b = run.sides["p"].samples, run.sides["b"].samples
+    base = run.conditions[0].label
+    rows = [
+        Row("Approve click → HTTP ack, p50, 5 clicks/s", percentile_ms(p[base].acks_light, 0.5),
+            percentile_ms(b[base].acks_light, 0.5), "ms", "≤ 1.2 × Bolt", at_most(1.2)),
+        Row("… p99, 5 clicks/s", percentile_ms(p[base].acks_light, 0.99),
+            percentile_ms(b[base].acks_light, 0.99), "ms", "≤ 1.2 × Bolt", at_most(1.2)),
+    ]
+    for cond in run.conditions[1:]:
+        rows.append(Row(f"… p50, 5 clicks/s, {cond.label}", percentile_ms(p[cond.label].acks_light, 0.5),
+                        percentile_ms(b[cond.label].acks_light, 0.5), "ms", "≤ 1.2 × Bolt", at_most(1.2)))
+    rows += [
+        Row("… p99, 50 clicks/s", percentile_ms(p[base].acks_burst, 0.99), percentile_ms(b[base].acks_burst, 0.99),
+            "ms", "≤ 1.2 × Bolt", at_most(1.2)),
+        Row("app_mention → its first request at the model server, p50", percentile_ms(p[base].to_model, 0.5),
+            percentile_ms(b[base].to_model, 0.5), "ms", "≤ +10 ms", lambda m, t: m - t <= 10, "difference"),
+        Row("full approve cycles per second, 32 concurrent threads", _rate(p[base]), _rate(b[base]), "/s",
+            "≥ 0.8 × Bolt", at_least(0.8)),
+        Row("CPU per approve cycle (the contender's process)", 1000 * _per_cycle(p[base], p[base].counts.cpu_s),
+            1000 * _per_cycle(b[base], b[base].counts.cpu_s), "ms", "≤ 1.5 × Bolt", at_most(1.5)),
+        Row("Redis commands per approve cycle (INFO commandstats)", _per_cycle(p[base], p[base].counts.redis.total()),
+            _per_cycle(b[base], b[base].counts.redis.total()), "", "≤ 40", lambda m, t: m <= 40, "none"),
+        Row("Slack Web API calls per approve cycle", _per_cycle(p[base], p[base].counts.slack.total()),
+            _per_cycle(b[base], b[base].counts.slack.total()), "", "≤ 3", lambda m, t: m <= 3),
+    ]
+    for parked in sorted({n for _, n in run.restarts.seconds}):
+        mine, theirs = run.restarts.seconds.get(("p", parked), []), run.restarts.seconds.get(("b", parked), [])
+        rows.append(Row(f"kill -9 → restart → first click served, p50, {parked:,} other turns parked",
+                        percentile_ms(mine, 0.5), percentile_ms(theirs, 0.5), "ms", "≤ 1.2 × Bolt", at_most(1.2)))
+    return rows
+
+
+def info_rows(run: Run) -> list[Row]:
+    p, b = run.sides["p"].samples, run.sides["b"].samples
+    base = run.conditions[0].label
+    rows = [
+        Row("click → ack p50, 50 clicks/s", percentile_ms(p[base].acks_burst, 0.5),
+            percentile_ms(b[base].acks_burst, 0.5), "ms", "", None),
+        Row("app_mention → card in Slack, p50", percentile_ms(p[base].to_card, 0.5),
+            percentile_ms(b[base].to_card, 0.5), "ms", "", None, "difference"),
+        Row("full approve cycle, wall time at 32 concurrent (32 ÷ cycles/s)", 1000 * 32 / _rate(p[base]),
+            1000 * 32 / _rate(b[base]), "ms", "", None),
+        Row("the contender's share of one core while the 32 threads ran", _busy(p[base], own=True),
+            _busy(b[base], own=True), "cores", "", None),
+        Row("CPU per approve cycle at 5 clicks/s (the contender's process)",
+            1000 * _light(p[base], p[base].light_counts.cpu_s), 1000 * _light(b[base], b[base].light_counts.cpu_s),
+            "ms", "", None),
+        Row("Redis commands per approve cycle at 5 clicks/s", _light(p[base], p[base].light_counts.redis.total()),
+            _light(b[base], b[base].light_counts.redis.total()), "", "", None, "none"),
+        Row("Redis server CPU per approve cycle", 1000 * _per_cycle(p[base], p[base].counts.redis_cpu_s),
+            1000 * _per_cycle(b[base], b[base].counts.redis_cpu_s), "ms", "", None, "none"),
+        Row("bench process CPU (LocalSlack, model, load) per cycle", 1000 * _per_cycle(p[base], p[base].counts.driver_cpu_s),
+            1000 * _per_cycle(b[base], b[base].counts.driver_cpu_s), "ms", "", None),
+        Row("… its share of one core while the cycles ran", _busy(p[base]), _busy(b[base]), "cores", "", None),
+    ]
+    for cond in run.conditions[1:]:
+        c = cond.label
+        rows += [
+            Row(f"click → ack p99, 5 clicks/s, {c}", percentile_ms(p[c].acks_light, 0.99),
+                percentile_ms(b[c].acks_light, 0.99), "ms", "", None),
+            Row(f"app_mention → first model request p50, {c}", percentile_ms(p[c].to_model, 0.5),
+                percentile_ms(b[c].to_model, 0.5), "ms", "", None, "difference"),
+            Row(f"app_mention → card in Slack p50, {c}", percentile_ms(p[c].to_card, 0.5),
+                percentile_ms(b[c].to_card, 0.5), "ms", "", None, "difference"),
+            Row(f"full approve cycles per second, 32 concurrent, {c}", _rate(p[c]), _rate(b[c]), "/s", "", None),
+            Row(f"CPU per approve cycle, {c}", 1000 * _per_cycle(p[c], p[c].counts.cpu_s),
+                1000 * _per_cycle(b[c], b[c].counts.cpu_s), "ms", "", None),
+        ]
+    for parked in sorted({n for _, n in run.restarts.seconds}):
+        mine, theirs = run.restarts.seconds.get(("p", parked), []), run.restarts.seconds.get(("b", parked), [])
+        rows.append(Row(f"kill -9 → first click served, slowest, {parked:,} other parked", 1000 * max(mine, default=math.nan),
+                        1000 * max(theirs, default=math.nan), "ms", "", None))
+    return rows
+
+
+def _busy(samples: Samples, own: bool = False) -> float:
+    """CPU seconds per wall second while the cycles ran: the bench's process, or (``own``) the contender's."""
+    used = samples.counts.cpu_s if own else samples.counts.driver_cpu_s
+    return used / samples.cycle_wall_s if samples.cycle_wall_s else math.nan
+
+
+def floor_rows(run: Run) -> list[list[str]]:
+    """The same requests answered by raw aiohttp: what HTTP and the signature check alone cost here."""
+    sides = [run.sides[k] for k in ("p", "b", "r")]
+    base = run.conditions[0].label
+
+    def line(name: str, values: list[float]) -> list[str]:
+        return [name, *(_value(v, "ms") for v in values)]
+
+    rows = [
+        line("click → ack p50, 5 clicks/s", [percentile_ms(s.samples[base].acks_light, 0.5) for s in sides]),
+        line("click → ack p99, 5 clicks/s", [percentile_ms(s.samples[base].acks_light, 0.99) for s in sides]),
+        line("click → ack p50, 50 clicks/s", [percentile_ms(s.samples[base].acks_burst, 0.5) for s in sides]),
+        line("click → ack p99, 50 clicks/s", [percentile_ms(s.samples[base].acks_burst, 0.99) for s in sides]),
+    ]
+    for parked in sorted({n for _, n in run.restarts.seconds}):
+        rows.append(line(f"restart → first click served p50, {parked:,} other parked",
+                         [percentile_ms(run.restarts.seconds.get((s.key, parked), []), 0.5) for s in sides]))
+    return rows
+
+
+def _breakdown(counter: Counter[str], cycles: int, top: int = 14) -> str:
+    if not cycles or not counter:
+        return "none"
+    parts = [f"{name.upper()} {n / cycles:.1f}" for name, n in counter.most_common(top)]
+    rest = sum(counter.values()) - sum(n for _, n in counter.most_common(top))
+    return ", ".join(parts) + (f", others {rest / cycles:.1f}" if rest else "")
+
+
+def details(run: Run) -> list[str]:
+    p, b = run.sides["p"].samples[run.conditions[0].label], run.sides["b"].samples[run.conditions[0].label]
+    scripts = p.counts.redis.get("evalsha", 0) + p.counts.redis.get("eval", 0)
+    lines = [
+        f"- Slack calls per cycle, project: {_breakdown(p.counts.slack, p.cycles)}; "
+        f"bare Bolt: {_breakdown(b.counts.slack, b.cycles)}.",
+        f"- Redis commands per cycle, project (commands run inside scripts included, as INFO commandstats counts "
+        f"them; {scripts / max(p.cycles, 1):.1f} of them are EVAL/EVALSHA calls): {_breakdown(p.counts.redis, p.cycles)}.",
+    ]
+    for parked, seen in sorted(run.restarts.pending_seen.items()):
+        copy = f", copies written in {run.restarts.copy_s.get(parked, 0):.1f} s" if parked else ""
+        lines.append(f"- Restarts with {parked:,} other parked: the workspace's pending index held {seen:,} "
+                     f"open requests at the last restart{copy}.")
+    if run.trace is not None:
+        lines += run.trace.lines()
+    return lines
+
+
+def render(run: Run) -> str:
+    load = " ".join(f"{x:.2f}" for x in run.load_at_start)
+    counts = ", ".join(f"{k}={v}" for k, v in run.args.items())
+    head = [
+        f"Recorded {run.started:%Y-%m-%d %H:%M} UTC with `{run.command}` (took {run.seconds:.0f} s; {counts}).",
+        "",
+        f"Machine: {os.cpu_count()} CPUs (`nproc`), {platform.machine()}, Linux {platform.release()}; Python "
+        f"{platform.python_version()}; {run.redis}; load average at start {load}. Conditions: "
+        + "; ".join(c.label for c in run.conditions) + ". The project runs with its own pacing of Slack calls off, "
+        "as LocalSlack imposes no rate limits on either app.",
+        "",
+    ]
+    header = ["figure", "project", "bare Bolt", "ratio", "goal", "met"]
+    table = _markdown(header, [r.cells() for r in main_rows(run)], ["---", "---:", "---:", "---:", "---", "---"])
+    info = _markdown(header, [r.cells() for r in info_rows(run)], ["---", "---:", "---:", "---:", "---", "---"])
+    floor = _markdown(["figure", "project", "bare Bolt", "raw aiohttp"], floor_rows(run), ["---", "---:", "---:", "---:"])
+    return "\n".join([*head, *table, "", "For information:", "", *info, "", "The floor (raw aiohttp: "
+                      "signature check, 200):", "", *floor, "", *details(run)])
+
+
+def write_doc(figures: str) -> None:
+    text = DOC.read_text()
+    block = f"{START}\n{figures}\n{END}"
+    if START_PREFIX in text:
+        before, rest = text.split(START_PREFIX, 1)
+        text = before + block + rest.split(END, 1)[1]
+    else:
+        text = text.rstrip() + f"\n\n{SECTION}\n\n{block}\n"
+    DOC.write_text(text)

@@ -1,0 +1,48 @@
+"""``python -m tests.bench.http`` runs end to end with tiny samples and prints every figure.
+
+Only that the code paths work: no duration, rate or ratio is asserted (those are the benchmark's
+output, docs/PERFORMANCE.md). Starts real processes (the app, bare Bolt, raw aiohttp, ``python -m bot
+run``) and takes about 15 s on 2 cores (one parked population: the loop over populations is the same).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.bench.http.__main__ import parse_args, run
+from tests.bench.http.report import DOC, END, START_PREFIX
+
+TINY = ["--clicks", "2", "--burst-clicks", "2", "--cycles", "2", "--concurrency", "2", "--restarts", "1",
+        "--parked", "5", "--batch", "2", "--slack-delay-ms", "0,20", "--model-delay-ms", "0,20"]
+FIGURES = [
+    "Approve click → HTTP ack, p50, 5 clicks/s",
+    "… p99, 5 clicks/s",
+    "… p50, 5 clicks/s, Slack and model answering in 20 ms",
+    "… p99, 50 clicks/s",
+    "app_mention → its first request at the model server, p50",
+    "full approve cycles per second, 32 concurrent threads",
+    "CPU per approve cycle (the contender's process)",
+    "Redis commands per approve cycle",
+    "Slack Web API calls per approve cycle",
+    "kill -9 → restart → first click served, p50, 5 other turns parked",
+]
+
+
+async def test_every_figure_is_measured(monkeypatch: pytest.MonkeyPatch) -> None:
+    # its own embedded server: with REDIS_URL the bench wants three empty databases, which a test
+    # server shared with the suite (one database, flushed before each test) cannot promise
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    text = await run(parse_args(TINY), TINY)
+    rows = {line.split(" | ")[0].removeprefix("| "): line for line in text.splitlines() if line.startswith("| ")}
+    for figure in FIGURES:
+        row = next((line for name, line in rows.items() if name.startswith(figure)), None)
+        assert row is not None, f"missing: {figure}"
+        project, bolt = row.split(" | ")[1:3]
+        assert "—" not in project and "—" not in bolt, row  # measured on both sides
+        assert row.rstrip(" |").endswith(("yes", "**NO**")), row  # a goal, marked
+    assert "One cycle under MONITOR" in text
+
+
+def test_the_doc_has_one_figures_block() -> None:
+    text = DOC.read_text()
+    assert text.count(START_PREFIX) == text.count(END) <= 1
