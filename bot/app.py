@@ -242,7 +242,7 @@ async def _start(
         settings=RuntimeSettings(step_budget=settings.step_budget, token_budget=settings.token_budget,
                                  history_window=settings.history_window, history_limit=settings.history_limit),
     )
-    runtime.add_consumer("audit", AuditChannel(AuditLog(redis.client), redis.client, store.get_request))
+    runtime.add_consumer("audit", AuditChannel(AuditLog(redis.client), store.get_request))
     deps = SlackDeps(runtime=runtime, store=store, settings=settings)
     _wire_governance(deps, redis, client_for, registry, oauth.installation_store if oauth else None)
     handlers.register(slack, deps)

@@ -9,6 +9,10 @@ events to each consumer in order and moves that consumer's cursor past each one 
   only that event, and consumers make repeats harmless: Slack posts are claimed and looked up, audit
   entries are keyed by event);
 - order is kept per session and consumer (one deliverer at a time holds a short lock);
+- a pass over a session costs two round trips whatever the number of consumers and events: one reads
+  every consumer's cursor and the events after them, one saves the cursors and lets go (a long backlog
+  also saves every third of the lock's life). A consumer that can take several events at once
+  (:class:`bot.ports.BatchChannel`, the audit log) gets them in one call;
 - a consumer that fails (Slack down) is retried with per-session backoff, so one dead channel never
   delays another session's cards; a rate-limited one (:class:`bot.ports.RetryLater`) waits exactly as
   long as it was asked to, and only that session waits;
@@ -23,9 +27,10 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from bot.ports import Channel, RetryLater, Undeliverable
+from bot.ports import BatchChannel, Channel, RetryLater, Undeliverable
 from bot.protocol import Event
 from bot.session import SessionRef
 
@@ -36,23 +41,53 @@ RETRY_MAX_MS = 5 * 60_000
 BUSY_RECHECK_MS = 1_000  # another deliverer holds the session: look again soon, in case it just finished
 
 
+@dataclass
+class OutboxPass:
+    """What one delivery pass over a session starts from (``OutboxStore.outbox_begin``)."""
+
+    ref: SessionRef
+    cursors: dict[str, str]  # consumer → the stream id of the last event it handled ("0-0": none)
+    holds: dict[str, int]  # consumer → epoch ms before which it is not to be tried (0: never held)
+    entries: list[tuple[str, Event]]  # (stream id, event) after the lowest cursor of the consumers not held
+    claim: int  # the session's score on the outbox list while this pass runs
+    full: bool  # the read stopped at its count: there may be more
+
+
 class OutboxStore(Protocol):
+    lease_ms: int
+
     async def outbox_due(self, *, limit: int = 100) -> list[str]: ...
     async def outbox_schedule(self, session_id: str, *, delay_ms: int) -> None: ...
-    async def outbox_claim(self, session_id: str) -> int: ...
-    async def outbox_release(self, session_id: str, claim: int) -> None: ...
-    async def outbox_lock(self, session_id: str, consumer: str, token: str) -> bool: ...
-    async def outbox_unlock(self, session_id: str, consumer: str, token: str) -> None: ...
-    async def outbox_read(
-        self, session_id: str, consumer: str, *, count: int = 100
-    ) -> tuple[SessionRef | None, list[tuple[str, Event]], int]: ...
+    async def outbox_begin(self, session_id: str, consumers: list[str], token: str, *,
+                           count: int = 100) -> OutboxPass | None: ...
+    async def outbox_checkpoint(self, session_id: str, token: str, cursors: dict[str, str],
+                                cleared: list[str]) -> None: ...
+    async def outbox_end(self, session_id: str, token: str, cursors: dict[str, str], cleared: list[str], *,
+                         claim: int, again_in_ms: int | None) -> None: ...
     async def outbox_hold(self, session_id: str, consumer: str, until_ms: int) -> None: ...
-    async def outbox_advance(self, session_id: str, consumer: str, entry_id: str, *,
-                             renew: bool = True) -> None: ...
     async def outbox_failures(self, session_id: str, consumer: str, *, failed: bool) -> int: ...
 
 
 Spawn = Callable[..., "asyncio.Task[Any]"]
+
+
+def _stream_id(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+@dataclass
+class _Progress:
+    """What a pass has done so far, saved at its end (and at checkpoints)."""
+
+    cursors: dict[str, str] = field(default_factory=dict)
+    cleared: list[str] = field(default_factory=list)  # consumers whose failures and hold are over
+    waits: list[int] = field(default_factory=list)  # ms until a waiting consumer may be tried again
+
+    def take(self) -> tuple[dict[str, str], list[str]]:
+        cursors, cleared = self.cursors, self.cleared
+        self.cursors, self.cleared = {}, []
+        return cursors, cleared
 
 
 class Outbox:
@@ -97,55 +132,78 @@ class Outbox:
         """Deliver every consumer's pending events; True when nothing is left to deliver."""
         # the session stays on the list while we deliver (a kill -9 mid-delivery must not strand its
         # events); it leaves only if nobody re-scheduled it meanwhile (a commit after our last look)
-        claim = await self.store.outbox_claim(session_id)
-        delays = [d for name, channel in self.consumers.items()
-                  if (d := await self._flush_consumer(session_id, name, channel)) is not None]
-        if delays:  # due again when the soonest consumer may be tried
-            await self.store.outbox_schedule(session_id, delay_ms=min(delays))
-            return False
-        await self.store.outbox_release(session_id, claim)
-        return True
+        while True:
+            token = secrets.token_hex(8)
+            names = list(self.consumers)
+            begun = await self.store.outbox_begin(session_id, names, token)
+            if begun is None:
+                await self.store.outbox_schedule(session_id, delay_ms=BUSY_RECHECK_MS)
+                return False
+            progress, finished = _Progress(), False
+            try:
+                await self._pass(session_id, begun, token, progress)
+                finished = True
+            finally:
+                cursors, cleared = progress.take()
+                if not finished:  # it broke off (shutdown, Redis failed): due at once, for whoever sweeps next
+                    progress.waits.append(0)
+                again = min(progress.waits) if progress.waits else (0 if begun.full else None)
+                await self.store.outbox_end(session_id, token, cursors, cleared, claim=begun.claim,
+                                            again_in_ms=again)
+            if progress.waits:
+                return False
+            if not begun.full:
+                return True
 
-    async def _flush_consumer(self, session_id: str, name: str, channel: Channel) -> int | None:
-        """None when the consumer is up to date; else the delay before trying again."""
-        token = secrets.token_hex(8)
-        if not await self.store.outbox_lock(session_id, name, token):
-            return BUSY_RECHECK_MS
-        # the lock and the cursor's retention are renewed at the end of each batch, and within one only
-        # when a third of the lock's life has gone by (a cursor move alone is one command)
-        renew_every_s = getattr(self.store, "lease_ms", 30_000) / 3000
-        renewed_at = time.monotonic()
-        held = False  # a failure or a wait was recorded (a hold is set with each): clear it once through
-        try:
-            while True:
-                ref, entries, hold_until_ms = await self.store.outbox_read(session_id, name)
-                held = held or hold_until_ms > 0
-                if not entries:
-                    return None
-                if (wait_ms := hold_until_ms - _now_ms()) > 0:
-                    return wait_ms  # backing off, or Slack said to wait: a new commit does not change that
-                ref = ref or SessionRef(session_id=session_id)
-                for index, (entry_id, event) in enumerate(entries):
-                    try:
-                        await channel.deliver(event, ref)
-                    except RetryLater as exc:  # rate limited: wait as asked, without counting a failure
-                        log.info("%s waits %.1fs before showing %s of session %s (%s)",
-                                 name, exc.delay_s, event.type, session_id, exc)
-                        return await self._hold(session_id, name, max(int(exc.delay_s * 1000), RETRY_BASE_MS))
-                    except Undeliverable as exc:
-                        log.warning("%s cannot show %s of session %s: %s; skipping it",
-                                    name, event.type, session_id, exc)
-                    except Exception as exc:  # noqa: BLE001 - retried later; nothing is lost
-                        return await self._backoff(session_id, name, event, exc)
-                    renew = index == len(entries) - 1 or time.monotonic() - renewed_at > renew_every_s
-                    await self.store.outbox_advance(session_id, name, entry_id, renew=renew)
-                    if renew:
-                        renewed_at = time.monotonic()
-                if held:
-                    await self.store.outbox_failures(session_id, name, failed=False)
-                    held = False
-        finally:
-            await self.store.outbox_unlock(session_id, name, token)
+    async def _pass(self, session_id: str, begun: OutboxPass, token: str, progress: _Progress) -> None:
+        # the lock and the cursors are saved at the end of the pass, and within one only when a third of
+        # the lock's life has gone by
+        checkpoint_every_s = self.store.lease_ms / 3000
+        saved_at = time.monotonic()
+        now = _now_ms()
+        for name in begun.cursors:
+            if (wait_ms := begun.holds[name] - now) > 0:
+                progress.waits.append(wait_ms)  # backing off, or Slack said to wait: a commit changes nothing
+                continue
+            cursor = _stream_id(begun.cursors[name])
+            todo = [(entry_id, event) for entry_id, event in begun.entries if _stream_id(entry_id) > cursor]
+            if not todo:
+                if begun.holds[name]:
+                    progress.cleared.append(name)
+                continue
+            if (wait := await self._deliver(session_id, name, begun, todo, progress)) is not None:
+                progress.waits.append(wait)
+            elif begun.holds[name]:
+                progress.cleared.append(name)
+            if time.monotonic() - saved_at > checkpoint_every_s:
+                await self.store.outbox_checkpoint(session_id, token, *progress.take())
+                saved_at = time.monotonic()
+
+    async def _deliver(self, session_id: str, name: str, begun: OutboxPass, todo: list[tuple[str, Event]],
+                       progress: _Progress) -> int | None:
+        """Hand ``todo`` to one consumer, moving its cursor; None when it took them all, else the delay
+        before it may be tried again."""
+        channel = self.consumers[name]
+        if isinstance(channel, BatchChannel):
+            try:
+                await channel.deliver_batch([event for _, event in todo], begun.ref)
+            except Exception as exc:  # noqa: BLE001 - retried later; nothing is lost
+                return await self._backoff(session_id, name, todo[0][1], exc)
+            progress.cursors[name] = todo[-1][0]
+            return None
+        for entry_id, event in todo:
+            try:
+                await channel.deliver(event, begun.ref)
+            except RetryLater as exc:  # rate limited: wait as asked, without counting a failure
+                log.info("%s waits %.1fs before showing %s of session %s (%s)",
+                         name, exc.delay_s, event.type, session_id, exc)
+                return await self._hold(session_id, name, max(int(exc.delay_s * 1000), RETRY_BASE_MS))
+            except Undeliverable as exc:
+                log.warning("%s cannot show %s of session %s: %s; skipping it", name, event.type, session_id, exc)
+            except Exception as exc:  # noqa: BLE001 - retried later; nothing is lost
+                return await self._backoff(session_id, name, event, exc)
+            progress.cursors[name] = entry_id
+        return None
 
     async def _backoff(self, session_id: str, name: str, event: Event, exc: Exception) -> int:
         failures = await self.store.outbox_failures(session_id, name, failed=True)
@@ -161,4 +219,3 @@ class Outbox:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-

@@ -6,7 +6,7 @@ satisfy these Protocols.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from bot.protocol import Event
 from bot.session import SessionRef
@@ -33,6 +33,16 @@ class Channel(Protocol):
     """
 
     async def deliver(self, event: Event, session: SessionRef) -> None: ...
+
+
+@runtime_checkable
+class BatchChannel(Protocol):
+    """A consumer that takes several events at once, all or nothing (the audit log: one write for a
+    turn's worth of events). Raising means none of them was handled: the same batch comes again."""
+
+    async def deliver(self, event: Event, session: SessionRef) -> None: ...
+
+    async def deliver_batch(self, events: list[Event], session: SessionRef) -> None: ...
 
 
 class NullChannel:

@@ -31,6 +31,7 @@ import hashlib
 import json
 import random
 import re
+import time
 from collections.abc import AsyncIterator, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
@@ -49,6 +50,7 @@ _MAX_APPEND_ATTEMPTS = 500
 _READ_BATCH = 500
 _MAX_REPORTED_PROBLEMS = 200
 _TEAM_ID = re.compile(r"^[A-Za-z0-9_.:-]+$")
+AUDITED_MARK_SECONDS = 30 * 24 * 3600  # a group's "already audited" mark: longer than any outbox retry
 
 
 class AuditError(RuntimeError):
@@ -333,6 +335,48 @@ return {'ok'}
 )
 
 
+# Several entries at once, each group of them at most once (a group carries a mark key, set with it),
+# against the head the caller believes current and with an ``at`` it estimated from the server's clock.
+# KEYS[1] stream, KEYS[2] head, KEYS[3…] marks of the groups
+# ARGV: expected head seq, mark seconds, allowed clock skew ms, then per entry: seq, hash, at ms, json
+# → {'ok'} | {'seen', group index…} | {'head', seq, hash, ms, sec, usec}
+_APPEND_BATCH_LUA = (
+    _HEAD_LUA
+    + """
+local seen = {}
+for i = 3, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 1 then seen[#seen + 1] = i - 2 end
+end
+if #seen > 0 then return {'seen', unpack(seen)} end
+local seq, hash, ms = current_head()
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local at, skew = tonumber(ARGV[6]), tonumber(ARGV[3])
+-- never before the last entry (a server clock stepped back is waited out), else near the server's clock
+if seq ~= ARGV[1] or at < tonumber(ms) or at > math.max(now, tonumber(ms)) + skew or at < now - skew then
+  return {'head', seq, hash, ms, t[1], t[2]}
+end
+for i = 4, #ARGV, 4 do
+  redis.call('XADD', KEYS[1], ARGV[i + 2] .. '-' .. ARGV[i], 'seq', ARGV[i], 'hash', ARGV[i + 1], 'e', ARGV[i + 3])
+end
+redis.call('HSET', KEYS[2], 'seq', ARGV[#ARGV - 3], 'hash', ARGV[#ARGV - 2], 'ms', ARGV[#ARGV - 1])
+for i = 3, #KEYS do redis.call('SET', KEYS[i], 1, 'EX', ARGV[2]) end
+return {'ok'}
+"""
+)
+# How far a batch's ``at`` (estimated from the server clock's offset at the last read) may be from the
+# server's clock when it lands; further (a clock stepped, a stale estimate), the head is read again.
+_BATCH_CLOCK_SKEW_MS = 500
+
+
+class AuditGroup(BaseModel):
+    """Entries that are audited together or not at all, once: ``mark`` (a key in the workspace's slot)
+    is set with them, and a group whose mark is already set is skipped (a repeat after a crash)."""
+
+    mark: str | None = None
+    entries: list[tuple[str, str | None, str | None, dict[str, Any]]]  # kind, actor, subject, data
+
+
 class _Head(BaseModel):
     seq: int
     hash: str
@@ -369,7 +413,11 @@ class AuditLog:
         self._redis = redis
         self._read_head = redis.register_script(_READ_HEAD_LUA)
         self._append = redis.register_script(replay_safe(_APPEND_LUA))
+        self._append_batch = redis.register_script(replay_safe(_APPEND_BATCH_LUA))
         self._locks: dict[str, asyncio.Lock] = {}
+        # team → (the head after this process's last batch, server clock minus ours in ms): a batch in a
+        # quiet workspace then needs no read first; another writer's entry costs one retry
+        self._known_heads: dict[str, tuple[_Head, float]] = {}
 
     @staticmethod
     def stream_key(team_id: str) -> str:
@@ -406,6 +454,65 @@ class AuditLog:
         # Appends from this process queue up locally, so the compare-and-set only races other replicas.
         async with self._lock_for(team_id):
             return await self._append_cas(team_id, kind, actor, subject, jsonable, keys, guarded_write)
+
+    async def append_groups(self, team_id: str, groups: list[AuditGroup]) -> list[AuditEntry]:
+        """Append groups of entries in one write (usually one round trip), skipping groups whose mark is
+        set; returns the entries written. All or nothing: on an error none is written."""
+        for group in groups:
+            if group.mark is not None and workspace_tag(team_id) not in group.mark:
+                raise ValueError(f"{group.mark} is not in the hash slot of team {team_id}")
+        stream, head_key = self.stream_key(team_id), self.head_key(team_id)
+        pending = [g.model_copy(update={"entries": [(k, a, s, _jsonable_data(d)) for k, a, s, d in g.entries]})
+                   for g in groups if g.entries]
+        async with self._lock_for(team_id):
+            known = self._known_heads.get(team_id)
+            if known is None:
+                known = self._remember(team_id, await self._read_head(keys=[stream, head_key]))
+            for attempt in range(_MAX_APPEND_ATTEMPTS):
+                if not pending:
+                    return []
+                head, offset_ms = known
+                server_ms = _Head(seq=head.seq, hash=head.hash, ms=head.ms,
+                                  server_ms=int(time.time() * 1000 + offset_ms))
+                entries = self._chain(server_ms, team_id, [e for g in pending for e in g.entries])
+                marks = [g.mark for g in pending if g.mark is not None]
+                args: list[Any] = [str(head.seq), AUDITED_MARK_SECONDS, _BATCH_CLOCK_SKEW_MS]
+                for entry in entries:
+                    args += [str(entry.seq), entry.hash, str(_floor_ms(entry.at)), entry.model_dump_json()]
+                keys = [stream, head_key, *marks]
+                reply = await self._append_batch(keys=[*keys, replay_mark(keys)], args=[*args, REPLAY_MARK_MS])
+                status = _text(reply[0])
+                if status == "ok":
+                    last = entries[-1]
+                    at_ms = _floor_ms(last.at)
+                    self._known_heads[team_id] = (_Head(seq=last.seq, hash=last.hash, ms=at_ms, server_ms=at_ms),
+                                                  offset_ms)
+                    return entries
+                if status == "seen":
+                    seen = {marks[int(_text(i)) - 1] for i in reply[1:]}
+                    pending = [g for g in pending if g.mark not in seen]
+                    continue
+                known = self._remember(team_id, reply[1:])
+                if attempt >= 8:
+                    await asyncio.sleep(random.uniform(0, 0.001 * min(attempt, 50)))
+        raise AuditContention(f"could not append to {stream} after {_MAX_APPEND_ATTEMPTS} attempts")
+
+    def _remember(self, team_id: str, raw: list[Any]) -> tuple[_Head, float]:
+        head = _Head.parse(raw)
+        known = (head, head.server_ms - time.time() * 1000)
+        self._known_heads[team_id] = known
+        return known
+
+    def _chain(self, head: _Head, team_id: str,
+               items: list[tuple[str, str | None, str | None, dict[str, Any]]]) -> list[AuditEntry]:
+        """Entries for ``items`` following ``head``, all at one instant."""
+        out: list[AuditEntry] = []
+        for kind, actor, subject, data in items:
+            entry = self._next_entry(head, team_id, kind, actor, subject, data)
+            at_ms = _floor_ms(entry.at)
+            head = _Head(seq=entry.seq, hash=entry.hash, ms=at_ms, server_ms=at_ms)
+            out.append(entry)
+        return out
 
     def _lock_for(self, team_id: str) -> asyncio.Lock:
         lock = self._locks.get(team_id)

@@ -19,7 +19,8 @@ Policy changes and refused edits are written by ``store.policies.PolicyStore`` i
 
 It is a consumer of the outbox (``bot.outbox``) with a cursor of its own, so it audits what was
 *committed*, whether or not Slack showed it, and never holds Slack up. Each event is audited once:
-a repeat after a crash is recognised by the event's session and sequence number. A failure raises,
+a repeat after a crash is recognised by the event's session and sequence number (a mark written
+with its entries). A turn's run of events is one write (``AuditLog.append_groups``). A failure raises,
 so the outbox retries it later. Sessions without a workspace (the console) are skipped.
 """
 
@@ -42,12 +43,11 @@ from bot.protocol import (
     RequestRecord,
 )
 from bot.session import SessionRef
-from store.audit import AuditLog, workspace_key
+from store.audit import AuditGroup, AuditLog, workspace_key
 
 log = logging.getLogger(__name__)
 
 RequestLookup = Callable[[str], Awaitable[RequestRecord]]
-AUDITED_MARK_SECONDS = 30 * 24 * 3600  # longer than any outbox retry
 
 
 def _who(principal: Principal | None) -> str | None:
@@ -62,28 +62,28 @@ def _digest(value: Any) -> str:
 class AuditChannel:
     """Appends requests, candidates, settlements, grants, resolutions and executions to the audit log."""
 
-    def __init__(self, audit: AuditLog, redis: Any, requests: RequestLookup | None = None,
-                 *, retention_s: int = AUDITED_MARK_SECONDS) -> None:
+    def __init__(self, audit: AuditLog, requests: RequestLookup | None = None) -> None:
         self.audit = audit
-        self.redis = redis
         self._requests = requests  # to read a settled request's approval key (grants)
-        self.retention_s = retention_s
 
     async def deliver(self, event: Event, session: SessionRef) -> None:
+        await self.deliver_batch([event], session)
+
+    async def deliver_batch(self, events: list[Event], session: SessionRef) -> None:
+        """Audit a run of a session's events in one write (``bot.ports.BatchChannel``)."""
         team = session.team_id
         if not team:
             return
-        entries = await self._entries(event, session)
-        if not entries:
-            return
-        mark = workspace_key(team, "audited", f"{session.session_id}:{event.seq}")
-        if event.seq is not None and await self.redis.exists(mark):
-            return  # audited before a crash kept the cursor from moving
-        for kind, actor, subject, data in entries:
-            await self.audit.append(team, kind, actor=actor, subject=subject,
-                                    data={**data, "event_seq": event.seq})
-        if event.seq is not None:
-            await self.redis.set(mark, 1, ex=self.retention_s)
+        groups = []
+        for event in events:
+            entries = await self._entries(event, session)
+            if not entries:
+                continue
+            mark = workspace_key(team, "audited", f"{session.session_id}:{event.seq}") if event.seq is not None else None
+            groups.append(AuditGroup(mark=mark, entries=[(kind, actor, subject, {**data, "event_seq": event.seq})
+                                                         for kind, actor, subject, data in entries]))
+        if groups:
+            await self.audit.append_groups(team, groups)
 
     async def _entries(self, event: Event, session: SessionRef) -> list[tuple[str, str | None, str | None, dict]]:
         base = {"session_id": session.session_id, "turn_id": event.turn_id}

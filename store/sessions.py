@@ -39,6 +39,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
+from bot.outbox import OutboxPass
 from bot.protocol import (
     EVENT_ADAPTER,
     Event,
@@ -178,13 +179,55 @@ redis.call('PEXPIRE', KEYS[2], ARGV[4])
 return 1
 """
 
-# Read a consumer's undelivered events: the routing data, the entries after its cursor, and until when
-# it was asked to hold off (epoch ms, 0 for never).
-_OUTBOX_READ = """
-local cursor = redis.call('HGET', KEYS[1], ARGV[1]) or '0-0'
-return {redis.call('HGET', KEYS[1], '_ref') or '',
-        redis.call('XRANGE', KEYS[2], '(' .. cursor, '+', 'COUNT', ARGV[2]),
-        redis.call('HGET', KEYS[1], '_hold:' .. ARGV[1]) or '0'}
+# One delivery pass over a session (bot/outbox.py). Begin: take the session's deliverer lock and read,
+# for every consumer, its cursor and until when it holds off (epoch ms), and the events after the lowest
+# cursor of the consumers not holding off (a held consumer far behind must not starve the others).
+# KEYS: out, events, lock; ARGV: token, lock ms, count, consumers… → false (locked) | {ref, cursors,
+# holds, entries}. (A resent copy finds the lock ours and reads again.)
+_OUTBOX_BEGIN = """
+local holder = redis.call('GET', KEYS[3])
+if holder and holder ~= ARGV[1] then return false end
+redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local cursors, holds, low, low_ms, low_seq = {}, {}, nil, 0, 0
+for i = 4, #ARGV do
+  local cursor = redis.call('HGET', KEYS[1], ARGV[i]) or '0-0'
+  local hold = redis.call('HGET', KEYS[1], '_hold:' .. ARGV[i]) or '0'
+  cursors[#cursors + 1], holds[#holds + 1] = cursor, hold
+  if tonumber(hold) <= now then
+    local ms, seq = string.match(cursor, '^(%d+)-(%d+)$')
+    ms, seq = tonumber(ms), tonumber(seq)
+    if low == nil or ms < low_ms or (ms == low_ms and seq < low_seq) then
+      low, low_ms, low_seq = cursor, ms, seq
+    end
+  end
+end
+local entries = {}
+if low ~= nil then entries = redis.call('XRANGE', KEYS[2], '(' .. low, '+', 'COUNT', ARGV[3]) end
+return {redis.call('HGET', KEYS[1], '_ref') or '', cursors, holds, entries}
+"""
+
+# Save a pass's progress: move cursors, forget the failures of consumers that delivered again, keep the
+# cursors as long as the session; then renew the lock, or (ARGV[2] = 0) release it if still ours.
+# KEYS: out, lock; ARGV: token, lock ms (0 = release), retention ms, n cursors, consumer, cursor, …,
+# consumers to clear…
+_OUTBOX_SAVE = """
+local n = tonumber(ARGV[4])
+for i = 0, n - 1 do redis.call('HSET', KEYS[1], ARGV[5 + 2 * i], ARGV[6 + 2 * i]) end
+for i = 5 + 2 * n, #ARGV do redis.call('HDEL', KEYS[1], '_fails:' .. ARGV[i], '_hold:' .. ARGV[i]) end
+if n > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+if ARGV[2] == '0' then redis.call('DEL', KEYS[2]) else redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
+return 1
+"""
+
+# Take a delivered session off the outbox list, unless a commit (or a retry) re-scheduled it meanwhile.
+_OUTBOX_RELEASE = """
+if tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1])) == tonumber(ARGV[2]) then
+  return redis.call('ZREM', KEYS[1], ARGV[1])
+end
+return 0
 """
 
 
@@ -200,7 +243,9 @@ class SessionStore:
         self._begin = redis.register_script(replay_safe(_BEGIN))
         self._record_message = redis.register_script(replay_safe(_RECORD_MESSAGE))
         self._take = redis.register_script(replay_safe(_TAKE))
-        self._outbox_read = redis.register_script(_OUTBOX_READ)
+        self._outbox_begin = redis.register_script(_OUTBOX_BEGIN)
+        self._outbox_save = redis.register_script(_OUTBOX_SAVE)
+        self._outbox_release = redis.register_script(_OUTBOX_RELEASE)
 
     # keys ------------------------------------------------------------------------------------
 
@@ -381,21 +426,32 @@ class SessionStore:
     async def _eval_pipelined(
         self, script: Any, keys: list[Any], args: list[Any], extra: list[tuple[str, tuple[Any, ...]]]
     ) -> list[Any]:
-        """EVALSHA of a ``replay_safe`` script plus a few idempotent commands in one round trip. (A redis-py
-        Script in a pipeline would first send SCRIPT EXISTS on every execute: one more round trip. We load
-        the script only when Redis lacks it.)"""
-        keys, args = [*keys, replay_mark(keys)], [*args, REPLAY_MARK_MS]
+        """A ``replay_safe`` script plus a few idempotent commands in one round trip."""
+        return await self._pipelined(script, [*keys, replay_mark(keys)], [*args, REPLAY_MARK_MS], after=extra)
+
+    async def _pipelined(
+        self, script: Any, keys: list[Any], args: list[Any], *,
+        before: list[tuple[str, tuple[Any, ...]]] = (),  # type: ignore[assignment]
+        after: list[tuple[str, tuple[Any, ...]]] = (),  # type: ignore[assignment]
+        scripts: list[Any] = (),  # type: ignore[assignment]
+    ) -> list[Any]:
+        """EVALSHA of ``script`` between a few other commands, in one round trip. (A redis-py Script in a
+        pipeline would first send SCRIPT EXISTS on every execute: one more round trip. We load the
+        scripts, ``script`` and those the other commands run, only when Redis lacks them.)"""
         for attempt in (1, 2):
             pipe = self.redis.pipeline(transaction=False)
+            for name, call_args in before:
+                getattr(pipe, name)(*call_args)
             pipe.evalsha(script.sha, len(keys), *keys, *args)
-            for name, call_args in extra:
+            for name, call_args in after:
                 getattr(pipe, name)(*call_args)
             try:
                 return await pipe.execute()
             except NoScriptError:
                 if attempt == 2:
                     raise
-                await self.redis.script_load(script.script)  # first use on this server (or after a flush)
+                for needed in (script, *scripts):  # first use on this server (or after a flush)
+                    await self.redis.script_load(needed.script)
         raise AssertionError("unreachable")
 
     # events ----------------------------------------------------------------------------------
@@ -581,46 +637,59 @@ class SessionStore:
     async def outbox_schedule(self, session_id: str, *, delay_ms: int) -> None:
         await self.redis.zadd(OUTBOX, {session_id: _now_ms() + delay_ms})
 
-    async def outbox_claim(self, session_id: str) -> int:
-        """Keep a session on the outbox list while we deliver it, due again one lease from now (if this
-        process dies mid-delivery, any replica's sweep takes over then); returns the claim's score."""
-        until = _now_ms() + self.lease_ms
-        await self.redis.zadd(OUTBOX, {session_id: until})
-        return until
-
-    async def outbox_release(self, session_id: str, claim: int) -> None:
-        """Take a delivered session off the list, unless a commit (or a retry) re-scheduled it meanwhile."""
-        await self.redis.eval(
-            "if tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1])) == tonumber(ARGV[2]) then "
-            "return redis.call('ZREM', KEYS[1], ARGV[1]) end return 0",
-            1, OUTBOX, session_id, claim,
-        )
-
-    async def outbox_lock(self, session_id: str, consumer: str, token: str) -> bool:
-        key = self.key(session_id, f"outlock:{consumer}")
-        return bool(await self.redis.set(key, token, nx=True, px=self.lease_ms))
-
-    async def outbox_unlock(self, session_id: str, consumer: str, token: str) -> None:
-        await self.redis.eval(
-            "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
-            1, self.key(session_id, f"outlock:{consumer}"), token,
-        )
-
-    async def outbox_read(
-        self, session_id: str, consumer: str, *, count: int = 100
-    ) -> tuple[SessionRef | None, list[tuple[str, Event]], int]:
-        """The session's routing data, the events after ``consumer``'s cursor (oldest first, with their
-        stream ids) and the epoch ms before which the consumer is not to be tried (one round trip)."""
-        keys = [self.key(session_id, "out"), self.key(session_id, "events")]
-        raw_ref, entries, hold = await self._outbox_read(keys=keys, args=[consumer, count])
-        ref = SessionRef.model_validate_json(raw_ref) if raw_ref else None
-        out: list[tuple[str, Event]] = []
+    async def outbox_begin(
+        self, session_id: str, consumers: list[str], token: str, *, count: int = 100
+    ) -> OutboxPass | None:
+        """Start a delivery pass (one round trip): keep the session on the outbox list, due again one lease
+        from now (if this process dies mid-delivery, any replica's sweep takes over then), take its
+        deliverer lock and read what the consumers have not handled yet. None when another deliverer
+        holds the lock."""
+        claim = _now_ms() + self.lease_ms
+        keys = [self.key(session_id, "out"), self.key(session_id, "events"), self.key(session_id, "outlock")]
+        replies = await self._pipelined(self._outbox_begin, keys, [token, self.lease_ms, count, *consumers],
+                                        before=[("zadd", (OUTBOX, {session_id: claim}))])
+        reply = replies[1]
+        if not reply:
+            return None
+        raw_ref, cursors, holds, entries = reply
+        events: list[tuple[str, Event]] = []
         for entry_id, flat in entries:
             fields = dict(zip(flat[::2], flat[1::2], strict=True))
             event = event_from_json(fields[b"e"])
             event.seq = int(fields[b"s"])
-            out.append((entry_id.decode(), event))
-        return ref, out, int(hold)
+            events.append((entry_id.decode(), event))
+        return OutboxPass(
+            ref=SessionRef.model_validate_json(raw_ref) if raw_ref else SessionRef(session_id=session_id),
+            cursors={name: c.decode() for name, c in zip(consumers, cursors, strict=True)},
+            holds={name: int(h) for name, h in zip(consumers, holds, strict=True)},
+            entries=events, claim=claim, full=len(entries) >= count,
+        )
+
+    async def outbox_checkpoint(self, session_id: str, token: str, cursors: dict[str, str],
+                                cleared: list[str]) -> None:
+        """Save a long pass's progress and renew its lock (one round trip)."""
+        await self._outbox_save(keys=self._outbox_save_keys(session_id),
+                                args=self._outbox_save_args(token, self.lease_ms, cursors, cleared))
+
+    async def outbox_end(self, session_id: str, token: str, cursors: dict[str, str], cleared: list[str], *,
+                         claim: int, again_in_ms: int | None) -> None:
+        """Finish a pass (one round trip): save its progress, release the lock; then either schedule the
+        session again (a consumer is waiting) or take it off the list, unless a commit re-scheduled it."""
+        after: list[tuple[str, tuple[Any, ...]]] = []
+        if again_in_ms is not None:
+            after.append(("zadd", (OUTBOX, {session_id: _now_ms() + again_in_ms})))
+        else:
+            after.append(("evalsha", (self._outbox_release.sha, 1, OUTBOX, session_id, claim)))
+        await self._pipelined(self._outbox_save, self._outbox_save_keys(session_id),
+                              self._outbox_save_args(token, 0, cursors, cleared), after=after,
+                              scripts=[self._outbox_release])
+
+    def _outbox_save_keys(self, session_id: str) -> list[str]:
+        return [self.key(session_id, "out"), self.key(session_id, "outlock")]
+
+    def _outbox_save_args(self, token: str, lock_ms: int, cursors: dict[str, str], cleared: list[str]) -> list[Any]:
+        pairs = [x for name, cursor in cursors.items() for x in (name, cursor)]
+        return [token, lock_ms, self.retention_ms, len(cursors), *pairs, *cleared]
 
     async def outbox_failures(self, session_id: str, consumer: str, *, failed: bool) -> int:
         """Count consecutive delivery failures of a consumer (reset on success); returns the count."""
@@ -633,22 +702,6 @@ class SessionStore:
     async def outbox_hold(self, session_id: str, consumer: str, until_ms: int) -> None:
         """Do not try ``consumer`` again before ``until_ms`` (epoch ms), whoever delivers next."""
         await self.redis.hset(self.key(session_id, "out"), f"_hold:{consumer}", until_ms)
-
-    async def outbox_advance(self, session_id: str, consumer: str, entry_id: str, *, renew: bool = True) -> None:
-        """Move ``consumer``'s cursor past ``entry_id``; with ``renew``, also renew the deliverer's lock and
-        the cursor's retention (one round trip either way)."""
-        key = self.key(session_id, "out")
-        if not renew:
-            await self.redis.hset(key, consumer, entry_id)
-            return
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hset(key, consumer, entry_id)
-        pipe.pexpire(key, self.retention_ms)
-        # the lock lives as long as a turn's lease and is renewed while events are handed over, so a
-        # dead deliverer holds its sessions back briefly; a live one stalled longer than that may be
-        # joined by a second, which is harmless (consumers make repeats harmless, see bot.outbox)
-        pipe.pexpire(self.key(session_id, f"outlock:{consumer}"), self.lease_ms)
-        await pipe.execute()
 
     async def mark_undeliverable(self, request_id: str, reason: str) -> None:
         """Note on a stored request that its card cannot be shown (never creates a request)."""

@@ -19,9 +19,11 @@ from redis.retry import Retry
 from store.audit import (
     GENESIS_HASH,
     AuditEntry,
+    AuditGroup,
     AuditLog,
     read_jsonl,
     verify_entries,
+    workspace_key,
 )
 
 TEAM = "T0001"
@@ -87,6 +89,56 @@ async def test_fifty_concurrent_appends_from_several_replicas_make_one_valid_cha
     report = await AuditLog(redis).verify(TEAM)
     assert report.ok, report.problems
     assert (report.entries, report.last_seq, report.last_hash) == (50, 50, stored[-1].hash)
+
+
+def _group(n: int, *, mark: bool = True) -> AuditGroup:
+    return AuditGroup(mark=workspace_key(TEAM, "audited", f"s1:{n}") if mark else None,
+                      entries=[("settlement", "slack:T0001:U1", f"req-{n}", {"n": n}),
+                               ("grant", "slack:T0001:U1", f"req-{n}", {"n": n})])
+
+
+async def test_groups_from_replicas_writing_in_turns_make_one_valid_chain(
+    redis: redis_asyncio.Redis, redis_url: str
+) -> None:
+    # each replica remembers the head it wrote last: when the other wrote since, its guess is stale and
+    # must be caught (a wrong prev_hash or seq would break the chain)
+    other = redis_asyncio.Redis.from_url(redis_url, decode_responses=False)
+    try:
+        mine, theirs = AuditLog(redis), AuditLog(other)
+        for n in range(6):
+            await (mine if n % 2 else theirs).append_groups(TEAM, [_group(n)])
+        await mine.append(TEAM, "policy.change", subject="refund_charge")  # the single-entry path too
+        await asyncio.gather(*(log.append_groups(TEAM, [_group(10 + i)]) for i, log in
+                               enumerate([mine, theirs, mine, theirs])))
+    finally:
+        await other.aclose()
+    stored = await AuditLog(redis).entries(TEAM, limit=None)
+    assert [e.seq for e in stored] == list(range(1, 22))
+    assert [e.kind for e in stored[:2]] == ["settlement", "grant"]
+    server_now = datetime.fromtimestamp(float((await redis.time())[0]), UTC)
+    assert all(abs(e.at - server_now) < timedelta(seconds=5) for e in stored)  # the server's clock
+    report = await AuditLog(redis).verify(TEAM)
+    assert report.ok, report.problems
+
+
+async def test_a_group_already_audited_is_skipped_and_the_rest_written(redis: redis_asyncio.Redis) -> None:
+    log = AuditLog(redis)
+    await log.append_groups(TEAM, [_group(1)])
+    # a crash after the write but before the outbox cursor moved: the same events come again, with one more
+    written = await AuditLog(redis).append_groups(TEAM, [_group(1), _group(2), _group(3, mark=False)])
+    assert [(e.subject, e.seq) for e in written] == [("req-2", 3), ("req-2", 4), ("req-3", 5), ("req-3", 6)]
+    stored = await log.entries(TEAM, limit=None)
+    assert [e.subject for e in stored] == ["req-1", "req-1", "req-2", "req-2", "req-3", "req-3"]
+    assert (await log.verify(TEAM)).ok
+    assert await log.append_groups(TEAM, [_group(1), _group(2)]) == []
+
+
+async def test_a_group_is_written_whole_or_not_at_all(redis: redis_asyncio.Redis) -> None:
+    log = AuditLog(redis)
+    bad = AuditGroup(mark=workspace_key("T0002", "audited", "s1:1"), entries=[("settlement", None, "r", {})])
+    with pytest.raises(ValueError, match="hash slot"):
+        await log.append_groups(TEAM, [_group(1), bad])
+    assert await log.entries(TEAM) == []
 
 
 async def test_workspaces_have_separate_chains_in_one_slot_each(redis: redis_asyncio.Redis) -> None:

@@ -134,9 +134,22 @@ async def test_a_commit_whose_answer_was_lost_appends_its_events_once(proxied) -
     proxy.lose_next_reply()
     committed = await store.emit(SID, [event])
     assert proxy.lost == 1
-    _, entries, _ = await store.outbox_read(SID, "frontend")
-    assert [e.type for _, e in entries] == ["message.completed"]  # once, not twice
-    assert committed[0].seq == entries[0][1].seq
+    begun = await store.outbox_begin(SID, ["frontend"], "deliverer")
+    assert begun is not None
+    assert [e.type for _, e in begun.entries] == ["message.completed"]  # once, not twice
+    assert committed[0].seq == begun.entries[0][1].seq
+
+
+async def test_a_delivery_pass_whose_answer_was_lost_still_starts(proxied) -> None:
+    store, proxy = proxied
+    await store.emit(SID, [MessageCompleted(session_id=SID, turn_id="turn_1", text="Refunded ch_1.")])
+    proxy.lose_next_reply()
+    # the resent copy finds the deliverer lock taken, by us: without that, the session would wait out
+    # the lock's life (a lease) before anyone delivered it
+    begun = await store.outbox_begin(SID, ["frontend"], "deliverer")
+    assert proxy.lost == 1
+    assert begun is not None and [e.type for _, e in begun.entries] == ["message.completed"]
+    assert await store.outbox_begin(SID, ["frontend"], "someone else") is None
 
 
 async def test_an_audit_entry_whose_answer_was_lost_is_written_once(proxied) -> None:
