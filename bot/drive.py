@@ -30,6 +30,7 @@ from bot.protocol import (
     MessageCompleted,
     MessageTaken,
     RequestRecord,
+    SessionSnapshot,
     SessionWaiting,
     TurnCancelled,
     TurnCompleted,
@@ -115,7 +116,7 @@ class _Pass:
     # the state as this pass last committed it (fenced by the lease, so still what Redis holds); the
     # next step starts from it instead of reading it back. Used once: a step that commits sets it again.
     committed: dict[str, Any] | None = None
-
+    read: SessionSnapshot | None = None  # read with the lease, for the first step
 
 class Driver:
     def __init__(self, parts: Parts, settler: Settler, intake: Intake, executor: Executor):
@@ -128,13 +129,13 @@ class Driver:
         """Move the session forward if this worker can take its lease; safe to call any time."""
         store = self.p.store
         while True:
-            token = await store.acquire_lease(session_id)
+            token, snap = await store.acquire_lease_and_read(session_id)
             if token is None:
                 return  # another worker drives it and re-checks for work before letting go
             keeper = LeaseKeeper(store, session_id, token, int(getattr(store, "lease_ms", 30_000)))
             keeper.start()
             failed = False
-            work = _Pass(session_id, token)
+            work = _Pass(session_id, token, read=snap)
             try:
                 await self._drive_locked(work)
                 if work.failures:
@@ -148,8 +149,9 @@ class Driver:
             finally:
                 await keeper.stop()
             retry_ms = await self._after_failure(session_id, token) if failed else 0
-            await store.release_lease(session_id, token, still_active=failed, retry_after_ms=retry_ms)
-            if failed or not await self._has_work(session_id):
+            after = await store.release_lease(session_id, token, still_active=failed, retry_after_ms=retry_ms,
+                                              read=not failed)
+            if after is None or not await self._has_work(after):
                 return
 
     async def _after_failure(self, session_id: str, token: str) -> int:
@@ -184,8 +186,7 @@ class Driver:
 
     # --- the loop --------------------------------------------------------------------------------
 
-    async def _has_work(self, session_id: str) -> bool:
-        snap = await self.p.store.snapshot(session_id)
+    async def _has_work(self, snap: SessionSnapshot) -> bool:
         if snap.state is None:
             return bool(snap.inbox)
         state = SessionState.model_validate(snap.state)
@@ -214,20 +215,24 @@ class Driver:
 
     async def _drive_step(self, p: _Pass) -> bool:
         """One step of the turn loop from a fresh snapshot; False when nothing more can be done now."""
-        known, p.committed = p.committed, None
-        snap = await self.p.store.snapshot(p.session_id, known_state=known)
+        known, p.committed, snap = p.committed, None, p.read
+        p.read = None
+        if snap is None:  # the first step uses what was read with the lease
+            snap = await self.p.store.snapshot(p.session_id, known_state=known)
         p.failures = max(p.failures, snap.failures)
         state = SessionState.model_validate(snap.state) if snap.state else None
+        inbox = snap.inbox
         if state is None or state.turn is None:
-            if not snap.inbox:
+            if not inbox:
                 return False
-            await self._start_turn(p, state, snap.inbox[0])
-            return True
+            # the new turn goes on from what was just read and committed (no second read before the model)
+            state, inbox = await self._start_turn(p, state, inbox[0]), inbox[1:]
         turn = state.turn
+        assert turn is not None
         if snap.cancel == turn.turn_id:
             await self._finish_cancelled(p, state)
             return True
-        owner_message = next((m for m in snap.inbox if _same(m, turn.owner)), None)
+        owner_message = next((m for m in inbox if _same(m, turn.owner)), None)
         if owner_message is not None and (turn.step is not None or turn.limit_request_id):
             # a typed answer recorded but not yet tried (its process died after the ack): try it first
             if await self.intake.try_answer(p.session_id, owner_message, state):
@@ -236,7 +241,7 @@ class Driver:
             return await self._resume_limit(p, state)
         if turn.step is not None:
             return await self._resume_step(p, state, snap.grants, owner_message)
-        for message in [m for m in snap.inbox if _same(m, turn.owner)]:
+        for message in [m for m in inbox if _same(m, turn.owner)]:
             state.history.append(_user_message(message))
             p.taking.append(message)  # steering: it leaves the queue with the next checkpoint
         if turn.steps >= turn.step_budget or turn.tokens >= turn.token_budget:
@@ -245,7 +250,7 @@ class Driver:
         await self._model_step(p, state, snap.grants)
         return True
 
-    async def _start_turn(self, p: _Pass, state: SessionState | None, message: dict[str, Any]) -> None:
+    async def _start_turn(self, p: _Pass, state: SessionState | None, message: dict[str, Any]) -> SessionState:
         p.taking.append(message)
         principal = Principal.model_validate(message["principal"]) if message.get("principal") else None
         if state is None:
@@ -263,6 +268,7 @@ class Driver:
         )
         await self._commit(p, state, [TurnStarted(session_id=p.session_id, turn_id=state.turn.turn_id,
                                                   principal=principal)])
+        return state
 
     async def _model_step(self, p: _Pass, state: SessionState, grants: set[str]) -> bool:
         """One model call; returns False when the turn ended."""

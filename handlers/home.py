@@ -151,9 +151,12 @@ async def republish(gov: Governance, team: str, user_id: str) -> None:
         log.exception("could not publish the App Home of %s in %s", user_id, team)
 
 
-async def home_seen(gov: Governance, team: str, user_id: str) -> bool:
-    """Whether we published ``user_id``'s App Home lately (so it is worth keeping current)."""
-    return bool(await gov.redis.exists(workspace_key(team, "home-seen", user_id)))
+async def homes_seen(gov: Governance, team: str, user_ids: list[str]) -> list[str]:
+    """Those of ``user_ids`` whose App Home we published lately (so it is worth keeping current)."""
+    if not user_ids:
+        return []
+    seen = await gov.redis.mget([workspace_key(team, "home-seen", u) for u in user_ids])
+    return [u for u, mark in zip(user_ids, seen, strict=True) if mark is not None]
 
 
 # --- building the view ------------------------------------------------------------------------
@@ -293,7 +296,7 @@ class HomeRefresh:
         people: set[str] = set()
         for record in records:
             people.update(await _concerned(self.gov, team, record))
-        viewers = [u for u in sorted(people) if await home_seen(self.gov, team, u)][:MAX_REFRESHES]
+        viewers = (await homes_seen(self.gov, team, sorted(people)))[:MAX_REFRESHES]
         for user in viewers:
             try:
                 await publish_home(self.gov, team, user)

@@ -159,6 +159,12 @@ return {'settled', first, count, complete}
 """
 
 
+# Let a lease go, if it is still ours.
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
 # Take one queued message off the inbox (the taker then owns it).
 _TAKE = """
 return redis.call('LREM', KEYS[1], 1, ARGV[1])
@@ -243,6 +249,7 @@ class SessionStore:
         self._begin = redis.register_script(replay_safe(_BEGIN))
         self._record_message = redis.register_script(replay_safe(_RECORD_MESSAGE))
         self._take = redis.register_script(replay_safe(_TAKE))
+        self._release = redis.register_script(_RELEASE)
         self._outbox_begin = redis.register_script(_OUTBOX_BEGIN)
         self._outbox_save = redis.register_script(_OUTBOX_SAVE)
         self._outbox_release = redis.register_script(_OUTBOX_RELEASE)
@@ -273,6 +280,10 @@ class SessionStore:
         ``known_state``: the state this lease holder committed last (nobody else can have written it
         since), so it is not read again; nor is the failure count, read once per pass."""
         pipe = self.redis.pipeline(transaction=False)
+        self._read_snapshot(pipe, session_id, known_state)
+        return self._snapshot_from(await pipe.execute(), known_state)
+
+    def _read_snapshot(self, pipe: Any, session_id: str, known_state: dict[str, Any] | None) -> None:
         if known_state is None:
             pipe.get(self.key(session_id, "state"))
         pipe.smembers(self.key(session_id, "grants"))
@@ -280,12 +291,15 @@ class SessionStore:
         pipe.lrange(self.key(session_id, "inbox"), 0, -1)
         if known_state is None:
             pipe.get(self.key(session_id, "fails"))
-            raw, grants, cancel, inbox, fails = await pipe.execute()
-        else:
-            grants, cancel, inbox = await pipe.execute()
+
+    @staticmethod
+    def _snapshot_from(replies: list[Any], known_state: dict[str, Any] | None) -> SessionSnapshot:
+        if known_state is not None:
+            grants, cancel, inbox = replies
             return SessionSnapshot(state=known_state, grants={g.decode() for g in grants},
                                    cancel=cancel.decode() if cancel else None,
                                    inbox=[json.loads(m) for m in inbox])
+        raw, grants, cancel, inbox, fails = replies
         return SessionSnapshot(
             state=json.loads(raw) if raw else None,
             grants={g.decode() for g in grants},
@@ -311,12 +325,25 @@ class SessionStore:
         await self.redis.set(self.key(session_id, "cancel"), turn_id, px=self.retention_ms)
 
     async def acquire_lease(self, session_id: str) -> str | None:
+        token, _ = await self._acquire_lease(session_id, read=False)
+        return token
+
+    async def acquire_lease_and_read(self, session_id: str) -> tuple[str | None, SessionSnapshot | None]:
+        """Take the turn lease and read the session's snapshot (one round trip); (None, None) when another
+        worker holds the lease. Once the lease is ours nobody else commits, so the read is current."""
+        return await self._acquire_lease(session_id, read=True)
+
+    async def _acquire_lease(self, session_id: str, *, read: bool) -> tuple[str | None, SessionSnapshot | None]:
         token = secrets.token_hex(8)
         pipe = self.redis.pipeline(transaction=False)
         pipe.set(self.key(session_id, "lease"), token, nx=True, px=self.lease_ms)
         pipe.zadd(ACTIVE, {session_id: _now_ms() + self.lease_ms})
-        got, _ = await pipe.execute()
-        return token if got else None
+        if read:
+            self._read_snapshot(pipe, session_id, None)
+        got, _, *snapshot = await pipe.execute()
+        if not got:
+            return None, None
+        return token, self._snapshot_from(snapshot, None) if read else None
 
     async def renew_lease(self, session_id: str, token: str) -> bool:
         key = self.key(session_id, "lease")
@@ -333,20 +360,25 @@ class SessionStore:
         return bool(ok)
 
     async def release_lease(
-        self, session_id: str, token: str, *, still_active: bool, retry_after_ms: int = 0
-    ) -> None:
+        self, session_id: str, token: str, *, still_active: bool, retry_after_ms: int = 0, read: bool = False
+    ) -> SessionSnapshot | None:
+        """Let the turn lease go; with ``read``, then read the snapshot in the same round trip (what arrived
+        while we held the lease, whose own attempt to drive found it taken)."""
         pipe = self.redis.pipeline(transaction=False)
-        pipe.eval(
-            "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
-            1,
-            self.key(session_id, "lease"),
-            token,
-        )
+        pipe.evalsha(self._release.sha, 1, self.key(session_id, "lease"), token)
         if still_active:
             pipe.zadd(ACTIVE, {session_id: _now_ms() + retry_after_ms})
         else:
             pipe.zrem(ACTIVE, session_id)
-        await pipe.execute()
+        if read:
+            self._read_snapshot(pipe, session_id, None)
+        try:
+            _, _, *snapshot = await pipe.execute()
+        except NoScriptError:
+            await self.redis.script_load(self._release.script)
+            return await self.release_lease(session_id, token, still_active=still_active,
+                                            retry_after_ms=retry_after_ms, read=read)
+        return self._snapshot_from(snapshot, None) if read else None
 
     async def drive_failures(self, session_id: str, *, failed: bool) -> int:
         """Count a session's unexpected drive failures in a row (reset on success); returns the count."""
