@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from slack_sdk.models.blocks import (
@@ -209,6 +209,8 @@ def outcome_emoji(outcome_label: str) -> str:
         return ":white_check_mark:"
     if key in _NEGATIVE:
         return ":no_entry_sign:"
+    if key.startswith("expired"):
+        return ":hourglass:"
     return ":heavy_minus_sign:"
 
 
@@ -218,8 +220,8 @@ def settlement_label(outcome: SettledOutcome) -> str:
 
 
 def resolution_label(req: InputRequest, outcome: ResolutionOutcome, option_id: str | None = None) -> str:
-    """The label for an ``input.resolved`` outcome. A cancelled *turn*, an ignored or expired
-    request are all "No longer needed" — nobody decided them."""
+    """The label for an ``input.resolved`` outcome. An expired request says how long it waited; a
+    cancelled *turn* or an ignored request are "No longer needed" — nobody decided them."""
     if outcome == "approved":
         return "Approved"
     if outcome == "denied":
@@ -230,7 +232,30 @@ def resolution_label(req: InputRequest, outcome: ResolutionOutcome, option_id: s
         if req.kind == "tool-approval":
             return "Approved" if option_id == APPROVE else "Cancelled"
         return "Answered"
+    if outcome == "expired":
+        return expired_label(req)
     return NO_LONGER_NEEDED
+
+
+def expired_label(req: InputRequest) -> str:
+    """ "Expired after 24 h — nobody answered" (how long it was open, when that is known)."""
+    if req.expires_at is None:
+        return "Expired — nobody answered"
+    return f"Expired after {duration_text(req.expires_at - req.created_at)} — nobody answered"
+
+
+def duration_text(delta: timedelta) -> str:
+    """A short human duration: 45 s, 20 min, 3 h, 2 h 30 min, 2 days."""
+    seconds = max(int(delta.total_seconds()), 0)
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes = seconds // 60
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, rest = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h" + (f" {rest} min" if rest else "")
+    return f"{hours // 24} days"
 
 
 # --- tool input as fields -------------------------------------------------------------------

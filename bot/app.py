@@ -37,6 +37,7 @@ from bot.turns import Runtime, RuntimeSettings
 from handlers.channel import SlackChannel
 from handlers.deps import SlackDeps
 from handlers.identity import installation_team
+from handlers.notices import ApproverNotices
 from store.audit import AuditLog
 from store.audit_events import AuditChannel
 from store.client import RedisHandle, open_redis, ping
@@ -243,6 +244,7 @@ async def _start(
                                  history_window=settings.history_window, history_limit=settings.history_limit),
     )
     runtime.add_consumer("audit", AuditChannel(AuditLog(redis.client), store.get_request))
+    runtime.add_consumer("notify", ApproverNotices(store, delivery_client_for, slack_channel.pacing))
     deps = SlackDeps(runtime=runtime, store=store, settings=settings)
     _wire_governance(deps, redis, client_for, registry, oauth.installation_store if oauth else None)
     handlers.register(slack, deps)

@@ -1,7 +1,8 @@
 """The demo tool pack (the default ``BOT_TOOLS``): one realistic tool per kind of policy.
 
 - ``lookup_customer`` — read-only, runs without asking (``never()``)
-- ``refund_charge``   — always asks; only the workspace's finance approvers may approve
+- ``refund_charge``   — always asks; only the workspace's finance approvers may approve; they are told
+  by direct message, reminded after 4 hours, and the request expires after a day
 - ``deploy_service``  — always asks; four-eyes: someone other than the requester approves
 - ``post_announcement`` — asks once per session (``once()``)
 - ``ask_question``    — built in: the agent asks you, you pick or type
@@ -10,6 +11,7 @@
 from __future__ import annotations
 
 import hashlib
+from datetime import timedelta
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -42,7 +44,8 @@ class Refund(BaseModel):
     reason: str = Field(default="requested by customer", max_length=500)
 
 
-@tool(approval=Approval(request=always(), response=approvers("tool:refund_charge")))
+@tool(approval=Approval(request=always(), response=approvers("tool:refund_charge")),
+      remind_after=timedelta(hours=4), expires_after=timedelta(days=1))
 async def refund_charge(args: Refund, ctx: ToolContext) -> dict:
     """Refund part or all of a charge. Needs a finance approver."""
     refund_id = "re_" + hashlib.sha1(ctx.idempotency_key.encode()).hexdigest()[:10]  # same id on any retry

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from bot.approval import (
@@ -161,7 +162,9 @@ class Executor:
             session_id=state.ref.session_id,
             turn_id=turn.turn_id,
             dangerous=tool.dangerous,
+            notify=tool.notify,
         )
+        _set_deadlines(req, tool.expires_after, tool.remind_after, self.p.settings.clock())
         call.request_id = req.request_id
         key = tool.approval_key(args) if records_grant(tool.approval) else None
         return make_record(state, req, approval_key=key)
@@ -307,3 +310,13 @@ def jsonable(value: Any) -> Any:
         return value
     except TypeError:
         return json.loads(json.dumps(value, default=str))
+
+
+def _set_deadlines(req: InputRequest, expires_after: timedelta | None, remind_after: timedelta | None,
+                   now: float) -> None:
+    start = datetime.fromtimestamp(now, UTC)
+    req.created_at = start
+    if expires_after is not None:
+        req.expires_at = start + expires_after
+    if remind_after is not None and (expires_after is None or remind_after < expires_after):
+        req.remind_at = start + remind_after  # a reminder after the expiry would never be seen

@@ -7,6 +7,7 @@ drive, execute and the outbox, so each job lives in its own module and none owns
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -49,6 +50,9 @@ class TurnStore(OutboxStore, Protocol):
     async def begin_execution(self, session_id: str, marker: str, token: str) -> tuple[bool, str | None]: ...
     async def finish_execution(self, session_id: str, marker: str, result_json: str) -> None: ...
     async def drive_failures(self, session_id: str, *, failed: bool) -> int: ...
+    async def timers_due(self, now_ms: int, *, limit: int = 100) -> list[tuple[str, int]]: ...
+    async def timer_done(self, member: str, claim: int) -> None: ...
+    async def remind_once(self, record: RequestRecord, event: Event) -> bool: ...
 
 
 @dataclass
@@ -64,6 +68,7 @@ class RuntimeSettings:
     history_window: int = 200  # newest messages the model sees (the system prompt always); 0 = all
     history_limit: int = 1_000  # stored messages kept after a turn ends (older ones are dropped); 0 = all
     max_drive_failures: int = 6  # unexpected errors in a row before a turn is failed visibly
+    clock: Callable[[], float] = time.time  # epoch seconds for deadlines (tests move it forward)
 
 
 Spawn = Callable[..., "asyncio.Task[Any]"]

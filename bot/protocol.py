@@ -79,8 +79,10 @@ class InputRequest(Contract):
     turn_id: str = ""
     dangerous: bool = False
     created_at: datetime = Field(default_factory=utcnow)
-    expires_at: datetime | None = None
+    expires_at: datetime | None = None  # unanswered by then, it resolves "expired" and the turn goes on
+    remind_at: datetime | None = None  # still open then, the people who may answer are reminded (once)
     responders: Responders | None = None  # who may settle it (shown on cards); None: not described
+    notify: Literal["dm", "thread", "none"] | None = None  # how approvers are told; None: the default
 
     def displayed_options(self) -> list[InputOption]:
         """Options in the order people see them; typed numbers index this order (DESIGN §8)."""
@@ -140,6 +142,13 @@ class EventBase(Contract):
     turn_id: str | None = None
     seq: int = 0
     at: datetime = Field(default_factory=utcnow)
+
+
+class InputReminded(EventBase):
+    """A request is still open at its ``remind_at``: the people who may answer are reminded (once)."""
+
+    type: Literal["input.reminded"] = "input.reminded"
+    request_id: str
 
 
 class TurnStarted(EventBase):
@@ -228,6 +237,7 @@ Event = Annotated[
     | ApprovalCandidate
     | ApprovalSettled
     | InputResolved
+    | InputReminded
     | TurnCompleted
     | TurnFailed
     | TurnCancelled

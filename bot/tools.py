@@ -15,7 +15,8 @@ import inspect
 import json
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any, get_type_hints
+from datetime import timedelta
+from typing import Any, Literal, get_type_hints
 
 from pydantic import BaseModel, ValidationError
 
@@ -93,6 +94,7 @@ class ToolContext:
 
 
 ToolFn = Callable[..., Any]
+Notify = Literal["dm", "thread", "none"]
 
 
 class Tool:
@@ -108,6 +110,9 @@ class Tool:
         approval_key: Callable[[Any], str] | None = None,
         dangerous: bool = False,
         idempotent: bool = False,
+        notify: Notify | None = None,
+        expires_after: timedelta | float | None = None,
+        remind_after: timedelta | float | None = None,
     ):
         self.fn = fn
         self.name = name or fn.__name__
@@ -116,6 +121,9 @@ class Tool:
         self.approval_key_fn = approval_key
         self.dangerous = dangerous
         self.idempotent = idempotent
+        self.notify = notify
+        self.expires_after = _duration(expires_after, "expires_after")
+        self.remind_after = _duration(remind_after, "remind_after")
         self.input_model = _input_model(fn)
         self._wants_ctx = len(inspect.signature(fn).parameters) >= 2
         self._spec: ToolSpec | None = None
@@ -195,8 +203,17 @@ def tool(
     approval_key: Callable[[Any], str] | None = None,
     dangerous: bool = False,
     idempotent: bool = False,
+    notify: Notify | None = None,
+    expires_after: timedelta | float | None = None,
+    remind_after: timedelta | float | None = None,
 ) -> Any:
-    """Turn a function ``(args: Model, ctx: ToolContext)`` into a Tool. Sync functions work too."""
+    """Turn a function ``(args: Model, ctx: ToolContext)`` into a Tool. Sync functions work too.
+
+    For calls that need a person: ``notify`` says how the people who may approve are told ("dm": a
+    direct message with a working copy of the card, "thread": a mention in the thread, "none"; by
+    default a DM when the policy names approvers). ``remind_after`` (seconds or a timedelta): still
+    open then, they are reminded once. ``expires_after``: unanswered then, the request resolves
+    "expired", the card says so, and the model is told nobody answered in time."""
 
     def wrap(f: ToolFn) -> Tool:
         return Tool(
@@ -207,9 +224,21 @@ def tool(
             approval_key=approval_key,
             dangerous=dangerous,
             idempotent=idempotent,
+            notify=notify,
+            expires_after=expires_after,
+            remind_after=remind_after,
         )
 
     return wrap(fn) if fn is not None else wrap
+
+
+def _duration(value: timedelta | float | None, name: str) -> timedelta | None:
+    if value is None:
+        return None
+    delta = value if isinstance(value, timedelta) else timedelta(seconds=float(value))
+    if delta <= timedelta(0):
+        raise ValueError(f"{name} must be positive, not {value!r}")
+    return delta
 
 
 class ToolRegistry:

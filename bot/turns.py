@@ -31,6 +31,7 @@ from bot.protocol import InputResponse, RequestRecord
 from bot.session import SessionRef
 from bot.settle import AnswerResult, Settler
 from bot.state import SessionState
+from bot.timers import Timers
 from bot.tools import ToolRegistry
 
 __all__ = ["AnswerResult", "PostResult", "Runtime", "RuntimeSettings", "TurnStore", "model_view"]
@@ -67,6 +68,7 @@ class Runtime:
         self.intake = Intake(self.parts, self.settler)
         self.executor = Executor(self.parts)
         self.driver = Driver(self.parts, self.settler, self.intake, self.executor)
+        self.timers = Timers(self.parts, self.settler)
 
     # the parts' shared objects, for callers that held them before the split
     @property
@@ -177,7 +179,7 @@ class Runtime:
 
     async def recover(self) -> int:
         """Continue turns whose worker died, and deliver events nobody delivered (any replica)."""
-        count = 0
+        count = await self.timers.sweep()  # first: an expiry makes its session due for the loop below
         for session_id in await self.store.due_sessions():
             await self.drive(session_id)
             count += 1

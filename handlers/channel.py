@@ -33,6 +33,8 @@ from bot.protocol import (
     InputRequested,
     InputResolved,
     MessageCompleted,
+    RequestRecord,
+    Resolution,
     TurnFailed,
 )
 from bot.session import SessionRef
@@ -258,21 +260,7 @@ class SlackChannel:
             card = await self._card(session, resolution.request_id)
             if card is None:
                 continue
-            response = resolution.response
-            decider = response.principal.slack_user_id if response and response.principal else None
-            label = resolution_label(record.request, resolution.outcome, response.option_id if response else None)
-            answer = None
-            if record.request.kind == "question" and response is not None:
-                answer = response.text if response.text is not None else _label_of(record.request, response.option_id)
-            message = render_settled(
-                record.request,
-                outcome_label=label if resolution.outcome not in ("ignored", "cancelled", "expired") else NO_LONGER_NEEDED,
-                decided_by=decider,
-                at=event.at,
-                answer=answer,
-                note=record.note,
-                approvals=[p.rsplit(":", 1)[-1] for p in record.approvals],
-            )
+            message = settled_card(record, resolution, event.at)
             client = await self.client_for(session.team_id)
             await self.pacing.updates.wait(session.team_id or "")
             await client.chat_update(channel=card["channel"], ts=card["ts"], text=message["text"],
@@ -286,6 +274,35 @@ class SlackChannel:
 
     async def _post(self, session: SessionRef, seq: int | None, text: str) -> None:
         await self._post_once(session, f"post:{seq}:0", {"text": text})
+
+def settled_card(record: RequestRecord, resolution: Resolution, at: Any) -> dict[str, Any]:
+    """A request's card once it is resolved (the thread's card and approvers' copies alike)."""
+    response = resolution.response
+    decider = response.principal.slack_user_id if response and response.principal else None
+    label = resolution_label(record.request, resolution.outcome, response.option_id if response else None)
+    answer = None
+    if record.request.kind == "question" and response is not None:
+        answer = response.text if response.text is not None else _label_of(record.request, response.option_id)
+    return render_settled(
+        record.request,
+        outcome_label=label if resolution.outcome not in ("ignored", "cancelled") else NO_LONGER_NEEDED,
+        decided_by=decider,
+        at=at,
+        answer=answer,
+        note=record.note,
+        approvals=[p.rsplit(":", 1)[-1] for p in record.approvals],
+    )
+
+
+def slack_failure(exc: SlackApiError, what: str) -> Exception | None:
+    """What a Slack error means for the outbox: wait (429), retry (5xx, transient), or None: log, skip."""
+    error = exc.response.get("error")
+    if exc.response.status_code == 429 or error == "ratelimited":
+        return RetryLater(_retry_after(exc), f"Slack rate limited {what}")
+    if exc.response.status_code >= 500 or error in TRANSIENT_ERRORS:
+        return exc
+    return None
+
 
 def _retry_after(exc: SlackApiError) -> float:
     """Slack's Retry-After (seconds) on a 429; a second when it is missing or odd."""

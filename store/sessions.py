@@ -60,6 +60,7 @@ MESSAGE_DEDUPE_SECONDS = 24 * 3600
 DEFAULT_RETENTION_SECONDS = 30 * 24 * 3600
 ACTIVE = b"hitl:active"
 OUTBOX = b"hitl:outbox"
+TIMERS = b"hitl:timers"  # deadlines: "<kind>:<request id>" by due epoch ms (DESIGN §12, Time)
 SETTLED_LOOK_AGAIN_MS = 0  # the next sweep; the answering process normally resumes it first
 OUTBOX_GRACE_MS = 2_000  # a committer delivers at once; the sweep steps in if it died
 
@@ -159,6 +160,33 @@ return {'settled', first, count, complete}
 """
 
 
+# Claim due timers: each due member is pushed one lease into the future and returned, atomically, so
+# two sweeping replicas never get the same one; the claimer removes it when it has fired (if it dies
+# first, the timer is due again a lease later, and firing is idempotent).
+# KEYS[1] timers; ARGV: now ms, limit, lease ms → {member, claim, …}
+_TIMERS_CLAIM = """
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
+local out, claim = {}, tonumber(ARGV[1]) + tonumber(ARGV[3])
+for _, member in ipairs(due) do
+  redis.call('ZADD', KEYS[1], claim, member)
+  out[#out + 1] = member
+  out[#out + 1] = claim
+end
+return out
+"""
+
+# Remind once: only an open request, only the first time; the event goes to the session's stream.
+# KEYS: request, events, seq; ARGV: event json, max stream length, retention ms → seq | 0
+_REMIND_ONCE = """
+if redis.call('HGET', KEYS[1], 'status') ~= 'open' then return 0 end
+if redis.call('HSETNX', KEYS[1], 'reminded', '1') == 0 then return 0 end
+local s = redis.call('INCR', KEYS[3])
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', 's', s, 'e', ARGV[1])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
+return s
+"""
+
 # Let a lease go, if it is still ours.
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -228,8 +256,8 @@ if ARGV[2] == '0' then redis.call('DEL', KEYS[2]) else redis.call('PEXPIRE', KEY
 return 1
 """
 
-# Take a delivered session off the outbox list, unless a commit (or a retry) re-scheduled it meanwhile.
-_OUTBOX_RELEASE = """
+# Take a member off a schedule (the outbox list, the timers) unless someone re-scheduled it meanwhile.
+_FORGET_IF_UNCHANGED = """
 if tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1])) == tonumber(ARGV[2]) then
   return redis.call('ZREM', KEYS[1], ARGV[1])
 end
@@ -250,9 +278,11 @@ class SessionStore:
         self._record_message = redis.register_script(replay_safe(_RECORD_MESSAGE))
         self._take = redis.register_script(replay_safe(_TAKE))
         self._release = redis.register_script(_RELEASE)
+        self._timers_claim = redis.register_script(_TIMERS_CLAIM)
+        self._remind_once = redis.register_script(replay_safe(_REMIND_ONCE))
         self._outbox_begin = redis.register_script(_OUTBOX_BEGIN)
         self._outbox_save = redis.register_script(_OUTBOX_SAVE)
-        self._outbox_release = redis.register_script(_OUTBOX_RELEASE)
+        self._forget_if_unchanged = redis.register_script(_FORGET_IF_UNCHANGED)
 
     # keys ------------------------------------------------------------------------------------
 
@@ -448,6 +478,9 @@ class SessionStore:
         now = time.time()
         for r in requests:
             extra.append(("zadd", (self.pending_key(r.team_id), {r.request_id: now})))
+            for kind, due in (("expire", r.request.expires_at), ("remind", r.request.remind_at)):
+                if due is not None:
+                    extra.append(("zadd", (TIMERS, {f"{kind}:{r.request_id}": int(due.timestamp() * 1000)})))
         first, *_ = await self._eval_pipelined(self._commit, keys, args, extra)
         if first == -1:
             raise LeaseLost(session_id)
@@ -711,10 +744,10 @@ class SessionStore:
         if again_in_ms is not None:
             after.append(("zadd", (OUTBOX, {session_id: _now_ms() + again_in_ms})))
         else:
-            after.append(("evalsha", (self._outbox_release.sha, 1, OUTBOX, session_id, claim)))
+            after.append(("evalsha", (self._forget_if_unchanged.sha, 1, OUTBOX, session_id, claim)))
         await self._pipelined(self._outbox_save, self._outbox_save_keys(session_id),
                               self._outbox_save_args(token, 0, cursors, cleared), after=after,
-                              scripts=[self._outbox_release])
+                              scripts=[self._forget_if_unchanged])
 
     def _outbox_save_keys(self, session_id: str) -> list[str]:
         return [self.key(session_id, "out"), self.key(session_id, "outlock")]
@@ -734,6 +767,26 @@ class SessionStore:
     async def outbox_hold(self, session_id: str, consumer: str, until_ms: int) -> None:
         """Do not try ``consumer`` again before ``until_ms`` (epoch ms), whoever delivers next."""
         await self.redis.hset(self.key(session_id, "out"), f"_hold:{consumer}", until_ms)
+
+    # deadlines ---------------------------------------------------------------------------------
+
+    async def timers_due(self, now_ms: int, *, limit: int = 100) -> list[tuple[str, int]]:
+        """Claim up to ``limit`` timers due at ``now_ms``: (member, claim) pairs, each to one caller only."""
+        raw = await self._timers_claim(keys=[TIMERS], args=[now_ms, limit, self.lease_ms])
+        return [(raw[i].decode(), int(raw[i + 1])) for i in range(0, len(raw), 2)]
+
+    async def timer_done(self, member: str, claim: int) -> None:
+        """Forget a fired timer, unless it was claimed again meanwhile (we were too slow)."""
+        await self._pipelined(self._forget_if_unchanged, [TIMERS], [member, claim])
+
+    async def remind_once(self, record: RequestRecord, event: Event) -> bool:
+        """Append ``event`` (an ``input.reminded``) if the request is still open and was never reminded."""
+        sid = record.session_id
+        keys = [self.request_key(record.request_id), self.key(sid, "events"), self.key(sid, "seq")]
+        args = [event.model_dump_json(exclude_none=True), EVENTS_MAXLEN, self.retention_ms]
+        first, _ = await self._eval_pipelined(self._remind_once, keys, args,
+                                             [("zadd", (OUTBOX, {sid: _now_ms() + OUTBOX_GRACE_MS}))])
+        return bool(first)
 
     async def mark_undeliverable(self, request_id: str, reason: str) -> None:
         """Note on a stored request that its card cannot be shown (never creates a request)."""

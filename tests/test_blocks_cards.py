@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -30,6 +30,7 @@ from blocks import (
     settlement_label,
 )
 from blocks.actions import button_action_id, freeform_action_id, select_action_id
+from blocks.cards import duration_text, outcome_emoji
 from blocks.limits import truncate, truncate_mrkdwn
 from bot.principals import APP_PRINCIPAL, slack_bot, slack_user
 from bot.protocol import (
@@ -429,11 +430,20 @@ def test_outcome_labels() -> None:
     assert resolution_label(req, "approved") == "Approved"
     assert resolution_label(req, "denied") == "Cancelled"
     assert resolution_label(req, "answered", "approve") == "Approved"
-    for outcome in ("ignored", "cancelled", "invalid", "expired"):
+    for outcome in ("ignored", "cancelled", "invalid"):
         assert resolution_label(req, outcome) == "No longer needed"
+    assert resolution_label(req, "expired") == "Expired — nobody answered"
+    timed = req.model_copy(update={"expires_at": req.created_at + timedelta(hours=24)})
+    assert resolution_label(timed, "expired") == "Expired after 24 h — nobody answered"
+    assert outcome_emoji(resolution_label(timed, "expired")) == ":hourglass:"
     assert resolution_label(ask, "answered") == "Answered"
     assert resolution_label(limit, "answered", "stop") == "Stopped"
     assert resolution_label(limit, "answered", "continue") == "Approved"
+
+
+def test_durations_read_as_people_say_them() -> None:
+    assert [duration_text(timedelta(seconds=s)) for s in (45, 600, 3600, 9000, 3 * 86400)] == [
+        "45 s", "10 min", "1 h", "2 h 30 min", "3 days"]
 
 
 def test_ephemeral_texts() -> None:

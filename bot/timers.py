@@ -1,0 +1,63 @@
+"""Deadlines (DESIGN §12, Time): requests that expire or remind, fired once by whichever replica sweeps.
+
+A request made with ``expires_at`` or ``remind_at`` puts a timer in Redis in the same round trip as
+the commit that creates it (``hitl:timers``, by due time). Every replica's recovery sweep claims the
+due ones atomically (a claim pushes the timer one lease ahead, so two replicas never fire the same
+one, and a replica that dies mid-fire leaves it to the next sweep) and removes each once fired.
+Firing is idempotent, so a timer fired twice after a crash changes nothing:
+
+- **expire**: the request is settled ``expired`` through the one settle path (first writer wins, so
+  an answer a moment earlier keeps its outcome); the card says so, the audit log records it, and the
+  turn goes on with "nobody answered in time" as the call's result.
+- **remind**: an ``input.reminded`` event, appended only while the request is open and only once
+  (the request record remembers it); the Slack frontend reminds the people who may answer.
+
+Time comes from ``RuntimeSettings.clock``, so tests move it forward instead of waiting.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from bot.parts import Parts
+from bot.protocol import InputReminded, UnknownRequest
+from bot.settle import Settler
+
+log = logging.getLogger(__name__)
+
+
+class Timers:
+    def __init__(self, parts: Parts, settler: Settler):
+        self.p = parts
+        self.settler = settler
+
+    async def sweep(self, *, limit: int = 100) -> int:
+        """Fire the timers that are due; returns how many fired (or were found moot)."""
+        now_ms = int(self.p.settings.clock() * 1000)
+        fired = 0
+        for member, claim in await self.p.store.timers_due(now_ms, limit=limit):
+            kind, _, request_id = member.partition(":")
+            try:
+                await self._fire(kind, request_id)
+            except UnknownRequest:
+                pass  # its session ended and the request is gone: nothing to do
+            except Exception:  # noqa: BLE001 - left claimed: the next sweep after a lease tries again
+                log.exception("timer %s could not fire; it will be tried again", member)
+                continue
+            await self.p.store.timer_done(member, claim)
+            fired += 1
+        return fired
+
+    async def _fire(self, kind: str, request_id: str) -> None:
+        record = await self.p.store.get_request(request_id)
+        if record.status != "open":
+            return
+        if kind == "expire":
+            if await self.settler.resolve_unanswered(record, "expired"):
+                log.info("request %s expired unanswered", request_id)
+        elif kind == "remind":
+            event = InputReminded(session_id=record.session_id, turn_id=record.turn_id, request_id=request_id)
+            if await self.p.store.remind_once(record, event):
+                self.p.outbox.kick(record.session_id)
+        else:
+            log.warning("unknown timer kind %r for %s; dropped", kind, request_id)

@@ -1,0 +1,179 @@
+"""Approvers are told, and time exists: DMs to approvers, thread mentions, reminders and expiry.
+
+Driven as Slack drives the app (signed HTTP through LocalSlack). Time is the runtime's clock, moved
+forward by the test (``bot.runtime.settings.clock``): nothing here waits for real minutes.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pydantic import BaseModel
+
+from bot.approval import Approval, always
+from bot.governance import approvers
+from bot.models.scripted import ScriptedModel, call, say
+from bot.tools import ToolContext, tool
+from localslack.seed import ALICE, BOB, CAROL, DAVE, GENERAL, TEAM_ID
+from tests.e2e.test_approval_flow import button, card_in, mention_and_wait_for_card
+from tests.e2e.test_governance import audit_entries, governance
+
+RUNS: list[str] = []
+
+
+class Payment(BaseModel):
+    vendor: str = "acme"
+
+
+@tool(approval=Approval(request=always(), response=approvers("tool:pay_vendor")), remind_after=3600,
+      expires_after=24 * 3600)
+async def pay_vendor(args: Payment, ctx: ToolContext) -> dict:
+    """Pay a vendor."""
+    RUNS.append(args.vendor)
+    return {"paid": args.vendor}
+
+
+@tool(approval=Approval(request=always(), response=approvers("tool:pay_vendor")), notify="thread")
+async def pay_quietly(args: Payment) -> dict:
+    """Pay a vendor, mentioning the approvers in the thread instead of writing to them."""
+    RUNS.append(args.vendor)
+    return {"paid": args.vendor}
+
+
+@tool(approval=always(), expires_after=600)
+async def refund(args: Payment) -> dict:
+    """Refund a vendor (the requester approves)."""
+    RUNS.append(args.vendor)
+    return {"refunded": args.vendor}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _script(tool_name: str, *, after: str = "Done.") -> ScriptedModel:
+    return ScriptedModel([call(tool_name, vendor="acme"), lambda messages, tools: say(
+        after if "Nobody answered" not in str(messages[-1]) else "Nobody approved in time, so I did not pay.")])
+
+
+async def _approvers(bot, *people: str) -> None:
+    await governance(bot).policies.set_approvers(TEAM_ID, "tool:pay_vendor", list(people), actor="test")
+
+
+async def test_each_approver_gets_a_working_copy_by_dm_and_every_copy_follows_the_card(local_slack, start_app):
+    RUNS.clear()
+    bot = await start_app(_script("pay_vendor"), [pay_vendor])
+    await _approvers(bot, BOB, CAROL)
+    ts, card = await mention_and_wait_for_card(local_slack, "pay acme")
+    copies = {}
+    for person in (BOB, CAROL):
+        dm = local_slack.dm_channel(person)
+        copies[person] = await local_slack.wait_for(lambda dm=dm: card_in(local_slack, None, dm))
+        head = copies[person].blocks[0]["elements"][0]["text"]
+        assert f"<@{ALICE}> needs your approval in <#{GENERAL}>" in head and "Open the thread" in head
+    assert card_in(local_slack, None, local_slack.dm_channel(ALICE)) is None  # she asked: the card is in her thread
+
+    # bob approves from his DM: the same request settles, the tool runs once, every copy says so
+    result = await local_slack.click(BOB, local_slack.dm_channel(BOB), copies[BOB].ts, button(copies[BOB], "Approve"))
+    assert result.status == 200
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Done." in m.text)
+    assert RUNS == ["acme"]
+    for person in (BOB, CAROL):
+        dm = local_slack.dm_channel(person)
+        settled = await local_slack.wait_for(
+            lambda dm=dm: next((m for m in local_slack.messages(dm, None) if "Approved" in str(m.blocks)), None))
+        assert card_in(local_slack, None, dm) is None  # no buttons left anywhere
+        assert f"<@{BOB}>" in str(settled.blocks)
+    assert card_in(local_slack, ts) is None
+
+
+async def test_notify_thread_mentions_the_approvers_under_the_card_once(local_slack, start_app):
+    bot = await start_app(_script("pay_quietly"), [pay_quietly])
+    await _approvers(bot, BOB, CAROL)
+    ts, _ = await mention_and_wait_for_card(local_slack, "pay acme quietly")
+    mention = await local_slack.wait_for_message(GENERAL, thread_ts=ts,
+                                                 predicate=lambda m: "your approval is needed above" in m.text)
+    assert f"<@{BOB}>" in mention.text and f"<@{CAROL}>" in mention.text
+    await bot.runtime.recover()  # a sweep after the fact repeats nothing
+    assert sum("needed above" in m.text for m in local_slack.messages(GENERAL, ts)) == 1
+    assert local_slack.messages(local_slack.dm_channel(BOB)) == []
+
+
+async def test_a_reminder_fires_once_in_the_thread_and_by_dm(local_slack, start_app):
+    bot = await start_app(_script("pay_vendor"), [pay_vendor])
+    clock = bot.runtime.settings.clock = Clock()
+    await _approvers(bot, BOB)
+    ts, card = await mention_and_wait_for_card(local_slack, "pay acme")
+    await bot.runtime.recover()
+    assert not any("Still waiting" in m.text for m in local_slack.messages(GENERAL, ts))  # not yet
+
+    clock.now += 3601
+    for _ in range(3):  # swept again and again (and by a second replica below): one reminder
+        await bot.runtime.recover()
+    second = await _replica(start_app, bot)
+    await second.runtime.recover()
+    reminder = await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Still waiting" in m.text)
+    assert "after 1 h" in reminder.text and f"Waiting on <@{BOB}>" in reminder.text
+    dm = local_slack.dm_channel(BOB)
+    await local_slack.wait_for_message(dm, predicate=lambda m: "Still waiting" in m.text)
+    await bot.runtime.wait_idle()
+    await second.runtime.wait_idle()
+    assert sum("Still waiting" in m.text for m in local_slack.messages(GENERAL, ts)) == 1
+    assert sum("Still waiting" in m.text for m in local_slack.messages(dm, None)) == 1
+    assert card_in(local_slack, ts) is not None  # still open: a reminder decides nothing
+
+
+async def test_expiry_fires_once_the_card_says_so_and_the_turn_goes_on(local_slack, start_app):
+    RUNS.clear()
+    bot = await start_app(_script("refund"), [refund])
+    clock = bot.runtime.settings.clock = Clock()
+    ts, card = await mention_and_wait_for_card(local_slack, "refund acme")
+    assert "expires" in str(card.blocks)
+    clock.now += 601
+    second = await _replica(start_app, bot)
+    await bot.runtime.recover()
+    await second.runtime.recover()
+    reply = await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Nobody approved" in m.text)
+    assert reply
+    settled = next(m for m in local_slack.messages(GENERAL, ts) if m.ts == card.ts)
+    assert "Expired after 10 min — nobody answered" in str(settled.blocks)
+    assert card_in(local_slack, ts) is None and RUNS == []
+    await bot.runtime.recover()  # swept again: nothing fires twice
+    await bot.runtime.wait_idle()
+    assert sum("Nobody approved" in m.text for m in local_slack.messages(GENERAL, ts)) == 1
+    assert [e.data["outcome"] for e in await audit_entries(bot, "resolution")] == ["expired"]
+
+
+async def test_an_answer_before_the_deadline_wins_and_the_timer_is_moot(local_slack, start_app):
+    RUNS.clear()
+    bot = await start_app(_script("refund"), [refund])
+    clock = bot.runtime.settings.clock = Clock()
+    ts, card = await mention_and_wait_for_card(local_slack, "refund acme")
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Done." in m.text)
+    clock.now += 601
+    await bot.runtime.recover()
+    await bot.runtime.wait_idle()
+    assert RUNS == ["acme"]
+    assert "Approved" in str(next(m for m in local_slack.messages(GENERAL, ts) if m.ts == card.ts).blocks)
+    assert await bot.runtime.store.timers_due(int(clock.now * 1000) + 10**9) == []  # nothing left behind
+
+
+async def test_no_dm_for_the_requester_or_a_policy_without_names(local_slack, start_app):
+    bot = await start_app(_script("pay_vendor"), [pay_vendor])
+    await _approvers(bot, ALICE, DAVE)  # alice asks: only dave is told
+    await mention_and_wait_for_card(local_slack, "pay acme")
+    dm = local_slack.dm_channel(DAVE)
+    await local_slack.wait_for(lambda: card_in(local_slack, None, dm))
+    assert local_slack.messages(local_slack.dm_channel(ALICE)) == []
+
+
+async def _replica(start_app, bot):
+    """A second replica on the same Redis, with the same clock."""
+    second = await start_app(ScriptedModel([]), list(bot.runtime.tools))
+    second.runtime.settings.clock = bot.runtime.settings.clock
+    return second
