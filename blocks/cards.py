@@ -483,10 +483,12 @@ def card_blocks(
     prompt_limit: int = SECTION_TEXT - 200,
     max_fields: int = CARD_MAX_FIELDS,
     pending: bool | None = None,
+    escalated: Sequence[Principal] = (),
 ) -> list[Block]:
     """The card as slack_sdk blocks. ``tag`` prefixes block-id kinds so each iteration of a card
     (pending, waiting, settled, App Home) has its own block ids. ``pending`` (default: ``interactive``):
-    still open, so it says who may answer and when it expires, even where this viewer has no buttons."""
+    still open, so it says who may answer and when it expires, even where this viewer has no buttons.
+    ``escalated``: the people it was escalated to, who may answer too."""
     pending = interactive if pending is None else pending
     rid = req.request_id
     blocks: list[Block] = [_section(rid, f"{tag}title", _title_text(req, prompt_limit, pending=pending))]
@@ -503,6 +505,8 @@ def card_blocks(
     who = requester_text(req, requester_name)
     if pending and (answerers := responders_text(req)):
         who += f" · {answerers}"
+    if pending and escalated:
+        who += f" · escalated to {_people(escalated, 'and')}"
     if req.expires_at is not None and pending:
         who += f" · expires {slack_date(req.expires_at)}"
     if req.kind != "session-limit":
@@ -524,12 +528,12 @@ def render_request(
     requester_name: str | None = None,
     approvals: Sequence[str] = (),
     required: int = 1,
+    escalated: Sequence[Principal] = (),
 ) -> list[dict]:
     """The pending card for one request, as Block Kit dicts."""
-    tag = f"w{len(approvals)}-" if approvals else ""
-    return _dicts(
-        card_blocks(req, tag=tag, requester_name=requester_name, approvals=approvals, required=required)
-    )
+    tag = ("e-" if escalated else "") + (f"w{len(approvals)}-" if approvals else "")
+    return _dicts(card_blocks(req, tag=tag, requester_name=requester_name, approvals=approvals, required=required,
+                              escalated=escalated))
 
 
 def _fallback(lines: Iterable[str]) -> str:
@@ -555,11 +559,15 @@ def render_requests(reqs: Sequence[InputRequest]) -> list[Message]:
     return messages
 
 
-def render_waiting(req: InputRequest, approvals: Sequence[str], required: int) -> Message:
-    """The card while an n-of-m approval collects approvals: buttons stay, progress shows."""
+def render_waiting(req: InputRequest, approvals: Sequence[str], required: int,
+                   escalated: Sequence[Principal] = ()) -> Message:
+    """The card while it waits on more people: n-of-m approvals so far, or an escalation; buttons stay."""
+    lines = [request_summary(req)]
+    if approvals or required > 1:
+        lines.append(f"Approvals: {len(approvals)} of {max(required, 1)}")
     return {
-        "text": _fallback([request_summary(req), f"Approvals: {len(approvals)} of {max(required, 1)}"]),
-        "blocks": render_request(req, approvals=approvals, required=required),
+        "text": _fallback(lines),
+        "blocks": render_request(req, approvals=approvals, required=required, escalated=escalated),
     }
 
 

@@ -25,6 +25,7 @@ from blocks.cards import (
 )
 from blocks.limits import MESSAGE_TEXT, escape_mrkdwn, truncate_mrkdwn
 from blocks.messages import Message
+from bot.principals import Principal
 from bot.protocol import InputRequest
 
 DIGEST_AFTER = 3  # more requests than this for one person in one go: one digest message instead
@@ -35,13 +36,20 @@ def _where(channel_id: str | None, link: str | None) -> str:
     return place + (f" · <{link}|Open the thread>" if link else "")
 
 
+def notice_head(req: InputRequest, *, channel_id: str | None, link: str | None, settled: bool = False) -> dict:
+    """The line above an approver's copy of a card: who asked, where, a link to the thread."""
+    verb = "approval" if req.kind == "tool-approval" else "answer"
+    said = f"asked for your {verb}" if settled else f"needs your {verb}"
+    text = f":bell: {mention(req.principal)} {said} {_where(channel_id, link)}"
+    return ContextBlock(elements=[MarkdownTextObject(text=text)]).to_dict()
+
+
 def approver_notice(req: InputRequest, *, channel_id: str | None, link: str | None,
-                    approvals: Sequence[str] = (), required: int = 1) -> Message:
+                    approvals: Sequence[str] = (), required: int = 1, escalated: Sequence[Principal] = ()) -> Message:
     """A DM with a working copy of the card: its buttons settle the same request as the original."""
     verb = "approval" if req.kind == "tool-approval" else "answer"
-    head = f":bell: {mention(req.principal)} needs your {verb} {_where(channel_id, link)}"
-    context = ContextBlock(elements=[MarkdownTextObject(text=head)])
-    blocks = [context.to_dict(), *render_request(req, approvals=approvals, required=required)]
+    blocks = [notice_head(req, channel_id=channel_id, link=link),
+              *render_request(req, approvals=approvals, required=required, escalated=escalated)]
     text = f"{mention(req.principal)} needs your {verb}: {escape_mrkdwn(request_summary(req))}"
     return {"text": truncate_mrkdwn(text, MESSAGE_TEXT), "blocks": blocks}
 
@@ -63,6 +71,15 @@ def reminder_message(req: InputRequest, *, now_waiting_s: float, link: str | Non
         line += f". Expires {slack_date(req.expires_at)}"
     if link:
         line += f" · <{link}|See the request>"
+    return {"text": truncate_mrkdwn(line, MESSAGE_TEXT)}
+
+
+def escalation_message(req: InputRequest, people: Sequence[Principal], *, waited_s: float) -> Message:
+    """ "⬆️ Nobody answered in 8 h: escalated to @dana — they can approve too." """
+    verb = "approve" if req.kind == "tool-approval" else "answer"
+    who = ", ".join(mention(p) for p in people)
+    line = (f":arrow_up: Nobody answered in {duration_text(timedelta(seconds=waited_s))}: escalated to {who}"
+            f" — they can {verb} too. {escape_mrkdwn(request_summary(req, 200))}")
     return {"text": truncate_mrkdwn(line, MESSAGE_TEXT)}
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from bot.approval import (
@@ -164,7 +164,7 @@ class Executor:
             dangerous=tool.dangerous,
             notify=tool.notify,
         )
-        _set_deadlines(req, tool.expires_after, tool.remind_after, self.p.settings.clock())
+        _set_deadlines(req, tool, self.p.settings.clock())
         call.request_id = req.request_id
         key = tool.approval_key(args) if records_grant(tool.approval) else None
         return make_record(state, req, approval_key=key)
@@ -312,11 +312,13 @@ def jsonable(value: Any) -> Any:
         return json.loads(json.dumps(value, default=str))
 
 
-def _set_deadlines(req: InputRequest, expires_after: timedelta | None, remind_after: timedelta | None,
-                   now: float) -> None:
+def _set_deadlines(req: InputRequest, tool: Tool, now: float) -> None:
+    """A request's deadlines from its tool's; reminders and escalations past the expiry are never seen."""
     start = datetime.fromtimestamp(now, UTC)
     req.created_at = start
-    if expires_after is not None:
-        req.expires_at = start + expires_after
-    if remind_after is not None and (expires_after is None or remind_after < expires_after):
-        req.remind_at = start + remind_after  # a reminder after the expiry would never be seen
+    if tool.expires_after is not None:
+        req.expires_at = start + tool.expires_after
+    if tool.remind_after is not None and (req.expires_at is None or start + tool.remind_after < req.expires_at):
+        req.remind_at = start + tool.remind_after
+    if tool.escalate_after is not None and (req.expires_at is None or start + tool.escalate_after < req.expires_at):
+        req.escalate_at, req.escalate_to = start + tool.escalate_after, tool.escalate_to

@@ -75,6 +75,14 @@ def use_policy_source(source: PolicySource | None) -> None:
     _source = source
 
 
+async def listed_people(team_id: str, resource: str) -> list[Principal]:
+    """The people on a workspace's approver list for ``resource`` (escalation); [] when none or unset."""
+    if _source is None:
+        raise LookupError("no policy source")
+    listing = await _source.approver_list(team_id, resource)
+    return [slack_user(team_id, u) for u in (listing.approvers if listing else [])]
+
+
 def _user(principal: Principal | None) -> str | None:
     return principal.slack_user_id if principal else None
 

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from bot.models.base import ChatModel
 from bot.outbox import Outbox, OutboxStore
+from bot.principals import Principal
 from bot.protocol import Event, RequestRecord, SessionSnapshot, SettleResult
 from bot.session import SessionRef
 from bot.tools import ToolRegistry
@@ -53,6 +54,7 @@ class TurnStore(OutboxStore, Protocol):
     async def timers_due(self, now_ms: int, *, limit: int = 100) -> list[tuple[str, int]]: ...
     async def timer_done(self, member: str, claim: int) -> None: ...
     async def remind_once(self, record: RequestRecord, event: Event) -> bool: ...
+    async def escalate_once(self, record: RequestRecord, people: list[Principal], event: Event) -> bool: ...
 
 
 @dataclass

@@ -81,6 +81,8 @@ class InputRequest(Contract):
     created_at: datetime = Field(default_factory=utcnow)
     expires_at: datetime | None = None  # unanswered by then, it resolves "expired" and the turn goes on
     remind_at: datetime | None = None  # still open then, the people who may answer are reminded (once)
+    escalate_at: datetime | None = None  # still open then, the people on ``escalate_to`` may answer too
+    escalate_to: str | None = None  # an approver list resource ("tool:refund_managers")
     responders: Responders | None = None  # who may settle it (shown on cards); None: not described
     notify: Literal["dm", "thread", "none"] | None = None  # how approvers are told; None: the default
 
@@ -149,6 +151,14 @@ class InputReminded(EventBase):
 
     type: Literal["input.reminded"] = "input.reminded"
     request_id: str
+
+
+class InputEscalated(EventBase):
+    """A request is still open at its ``escalate_at``: ``people`` (its ``escalate_to`` list) may now answer."""
+
+    type: Literal["input.escalated"] = "input.escalated"
+    request_id: str
+    people: list[Principal] = Field(default_factory=list)
 
 
 class TurnStarted(EventBase):
@@ -238,6 +248,7 @@ Event = Annotated[
     | ApprovalSettled
     | InputResolved
     | InputReminded
+    | InputEscalated
     | TurnCompleted
     | TurnFailed
     | TurnCancelled
@@ -275,6 +286,7 @@ class RequestRecord(Contract):
     approvals: list[str] = Field(default_factory=list)  # principal ids that approved (n-of-m)
     batch: list[str] = Field(default_factory=list)  # request ids parked together with this one
     undeliverable: str | None = None  # why its card could not be shown (the channel is gone): App Home says so
+    escalated_to: list[Principal] = Field(default_factory=list)  # who may answer too since it was escalated
 
     @property
     def request_id(self) -> str:

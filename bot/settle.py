@@ -16,6 +16,7 @@ from bot.approval import (
     ResponseContext,
     ResponseDecision,
     ResponseView,
+    allowed,
     evaluate_response_policy,
     requester_only,
 )
@@ -87,6 +88,7 @@ class Settler:
             reason = NO_TOOL.format(tool=req.action.tool_name if req.action else "?")
             return await self._refuse(record, response, outcome, None, reason, custom=False)
         decision_kind = "cancel" if outcome in ("cancelled", "stop") else "approve"
+        policy = with_escalation(policy, record)
         decision, failure = await self._run_policy(policy, response_context(record, principal, decision_kind, note))
         if decision is None or decision.status == "rejected":
             reason = failure or (decision.reason if decision else None) or VERIFY_FAILED
@@ -112,6 +114,7 @@ class Settler:
         policy, _ = self.response_policy(record.request)
         if policy is None or not _same_workspace(record, principal, policy):
             return None
+        policy = with_escalation(policy, record)
         decided, _ = await self._run_policy(policy, response_context(record, principal, decision, None), within_s=within_s)
         return decided
 
@@ -198,6 +201,23 @@ class Settler:
                                            batch=record.batch, on_settled=events)
         self.p.outbox.kick(record.session_id)
         return result.state == "settled"
+
+
+def with_escalation(policy: Any, record: RequestRecord) -> Any:
+    """``policy``, or, once the request was escalated (``bot.timers``), ``policy`` that also lets the
+    people it was escalated to answer — never to approve a request of their own."""
+    people = record.escalated_to
+    if not people:
+        return policy
+
+    async def escalated(ctx: ResponseContext) -> ResponseDecision:
+        responder, requester = ctx.response.principal, ctx.request.principal
+        own = requester is not None and requester.same_as(responder)
+        if any(p.same_as(responder) for p in people) and not (own and ctx.response.decision == "approve"):
+            return allowed()
+        return await evaluate_response_policy(policy, ctx)
+
+    return escalated
 
 
 def _same_workspace(record: RequestRecord, principal: Principal, policy: Any) -> bool:

@@ -11,6 +11,9 @@ Firing is idempotent, so a timer fired twice after a crash changes nothing:
   turn goes on with "nobody answered in time" as the call's result.
 - **remind**: an ``input.reminded`` event, appended only while the request is open and only once
   (the request record remembers it); the Slack frontend reminds the people who may answer.
+- **escalate**: the people on the request's ``escalate_to`` approver list, as it reads at that moment,
+  are stored on the request (once) and may answer too (``bot.settle``); an ``input.escalated`` event
+  tells the frontend, which updates the card and tells them.
 
 Time comes from ``RuntimeSettings.clock``, so tests move it forward instead of waiting.
 """
@@ -19,8 +22,9 @@ from __future__ import annotations
 
 import logging
 
+from bot.governance import listed_people
 from bot.parts import Parts
-from bot.protocol import InputReminded, UnknownRequest
+from bot.protocol import InputEscalated, InputReminded, RequestRecord, UnknownRequest
 from bot.settle import Settler
 
 log = logging.getLogger(__name__)
@@ -59,5 +63,22 @@ class Timers:
             event = InputReminded(session_id=record.session_id, turn_id=record.turn_id, request_id=request_id)
             if await self.p.store.remind_once(record, event):
                 self.p.outbox.kick(record.session_id)
+        elif kind == "escalate":
+            await self._escalate(record)
         else:
             log.warning("unknown timer kind %r for %s; dropped", kind, request_id)
+
+    async def _escalate(self, record: RequestRecord) -> None:
+        req = record.request
+        if not req.escalate_to or not record.team_id:
+            return
+        people = await listed_people(record.team_id, req.escalate_to)  # raises: tried again next sweep
+        asker = req.principal
+        people = [p for p in people if asker is None or not p.same_as(asker)]
+        if not people:
+            log.warning("request %s: nobody on %s to escalate to", record.request_id, req.escalate_to)
+            return
+        event = InputEscalated(session_id=record.session_id, turn_id=record.turn_id,
+                               request_id=record.request_id, people=people)
+        if await self.p.store.escalate_once(record, people, event):
+            self.p.outbox.kick(record.session_id)

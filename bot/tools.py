@@ -113,6 +113,8 @@ class Tool:
         notify: Notify | None = None,
         expires_after: timedelta | float | None = None,
         remind_after: timedelta | float | None = None,
+        escalate_after: timedelta | float | None = None,
+        escalate_to: str | None = None,
     ):
         self.fn = fn
         self.name = name or fn.__name__
@@ -124,6 +126,10 @@ class Tool:
         self.notify = notify
         self.expires_after = _duration(expires_after, "expires_after")
         self.remind_after = _duration(remind_after, "remind_after")
+        self.escalate_after = _duration(escalate_after, "escalate_after")
+        if (escalate_after is None) != (escalate_to is None):
+            raise ValueError("escalate_after and escalate_to go together (after how long, to which approver list)")
+        self.escalate_to = escalate_to
         self.input_model = _input_model(fn)
         self._wants_ctx = len(inspect.signature(fn).parameters) >= 2
         self._spec: ToolSpec | None = None
@@ -206,6 +212,8 @@ def tool(
     notify: Notify | None = None,
     expires_after: timedelta | float | None = None,
     remind_after: timedelta | float | None = None,
+    escalate_after: timedelta | float | None = None,
+    escalate_to: str | None = None,
 ) -> Any:
     """Turn a function ``(args: Model, ctx: ToolContext)`` into a Tool. Sync functions work too.
 
@@ -213,7 +221,9 @@ def tool(
     direct message with a working copy of the card, "thread": a mention in the thread, "none"; by
     default a DM when the policy names approvers). ``remind_after`` (seconds or a timedelta): still
     open then, they are reminded once. ``expires_after``: unanswered then, the request resolves
-    "expired", the card says so, and the model is told nobody answered in time."""
+    "expired", the card says so, and the model is told nobody answered in time. ``escalate_after`` with
+    ``escalate_to`` (an approver list, e.g. "tool:refund_managers"): still open then, the people on that
+    list may answer too, and are told as approvers are."""
 
     def wrap(f: ToolFn) -> Tool:
         return Tool(
@@ -227,6 +237,8 @@ def tool(
             notify=notify,
             expires_after=expires_after,
             remind_after=remind_after,
+            escalate_after=escalate_after,
+            escalate_to=escalate_to,
         )
 
     return wrap(fn) if fn is not None else wrap

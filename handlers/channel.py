@@ -30,6 +30,7 @@ from bot.protocol import (
     ActionStarted,
     ApprovalCandidate,
     Event,
+    InputEscalated,
     InputRequested,
     InputResolved,
     MessageCompleted,
@@ -135,6 +136,9 @@ class SlackChannel:
             case "input.resolved":
                 assert isinstance(event, InputResolved)
                 await self._resolved(event, session)
+            case "input.escalated":
+                assert isinstance(event, InputEscalated)
+                await self._escalated(event, session)
             case "turn.waiting" | "turn.completed" | "turn.cancelled":
                 await self.status.clear(session)
                 if event.type == "turn.cancelled":
@@ -247,11 +251,25 @@ class SlackChannel:
             if card is None:
                 return
             approvers = [p.rsplit(":", 1)[-1] for p in record.approvals]
-            message = render_waiting(record.request, approvers, event.required)
+            message = render_waiting(record.request, approvers, event.required, record.escalated_to)
             client = await self.client_for(session.team_id)
             await self.pacing.updates.wait(session.team_id or "")
             await client.chat_update(channel=card["channel"], ts=card["ts"], text=message["text"],
                                      blocks=message["blocks"])
+
+    async def _escalated(self, event: InputEscalated, session: SessionRef) -> None:
+        """The card says who else may answer now (their buttons already work: ``bot.settle``)."""
+        record = await self.store.get_request(event.request_id)
+        card = await self._card(session, event.request_id)
+        if record.status != "open" or card is None:
+            return
+        required = record.request.responders.required if record.request.responders else 1
+        message = render_waiting(record.request, [p.rsplit(":", 1)[-1] for p in record.approvals], required,
+                                 record.escalated_to)
+        client = await self.client_for(session.team_id)
+        await self.pacing.updates.wait(session.team_id or "")
+        await client.chat_update(channel=card["channel"], ts=card["ts"], text=message["text"],
+                                 blocks=message["blocks"])
 
     async def _resolved(self, event: InputResolved, session: SessionRef) -> None:
         for resolution in event.resolutions:

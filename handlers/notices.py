@@ -10,7 +10,8 @@ When a request needs someone other than the person who asked, they hear of it wh
 - ``notify="none"``: nothing beyond the card.
 
 At the request's ``remind_at`` (``input.reminded``), the thread gets a reminder naming who may
-answer, and each approver told by DM gets it again by DM.
+answer, and each approver told by DM gets it again by DM. At its ``escalate_at``
+(``input.escalated``), the thread says who it was escalated to and each of them gets a working copy.
 
 Each message is claimed in Redis before it is sent (beside the session's card positions), so a
 repeat of an event never sends it twice; a send that failed after its claim is not repeated either
@@ -26,14 +27,24 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 
 from blocks.cards import render_waiting
-from blocks.notices import DIGEST_AFTER, approver_notice, notice_digest, reminder_message, thread_mention
+from blocks.notices import (
+    DIGEST_AFTER,
+    approver_notice,
+    escalation_message,
+    notice_digest,
+    notice_head,
+    reminder_message,
+    thread_mention,
+)
 from bot.protocol import (
     ApprovalCandidate,
     Event,
+    InputEscalated,
     InputReminded,
     InputRequest,
     InputRequested,
     InputResolved,
+    RequestRecord,
 )
 from bot.session import SessionRef
 from handlers.channel import ClientFor, settled_card, slack_failure
@@ -71,17 +82,19 @@ class ApproverNotices:
                 await self._requested(event, session)
             elif isinstance(event, InputReminded):
                 await self._reminded(event, session)
+            elif isinstance(event, InputEscalated):
+                await self._escalated(event, session)
             elif isinstance(event, ApprovalCandidate) and event.outcome == "pending" and event.approvals > 0:
                 record = await self.store.get_request(event.request_id)
                 approvals = [p.rsplit(":", 1)[-1] for p in record.approvals]
-                waiting = render_waiting(record.request, approvals, event.required)
-                await self._update_copies(session, record.request, waiting["blocks"], waiting["text"],
+                waiting = render_waiting(record.request, approvals, event.required, record.escalated_to)
+                await self._update_copies(session, record, waiting["blocks"], waiting["text"],
                                           approvals=approvals, required=event.required)
             elif isinstance(event, InputResolved):
                 for resolution in event.resolutions:
                     record = await self.store.get_request(resolution.request_id)
                     settled = settled_card(record, resolution, event.at)
-                    await self._update_copies(session, record.request, settled["blocks"], settled["text"])
+                    await self._update_copies(session, record, settled["blocks"], settled["text"])
         except SlackApiError as exc:
             failure = slack_failure(exc, f"a notice for {event.type}")
             if failure is None:  # a closed DM, a deactivated approver…: the card in the thread still stands
@@ -114,7 +127,7 @@ class ApproverNotices:
                 continue
             for req in reqs:
                 await self._post_once(session, f"dm:{req.request_id}:{user}", dm,
-                                      approver_notice(req, channel_id=channel_id, link=link))
+                                      approver_notice(req, channel_id=channel_id, link=link), link=link)
 
     async def _reminded(self, event: InputReminded, session: SessionRef) -> None:
         record = await self.store.get_request(event.request_id)
@@ -135,25 +148,44 @@ class ApproverNotices:
             await self._post_once(session, f"remind:{req.request_id}:{user}", await self._dm(session, user),
                                   reminder_message(req, now_waiting_s=waited, link=link))
 
+    async def _escalated(self, event: InputEscalated, session: SessionRef) -> None:
+        record = await self.store.get_request(event.request_id)
+        if record.status != "open":
+            return
+        req = record.request
+        people = [p.slack_user_id for p in event.people if p.slack_user_id]
+        waited = ((req.escalate_at or event.at) - req.created_at).total_seconds()
+        await self._post_once(session, f"escalate:{req.request_id}", session.channel["channel_id"],
+                              escalation_message(req, event.people, waited_s=waited),
+                              thread_ts=session.channel.get("thread_ts"))
+        link = await self._thread_link(session)
+        channel_id = session.channel.get("channel_id")
+        for user in people:
+            await self._post_once(session, f"dm:{req.request_id}:{user}", await self._dm(session, user),
+                                  approver_notice(req, channel_id=channel_id, link=link,
+                                                  escalated=record.escalated_to), link=link)
+
     # --- keeping copies current -------------------------------------------------------------------
 
-    async def _update_copies(self, session: SessionRef, req: InputRequest, card_blocks: list[dict], text: str,
+    async def _update_copies(self, session: SessionRef, record: RequestRecord, card_blocks: list[dict], text: str,
                              *, approvals: list[str] | None = None, required: int = 1) -> None:
+        req = record.request
         mode, people = notified(req)
-        if mode != "dm":
+        told = (people if mode == "dm" else []) + [p.slack_user_id for p in record.escalated_to if p.slack_user_id]
+        if not told:
             return
         client = await self.client_for(session.team_id)
-        for user in people:
+        for user in dict.fromkeys(told):
             raw = await self.store.channel_get(session.session_id, f"dm:{req.request_id}:{user}")
             if not raw or not raw.startswith("{"):
                 continue  # never sent (a digest, a failure)
             where = json.loads(raw)
-            if approvals is not None:  # still open: the copy keeps its header and its buttons
-                blocks = approver_notice(req, channel_id=session.channel.get("channel_id"), link=None,
-                                         approvals=approvals, required=required)["blocks"]
-                blocks[0] = where.get("head") or blocks[0]
+            channel_id, link = session.channel.get("channel_id"), where.get("link")
+            if approvals is not None:  # still open: the copy keeps its buttons and shows the approvals so far
+                blocks = approver_notice(req, channel_id=channel_id, link=link, approvals=approvals,
+                                         required=required, escalated=record.escalated_to)["blocks"]
             else:
-                blocks = card_blocks
+                blocks = [notice_head(req, channel_id=channel_id, link=link, settled=True), *card_blocks]
             await self.pacing.updates.wait(session.team_id or "")
             await client.chat_update(channel=where["channel"], ts=where["ts"], text=text, blocks=blocks)
 
@@ -178,7 +210,7 @@ class ApproverNotices:
             return None  # a notice without a link is still a notice
 
     async def _post_once(self, session: SessionRef, field: str, channel: str, message: dict[str, Any], *,
-                         thread_ts: str | None = None) -> None:
+                         thread_ts: str | None = None, link: str | None = None) -> None:
         if not await self.store.channel_claim(session.session_id, field, "claimed"):
             return  # sent before (or tried: one missed notice rather than two)
         client = await self.client_for(session.team_id)
@@ -190,6 +222,6 @@ class ApproverNotices:
             await self.store.channel_delete(session.session_id, field)  # Slack said no: nothing was sent
             raise
         kept: dict[str, Any] = {"channel": resp.get("channel", channel), "ts": resp["ts"]}
-        if message.get("blocks"):
-            kept["head"] = message["blocks"][0]  # a copy's header, kept when its card is updated
+        if link:
+            kept["link"] = link  # a copy's link to the thread, kept when its card is updated
         await self.store.channel_set(session.session_id, field, json.dumps(kept))

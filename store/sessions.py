@@ -40,6 +40,7 @@ from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
 from bot.outbox import OutboxPass
+from bot.principals import Principal
 from bot.protocol import (
     EVENT_ADAPTER,
     Event,
@@ -175,15 +176,16 @@ end
 return out
 """
 
-# Remind once: only an open request, only the first time; the event goes to the session's stream.
-# KEYS: request, events, seq; ARGV: event json, max stream length, retention ms → seq | 0
-_REMIND_ONCE = """
+# Mark an open request once (reminded, escalated) and append the event that says so; a request
+# answered meanwhile, or marked before, changes nothing. KEYS: request, events, seq;
+# ARGV: field, value, event json, max stream length, retention ms → seq | 0
+_MARK_ONCE = """
 if redis.call('HGET', KEYS[1], 'status') ~= 'open' then return 0 end
-if redis.call('HSETNX', KEYS[1], 'reminded', '1') == 0 then return 0 end
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
 local s = redis.call('INCR', KEYS[3])
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', 's', s, 'e', ARGV[1])
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
-redis.call('PEXPIRE', KEYS[3], ARGV[3])
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 's', s, 'e', ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[5])
+redis.call('PEXPIRE', KEYS[3], ARGV[5])
 return s
 """
 
@@ -279,7 +281,7 @@ class SessionStore:
         self._take = redis.register_script(replay_safe(_TAKE))
         self._release = redis.register_script(_RELEASE)
         self._timers_claim = redis.register_script(_TIMERS_CLAIM)
-        self._remind_once = redis.register_script(replay_safe(_REMIND_ONCE))
+        self._mark_once_script = redis.register_script(replay_safe(_MARK_ONCE))
         self._outbox_begin = redis.register_script(_OUTBOX_BEGIN)
         self._outbox_save = redis.register_script(_OUTBOX_SAVE)
         self._forget_if_unchanged = redis.register_script(_FORGET_IF_UNCHANGED)
@@ -478,7 +480,8 @@ class SessionStore:
         now = time.time()
         for r in requests:
             extra.append(("zadd", (self.pending_key(r.team_id), {r.request_id: now})))
-            for kind, due in (("expire", r.request.expires_at), ("remind", r.request.remind_at)):
+            for kind, due in (("expire", r.request.expires_at), ("remind", r.request.remind_at),
+                              ("escalate", r.request.escalate_at)):
                 if due is not None:
                     extra.append(("zadd", (TIMERS, {f"{kind}:{r.request_id}": int(due.timestamp() * 1000)})))
         first, *_ = await self._eval_pipelined(self._commit, keys, args, extra)
@@ -781,10 +784,19 @@ class SessionStore:
 
     async def remind_once(self, record: RequestRecord, event: Event) -> bool:
         """Append ``event`` (an ``input.reminded``) if the request is still open and was never reminded."""
+        return await self._mark_once(record, "reminded", "1", event)
+
+    async def escalate_once(self, record: RequestRecord, people: list[Principal], event: Event) -> bool:
+        """Let ``people`` answer too and append ``event`` (an ``input.escalated``), if the request is still
+        open and was never escalated."""
+        value = json.dumps([p.model_dump(mode="json") for p in people], separators=(",", ":"))
+        return await self._mark_once(record, "escalated_to", value, event)
+
+    async def _mark_once(self, record: RequestRecord, field: str, value: str, event: Event) -> bool:
         sid = record.session_id
         keys = [self.request_key(record.request_id), self.key(sid, "events"), self.key(sid, "seq")]
-        args = [event.model_dump_json(exclude_none=True), EVENTS_MAXLEN, self.retention_ms]
-        first, _ = await self._eval_pipelined(self._remind_once, keys, args,
+        args = [field, value, event.model_dump_json(exclude_none=True), EVENTS_MAXLEN, self.retention_ms]
+        first, _ = await self._eval_pipelined(self._mark_once_script, keys, args,
                                              [("zadd", (OUTBOX, {sid: _now_ms() + OUTBOX_GRACE_MS}))])
         return bool(first)
 
@@ -889,6 +901,7 @@ def _record_from_fields(fields: dict[bytes, bytes]) -> RequestRecord:
             "settled_at": f.get("settled_at") or None,
             "batch": json.loads(f.get("batch") or "[]"),
             "undeliverable": f.get("undeliverable") or None,
+            "escalated_to": json.loads(f.get("escalated_to") or "[]"),
         }
     )
 

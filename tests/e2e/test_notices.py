@@ -47,6 +47,14 @@ async def refund(args: Payment) -> dict:
     return {"refunded": args.vendor}
 
 
+@tool(approval=Approval(request=always(), response=approvers("tool:pay_vendor")),
+      escalate_after=8 * 3600, escalate_to="tool:finance_managers")
+async def pay_big(args: Payment) -> dict:
+    """Pay a large invoice (the finance managers step in when nobody answers)."""
+    RUNS.append(args.vendor)
+    return {"paid": args.vendor}
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = time.time()
@@ -88,6 +96,7 @@ async def test_each_approver_gets_a_working_copy_by_dm_and_every_copy_follows_th
             lambda dm=dm: next((m for m in local_slack.messages(dm, None) if "Approved" in str(m.blocks)), None))
         assert card_in(local_slack, None, dm) is None  # no buttons left anywhere
         assert f"<@{BOB}>" in str(settled.blocks)
+        assert f"<@{ALICE}> asked for your approval in <#{GENERAL}>" in str(settled.blocks)  # still says where
     assert card_in(local_slack, ts) is None
 
 
@@ -172,8 +181,40 @@ async def test_no_dm_for_the_requester_or_a_policy_without_names(local_slack, st
     assert local_slack.messages(local_slack.dm_channel(ALICE)) == []
 
 
+async def test_escalation_lets_the_managers_answer_tells_them_once_and_not_before(local_slack, start_app):
+    RUNS.clear()
+    bot = await start_app(_script("pay_big"), [pay_big])
+    clock = bot.runtime.settings.clock = Clock()
+    await _approvers(bot, BOB)
+    await governance(bot).policies.set_approvers(TEAM_ID, "tool:finance_managers", [DAVE], actor="test")
+    ts, card = await mention_and_wait_for_card(local_slack, "pay acme a lot")
+    approve = button(card, "Approve")
+    await local_slack.click(DAVE, GENERAL, card.ts, approve)  # not yet: dave is not an approver
+    refusal = await local_slack.wait_for(lambda: local_slack.ephemerals(DAVE))
+    assert f"Only <@{BOB}> can approve" in refusal[-1].text and RUNS == []
+
+    clock.now += 8 * 3600 + 1
+    second = await _replica(start_app, bot)
+    await bot.runtime.recover()
+    await second.runtime.recover()
+    line = await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Nobody answered in" in m.text)
+    assert f"Nobody answered in 8 h: escalated to <@{DAVE}>" in line.text
+    await local_slack.wait_for(lambda: "escalated to" in str(local_slack.message(GENERAL, card.ts).blocks))
+    dm = local_slack.dm_channel(DAVE)
+    copy = await local_slack.wait_for(lambda: card_in(local_slack, None, dm))
+    await bot.runtime.wait_idle()
+    await second.runtime.wait_idle()
+    assert sum("Nobody answered in" in m.text for m in local_slack.messages(GENERAL, ts)) == 1
+
+    await local_slack.click(DAVE, dm, copy.ts, button(copy, "Approve"))  # now dave's answer counts
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Done." in m.text)
+    assert RUNS == ["acme"]
+    assert card_in(local_slack, ts) is None and card_in(local_slack, None, dm) is None
+    assert card_in(local_slack, None, local_slack.dm_channel(BOB)) is None  # bob's copy followed too
+
+
 async def _replica(start_app, bot):
-    """A second replica on the same Redis, with the same clock."""
-    second = await start_app(ScriptedModel([]), list(bot.runtime.tools))
+    """A second replica on the same Redis, with the same clock and model (Slack now delivers to it)."""
+    second = await start_app(bot.runtime.model, list(bot.runtime.tools))
     second.runtime.settings.clock = bot.runtime.settings.clock
     return second
