@@ -306,16 +306,29 @@ def _hosts_note(hosts: list[str]) -> str:
     return f"\n_↳ links to {escape_mrkdwn(listed)}_"
 
 
-def _field_text(key: Any, value: Any) -> str:
+CURRENCY_SIGNS = {"USD": "$", "EUR": "€", "GBP": "£", "JPY": "¥"}
+
+
+def money_text(value: float | int, currency: str) -> str:
+    """$1,234.50 · -€40.00 · 1,200.00 CHF (a sign where one is common, else the code after)."""
+    sign = CURRENCY_SIGNS.get(currency)
+    amount = f"{abs(value):,.2f}"
+    shown = f"{sign}{amount}" if sign else f"{amount} {currency}"
+    return f"-{shown}" if value < 0 else shown
+
+
+def _field_text(key: Any, value: Any, shown_as: str | None = None) -> str:
     name = truncate_mrkdwn(literal_mrkdwn(one_line(str(key))), FIELD_NAME_CHARS) or "_(no name)_"
     head = f"*{name}*\n"
+    if shown_as and shown_as.startswith("money:") and isinstance(value, int | float) and not isinstance(value, bool):
+        return head + escape_mrkdwn(money_text(value, shown_as.removeprefix("money:")))
     return head + _value_text(value, FIELD_TEXT - len(head))
 
 
-def _field_texts(tool_input: dict[str, Any] | None, max_fields: int) -> list[str]:
+def _field_texts(tool_input: dict[str, Any] | None, max_fields: int, shown_as: dict[str, str] | None = None) -> list[str]:
     items = list((tool_input or {}).items())
     shown = items if len(items) <= max_fields else items[: max_fields - 1]
-    texts = [_field_text(key, value) for key, value in shown]
+    texts = [_field_text(key, value, (shown_as or {}).get(str(key))) for key, value in shown]
     if len(shown) < len(items):
         texts.append(f"*{ELLIPSIS}*\n_{len(items) - len(shown)} more fields not shown_")
     return texts
@@ -493,7 +506,7 @@ def card_blocks(
     rid = req.request_id
     blocks: list[Block] = [_section(rid, f"{tag}title", _title_text(req, prompt_limit, pending=pending))]
     if req.kind == "tool-approval" and req.action is not None:
-        fields = _field_texts(req.action.input, max_fields)
+        fields = _field_texts(req.action.input, max_fields, req.action.shown_as)
         for n, start in enumerate(range(0, len(fields), SECTION_FIELDS)):
             chunk = fields[start : start + SECTION_FIELDS]
             blocks.append(

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from bot.approval import Approval, always, never, once
 from bot.governance import approvers, four_eyes
-from bot.tools import ToolContext, tool
+from bot.tools import ToolContext, money, tool
 
 CUSTOMERS = {
     "acme": {"customer": "Acme Corp", "plan": "Business", "seats": 42, "last_charge": {"id": "ch_1001", "amount": 420.0}},
@@ -40,7 +40,7 @@ async def lookup_customer(args: CustomerQuery, ctx: ToolContext) -> dict:
 
 class Refund(BaseModel):
     charge_id: str = Field(description="The charge to refund, e.g. ch_1001")
-    amount: float = Field(gt=0, description="Amount in dollars")
+    amount: float = money("USD", gt=0, description="Amount in dollars")
     reason: str = Field(default="requested by customer", max_length=500)
 
 

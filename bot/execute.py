@@ -155,7 +155,7 @@ class Executor:
             request_id=new_request_id(state.ref.session_id),
             kind="tool-approval",
             prompt=_what_it_does(tool),
-            action=ActionRef(call_id=call.call_id, tool_name=tool.name, input=as_dict(args)),
+            action=ActionRef(call_id=call.call_id, tool_name=tool.name, input=as_dict(args), shown_as=tool.shown_as),
             options=approval_options(),
             display="confirmation",
             principal=turn.owner,

@@ -51,6 +51,7 @@ class ActionRef(Contract):
     call_id: str
     tool_name: str
     input: dict[str, Any] | None = None
+    shown_as: dict[str, str] = Field(default_factory=dict)  # input field → how cards show it ("money:USD")
 
 
 class Responders(Contract):

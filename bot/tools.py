@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any, Literal, get_type_hints
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from bot.approval import Approval, RequestPolicy, as_approval
 from bot.models.base import ToolSpec
@@ -94,6 +94,30 @@ class ToolContext:
 
 
 ToolFn = Callable[..., Any]
+
+
+class ShownAs:
+    """How cards show a field (``money``); carried where pydantic calls it to adjust the field's JSON
+    schema, which it leaves as it is: the model sees a plain number."""
+
+    def __init__(self, how: str) -> None:
+        self.how = how
+
+    def __call__(self, schema: dict[str, Any]) -> None:
+        return None
+
+
+def money(currency: str = "USD", **field: Any) -> Any:
+    """A pydantic ``Field`` for an amount of money: cards show it as money ("$1,234.50"), the tool
+    gets the number. ``field`` goes to ``Field`` (``gt=0``, ``description=``…)."""
+    return Field(json_schema_extra=ShownAs(f"money:{currency.upper()}"), **field)
+
+
+def _shown_as(model: type[BaseModel] | None) -> dict[str, str]:
+    if model is None:  # a tool taking free-form arguments
+        return {}
+    return {name: info.json_schema_extra.how for name, info in model.model_fields.items()
+            if isinstance(info.json_schema_extra, ShownAs)}
 Notify = Literal["dm", "thread", "none"]
 
 
@@ -131,6 +155,7 @@ class Tool:
             raise ValueError("escalate_after and escalate_to go together (after how long, to which approver list)")
         self.escalate_to = escalate_to
         self.input_model = _input_model(fn)
+        self.shown_as = _shown_as(self.input_model)
         self._wants_ctx = len(inspect.signature(fn).parameters) >= 2
         self._spec: ToolSpec | None = None
 

@@ -584,3 +584,19 @@ def test_a_card_never_says_the_tool_twice_and_a_settled_one_no_longer_asks():
     assert render_request(described)[0]["text"]["text"] == "*Approval needed:* `refund_charge`\nRefund a charge."
     settled = render_settled(described, outcome_label="Approved", decided_by="U0BOB")
     assert settled["blocks"][0]["text"]["text"].startswith("*Approval for* `refund_charge`")
+
+
+def test_money_fields_read_as_money_and_everything_else_as_the_tool_gets_it() -> None:
+    req = approval(tool_input={"amount": 1234.5, "fee": -40, "charge_id": "ch_1", "count": 3})
+    req.action.shown_as = {"amount": "money:USD", "fee": "money:EUR", "charge_id": "money:USD"}
+    fields = [f["text"] for b in render_request(req) for f in b.get("fields", [])]
+    assert "*amount*\n$1,234.50" in fields and "*fee*\n-€40.00" in fields
+    assert "*charge_id*\nch_1" in fields and "*count*\n3" in fields  # a string is never shown as money
+
+
+def test_a_money_field_stays_a_plain_number_for_the_model() -> None:
+    from bot.demo_tools import refund_charge
+
+    assert refund_charge.shown_as == {"amount": "money:USD"}
+    schema = refund_charge.spec().parameters["properties"]["amount"]
+    assert schema["type"] == "number" and "shown" not in json.dumps(schema)
