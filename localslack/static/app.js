@@ -41,10 +41,13 @@
   async function refresh() {
     if (ui.refreshing) { ui.again = true; return; }
     ui.refreshing = true;
+    const asked = ui.me;
     try {
-      const response = await fetch(`/ui/state?user=${encodeURIComponent(ui.me)}`, { cache: "no-store" });
+      const response = await fetch(`/ui/state?user=${encodeURIComponent(asked)}`, { cache: "no-store" });
       const data = await response.json();
-      if (!data.ok) {
+      if (ui.me !== asked) {
+        ui.again = true;  // the viewer switched person meanwhile: this answer is for someone else
+      } else if (!data.ok) {
         ui.me = "U0ALICE";
         localStorage.removeItem("localslack.as");
         showBanner(data.error || "Unknown user");
