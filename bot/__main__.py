@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         if command == "reset-local":
             return _reset_local(settings)
         if command == "audit":
-            from bot.audit_cli import audit_command
+            from store.audit_cli import audit_command
 
             return asyncio.run(audit_command(settings, args))
     except ConfigError as exc:

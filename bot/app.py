@@ -280,6 +280,10 @@ def _wire_governance(deps: SlackDeps, redis: RedisHandle, client_for: Any, regis
     except ImportError:
         return
     deps.governance = Governance.create(deps, redis.client, client_for, registry, workspaces)
+    if deps.settings.local_mode:  # the local workspace's finance approver (bob) approves the demo's refunds
+        from localslack.seed import BOB, TEAM_ID
+
+        deps.runtime.spawn(deps.governance.seed_demo(TEAM_ID, BOB), what="seed the demo approver list")
     # open App Homes follow requests as they appear and settle
     deps.runtime.channel = FanoutChannel(deps.runtime.channel, HomeRefresh(deps.governance))
 

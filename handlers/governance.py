@@ -152,24 +152,18 @@ class Governance(StorePolicySource):
                   client_for, registry, redis)
         gov.workspaces = workspaces
         use_policy_source(gov)
-        if deps.settings.local_mode:
-            from localslack.seed import TEAM_ID
-
-            deps.runtime.spawn(gov.seed_demo(TEAM_ID), what="seed the demo approver list")
         return gov
 
     # --- approver lists ---------------------------------------------------------------------
 
-    async def seed_demo(self, team_id: str) -> None:
-        """Offline demo: bob (finance) approves refunds, unless the workspace's policy was ever edited."""
-        from localslack.seed import BOB
-
+    async def seed_demo(self, team_id: str, refund_approver: str) -> None:
+        """Offline demo: ``refund_approver`` approves refunds, unless the workspace's policy was ever edited."""
         if self.registry.get("refund_charge") is None:
             return
         policy = await self.policies.get(team_id)
         if policy.version == 0 and not policy.tools:
             await self.policies.set_approvers(
-                team_id, tool_resource("refund_charge"), [BOB], actor=APP_PRINCIPAL.principal_id
+                team_id, tool_resource("refund_charge"), [refund_approver], actor=APP_PRINCIPAL.principal_id
             )
 
     def editable_tools(self) -> list[Tool]:

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from bot.audit_cli import audit_command
 from bot.config import Settings
 from store.audit import AuditEntry, AuditLog
+from store.audit_cli import audit_command
 
 TEAM = "T0AUDIT"
 
