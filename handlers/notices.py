@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
@@ -36,6 +37,7 @@ from blocks.notices import (
     reminder_message,
     thread_mention,
 )
+from bot.ports import RetryLater
 from bot.protocol import (
     ApprovalCandidate,
     Event,
@@ -64,6 +66,13 @@ def notified(req: InputRequest) -> tuple[str, list[str]]:
         people = [p.slack_user_id for p in r.people if p.slack_user_id and p.slack_user_id != asker]
     mode = req.notify or ("dm" if people else "none")
     return (mode, people) if people else ("none", [])
+
+
+@dataclass(frozen=True)
+class DirectMessage:
+    """Where a notice goes when it goes to a person: their DM with the app (opened when first needed)."""
+
+    user: str
 
 
 class ApproverNotices:
@@ -120,7 +129,7 @@ class ApproverNotices:
         link = await self._thread_link(session)
         channel_id = session.channel.get("channel_id")
         for user, reqs in by_person.items():
-            dm = await self._dm(session, user)
+            dm = DirectMessage(user)
             if len(reqs) > DIGEST_AFTER:
                 await self._post_once(session, f"digest:{event.seq}:{user}", dm,
                                       notice_digest(reqs, channel_id=channel_id, link=link))
@@ -145,7 +154,7 @@ class ApproverNotices:
         if mode != "dm":
             return
         for user in people:
-            await self._post_once(session, f"remind:{req.request_id}:{user}", await self._dm(session, user),
+            await self._post_once(session, f"remind:{req.request_id}:{user}", DirectMessage(user),
                                   reminder_message(req, now_waiting_s=waited, link=link))
 
     async def _escalated(self, event: InputEscalated, session: SessionRef) -> None:
@@ -161,7 +170,7 @@ class ApproverNotices:
         link = await self._thread_link(session)
         channel_id = session.channel.get("channel_id")
         for user in people:
-            await self._post_once(session, f"dm:{req.request_id}:{user}", await self._dm(session, user),
+            await self._post_once(session, f"dm:{req.request_id}:{user}", DirectMessage(user),
                                   approver_notice(req, channel_id=channel_id, link=link,
                                                   escalated=record.escalated_to), link=link)
 
@@ -209,17 +218,19 @@ class ApproverNotices:
         except SlackApiError:
             return None  # a notice without a link is still a notice
 
-    async def _post_once(self, session: SessionRef, field: str, channel: str, message: dict[str, Any], *,
+    async def _post_once(self, session: SessionRef, field: str, to: str | DirectMessage, message: dict[str, Any], *,
                          thread_ts: str | None = None, link: str | None = None) -> None:
         if not await self.store.channel_claim(session.session_id, field, "claimed"):
             return  # sent before (or tried: one missed notice rather than two)
         client = await self.client_for(session.team_id)
-        await self.pacing.posts.wait(channel)
         try:
+            # a DM is opened only for a message not sent before
+            channel = await self._dm(session, to.user) if isinstance(to, DirectMessage) else to
+            await self.pacing.posts.wait(channel)
             resp = await client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=message["text"],
                                                  blocks=message.get("blocks"))
-        except SlackApiError:
-            await self.store.channel_delete(session.session_id, field)  # Slack said no: nothing was sent
+        except (SlackApiError, RetryLater):  # Slack said no, or not yet (pacing): nothing was sent
+            await self.store.channel_delete(session.session_id, field)
             raise
         kept: dict[str, Any] = {"channel": resp.get("channel", channel), "ts": resp["ts"]}
         if link:

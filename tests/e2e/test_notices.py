@@ -14,6 +14,7 @@ from bot.approval import Approval, always
 from bot.governance import approvers
 from bot.models.scripted import ScriptedModel, call, say
 from bot.tools import ToolContext, tool
+from handlers.pacing import Pacer
 from localslack.seed import ALICE, BOB, CAROL, DAVE, GENERAL, TEAM_ID
 from tests.e2e.test_approval_flow import button, card_in, mention_and_wait_for_card
 from tests.e2e.test_governance import audit_entries, governance
@@ -218,3 +219,18 @@ async def _replica(start_app, bot):
     second = await start_app(bot.runtime.model, list(bot.runtime.tools))
     second.runtime.settings.clock = bot.runtime.settings.clock
     return second
+
+
+async def test_a_notice_held_back_by_pacing_is_sent_later_not_lost(local_slack, start_app):
+    # Slack's pace for bob's DM says "not for 2.3 s": the outbox is told to come back, and the notice's
+    # claim must not stay behind (a claim means "sent or being sent": it would never be sent)
+    bot = await start_app(_script("pay_vendor"), [pay_vendor], recovery_interval=0.2)
+    await _approvers(bot, BOB)
+    notices = bot.runtime.outbox.consumers["notify"]
+    notices.pacing.posts = Pacer(interval_s=2.3, burst=1)
+    notices.pacing.posts.reserve(local_slack.dm_channel(BOB))  # a post to bob just went out
+    ts, _ = await mention_and_wait_for_card(local_slack, "pay acme")
+    dm = local_slack.dm_channel(BOB)
+    assert card_in(local_slack, None, dm) is None
+    copy = await local_slack.wait_for(lambda: card_in(local_slack, None, dm), timeout_s=8)
+    assert "needs your approval" in str(copy.blocks)
