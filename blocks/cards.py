@@ -244,6 +244,27 @@ def expired_label(req: InputRequest) -> str:
     return f"Expired after {duration_text(req.expires_at - req.created_at)} — nobody answered"
 
 
+def schedule_text(req: InputRequest, *, now: datetime, escalated: bool = False) -> str:
+    """What is due when, e.g. "Reminder <date> · escalates to the `finance_managers` list <date> ·
+    expires <date>" (past steps in the past tense); "" when the request has no deadlines."""
+    parts: list[str] = []
+    if req.remind_at is not None:
+        parts.append(("reminded " if req.remind_at <= now else "reminder ") + slack_date(req.remind_at))
+    if req.escalate_at is not None and req.escalate_to:
+        done = escalated or req.escalate_at <= now
+        parts.append(f"{'escalated' if done else 'escalates'} to the {list_name(req.escalate_to)} list "
+                     + slack_date(req.escalate_at))
+    if req.expires_at is not None:
+        parts.append("expires " + slack_date(req.expires_at))
+    text = " · ".join(parts)
+    return text[:1].upper() + text[1:]
+
+
+def list_name(resource: str) -> str:
+    """An approver list as people read it: `refund_charge` for "tool:refund_charge"."""
+    return inline_code(resource.partition(":")[2] or resource)
+
+
 def duration_text(delta: timedelta) -> str:
     """A short human duration: 45 s, 20 min, 3 h, 2 h 30 min, 2 days."""
     seconds = max(int(delta.total_seconds()), 0)
@@ -497,11 +518,13 @@ def card_blocks(
     max_fields: int = CARD_MAX_FIELDS,
     pending: bool | None = None,
     escalated: Sequence[Principal] = (),
+    now: datetime | None = None,
 ) -> list[Block]:
     """The card as slack_sdk blocks. ``tag`` prefixes block-id kinds so each iteration of a card
     (pending, waiting, settled, App Home) has its own block ids. ``pending`` (default: ``interactive``):
     still open, so it says who may answer and when it expires, even where this viewer has no buttons.
-    ``escalated``: the people it was escalated to, who may answer too."""
+    ``escalated``: the people it was escalated to, who may answer too. ``now`` (App Home): a line of
+    what is due when — reminder, escalation, expiry — instead of the expiry alone."""
     pending = interactive if pending is None else pending
     rid = req.request_id
     blocks: list[Block] = [_section(rid, f"{tag}title", _title_text(req, prompt_limit, pending=pending))]
@@ -520,10 +543,12 @@ def card_blocks(
         who += f" · {answerers}"
     if pending and escalated:
         who += f" · escalated to {_people(escalated, 'and')}"
-    if req.expires_at is not None and pending:
+    if req.expires_at is not None and pending and now is None:
         who += f" · expires {slack_date(req.expires_at)}"
     if req.kind != "session-limit":
         blocks.append(_context(rid, f"{tag}who", who))
+    if pending and now is not None and (due := schedule_text(req, now=now, escalated=bool(escalated))):
+        blocks.append(_context(rid, f"{tag}due", due))
     if required > 1 or approvals:
         blocks.append(_context(rid, f"{tag}votes", progress_text(approvals, required)))
     if interactive:

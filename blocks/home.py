@@ -8,6 +8,7 @@ the cards in threads, so one handler serves both.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from pydantic import BaseModel, Field
 from slack_sdk.models.blocks import (
@@ -23,7 +24,7 @@ from slack_sdk.models.blocks import (
 from slack_sdk.models.views import View
 
 from blocks import actions as ids
-from blocks.cards import card_blocks, inline_code, user_mention
+from blocks.cards import card_blocks, inline_code, schedule_text, user_mention
 from blocks.limits import (
     ELLIPSIS,
     HEADER_TEXT,
@@ -36,6 +37,7 @@ from blocks.limits import (
     plain,
     truncate,
 )
+from bot.principals import Principal
 from bot.protocol import InputRequest
 
 EMPTY_WAITING = "Nothing is waiting on you. Requests you can approve will appear here."
@@ -60,6 +62,7 @@ class HomeRequest(BaseModel):
     permalink: str | None = None  # link to the card's thread
     requester_name: str | None = None
     undeliverable: str | None = None  # why its card is not in the channel (the channel is gone): answer here
+    escalated: list[Principal] = Field(default_factory=list)  # who it was escalated to (may answer too)
 
 
 class ToolPolicyView(BaseModel):
@@ -119,7 +122,7 @@ def _divider(key: str) -> DividerBlock:
     return DividerBlock(block_id=f"home:{key}:0")
 
 
-def _requested_row(item: HomeRequest, n: int) -> SectionBlock:
+def _requested_row(item: HomeRequest, n: int, now: datetime | None) -> SectionBlock:
     req = item.request
     prompt = escape_mrkdwn(truncate(one_line(req.prompt), 200))
     if req.kind == "tool-approval":
@@ -140,6 +143,8 @@ def _requested_row(item: HomeRequest, n: int) -> SectionBlock:
             item.permalink.replace("&", "&amp;").replace("<", "%3C").replace(">", "%3E").replace("|", "%7C")
         )
         status += f" · <{link}|Open thread>"
+    if now is not None and (due := schedule_text(req, now=now, escalated=bool(item.escalated))):
+        status += "\n" + due
     if item.undeliverable:
         status += "\n" + undelivered_text(item.undeliverable, can_settle=False)
     return SectionBlock(
@@ -168,12 +173,12 @@ def _tool_row(policy: ToolPolicyView, n: int) -> SectionBlock:
     )
 
 
-def _requested_blocks(requested_by_you: Sequence[HomeRequest]) -> list[Block]:
+def _requested_blocks(requested_by_you: Sequence[HomeRequest], now: datetime | None) -> list[Block]:
     blocks: list[Block] = [_divider("div-requested"), _header("requested", "Requested by you")]
     if not requested_by_you:
         return [*blocks, _note("requested-empty", EMPTY_REQUESTED)]
     shown = requested_by_you[:HOME_MAX_REQUESTED]
-    blocks.extend(_requested_row(item, n) for n, item in enumerate(shown))
+    blocks.extend(_requested_row(item, n, now) for n, item in enumerate(shown))
     if len(shown) < len(requested_by_you):
         blocks.append(
             _note(
@@ -204,10 +209,12 @@ def _admin_blocks(tool_policies: Sequence[ToolPolicyView] | None) -> list[Block]
     return blocks
 
 
-def _waiting_card(item: HomeRequest) -> list[Block]:
+def _waiting_card(item: HomeRequest, now: datetime | None) -> list[Block]:
     blocks = card_blocks(
         item.request,
         tag="hw-",
+        now=now,
+        escalated=item.escalated,
         interactive=item.can_settle,
         pending=True,
         requester_name=item.requester_name,
@@ -240,13 +247,13 @@ def undelivered_text(reason: str, can_settle: bool) -> str:
     return f":warning: Its card couldn't be posted in the conversation ({why}). {where}"
 
 
-def _waiting_blocks(waiting_on_you: Sequence[HomeRequest], budget: int) -> list[Block]:
+def _waiting_blocks(waiting_on_you: Sequence[HomeRequest], budget: int, now: datetime | None) -> list[Block]:
     blocks: list[Block] = [_header("waiting", "Waiting on you")]
     if not waiting_on_you:
         return [*blocks, _section("waiting-empty", EMPTY_WAITING)]
     shown = 0
     for item in waiting_on_you:
-        card = _waiting_card(item)
+        card = _waiting_card(item, now)
         separator = [_divider(f"div-w{shown}")] if shown else []
         # keep one block free for the "more" note unless this is the last request
         reserve = 0 if shown + 1 == len(waiting_on_you) else 1
@@ -270,14 +277,17 @@ def home_view(
     waiting_on_you: Sequence[HomeRequest],
     requested_by_you: Sequence[HomeRequest],
     tool_policies: Sequence[ToolPolicyView] | None,
+    *,
+    now: datetime | None = None,
 ) -> dict:
-    """The App Home tab for ``user_id``. ``tool_policies`` None means the viewer is not an admin."""
+    """The App Home tab for ``user_id``. ``tool_policies`` None means the viewer is not an admin.
+    ``now``: each open request also says what is due when (reminder, escalation, expiry)."""
     intro = _note(
         "intro", f"Hi {user_mention(user_id)} — approvals and questions from the agent, in one place."
     )
-    later = _requested_blocks(requested_by_you) + _admin_blocks(tool_policies)
+    later = _requested_blocks(requested_by_you, now) + _admin_blocks(tool_policies)
     budget = VIEW_BLOCKS - 1 - len(later)
-    blocks = [intro, *_waiting_blocks(waiting_on_you, budget), *later]
+    blocks = [intro, *_waiting_blocks(waiting_on_you, budget, now), *later]
     return View(type="home", blocks=blocks).to_dict()
 
 

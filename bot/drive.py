@@ -452,8 +452,8 @@ def _apply_resolutions(step: StepState, records: dict[str, RequestRecord]) -> No
                 call.asks.append(Answer(status="answered", option_id=record.response.option_id,
                                         text=record.response.text, responder=record.responder))
                 call.status = "ready"
-            elif record.outcome == "ignored":
-                call.asks.append(Answer(status="interrupted"))
+            elif record.outcome in ("ignored", "expired"):  # the tool goes on without an answer
+                call.asks.append(Answer(status="interrupted" if record.outcome == "ignored" else "expired"))
                 call.status = "ready"
             else:
                 call.status = "done"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from bot.approval import (
@@ -185,6 +185,9 @@ class Executor:
             session_id=state.ref.session_id,
             turn_id=turn.turn_id,
         )
+        if ask.get("timeout_s"):  # ctx.ask(timeout=…): unanswered by then, the ask returns "expired"
+            req.created_at = datetime.fromtimestamp(self.p.settings.clock(), UTC)
+            req.expires_at = req.created_at + timedelta(seconds=ask["timeout_s"])
         call.ask_request_id = req.request_id
         call.result = None
         return make_record(state, req)

@@ -126,7 +126,7 @@ class Resolution(Contract):
 class Answer(Contract):
     """What ``ctx.ask()`` returns inside a tool."""
 
-    status: Literal["answered", "interrupted", "unavailable"]
+    status: Literal["answered", "interrupted", "unavailable", "expired"]  # expired: nobody answered in time
     option_id: str | None = None
     text: str | None = None
     responder: Principal | None = None

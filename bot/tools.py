@@ -36,6 +36,7 @@ class AskRequest(BaseModel):
     prompt: str
     options: list[InputOption] = []
     allow_free_text: bool = True
+    timeout_s: float | None = None  # unanswered this long, the ask returns ``Answer(status="expired")``
 
 
 class AskParked(BaseException):  # noqa: N818 - control flow, not an error
@@ -79,8 +80,16 @@ class ToolContext:
         return self.session.team_id
 
     async def ask(
-        self, prompt: str, options: list[str] | list[InputOption] | None = None, allow_free_text: bool = True
+        self,
+        prompt: str,
+        options: list[str] | list[InputOption] | None = None,
+        allow_free_text: bool = True,
+        *,
+        timeout: timedelta | float | None = None,  # noqa: ASYNC109 - a durable deadline, not an await bound
     ) -> Answer:
+        """Ask the person and return their answer (durable: see the module's docstring). With
+        ``timeout`` (seconds or a timedelta), nobody answering by then returns
+        ``Answer(status="expired")`` — fired by a timer in Redis, in any replica, after restarts."""
         index = self._asked
         self._asked += 1
         if index < len(self._answers):
@@ -89,7 +98,9 @@ class ToolContext:
             return Answer(status="unavailable")
         opts = [o if isinstance(o, InputOption) else InputOption(id=o, label=o) for o in options or []]
         if self.parked is None:
-            self.parked = AskRequest(index=index, prompt=prompt, options=opts, allow_free_text=allow_free_text)
+            limit = _duration(timeout, "timeout")
+            self.parked = AskRequest(index=index, prompt=prompt, options=opts, allow_free_text=allow_free_text,
+                                     timeout_s=limit.total_seconds() if limit else None)
         raise AskParked(self.parked)
 
 

@@ -21,6 +21,7 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
@@ -178,7 +179,8 @@ async def build_home(gov: Governance, team: str, user_id: str) -> dict:
         _requested_by(gov, records, viewer),
         gov.tool_policies(team) if is_admin else _none(),
     )
-    return home_view(user_id, waiting, requested, policies)
+    now = datetime.fromtimestamp(gov.deps.runtime.settings.clock(), UTC)
+    return home_view(user_id, waiting, requested, policies, now=now)
 
 
 async def _none() -> None:
@@ -203,7 +205,7 @@ async def _waiting_on(gov: Governance, records: list[RequestRecord], viewer: Pri
                 continue  # they already gave their approval; it waits on others now
             approvals = [p.rsplit(":", 1)[-1] for p in record.approvals]
         items.append(HomeRequest(request=record.request, approvals=approvals, required=decision.required,
-                                 undeliverable=record.undeliverable))
+                                 undeliverable=record.undeliverable, escalated=record.escalated_to))
     return items
 
 
@@ -234,6 +236,7 @@ async def _requested_by(gov: Governance, records: list[RequestRecord], viewer: P
                 waiting_for=waiting_for,
                 permalink=await _permalink(gov, record) if n < MAX_PERMALINKS else None,
                 undeliverable=record.undeliverable,
+                escalated=record.escalated_to,
             )
         )
     return items

@@ -600,3 +600,20 @@ def test_a_money_field_stays_a_plain_number_for_the_model() -> None:
     assert refund_charge.shown_as == {"amount": "money:USD"}
     schema = refund_charge.spec().parameters["properties"]["amount"]
     assert schema["type"] == "number" and "shown" not in json.dumps(schema)
+
+
+def test_schedule_text_names_each_deadline_and_puts_past_ones_in_the_past_tense():
+    from blocks.cards import schedule_text
+
+    start = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+    req = question(labels=["A", "B"]).model_copy(update={
+        "created_at": start, "remind_at": start + timedelta(hours=1), "escalate_at": start + timedelta(hours=8),
+        "escalate_to": "tool:finance_managers", "expires_at": start + timedelta(days=1)})
+    ts = {k: int(getattr(req, k).timestamp()) for k in ("remind_at", "escalate_at", "expires_at")}
+    before = schedule_text(req, now=start)
+    assert before.startswith(f"Reminder <!date^{ts['remind_at']}^")
+    assert f"escalates to the `finance_managers` list <!date^{ts['escalate_at']}^" in before
+    assert f"expires <!date^{ts['expires_at']}^" in before
+    later = schedule_text(req, now=start + timedelta(hours=9))
+    assert later.startswith("Reminded ") and "escalated to the `finance_managers` list" in later
+    assert schedule_text(question(labels=["A", "B"]), now=start) == ""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
@@ -9,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 from bot.protocol import InputOption
 from bot.tools import ToolContext, tool
 
+MAX_TIMEOUT_MINUTES = 7 * 24 * 60
 Label = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=80)]
 
 
@@ -33,6 +35,11 @@ class Question(BaseModel):
     options: list[QuestionOption] | None = Field(
         default=None, description="2 or 3 choices; omit for an open question. People may always type their own."
     )
+    timeout_minutes: int | None = Field(
+        default=None, ge=1, le=MAX_TIMEOUT_MINUTES,
+        description="Only if the answer is useless after a while: stop waiting after this many minutes "
+                    "(at most a week) and carry on without it.",
+    )
 
     @field_validator("options")
     @classmethod
@@ -53,9 +60,12 @@ async def ask_question(args: Question, ctx: ToolContext) -> dict[str, Any]:
     fact only they have. Offer 2-3 short options when the answer is a choice; they can always
     type their own answer instead."""
     options = [InputOption(id=o.label, label=o.label, description=o.description) for o in args.options or []]
-    answer = await ctx.ask(args.question, options=options, allow_free_text=True)
+    timeout = timedelta(minutes=args.timeout_minutes) if args.timeout_minutes else None
+    answer = await ctx.ask(args.question, options=options, allow_free_text=True, timeout=timeout)
     if answer.status == "interrupted":
         return {"interrupted": True}
+    if answer.status == "expired":
+        return {"status": "expired", "message": f"Nobody answered within {args.timeout_minutes} minutes."}
     if answer.status == "unavailable":
         return {"status": "unavailable"}
     return {"status": "answered", "answer": answer.value}

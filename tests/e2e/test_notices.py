@@ -234,3 +234,71 @@ async def test_a_notice_held_back_by_pacing_is_sent_later_not_lost(local_slack, 
     assert card_in(local_slack, None, dm) is None
     copy = await local_slack.wait_for(lambda: card_in(local_slack, None, dm), timeout_s=8)
     assert "needs your approval" in str(copy.blocks)
+
+
+async def test_a_question_with_a_timeout_expires_once_its_card_says_so_and_the_model_carries_on(local_slack, start_app):
+    """``ask_question(timeout_minutes=30)``: nobody answers, the timer fires (in either replica), the
+    card says how long it waited, and the model hears that nobody answered — once."""
+    from bot.builtin import ask_question
+
+    def after(messages, tools):
+        last = str(messages[-1])
+        return say("Nobody picked, so I used the default." if '"expired"' in last else f"Got: {last}")
+
+    model = ScriptedModel([call("ask_question", question="Which region?", timeout_minutes=30,
+                                options=[{"label": "EU"}, {"label": "US"}]), after])
+    bot = await start_app(model, [ask_question])
+    clock = bot.runtime.settings.clock = Clock()
+    ts, card = await mention_and_wait_for_card(local_slack, "deploy somewhere")
+    assert "Which region?" in str(card.blocks) and "expires" in str(card.blocks)
+    clock.now += 29 * 60
+    await bot.runtime.recover()
+    assert card_in(local_slack, ts) is not None  # not yet
+    clock.now += 60 + 1
+    second = await _replica(start_app, bot)
+    await bot.runtime.recover()
+    await second.runtime.recover()
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Nobody picked" in m.text)
+    settled = next(m for m in local_slack.messages(GENERAL, ts) if m.ts == card.ts)
+    assert "Expired after 30 min — nobody answered" in str(settled.blocks)
+    await bot.runtime.recover()
+    await bot.runtime.wait_idle()
+    assert sum("Nobody picked" in m.text for m in local_slack.messages(GENERAL, ts)) == 1
+
+
+async def test_app_home_says_what_is_due_when_and_follows_the_clock(local_slack, start_app):
+    """The approver's and the requester's App Home show the reminder, the escalation and the expiry;
+    once the escalation time has passed they say it happened."""
+    from tests.e2e.test_governance import open_home
+
+    RUNS.clear()
+
+    @tool(approval=Approval(request=always(), response=approvers("tool:pay_vendor")), remind_after=3600,
+          escalate_after=8 * 3600, escalate_to="tool:finance_managers", expires_after=24 * 3600)
+    async def pay_late(args: Payment) -> dict:
+        """Pay a late invoice."""
+        return {"paid": args.vendor}
+
+    bot = await start_app(_script("pay_late"), [pay_late])
+    clock = bot.runtime.settings.clock = Clock()
+    await _approvers(bot, BOB)
+    await governance(bot).policies.set_approvers(TEAM_ID, "tool:finance_managers", [DAVE], actor="test")
+    await mention_and_wait_for_card(local_slack, "pay acme late")
+    [record] = await bot.runtime.store.pending_for_team(TEAM_ID)
+    req = record.request
+
+    def stamp(at) -> str:
+        return f"<!date^{int(at.timestamp())}^"
+
+    bob = str((await open_home(local_slack, BOB)).blocks)
+    assert f"Reminder {stamp(req.remind_at)}" in bob
+    assert f"escalates to the `finance_managers` list {stamp(req.escalate_at)}" in bob
+    assert f"expires {stamp(req.expires_at)}" in bob
+    alice = str((await open_home(local_slack, ALICE)).blocks)  # the requester sees the same
+    assert f"escalates to the `finance_managers` list {stamp(req.escalate_at)}" in alice
+
+    clock.now += 8 * 3600 + 1
+    await bot.runtime.recover()
+    await bot.runtime.wait_idle()
+    bob = str((await open_home(local_slack, BOB)).blocks)
+    assert f"Reminded {stamp(req.remind_at)}" in bob and "escalated to the `finance_managers` list" in bob

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import timedelta
 
-from bot.approval import always
+from bot.approval import always, never
 from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
 from bot.tools import Tool
@@ -105,3 +106,30 @@ async def test_a_reminder_after_the_expiry_is_not_set(redis):
     await say(runtime, "pay")
     [req] = channel.of("input.requested")[0].requests
     assert req.remind_at is None and req.expires_at is not None
+
+
+async def test_ctx_ask_with_a_timeout_returns_expired_on_replay_and_the_tool_finishes(redis):
+    clock = Clock()
+    seen: list[str] = []
+
+    async def choose(args: dict, ctx) -> dict:
+        answer = await ctx.ask("Which size?", options=["S", "L"], timeout=timedelta(minutes=5))
+        seen.append(answer.status)
+        return {"size": answer.value or "M (default)"}
+
+    tool = Tool(choose, name="choose", description="Choose a size.", approval=never())
+    model = ScriptedModel([call("choose"), model_say("ok")])
+    runtime, channel, store = _runtime(redis, tool, clock, model)
+    await say(runtime, "choose")
+    [req] = channel.of("input.requested")[0].requests
+    assert req.kind == "question" and (req.expires_at - req.created_at) == timedelta(minutes=5)
+    clock.now += 299
+    assert await runtime.timers.sweep() == 0
+    clock.now += 2
+    await runtime.recover()
+    await runtime.wait_idle()
+    assert seen == ["expired"]  # the replay got "expired", once
+    assert "M (default)" in str(tool_results(model.requests[-1][0]))
+    resolved = [r.outcome for e in await store.events(session().session_id) if e.type == "input.resolved"
+                for r in e.resolutions]
+    assert resolved == ["expired"]
