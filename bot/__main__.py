@@ -201,8 +201,8 @@ async def _pending(settings: Settings, team: str | None) -> int:
 
 async def _chat(settings: Settings) -> int:
     from bot.app import build_model, build_tools
-    from bot.console import ConsoleChannel, chat_loop
-    from bot.session import SessionRef
+    from bot.console import ConsoleChannel, ConsoleWorkspace, cancel_leftovers, chat_loop, new_console_session
+    from bot.principals import CONSOLE_TEAM
     from bot.turns import Runtime, RuntimeSettings
     from store.client import open_redis
     from store.sessions import SessionStore
@@ -210,25 +210,35 @@ async def _chat(settings: Settings) -> int:
     handle = await open_redis(settings.redis_url, cluster=settings.redis_cluster,
                               data_dir=Path(settings.data_dir) / "redis")
     try:
-        runtime = Runtime(store=SessionStore(handle.client), model=build_model(settings), tools=build_tools(settings),
-                          channel=ConsoleChannel(),
+        store = SessionStore(handle.client)
+        tools = build_tools(settings)
+        runtime = Runtime(store=store, model=build_model(settings), tools=tools, channel=ConsoleChannel(),
+                          workspace=ConsoleWorkspace(),
                           settings=RuntimeSettings(step_budget=settings.step_budget, token_budget=settings.token_budget,
                                  history_window=settings.history_window))
-        _use_policies(handle.client)
-        await chat_loop(runtime, SessionRef(session_id="console:local", team_id=None))
+        await _use_policies(handle.client, seed_refunds=tools.get("refund_charge") is not None)
+        await cancel_leftovers(runtime, {r.session_id for r in await store.pending_for_team(CONSOLE_TEAM)})
+        await chat_loop(runtime, new_console_session())
     finally:
         await handle.close()
     return 0
 
 
-def _use_policies(redis: object) -> None:
+async def _use_policies(redis: object, *, seed_refunds: bool) -> None:
+    """Approver lists for the console's workspace; like the local Slack demo, "bob" approves refunds
+    until the console workspace's lists are edited."""
     try:
         from handlers.governance import policy_source_for
     except ImportError:
         return
     from bot.governance import use_policy_source
+    from bot.principals import CONSOLE_TEAM
 
-    use_policy_source(policy_source_for(redis))
+    source = policy_source_for(redis)
+    use_policy_source(source)
+    policy = await source.policies.get(CONSOLE_TEAM)
+    if seed_refunds and policy.version == 0 and not policy.tools:
+        await source.policies.set_approvers(CONSOLE_TEAM, "tool:refund_charge", ["bob"], actor="bot:console")
 
 
 if __name__ == "__main__":

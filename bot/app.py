@@ -38,6 +38,7 @@ from handlers.channel import SlackChannel
 from handlers.deps import SlackDeps
 from handlers.identity import installation_team
 from handlers.notices import ApproverNotices
+from handlers.workspace import SlackWorkspace
 from store.audit import AuditLog
 from store.audit_events import AuditChannel
 from store.client import RedisHandle, open_redis, ping
@@ -242,6 +243,7 @@ async def _start(
         channel=channel,
         settings=RuntimeSettings(step_budget=settings.step_budget, token_budget=settings.token_budget,
                                  history_window=settings.history_window, history_limit=settings.history_limit),
+        workspace=SlackWorkspace(client_for),  # ctx.workspace: tools post in their session's workspace
     )
     runtime.add_consumer("audit", AuditChannel(AuditLog(redis.client), store.get_request))
     runtime.add_consumer("notify", ApproverNotices(store, delivery_client_for, slack_channel.pacing))

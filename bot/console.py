@@ -3,19 +3,28 @@
 Cards print as text; answer them by typing an option (``approve``, ``cancel``, ``1``, a label)
 or your own words — the same typed-reply rules as in a Slack thread. ``/as <name>`` switches
 who you are (to try response policies), ``/cancel`` stops the turn, ``/quit`` leaves.
+
+The console is a small workspace of its own (``CONSOLE_TEAM``): its people are named ("you", "bob"),
+approver lists name them the same way, and tools that post (``ctx.workspace``) print what they posted.
+Each run is a new conversation; a turn an earlier run left waiting is cancelled when the next starts.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
+import uuid
 from typing import TextIO
 
-from bot.principals import Principal, console_user
-from bot.protocol import Event, InputRequest
+from bot.ports import PostedMessage
+from bot.principals import CONSOLE_TEAM, Principal, console_user
+from bot.protocol import Event, InputRequest, Responders
 from bot.session import SessionRef
 from bot.turns import Runtime
+
+_MENTION = re.compile(r"<@([^>|]+)(?:\|[^>]*)?>")
 
 
 def render_event(event: Event) -> str | None:
@@ -30,10 +39,9 @@ def render_event(event: Event) -> str | None:
         case "input.requested":
             return "\n".join(render_request(r) for r in event.requests)  # type: ignore[union-attr]
         case "approval.candidate" if event.outcome in ("rejected", "failed"):  # type: ignore[union-attr]
-            return f"  ✗ not accepted: {event.reason}"  # type: ignore[union-attr]
+            return f"  ✗ not accepted: {_plain(event.reason or '')}"  # type: ignore[union-attr]
         case "approval.settled":
-            who = event.responder.principal_id if event.responder else "someone"  # type: ignore[union-attr]
-            return f"  ● {event.outcome} by {who}"  # type: ignore[union-attr]
+            return f"  ● {event.outcome} by {_name(event.responder)}"  # type: ignore[union-attr]
         case "turn.failed":
             return f"  ! {event.reason}"  # type: ignore[union-attr]
         case "turn.cancelled":
@@ -50,11 +58,62 @@ def render_request(req: InputRequest) -> str:
             lines.append(f"│  {key}: {json.dumps(value) if not isinstance(value, str) else value}")
     else:
         lines.append(f"┌ {req.prompt}  [{req.request_id}]")
+    if req.responders is not None and (who := _who(req.responders)):
+        lines.append(f"│  ({who})")
     for n, option in enumerate(req.displayed_options(), 1):
         lines.append(f"│  {n}. {option.label}")
     hint = "type a number, an option" + (" or your own answer" if req.allow_free_text else "")
     lines.append(f"└ {hint}")
     return "\n".join(lines)
+
+
+def _plain(text: str) -> str:
+    """Slack mentions as a terminal shows them: ``<@bob>`` → ``@bob``."""
+    return _MENTION.sub(lambda m: "@" + m.group(1), text)
+
+
+def _name(principal: Principal | None) -> str:
+    if principal is None:
+        return "someone"
+    return "@" + principal.member_id if principal.member_id else principal.principal_id
+
+
+def _who(r: Responders) -> str:
+    names = " or ".join(_name(p) for p in r.people)
+    if r.rule == "people":
+        return f"needs {r.required} of {names}" if r.required > 1 else f"waiting on {names}"
+    if r.rule == "anyone_but":
+        return f"anyone but {names}"
+    return _plain(r.description or "")
+
+
+class ConsoleWorkspace:
+    """``ctx.workspace`` at the console: a post is printed where you can see it."""
+
+    def __init__(self, out: TextIO = sys.stdout):
+        self.out = out
+
+    async def post_message(self, team_id: str | None, channel: str, text: str) -> PostedMessage:
+        print(f"  [{channel}] {text}", file=self.out, flush=True)
+        return PostedMessage(channel=channel)
+
+
+def new_console_session() -> SessionRef:
+    """A fresh conversation in the console's workspace."""
+    return SessionRef(session_id=f"console:{uuid.uuid4().hex[:12]}", team_id=CONSOLE_TEAM)
+
+
+async def cancel_leftovers(runtime: Runtime, session_ids: set[str], *, out: TextIO = sys.stdout) -> int:
+    """Cancel the turns earlier console runs left waiting on someone (``session_ids``: the sessions of
+    the console workspace's open requests); their requests end "no longer needed". Returns how many."""
+    if session_ids:
+        print(f"(an earlier console session left {len(session_ids)} turn(s) waiting; cancelling them)",
+              file=out, flush=True)
+    cancelled = 0
+    for session_id in sorted(session_ids):
+        cancelled += await runtime.cancel_turn(session_id, None)
+    await runtime.wait_idle()
+    return cancelled
 
 
 class ConsoleChannel:
@@ -69,10 +128,11 @@ class ConsoleChannel:
 
 async def chat_loop(runtime: Runtime, ref: SessionRef, *, stdin: TextIO = sys.stdin, out: TextIO = sys.stdout) -> None:
     who: Principal = console_user("you")
-    print("Type a message. /as <name> switches user, /cancel stops the turn, /quit leaves.", file=out, flush=True)
+    print("Type a message. /as <name> switches user (try /as bob to approve refunds), /cancel stops the turn, "
+          "/quit leaves.", file=out, flush=True)
     loop = asyncio.get_running_loop()
     while True:
-        print(f"{who.principal_id.split(':', 1)[1]}> ", end="", file=out, flush=True)
+        print(f"{who.member_id}> ", end="", file=out, flush=True)
         line = await loop.run_in_executor(None, stdin.readline)
         if not line:
             break

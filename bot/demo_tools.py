@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 
 from bot.approval import Approval, always, never, once
 from bot.governance import approvers, four_eyes
+from bot.ports import WorkspaceError
 from bot.tools import ToolContext, money, tool
 
 CUSTOMERS = {
@@ -74,4 +75,10 @@ class Announcement(BaseModel):
 @tool(approval=once())
 async def post_announcement(args: Announcement, ctx: ToolContext) -> dict:
     """Post an announcement to a channel. Asks the first time in a conversation."""
-    return {"posted": True, "channel": args.channel, "text": args.text}
+    if ctx.workspace is None:
+        return {"posted": False, "error": "There is no workspace to post in here."}
+    try:
+        posted = await ctx.workspace.post(args.channel, args.text)
+    except WorkspaceError as exc:
+        return {"posted": False, "channel": args.channel, "error": str(exc)}
+    return {"posted": True, "channel": args.channel, "text": args.text, "link": posted.permalink}

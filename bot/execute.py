@@ -241,6 +241,7 @@ class Executor:
             call_id=call.call_id,
             idempotency_key=f"{session_id}:{turn.turn_id}:{turn.step.step_id or turn.step.index}:{call.call_id}",
             answers=call.asks,
+            workspace=self.p.workspace,
         )
         try:
             output = await tool.invoke(tool.parse(call.arguments), ctx)

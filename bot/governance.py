@@ -30,7 +30,7 @@ from bot.approval import (
     allowed,
     rejected,
 )
-from bot.principals import Principal, slack_user
+from bot.principals import Principal, workspace_member
 from bot.protocol import Responders
 
 log = logging.getLogger(__name__)
@@ -80,11 +80,11 @@ async def listed_people(team_id: str, resource: str) -> list[Principal]:
     if _source is None:
         raise LookupError("no policy source")
     listing = await _source.approver_list(team_id, resource)
-    return [slack_user(team_id, u) for u in (listing.approvers if listing else [])]
+    return [workspace_member(team_id, u) for u in (listing.approvers if listing else [])]
 
 
 def _user(principal: Principal | None) -> str | None:
-    return principal.slack_user_id if principal else None
+    return principal.member_id if principal else None
 
 
 def is_external(principal: Principal | None) -> bool:
@@ -204,7 +204,7 @@ async def _listed(ctx: AnswerersContext, resource: str, *, required: int, exclud
     if not users:
         return Responders(rule="nobody", description=f"Nobody is set up to approve {_named(resource)} yet")
     need = max(required, listing.required_approvals if listing else 1)
-    return Responders(rule="people", people=[slack_user(team, u) for u in users], required=need)
+    return Responders(rule="people", people=[workspace_member(team, u) for u in users], required=need)
 
 
 async def _outsider(ctx: ResponseContext, responder: Principal) -> bool:

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from bot.models.base import ChatModel
 from bot.outbox import Outbox, OutboxStore
+from bot.ports import Workspace
 from bot.principals import Principal
 from bot.protocol import Event, RequestRecord, SessionSnapshot, SettleResult
 from bot.session import SessionRef
@@ -87,3 +88,4 @@ class Parts:
     settings: RuntimeSettings
     outbox: Outbox
     spawn: Spawn
+    workspace: Workspace | None = None  # what tools may do in their session's workspace (ctx.workspace)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
+from pydantic import BaseModel
+
 from bot.protocol import Event
 from bot.session import SessionRef
 
@@ -22,6 +24,27 @@ class RetryLater(Exception):  # noqa: N818 - a request, not a bug
     def __init__(self, delay_s: float, reason: str = ""):
         super().__init__(reason or f"asked to wait {delay_s:.1f}s")
         self.delay_s = delay_s
+
+
+class PostedMessage(BaseModel):
+    """A message a tool posted (``ctx.workspace.post``): where it went, and a link when the frontend has one."""
+
+    channel: str  # the conversation's id
+    ts: str = ""
+    permalink: str | None = None
+
+
+class WorkspaceError(Exception):
+    """The workspace refused what a tool asked (``channel_not_found``, ``not_in_channel``…): the message
+    says what to do, and the tool can pass it to the model."""
+
+
+class Workspace(Protocol):
+    """What tools may do in a workspace, given by the frontend (Slack, the console). The runtime binds
+    it to the session's workspace: a tool never chooses the tenant."""
+
+    async def post_message(self, team_id: str | None, channel: str, text: str) -> PostedMessage:
+        """Post ``text`` (plain text: no mentions of everyone) to ``channel`` (an id or a #name)."""
 
 
 class Channel(Protocol):

@@ -11,6 +11,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 PrincipalType = Literal["user", "service", "runtime"]
+WORKSPACE_AUTHENTICATORS = ("slack", "console")  # principal ids "<authenticator>:<team>:<member>"
+CONSOLE_TEAM = "TCONSOLE"  # the workspace of ``python -m bot chat``: its people are named, e.g. "bob"
 
 
 class Principal(BaseModel):
@@ -35,10 +37,19 @@ class Principal(BaseModel):
 
     @property
     def team_id(self) -> str | None:
-        """The installation workspace of a Slack principal, else None."""
+        """The workspace of a Slack principal (its installation's) or of a console user, else None."""
         parts = self.principal_id.split(":")
-        if self.authenticator == "slack" and len(parts) >= 3 and parts[0] == "slack":
+        if self.authenticator in WORKSPACE_AUTHENTICATORS and len(parts) >= 3 and parts[0] == self.authenticator:
             return parts[1]
+        return None
+
+    @property
+    def member_id(self) -> str | None:
+        """How approver lists name this person in their workspace: the Slack user id, or the console
+        user's name; None for anyone else."""
+        parts = self.principal_id.split(":")
+        if self.team_id is not None and self.principal_type == "user" and len(parts) == 3:
+            return parts[2]
         return None
 
     @property
@@ -76,7 +87,11 @@ APP_PRINCIPAL = Principal(authenticator="app", issuer="app", principal_type="run
 
 
 def console_user(name: str = "you") -> Principal:
-    """A person at the local console (`python -m bot chat`)."""
-    return Principal(
-        authenticator="console", issuer="console", principal_type="user", principal_id=f"console:{name}"
-    )
+    """A person at the local console (`python -m bot chat`), a member of its workspace ``CONSOLE_TEAM``."""
+    return Principal(authenticator="console", issuer=f"console:{CONSOLE_TEAM}", principal_type="user",
+                     principal_id=f"console:{CONSOLE_TEAM}:{name}")
+
+
+def workspace_member(team_id: str, member_id: str) -> Principal:
+    """The person an approver list names (``member_id`` as ``Principal.member_id`` gives it)."""
+    return console_user(member_id) if team_id == CONSOLE_TEAM else slack_user(team_id, member_id)

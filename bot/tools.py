@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from bot.approval import Approval, RequestPolicy, as_approval
 from bot.models.base import ToolSpec
+from bot.ports import PostedMessage, Workspace
 from bot.principals import Principal
 from bot.protocol import Answer, InputOption
 from bot.session import SessionInfo
@@ -51,6 +52,19 @@ class AskParked(BaseException):  # noqa: N818 - control flow, not an error
         self.ask = ask
 
 
+class SessionWorkspace:
+    """``ctx.workspace``: what a tool may do in its session's workspace — the tenant is the session's,
+    never one the tool (or the model) names."""
+
+    def __init__(self, port: Workspace, team_id: str | None):
+        self._port = port
+        self._team_id = team_id
+
+    async def post(self, channel: str, text: str) -> PostedMessage:
+        """Post plain ``text`` to ``channel`` (an id or a #name); raises ``WorkspaceError`` saying why not."""
+        return await self._port.post_message(self._team_id, channel, text)
+
+
 class ToolContext:
     """What a tool knows about the call it serves."""
 
@@ -63,8 +77,11 @@ class ToolContext:
         idempotency_key: str,
         answers: list[Answer] | None = None,
         can_ask: bool = True,
+        workspace: Workspace | None = None,
     ):
         self.session = session
+        # None where the frontend gives tools nothing to act with (e.g. a test runtime)
+        self.workspace = SessionWorkspace(workspace, session.team_id) if workspace is not None else None
         self.principal = principal  # whose authority the call runs under (the approver, once approved)
         self.call_id = call_id
         self.idempotency_key = idempotency_key

@@ -25,7 +25,7 @@ from bot.intake import Intake
 from bot.models.base import ChatModel
 from bot.outbox import Outbox
 from bot.parts import Parts, RuntimeSettings, TurnStore
-from bot.ports import Channel
+from bot.ports import Channel, Workspace
 from bot.principals import Principal
 from bot.protocol import InputResponse, RequestRecord
 from bot.session import SessionRef
@@ -59,11 +59,13 @@ class Runtime:
         channel: Channel,
         settings: RuntimeSettings | None = None,
         reviewer: ChatModel | None = None,
+        workspace: Workspace | None = None,
     ):
         self._tasks: set[asyncio.Task[Any]] = set()
         self.outbox = Outbox(store, {FRONTEND: channel}, self.spawn)
         self.parts = Parts(store=store, model=model, reviewer=reviewer or model, tools=tools,
-                           settings=settings or RuntimeSettings(), outbox=self.outbox, spawn=self.spawn)
+                           settings=settings or RuntimeSettings(), outbox=self.outbox, spawn=self.spawn,
+                           workspace=workspace)
         self.settler = Settler(self.parts)
         self.intake = Intake(self.parts, self.settler)
         self.executor = Executor(self.parts)

@@ -18,12 +18,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 from slack_sdk.errors import SlackApiError
-from slack_sdk.web.async_client import AsyncWebClient
+
+from handlers.deps import ClientFor
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,6 @@ CACHE_SECONDS = 60.0
 LOOKUP_TIMEOUT_SECONDS = 2.0  # one users.info, Slack's retries included: a slow Slack fails closed
 GONE_ERRORS = {"user_not_found", "users_not_found"}
 
-ClientFor = Callable[[str | None], Awaitable[AsyncWebClient]]
 UserState = Literal["active", "deleted", "missing", "unknown"]
 
 

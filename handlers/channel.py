@@ -9,11 +9,9 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
-from slack_sdk.web.async_client import AsyncWebClient
 
 from blocks.actions import request_id_of_block
 from blocks.cards import (
@@ -39,6 +37,7 @@ from bot.protocol import (
     TurnFailed,
 )
 from bot.session import SessionRef
+from handlers.deps import ClientFor
 from handlers.notes import tell_privately
 from handlers.pacing import SlackPacing
 from handlers.status import StatusLines
@@ -46,7 +45,6 @@ from store.sessions import SessionStore
 
 log = logging.getLogger(__name__)
 
-ClientFor = Callable[[str | None], Awaitable[AsyncWebClient]]
 CLAIMED = "claimed"
 # longer than one chat.postMessage can take: the delivery client's timeout (bot/app.py) plus its retries
 # of connection errors, which are immediate

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.config import Settings
 from bot.turns import Runtime
 from store.sessions import SessionStore
+
+ClientFor = Callable[[str | None], Awaitable[AsyncWebClient]]  # the Web API client of a workspace
 
 
 @dataclass

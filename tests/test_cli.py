@@ -58,7 +58,29 @@ def test_pending_lists_waiting_requests_of_every_workspace(redis, redis_url):
     listed = run(["pending"], {"REDIS_URL": redis_url})
     assert listed.returncode == 0, listed.stderr
     assert "tool-approval" in listed.stdout and "post_announcement" in listed.stdout
-    assert "console:you" in listed.stdout
+    assert "console:TCONSOLE:you" in listed.stdout
+
+
+def test_console_approves_from_an_approver_list_and_the_announcement_is_posted(redis, redis_url):
+    """The console is a workspace: "bob" is on the refund approver list (seeded like the local demo),
+    the requester is refused, bob's approval runs the refund; an approved announcement is printed."""
+    result = run(["chat"], {"REDIS_URL": redis_url},
+                 stdin="refund ch_1001 40 dollars\napprove\n/as bob\napprove\nannounce standup moved\napprove\n/quit\n")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "(waiting on @bob)" in out
+    assert "not accepted: You can't approve your own request" in out
+    assert "approved by @bob" in out and "Refunded $40.00 on `ch_1001`" in out
+    assert "  [#general] standup moved" in out and "Posted to #general" in out
+
+
+def test_a_new_console_session_starts_clean_and_cancels_what_an_earlier_one_left_waiting(redis, redis_url):
+    first = run(["chat"], {"REDIS_URL": redis_url}, stdin="refund ch_1001 40 dollars\n/quit\n")
+    assert "approval needed: refund_charge" in first.stdout
+    second = run(["chat"], {"REDIS_URL": redis_url}, stdin="approve\n/quit\n")
+    assert "left 1 turn(s) waiting; cancelling them" in second.stdout
+    assert "approved by" not in second.stdout and "running refund_charge" not in second.stdout
+    assert "nothing is waiting" in run(["pending"], {"REDIS_URL": redis_url}).stdout
 
 
 def test_check_reports_what_is_kept_and_the_oldest_open_request(redis, redis_url):

@@ -129,7 +129,12 @@ def _describe(data: object) -> str:
     if "deployed" in data:
         return f"Deployed **{data['deployed']}** {data['version']} to {data['environment']}."
     if data.get("posted"):
-        return f"Posted to {data['channel']}: “{data['text']}”"
+        where = f"<{data['link']}|{data['channel']}>" if data.get("link") else data["channel"]
+        return f"Posted to {where}: “{data['text']}”"
+    if data.get("posted") is False:
+        return f"I couldn't post that: {data.get('error', 'the workspace refused it')}"
+    if data.get("status") == "expired":
+        return f"No answer came in time — {data.get('message', 'nobody answered')}"
     if "customer" in data:
         charge = data.get("last_charge") or {}
         return (f"**{data['customer']}** is on the {data['plan']} plan with {data['seats']} seats; last charge "

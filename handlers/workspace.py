@@ -1,0 +1,57 @@
+"""What tools may do in Slack (``ctx.workspace``): post a message to a channel of the session's workspace.
+
+The runtime binds the workspace to the session (``bot.tools.SessionWorkspace``), so a tool cannot post
+into another tenant whatever its input says. The text goes out as plain text: ``<!channel>``,
+``<@U…>`` and links written by the model are shown, never acted on. Slack's refusals come back as a
+``WorkspaceError`` that says what to do, for the tool to hand to the model.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from slack_sdk.errors import SlackApiError
+
+from blocks.limits import MESSAGE_TEXT, escape_mrkdwn, truncate_mrkdwn
+from bot.ports import PostedMessage, WorkspaceError
+from handlers.deps import ClientFor
+
+log = logging.getLogger(__name__)
+
+
+def _why(error: str, channel: str) -> str:
+    where = channel if channel.startswith(("#", "C", "G")) else f"#{channel}"
+    reasons = {
+        "channel_not_found": f"There is no channel {where} the agent can see. Check the name.",
+        "not_in_channel": f"The agent is not a member of {where}. Someone there can add it with /invite @agent.",
+        "is_archived": f"{where} is archived, so nothing can be posted there.",
+        "restricted_action": f"Posting in {where} is restricted to some members, and the agent is not one.",
+        "msg_too_long": "The message is too long for Slack.",
+    }
+    return reasons.get(error, f"Slack refused the post ({error}).")
+
+
+class SlackWorkspace:
+    """``bot.ports.Workspace`` over the Web API, with the workspace's own token."""
+
+    def __init__(self, client_for: ClientFor) -> None:
+        self.client_for = client_for
+
+    async def post_message(self, team_id: str | None, channel: str, text: str) -> PostedMessage:
+        if not team_id:
+            raise WorkspaceError("This conversation has no workspace to post in.")
+        client: Any = await self.client_for(team_id)
+        try:
+            sent = await client.chat_postMessage(channel=channel, text=truncate_mrkdwn(escape_mrkdwn(text), MESSAGE_TEXT),
+                                                 unfurl_links=False, unfurl_media=False)
+        except SlackApiError as exc:
+            error = str(exc.response.get("error"))
+            log.info("a tool's post to %s in %s was refused: %s", channel, team_id, error)
+            raise WorkspaceError(_why(error, channel)) from None
+        posted = PostedMessage(channel=sent["channel"], ts=sent["ts"])
+        try:
+            posted.permalink = (await client.chat_getPermalink(channel=posted.channel, message_ts=posted.ts))["permalink"]
+        except Exception:  # noqa: BLE001 - the post stands without its link
+            log.info("no permalink for the post %s in %s", posted.ts, posted.channel)
+        return posted
