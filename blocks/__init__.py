@@ -38,7 +38,7 @@ from blocks.cards import (
     settlement_label,
     user_mention,
 )
-from blocks.home import HomeRequest, ToolPolicyView, home_view
+from blocks.home import ApproverListView, HomeRequest, home_view
 from blocks.messages import Message, markdown_to_mrkdwn, reply_messages, split_message, status_text
 
 __all__ = [
@@ -52,7 +52,7 @@ __all__ = [
     "HitlAction",
     "HomeRequest",
     "Message",
-    "ToolPolicyView",
+    "ApproverListView",
     "already_settled_text",
     "approvers_list_text",
     "approvers_modal",

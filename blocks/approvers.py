@@ -2,9 +2,9 @@
 
 ``/approvers`` opens :func:`loading_modal` at once and then replaces it with :func:`approvers_modal`
 (admins), :func:`approvers_list_modal` (everyone else) or a :func:`notice_modal` (a refusal, a
-failure). Submitting the editor (callback ``approvers_edit``) gives one ``approvers:<tool_name>``
-input block per tool with a ``users`` multi-users select;
-:func:`blocks.actions.decode_approvers_submission` turns its state into ``{tool_name: [user ids]}``.
+failure). Submitting the editor (callback ``approvers_edit``) gives one ``approvers:<list name>``
+input block per approver list with a ``users`` multi-users select;
+:func:`blocks.actions.decode_approvers_submission` turns its state into ``{list name: [user ids]}``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from slack_sdk.models.blocks import (
 from slack_sdk.models.views import View
 
 from blocks import actions as ids
-from blocks.home import EMPTY_TOOLS, ToolPolicyView, approvals_needed_text, approver_names, tool_line
+from blocks.home import EMPTY_TOOLS, ApproverListView, approvals_needed_text, approver_names, tool_line
 from blocks.limits import (
     CONTEXT_TEXT,
     ELLIPSIS,
@@ -43,7 +43,7 @@ LABEL_CHARS = 150  # long labels wrap badly; the description goes into the hint
 LOADING_TEXT = ":hourglass_flowing_sand: Loading…"
 
 
-def _hint(policy: ToolPolicyView) -> str:
+def _hint(policy: ApproverListView) -> str:
     parts = [approvals_needed_text(policy.required) + "."]
     description = one_line(policy.description)
     if description:
@@ -54,10 +54,10 @@ def _hint(policy: ToolPolicyView) -> str:
     return " ".join(parts)
 
 
-def _input(policy: ToolPolicyView) -> InputBlock:
-    label = f"{one_line(policy.tool_name)} · {one_line(policy.policy_label)}"
+def _input(policy: ApproverListView) -> InputBlock:
+    label = f"{one_line(policy.list_name)} · {one_line(policy.policy_label)}"
     return InputBlock(
-        block_id=ids.approvers_block_id(policy.tool_name),
+        block_id=ids.approvers_block_id(policy.list_name),
         label=PlainTextObject(text=plain(truncate(label, LABEL_CHARS), INPUT_LABEL)),
         hint=PlainTextObject(text=plain(_hint(policy), INPUT_HINT)),
         optional=True,  # an emptied list must be savable
@@ -69,22 +69,27 @@ def _input(policy: ToolPolicyView) -> InputBlock:
     )
 
 
-def approvers_modal(tool_policies: Sequence[ToolPolicyView], *, empty_text: str = EMPTY_TOOLS) -> dict:
-    """The ``/approvers`` editor: one multi-users select per tool, submit "Save"."""
-    if not tool_policies:
-        return notice_modal(empty_text, block_id="approvers-empty")
+def approvers_modal(
+    approver_lists: Sequence[ApproverListView], notes: Sequence[str] = (), *, empty_text: str = EMPTY_TOOLS
+) -> dict:
+    """The ``/approvers`` editor: one multi-users select per list, submit "Save"; ``notes`` under it."""
+    if not approver_lists:
+        return notice_modal("\n".join([empty_text, *notes]), block_id="approvers-empty")
     intro = ContextBlock(
         block_id="approvers-intro",
         elements=[
-            MarkdownTextObject(text="Choose who may approve each tool's calls. Changes apply to new clicks.")
+            MarkdownTextObject(text="Choose the people on each list the tools' rules read. Changes apply to new "
+                                    "clicks.")
         ],
     )
-    room = VIEW_BLOCKS - 1  # the intro
-    if len(tool_policies) > room:
+    room = VIEW_BLOCKS - 1 - (1 if notes else 0)  # the intro, the notes
+    if len(approver_lists) > room:
         room -= 1  # the "more" note
-    blocks: list[Block] = [intro, *(_input(policy) for policy in tool_policies[:room])]
-    if len(tool_policies) > room:
-        blocks.append(_more_note(room, len(tool_policies), "the others keep their lists."))
+    blocks: list[Block] = [intro, *(_input(policy) for policy in approver_lists[:room])]
+    if len(approver_lists) > room:
+        blocks.append(_more_note(room, len(approver_lists), "the others keep their people."))
+    if notes:
+        blocks.append(_notes(notes))
     view = View(
         type="modal",
         callback_id=ids.APPROVERS_CALLBACK_ID,
@@ -97,14 +102,14 @@ def approvers_modal(tool_policies: Sequence[ToolPolicyView], *, empty_text: str 
 
 
 def approvers_list_modal(
-    tool_policies: Sequence[ToolPolicyView], notes: Sequence[str] = (), *, empty_text: str = EMPTY_TOOLS
+    approver_lists: Sequence[ApproverListView], notes: Sequence[str] = (), *, empty_text: str = EMPTY_TOOLS
 ) -> dict:
     """Who approves each tool, read-only (``/approvers`` for people who may not edit): one section per
     tool, then ``notes`` (mrkdwn lines, e.g. who can change the lists)."""
-    if not tool_policies:
-        return notice_modal(empty_text, block_id="approvers-empty")
+    if not approver_lists:
+        return notice_modal("\n".join([empty_text, *notes]), block_id="approvers-empty")
     room = VIEW_BLOCKS - (1 if notes else 0)
-    if len(tool_policies) > room:
+    if len(approver_lists) > room:
         room -= 1  # the "more" note
     blocks: list[Block] = [
         SectionBlock(
@@ -113,18 +118,20 @@ def approvers_list_modal(
                 text=mrkdwn(f"{tool_line(policy)}\n{approver_names(policy)}", SECTION_TEXT)
             ),
         )
-        for n, policy in enumerate(tool_policies[:room])
+        for n, policy in enumerate(approver_lists[:room])
     ]
-    if len(tool_policies) > room:
-        blocks.append(_more_note(room, len(tool_policies), "ask an admin about the others."))
+    if len(approver_lists) > room:
+        blocks.append(_more_note(room, len(approver_lists), "ask an admin about the others."))
     if notes:
-        blocks.append(
-            ContextBlock(
-                block_id="approvers-notes",
-                elements=[MarkdownTextObject(text=mrkdwn("\n".join(notes), CONTEXT_TEXT))],
-            )
-        )
+        blocks.append(_notes(notes))
     return _closable(blocks)
+
+
+def _notes(notes: Sequence[str]) -> ContextBlock:
+    return ContextBlock(
+        block_id="approvers-notes",
+        elements=[MarkdownTextObject(text=mrkdwn("\n".join(notes), CONTEXT_TEXT))],
+    )
 
 
 def notice_modal(text: str, *, block_id: str = "approvers-notice") -> dict:
@@ -147,11 +154,11 @@ def _closable(blocks: Sequence[Block]) -> dict:
 def _more_note(shown: int, total: int, rest: str) -> ContextBlock:
     return ContextBlock(
         block_id="approvers-more",
-        elements=[MarkdownTextObject(text=f"{ELLIPSIS} showing {shown} of {total} tools; {rest}")],
+        elements=[MarkdownTextObject(text=f"{ELLIPSIS} showing {shown} of {total} lists; {rest}")],
     )
 
 
-def approvers_list_text(policies: Sequence[ToolPolicyView], limit: int = SECTION_TEXT) -> str:
+def approvers_list_text(policies: Sequence[ApproverListView], limit: int = SECTION_TEXT) -> str:
     """mrkdwn for the ``/approvers`` ephemeral reply (fits one section: ≤3000 characters)."""
     if not policies:
         return EMPTY_TOOLS

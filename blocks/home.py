@@ -42,7 +42,7 @@ from bot.protocol import InputRequest
 
 EMPTY_WAITING = "Nothing is waiting on you. Requests you can approve will appear here."
 EMPTY_REQUESTED = "You have no open requests."
-EMPTY_TOOLS = "No tools need approval."
+EMPTY_TOOLS = "No tool's rule reads an approver list."
 NOT_ADMIN_NOTE = "Only workspace admins can change who approves."
 HOME_MAX_REQUESTED = 10
 HOME_MAX_TOOLS = 30
@@ -65,12 +65,12 @@ class HomeRequest(BaseModel):
     escalated: list[Principal] = Field(default_factory=list)  # who it was escalated to (may answer too)
 
 
-class ToolPolicyView(BaseModel):
-    """One tool's approval policy and approver list, as admins edit it."""
+class ApproverListView(BaseModel):
+    """An approver list some tool's rule reads, as admins edit it."""
 
-    tool_name: str
+    list_name: str  # the list as admins see it: a tool's name for its own list ("tool:<name>")
     description: str = ""
-    policy_label: str  # "always", "once", "never", "auto", "four-eyes", "2 of 3"…
+    policy_label: str  # what reads it: "approves `refund_charge` (asks every time · approver list)"…
     approvers: list[str] = Field(default_factory=list)  # Slack user ids
     deleted_approvers: list[str] = Field(default_factory=list)  # ids of deactivated users still listed
     required: int = 1
@@ -88,17 +88,26 @@ def deleted_users_text(user_ids: Sequence[str]) -> str:
     return ", ".join(f"~deleted user~ {user_mention(u)}" for u in user_ids)
 
 
-def approver_names(policy: ToolPolicyView) -> str:
+def approver_names(policy: ApproverListView) -> str:
     names = [user_mention(u) for u in policy.approvers]
     if policy.deleted_approvers:
         names.append(deleted_users_text(policy.deleted_approvers))
     return ", ".join(names) if names else "_no approvers set_"
 
 
-def tool_line(policy: ToolPolicyView) -> str:
+def without_lists_text(rules: Sequence[tuple[str, str]]) -> str:
+    """The tools whose rule reads no list, and who decides instead — so nobody looks for a list to edit."""
+    if not rules:
+        return ""
+    shown = [f"{inline_code(name)} ({escape_mrkdwn(truncate(one_line(rule), 100))})" for name, rule in rules[:20]]
+    more = f" and {len(rules) - 20} more" if len(rules) > 20 else ""
+    return "No list to edit for " + ", ".join(shown) + more + "."
+
+
+def tool_line(policy: ApproverListView) -> str:
     """``*`tool`* · always · 1 approval needed``."""
     label = escape_mrkdwn(truncate(one_line(policy.policy_label), 60))
-    return f"*{inline_code(policy.tool_name)}* · {label} · {approvals_needed_text(policy.required)}"
+    return f"*{inline_code(policy.list_name)}* · {label} · {approvals_needed_text(policy.required)}"
 
 
 # --- blocks ---------------------------------------------------------------------------------
@@ -153,7 +162,7 @@ def _requested_row(item: HomeRequest, n: int, now: datetime | None) -> SectionBl
     )
 
 
-def _tool_row(policy: ToolPolicyView, n: int) -> SectionBlock:
+def _tool_row(policy: ApproverListView, n: int) -> SectionBlock:
     lines = [tool_line(policy)]
     description = one_line(policy.description)
     if description:
@@ -166,7 +175,7 @@ def _tool_row(policy: ToolPolicyView, n: int) -> SectionBlock:
         block_id=f"home:tool:{n}",
         text=MarkdownTextObject(text=mrkdwn("\n".join(lines), SECTION_TEXT)),
         accessory=UserMultiSelectElement(
-            action_id=ids.approvers_action_id(policy.tool_name),
+            action_id=ids.approvers_action_id(policy.list_name),
             placeholder=PlainTextObject(text=plain("Choose approvers", PLACEHOLDER)),
             initial_users=list(policy.approvers) or None,
         ),
@@ -189,24 +198,25 @@ def _requested_blocks(requested_by_you: Sequence[HomeRequest], now: datetime | N
     return blocks
 
 
-def _admin_blocks(tool_policies: Sequence[ToolPolicyView] | None) -> list[Block]:
+def _admin_blocks(approver_lists: Sequence[ApproverListView] | None, without_lists: Sequence[tuple[str, str]]) -> list[Block]:
     blocks: list[Block] = [_divider("div-tools"), _header("tools", "Approver lists")]
-    if tool_policies is None:
-        return [*blocks, _note("not-admin", NOT_ADMIN_NOTE)]
-    if not tool_policies:
-        return [*blocks, _note("tools-empty", EMPTY_TOOLS)]
-    blocks.append(_note("tools-help", "Pick people for a tool and the change is saved right away."))
-    shown = tool_policies[:HOME_MAX_TOOLS]
+    others = [_note("tools-unlisted", mrkdwn(without_lists_text(without_lists), 3000))] if without_lists else []
+    if approver_lists is None:
+        return [*blocks, _note("not-admin", NOT_ADMIN_NOTE), *others]
+    if not approver_lists:
+        return [*blocks, _note("tools-empty", EMPTY_TOOLS), *others]
+    blocks.append(_note("tools-help", "Pick people for a list and the change is saved right away."))
+    shown = approver_lists[:HOME_MAX_TOOLS]
     blocks.extend(_tool_row(policy, n) for n, policy in enumerate(shown))
-    if len(shown) < len(tool_policies):
+    if len(shown) < len(approver_lists):
         blocks.append(
             _note(
                 "tools-more",
-                f"{ELLIPSIS} showing {len(shown)} of {len(tool_policies)} tools. "
+                f"{ELLIPSIS} showing {len(shown)} of {len(approver_lists)} lists. "
                 "Use `/approvers` to edit the others.",
             )
         )
-    return blocks
+    return [*blocks, *others]
 
 
 def _waiting_card(item: HomeRequest, now: datetime | None) -> list[Block]:
@@ -276,16 +286,18 @@ def home_view(
     user_id: str,
     waiting_on_you: Sequence[HomeRequest],
     requested_by_you: Sequence[HomeRequest],
-    tool_policies: Sequence[ToolPolicyView] | None,
+    approver_lists: Sequence[ApproverListView] | None,
     *,
     now: datetime | None = None,
+    without_lists: Sequence[tuple[str, str]] = (),
 ) -> dict:
-    """The App Home tab for ``user_id``. ``tool_policies`` None means the viewer is not an admin.
-    ``now``: each open request also says what is due when (reminder, escalation, expiry)."""
+    """The App Home tab for ``user_id``. ``approver_lists`` None means the viewer is not an admin.
+    ``now``: each open request also says what is due when (reminder, escalation, expiry).
+    ``without_lists``: (tool, who decides) for tools whose rule reads no list."""
     intro = _note(
         "intro", f"Hi {user_mention(user_id)} — approvals and questions from the agent, in one place."
     )
-    later = _requested_blocks(requested_by_you, now) + _admin_blocks(tool_policies)
+    later = _requested_blocks(requested_by_you, now) + _admin_blocks(approver_lists, without_lists)
     budget = VIEW_BLOCKS - 1 - len(later)
     blocks = [intro, *_waiting_blocks(waiting_on_you, budget, now), *later]
     return View(type="home", blocks=blocks).to_dict()
@@ -297,8 +309,9 @@ __all__ = [
     "EMPTY_WAITING",
     "NOT_ADMIN_NOTE",
     "HomeRequest",
-    "ToolPolicyView",
+    "ApproverListView",
     "approver_names",
     "home_view",
     "tool_line",
+    "without_lists_text",
 ]

@@ -117,6 +117,7 @@ def approvers(resource: str, *, allow_self: bool = False) -> ResponsePolicy:
         return await _listed(ctx, resource, required=1, exclude_requester=not allow_self)
 
     policy.policy_kind = f"approvers:{resource}"  # type: ignore[attr-defined]
+    policy.reads_lists = (resource,)  # type: ignore[attr-defined]
     policy.responders = responders  # type: ignore[attr-defined]
     return policy
 
@@ -149,6 +150,7 @@ def four_eyes(resource: str | None = None) -> ResponsePolicy:
         return _anyone_but_requester(ctx, required=1)
 
     policy.policy_kind = "four-eyes"  # type: ignore[attr-defined]
+    policy.reads_lists = (resource,) if resource else ()  # type: ignore[attr-defined]
     policy.responders = responders  # type: ignore[attr-defined]
     return policy
 
@@ -182,8 +184,15 @@ def n_of_m(n: int, resource: str | None = None) -> ResponsePolicy:
         return _anyone_but_requester(ctx, required=n)
 
     policy.policy_kind = f"{n}-of-m"  # type: ignore[attr-defined]
+    policy.reads_lists = (resource,) if resource else ()  # type: ignore[attr-defined]
     policy.responders = responders  # type: ignore[attr-defined]
     return policy
+
+
+def lists_read(policy: Any) -> tuple[str, ...]:
+    """The approver lists a response policy reads (the helpers here say; a custom function may set
+    ``reads_lists`` too). Admins are offered exactly these lists to edit: never one that does nothing."""
+    return tuple(getattr(policy, "reads_lists", ()) or ())
 
 
 def _anyone_but_requester(ctx: AnswerersContext, *, required: int) -> Responders:

@@ -34,7 +34,7 @@ from blocks.approvers import (
     loading_modal,
     notice_modal,
 )
-from blocks.home import ToolPolicyView
+from blocks.home import ApproverListView, without_lists_text
 from bot.principals import Principal
 from handlers.governance import ADMIN_CHECK_FAILED, Governance
 from handlers.home import republish
@@ -45,17 +45,18 @@ log = logging.getLogger(__name__)
 COMMAND = "/approvers"
 USAGE = (
     "*/approvers* — who may approve the agent's tool calls\n"
-    "• `/approvers list` — show every tool's approvers\n"
+    "• `/approvers list` — show who approves each tool\n"
     "• `/approvers edit` — change them (workspace admins)\n"
     "Admins can also edit the lists in the app's *Home* tab."
 )
 NO_TOOLS_NEXT = (
-    "No tool of this agent asks for approval, so there is nothing to set up. Tools that ask "
-    "(e.g. `@tool(approval=always())`) appear here once the bot loads them (`BOT_TOOLS`)."
+    "No tool's rule reads an approver list, so there is nothing to set up here. A tool reads one with "
+    "`approvers(\"tool:<name>\")`, `four_eyes(\"tool:<name>\")` or `n_of_m(2, \"tool:<name>\")` "
+    "(`bot.governance`), once the bot loads it (`BOT_TOOLS`)."
 )
 ADMIN_NEXT = "Change them with `/approvers edit` or in the app's Home tab."
 MEMBER_NEXT = "Only workspace admins can change who approves; ask one of them if a list is wrong."
-UNSET_NEXT = "Tools marked _no approvers set_ can't be approved by anyone on their list yet."
+UNSET_NEXT = "Lists marked _no approvers set_ let nobody approve the tools that read them yet."
 UNCHECKED_NEXT = f"{ADMIN_CHECK_FAILED.removesuffix('.')} to edit the lists."
 REFUSED_EDIT = ":no_entry: Only workspace admins can change who approves. Nothing was changed. " \
                "See the current lists with `/approvers list`."
@@ -115,7 +116,7 @@ async def send_list(gov: Governance, run: Invocation) -> None:
     admin, policies = await asyncio.gather(
         gov.admins.admin_status(run.team, run.user), read_policies(gov, run.team)
     )
-    await reply(run, list_text(policies, admin))
+    await reply(run, list_text(gov, policies, admin))
 
 
 async def show_modal(gov: Governance, run: Invocation) -> None:
@@ -137,33 +138,40 @@ async def answer(gov: Governance, run: Invocation, admin: bool | None) -> tuple[
     policies = await read_policies(gov, run.team)
     if policies is None:
         return notice_modal(UNREADABLE), UNREADABLE
-    text = list_text(policies, admin)
+    text = list_text(gov, policies, admin)
     if admin:
-        return approvers_modal(policies, empty_text=NO_TOOLS_NEXT), f"{EDITOR_FAILED}\n{text}"
-    return approvers_list_modal(policies, footer(policies, admin), empty_text=NO_TOOLS_NEXT), text
+        return approvers_modal(policies, unlisted(gov), empty_text=NO_TOOLS_NEXT), f"{EDITOR_FAILED}\n{text}"
+    return approvers_list_modal(policies, footer(gov, policies, admin), empty_text=NO_TOOLS_NEXT), text
 
 
-async def read_policies(gov: Governance, team: str) -> list[ToolPolicyView] | None:
+async def read_policies(gov: Governance, team: str) -> list[ApproverListView] | None:
     """Every tool's approver list, or None when the store can't be read."""
     try:
-        return await gov.tool_policies(team)
+        return await gov.approver_lists(team)
     except Exception:  # noqa: BLE001 - say so rather than leave "Loading…" up
         log.exception("approver lists of %s unreadable", team)
         return None
 
 
-def list_text(policies: list[ToolPolicyView] | None, admin: bool | None) -> str:
+def list_text(gov: Governance, policies: list[ApproverListView] | None, admin: bool | None) -> str:
     if policies is None:
         return UNREADABLE
     if not policies:
-        return NO_TOOLS_NEXT
-    return "\n".join([approvers_list_text(policies), *footer(policies, admin)])
+        return "\n".join([NO_TOOLS_NEXT, *unlisted(gov)])
+    return "\n".join([approvers_list_text(policies), *footer(gov, policies, admin)])
 
 
-def footer(policies: list[ToolPolicyView], admin: bool | None) -> list[str]:
+def footer(gov: Governance, policies: list[ApproverListView], admin: bool | None) -> list[str]:
     lines = [UNSET_NEXT] if any(not p.approvers for p in policies) else []
+    lines.extend(unlisted(gov))
     lines.append(ADMIN_NEXT if admin else UNCHECKED_NEXT if admin is None else MEMBER_NEXT)
     return lines
+
+
+def unlisted(gov: Governance) -> list[str]:
+    """A line naming the tools whose rule reads no list (and who decides instead), if any."""
+    text = without_lists_text(gov.tools_without_lists())
+    return [text] if text else []
 
 
 async def open_loading(run: Invocation) -> str | None:
@@ -234,10 +242,10 @@ async def handle_submission(gov: Governance, ack: Any, body: dict[str, Any], vie
             await ack()
         return
     errors: dict[str, str] = {}
-    for tool_name, users in submitted.items():
-        problem = await gov.save_approvers(team, tool_name, users, principal)
+    for name, users in submitted.items():
+        problem = await gov.save_approvers(team, name, users, principal)
         if problem:
-            errors[approvers_block_id(tool_name)] = problem[:150]
+            errors[approvers_block_id(name)] = problem[:150]
     if errors:
         await ack(response_action="errors", errors=errors)
         return

@@ -3,7 +3,8 @@
 :class:`Governance` is built once by ``bot/app.py`` (``Governance.create``). It holds the policy
 store, the audit log and the admin check, and is the ``bot.governance.PolicySource`` that the
 response-policy helpers (``approvers()``, ``four_eyes()``, ``n_of_m()``, ``tenant_policy()``) read.
-Each tool's approver list lives under the resource ``tool:<tool name>``.
+An approver list lives under a resource (``tool:<tool name>`` for a tool's own); admins edit the lists
+some tool's rule reads (``bot.governance.lists_read``) and the lists tools escalate to.
 
 The Slack surfaces built on it, App Home (``handlers/home.py``) and ``/approvers``
 (``handlers/commands.py``), import this module, never the other way round: ``handlers.register``
@@ -18,8 +19,8 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from blocks.home import ToolPolicyView
-from bot.governance import ApproverList, RuleVerdict, use_policy_source
+from blocks.home import ApproverListView
+from bot.governance import ApproverList, RuleVerdict, lists_read, use_policy_source
 from bot.principals import APP_PRINCIPAL, Principal
 from bot.tools import Tool, ToolRegistry
 from handlers.admins import AdminCheck, ClientFor
@@ -46,6 +47,18 @@ REQUEST_LABELS = {
 
 def tool_resource(tool_name: str) -> str:
     return f"tool:{tool_name}"
+
+
+def list_name(resource: str) -> str:
+    """How admins see a list and how its controls are keyed: ``refund_charge`` for "tool:refund_charge"
+    (any other resource keeps its full name)."""
+    kind, _, name = resource.partition(":")
+    return name if kind == "tool" and name and ":" not in name else resource
+
+
+def list_resource(name: str) -> str:
+    """The resource behind :func:`list_name`."""
+    return name if ":" in name else tool_resource(name)
 
 
 def response_kind(t: Tool) -> str:
@@ -79,8 +92,38 @@ def policy_label(t: Tool) -> str:
 
 
 def needs_people(t: Tool) -> bool:
-    """Tools whose calls can wait for a person, so an approver list can matter."""
+    """Tools whose calls can wait for a person."""
     return t.policy_kind != "never"
+
+
+def list_uses(tools: list[Tool]) -> dict[str, list[str]]:
+    """Each approver list some tool reads → what reads it, in words ("approves `refund_charge`",
+    "`pay_big` escalates to it after 8 h"): the only lists worth editing."""
+    uses: dict[str, list[str]] = {}
+    for t in tools:
+        if not needs_people(t):
+            continue
+        for resource in lists_read(t.approval.response):
+            uses.setdefault(resource, []).append(f"approves `{t.name}` ({policy_label(t)})")
+        if t.escalate_to and t.escalate_after is not None:
+            hours = t.escalate_after.total_seconds() / 3600
+            after = f"{hours:g} h" if hours >= 1 else f"{t.escalate_after.total_seconds() / 60:g} min"
+            uses.setdefault(t.escalate_to, []).append(f"`{t.name}` escalates to it after {after}")
+    return dict(sorted(uses.items(), key=lambda item: list_name(item[0])))
+
+
+def rule_without_list(t: Tool) -> str | None:
+    """For a tool that can wait for a person but reads no list: who decides, in words; else None."""
+    if not needs_people(t) or lists_read(t.approval.response):
+        return None
+    kind = response_kind(t)
+    if kind == "requester-only":
+        return "the person who asked decides"
+    if kind == "four-eyes":
+        return "anyone but the person who asked approves"
+    if _N_OF_M.match(kind):
+        return f"any {required_by_kind(kind)} people other than the person who asked approve"
+    return "a custom rule in its code decides"
 
 
 class StorePolicySource:
@@ -166,38 +209,53 @@ class Governance(StorePolicySource):
                 team_id, tool_resource("refund_charge"), [refund_approver], actor=APP_PRINCIPAL.principal_id
             )
 
-    def editable_tools(self) -> list[Tool]:
-        return sorted((t for t in self.registry if needs_people(t)), key=lambda t: t.name)
+    def approver_list_uses(self) -> dict[str, list[str]]:
+        return list_uses(list(self.registry))
 
-    async def tool_policies(self, team_id: str) -> list[ToolPolicyView]:
-        """Each tool that can ask a person, with its approver list; deactivated people shown as such."""
+    def tools_without_lists(self) -> list[tuple[str, str]]:
+        """(tool, who decides) for the tools whose rule reads no list: admins see why there is nothing to edit."""
+        rules = ((t.name, rule_without_list(t)) for t in sorted(self.registry, key=lambda t: t.name))
+        return [(name, rule) for name, rule in rules if rule is not None]
+
+    async def approver_lists(self, team_id: str) -> list[ApproverListView]:
+        """Each approver list a tool's rule reads, with its people; deactivated people shown as such."""
         policy = await self.policies.get(team_id)
-        tools = self.editable_tools()
-        listings = {t.name: policy.tool_policy(tool_resource(t.name)) for t in tools}
+        uses = self.approver_list_uses()
+        listings = {r: policy.tool_policy(r) for r in uses}
         listed = [u for listing in listings.values() if listing for u in listing.approvers]
         people = await self.admins.users(team_id, listed)
+        required_by_rule = self._required_by_rule()
         views = []
-        for t in tools:
-            listing = listings[t.name]
+        for resource, used_by in uses.items():
+            listing = listings[resource]
             approvers = list(listing.approvers) if listing else []
             gone = [u for u in approvers if people[u].state in ("deleted", "missing")]
+            tool = self.registry.get(list_name(resource))
             views.append(
-                ToolPolicyView(
-                    tool_name=t.name,
-                    description=t.description,
-                    policy_label=policy_label(t),
+                ApproverListView(
+                    list_name=list_name(resource),
+                    description=tool.description if tool is not None and len(used_by) == 1 else "",
+                    policy_label="; ".join(used_by),
                     approvers=[u for u in approvers if u not in gone],
                     deleted_approvers=gone,
-                    required=max(listing.required_approvals if listing else 1, required_by_kind(response_kind(t))),
+                    required=max(listing.required_approvals if listing else 1, required_by_rule.get(resource, 1)),
                 )
             )
         return views
 
-    async def save_approvers(self, team_id: str, tool_name: str, user_ids: list[str], actor: Principal) -> str | None:
-        """Replace a tool's approver list (audited by the store). Returns a problem to show, or None."""
-        if self.registry.get(tool_name) is None:
-            return f"There is no tool called {tool_name}."
-        resource = tool_resource(tool_name)
+    def _required_by_rule(self) -> dict[str, int]:
+        """The approvals each list's n_of_m rule needs, whatever the list says."""
+        needed: dict[str, int] = {}
+        for t in self.registry:
+            for resource in lists_read(t.approval.response):
+                needed[resource] = max(needed.get(resource, 1), required_by_kind(response_kind(t)))
+        return needed
+
+    async def save_approvers(self, team_id: str, name: str, user_ids: list[str], actor: Principal) -> str | None:
+        """Replace the approver list ``name`` (audited by the store). Returns a problem to show, or None."""
+        resource = list_resource(name)
+        if resource not in self.approver_list_uses():
+            return f"no tool's rule reads a list called {name}, so it was not saved."
         try:
             if user_ids:
                 await self.policies.set_approvers(team_id, resource, user_ids, actor=actor.principal_id)

@@ -31,6 +31,7 @@ from blocks.home import HomeRequest, home_view
 from bot.approval import (
     ResponseDecision,
 )
+from bot.governance import lists_read
 from bot.principals import Principal, slack_user
 from bot.protocol import ApprovalCandidate, Event, InputRequested, InputResolved, RequestRecord
 from bot.session import SessionRef
@@ -38,9 +39,9 @@ from handlers.governance import (
     ADMIN_CHECK_FAILED,
     NOT_ADMIN,
     Governance,
+    list_resource,
     required_by_kind,
     response_kind,
-    tool_resource,
 )
 from handlers.identity import installation_team, interaction_principal
 from store.audit import workspace_key
@@ -79,18 +80,18 @@ async def edit_from_home(gov: Governance, ack: Any, body: dict[str, Any], action
     what was stored, come after the ack.
     """
     principal = interaction_principal(body)
-    tool_name = decode_approvers_action_id(action.get("action_id", ""))
-    if principal is None or principal.team_id is None or principal.slack_user_id is None or tool_name is None:
+    name = decode_approvers_action_id(action.get("action_id", ""))
+    if principal is None or principal.team_id is None or principal.slack_user_id is None or name is None:
         await ack()
         return
     chosen = [u for u in action.get("selected_users") or [] if isinstance(u, str)]
     edit = HomeEdit(principal=principal, team=principal.team_id, user=principal.slack_user_id,
-                    tool_name=tool_name, chosen=chosen)
+                    list_name=name, chosen=chosen)
     admin = gov.admins.cached_admin(edit.team, edit.user)
     if admin is None:
         await ack()
         gov.deps.runtime.spawn(_check_and_apply(gov, edit),
-                               what=f"App Home edit of {tool_name} by {edit.user}")
+                               what=f"App Home edit of {name} by {edit.user}")
         return
     note = await _apply_edit(gov, edit, admin)
     await ack()
@@ -99,12 +100,12 @@ async def edit_from_home(gov: Governance, ack: Any, body: dict[str, Any], action
 
 @dataclass(frozen=True)
 class HomeEdit:
-    """One pick in a tool's approver select on App Home."""
+    """One pick in an approver list's select on App Home."""
 
     principal: Principal
     team: str
     user: str
-    tool_name: str
+    list_name: str
     chosen: list[str]
 
 
@@ -118,13 +119,13 @@ async def _apply_edit(gov: Governance, edit: HomeEdit, admin: bool | None) -> st
     the clicker, if any. Redis only."""
     if admin is not True:
         unsure = {"reason": "admin check failed"} if admin is None else {}
-        await gov.refuse(edit.team, edit.principal, tool_resource(edit.tool_name), via="app_home",
+        await gov.refuse(edit.team, edit.principal, list_resource(edit.list_name), via="app_home",
                          selected=edit.chosen, **unsure)
         if admin is None:
             return f":warning: {ADMIN_CHECK_FAILED} Nothing was changed."
         return f":no_entry: {NOT_ADMIN} Nothing was changed."
-    problem = await gov.save_approvers(edit.team, edit.tool_name, edit.chosen, edit.principal)
-    return f":warning: The approvers of `{edit.tool_name}` were not changed: {problem}" if problem else None
+    problem = await gov.save_approvers(edit.team, edit.list_name, edit.chosen, edit.principal)
+    return f":warning: The approver list `{edit.list_name}` was not changed: {problem}" if problem else None
 
 
 async def _after_edit(gov: Governance, edit: HomeEdit, note: str | None) -> None:
@@ -177,10 +178,10 @@ async def build_home(gov: Governance, team: str, user_id: str) -> dict:
     waiting, requested, policies = await asyncio.gather(
         _waiting_on(gov, records, viewer),
         _requested_by(gov, records, viewer),
-        gov.tool_policies(team) if is_admin else _none(),
+        gov.approver_lists(team) if is_admin else _none(),
     )
     now = datetime.fromtimestamp(gov.deps.runtime.settings.clock(), UTC)
-    return home_view(user_id, waiting, requested, policies, now=now)
+    return home_view(user_id, waiting, requested, policies, now=now, without_lists=gov.tools_without_lists())
 
 
 async def _none() -> None:
@@ -217,10 +218,8 @@ async def _requested_by(gov: Governance, records: list[RequestRecord], viewer: P
         tool = gov.registry.get(record.request.action.tool_name) if record.request.action else None
         required, waiting_for = 1, []
         if tool is not None and record.request.kind == "tool-approval":
-            kind = response_kind(tool)
-            required = required_by_kind(kind)
-            if kind.startswith("approvers:") or required > 1:
-                resource = kind.removeprefix("approvers:") if kind.startswith("approvers:") else tool_resource(tool.name)
+            required = required_by_kind(response_kind(tool))
+            for resource in lists_read(tool.approval.response)[:1]:
                 listing = await _listing(gov, record.team_id, resource)
                 if listing is not None:
                     required = max(required, listing.required_approvals)
@@ -310,10 +309,9 @@ class HomeRefresh:
 async def _concerned(gov: Governance, team: str, record: RequestRecord) -> set[str]:
     people = {p.slack_user_id for p in (record.request.principal, record.responder) if p and p.slack_user_id}
     tool = gov.registry.get(record.request.action.tool_name) if record.request.action else None
-    if tool is not None and record.request.kind == "tool-approval" and response_kind(tool) != "requester-only":
-        kind = response_kind(tool)
-        resource = kind.removeprefix("approvers:") if kind.startswith("approvers:") else tool_resource(tool.name)
-        listing = await _listing(gov, team, resource)
-        if listing is not None:
-            people.update(listing.approvers)
+    if tool is not None and record.request.kind == "tool-approval":
+        for resource in lists_read(tool.approval.response):
+            listing = await _listing(gov, team, resource)
+            if listing is not None:
+                people.update(listing.approvers)
     return people

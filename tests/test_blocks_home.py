@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from blocks import (
     APPROVERS_CALLBACK_ID,
+    ApproverListView,
     HomeRequest,
-    ToolPolicyView,
     approvers_list_text,
     approvers_modal,
     decode_action_id,
@@ -48,8 +48,8 @@ def question(request_id: str) -> InputRequest:
     )
 
 
-def policy(name: str, **kw) -> ToolPolicyView:
-    return ToolPolicyView(tool_name=name, description=kw.pop("description", f"{name} does things"), **kw)
+def policy(name: str, **kw) -> ApproverListView:
+    return ApproverListView(list_name=name, description=kw.pop("description", f"{name} does things"), **kw)
 
 
 def texts(view: dict) -> str:
@@ -152,7 +152,7 @@ def test_long_lists_fit_in_100_blocks_with_truncation_notes() -> None:
     body = texts(view)
     assert "of 40. Answer these and the rest will appear" in body
     assert "showing 10 of 40. The rest are in their threads." in body
-    assert "showing 30 of 80 tools" in body
+    assert "showing 30 of 80 lists" in body
     # every shown waiting card is whole: its buttons are there
     shown = {
         decode_action_id(e["action_id"]).request_id
@@ -211,7 +211,7 @@ def test_approvers_modal_limits() -> None:
     view = approvers_modal(policies)
     assert_valid_view(view)
     assert len(view["blocks"]) == 100
-    assert "showing 98 of 150 tools" in texts(view)
+    assert "showing 98 of 150 lists" in texts(view)
     first = next(b for b in view["blocks"] if b["type"] == "input")
     assert first["label"]["text"].endswith("…") and len(first["label"]["text"]) <= 150
     assert first["hint"]["text"].startswith("d" * 400) and "…" in first["hint"]["text"]
@@ -231,7 +231,7 @@ def test_approvers_read_only_modal_limits() -> None:
     assert_valid_view(view)
     assert len(view["blocks"]) == 100 and "submit" not in view and view["close"]["text"] == "Close"
     assert not [b for b in view["blocks"] if b["type"] == "input"] and all_elements(view["blocks"]) == []
-    assert "showing 98 of 150 tools" in texts(view)
+    assert "showing 98 of 150 lists" in texts(view)
     assert view["blocks"][-1]["block_id"] == "approvers-notes"
     assert all(len(b["text"]["text"]) <= 3000 for b in view["blocks"] if b["type"] == "section")
 

@@ -129,7 +129,7 @@ def _describe(data: object) -> str:
     if "deployed" in data:
         return f"Deployed **{data['deployed']}** {data['version']} to {data['environment']}."
     if data.get("posted"):
-        where = f"<{data['link']}|{data['channel']}>" if data.get("link") else data["channel"]
+        where = f"[{data['channel']}]({data['link']})" if data.get("link") else data["channel"]
         return f"Posted to {where}: “{data['text']}”"
     if data.get("posted") is False:
         return f"I couldn't post that: {data.get('error', 'the workspace refused it')}"

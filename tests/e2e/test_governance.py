@@ -131,7 +131,13 @@ async def test_admin_sees_editor_and_member_does_not(local_slack, start_app):
     assert "Only workspace admins can change who approves" in json.dumps(bob.blocks)
 
     dave = await open_home(local_slack, DAVE)  # listed in BOT_ADMINS
-    assert find(dave.blocks, "approvers:edit:deploy") is not None
+    assert find(dave.blocks, "approvers:edit:pay_vendor") is not None
+    # four_eyes() and tenant rules read no list: no editor that would silently do nothing, but a line
+    # saying who decides instead (members see it too)
+    assert find(dave.blocks, "approvers:edit:deploy") is None and find(dave.blocks, "approvers:edit:export_data") is None
+    for home in (dave, bob):
+        assert "No list to edit for `deploy` (anyone but the person who asked approves)" in json.dumps(home.blocks)
+        assert "`export_data` (the person who asked decides)" in json.dumps(home.blocks)
 
 
 async def test_admin_saves_list_in_app_home_and_next_click_obeys_it(local_slack, start_app):

@@ -87,9 +87,10 @@ async def test_mention_card_click_and_reply_over_socket_mode(socket_bot: SocketB
     result = await slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
     assert result.ok, (result.error, result.detail)
     reply = await slack.wait_for_message(
-        GENERAL, thread_ts=ts, predicate=lambda m: "Posted to #general" in m.text, timeout_s=15
+        GENERAL, thread_ts=ts, predicate=lambda m: "Posted to <" in m.text and "|#general>" in m.text, timeout_s=15
     )
     assert "lunch is here" in reply.text
+    assert [m.text for m in slack.messages(GENERAL) if m.user == BOT_USER_ID and not m.thread_ts] == ["lunch is here"]
     updated = await slack.wait_for(
         lambda: (m := slack.message(GENERAL, card.ts)) and all(b["type"] != "actions" for b in m.blocks or []) and m,
         timeout_s=10,
