@@ -168,19 +168,23 @@ async def test_admin_saves_list_in_app_home_and_next_click_obeys_it(local_slack,
     assert [(c.actor, c.subject) for c in changes] == [(f"slack:{TEAM_ID}:{CAROL}", "tool:pay_vendor")]
 
 
+async def forged_home_edit(slack, user: str, action_id: str, chosen: list[str]):
+    """An App Home select a client made up (signed: it comes through Slack, but no such select was shown)."""
+    payload = {
+        "type": "block_actions", "user": {"id": user, "team_id": TEAM_ID}, "team": {"id": TEAM_ID},
+        "trigger_id": "1.2.3", "container": {"type": "view", "view_id": "V0HOME"},
+        "view": {"id": "V0HOME", "type": "home", "app_installed_team_id": TEAM_ID},
+        "actions": [{"action_id": action_id, "type": "multi_users_select",
+                     "block_id": "home:tool:0", "selected_users": chosen}],
+    }
+    body = ("payload=" + quote(json.dumps(payload))).encode()
+    return await slack.deliver_raw(body, {**slack.sign(body), "Content-Type": "application/x-www-form-urlencoded"})
+
+
 async def test_non_admin_edit_is_refused_audited_and_changes_nothing(local_slack, start_app):
     bot = await start_app(ScriptedModel([]), ALL_TOOLS)
     await governance(bot).policies.set_approvers(TEAM_ID, "tool:pay_vendor", [BOB], actor="test")
-    payload = {
-        "type": "block_actions", "user": {"id": DAVE, "team_id": TEAM_ID}, "team": {"id": TEAM_ID},
-        "trigger_id": "1.2.3", "container": {"type": "view", "view_id": "V0HOME"},
-        "view": {"id": "V0HOME", "type": "home", "app_installed_team_id": TEAM_ID},
-        "actions": [{"action_id": "approvers:edit:pay_vendor", "type": "multi_users_select",
-                     "block_id": "home:tool:0", "selected_users": [DAVE]}],
-    }
-    body = ("payload=" + quote(json.dumps(payload))).encode()
-    result = await local_slack.deliver_raw(
-        body, {**local_slack.sign(body), "Content-Type": "application/x-www-form-urlencoded"})
+    result = await forged_home_edit(local_slack, DAVE, "approvers:edit:pay_vendor", [DAVE])
     assert result.status == 200
     listing = await governance(bot).policies.approvers(TEAM_ID, "tool:pay_vendor")
     assert listing.approvers == [BOB]
@@ -542,3 +546,40 @@ async def test_a_slack_connect_guest_cannot_start_a_turn_unless_the_workspace_ad
     ts, _ = await local_slack.post_message(ERIN, GENERAL, f"<@{BOT_USER_ID}> pay initech")
     assert await local_slack.wait_for(lambda: card_in(local_slack, ts))
     assert len(local_slack.ephemerals(ERIN)) == 1, "told once, not once per event"
+
+
+@tool(approval=Approval(request=always(), response=approvers("tool:finance_team")),
+      escalate_after=3600, escalate_to="tool:finance_managers")
+async def pay_invoice(args: Job, ctx: ToolContext) -> dict:
+    """Pay an invoice (the finance team approves; its managers step in after an hour)."""
+    RUNS.append(("pay_invoice", ctx.principal.slack_user_id if ctx.principal else None))
+    return {"paid": args.target}
+
+
+async def test_the_editor_offers_the_lists_rules_read_and_refuses_one_no_rule_reads(local_slack, start_app):
+    """A list named for a team, not a tool, and an escalation list are offered and saved where the rule
+    reads them; a forged edit of a list no rule reads (``deploy`` is four-eyes) saves nothing."""
+    RUNS.clear()
+    bot = await start_app(script("pay_invoice", target="acme"), [*ALL_TOOLS, pay_invoice])
+    home = await open_home(local_slack, CAROL)
+    assert find(home.blocks, "approvers:edit:pay_invoice") is None
+    text = json.dumps(home.blocks)
+    assert "approves `pay_invoice`" in text and "`pay_invoice` escalates to it after 1 h" in text
+    await local_slack.select_users(CAROL, home.id, "approvers:edit:finance_team", [BOB])
+    home = await open_home(local_slack, CAROL)
+    await local_slack.select_users(CAROL, home.id, "approvers:edit:finance_managers", [DAVE])
+    policies = governance(bot).policies
+    assert (await policies.approvers(TEAM_ID, "tool:finance_team")).approvers == [BOB]
+    assert (await policies.approvers(TEAM_ID, "tool:finance_managers")).approvers == [DAVE]
+
+    ts, card = await mention_and_wait_for_card(local_slack, "pay the acme invoice")
+    await local_slack.click(BOB, GENERAL, card.ts, button(card, "Approve"))  # the list the rule reads
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
+    assert RUNS == [("pay_invoice", BOB)]
+
+    result = await forged_home_edit(local_slack, CAROL, "approvers:edit:deploy", [DAVE])
+    assert result.status == 200
+    assert await policies.approvers(TEAM_ID, "tool:deploy") is None
+    note = await local_slack.wait_for_message(local_slack.dm_channel(CAROL),
+                                              predicate=lambda m: "was not changed" in m.text)
+    assert "no tool's rule reads a list called deploy" in note.text
