@@ -105,9 +105,9 @@ def without_lists_text(rules: Sequence[tuple[str, str]]) -> str:
 
 
 def tool_line(policy: ApproverListView) -> str:
-    """``*`tool`* · always · 1 approval needed``."""
-    label = escape_mrkdwn(truncate(one_line(policy.policy_label), 60))
-    return f"*{inline_code(policy.list_name)}* · {label} · {approvals_needed_text(policy.required)}"
+    """``*`refund_charge`* list · approves `refund_charge` (asks every time) · 1 approval needed``."""
+    label = escape_mrkdwn(truncate(one_line(policy.policy_label), 300))
+    return f"*{inline_code(policy.list_name)}* list · {label} · {approvals_needed_text(policy.required)}"
 
 
 # --- blocks ---------------------------------------------------------------------------------

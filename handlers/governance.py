@@ -74,23 +74,6 @@ def required_by_kind(kind: str) -> int:
     return int(match.group(1)) if match else 1
 
 
-def policy_label(t: Tool) -> str:
-    """Plain words for a tool's request and response policy, e.g. ``asks every time · approver list``."""
-    asks = REQUEST_LABELS.get(t.policy_kind, "custom policy")
-    kind = response_kind(t)
-    if kind == "requester-only":
-        who = "the requester decides"
-    elif kind.startswith("approvers:"):
-        who = "approver list"
-    elif kind == "four-eyes":
-        who = "four-eyes (not the requester)"
-    elif _N_OF_M.match(kind):
-        who = f"{required_by_kind(kind)} approvers"
-    else:
-        who = "custom approval rule"
-    return f"{asks} · {who}"
-
-
 def needs_people(t: Tool) -> bool:
     """Tools whose calls can wait for a person."""
     return t.policy_kind != "never"
@@ -104,7 +87,7 @@ def list_uses(tools: list[Tool]) -> dict[str, list[str]]:
         if not needs_people(t):
             continue
         for resource in lists_read(t.approval.response):
-            uses.setdefault(resource, []).append(f"approves `{t.name}` ({policy_label(t)})")
+            uses.setdefault(resource, []).append(f"approves `{t.name}` ({REQUEST_LABELS.get(t.policy_kind, 'custom policy')})")
         if t.escalate_to and t.escalate_after is not None:
             hours = t.escalate_after.total_seconds() / 3600
             after = f"{hours:g} h" if hours >= 1 else f"{t.escalate_after.total_seconds() / 60:g} min"

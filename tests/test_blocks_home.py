@@ -130,7 +130,7 @@ def test_admin_sees_an_editable_approver_list_per_tool() -> None:
     ]
     assert [s.get("initial_users") for s in selects] == [["U1", "U2"], ["U3"], None]
     body = texts(view)
-    assert "*`wire_money`* · 2 of 3 · 2 approvals needed" in body
+    assert "*`wire_money`* list · 2 of 3 · 2 approvals needed" in body
     assert "~deleted user~ <@U9>" in body
     assert NOT_ADMIN_NOTE not in body
     assert "Approver lists" in body
@@ -237,7 +237,7 @@ def test_approvers_read_only_modal_limits() -> None:
 
     one = approvers_list_modal([policy("refund_charge", policy_label="always", approvers=["U1"])])
     assert_valid_view(one)
-    assert texts(one).splitlines()[:2] == ["*`refund_charge`* · always · 1 approval needed", "<@U1>"]
+    assert texts(one).splitlines()[:2] == ["*`refund_charge`* list · always · 1 approval needed", "<@U1>"]
     assert EMPTY_TOOLS in texts(approvers_list_modal([]))
     assert "nothing to set up" in texts(approvers_list_modal([], empty_text="nothing to set up"))
 
@@ -260,9 +260,9 @@ def test_approvers_list_text() -> None:
     )
     assert text.splitlines() == [
         "*Approver lists*",
-        "• *`refund_charge`* · always · 1 approval needed: <@U1>, <@U2>",
-        "• *`wire_money`* · 2 of 3 · 2 approvals needed: ~deleted user~ <@U9>",
-        "• *`lookup`* · never · 1 approval needed: _no approvers set_",
+        "• *`refund_charge`* list · always · 1 approval needed: <@U1>, <@U2>",
+        "• *`wire_money`* list · 2 of 3 · 2 approvals needed: ~deleted user~ <@U9>",
+        "• *`lookup`* list · never · 1 approval needed: _no approvers set_",
     ]
     assert approvers_list_text([]) == EMPTY_TOOLS
     many = approvers_list_text(
