@@ -59,6 +59,8 @@ class PolicySource(Protocol):
 
     async def approver_list(self, team_id: str, resource: str) -> ApproverList | None: ...
     async def allows_external(self, team_id: str) -> bool: ...
+    async def admits_guests(self, team_id: str, channel_id: str | None) -> bool:
+        """Whether Slack Connect guests may talk to the agent in this channel (or the whole workspace)."""
     async def workspace_org(self, team_id: str) -> str | None:
         """The Enterprise Grid org a workspace belongs to, as verified requests said; None if unknown."""
     async def decide(

@@ -23,6 +23,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from redis.exceptions import RedisError
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 
@@ -39,6 +40,7 @@ from bot.principals import Principal
 from handlers.governance import ADMIN_CHECK_FAILED, Governance
 from handlers.home import republish
 from handlers.identity import command_principal, interaction_principal
+from store.policies import PolicyUpdateConflict
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +49,7 @@ USAGE = (
     "*/approvers* — who may approve the agent's tool calls\n"
     "• `/approvers list` — show who approves each tool\n"
     "• `/approvers edit` — change them (workspace admins)\n"
+    "• `/approvers guests on|off` — let Slack Connect guests in this channel ask the agent (workspace admins)\n"
     "Admins can also edit the lists in the app's *Home* tab."
 )
 NO_TOOLS_NEXT = (
@@ -61,6 +64,9 @@ UNCHECKED_NEXT = f"{ADMIN_CHECK_FAILED.removesuffix('.')} to edit the lists."
 REFUSED_EDIT = ":no_entry: Only workspace admins can change who approves. Nothing was changed. " \
                "See the current lists with `/approvers list`."
 UNCHECKED_EDIT = f":warning: {ADMIN_CHECK_FAILED} Nothing was changed."
+GUESTS_ON = ("Slack Connect guests in <#{channel}> can now ask the agent; their requests follow the tools' "
+             "rules like anyone's. `/approvers guests off` closes it again.")
+GUESTS_OFF = "Slack Connect guests in <#{channel}> can no longer ask the agent."
 UNREADABLE = "Approver lists can't be read right now. Try again in a minute."
 EDITOR_FAILED = "The editor couldn't be opened just now; try again in a minute."
 # A view_submission must carry its errors in the ack: the admin check may take this long of Slack's 3 s
@@ -88,10 +94,11 @@ class Invocation:
     principal: Principal
     team: str
     user: str
-    sub: str  # "", "list" or "edit"
+    sub: str  # "", "list", "edit" or "guests"
     trigger_id: str | None
     client: Any
     respond: Any
+    channel: str | None = None  # where it was run
 
 
 async def handle_command(gov: Governance, ack: Any, body: dict[str, Any], client: Any, respond: Any) -> None:
@@ -102,14 +109,41 @@ async def handle_command(gov: Governance, ack: Any, body: dict[str, Any], client
         return
     words = (body.get("text") or "").strip().lower().split()
     sub = words[0] if words else ""
-    if sub not in ("", "list", "edit"):
+    guests = words[1:] if sub == "guests" else []
+    if sub not in ("", "list", "edit", "guests") or (sub == "guests" and guests not in (["on"], ["off"])):
         await ack(text=USAGE)
         return
     run = Invocation(principal=principal, team=principal.team_id, user=principal.slack_user_id, sub=sub,
-                     trigger_id=body.get("trigger_id"), client=client, respond=respond)
+                     trigger_id=body.get("trigger_id"), client=client, respond=respond,
+                     channel=body.get("channel_id"))
     await ack()
-    work = send_list(gov, run) if sub == "list" else show_modal(gov, run)
+    if sub == "guests":
+        work = set_guests(gov, run, admitted=guests == ["on"])
+    else:
+        work = send_list(gov, run) if sub == "list" else show_modal(gov, run)
     gov.deps.runtime.spawn(work, what=f"{COMMAND} {sub or 'modal'} for {run.user}")
+
+
+async def set_guests(gov: Governance, run: Invocation, *, admitted: bool) -> None:
+    """``/approvers guests on|off``: an admin opens (or closes) the channel it was run in to Slack Connect
+    guests talking to the agent. Anyone else is refused, and the refusal audited."""
+    channel = run.channel
+    if not channel:
+        await reply(run, "Run `/approvers guests on` in the channel you want to open to guests.")
+        return
+    admin = await gov.admins.admin_status(run.team, run.user)
+    if admin is not True:
+        unsure = {"reason": "admin check failed"} if admin is None else {}
+        await gov.refuse(run.team, run.principal, f"channel:{channel}", via=f"{COMMAND} guests", **unsure)
+        await reply(run, REFUSED_EDIT if admin is False else UNCHECKED_EDIT)
+        return
+    try:
+        await gov.policies.set_guest_channel(run.team, channel, admitted, actor=run.principal.principal_id)
+    except (RedisError, PolicyUpdateConflict) as exc:
+        log.warning("could not save the guest setting of %s in %s: %r", channel, run.team, exc)
+        await reply(run, ":warning: The setting can't be saved right now. Try again in a minute.")
+        return
+    await reply(run, GUESTS_ON.format(channel=channel) if admitted else GUESTS_OFF.format(channel=channel))
 
 
 async def send_list(gov: Governance, run: Invocation) -> None:

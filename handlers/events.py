@@ -28,7 +28,8 @@ PERSON_SUBTYPES = {None, "file_share", "thread_broadcast"}
 
 
 GUEST_TEXT = ("Only people of this workspace can ask the agent here, so your message was not passed on. "
-              "Ask someone from the workspace to run it for you.")
+              "Ask someone from the workspace to run it for you, or a workspace admin to open this channel to "
+              "guests (`/approvers guests on`).")
 
 
 def register(app: AsyncApp, deps: SlackDeps) -> None:
@@ -42,10 +43,11 @@ def register(app: AsyncApp, deps: SlackDeps) -> None:
     app.event("message")(on_message)
 
 
-async def may_talk(deps: SlackDeps, principal: Principal, org: str | None) -> bool:
+async def may_talk(deps: SlackDeps, principal: Principal, org: str | None, channel_id: str | None) -> bool:
     """Whether this person may talk to the agent (start or steer a turn): a member of the installation's
-    workspace or of its Enterprise org; a Slack Connect guest only where the workspace admits people
-    from outside. Fails closed: when that cannot be read, a guest is not passed on."""
+    workspace or of its Enterprise org; a Slack Connect guest only in a channel an admin opened to guests
+    (``/approvers guests on``) or where the workspace admits people from outside. Fails closed: when
+    that cannot be read, a guest is not passed on."""
     if not is_external(principal):
         return True
     gov = deps.governance
@@ -55,7 +57,7 @@ async def may_talk(deps: SlackDeps, principal: Principal, org: str | None) -> bo
         home = principal.attributes.get("user_team_id")
         if org and home and await gov.workspace_org(home) == org:
             return True
-        return bool(await gov.allows_external(principal.team_id))
+        return bool(await gov.admits_guests(principal.team_id, channel_id))
     except Exception:  # noqa: BLE001 - fail closed
         log.warning("could not tell whether %s may talk to the agent; not passing it on", principal.principal_id)
         return False
@@ -93,7 +95,7 @@ async def _handle(
         ref = SessionRef(session_id=sid, team_id=team, enterprise_id=org, channel={"channel_id": channel_id, "thread_ts": root})
         if event.get("channel_type") != "im" and not mentioned and not await deps.store.exists(sid):
             return  # a thread the agent is not part of
-    if not await may_talk(deps, principal, org):
+    if not await may_talk(deps, principal, org, channel_id):
         # told once, where they asked (a mention arrives twice: only its app_mention tells), not on every reply
         if event.get("type") == "app_mention" or event.get("channel_type") == "im":
             deps.runtime.spawn(_tell_guest(client, event["user"], channel_id, thread_ts or ts),

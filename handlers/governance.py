@@ -128,6 +128,10 @@ class StorePolicySource:
     async def allows_external(self, team_id: str) -> bool:
         return (await self.policies.get(team_id)).allow_external
 
+    async def admits_guests(self, team_id: str, channel_id: str | None) -> bool:
+        policy = await self.policies.get(team_id)
+        return policy.allow_external or (channel_id is not None and channel_id in policy.guest_channels)
+
     async def workspace_org(self, team_id: str) -> str | None:
         """Known only where verified requests from that workspace were seen (the OAuth directory)."""
         seen = await self.workspaces.async_workspace(team_id) if self.workspaces is not None else None

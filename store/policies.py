@@ -9,6 +9,7 @@ A workspace (Slack team = tenant) has one small :class:`TenantPolicy` document:
   (``amount > 1000``), evaluated by the pure :func:`match_rule`;
 - ``roles``: role name → Slack user ids;
 - ``allow_external``: whether people from other organisations (Slack Connect) may approve.
+- ``guest_channels``: channels where Slack Connect guests may talk to the agent (``/approvers guests on``).
 
 Storage: the hash ``hitl:{ws:<team>}:policy`` (fields ``doc`` = the JSON document, ``version``). Every
 change is read → modify → compare-and-set on ``version``, in the *same* atomic step as its
@@ -210,6 +211,7 @@ class TenantPolicy(BaseModel):
     rules: list[Rule] = Field(default_factory=list)
     roles: dict[str, UserIds] = Field(default_factory=dict)
     allow_external: bool = False
+    guest_channels: list[str] = Field(default_factory=list)  # where Slack Connect guests may talk to the agent
     version: int = 0
 
     @model_validator(mode="after")
@@ -427,6 +429,17 @@ class PolicyStore:
             before = policy.allow_external
             policy.allow_external = allowed
             return _Change(allowed, "set_allow_external", "allow_external", before, allowed)
+
+        return await self._update(team_id, actor, change)
+
+    async def set_guest_channel(self, team_id: str, channel_id: str, admitted: bool, *, actor: str) -> bool:
+        """Whether Slack Connect guests may talk to the agent in ``channel_id`` (start and steer turns)."""
+
+        def change(policy: TenantPolicy) -> _Change:
+            before = channel_id in policy.guest_channels
+            rest = [c for c in policy.guest_channels if c != channel_id]
+            policy.guest_channels = [*rest, channel_id] if admitted else rest
+            return _Change(admitted, "set_guest_channel", f"channel:{channel_id}", before, admitted)
 
         return await self._update(team_id, actor, change)
 

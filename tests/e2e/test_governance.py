@@ -16,7 +16,7 @@ from bot.models.scripted import ScriptedModel, call, say
 from bot.principals import APP_PRINCIPAL
 from bot.session import SessionRef, slack_session_id
 from bot.tools import ToolContext, tool
-from localslack.seed import ALICE, BOB, BOT_USER_ID, CAROL, DAVE, ERIN, GENERAL, TEAM_ID
+from localslack.seed import ALICE, BOB, BOT_USER_ID, CAROL, DAVE, ERIN, FINANCE, GENERAL, TEAM_ID
 from store.audit import AuditLog
 from store.policies import Rule
 from tests.e2e.test_approval_flow import button, card_in, mention_and_wait_for_card
@@ -583,3 +583,44 @@ async def test_the_editor_offers_the_lists_rules_read_and_refuses_one_no_rule_re
     note = await local_slack.wait_for_message(local_slack.dm_channel(CAROL),
                                               predicate=lambda m: "was not changed" in m.text)
     assert "no tool's rule reads a list called deploy" in note.text
+
+
+async def test_an_admin_opens_one_channel_to_slack_connect_guests_and_only_that_one(local_slack, start_app):
+    """``/approvers guests on`` admits guests where it is run (audited), not elsewhere; a member can't
+    run it; ``off`` closes the channel again."""
+    from store.audit import AuditLog
+
+    RUNS.clear()
+    bot = await start_app(script("pay_vendor", target="initech"), ALL_TOOLS)
+
+    async def guest_asks() -> str:
+        ts, _ = await local_slack.post_message(ERIN, GENERAL, f"<@{BOT_USER_ID}> pay initech")
+        await bot.runtime.wait_idle()
+        return ts
+
+    await local_slack.slash_command(CAROL, "/approvers", "guests on", channel_id=FINANCE)  # another channel
+    await local_slack.wait_for(lambda: any("can now ask" in e.text for e in local_slack.ephemerals(CAROL)))
+    ts = await guest_asks()
+    assert card_in(local_slack, ts) is None  # #finance being open changes nothing in #general
+
+    await local_slack.slash_command(DAVE, "/approvers", "guests on", channel_id=GENERAL)
+    refused = await local_slack.wait_for(lambda: local_slack.ephemerals(DAVE))
+    assert "Only workspace admins" in refused[-1].text
+    ts = await guest_asks()
+    assert card_in(local_slack, ts) is None
+
+    await local_slack.slash_command(CAROL, "/approvers", "guests on", channel_id=GENERAL)
+    await local_slack.wait_for(lambda: sum("can now ask" in e.text for e in local_slack.ephemerals(CAROL)) == 2)
+    ts = await guest_asks()
+    assert await local_slack.wait_for(lambda: card_in(local_slack, ts))
+
+    await local_slack.slash_command(CAROL, "/approvers", "guests off", channel_id=GENERAL)
+    await local_slack.wait_for(lambda: any("can no longer ask" in e.text for e in local_slack.ephemerals(CAROL)))
+    before = len(local_slack.ephemerals(ERIN))
+    ts = await guest_asks()
+    assert card_in(local_slack, ts) is None and len(local_slack.ephemerals(ERIN)) == before + 1
+
+    entries = await AuditLog(bot.redis.client).entries(TEAM_ID, limit=None)
+    changes = [(e.kind, e.subject) for e in entries if e.kind in ("policy.change", "policy.refused")]
+    assert changes == [("policy.change", f"channel:{FINANCE}"), ("policy.refused", f"channel:{GENERAL}"),
+                       ("policy.change", f"channel:{GENERAL}"), ("policy.change", f"channel:{GENERAL}")]
