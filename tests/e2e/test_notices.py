@@ -302,3 +302,21 @@ async def test_app_home_says_what_is_due_when_and_follows_the_clock(local_slack,
     await bot.runtime.wait_idle()
     bob = str((await open_home(local_slack, BOB)).blocks)
     assert f"Reminded {stamp(req.remind_at)}" in bob and "escalated to the `finance_managers` list" in bob
+
+
+async def test_a_deadline_set_before_a_restart_fires_once_in_the_process_after_it(local_slack, start_app):
+    """The process that parked the request is gone (closed); a new one on the same Redis finds the
+    timer, expires the request once, and the turn goes on there."""
+    RUNS.clear()
+    first = await start_app(_script("refund"), [refund])
+    clock = first.runtime.settings.clock = Clock()
+    ts, card = await mention_and_wait_for_card(local_slack, "refund acme")
+    await first.close()
+    clock.now += 601
+    after = await _replica(start_app, first)  # the new process, same Redis, same clock
+    await after.runtime.recover()
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Nobody approved" in m.text)
+    await after.runtime.recover()
+    await after.runtime.wait_idle()
+    assert sum("Nobody approved" in m.text for m in local_slack.messages(GENERAL, ts)) == 1
+    assert "Expired after 10 min" in str(local_slack.message(GENERAL, card.ts).blocks) and RUNS == []
