@@ -72,6 +72,7 @@ from blocks.messages import (
     link_hosts,
     literal_mrkdwn,
 )
+from bot.governance import list_name
 from bot.principals import Principal
 from bot.protocol import (
     APPROVE,
@@ -252,17 +253,12 @@ def schedule_text(req: InputRequest, *, now: datetime, escalated: bool = False) 
         parts.append(("reminded " if req.remind_at <= now else "reminder ") + slack_date(req.remind_at))
     if req.escalate_at is not None and req.escalate_to:
         done = escalated or req.escalate_at <= now
-        parts.append(f"{'escalated' if done else 'escalates'} to the {list_name(req.escalate_to)} list "
+        parts.append(f"{'escalated' if done else 'escalates'} to the {inline_code(list_name(req.escalate_to))} list "
                      + slack_date(req.escalate_at))
     if req.expires_at is not None:
         parts.append("expires " + slack_date(req.expires_at))
     text = " · ".join(parts)
     return text[:1].upper() + text[1:]
-
-
-def list_name(resource: str) -> str:
-    """An approver list as people read it: `refund_charge` for "tool:refund_charge"."""
-    return inline_code(resource.partition(":")[2] or resource)
 
 
 def duration_text(delta: timedelta) -> str:

@@ -247,10 +247,15 @@ async def _external_ok(ctx: ResponseContext) -> bool:
         return False
 
 
-def _named(resource: str) -> str:
-    """How a person reads a resource: `refund_charge` for "tool:refund_charge"."""
+def list_name(resource: str) -> str:
+    """How people read an approver list: ``refund_charge`` for "tool:refund_charge" (any other resource
+    keeps its full name). The editor keys its controls by it too."""
     kind, _, name = resource.partition(":")
-    return f"`{name}`" if kind == "tool" and name else f"`{resource}`"
+    return name if kind == "tool" and name and ":" not in name else resource
+
+
+def _named(resource: str) -> str:
+    return f"`{list_name(resource)}`"
 
 
 async def _check_list(ctx: ResponseContext, resource: str | None, *, required: int | None) -> ResponseDecision:

@@ -19,8 +19,9 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from blocks.cards import duration_text
 from blocks.home import ApproverListView
-from bot.governance import ApproverList, RuleVerdict, lists_read, use_policy_source
+from bot.governance import ApproverList, RuleVerdict, list_name, lists_read, use_policy_source
 from bot.principals import APP_PRINCIPAL, Principal
 from bot.tools import Tool, ToolRegistry
 from handlers.admins import AdminCheck, ClientFor
@@ -49,15 +50,8 @@ def tool_resource(tool_name: str) -> str:
     return f"tool:{tool_name}"
 
 
-def list_name(resource: str) -> str:
-    """How admins see a list and how its controls are keyed: ``refund_charge`` for "tool:refund_charge"
-    (any other resource keeps its full name)."""
-    kind, _, name = resource.partition(":")
-    return name if kind == "tool" and name and ":" not in name else resource
-
-
 def list_resource(name: str) -> str:
-    """The resource behind :func:`list_name`."""
+    """The resource behind ``bot.governance.list_name``."""
     return name if ":" in name else tool_resource(name)
 
 
@@ -89,8 +83,7 @@ def list_uses(tools: list[Tool]) -> dict[str, list[str]]:
         for resource in lists_read(t.approval.response):
             uses.setdefault(resource, []).append(f"approves `{t.name}` ({REQUEST_LABELS.get(t.policy_kind, 'custom policy')})")
         if t.escalate_to and t.escalate_after is not None:
-            hours = t.escalate_after.total_seconds() / 3600
-            after = f"{hours:g} h" if hours >= 1 else f"{t.escalate_after.total_seconds() / 60:g} min"
+            after = duration_text(t.escalate_after)
             uses.setdefault(t.escalate_to, []).append(f"`{t.name}` escalates to it after {after}")
     return dict(sorted(uses.items(), key=lambda item: list_name(item[0])))
 
