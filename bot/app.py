@@ -242,7 +242,8 @@ async def _start(
         tools=registry,
         channel=channel,
         settings=RuntimeSettings(step_budget=settings.step_budget, token_budget=settings.token_budget,
-                                 history_window=settings.history_window, history_limit=settings.history_limit),
+                                 history_window=settings.history_window, history_limit=settings.history_limit,
+                                 max_active_turns=settings.max_active_turns),
         workspace=SlackWorkspace(client_for),  # ctx.workspace: tools post in their session's workspace
     )
     runtime.add_consumer("audit", AuditChannel(AuditLog(redis.client), store.get_request))

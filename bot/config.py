@@ -52,6 +52,7 @@ class Settings(BaseSettings):
     lease_seconds: float = Field(default=15.0, alias="BOT_LEASE_SECONDS", gt=0.2)
     retention_days: float = Field(default=30.0, alias="BOT_RETENTION_DAYS", gt=0)
     history_limit: int = Field(default=1000, alias="BOT_HISTORY_LIMIT", ge=0)
+    max_active_turns: int = Field(default=8, alias="BOT_MAX_ACTIVE_TURNS", ge=1)
     localslack_port: int = Field(default=3001, alias="LOCALSLACK_PORT")
 
     @field_validator("slack_api_url")

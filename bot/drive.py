@@ -124,9 +124,19 @@ class Driver:
         self.settler = settler
         self.intake = intake
         self.exec = executor
+        self._slots: asyncio.Semaphore | None = None
 
     async def drive(self, session_id: str) -> None:
-        """Move the session forward if this worker can take its lease; safe to call any time."""
+        """Move the session forward if this worker can take its lease; safe to call any time.
+
+        At most ``max_active_turns`` sessions are driven at once by this process; a session waiting
+        for a slot holds no lease, so another replica may take it meanwhile."""
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(max(1, self.p.settings.max_active_turns))
+        async with self._slots:
+            await self._drive(session_id)
+
+    async def _drive(self, session_id: str) -> None:
         store = self.p.store
         while True:
             token, snap = await store.acquire_lease_and_read(session_id)

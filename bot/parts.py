@@ -71,6 +71,9 @@ class RuntimeSettings:
     history_window: int = 200  # newest messages the model sees (the system prompt always); 0 = all
     history_limit: int = 1_000  # stored messages kept after a turn ends (older ones are dropped); 0 = all
     max_drive_failures: int = 6  # unexpected errors in a row before a turn is failed visibly
+    # turns this process works on at once; the rest wait (durably due in Redis, any replica may take
+    # them). Bounded so that acknowledging Slack never queues behind an unbounded pile of turn work.
+    max_active_turns: int = 8
     clock: Callable[[], float] = time.time  # epoch seconds for deadlines (tests move it forward)
 
 
