@@ -6,6 +6,9 @@ Handlers register one listener for ``ACTION_ID_PATTERN`` and call :func:`decode_
 - select:   ``hitl:<request_id>:select``       option value = option id, or ``#<index>`` when the id
             is longer than Slack's 150-character option value (see :func:`decode_option_value`)
 - freeform: ``hitl:<request_id>:freeform``     value = request id; opens the ``hitl_freeform`` modal
+- reason:   ``hitl:<request_id>:reason``       "Cancel with reason": opens the ``hitl_reason`` modal
+- edit:     ``hitl:<request_id>:edit``         "Edit & approve": opens the ``hitl_edit`` modal (a form of
+            the tool's arguments); every modal's ``private_metadata`` is :class:`ModalMetadata`
 - approver lists: ``approvers:edit:<tool_name>`` (App Home), modal ``approvers_edit``
 
 Request ids may contain ``:`` and ``.``; decoding anchors on the suffix.
@@ -28,6 +31,11 @@ ACTION_ID_PATTERN = re.compile(r"^hitl:")
 FREEFORM_CALLBACK_ID = "hitl_freeform"
 FREEFORM_BLOCK_ID = "hitl_freeform_block"
 FREEFORM_ACTION_ID = "hitl_freeform_text"
+REASON_CALLBACK_ID = "hitl_reason"
+REASON_BLOCK_ID = "hitl_reason_block"
+REASON_ACTION_ID = "hitl_reason_text"
+EDIT_CALLBACK_ID = "hitl_edit"
+EDIT_BLOCK_PREFIX = "hitl_arg:"  # one input block per argument: hitl_arg:<field name>
 
 APPROVERS_ACTION_PREFIX = "approvers:edit:"
 APPROVERS_ACTION_PATTERN = re.compile(r"^approvers:edit:")
@@ -39,10 +47,11 @@ APPROVERS_USERS_ACTION_ID = "users"
 MAX_REQUEST_ID = 200
 MAX_TOOL_NAME = ACTION_ID - len(APPROVERS_ACTION_PREFIX)
 
-Control = Literal["btn", "select", "freeform"]
+Control = Literal["btn", "select", "freeform", "reason", "edit"]
+MODAL_CONTROLS: tuple[Control, ...] = ("freeform", "reason", "edit")  # controls that open a modal
 
 _ACTION_RE = re.compile(
-    r"^hitl:(?P<request_id>.+):(?:btn:(?P<index>\d{1,4})|(?P<control>select|freeform))$", re.S
+    r"^hitl:(?P<request_id>.+):(?:btn:(?P<index>\d{1,4})|(?P<control>select|freeform|reason|edit))$", re.S
 )
 _BLOCK_RE = re.compile(r"^(?P<request_id>.+):(?P<kind>[A-Za-z0-9_.-]+):(?P<n>\d+)$", re.S)
 _INDEX_VALUE_RE = re.compile(r"^#(\d{1,4})$")
@@ -56,8 +65,8 @@ class HitlAction(BaseModel):
     index: int | None = None  # buttons only: position in ``InputRequest.displayed_options()``
 
 
-class FreeformMetadata(BaseModel):
-    """The freeform modal's ``private_metadata``: which card the typed answer belongs to."""
+class ModalMetadata(BaseModel):
+    """An answer modal's ``private_metadata``: which card the answer typed into it belongs to."""
 
     request_id: str
     channel_id: str
@@ -82,6 +91,14 @@ def freeform_action_id(request_id: str) -> str:
     return f"{ACTION_PREFIX}{_checked_request_id(request_id)}:freeform"
 
 
+def reason_action_id(request_id: str) -> str:
+    return f"{ACTION_PREFIX}{_checked_request_id(request_id)}:reason"
+
+
+def edit_action_id(request_id: str) -> str:
+    return f"{ACTION_PREFIX}{_checked_request_id(request_id)}:edit"
+
+
 def decode_action_id(action_id: str) -> HitlAction | None:
     """The request and control behind an action id, or None when it is not one of ours."""
     match = _ACTION_RE.match(action_id or "")
@@ -89,8 +106,7 @@ def decode_action_id(action_id: str) -> HitlAction | None:
         return None
     if match["index"] is not None:
         return HitlAction(request_id=match["request_id"], control="btn", index=int(match["index"]))
-    control: Control = "select" if match["control"] == "select" else "freeform"
-    return HitlAction(request_id=match["request_id"], control=control)
+    return HitlAction(request_id=match["request_id"], control=match["control"])
 
 
 def option_value(index: int, option: InputOption, *, limit: int = OPTION_VALUE) -> str:
@@ -137,21 +153,21 @@ def request_id_of_block(block_id_value: str | None) -> str | None:
     return match["request_id"] if match else None
 
 
-def freeform_metadata(request_id: str, channel_id: str, message_ts: str) -> str:
-    raw = FreeformMetadata(
+def modal_metadata(request_id: str, channel_id: str, message_ts: str) -> str:
+    raw = ModalMetadata(
         request_id=request_id, channel_id=channel_id, message_ts=message_ts
     ).model_dump_json()
     if len(raw) > PRIVATE_METADATA:
-        raise ValueError("freeform modal metadata exceeds Slack's 3000-character private_metadata")
+        raise ValueError("modal metadata exceeds Slack's 3000-character private_metadata")
     return raw
 
 
-def decode_freeform_metadata(private_metadata: str | None) -> FreeformMetadata | None:
+def decode_modal_metadata(private_metadata: str | None) -> ModalMetadata | None:
     """The modal's metadata, or None if it is missing or not ours (never raises on bad input)."""
     if not private_metadata:
         return None
     try:
-        return FreeformMetadata.model_validate_json(private_metadata)
+        return ModalMetadata.model_validate_json(private_metadata)
     except (ValidationError, json.JSONDecodeError, ValueError):
         return None
 

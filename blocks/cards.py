@@ -86,7 +86,7 @@ from bot.protocol import (
     session_limit_options,
 )
 
-RADIO_MAX_OPTIONS = 5  # a few options read best as radio buttons; more go into a select menu
+RADIO_MAX_OPTIONS = 5  # style="radio" takes up to this many options; more go into a select menu
 CARD_MAX_FIELDS = 20  # two sections of fields; the rest is summarised so one card stays small
 TOOL_NAME_CHARS = 100
 FREEFORM_LABEL = "Type your own answer"
@@ -465,15 +465,38 @@ def _freeform_button(req: InputRequest, *, primary: bool) -> ButtonElement:
     )
 
 
+EDIT_LABEL = "Edit & approve"
+REASON_LABEL = "Cancel with reason"
+
+
+def _modal_button(req: InputRequest, label: str, action_id: str) -> ButtonElement:
+    return ButtonElement(text=PlainTextObject(text=label), action_id=action_id, value=req.request_id)
+
+
+def _approval_controls(req: InputRequest, options: list[InputOption]) -> list[Any]:
+    """Approve, [Edit & approve], Cancel, Cancel with reason: the extra two open modals."""
+    buttons: list[Any] = _buttons(req, options)
+    if req.kind != "tool-approval":
+        return buttons
+    if req.editable:
+        buttons.insert(1, _modal_button(req, EDIT_LABEL, ids.edit_action_id(req.request_id)))
+    buttons.append(_modal_button(req, REASON_LABEL, ids.reason_action_id(req.request_id)))
+    return buttons
+
+
 def _controls(req: InputRequest, tag: str) -> list[Block]:
     options = _options_of(req)
     actions_id = ids.block_id(req.request_id, f"{tag}actions")
     if req.kind in ("tool-approval", "session-limit"):
-        return [ActionsBlock(block_id=actions_id, elements=_buttons(req, options))]
+        return [ActionsBlock(block_id=actions_id, elements=_approval_controls(req, options))]
     elements: list[Any] = []
-    if options:
+    if options and req.style == "buttons" and len(options) < ACTIONS_ELEMENTS:
+        elements.extend(_buttons(req, options))
+        if req.allow_free_text:
+            elements.append(_freeform_button(req, primary=False))
+    elif options:
         choices = _choice_options(options)
-        if len(options) <= RADIO_MAX_OPTIONS:
+        if req.style == "radio" and len(options) <= RADIO_MAX_OPTIONS:
             elements.append(
                 RadioButtonsElement(action_id=ids.select_action_id(req.request_id), options=choices)
             )
@@ -617,6 +640,7 @@ def render_settled(
     approvals: Sequence[str] = (),
     required: int = 1,
     requester_name: str | None = None,
+    edited_input: dict[str, Any] | None = None,
 ) -> Message:
     """The card after settling: no buttons or menus; the outcome, who decided and when; a
     question's answer; a person's note (quoted, as theirs) and our own ``detail`` line."""
@@ -638,6 +662,8 @@ def render_settled(
     blocks.append(_section(rid, "s-outcome", line))
     if answer is not None and answer.strip():
         blocks.append(_section(rid, "s-answer", _answer_text(answer)))
+    if edited_input is not None and (changed := changes_text(req, edited_input)):
+        blocks.append(_section(rid, "s-changes", changed))
     if note is not None and note.strip():
         blocks.append(_section(rid, "s-note", _quote(note)))
     if detail is not None and detail.strip():
@@ -714,7 +740,7 @@ def freeform_modal(req: InputRequest, channel_id: str, message_ts: str) -> dict:
         title=PlainTextObject(text=FREEFORM_TITLE),
         submit=PlainTextObject(text="Send"),
         close=PlainTextObject(text="Cancel"),
-        private_metadata=ids.freeform_metadata(req.request_id, channel_id, message_ts),
+        private_metadata=ids.modal_metadata(req.request_id, channel_id, message_ts),
         blocks=[
             SectionBlock(
                 block_id=ids.block_id(req.request_id, "modal-prompt"),
@@ -740,3 +766,80 @@ def freeform_answer(state_values: dict) -> str | None:
     value = ((state_values or {}).get(ids.FREEFORM_BLOCK_ID) or {}).get(ids.FREEFORM_ACTION_ID) or {}
     text = value.get("value")
     return (text.strip() or None) if isinstance(text, str) else None
+
+
+# --- "Cancel with reason" and "Edit & approve" modals ---------------------------------------
+
+REASON_TITLE = "Cancel request"
+EDIT_TITLE = "Edit & approve"
+
+
+def _modal(req: InputRequest, callback_id: str, title: str, submit: str, channel_id: str, message_ts: str,
+           blocks: list[Any]) -> dict:
+    view = View(
+        type="modal",
+        callback_id=callback_id,
+        title=PlainTextObject(text=title),
+        submit=PlainTextObject(text=submit),
+        close=PlainTextObject(text="Back"),
+        private_metadata=ids.modal_metadata(req.request_id, channel_id, message_ts),
+        blocks=blocks,
+    )
+    return view.to_dict()
+
+
+def reason_modal(req: InputRequest, channel_id: str, message_ts: str) -> dict:
+    """Opened by "Cancel with reason"; submits to ``hitl_reason``. The reason is optional."""
+    tool = inline_code(one_line(tool_name_of(req)))
+    intro = SectionBlock(block_id=ids.block_id(req.request_id, "modal-reason"),
+                         text=_text(f"Cancel {tool}? It will not run. The agent reads your reason as yours."))
+    reason = InputBlock(
+        block_id=ids.REASON_BLOCK_ID,
+        label=PlainTextObject(text="Reason"),
+        optional=True,
+        element=PlainTextInputElement(action_id=ids.REASON_ACTION_ID, multiline=True, max_length=PLAIN_TEXT_INPUT,
+                                      placeholder=PlainTextObject(text="e.g. Refunds over $100 need a ticket")),
+    )
+    return _modal(req, ids.REASON_CALLBACK_ID, REASON_TITLE, "Cancel request", channel_id, message_ts,
+                  [intro, reason])
+
+
+def reason_text(state_values: dict) -> str | None:
+    """The reason typed into the reason modal, stripped; None when left empty."""
+    value = ((state_values or {}).get(ids.REASON_BLOCK_ID) or {}).get(ids.REASON_ACTION_ID) or {}
+    text = value.get("value")
+    return (text.strip() or None) if isinstance(text, str) else None
+
+
+def edit_modal(req: InputRequest, form: list[dict], channel_id: str, message_ts: str) -> dict:
+    """Opened by "Edit & approve"; ``form`` is the tool's arguments as inputs (``blocks.forms``),
+    prefilled with what the agent proposed. Submitting approves with the edited arguments."""
+    tool = inline_code(one_line(tool_name_of(req)))
+    intro = SectionBlock(block_id=ids.block_id(req.request_id, "modal-edit"),
+                         text=_text(f"Change what {tool} will run with, then approve. "
+                                    "The card will show what you changed."))
+    return _modal(req, ids.EDIT_CALLBACK_ID, EDIT_TITLE, "Approve", channel_id, message_ts, [intro, *form])
+
+
+def changes_text(req: InputRequest, edited: dict[str, Any]) -> str | None:
+    """``*amount*: $40.00 → $30.00`` for every argument an approver changed; None when nothing changed."""
+    before = (req.action.input if req.action else None) or {}
+    shown_as = req.action.shown_as if req.action else {}
+    lines = []
+    for key in dict.fromkeys([*before, *edited]):
+        old, new = before.get(key), edited.get(key)
+        if old == new:
+            continue
+        name = truncate_mrkdwn(literal_mrkdwn(one_line(str(key))), FIELD_NAME_CHARS)
+        lines.append(f"*{name}*: {_changed_value(old, shown_as.get(key))} → {_changed_value(new, shown_as.get(key))}")
+    if not lines:
+        return None
+    return truncate_mrkdwn(":pencil2: Changed before approving:\n" + "\n".join(lines), SECTION_TEXT)
+
+
+def _changed_value(value: Any, shown_as: str | None) -> str:
+    if value is None:
+        return "_(none)_"
+    if shown_as and shown_as.startswith("money:") and isinstance(value, int | float) and not isinstance(value, bool):
+        return escape_mrkdwn(money_text(value, shown_as.removeprefix("money:")))
+    return _value_text(value, 300)

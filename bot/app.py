@@ -28,6 +28,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 import handlers
 import handlers.http
+from blocks.forms import FormUnsupported, check_form_model
 from bot.builtin import BUILTIN_TOOLS
 from bot.config import ConfigError, Settings
 from bot.models.base import ChatModel
@@ -100,6 +101,12 @@ def build_tools(settings: Settings, extra: list[Tool] | None = None) -> ToolRegi
         raise ConfigError(str(exc)) from exc
     for t in extra or []:
         registry.register(t)
+    for t in registry:
+        if t.editable:  # "Edit & approve" shows the arguments as a form: every field must have an input
+            try:
+                check_form_model(t.input_model)
+            except FormUnsupported as exc:
+                raise ConfigError(f"tool {t.name}: editable=True, but {exc}") from exc
     return registry
 
 

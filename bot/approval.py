@@ -334,8 +334,10 @@ class RequestView(BaseModel):
     request_id: str
     call_id: str | None = None
     tool_name: str | None = None
+    # what would run: the proposed input, or the approver's edit of it (so a policy judges what runs)
     tool_input: dict[str, Any] | None = None
     principal: Principal | None = None  # who asked, captured when asked
+    proposed_input: dict[str, Any] | None = None  # the input as the agent proposed it, when it was edited
 
 
 class ResponseView(BaseModel):

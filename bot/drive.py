@@ -10,6 +10,7 @@ bounded number of times; then the turn fails visibly and the session takes new m
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import secrets
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ from bot.protocol import (
 from bot.session import SessionRef, new_request_id
 from bot.settle import Settler
 from bot.state import CallResult, CallState, SessionState, StepState, TurnState
+from bot.tools import ToolRegistry
 
 log = logging.getLogger(__name__)
 
@@ -334,7 +336,7 @@ class Driver:
             open_ids = [rid for rid, r in records.items() if r.status == "open"]
         if open_ids:
             return False  # still waiting on people
-        _apply_resolutions(step, records)
+        _apply_resolutions(step, records, self.p.tools)
         step.request_ids = []
         if await self.p.store.cancel_requested(p.session_id) == turn.turn_id:
             await self._finish_cancelled(p, state)
@@ -359,8 +361,7 @@ class Driver:
         # the step is complete: its calls and results join the history together
         state.history.append(step.assistant)
         for call in step.calls:
-            result = call.result or CallResult(status="failed", error="the call did not run")
-            state.history.append({"role": "tool", "tool_call_id": call.call_id, "content": result.content()})
+            state.history.append({"role": "tool", "tool_call_id": call.call_id, "content": call.tool_message()})
         turn.step = None
         turn.status = "running"
         await self._commit(p, state, results)
@@ -444,7 +445,7 @@ class Driver:
 # --- helpers -------------------------------------------------------------------------------------
 
 
-def _apply_resolutions(step: StepState, records: dict[str, RequestRecord]) -> None:
+def _apply_resolutions(step: StepState, records: dict[str, RequestRecord], tools: ToolRegistry) -> None:
     for call in step.calls:
         if call.status == "awaiting" and call.request_id in records:
             record = records[call.request_id]
@@ -452,9 +453,15 @@ def _apply_resolutions(step: StepState, records: dict[str, RequestRecord]) -> No
             if record.outcome == "approved":
                 call.status = "ready"
                 call.principal = record.responder or call.principal
+                edited = record.response.edited_input if record.response else None
+                if edited is not None:  # "Edit & approve": it runs with what the approver submitted
+                    call.edited_from, call.arguments = call.arguments, json.dumps(edited)
+                    call.edited_by = record.responder
             else:
                 call.status = "done"
-                call.result = CallResult(status="rejected", output=_rejection(record))
+                tool = tools.get(call.tool_name)
+                call.result = CallResult(status="rejected",
+                                         output=_rejection(record, tool.denied_message if tool else None))
         elif call.status == "asking" and call.ask_request_id in records:
             record = records[call.ask_request_id]
             call.ask_request_id = None
@@ -485,14 +492,14 @@ def _unreported_results(session_id: str, turn: TurnState) -> list[Event]:
     return events
 
 
-def _rejection(record: RequestRecord) -> dict[str, Any]:
+def _rejection(record: RequestRecord, denied_message: str | None = None) -> dict[str, Any]:
     if record.outcome == "ignored":
         return denied_output(IGNORED_MESSAGE, status="ignored", request_id=record.request_id)
     if record.outcome == "cancelled":
         return denied_output("The turn was cancelled.", status="cancelled", request_id=record.request_id)
     if record.outcome == "expired":
         return denied_output("Nobody answered in time.", status="expired", request_id=record.request_id)
-    output = denied_output(DENIED_MESSAGE, status="denied", request_id=record.request_id)
+    output = denied_output(denied_message or DENIED_MESSAGE, status="denied", request_id=record.request_id)
     if record.note:
         who = record.responder.principal_id if record.responder else "the person who cancelled"
         output["note"] = f'{who} wrote: "{record.note}"'

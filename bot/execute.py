@@ -154,7 +154,7 @@ class Executor:
         req = InputRequest(
             request_id=new_request_id(state.ref.session_id),
             kind="tool-approval",
-            prompt=_what_it_does(tool),
+            prompt=tool.approval_prompt(args) or _what_it_does(tool),
             action=ActionRef(call_id=call.call_id, tool_name=tool.name, input=as_dict(args), shown_as=tool.shown_as),
             options=approval_options(),
             display="confirmation",
@@ -163,6 +163,7 @@ class Executor:
             turn_id=turn.turn_id,
             dangerous=tool.dangerous,
             notify=tool.notify,
+            editable=tool.editable,
         )
         _set_deadlines(req, tool, self.p.settings.clock())
         call.request_id = req.request_id
@@ -181,6 +182,7 @@ class Executor:
             options=[InputOption.model_validate(o) for o in ask["options"]],
             display="select" if ask["options"] else "text",
             allow_free_text=ask["allow_free_text"],
+            style=ask.get("style") or "select",
             principal=turn.owner,
             session_id=state.ref.session_id,
             turn_id=turn.turn_id,

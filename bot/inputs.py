@@ -4,6 +4,9 @@ A message answers the *first open request* (a session-limit prompt first, else t
 asked) when its trimmed text matches, case-insensitively, an option id, an option label or a
 1-based option number in display order; otherwise a request that allows free text takes the
 text itself. Anything else answers nothing and steers or queues instead.
+
+An approval can also be cancelled with a reason: ``cancel: <reason>`` (the cancel option's id or
+label, a colon, the reason), which the model then reads as the canceller's own words.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from bot.principals import Principal
-from bot.protocol import InputRequest, InputResponse
+from bot.protocol import CANCEL, InputRequest, InputResponse
 
 
 def first_open_input(requests: Sequence[InputRequest]) -> InputRequest | None:
@@ -28,6 +31,9 @@ def match_text(request: InputRequest, text: str, principal: Principal | None = N
         return None
     normalized = trimmed.lower()
     displayed = request.displayed_options()
+    with_reason = _cancel_with_reason(request, trimmed, principal)
+    if with_reason is not None:
+        return with_reason
     for option in displayed:
         if option.id.lower() == normalized:
             return InputResponse(request_id=request.request_id, option_id=option.id, principal=principal)
@@ -40,6 +46,18 @@ def match_text(request: InputRequest, text: str, principal: Principal | None = N
     if request.allow_free_text or (request.kind == "question" and not request.options):
         return InputResponse(request_id=request.request_id, text=trimmed, principal=principal)
     return None
+
+
+def _cancel_with_reason(request: InputRequest, text: str, principal: Principal | None) -> InputResponse | None:
+    """``cancel: too much`` on an approval → Cancel, with the reason as the canceller's note."""
+    cancel = request.option(CANCEL) if request.kind == "tool-approval" else None
+    head, colon, reason = text.partition(":")
+    if cancel is None or not colon or not reason.strip():
+        return None
+    if head.strip().lower() not in (cancel.id.lower(), cancel.label.lower()):
+        return None
+    return InputResponse(request_id=request.request_id, option_id=cancel.id, principal=principal,
+                         note=reason.strip())
 
 
 def _option_number(text: str, count: int) -> bool:

@@ -18,6 +18,7 @@ from bot.principals import Principal
 
 RequestKind = Literal["tool-approval", "question", "session-limit", "user-input", "external-result"]
 Display = Literal["confirmation", "select", "text"]
+ChoiceStyle = Literal["select", "buttons", "radio"]  # how a question's options are shown
 ResolutionOutcome = Literal["answered", "approved", "denied", "ignored", "cancelled", "invalid", "expired"]
 CandidateOutcome = Literal["pending", "rejected", "failed", "timed-out", "stale"]
 SettledOutcome = Literal["approved", "cancelled"]
@@ -86,6 +87,8 @@ class InputRequest(Contract):
     escalate_to: str | None = None  # an approver list resource ("tool:refund_managers")
     responders: Responders | None = None  # who may settle it (shown on cards); None: not described
     notify: Literal["dm", "thread", "none"] | None = None  # how approvers are told; None: the default
+    editable: bool = False  # an approver may change the call's input before approving (``@tool(editable=True)``)
+    style: ChoiceStyle = "select"  # a question's options: a select menu (default), buttons or radio buttons
 
     def displayed_options(self) -> list[InputOption]:
         """Options in the order people see them; typed numbers index this order (DESIGN §8)."""
@@ -114,6 +117,8 @@ class InputResponse(Contract):
     option_id: str | None = None
     text: str | None = None
     principal: Principal | None = None
+    note: str | None = None  # why, in the answerer's words (a cancel's reason); quoted to the model as theirs
+    edited_input: dict[str, Any] | None = None  # approve with these arguments instead (editable tools only)
 
 
 class Resolution(Contract):

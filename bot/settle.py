@@ -46,6 +46,9 @@ FOREIGN = "This request belongs to another workspace, so your answer cannot coun
 NO_TOOL = ("This request's tool ({tool}) is not available right now, so nobody can be checked as allowed to "
            "answer it. Try again in a minute.")
 ANONYMOUS = "Authentication is required to respond."
+NOT_EDITABLE = "This request can only be approved as proposed."
+NO_EDITS_WITH_SEVERAL = "This request needs several approvals, so it can only be approved as proposed."
+NOTE_LIMIT = 2000  # characters of a reason kept (a card quotes it; the model reads it)
 
 
 @dataclass
@@ -76,6 +79,9 @@ class Settler:
         outcome = answer_outcome(req, response)
         if outcome is None:
             return AnswerResult("invalid", record, reason="That is not one of the options.")
+        if response.edited_input is not None and not (req.editable and outcome == "approved"):
+            return AnswerResult("invalid", record, reason=NOT_EDITABLE)
+        note = note if note is not None else _clean_note(response.note)
         principal = response.principal
         if principal is None:
             return AnswerResult("rejected", record, reason=ANONYMOUS)
@@ -89,7 +95,8 @@ class Settler:
             return await self._refuse(record, response, outcome, None, reason, custom=False)
         decision_kind = "cancel" if outcome in ("cancelled", "stop") else "approve"
         policy = with_escalation(policy, record)
-        decision, failure = await self._run_policy(policy, response_context(record, principal, decision_kind, note))
+        decision, failure = await self._run_policy(
+            policy, response_context(record, principal, decision_kind, note, edited=response.edited_input))
         if decision is None or decision.status == "rejected":
             reason = failure or (decision.reason if decision else None) or VERIFY_FAILED
             return await self._refuse(record, response, outcome, decision, reason, custom=custom)
@@ -158,6 +165,9 @@ class Settler:
         pending: list[Event] = [ApprovalCandidate(session_id=sid, turn_id=tid, request_id=rid, outcome="pending",
                                                   responder=principal)] if custom else []
         required = decision.required if outcome == "approved" else 1
+        if response.edited_input is not None and (required > 1 or record.approvals):
+            # each of several approvers must approve the same thing: no one of them may change it
+            return AnswerResult("invalid", record, reason=NO_EDITS_WITH_SEVERAL)
         settled_events: list[Event] = list(pending)
         if req.kind == "tool-approval":
             settled_events.append(ApprovalSettled(session_id=sid, turn_id=tid, request_id=rid,
@@ -231,20 +241,28 @@ def _same_workspace(record: RequestRecord, principal: Principal, policy: Any) ->
     return bool(org) and principal.attributes.get("enterprise_id") == org
 
 
-def response_context(record: RequestRecord, principal: Principal, decision: str, note: str | None) -> ResponseContext:
+def response_context(record: RequestRecord, principal: Principal, decision: str, note: str | None,
+                     *, edited: dict[str, Any] | None = None) -> ResponseContext:
     req = record.request
+    proposed = req.action.input if req.action else None
     return ResponseContext(
         request=RequestView(
             request_id=req.request_id,
             call_id=req.action.call_id if req.action else None,
             tool_name=req.action.tool_name if req.action else None,
-            tool_input=req.action.input if req.action else None,
+            tool_input=edited if edited is not None else proposed,
             principal=req.principal,
+            proposed_input=proposed if edited is not None else None,
         ),
         response=ResponseView(decision=decision, principal=principal, note=note),  # type: ignore[arg-type]
         session=SessionInfo.model_validate(record.session_info or {"id": record.session_id}),
         approvals=record.approvals,
     )
+
+
+def _clean_note(note: str | None) -> str | None:
+    text = (note or "").strip()
+    return text[:NOTE_LIMIT] or None
 
 
 def answer_outcome(req: InputRequest, response: InputResponse) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any, Literal
 
@@ -41,6 +42,17 @@ class CallState(BaseModel):
     asks: list[Answer] = Field(default_factory=list)  # recorded ctx.ask() answers, by index
     result: CallResult | None = None
     reported: bool = False  # an action.result was emitted for it
+    edited_from: str | None = None  # the arguments the model proposed, when an approver changed them
+    edited_by: Principal | None = None
+
+    def tool_message(self) -> str:
+        """What the model reads for this call: its result, and that a person changed its arguments."""
+        content = (self.result or CallResult(status="failed", error="the call did not run")).content()
+        if self.edited_from is None:
+            return content
+        who = self.edited_by.principal_id if self.edited_by else "the approver"
+        return json.dumps({"note": f"{who} changed the arguments before approving; it ran with these.",
+                           "arguments": json.loads(self.arguments), "result": content})
 
 
 class StepState(BaseModel):

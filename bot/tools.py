@@ -24,7 +24,7 @@ from bot.approval import Approval, RequestPolicy, as_approval
 from bot.models.base import ToolSpec
 from bot.ports import PostedMessage, Workspace
 from bot.principals import Principal
-from bot.protocol import Answer, InputOption
+from bot.protocol import Answer, ChoiceStyle, InputOption
 from bot.session import SessionInfo
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,7 @@ class AskRequest(BaseModel):
     options: list[InputOption] = []
     allow_free_text: bool = True
     timeout_s: float | None = None  # unanswered this long, the ask returns ``Answer(status="expired")``
+    style: ChoiceStyle = "select"  # how the options are shown: a select menu, buttons or radio buttons
 
 
 class AskParked(BaseException):  # noqa: N818 - control flow, not an error
@@ -103,10 +104,12 @@ class ToolContext:
         allow_free_text: bool = True,
         *,
         timeout: timedelta | float | None = None,  # noqa: ASYNC109 - a durable deadline, not an await bound
+        style: ChoiceStyle = "select",
     ) -> Answer:
         """Ask the person and return their answer (durable: see the module's docstring). With
         ``timeout`` (seconds or a timedelta), nobody answering by then returns
-        ``Answer(status="expired")`` — fired by a timer in Redis, in any replica, after restarts."""
+        ``Answer(status="expired")`` — fired by a timer in Redis, in any replica, after restarts.
+        ``style``: the options as a select menu (default), ``"buttons"`` or ``"radio"`` buttons."""
         index = self._asked
         self._asked += 1
         if index < len(self._answers):
@@ -117,7 +120,7 @@ class ToolContext:
         if self.parked is None:
             limit = _duration(timeout, "timeout")
             self.parked = AskRequest(index=index, prompt=prompt, options=opts, allow_free_text=allow_free_text,
-                                     timeout_s=limit.total_seconds() if limit else None)
+                                     timeout_s=limit.total_seconds() if limit else None, style=style)
         raise AskParked(self.parked)
 
 
@@ -147,6 +150,7 @@ def _shown_as(model: type[BaseModel] | None) -> dict[str, str]:
     return {name: info.json_schema_extra.how for name, info in model.model_fields.items()
             if isinstance(info.json_schema_extra, ShownAs)}
 Notify = Literal["dm", "thread", "none"]
+Prompt = str | Callable[[Any], str]  # a format string over the arguments' fields, or a function of them
 
 
 class Tool:
@@ -167,6 +171,9 @@ class Tool:
         remind_after: timedelta | float | None = None,
         escalate_after: timedelta | float | None = None,
         escalate_to: str | None = None,
+        editable: bool = False,
+        prompt: Prompt | None = None,
+        denied_message: str | None = None,
     ):
         self.fn = fn
         self.name = name or fn.__name__
@@ -183,6 +190,11 @@ class Tool:
             raise ValueError("escalate_after and escalate_to go together (after how long, to which approver list)")
         self.escalate_to = escalate_to
         self.input_model = _input_model(fn)
+        if editable and self.input_model is None:
+            raise ValueError(f"{self.name}: editable=True needs a pydantic model as the tool's first parameter")
+        self.editable = editable  # approvers may change the arguments first ("Edit & approve")
+        self.prompt = prompt
+        self.denied_message = denied_message  # what the model is told when a person does not approve
         self.shown_as = _shown_as(self.input_model)
         self._wants_ctx = len(inspect.signature(fn).parameters) >= 2
         self._spec: ToolSpec | None = None
@@ -221,6 +233,22 @@ class Tool:
             return self.input_model.model_validate(data)
         except ValidationError as exc:
             raise ValueError(_validation_message(exc)) from exc
+
+    def approval_prompt(self, args: BaseModel | dict[str, Any]) -> str | None:
+        """The card's question for this call (``prompt=``), or None to use the description's first line.
+        A template that does not fit the arguments is logged and left out, never fatal to the turn."""
+        if self.prompt is None:
+            return None
+        try:
+            if callable(self.prompt):
+                text = self.prompt(args)
+            else:
+                fields = args.model_dump() if isinstance(args, BaseModel) else dict(args)
+                text = self.prompt.format(**fields)
+        except Exception as exc:  # noqa: BLE001 - a user's template: fall back, say why in the log
+            log.warning("tool %s: its prompt could not be filled in (%r); using its description", self.name, exc)
+            return None
+        return str(text).strip() or None
 
     def approval_key(self, args: BaseModel | dict[str, Any]) -> str:
         return self.approval_key_fn(args) if self.approval_key_fn else self.name
@@ -267,8 +295,17 @@ def tool(
     remind_after: timedelta | float | None = None,
     escalate_after: timedelta | float | None = None,
     escalate_to: str | None = None,
+    editable: bool = False,
+    prompt: Prompt | None = None,
+    denied_message: str | None = None,
 ) -> Any:
     """Turn a function ``(args: Model, ctx: ToolContext)`` into a Tool. Sync functions work too.
+
+    How the approval reads: ``prompt`` is the card's question, a format string over the arguments
+    (``"Refund ${amount:,.2f} on {charge_id}?"``) or a function of them; ``denied_message`` is what the
+    model is told when a person cancels (their reason, if they gave one, is added as theirs).
+    ``editable=True`` lets an approver change the arguments before approving ("Edit & approve": a form
+    generated from the arguments model; the call runs with the edit, the card and audit show both).
 
     For calls that need a person: ``notify`` says how the people who may approve are told ("dm": a
     direct message with a working copy of the card, "thread": a mention in the thread, "none"; by
@@ -292,6 +329,9 @@ def tool(
             remind_after=remind_after,
             escalate_after=escalate_after,
             escalate_to=escalate_to,
+            editable=editable,
+            prompt=prompt,
+            denied_message=denied_message,
         )
 
     return wrap(fn) if fn is not None else wrap

@@ -1,4 +1,6 @@
-"""Answers from Slack: buttons, selects and the "Type your own answer" modal (DESIGN §10).
+"""Answers from Slack: buttons, selects and the answer modals (DESIGN §10, §12): "Type your own
+answer", "Cancel with reason" and "Edit & approve". Every one of them becomes an ``InputResponse``
+settled by ``Runtime.answer`` — the one settle path.
 
 A click acknowledged is a click recorded: the answer is settled in Redis first (two round trips;
 the response policy gets a bounded wait), then Slack gets its ack, then the slow work (resuming
@@ -18,21 +20,30 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from blocks.actions import (
     ACTION_ID_PATTERN,
+    EDIT_BLOCK_PREFIX,
+    EDIT_CALLBACK_ID,
     FREEFORM_BLOCK_ID,
     FREEFORM_CALLBACK_ID,
+    MODAL_CONTROLS,
+    REASON_BLOCK_ID,
+    REASON_CALLBACK_ID,
     decode_action_id,
-    decode_freeform_metadata,
+    decode_modal_metadata,
     decode_option_value,
 )
 from blocks.cards import (
     already_settled_text,
+    edit_modal,
     freeform_answer,
     freeform_modal,
     not_found_text,
+    reason_modal,
+    reason_text,
     refused_text,
     resolution_label,
 )
-from bot.protocol import InputResponse, RequestRecord, UnknownRequest
+from blocks.forms import form_blocks, parse_form_state
+from bot.protocol import APPROVE, CANCEL, InputResponse, RequestRecord, UnknownRequest
 from bot.turns import AnswerResult
 from handlers.deps import SlackDeps
 from handlers.identity import interaction_principal
@@ -41,6 +52,7 @@ from handlers.notes import tell_privately
 log = logging.getLogger(__name__)
 
 ACK_BUDGET_SECONDS = 2.0  # Slack allows 3 s; keep a margin for the network
+CHECK_BEFORE_FORM_S = 1.0  # a modal's trigger lasts 3 s: ask the response policy only this long first
 
 
 def register(app: AsyncApp, deps: SlackDeps) -> None:
@@ -50,8 +62,16 @@ def register(app: AsyncApp, deps: SlackDeps) -> None:
     async def on_freeform_submit(ack: Any, body: dict[str, Any], view: dict[str, Any], client: AsyncWebClient) -> None:
         await _on_freeform_submit(deps, ack, body, view, client)
 
+    async def on_reason_submit(ack: Any, body: dict[str, Any], view: dict[str, Any], client: AsyncWebClient) -> None:
+        await _on_reason_submit(deps, ack, body, view, client)
+
+    async def on_edit_submit(ack: Any, body: dict[str, Any], view: dict[str, Any], client: AsyncWebClient) -> None:
+        await _on_edit_submit(deps, ack, body, view, client)
+
     app.action(ACTION_ID_PATTERN)(on_action)
     app.view(FREEFORM_CALLBACK_ID)(on_freeform_submit)
+    app.view(REASON_CALLBACK_ID)(on_reason_submit)
+    app.view(EDIT_CALLBACK_ID)(on_edit_submit)
 
 
 async def _on_action(deps: SlackDeps, ack: Any, body: dict[str, Any], action: dict[str, Any], client: Any) -> None:
@@ -67,10 +87,10 @@ async def _on_action(deps: SlackDeps, ack: Any, body: dict[str, Any], action: di
         deps.runtime.spawn(_tell(client, body, principal.slack_user_id, None, not_found_text()),
                            what="tell about an unknown request")
         return
-    if decoded.control == "freeform":
+    if decoded.control in MODAL_CONTROLS:
         await ack()
-        deps.runtime.spawn(_open_freeform(client, body, principal.slack_user_id, record),
-                           what=f"open the answer form of {record.request_id}")
+        deps.runtime.spawn(_open_modal(deps, client, body, principal, record, decoded.control),
+                           what=f"open the {decoded.control} form of {record.request_id}")
         return
     raw_value = action.get("value") if decoded.control == "btn" else (action.get("selected_option") or {}).get("value")
     option_id = decode_option_value(record.request, raw_value)
@@ -84,20 +104,46 @@ async def _on_action(deps: SlackDeps, ack: Any, body: dict[str, Any], action: di
                        what=f"after answer {record.request_id}")
 
 
-async def _open_freeform(client: Any, body: dict[str, Any], user_id: str | None, record: RequestRecord) -> None:
+async def _open_modal(deps: SlackDeps, client: Any, body: dict[str, Any], principal: Any, record: RequestRecord,
+                      control: str) -> None:
+    user_id = principal.slack_user_id
     if record.status != "open":
         await _tell(client, body, user_id, record, _settled_text(record))
         return
+    req = record.request
+    if control != "freeform":  # don't let someone fill in a form only to be refused at the end
+        decision = await deps.runtime.check_response(record, principal, APPROVE if control == "edit" else CANCEL,
+                                                     within_s=CHECK_BEFORE_FORM_S)
+        if decision is not None and decision.status == "rejected":
+            await _tell(client, body, user_id, record, refused_text(decision.reason))
+            return
     where = body.get("container") or {}
+    channel_id, message_ts = where.get("channel_id", ""), where.get("message_ts", "")
+    if control == "reason":
+        view = reason_modal(req, channel_id, message_ts)
+    elif control == "edit":
+        model = _arguments_model(deps, record)
+        if model is None:
+            await _tell(client, body, user_id, record, "This request can only be approved as proposed.")
+            return
+        form = form_blocks(model, req.action.input if req.action else None, block_prefix=EDIT_BLOCK_PREFIX)
+        view = edit_modal(req, form, channel_id, message_ts)
+    else:
+        view = freeform_modal(req, channel_id, message_ts)
     try:
-        await client.views_open(
-            trigger_id=body.get("trigger_id"),
-            view=freeform_modal(record.request, where.get("channel_id", ""), where.get("message_ts", "")),
-        )
+        await client.views_open(trigger_id=body.get("trigger_id"), view=view)
     except SlackApiError as exc:  # an expired trigger (Slack gives 3 s), a modal already open…
-        log.warning("could not open the answer form for %s: %s", record.request_id, exc.response.get("error"))
-        await _tell(client, body, user_id, record,
-                    "The answer form couldn't be opened just now; click “Type your own answer” again.")
+        log.warning("could not open the %s form for %s: %s", control, record.request_id, exc.response.get("error"))
+        await _tell(client, body, user_id, record, "The form couldn't be opened just now; click its button again.")
+
+
+def _arguments_model(deps: SlackDeps, record: RequestRecord) -> Any:
+    """The pydantic model an editable request's arguments are edited with (None: not editable here)."""
+    action = record.request.action
+    tool = deps.runtime.tools.get(action.tool_name) if action else None
+    if not record.request.editable or tool is None or not tool.editable:
+        return None
+    return tool.input_model
 
 
 async def _finish(deps: SlackDeps, client: Any, body: dict[str, Any], user_id: str | None,
@@ -106,36 +152,77 @@ async def _finish(deps: SlackDeps, client: Any, body: dict[str, Any], user_id: s
 
 
 async def _on_freeform_submit(deps: SlackDeps, ack: Any, body: dict[str, Any], view: dict[str, Any], client: Any) -> None:
-    meta = decode_freeform_metadata(view.get("private_metadata"))
-    text = freeform_answer((view.get("state") or {}).get("values") or {})
+    text = freeform_answer(_state(view))
+    if not text:
+        await ack(response_action="errors", errors={FREEFORM_BLOCK_ID: "Type an answer first."})
+        return
+    await _submit(deps, ack, body, view, client, FREEFORM_BLOCK_ID, lambda rid: {"request_id": rid, "text": text})
+
+
+async def _on_reason_submit(deps: SlackDeps, ack: Any, body: dict[str, Any], view: dict[str, Any], client: Any) -> None:
+    note = reason_text(_state(view))
+    await _submit(deps, ack, body, view, client, REASON_BLOCK_ID,
+                  lambda rid: {"request_id": rid, "option_id": CANCEL, "note": note})
+
+
+async def _on_edit_submit(deps: SlackDeps, ack: Any, body: dict[str, Any], view: dict[str, Any], client: Any) -> None:
+    meta = decode_modal_metadata(view.get("private_metadata"))
+    try:
+        record = await deps.store.get_request(meta.request_id) if meta else None
+    except UnknownRequest:
+        record = None
+    model = _arguments_model(deps, record) if record is not None else None
+    if record is None or model is None:
+        await ack()  # a form for a request that is gone (or was never editable): nothing to settle
+        return
+    edited, errors = parse_form_state(model, _state(view), block_prefix=EDIT_BLOCK_PREFIX)
+    if edited is None:
+        await ack(response_action="errors", errors=errors)
+        return
+    changed = edited.model_dump(mode="json")
+    proposed = record.request.action.input if record.request.action else None
+    first_field = f"{EDIT_BLOCK_PREFIX}{next(iter(model.model_fields))}"
+    await _submit(deps, ack, body, view, client, first_field, lambda rid: {
+        "request_id": rid, "option_id": APPROVE, "edited_input": None if changed == proposed else changed,
+    }, record=record)
+
+
+def _state(view: dict[str, Any]) -> dict[str, Any]:
+    return (view.get("state") or {}).get("values") or {}
+
+
+async def _submit(deps: SlackDeps, ack: Any, body: dict[str, Any], view: dict[str, Any], client: Any,
+                  error_block: str, response_fields: Any, *, record: RequestRecord | None = None) -> None:
+    """Settle what a modal submitted; a refusal shows in the modal, under ``error_block``, when the
+    response policy answers within the ack budget (else privately, after the ack)."""
+    meta = decode_modal_metadata(view.get("private_metadata"))
     principal = interaction_principal(body)
     if meta is None or principal is None:
         await ack()
         return
-    if not text:
-        await ack(response_action="errors", errors={FREEFORM_BLOCK_ID: "Type an answer first."})
-        return
-    try:
-        record = await deps.store.get_request(meta.request_id)
-    except UnknownRequest:
-        await ack(response_action="errors", errors={FREEFORM_BLOCK_ID: not_found_text()})
-        return
-    response = InputResponse(request_id=record.request_id, text=text, principal=principal)
+    if record is None:
+        try:
+            record = await deps.store.get_request(meta.request_id)
+        except UnknownRequest:
+            await ack(response_action="errors", errors={error_block: not_found_text()})
+            return
+    response = InputResponse(principal=principal, **response_fields(record.request_id))
     task = deps.runtime.spawn(
-        deps.runtime.answer(response, resume=False, record=record), what=f"typed answer {record.request_id}"
+        deps.runtime.answer(response, resume=False, record=record), what=f"modal answer {record.request_id}"
     )
     done, _ = await asyncio.wait({task}, timeout=ACK_BUDGET_SECONDS)
     if done:
         result = task.result()
         if result.state in ("rejected", "failed", "forbidden"):
-            await ack(response_action="errors", errors={FREEFORM_BLOCK_ID: refused_text(result.reason)})
+            await ack(response_action="errors", errors={error_block: refused_text(result.reason)})
             return
         if result.state in ("stale", "invalid"):
-            await ack(response_action="errors", errors={FREEFORM_BLOCK_ID: _settled_text(result.record)})
+            reason = result.reason if result.state == "invalid" and result.reason else _settled_text(result.record)
+            await ack(response_action="errors", errors={error_block: reason})
             return
     await ack()
     deps.runtime.spawn(_finish(deps, client, body, principal.slack_user_id, task, quiet_refusals=bool(done)),
-                       what=f"after typed answer {record.request_id}")
+                       what=f"after modal answer {record.request_id}")
 
 
 async def _after_answer(

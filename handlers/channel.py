@@ -307,6 +307,7 @@ def settled_card(record: RequestRecord, resolution: Resolution, at: Any) -> dict
         answer=answer,
         note=record.note,
         approvals=[p.rsplit(":", 1)[-1] for p in record.approvals],
+        edited_input=response.edited_input if response is not None and resolution.outcome == "approved" else None,
     )
 
 

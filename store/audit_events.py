@@ -11,7 +11,8 @@ kind            from event                  actor / subject / data
 ``candidate``   ``approval.candidate``      who answered / request id / outcome, reason, approvals
 ``settlement``  ``approval.settled``        who decided / request id / outcome, note
 ``grant``       ``approval.settled`` (ok)   who decided / request id / approval key now granted
-``resolution``  ``input.resolved``          who answered (if anyone) / request id / outcome, answer
+``resolution``  ``input.resolved``          who answered (if anyone) / request id / outcome, answer,
+                                            the edited input (when approved with changes)
 ``execution``   ``action.result``           — / call id / tool, status, error, sha256 of the output
 ==============  ==========================  ==========================================================
 
@@ -128,6 +129,9 @@ class AuditChannel:
                         "outcome": r.outcome,
                         "option_id": r.response.option_id if r.response else None,
                         "text": r.response.text if r.response else None,
+                        # "Edit & approve": what ran; the proposed input is in the request's entry
+                        **({"edited_input": r.response.edited_input}
+                           if r.response and r.response.edited_input is not None else {}),
                     },
                 )
                 for r in event.resolutions

@@ -82,11 +82,29 @@ def _element(element: dict) -> None:
         assert 1 <= len(element["options"]) <= 10
         for option in element["options"]:
             _option(option)
-    elif kind == "static_select":
-        assert 1 <= len(element["options"]) <= 100
+    elif kind in ("static_select", "multi_static_select", "checkboxes"):
+        assert 1 <= len(element["options"]) <= (10 if kind == "checkboxes" else 100)
         for option in element["options"]:
             _option(option)
-    elif kind in ("multi_users_select", "plain_text_input"):
+        values = [o["value"] for o in element["options"]]
+        for chosen in element.get("initial_options") or ([element["initial_option"]] if "initial_option" in element else []):
+            assert chosen["value"] in values, "an initial option must be one of the options"
+    elif kind == "number_input":
+        assert isinstance(element["is_decimal_allowed"], bool)  # Slack requires it
+        for key in ("initial_value", "min_value", "max_value"):
+            if key in element:
+                assert isinstance(element[key], str), f"{key} must be a string"
+                float(element[key])
+    elif kind == "plain_text_input":
+        assert len(element.get("initial_value", "")) <= 3000
+        assert element.get("max_length", 3000) <= 3000
+    elif kind == "datepicker":
+        if "initial_date" in element:
+            assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", element["initial_date"])
+    elif kind == "datetimepicker":
+        if "initial_date_time" in element:
+            assert isinstance(element["initial_date_time"], int)
+    elif kind == "multi_users_select":
         pass
     elif kind in ("plain_text", "mrkdwn"):
         _text(element)

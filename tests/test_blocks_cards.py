@@ -14,7 +14,7 @@ from blocks import (
     FREEFORM_CALLBACK_ID,
     already_settled_text,
     decode_action_id,
-    decode_freeform_metadata,
+    decode_modal_metadata,
     decode_option_value,
     freeform_answer,
     freeform_modal,
@@ -132,16 +132,25 @@ def test_request_ids_too_long_for_slack_ids_are_refused_rather_than_cut() -> Non
 
 
 def test_every_card_control_decodes_back_to_its_request_and_option() -> None:
-    req = approval("turn:7:call.2")
+    req = approval("turn:7:call.2", editable=True)
     blocks = render_request(req)
     decoded = []
     for element in buttons(blocks):
         action = decode_action_id(element["action_id"])
-        assert action is not None and action.request_id == "turn:7:call.2" and action.control == "btn"
-        option_id = decode_option_value(req, element["value"])
-        assert req.displayed_options()[action.index].id == option_id
-        decoded.append(option_id)
-    assert decoded == ["approve", "cancel"]
+        assert action is not None and action.request_id == "turn:7:call.2"
+        if action.control == "btn":
+            option_id = decode_option_value(req, element["value"])
+            assert req.displayed_options()[action.index].id == option_id
+            decoded.append(option_id)
+        else:
+            decoded.append(action.control)
+    assert decoded == ["approve", "edit", "cancel", "reason"]
+    assert [b["text"]["text"] for b in buttons(blocks)] == ["Approve", "Edit & approve", "Cancel", "Cancel with reason"]
+
+
+def test_only_editable_tools_offer_edit_and_approve_but_every_approval_offers_a_reason() -> None:
+    labels = [b["text"]["text"] for b in buttons(render_request(approval()))]
+    assert labels == ["Approve", "Cancel", "Cancel with reason"]
 
 
 def test_long_option_ids_travel_as_index_values_and_decode_back() -> None:
@@ -152,6 +161,7 @@ def test_long_option_ids_travel_as_index_values_and_decode_back() -> None:
         prompt="Pick one",
         options=[InputOption(id="short", label="Short"), InputOption(id=long_id, label="Long " + "y" * 200)],
         display="select",
+        style="radio",
     )
     blocks = render_request(req)
     assert_valid_blocks(blocks)
@@ -181,13 +191,14 @@ def test_approval_card_shows_tool_input_requester_and_approve_before_cancel() ->
     fields = [f["text"] for b in blocks for f in b.get("fields", [])]
     assert fields == ["*charge_id*\nch_1", "*amount*\n1200.5", '*meta*\n`{"reason":"dup","n":[1,2]}`']
     assert "Requested by <@U0ALICE>" in texts(blocks)
-    approve, cancel = buttons(blocks)
+    approve, cancel, reason = buttons(blocks)
     assert (approve["text"]["text"], approve["value"], approve.get("style")) == (
         "Approve",
         "approve",
         "primary",
     )
     assert (cancel["text"]["text"], cancel["value"], cancel.get("style")) == ("Cancel", "cancel", None)
+    assert reason["text"]["text"] == "Cancel with reason" and decode_action_id(reason["action_id"]).control == "reason"
     assert "confirm" not in approve
     assert [o.id for o in req.displayed_options()] == ["approve", "cancel"]  # typed "1"/"2" match the buttons
 
@@ -203,7 +214,7 @@ def test_dangerous_tool_asks_for_confirmation_before_approving() -> None:
     blocks = render_request(approval(tool_input={"id": 1}, dangerous=True, tool_name="drop_table"))
     assert_valid_blocks(blocks)
     assert blocks[0]["text"]["text"].startswith(":warning:")
-    approve, cancel = buttons(blocks)
+    approve, cancel, _reason = buttons(blocks)
     confirm = approve["confirm"]
     assert confirm["title"]["text"] == "Run drop_table?"
     assert "drop_table" in confirm["text"]["text"]
@@ -220,7 +231,7 @@ def test_n_of_m_progress_names_who_approved_and_keeps_buttons() -> None:
     message = render_waiting(req, ["U1"], 2)
     assert_valid_message(message)
     assert "Approvals: 1 of 2 — <@U1>" in texts(message["blocks"])
-    assert len(buttons(message["blocks"])) == 2
+    assert len(buttons(message["blocks"])) == 3  # Approve, Cancel, Cancel with reason
     # a new iteration of the message gets new block ids
     first = {b["block_id"] for b in render_request(req)}
     assert first.isdisjoint({b["block_id"] for b in message["blocks"]})
@@ -325,15 +336,29 @@ def test_fallback_text_stays_within_4000_characters_for_many_long_prompts() -> N
 # --- questions and session limits ------------------------------------------------------------
 
 
-def test_question_with_few_options_uses_radio_buttons_and_offers_typing() -> None:
+def test_a_question_shows_its_options_as_a_select_menu_and_offers_typing() -> None:
     blocks = render_request(question(labels=["Basic", "Pro", "Enterprise"]))
     assert_valid_blocks(blocks)
-    radio, freeform = all_elements(blocks)
-    assert radio["type"] == "radio_buttons"
-    assert [o["value"] for o in radio["options"]] == ["Basic", "Pro", "Enterprise"]
-    assert decode_action_id(radio["action_id"]).control == "select"
+    select, freeform = all_elements(blocks)
+    assert select["type"] == "static_select"
+    assert [o["value"] for o in select["options"]] == ["Basic", "Pro", "Enterprise"]
+    assert decode_action_id(select["action_id"]).control == "select"
     assert decode_action_id(freeform["action_id"]).control == "freeform"
     assert freeform["value"] == "q-1" and freeform.get("style") is None
+
+
+@pytest.mark.parametrize(("style", "shown_as"), [("radio", ["radio_buttons"]), ("buttons", ["button"] * 3)])
+def test_a_question_may_ask_for_radio_buttons_or_buttons_instead(style: str, shown_as: list[str]) -> None:
+    req = question(labels=["Basic", "Pro", "Enterprise"], style=style)
+    blocks = render_request(req)
+    assert_valid_blocks(blocks)
+    *choices, freeform = all_elements(blocks)
+    assert [e["type"] for e in choices] == shown_as
+    assert decode_action_id(freeform["action_id"]).control == "freeform"
+    if style == "buttons":
+        picked = [decode_option_value(req, b["value"]) for b in choices]
+        assert picked == ["Basic", "Pro", "Enterprise"]
+        assert {decode_action_id(b["action_id"]).control for b in choices} == {"btn"}
 
 
 def test_question_with_six_options_uses_a_select_and_without_free_text_has_no_typing_button() -> None:
@@ -419,7 +444,7 @@ def test_settled_block_ids_differ_from_the_pending_card_and_replace_only_that_ca
     updated = replace_request_blocks(message["blocks"], "req-a", settled["blocks"])
     assert_valid_blocks(updated)
     remaining = [decode_action_id(e["action_id"]).request_id for e in all_elements(updated)]
-    assert remaining == ["req-a:2", "req-a:2"]  # the sibling card keeps its buttons
+    assert remaining == ["req-a:2"] * 3  # the sibling card keeps its buttons
     assert updated[: len(settled["blocks"])] == settled["blocks"]
     assert replace_request_blocks(message["blocks"], "missing", settled["blocks"]) == message["blocks"]
 
@@ -479,7 +504,7 @@ def test_freeform_modal_carries_the_card_location_and_is_within_limits() -> None
     assert prompt["text"]["text"].endswith("…")
     assert answer["block_id"] == FREEFORM_BLOCK_ID and answer["label"]["text"] == "Your answer"
     assert answer["element"]["action_id"] == FREEFORM_ACTION_ID and answer["element"]["multiline"] is True
-    meta = decode_freeform_metadata(view["private_metadata"])
+    meta = decode_modal_metadata(view["private_metadata"])
     assert meta is not None
     assert (meta.request_id, meta.channel_id, meta.message_ts) == ("turn:1:q.2", "C123", "1700000000.000100")
     assert json.loads(view["private_metadata"]) == {
@@ -490,9 +515,9 @@ def test_freeform_modal_carries_the_card_location_and_is_within_limits() -> None
 
 
 def test_freeform_submission_parsing_ignores_junk() -> None:
-    assert decode_freeform_metadata("not json") is None
-    assert decode_freeform_metadata('{"request_id": "r"}') is None
-    assert decode_freeform_metadata(None) is None
+    assert decode_modal_metadata("not json") is None
+    assert decode_modal_metadata('{"request_id": "r"}') is None
+    assert decode_modal_metadata(None) is None
     values = {FREEFORM_BLOCK_ID: {FREEFORM_ACTION_ID: {"type": "plain_text_input", "value": "  Pro plan \n"}}}
     assert freeform_answer(values) == "Pro plan"
     assert freeform_answer({FREEFORM_BLOCK_ID: {FREEFORM_ACTION_ID: {"value": "   "}}}) is None
@@ -617,3 +642,44 @@ def test_schedule_text_names_each_deadline_and_puts_past_ones_in_the_past_tense(
     later = schedule_text(req, now=start + timedelta(hours=9))
     assert later.startswith("Reminded ") and "escalated to the `finance_managers` list" in later
     assert schedule_text(question(labels=["A", "B"]), now=start) == ""
+
+
+# --- cancel with reason, edit & approve ------------------------------------------------------
+
+
+def test_the_reason_modal_belongs_to_its_card_and_an_empty_reason_reads_as_none() -> None:
+    from blocks.actions import REASON_ACTION_ID, REASON_BLOCK_ID, REASON_CALLBACK_ID
+    from blocks.cards import reason_modal, reason_text
+
+    view = reason_modal(approval("req-9"), "C1", "1.5")
+    assert_valid_view(view)
+    assert view["callback_id"] == REASON_CALLBACK_ID
+    meta = decode_modal_metadata(view["private_metadata"])
+    assert (meta.request_id, meta.channel_id, meta.message_ts) == ("req-9", "C1", "1.5")
+    [reason] = [b for b in view["blocks"] if b["type"] == "input"]
+    assert reason["optional"] is True and reason["element"]["multiline"] is True
+    typed = {REASON_BLOCK_ID: {REASON_ACTION_ID: {"type": "plain_text_input", "value": "  over budget \n"}}}
+    assert reason_text(typed) == "over budget"
+    assert reason_text({REASON_BLOCK_ID: {REASON_ACTION_ID: {"type": "plain_text_input", "value": None}}}) is None
+    assert reason_text({}) is None
+
+
+def test_a_card_approved_with_changes_shows_each_change_before_and_after() -> None:
+    req = approval(tool_input={"charge_id": "ch_1", "amount": 40, "note": "x"})
+    req.action.shown_as = {"amount": "money:USD"}
+    message = render_settled(req, outcome_label="Approved", decided_by="UBOB",
+                             edited_input={"charge_id": "ch_1", "amount": 30, "note": "x"})
+    assert_valid_message(message)
+    shown = texts(message["blocks"])
+    assert "Changed before approving" in shown and "*amount*: $40.00 → $30.00" in shown
+    assert "charge_id*:" not in shown  # unchanged fields are not listed as changes
+    unchanged = render_settled(req, outcome_label="Approved", edited_input=dict(req.action.input))
+    assert "Changed before approving" not in texts(unchanged["blocks"])
+
+
+def test_the_cancel_reason_is_quoted_on_the_settled_card_and_cannot_ping_anyone() -> None:
+    message = render_settled(approval(), outcome_label="Cancelled", decided_by="UBOB",
+                             note="Too much <!channel> — ask <@U0EVE>")
+    assert_valid_message(message)
+    shown = texts(message["blocks"])
+    assert "> Too much" in shown and "<!channel>" not in shown and "<@U0EVE>" not in shown

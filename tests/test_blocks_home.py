@@ -76,7 +76,7 @@ def test_waiting_requests_have_the_same_working_controls_as_thread_cards() -> No
         for e in all_elements(render_request(approval("r:1")) + render_request(question("q.2")))
     ]
     assert home_ids == card_ids
-    assert [decode_action_id(a).request_id for a in home_ids] == ["r:1", "r:1", "q.2", "q.2"]
+    assert [decode_action_id(a).request_id for a in home_ids] == ["r:1"] * 3 + ["q.2"] * 2
     approve = controls[0]
     assert (approve["text"]["text"], approve["value"]) == ("Approve", "approve")
     # the long prompt is shortened on Home, visibly

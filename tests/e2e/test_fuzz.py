@@ -38,7 +38,7 @@ from urllib.parse import unquote_plus, urlencode
 import httpx
 import pytest
 
-from blocks.actions import decode_action_id, freeform_metadata
+from blocks.actions import decode_action_id, modal_metadata
 from bot.models.base import ModelResponse
 from bot.models.scripted import call, say
 from bot.protocol import UnknownRequest
@@ -304,7 +304,7 @@ async def test_fuzzed_requests_never_crash_never_5xx_never_settle(local_slack, s
         "type": "view_submission", "team": click["team"], "user": click["user"], "api_app_id": click["api_app_id"],
         "trigger_id": click["trigger_id"],
         "view": {"id": "V0FUZZ", "type": "modal", "callback_id": "hitl_freeform",
-                 "private_metadata": freeform_metadata(request_ids[1], GENERAL, own_card.ts),
+                 "private_metadata": modal_metadata(request_ids[1], GENERAL, own_card.ts),
                  "state": {"values": {"hitl_freeform_block": {"hitl_freeform_text": {
                      "type": "plain_text_input", "value": "approve"}}}}},
     }, FORM)
