@@ -9,6 +9,7 @@ field type                             element                      state Slack 
 ``str``                                ``plain_text_input``         ``value`` (multiline when long)
 ``int`` / ``float`` / ``Decimal``      ``number_input``             ``value`` as a string
 ``bool``                               ``checkboxes`` (one option)  ``selected_options``
+``bool | None``                        ``static_select`` Yes / No   ``selected_option``
 ``Literal[…]`` / ``Enum``              ``static_select``            ``selected_option``
 ``list[Literal]`` / ``list[Enum]``     ``multi_static_select``      ``selected_options``
 ``date``                               ``datepicker``               ``selected_date`` (YYYY-MM-DD)
@@ -68,6 +69,8 @@ class _Field:
         self.info = info
         annotation, self.optional = _unwrap_optional(info.annotation)
         self.kind, self.base, self.choices = _classify(name, annotation)
+        if self.kind == "bool" and self.optional:  # a checkbox has no "not set": Yes / No / nothing chosen
+            self.kind, self.choices = "choice", [True, False]
         self.optional = self.optional or not info.is_required() or self.kind == "bool"
 
     def label(self) -> str:
@@ -151,7 +154,8 @@ def _choice_value(choice: Any) -> str:
 
 def _option(choice: Any) -> Option:
     value = _choice_value(choice)
-    return Option(value=value, text=PlainTextObject(text=truncate(value, OPTION_TEXT)))
+    label = ("Yes" if choice else "No") if isinstance(choice, bool) else value
+    return Option(value=value, text=PlainTextObject(text=truncate(label, OPTION_TEXT)))
 
 
 # --- model → blocks ------------------------------------------------------------------------------

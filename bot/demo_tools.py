@@ -46,7 +46,9 @@ class Refund(BaseModel):
 
 
 @tool(approval=Approval(request=always(), response=approvers("tool:refund_charge")),
-      remind_after=timedelta(hours=4), expires_after=timedelta(days=1))
+      remind_after=timedelta(hours=4), expires_after=timedelta(days=1), editable=True,
+      prompt="Refund ${amount:,.2f} on {charge_id} ({reason})?",
+      denied_message="The refund was not approved. Tell the customer it is under review; do not retry.")
 async def refund_charge(args: Refund, ctx: ToolContext) -> dict:
     """Refund part or all of a charge. Needs a finance approver."""
     refund_id = "re_" + hashlib.sha1(ctx.idempotency_key.encode()).hexdigest()[:10]  # same id on any retry

@@ -58,7 +58,7 @@ async def request_refund(ws: WorkspacePage, charge: str, amount: str) -> None:
     await ws.open_channel("general")
     await ws.send(f"@agent refund {charge} ${amount}")
     thread = await ws.open_thread_of(f"refund {charge}")
-    await expect(thread.locator(".bk-button", has_text="Approve")).to_be_visible()
+    await expect(thread.get_by_role("button", name="Approve", exact=True)).to_be_visible()
 
 
 async def approve_refund_as(ws: WorkspacePage, user_id: str, name: str, charge: str, amount: str) -> None:
@@ -68,7 +68,7 @@ async def approve_refund_as(ws: WorkspacePage, user_id: str, name: str, charge: 
     await ws.open_channel("general")
     await ws.open_thread_of(f"refund {charge}")
     card = ws.thread_message("refund_charge")
-    await card.locator(".bk-button", has_text="Approve").click()
+    await card.get_by_role("button", name="Approve", exact=True).click()
     await expect(ws.thread_message(f"Refunded ${amount} on {charge}")).to_be_visible()
     await expect(card).to_contain_text(f"Approved by @{name}")
     await expect(card.locator(".mention", has_text=name)).to_be_visible()
@@ -87,6 +87,35 @@ async def test_a_refund_is_approved_by_the_finance_approver(
         await approve_refund_as(ws, BOB, "bob", "ch_1001", "40.00")
         answer = ws.thread_message("Refunded $40.00 on ch_1001")
         await expect(answer.locator("code", has_text="ch_1001")).to_be_visible()  # `ch_1001` rendered as code
+
+
+async def test_the_finance_approver_edits_the_amount_before_approving(
+    workspace: WorkspacePage, product: RunningProduct
+) -> None:
+    ws = workspace
+    async with artifacts_on_failure(ws.page, "browser-edit-and-approve", product):
+        await request_refund(ws, "ch_1002", "40")
+        await ws.act_as(BOB)
+        await ws.open_channel("general")
+        await ws.open_thread_of("refund ch_1002")
+        card = ws.thread_message("refund_charge")
+        await expect(card).to_contain_text("Refund $40.00 on ch_1002")  # the tool's prompt= template
+        await card.get_by_role("button", name="Edit & approve").click()
+
+        modal = ws.page.get_by_role("dialog")
+        amount = modal.locator('.bk-input-block[data-block="hitl_arg:amount"] input')
+        await expect(amount).to_have_value("40")
+        await amount.fill("0")
+        await modal.get_by_role("button", name="Approve").click()
+        await expect(modal).to_contain_text("greater than 0")  # pydantic's check, under the field
+        await amount.fill("30")
+        await modal.get_by_role("button", name="Approve").click()
+        await expect(modal).to_have_count(0)
+
+        await expect(ws.thread_message("Refunded $30.00 on ch_1002")).to_be_visible()
+        await expect(card).to_contain_text("Approved by @bob")
+        await expect(card).to_contain_text("amount: $40.00 → $30.00")
+        await expect(card.locator(".bk-button")).to_have_count(0)
 
 
 async def test_a_question_is_answered_from_its_choices(

@@ -31,3 +31,16 @@ async def test_a_refund_without_an_amount_asks_for_it_instead_of_inventing_one()
 async def test_a_negative_or_zero_refund_is_refused_not_turned_positive(text):
     response = await reply_to(text)
     assert not response.tool_calls and "has to be a positive amount" in response.text
+
+
+async def test_a_refund_approved_with_changes_is_reported_with_the_amount_that_ran():
+    ran = {"refund_id": "re_1", "charge_id": "ch_1001", "amount": 30.0, "status": "succeeded"}
+    edited = {"note": "slack:T1:UBOB changed the arguments before approving; it ran with these.",
+              "arguments": {"charge_id": "ch_1001", "amount": 30.0}, "result": json.dumps(ran)}
+    messages = [{"role": "user", "content": "refund ch_1001 $40"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "refund_charge", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": json.dumps(edited)}]
+    response = await DemoModel().complete(messages, TOOLS)
+    assert response.text.startswith("Refunded $30.00 on `ch_1001`")
+    assert "changed the request before approving" in response.text

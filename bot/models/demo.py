@@ -115,6 +115,12 @@ def _summarize(messages: list[Message]) -> str:
 def _describe(data: object) -> str:
     if not isinstance(data, dict):
         return f"Result: `{json.dumps(data)}`"
+    if isinstance(data.get("result"), str) and "arguments" in data:  # approved with changes (Edit & approve)
+        try:
+            inner = json.loads(data["result"])
+        except ValueError:
+            inner = data["result"]
+        return _describe(inner) + " (The approver changed the request before approving it.)"
     if data.get("code") == "TOOL_EXECUTION_DENIED":
         note = f" {data['note']}" if data.get("note") else ""
         return f"I didn't do it: {data.get('message', 'it was not approved')}{note}"
