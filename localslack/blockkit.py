@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 from slack_sdk.errors import SlackObjectFormationError
@@ -365,6 +366,8 @@ def state_value(element: dict[str, Any], answer: Any) -> dict[str, Any]:
         value["selected_date"] = answer
     elif element_type == "timepicker":
         value["selected_time"] = answer
+    elif element_type == "datetimepicker":
+        value["selected_date_time"] = _epoch_seconds(answer)
     else:
         value["value"] = answer
     return value
@@ -386,7 +389,20 @@ def initial_state_value(element: dict[str, Any]) -> dict[str, Any] | None:
         return {"type": element_type, "selected_user": element["initial_user"]}
     if "initial_date" in element:
         return {"type": element_type, "selected_date": element["initial_date"]}
+    if "initial_date_time" in element:
+        return {"type": element_type, "selected_date_time": element["initial_date_time"]}
     return None
+
+
+def _epoch_seconds(answer: Any) -> int | None:
+    """A datetimepicker's answer as Slack reports it (epoch seconds): an int as is, or the browser's
+    ``YYYY-MM-DDTHH:MM`` (the local workspace shows times in UTC)."""
+    if answer is None or answer == "":
+        return None
+    if isinstance(answer, int | float) and not isinstance(answer, bool):
+        return int(answer)
+    moment = datetime.fromisoformat(str(answer))
+    return int((moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp())
 
 
 def text_of(text_object: Any) -> str:

@@ -659,3 +659,33 @@ async def test_bot_messages_are_echoed_when_asked(receiver: tuple[Receiver, str]
     assert events[0]["bot_id"] == "B0BOT" and events[0]["ts"] == posted["ts"] and "subtype" not in events[0]
     assert events[1]["subtype"] == "message_changed" and events[1]["message"]["text"] == "done"
     assert events[1]["previous_message"]["text"] == "working…"
+
+
+async def test_form_inputs_submit_in_slacks_state_shapes_prefilled_ones_included(
+    slack: LocalSlack, bot: Receiver, client: AsyncWebClient
+) -> None:
+    """The inputs the form generator uses (blocks.forms): untouched ones report their initial value, and a
+    datetimepicker reports epoch seconds, as Slack does."""
+    def block(block_id: str, element: dict) -> dict:
+        return {"type": "input", "block_id": block_id, "label": {"type": "plain_text", "text": block_id},
+                "optional": True, "element": {"action_id": "value", **element}}
+
+    option = {"text": {"type": "plain_text", "text": "pro"}, "value": "pro"}
+    form = {"type": "modal", "callback_id": "form", "title": {"type": "plain_text", "text": "Form"},
+            "submit": {"type": "plain_text", "text": "Send"}, "blocks": [
+                block("amount", {"type": "number_input", "is_decimal_allowed": True, "initial_value": "40"}),
+                block("plan", {"type": "static_select", "options": [option], "initial_option": option}),
+                block("tags", {"type": "multi_static_select", "options": [option], "initial_options": [option]}),
+                block("notify", {"type": "checkboxes", "options": [option], "initial_options": [option]}),
+                block("at", {"type": "datetimepicker", "initial_date_time": 1764806400}),
+                block("due", {"type": "datetimepicker"}),
+            ]}
+    opened = await client.views_open(trigger_id=slack.issue_trigger_id(ALICE), view=form)
+    await slack.submit_view(ALICE, opened["view"]["id"], {"due": {"value": "2026-12-04T10:30"}})
+    values = bot.requests[-1].payload["view"]["state"]["values"]
+    assert values["amount"]["value"] == {"type": "number_input", "value": "40"}
+    assert values["plan"]["value"]["selected_option"]["value"] == "pro"
+    assert [o["value"] for o in values["tags"]["value"]["selected_options"]] == ["pro"]
+    assert [o["value"] for o in values["notify"]["value"]["selected_options"]] == ["pro"]
+    assert values["at"]["value"] == {"type": "datetimepicker", "selected_date_time": 1764806400}
+    assert values["due"]["value"] == {"type": "datetimepicker", "selected_date_time": 1796380200}

@@ -281,6 +281,22 @@
     return node;
   }
 
+  // Slack sends epoch seconds; the local workspace shows and edits them as UTC
+  function dateTimePicker(element, block, ctx) {
+    const node = document.createElement("input");
+    node.type = "datetime-local";
+    node.className = "bk-input narrow";
+    node.dataset.type = element.type;
+    const initial = element.initial_date_time;
+    node.value = recalled(ctx, block, element)
+      ?? (Number.isInteger(initial) ? new Date(initial * 1000).toISOString().slice(0, 16) : "");
+    node.addEventListener("change", async () => {
+      remember(ctx, block, element, node.value);
+      await choose(ctx, block, element, { value: node.value });
+    });
+    return node;
+  }
+
   function overflow(element, block, ctx) {
     const wrap = el("div", "bk-overflow");
     const toggle = el("button", "bk-button icon", "⋮");
@@ -333,6 +349,7 @@
       case "url_text_input": node = textInput(elementObj, block, ctx); break;
       case "datepicker": node = picker(elementObj, block, ctx, "date", "initial_date"); break;
       case "timepicker": node = picker(elementObj, block, ctx, "time", "initial_time"); break;
+      case "datetimepicker": node = dateTimePicker(elementObj, block, ctx); break;
       case "image": node = imagePlaceholder(elementObj, true); break;
       default: node = unsupported("element", elementObj.type);
     }
