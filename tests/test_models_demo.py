@@ -44,3 +44,15 @@ async def test_a_refund_approved_with_changes_is_reported_with_the_amount_that_r
     response = await DemoModel().complete(messages, TOOLS)
     assert response.text.startswith("Refunded $30.00 on `ch_1001`")
     assert "changed the request before approving" in response.text
+
+
+async def test_a_cancel_reason_is_relayed_as_the_approvers_words_without_their_internal_id():
+    denied = {"code": "TOOL_EXECUTION_DENIED", "message": "The refund was not approved.",
+              "note": 'slack:T0LOCAL:U0BOB wrote: "Refunds over $50 need a ticket."'}
+    messages = [{"role": "user", "content": "refund ch_1001 $75"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "refund_charge", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": json.dumps(denied)}]
+    response = await DemoModel().complete(messages, TOOLS)
+    assert response.text == ("I didn't do it: The refund was not approved. "
+                             'The approver wrote: "Refunds over $50 need a ticket."')

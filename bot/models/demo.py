@@ -122,7 +122,8 @@ def _describe(data: object) -> str:
             inner = data["result"]
         return _describe(inner) + " (The approver changed the request before approving it.)"
     if data.get("code") == "TOOL_EXECUTION_DENIED":
-        note = f" {data['note']}" if data.get("note") else ""
+        # the note names the canceller by principal id (for a model); a person reads "The approver wrote"
+        note = " " + re.sub(r"^\S+ wrote:", "The approver wrote:", str(data["note"])) if data.get("note") else ""
         return f"I didn't do it: {data.get('message', 'it was not approved')}{note}"
     if data.get("status") == "failed":
         return f"That failed: {data.get('error', 'unknown error')}"
