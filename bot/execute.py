@@ -27,7 +27,7 @@ from bot.parts import Parts
 from bot.protocol import ActionRef, ActionStarted, InputOption, InputRequest, RequestRecord, approval_options
 from bot.session import SessionAuth, SessionInfo, new_request_id
 from bot.state import CallResult, CallState, SessionState, StepState
-from bot.tools import AskParked, Tool, ToolContext
+from bot.tools import AskParked, Tool, ToolContext, as_dict
 
 log = logging.getLogger(__name__)
 
@@ -293,10 +293,6 @@ def denied_output(message: str, *, status: str = "denied", request_id: str | Non
     if request_id:
         out["approval"] = {"requestId": request_id, "status": status}
     return out
-
-
-def as_dict(args: Any) -> dict[str, Any]:
-    return args.model_dump(mode="json") if hasattr(args, "model_dump") else dict(args)
 
 
 def safe_input(tool: Tool | None, call: CallState) -> dict[str, Any] | None:

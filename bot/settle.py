@@ -12,11 +12,13 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from bot.approval import (
+    ApprovalContext,
     RequestView,
     ResponseContext,
     ResponseDecision,
     ResponseView,
     allowed,
+    evaluate_request_policy,
     evaluate_response_policy,
     requester_only,
 )
@@ -37,6 +39,7 @@ from bot.protocol import (
     Resolution,
 )
 from bot.session import SessionInfo
+from bot.tools import as_dict
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +84,11 @@ class Settler:
             return AnswerResult("invalid", record, reason="That is not one of the options.")
         if response.edited_input is not None and not (req.editable and outcome == "approved"):
             return AnswerResult("invalid", record, reason=NOT_EDITABLE)
+        if response.edited_input is not None:
+            edited, refusal = await self._checked_edit(record, response.edited_input)
+            if edited is None:
+                return AnswerResult("invalid", record, reason=refusal)
+            response = response.model_copy(update={"edited_input": edited})
         note = note if note is not None else _clean_note(response.note)
         principal = response.principal
         if principal is None:
@@ -124,6 +132,31 @@ class Settler:
         policy = with_escalation(policy, record)
         decided, _ = await self._run_policy(policy, response_context(record, principal, decision, None), within_s=within_s)
         return decided
+
+    async def _checked_edit(self, record: RequestRecord, edited: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+        """The edited input as the tool will get it, or None and why not: it must be valid for the tool,
+        and the tool's request policy must not deny it (an edit never gets past a rule the proposal met)."""
+        action = record.request.action
+        tool = self.p.tools.get(action.tool_name) if action else None
+        if action is None or tool is None or not tool.editable:
+            return None, NOT_EDITABLE
+        try:
+            args = tool.parse(edited)
+        except ValueError as exc:
+            return None, f"Those changes are not valid: {exc}"
+        ctx = ApprovalContext(
+            session=SessionInfo.model_validate(record.session_info or {"id": record.session_id}),
+            tool_name=tool.name, tool_input=as_dict(args), call_id=action.call_id,
+            approval_key=tool.approval_key(args), tool_description=tool.description, reviewer=self.p.reviewer)
+        try:
+            status = await evaluate_request_policy(tool.approval.request, ctx,
+                                                   timeout=self.p.settings.response_policy_timeout)
+        except Exception as exc:  # noqa: BLE001 - a broken or hung policy refuses the edit
+            log.warning("request policy of %s failed on an edit (%r); refusing it", tool.name, exc)
+            return None, VERIFY_FAILED
+        if status.type == "denied":
+            return None, f"Those changes are not allowed: {status.reason or 'the tool’s policy denies them'}"
+        return as_dict(args), ""
 
     async def _run_policy(
         self, policy: Any, ctx: ResponseContext, *, within_s: float | None = None

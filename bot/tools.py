@@ -262,6 +262,11 @@ class Tool:
         return await self.fn(*call_args)
 
 
+def as_dict(args: BaseModel | dict[str, Any]) -> dict[str, Any]:
+    """Parsed arguments as plain JSON data (what cards, policies and the audit see)."""
+    return args.model_dump(mode="json") if isinstance(args, BaseModel) else dict(args)
+
+
 def _input_model(fn: ToolFn) -> type[BaseModel] | None:
     params = list(inspect.signature(fn).parameters.values())
     if not params:

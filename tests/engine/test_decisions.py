@@ -155,3 +155,29 @@ async def test_ctx_ask_style_reaches_the_request(redis):
     await say(runtime, "plan")
     [req] = channel.requests()
     assert req.style == "buttons" and [o.id for o in req.options] == ["Basic", "Pro"]
+
+
+async def test_an_edit_never_gets_past_the_tools_own_request_policy_nor_its_argument_model(redis):
+    from bot.approval import Denied
+
+    def up_to_100(ctx):  # the rule the proposal met: small refunds ask a person, big ones are denied
+        return Denied("Refunds over $100 are not allowed.") if ctx.tool_input["amount"] > 100 else "user-approval"
+
+    @tool(approval=up_to_100, editable=True)
+    async def capped_refund(args: Refund, ctx: ToolContext) -> dict:
+        """Refund up to $100."""
+        RAN.append(args.model_dump())
+        return {}
+
+    runtime, channel, _, req = await parked(redis, capped_refund)
+    too_big = await runtime.answer(InputResponse(request_id=req.request_id, option_id="approve", principal=ALICE,
+                                                 edited_input={"charge_id": "ch_1", "amount": 500.0}))
+    assert too_big.state == "invalid" and "Refunds over $100 are not allowed." in too_big.reason
+    nonsense = await runtime.answer(InputResponse(request_id=req.request_id, option_id="approve", principal=ALICE,
+                                                  edited_input={"charge_id": "ch_1", "amount": "lots"}))
+    assert nonsense.state == "invalid" and "not valid" in nonsense.reason
+    assert channel.of("approval.settled") == [] and RAN == []
+    fine = await runtime.answer(InputResponse(request_id=req.request_id, option_id="approve", principal=ALICE,
+                                              edited_input={"charge_id": "ch_1", "amount": "60"}))
+    await runtime.wait_idle()
+    assert fine.state == "settled" and RAN == [{"charge_id": "ch_1", "amount": 60.0}]  # as the tool parses it
