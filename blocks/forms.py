@@ -264,7 +264,7 @@ def parse_form_state(model: type[BaseModel], state_values: Mapping[str, Mapping[
     errors: dict[str, str] = {}
     for field in _fields(model):
         block_id = f"{block_prefix}{field.name}"
-        state = ((state_values or {}).get(block_id) or {}).get(VALUE_ACTION_ID) or {}
+        state = _entry(_entry(state_values, block_id), VALUE_ACTION_ID)
         try:
             value = _read(field, state)
         except ValueError as exc:
@@ -284,6 +284,12 @@ def parse_form_state(model: type[BaseModel], state_values: Mapping[str, Mapping[
         return None, _errors_by_block(exc, block_prefix)
 
 
+def _entry(mapping: Any, key: str) -> Mapping[str, Any]:
+    """``mapping[key]`` when both are what Slack sends (objects); {} for anything else a client made up."""
+    value = mapping.get(key) if isinstance(mapping, Mapping) else None
+    return value if isinstance(value, Mapping) else {}
+
+
 def _read(field: _Field, state: Mapping[str, Any]) -> Any:
     kind = field.kind
     if kind == "text":
@@ -292,23 +298,39 @@ def _read(field: _Field, state: Mapping[str, Any]) -> Any:
     if kind == "number":
         return _parse_number(field, state.get("value"))
     if kind == "bool":
-        return any(o.get("value") == CHECKED for o in state.get("selected_options") or [] if isinstance(o, dict))
+        return any(isinstance(o, dict) and o.get("value") == CHECKED for o in _list(state.get("selected_options")))
     if kind == "choice":
         chosen = state.get("selected_option")
         return _choice_of(field, chosen.get("value")) if isinstance(chosen, dict) else None
     if kind == "choices":
-        picked = [_choice_of(field, o.get("value")) for o in state.get("selected_options") or [] if isinstance(o, dict)]
+        picked = [_choice_of(field, o.get("value")) for o in _list(state.get("selected_options")) if isinstance(o, dict)]
         return picked or None
     if kind == "date":
         raw = state.get("selected_date")
-        return date.fromisoformat(raw) if isinstance(raw, str) and raw else None
+        if not isinstance(raw, str) or not raw:
+            return None
+        try:
+            return date.fromisoformat(raw)
+        except ValueError as exc:
+            raise ValueError("Choose a date.") from exc
     raw = state.get("selected_date_time")
-    return datetime.fromtimestamp(int(raw), UTC) if isinstance(raw, int | float) and not isinstance(raw, bool) else None
+    if not isinstance(raw, int) or isinstance(raw, bool):
+        return None
+    try:
+        return datetime.fromtimestamp(raw, UTC)
+    except (OverflowError, OSError, ValueError) as exc:
+        raise ValueError("Choose a date and time.") from exc
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _parse_number(field: _Field, raw: Any) -> Any:
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return None
+    if not isinstance(raw, str | int | float) or isinstance(raw, bool) or len(str(raw)) > 100:
+        raise ValueError("Enter a number.")
     try:
         number = Decimal(str(raw).strip())
     except InvalidOperation as exc:

@@ -88,7 +88,7 @@ def models_and_values(draw) -> tuple[type[BaseModel], dict[str, Any]]:
     return create_model("Args", **fields), values
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(models_and_values())
 def test_every_supported_field_type_round_trips_through_slacks_view_state(case) -> None:
     model, values = case
@@ -180,3 +180,18 @@ def test_long_text_gets_a_multiline_input() -> None:
     body, title = form_blocks(model, {"body": "x", "title": "short"})
     assert body["element"]["multiline"] is True and body["element"]["max_length"] == 2000
     assert "multiline" not in title["element"]
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner, max_size=3),
+                    max_leaves=10)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(st.sampled_from(["form:charge_id", "form:amount", "form:plan", "form:notify", "x"]),
+                       JSON | st.dictionaries(st.just("value"), JSON | st.dictionaries(
+                           st.sampled_from(["type", "value", "selected_option", "selected_options"]), JSON))))
+def test_whatever_a_client_submits_the_parser_answers_with_a_model_or_errors_and_never_raises(state) -> None:
+    parsed, errors = parse_form_state(Refund, state)
+    assert (parsed is None) == bool(errors)
+    assert all(block.startswith("form:") and message for block, message in errors.items())
