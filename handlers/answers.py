@@ -43,7 +43,9 @@ from blocks.cards import (
     resolution_label,
 )
 from blocks.forms import form_blocks, parse_form_state
+from bot.principals import Principal
 from bot.protocol import APPROVE, CANCEL, InputResponse, RequestRecord, UnknownRequest
+from bot.settle import NOT_EDITABLE
 from bot.turns import AnswerResult
 from handlers.deps import SlackDeps
 from handlers.identity import interaction_principal
@@ -104,8 +106,8 @@ async def _on_action(deps: SlackDeps, ack: Any, body: dict[str, Any], action: di
                        what=f"after answer {record.request_id}")
 
 
-async def _open_modal(deps: SlackDeps, client: Any, body: dict[str, Any], principal: Any, record: RequestRecord,
-                      control: str) -> None:
+async def _open_modal(deps: SlackDeps, client: Any, body: dict[str, Any], principal: Principal,
+                      record: RequestRecord, control: str) -> None:
     user_id = principal.slack_user_id
     if record.status != "open":
         await _tell(client, body, user_id, record, _settled_text(record))
@@ -124,7 +126,7 @@ async def _open_modal(deps: SlackDeps, client: Any, body: dict[str, Any], princi
     elif control == "edit":
         model = _arguments_model(deps, record)
         if model is None:
-            await _tell(client, body, user_id, record, "This request can only be approved as proposed.")
+            await _tell(client, body, user_id, record, NOT_EDITABLE)
             return
         form = form_blocks(model, req.action.input if req.action else None, block_prefix=EDIT_BLOCK_PREFIX)
         view = edit_modal(req, form, channel_id, message_ts)
