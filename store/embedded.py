@@ -18,6 +18,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
@@ -30,6 +31,7 @@ from redis.exceptions import RedisError
 
 STARTUP_TIMEOUT_S = 10.0
 SHUTDOWN_TIMEOUT_S = 10.0
+DEAD_HOLDER_WAIT_S = 5.0  # how long a lock whose holder died may still be held by its server's children
 SOCKET_NAME = "valkey.sock"
 LOG_NAME = "valkey.log"
 LOCK_NAME = ".lock"
@@ -137,6 +139,19 @@ def _read_tail(path: Path) -> str:
         return "(no log)"
 
 
+def _alive(pid: int | None) -> bool:
+    """Whether ``pid`` is a live process (unknown counts as alive: never wait on a guess)."""
+    if pid is None:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class _DataDirLock:
     """An exclusive ``flock`` on ``<data_dir>/.lock``; the kernel drops it when its holder dies, so a
     crashed process never leaves a stale lock behind."""
@@ -208,6 +223,20 @@ class EmbeddedValkey:
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None else None
 
+    async def _take_lock(self) -> None:
+        """Take the data directory's lock. When the process that holds it is dead, what still holds it
+        is a child of its server finishing (an AOF rewrite forks, and the fork inherits the lock): wait
+        a few seconds for it to go rather than refuse a restart after a crash."""
+        deadline = time.monotonic() + DEAD_HOLDER_WAIT_S
+        while True:
+            try:
+                self._lock.acquire()
+                return
+            except DataDirInUse as exc:
+                if _alive(exc.pid) or time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(0.05)
+
     @property
     def running(self) -> bool:
         return self._process is not None and self._process.returncode is None
@@ -217,7 +246,7 @@ class EmbeddedValkey:
         if self._process is not None:
             raise EmbeddedServerError("the embedded Valkey server is already started")
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._lock.acquire()
+        await self._take_lock()
         try:
             await self._spawn()
             await self._wait_until_ready()

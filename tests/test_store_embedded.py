@@ -272,3 +272,43 @@ async def test_ping_is_false_for_a_server_that_is_not_there(tmp_path: Path) -> N
         assert time.monotonic() - started < 1.0
     finally:
         await client.aclose()
+
+
+def _hold_lock(data_dir: Path, recorded_pid: int, seconds: float) -> subprocess.Popen:
+    """A process that holds the data directory's lock for ``seconds`` with ``recorded_pid`` written in it,
+    as a crashed bot's server child (an AOF rewrite fork) does for a moment after the bot died."""
+    code = textwrap.dedent(f"""
+        import fcntl, sys, time
+        f = open({str(data_dir / ".lock")!r}, "a+")
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        f.seek(0); f.truncate(); f.write("{recorded_pid}\\n"); f.flush()
+        print("held", flush=True)
+        time.sleep({seconds})
+    """)
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    return holder
+
+
+async def test_a_restart_after_a_crash_waits_for_a_lock_only_the_dead_bots_leftovers_hold(tmp_data_dir: Path) -> None:
+    tmp_data_dir.mkdir(parents=True, exist_ok=True)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    holder = _hold_lock(tmp_data_dir, dead.pid, 0.5)
+    try:
+        async with EmbeddedValkey(tmp_data_dir) as server:
+            assert server.running
+    finally:
+        holder.wait()
+
+
+async def test_a_lock_held_for_a_live_process_is_refused_at_once(tmp_data_dir: Path) -> None:
+    tmp_data_dir.mkdir(parents=True, exist_ok=True)
+    holder = _hold_lock(tmp_data_dir, os.getpid(), 30.0)  # a live pid: a real conflict, never waited out
+    try:
+        with pytest.raises(DataDirInUse, match=f"pid {os.getpid()}"):
+            await EmbeddedValkey(tmp_data_dir).start()
+        assert holder.poll() is None
+    finally:
+        holder.kill()
+        holder.wait()

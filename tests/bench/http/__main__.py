@@ -90,7 +90,8 @@ def db_url(url: str, db: int) -> str:
     parts = urlsplit(url)
     if parts.scheme == "unix":
         query = [(k, v) for k, v in parse_qsl(parts.query) if k != "db"] + [("db", str(db))]
-        return urlunsplit(parts._replace(query=urlencode(query)))
+        # spelled out: urlunsplit drops the "//" of an empty host, and redis-py ≥ 8.2 refuses "unix:/…"
+        return f"unix://{parts.path}?{urlencode(query)}"
     return urlunsplit(parts._replace(path=f"/{db}"))
 
 
