@@ -17,21 +17,24 @@ field type                             element                      state Slack 
 =====================================  ===========================  =================================
 
 ``X | None`` is X, optional. Anything else raises :class:`FormUnsupported` (call
-:func:`check_form_model` when a tool is registered). Validation is pydantic's; its errors come back
-keyed by block id, the shape of Slack's ``response_action: errors``.
+:func:`check_form_model` when a tool is registered). Prefill values may be Python objects
+(:func:`form_values`) or their JSON form (a tool call's arguments): each is read with the field's type.
+Validation is pydantic's; its errors come back keyed by block id, the shape of Slack's
+``response_action: errors``.
 """
 
 from __future__ import annotations
 
+import functools
 import types
 import typing
 from collections.abc import Mapping
 from datetime import UTC, date, datetime
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, InvalidOperation
 from enum import Enum
 from typing import Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ValidationError
+from pydantic import AliasChoices, BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 from slack_sdk.models.blocks import (
     CheckboxesElement,
@@ -46,12 +49,23 @@ from slack_sdk.models.blocks import (
     StaticSelectElement,
 )
 
-from blocks.limits import INPUT_HINT, OPTION_TEXT, OPTION_VALUE, PLAIN_TEXT_INPUT, SELECT_OPTIONS, truncate
+from blocks.limits import (
+    DATE_TIME_MAX,
+    INPUT_HINT,
+    INPUT_LABEL,
+    OPTION_TEXT,
+    OPTION_VALUE,
+    PLAIN_TEXT_INPUT,
+    SELECT_OPTIONS,
+    VIEW_BLOCKS,
+    truncate,
+)
 
 VALUE_ACTION_ID = "value"
 DEFAULT_PREFIX = "form:"
 LONG_TEXT = 150  # a string field allowed (or holding) more than this gets a multiline input
-ERROR_TEXT = 150  # keep inline errors short: they show under one field
+NUMBER_DIGITS = 40  # longer plain digits are written with an exponent (and read back the same)
+ERROR_TEXT = 150  # our cap, not Slack's (it documents none): an inline error sits under one field
 CHECKED = "true"  # the value of a bool field's one checkbox
 
 Kind = Literal["text", "number", "bool", "choice", "choices", "date", "datetime"]
@@ -67,17 +81,28 @@ class _Field:
     def __init__(self, name: str, info: FieldInfo):
         self.name = name
         self.info = info
+        self.key = _input_key(name, info)  # what model_validate expects: the alias when there is one
         annotation, self.optional = _unwrap_optional(info.annotation)
-        self.kind, self.base, self.choices = _classify(name, annotation)
+        self.annotation, inner = _strip_annotated(annotation)
+        self.metadata = [*info.metadata, *inner]  # `Annotated[int, Field(ge=1)] | None` keeps its bounds inside
+        self.kind, self.choices = _classify(name, self.annotation)
         if self.kind == "bool" and self.optional:  # a checkbox has no "not set": Yes / No / nothing chosen
             self.kind, self.choices = "choice", [True, False]
         self.optional = self.optional or not info.is_required() or self.kind == "bool"
+        if self.kind == "text":
+            _check_lengths(self)
+        if self.kind == "number":
+            self.low, self.high = _number_bounds(self)
 
-    def label(self) -> str:
-        return self.info.title or self.name.replace("_", " ").strip().capitalize() or self.name
+    @property
+    def block_label(self) -> str:
+        if self.info.title and self.info.title.strip():
+            return self.info.title
+        words = self.name.replace("_", " ").strip()
+        return words[:1].upper() + words[1:] if words else self.name  # "charge_id" -> "Charge id"
 
     def bound(self, kind: str) -> Any:
-        for meta in self.info.metadata:
+        for meta in self.metadata:
             value = getattr(meta, kind, None)
             if value is not None:
                 return value
@@ -86,11 +111,22 @@ class _Field:
 
 def check_form_model(model: type[BaseModel]) -> None:
     """Raise :class:`FormUnsupported` unless every field of ``model`` has a Slack input."""
-    _fields(model)
+    fields = _fields(model)
+    if not fields:
+        raise FormUnsupported(f"{model.__name__} has no fields to show as a form")
+    if len(fields) > VIEW_BLOCKS:
+        raise FormUnsupported(f"{model.__name__} has {len(fields)} fields; a Slack modal holds {VIEW_BLOCKS} inputs")
 
 
 def _fields(model: type[BaseModel]) -> list[_Field]:
     return [_Field(name, info) for name, info in model.model_fields.items()]
+
+
+def _input_key(name: str, info: FieldInfo) -> str:
+    alias = info.validation_alias if info.validation_alias is not None else info.alias
+    if isinstance(alias, AliasChoices):
+        alias = next((choice for choice in alias.choices if isinstance(choice, str)), None)
+    return alias if isinstance(alias, str) else name
 
 
 def _unwrap_optional(annotation: Any) -> tuple[Any, bool]:
@@ -101,6 +137,18 @@ def _unwrap_optional(annotation: Any) -> tuple[Any, bool]:
     return annotation, False
 
 
+def _strip_annotated(annotation: Any) -> tuple[Any, list[Any]]:
+    """The type inside ``Annotated[type, …]`` and the constraints that came with it (pydantic's own
+    ``Field(...)`` inside Annotated carries its constraints in ``.metadata``)."""
+    if get_origin(annotation) is not typing.Annotated:
+        return annotation, []
+    base, *extras = get_args(annotation)
+    found: list[Any] = []
+    for extra in extras:
+        found.extend(extra.metadata if isinstance(extra, FieldInfo) else [extra])
+    return base, found
+
+
 def _literal_values(annotation: Any) -> list[Any] | None:
     if get_origin(annotation) is Literal:
         return list(get_args(annotation))
@@ -109,39 +157,72 @@ def _literal_values(annotation: Any) -> list[Any] | None:
     return None
 
 
-def _classify(name: str, annotation: Any) -> tuple[Kind, Any, list[Any]]:
-    annotation = _strip_annotated(annotation)
+_SIMPLE_KINDS: list[tuple[type, Kind]] = [
+    (bool, "bool"), (int, "number"), (float, "number"), (Decimal, "number"), (str, "text"),
+    (datetime, "datetime"), (date, "date"),
+]
+
+
+def _classify(name: str, annotation: Any) -> tuple[Kind, list[Any]]:
     choices = _literal_values(annotation)
     if choices is not None:
-        return _checked_choices(name, annotation, "choice", choices)
+        return "choice", _checked_choices(name, choices)
     if get_origin(annotation) in (list, typing.List):  # noqa: UP006 - typing.List still appears in user code
         [item] = get_args(annotation) or [Any]
-        item_choices = _literal_values(_strip_annotated(item))
+        item_choices = _literal_values(_strip_annotated(item)[0])
         if item_choices is not None:
-            return _checked_choices(name, annotation, "choices", item_choices)
-    if annotation is bool:
-        return "bool", bool, []
-    if annotation in (int, float, Decimal):
-        return "number", annotation, []
-    if annotation is str:
-        return "text", str, []
-    if annotation is datetime:
-        return "datetime", datetime, []
-    if annotation is date:
-        return "date", date, []
+            return "choices", _checked_choices(name, item_choices)
+    for simple, kind in _SIMPLE_KINDS:
+        if annotation is simple:  # exact types: a str or int subclass may not take what the input sends
+            return kind, []
     raise FormUnsupported(f"field {name!r} ({_type_name(annotation)}) cannot be shown as a Slack form input")
 
 
-def _strip_annotated(annotation: Any) -> Any:
-    return get_args(annotation)[0] if get_origin(annotation) is typing.Annotated else annotation
-
-
-def _checked_choices(name: str, annotation: Any, kind: Kind, choices: list[Any]) -> tuple[Kind, Any, list[Any]]:
+def _checked_choices(name: str, choices: list[Any]) -> list[Any]:
+    values = [_choice_value(c) for c in choices]
     if not choices or len(choices) > SELECT_OPTIONS:
         raise FormUnsupported(f"field {name!r} has {len(choices)} choices; a Slack menu holds 1 to {SELECT_OPTIONS}")
-    if any(len(_choice_value(c)) > OPTION_VALUE for c in choices):
-        raise FormUnsupported(f"field {name!r} has a choice longer than Slack's {OPTION_VALUE} characters")
-    return kind, annotation, choices
+    if any(not v or len(v) > OPTION_VALUE for v in values):
+        raise FormUnsupported(f"field {name!r} has an empty choice or one longer than Slack's {OPTION_VALUE} characters")
+    if len(set(values)) < len(values):
+        raise FormUnsupported(f"field {name!r} has two choices that read the same ({values})")
+    return choices
+
+
+def _check_lengths(field: _Field) -> None:
+    low, high = field.bound("min_length"), field.bound("max_length")
+    if (low is not None and low > PLAIN_TEXT_INPUT) or (high is not None and high < 1):
+        raise FormUnsupported(f"field {field.name!r} wants {low}..{high} characters; "
+                              f"a Slack text input takes 0..{PLAIN_TEXT_INPUT}")
+
+
+def _number_bounds(field: _Field) -> tuple[Decimal | None, Decimal | None]:
+    whole = field.annotation is int
+    low = _stated_bound(field.bound("ge"), field.bound("gt"), whole=whole, up=True)
+    high = _stated_bound(field.bound("le"), field.bound("lt"), whole=whole, up=False)
+    if low is not None and high is not None and low > high:
+        raise FormUnsupported(f"field {field.name!r} allows no number ({low} > {high})")
+    return low, high
+
+
+def _stated_bound(inclusive: Any, exclusive: Any, *, whole: bool, up: bool) -> Decimal | None:
+    """The min/max a number input can state. An int field's is the nearest whole number inside the bound;
+    another field's exclusive bound is stated as is (pydantic refuses the bound itself after submission)."""
+    bound = _decimal(inclusive if inclusive is not None else exclusive)
+    if bound is None or not whole:
+        return bound
+    rounded = bound.to_integral_value(ROUND_CEILING if up else ROUND_FLOOR)
+    if inclusive is None and rounded == bound:  # an exclusive bound on a whole number: one step inside
+        rounded += 1 if up else -1
+    return rounded
+
+
+def _decimal(value: Any) -> Decimal | None:
+    try:
+        number = Decimal(str(value))
+    except InvalidOperation:
+        return None
+    return number if number.is_finite() else None
 
 
 def _type_name(annotation: Any) -> str:
@@ -168,15 +249,17 @@ def form_values(instance: BaseModel) -> dict[str, Any]:
 
 def form_blocks(model: type[BaseModel], values: Mapping[str, Any] | None = None, *,
                 block_prefix: str = DEFAULT_PREFIX) -> list[dict]:
-    """One ``input`` block per field, in field order, prefilled from ``values`` (else the field's default)."""
+    """One ``input`` block per field, in field order, prefilled from ``values`` (else the field's default).
+
+    A value the field's type cannot read, or that no input can hold (see :func:`unshowable_fields`), is
+    left out or, for text over Slack's 3000 characters, cut."""
     blocks = []
     for field in _fields(model):
-        value = (values or {}).get(field.name, _default(field))
-        hint = field.info.description
+        hint = (field.info.description or "").strip()
         block = InputBlock(
             block_id=f"{block_prefix}{field.name}",
-            label=PlainTextObject(text=truncate(field.label(), 2000)),
-            element=_element(field, value),
+            label=PlainTextObject(text=truncate(field.block_label, INPUT_LABEL)),
+            element=_element(field, _prefill(field, values)),
             optional=field.optional,
             hint=PlainTextObject(text=truncate(hint, INPUT_HINT)) if hint else None,
         )
@@ -184,10 +267,67 @@ def form_blocks(model: type[BaseModel], values: Mapping[str, Any] | None = None,
     return blocks
 
 
+def unshowable_fields(model: type[BaseModel], values: Mapping[str, Any]) -> list[str]:
+    """The fields whose value in ``values`` the form cannot show as it is (text over 3000 characters, a
+    date and time outside Slack's epoch range, a value its type cannot read…): an untouched form would
+    submit something else for them. Callers offering "edit" should refuse it when this is not empty."""
+    misfits = []
+    for field in _fields(model):
+        given = _given(field, values)
+        if given is None:
+            continue
+        value = _typed(field, given)
+        if value is None or not _fits(field, value):
+            misfits.append(field.name)
+    return misfits
+
+
+def _given(field: _Field, values: Mapping[str, Any] | None) -> Any:
+    if not values:
+        return None
+    return values[field.name] if field.name in values else values.get(field.key)
+
+
+def _prefill(field: _Field, values: Mapping[str, Any] | None) -> Any:
+    given = _given(field, values)
+    if given is None and (not values or (field.name not in values and field.key not in values)):
+        given = _default(field)
+    return None if given is None else _typed(field, given)
+
+
 def _default(field: _Field) -> Any:
     if field.info.is_required():
         return None
-    return field.info.get_default(call_default_factory=True)
+    try:
+        return field.info.get_default(call_default_factory=True)
+    except (TypeError, ValueError):  # a default factory that wants the other fields: nothing to prefill
+        return None
+
+
+def _typed(field: _Field, value: Any) -> Any:
+    """``value`` read with the field's type (a tool call's JSON arguments carry "2026-12-04" for a date,
+    "low" for an Enum member, "12.50" for a Decimal); None when the type cannot read it."""
+    try:
+        return _adapter(field.annotation).validate_python(value)
+    except (ValidationError, TypeError, ValueError):
+        return None
+
+
+@functools.lru_cache(maxsize=256)
+def _adapter(annotation: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(annotation)
+
+
+def _fits(field: _Field, value: Any) -> bool:
+    if field.kind == "text":
+        return len(value) <= PLAIN_TEXT_INPUT
+    if field.kind == "number":
+        return _number_text(value) is not None
+    if field.kind == "datetime":
+        return _epoch(value) is not None
+    if field.kind == "choices":
+        return len(set(value)) == len(value)  # a multi-select cannot pick one option twice
+    return True
 
 
 def _element(field: _Field, value: Any) -> Any:
@@ -197,32 +337,28 @@ def _element(field: _Field, value: Any) -> Any:
     if kind == "number":
         return _number_element(field, value)
     if kind == "bool":
-        option = Option(value=CHECKED, text=PlainTextObject(text=truncate(field.label(), OPTION_TEXT)))
+        option = Option(value=CHECKED, text=PlainTextObject(text=truncate(field.block_label, OPTION_TEXT)))
         return CheckboxesElement(action_id=VALUE_ACTION_ID, options=[option],
                                  initial_options=[option] if value is True else None)
     if kind == "choice":
-        chosen = _option(value) if value is not None and value in field.choices else None
         return StaticSelectElement(action_id=VALUE_ACTION_ID, options=[_option(c) for c in field.choices],
-                                   initial_option=chosen, placeholder=PlainTextObject(text="Choose"))
+                                   initial_option=_option(value) if value is not None else None,
+                                   placeholder=PlainTextObject(text="Choose"))
     if kind == "choices":
-        chosen = [_option(v) for v in (value or []) if v in field.choices]
-        return StaticMultiSelectElement(action_id=VALUE_ACTION_ID, options=[_option(c) for c in field.choices],
-                                        initial_options=chosen or None, placeholder=PlainTextObject(text="Choose"))
+        return _multi_select_element(field, value)
     if kind == "date":
-        return DatePickerElement(action_id=VALUE_ACTION_ID,
-                                 initial_date=value.isoformat() if isinstance(value, date) else None)
+        return DatePickerElement(action_id=VALUE_ACTION_ID, initial_date=value.isoformat() if value else None)
     return DateTimePickerElement(action_id=VALUE_ACTION_ID, initial_date_time=_epoch(value))
 
 
-def _text_element(field: _Field, value: Any) -> PlainTextInputElement:
-    shown = None if value is None else str(value)
+def _text_element(field: _Field, value: str | None) -> PlainTextInputElement:
     max_length = field.bound("max_length")
     extra = field.info.json_schema_extra if isinstance(field.info.json_schema_extra, dict) else {}
     long = (bool(extra.get("multiline")) or (max_length or 0) > LONG_TEXT
-            or (shown is not None and (len(shown) > LONG_TEXT or "\n" in shown)))
+            or (value is not None and (len(value) > LONG_TEXT or "\n" in value)))
     return PlainTextInputElement(
         action_id=VALUE_ACTION_ID,
-        initial_value=shown[:PLAIN_TEXT_INPUT] if shown else None,
+        initial_value=value[:PLAIN_TEXT_INPUT] if value else None,
         multiline=long or None,
         min_length=field.bound("min_length"),
         max_length=min(max_length, PLAIN_TEXT_INPUT) if max_length else None,
@@ -230,28 +366,48 @@ def _text_element(field: _Field, value: Any) -> PlainTextInputElement:
 
 
 def _number_element(field: _Field, value: Any) -> NumberInputElement:
-    low = field.bound("ge") if field.bound("ge") is not None else field.bound("gt")
-    high = field.bound("le") if field.bound("le") is not None else field.bound("lt")
     return NumberInputElement(
         action_id=VALUE_ACTION_ID,
-        is_decimal_allowed=field.base is not int,
-        initial_value=_number_text(value) if value is not None else None,
-        min_value=_number_text(low) if low is not None else None,
-        max_value=_number_text(high) if high is not None else None,
+        is_decimal_allowed=field.annotation is not int,
+        initial_value=_number_text(value),
+        min_value=_number_text(field.low),
+        max_value=_number_text(field.high),
     )
 
 
-def _number_text(value: Any) -> str:
+def _multi_select_element(field: _Field, value: list[Any] | None) -> StaticMultiSelectElement:
+    chosen = list(dict.fromkeys(value or []))  # each option once, in the order given
+    most = field.bound("max_length")
+    return StaticMultiSelectElement(
+        action_id=VALUE_ACTION_ID, options=[_option(c) for c in field.choices],
+        initial_options=[_option(c) for c in chosen] or None, placeholder=PlainTextObject(text="Choose"),
+        max_selected_items=most if most and 1 <= most < len(field.choices) else None,
+    )
+
+
+def _number_text(value: Any) -> str | None:
+    """A number as the string Slack's number_input takes: plain digits, no exponent unless it would be
+    long (None for nothing, NaN or infinity)."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return str(value)
+    number = _decimal(repr(value) if isinstance(value, float) else value)  # repr: the float's shortest digits
+    if number is None:
+        return None
     if isinstance(value, float) and value.is_integer():
-        return str(int(value)) if abs(value) < 1e15 else repr(value)
-    return str(value)
+        number = number.to_integral_value()  # 40.0 reads "40", as a person would type it
+    plain = format(number, "f")
+    return plain if len(plain) <= NUMBER_DIGITS else str(number)
 
 
-def _epoch(value: Any) -> int | None:
-    if not isinstance(value, datetime):
+def _epoch(value: datetime | None) -> int | None:
+    """Epoch seconds for a datetimepicker (naive means UTC); None outside what Slack takes (0 to 10 digits)."""
+    if value is None:
         return None
     aware = value if value.tzinfo else value.replace(tzinfo=UTC)
-    return int(aware.timestamp())
+    seconds = int(aware.timestamp())
+    return seconds if 0 <= seconds <= DATE_TIME_MAX else None
 
 
 # --- view.state.values → model -------------------------------------------------------------------
@@ -259,10 +415,13 @@ def _epoch(value: Any) -> int | None:
 
 def parse_form_state(model: type[BaseModel], state_values: Mapping[str, Mapping[str, Any]], *,
                      block_prefix: str = DEFAULT_PREFIX) -> tuple[BaseModel | None, dict[str, str]]:
-    """The submitted form as a validated ``model`` — or None and ``{block_id: message}`` to show inline."""
+    """The submitted form as a validated ``model`` — or None and ``{block_id: message}`` to show inline.
+
+    Never raises on what a client sends: wrong shapes and junk read as empty inputs or inline errors."""
+    fields = _fields(model)
     data: dict[str, Any] = {}
     errors: dict[str, str] = {}
-    for field in _fields(model):
+    for field in fields:
         block_id = f"{block_prefix}{field.name}"
         state = _entry(_entry(state_values, block_id), VALUE_ACTION_ID)
         try:
@@ -271,17 +430,17 @@ def parse_form_state(model: type[BaseModel], state_values: Mapping[str, Mapping[
             errors[block_id] = truncate(str(exc), ERROR_TEXT)
             continue
         if value is not None or field.kind == "bool":
-            data[field.name] = value
+            data[field.key] = value
         elif not field.optional:
             errors[block_id] = "Fill this in."
         elif field.info.is_required():  # `X | None` without a default: an empty input means None
-            data[field.name] = None
+            data[field.key] = None
     if errors:
         return None, errors
     try:
         return model.model_validate(data), {}
     except ValidationError as exc:
-        return None, _errors_by_block(exc, block_prefix)
+        return None, _errors_by_block(exc, fields, block_prefix)
 
 
 def _entry(mapping: Any, key: str) -> Mapping[str, Any]:
@@ -306,20 +465,8 @@ def _read(field: _Field, state: Mapping[str, Any]) -> Any:
         picked = [_choice_of(field, o.get("value")) for o in _list(state.get("selected_options")) if isinstance(o, dict)]
         return picked or None
     if kind == "date":
-        raw = state.get("selected_date")
-        if not isinstance(raw, str) or not raw:
-            return None
-        try:
-            return date.fromisoformat(raw)
-        except ValueError as exc:
-            raise ValueError("Choose a date.") from exc
-    raw = state.get("selected_date_time")
-    if not isinstance(raw, int) or isinstance(raw, bool):
-        return None
-    try:
-        return datetime.fromtimestamp(raw, UTC)
-    except (OverflowError, OSError, ValueError) as exc:
-        raise ValueError("Choose a date and time.") from exc
+        return _parse_date(state.get("selected_date"))
+    return _parse_date_time(state.get("selected_date_time"))
 
 
 def _list(value: Any) -> list[Any]:
@@ -337,11 +484,29 @@ def _parse_number(field: _Field, raw: Any) -> Any:
         raise ValueError("Enter a number.") from exc
     if not number.is_finite():
         raise ValueError("Enter a number.")
-    if field.base is int:
+    if field.annotation is int:
         if number != number.to_integral_value():
             raise ValueError("Enter a whole number.")
         return int(number)
-    return number if field.base is Decimal else float(number)
+    return number if field.annotation is Decimal else float(number)  # Decimal keeps the digits typed
+
+
+def _parse_date(raw: Any) -> date | None:
+    if not isinstance(raw, str) or not raw:
+        return None
+    try:
+        return date.fromisoformat(raw)
+    except ValueError as exc:
+        raise ValueError("Choose a date.") from exc
+
+
+def _parse_date_time(raw: Any) -> datetime | None:
+    if not isinstance(raw, int) or isinstance(raw, bool):
+        return None
+    try:
+        return datetime.fromtimestamp(raw, UTC)
+    except (OverflowError, OSError, ValueError) as exc:
+        raise ValueError("Choose a date and time.") from exc
 
 
 def _choice_of(field: _Field, value: Any) -> Any:
@@ -351,10 +516,15 @@ def _choice_of(field: _Field, value: Any) -> Any:
     raise ValueError("Choose one of the options.")
 
 
-def _errors_by_block(exc: ValidationError, block_prefix: str) -> dict[str, str]:
+def _errors_by_block(exc: ValidationError, fields: list[_Field], block_prefix: str) -> dict[str, str]:
+    """pydantic's errors under the field they are about; an error about the whole model (a model
+    validator's) goes under the first field, since Slack shows errors only under an input block."""
+    name_of = {field.key: field.name for field in fields} | {field.name: field.name for field in fields}
+    first = fields[0].name if fields else ""
     errors: dict[str, str] = {}
     for err in exc.errors():
-        name = str(err["loc"][0]) if err["loc"] else ""
-        message = err["msg"].removeprefix("Value error, ")
+        where = err["loc"][0] if err["loc"] else None
+        name = name_of.get(where, first) if isinstance(where, str) else first
+        message = err["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
         errors.setdefault(f"{block_prefix}{name}", truncate(message[:1].upper() + message[1:], ERROR_TEXT))
     return errors

@@ -46,7 +46,8 @@ PLACEHOLDER = 150
 CONFIRM_TITLE = 100
 CONFIRM_TEXT = 300
 CONFIRM_BUTTON = 30
-PLAIN_TEXT_INPUT = 3000
+PLAIN_TEXT_INPUT = 3000  # plain_text_input min_length 0..3000, max_length 1..3000
+DATE_TIME_MAX = 9_999_999_999  # datetimepicker initial_date_time: epoch seconds, at most 10 digits (slack_sdk checks 0..)
 
 _ENTITY_TAIL = re.compile(r"&[a-z#0-9]{0,6}$")
 _OPEN_TOKEN_TAIL = re.compile(r"<[^<>]*$")

@@ -263,8 +263,9 @@ class Tool:
 
 
 def as_dict(args: BaseModel | dict[str, Any]) -> dict[str, Any]:
-    """Parsed arguments as plain JSON data (what cards, policies and the audit see)."""
-    return args.model_dump(mode="json") if isinstance(args, BaseModel) else dict(args)
+    """Parsed arguments as plain JSON data (what cards, policies and the audit see), keyed as the model
+    reads them back (aliases), so what is shown and judged is what runs."""
+    return args.model_dump(mode="json", by_alias=True) if isinstance(args, BaseModel) else dict(args)
 
 
 def _input_model(fn: ToolFn) -> type[BaseModel] | None:

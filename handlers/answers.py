@@ -42,7 +42,7 @@ from blocks.cards import (
     refused_text,
     resolution_label,
 )
-from blocks.forms import form_blocks, parse_form_state
+from blocks.forms import form_blocks, parse_form_state, unshowable_fields
 from bot.principals import Principal
 from bot.protocol import APPROVE, CANCEL, InputResponse, RequestRecord, UnknownRequest
 from bot.settle import NOT_EDITABLE
@@ -128,7 +128,12 @@ async def _open_modal(deps: SlackDeps, client: Any, body: dict[str, Any], princi
         if model is None:
             await _tell(client, body, user_id, record, NOT_EDITABLE)
             return
-        form = form_blocks(model, req.action.input if req.action else None, block_prefix=EDIT_BLOCK_PREFIX)
+        proposed_input = req.action.input if req.action else {}
+        if misfits := unshowable_fields(model, proposed_input or {}):  # an untouched form would change them
+            await _tell(client, body, user_id, record,
+                        f"{NOT_EDITABLE} (a form can't show {', '.join(misfits)} as proposed)")
+            return
+        form = form_blocks(model, proposed_input, block_prefix=EDIT_BLOCK_PREFIX)
         view = edit_modal(req, form, channel_id, message_ts)
     else:
         view = freeform_modal(req, channel_id, message_ts)
@@ -181,12 +186,21 @@ async def _on_edit_submit(deps: SlackDeps, ack: Any, body: dict[str, Any], view:
     if edited is None:
         await ack(response_action="errors", errors=errors)
         return
-    changed = edited.model_dump(mode="json")
-    proposed = record.request.action.input if record.request.action else None
+    changed = edited.model_dump(mode="json", by_alias=True)
+    proposed = _proposal(model, record)
     first_field = f"{EDIT_BLOCK_PREFIX}{next(iter(model.model_fields))}"
     await _submit(deps, ack, body, view, client, first_field, lambda rid: {
-        "request_id": rid, "option_id": APPROVE, "edited_input": None if changed == proposed else changed,
+        "request_id": rid, "option_id": APPROVE, "edited_input": None if edited == proposed else changed,
     }, record=record)
+
+
+def _proposal(model: Any, record: RequestRecord) -> Any:
+    """The proposed arguments as the model parses them (None if they no longer parse), so an untouched
+    form compares equal however its values were spelled (datetimes, aliases, numbers)."""
+    try:
+        return model.model_validate((record.request.action.input if record.request.action else None) or {})
+    except ValueError:
+        return None
 
 
 def _state(view: dict[str, Any]) -> dict[str, Any]:

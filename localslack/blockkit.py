@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from slack_sdk.errors import SlackObjectFormationError
@@ -153,7 +154,97 @@ def _structural_errors(block: dict[str, Any], here: str) -> list[str]:
             errors.extend(_plain_text_errors(node, node_type, path))
             if node_type in _OPTION_COUNTS or node_type in _MENU_TYPES:
                 errors.extend(_option_errors(node, node_type, path))
+            if node_type in _INPUT_RULES:
+                errors.extend(_INPUT_RULES[node_type](node, path))
     return errors
+
+
+# Input elements' own fields (docs.slack.dev reference/block-kit/block-elements/<element>): the types
+# Slack's schema takes, and the ranges each page states. slack_sdk checks none of these except the
+# datetimepicker's range, and it compares before it checks the type.
+PLAIN_TEXT_INPUT_MAX = 3000
+DATE_TIME_MAX = 9_999_999_999  # "a UNIX timestamp in seconds … 10 digits"; slack_sdk: 0 to 9999999999
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number_input_errors(node: dict[str, Any], path: str) -> list[str]:
+    """number-input-element: is_decimal_allowed Boolean, required; initial/min/max_value are Strings
+    (of numbers); min_value "cannot be greater than max_value"."""
+    errors: list[str] = []
+    if "is_decimal_allowed" not in node:
+        errors.append(f"missing required field: is_decimal_allowed [json-pointer:{path}]")
+    elif not isinstance(node["is_decimal_allowed"], bool):
+        errors.append(f"must be a boolean [json-pointer:{path}/is_decimal_allowed]")
+    numbers: dict[str, Decimal] = {}
+    for key in ("initial_value", "min_value", "max_value"):
+        if key not in node:
+            continue
+        number = _number(node[key]) if isinstance(node[key], str) else None
+        if not isinstance(node[key], str):
+            errors.append(f"must be a string [json-pointer:{path}/{key}]")
+        elif number is None:
+            errors.append(f"must be a number [json-pointer:{path}/{key}]")
+        else:
+            numbers[key] = number
+    if "min_value" in numbers and "max_value" in numbers and numbers["min_value"] > numbers["max_value"]:
+        errors.append(f"min_value cannot be greater than max_value [json-pointer:{path}/min_value]")
+    return errors
+
+
+def _number(text: str) -> Decimal | None:
+    try:
+        number = Decimal(text.strip())
+    except InvalidOperation:
+        return None
+    return number if number.is_finite() else None
+
+
+def _date_time_picker_errors(node: dict[str, Any], path: str) -> list[str]:
+    """datetime-picker-element: initial_date_time is an Integer, epoch seconds of up to 10 digits."""
+    if "initial_date_time" not in node:
+        return []
+    value = node["initial_date_time"]
+    if not _is_int(value):
+        return [f"must be an integer [json-pointer:{path}/initial_date_time]"]
+    if not 0 <= value <= DATE_TIME_MAX:
+        return [f"must be a UNIX timestamp in seconds (10 digits) [json-pointer:{path}/initial_date_time]"]
+    return []
+
+
+def _plain_text_input_errors(node: dict[str, Any], path: str) -> list[str]:
+    """plain-text-input-element: initial_value String; min_length "between 0 and 3000, inclusive",
+    max_length "between 1 and 3000, inclusive"; multiline Boolean."""
+    errors: list[str] = []
+    if "initial_value" in node and not isinstance(node["initial_value"], str):
+        errors.append(f"must be a string [json-pointer:{path}/initial_value]")
+    for key, low in (("min_length", 0), ("max_length", 1)):
+        if key in node and not (_is_int(node[key]) and low <= node[key] <= PLAIN_TEXT_INPUT_MAX):
+            errors.append(f"must be an integer from {low} to {PLAIN_TEXT_INPUT_MAX} [json-pointer:{path}/{key}]")
+    if "multiline" in node and not isinstance(node["multiline"], bool):
+        errors.append(f"must be a boolean [json-pointer:{path}/multiline]")
+    return errors
+
+
+def _multi_select_errors(node: dict[str, Any], path: str) -> list[str]:
+    """multi-select-menu-element: max_selected_items Integer, "Minimum number is 1"."""
+    if "max_selected_items" in node and not (_is_int(node["max_selected_items"]) and node["max_selected_items"] >= 1):
+        return [f"must be an integer of at least 1 [json-pointer:{path}/max_selected_items]"]
+    return []
+
+
+_INPUT_RULES = {
+    "number_input": _number_input_errors,
+    "datetimepicker": _date_time_picker_errors,
+    "plain_text_input": _plain_text_input_errors,
+    "multi_static_select": _multi_select_errors,
+    "multi_users_select": _multi_select_errors,
+    "multi_conversations_select": _multi_select_errors,
+    "multi_channels_select": _multi_select_errors,
+    "multi_external_select": _multi_select_errors,
+}
 
 
 def _not_plain_text(value: Any) -> bool:

@@ -141,6 +141,76 @@ async def test_modal_titles_are_plain_text_only(client: AsyncWebClient, slack: L
     assert any("/view/close" in m for m in error.response["response_metadata"]["messages"])
 
 
+def form(element: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "modal",
+        "title": {"type": "plain_text", "text": "Form"},
+        "submit": {"type": "plain_text", "text": "Send"},
+        "blocks": [{"type": "input", "block_id": "b", "label": {"type": "plain_text", "text": "Field"},
+                    "element": {"action_id": "value", **element}}],
+    }
+
+
+@pytest.mark.parametrize(
+    ("element", "pointer"),
+    [
+        ({"type": "number_input"}, "/element]"),
+        ({"type": "number_input", "is_decimal_allowed": "true"}, "/element/is_decimal_allowed"),
+        ({"type": "number_input", "is_decimal_allowed": False, "min_value": 1}, "/element/min_value"),
+        ({"type": "number_input", "is_decimal_allowed": False, "initial_value": 3}, "/element/initial_value"),
+        ({"type": "number_input", "is_decimal_allowed": True, "max_value": "lots"}, "/element/max_value"),
+        ({"type": "number_input", "is_decimal_allowed": True, "min_value": "5", "max_value": "1"}, "/element/min_value"),
+        ({"type": "datetimepicker", "initial_date_time": "1764806400"}, "/element/initial_date_time"),
+        ({"type": "datetimepicker", "initial_date_time": 1764806400.5}, "/element/initial_date_time"),
+        ({"type": "datetimepicker", "initial_date_time": -1}, "/element/initial_date_time"),
+        ({"type": "plain_text_input", "max_length": 3001}, "/element/max_length"),
+        ({"type": "plain_text_input", "max_length": 0}, "/element/max_length"),
+        ({"type": "plain_text_input", "min_length": 3001}, "/element/min_length"),
+        ({"type": "plain_text_input", "initial_value": 42}, "/element/initial_value"),
+        ({"type": "multi_static_select", "options": [option("a")], "max_selected_items": 0},
+         "/element/max_selected_items"),
+    ],
+    ids=[
+        "number-without-is_decimal_allowed",
+        "number-is_decimal_allowed-string",
+        "number-min-as-int",
+        "number-initial-as-int",
+        "number-max-not-a-number",
+        "number-min-over-max",
+        "datetime-as-string",
+        "datetime-as-float",
+        "datetime-negative",
+        "text-max-3001",
+        "text-max-0",
+        "text-min-3001",
+        "text-initial-int",
+        "multi-select-max-0",
+    ],
+)
+async def test_form_inputs_slack_refuses(
+    client: AsyncWebClient, slack: LocalSlack, element: dict[str, Any], pointer: str
+) -> None:
+    error = await slack_error(client.views_open(trigger_id=slack.issue_trigger_id(ALICE), view=form(element)))
+    assert error.response["error"] == "invalid_arguments"
+    messages = error.response["response_metadata"]["messages"]
+    assert any(pointer in m for m in messages), messages
+    assert slack.open_views(ALICE) == []
+
+
+async def test_form_inputs_at_their_limits_pass(client: AsyncWebClient, slack: LocalSlack) -> None:
+    for element in (
+        {"type": "number_input", "is_decimal_allowed": False, "min_value": "-3", "max_value": "-3", "initial_value": "-3"},
+        {"type": "number_input", "is_decimal_allowed": True, "initial_value": "12.50", "min_value": "0.01"},
+        {"type": "datetimepicker", "initial_date_time": 9_999_999_999},
+        {"type": "datetimepicker", "initial_date_time": 0},
+        {"type": "plain_text_input", "min_length": 3000, "max_length": 3000, "multiline": True},
+        {"type": "plain_text_input", "min_length": 0, "max_length": 1},
+        {"type": "multi_static_select", "options": [option("a")], "max_selected_items": 1},
+    ):
+        opened = await client.views_open(trigger_id=slack.issue_trigger_id(ALICE), view=form(element))
+        assert opened["ok"], element
+
+
 # ---- channels: ids, membership -----------------------------------------------------------------------
 
 

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from typing import Literal
 
 import pytest
 from aiohttp import web
+from pydantic import BaseModel, Field
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
+from blocks.forms import form_blocks, parse_form_state
 from localslack import ALICE, BOB, BOT_TOKEN, GENERAL, LocalSlack
 
 pytestmark = pytest.mark.browser
@@ -146,3 +152,120 @@ async def test_a_person_approves_in_the_browser(browser_page) -> None:  # noqa: 
             assert "is it running?" in await page.text_content("#banner-text")
         finally:
             await runner.cleanup()
+
+
+# ---- the form generator's inputs in a modal (blocks.forms) ----------------------------------------
+
+
+class Booking(BaseModel):
+    guest: str = Field(min_length=2)
+    note: str = Field(default="", max_length=500)  # > 150: a multiline input
+    nights: int = Field(ge=1, le=30)
+    price: Decimal
+    breakfast: bool = False
+    room: Literal["single", "double", "suite"]
+    extras: list[Literal["parking", "late checkout", "pet"]] = []
+    arrive: date
+    pickup: datetime
+
+
+@asynccontextmanager
+async def serving(app: AsyncApp, slack: LocalSlack) -> AsyncIterator[None]:
+    """``app`` answering the workspace's requests over HTTP for the duration."""
+    runner = web.AppRunner(app.web_app(path="/slack/events"), shutdown_timeout=0.5)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    slack.set_bot_url(f"http://127.0.0.1:{port}/slack/events")
+    try:
+        yield
+    finally:
+        await runner.cleanup()
+
+
+async def test_every_form_input_renders_and_submits_in_slacks_state_shapes(browser_page) -> None:  # noqa: ANN001
+    """Each input the form generator makes, in a modal in the browser: untouched, the submission parses back
+    to the proposal (seconds of a date and time included); changed, to what was typed and picked; the
+    client refuses a too-short text itself, and the bot's inline errors show under their field."""
+    page = browser_page
+    proposed = Booking(guest="Ada", nights=2, price=Decimal("120.50"), breakfast=True, room="double",
+                       extras=["pet"], arrive=date(2026, 12, 4), pickup=datetime(2026, 12, 4, 9, 30, 15, tzinfo=UTC))
+    async with LocalSlack(bot_url=None, signing_secret=SECRET) as slack:
+        client = AsyncWebClient(base_url=slack.api_url, token=BOT_TOKEN)
+        app = AsyncApp(signing_secret=SECRET, client=client)
+        states: list[dict] = []
+        parsed: list[Booking] = []
+
+        @app.view("booking")
+        async def booking(ack, view: dict) -> None:  # noqa: ANN001
+            states.append(view["state"]["values"])
+            result, errors = parse_form_state(Booking, view["state"]["values"])
+            if errors:
+                await ack(response_action="errors", errors=errors)
+                return
+            parsed.append(result)
+            await ack()
+
+        async def open_form() -> None:
+            view = {"type": "modal", "callback_id": "booking", "title": {"type": "plain_text", "text": "Booking"},
+                    "submit": {"type": "plain_text", "text": "Book"},
+                    "blocks": form_blocks(Booking, proposed.model_dump(mode="json"))}
+            await client.views_open(trigger_id=slack.issue_trigger_id(ALICE), view=view)
+            await page.wait_for_selector("#modal-layer .modal")
+
+        def field(name: str, inner: str) -> object:
+            return page.locator(f'#modal-layer .bk-input-block[data-block="form:{name}"] {inner}')
+
+        async with serving(app, slack):
+            await page.goto(slack.ui_url)
+            await page.wait_for_selector("#composer-input")
+            await page.select_option("#user-switcher", ALICE)
+
+            await open_form()
+            assert await field("note", "textarea").count() == 1
+            await page.click('#modal-layer button[type="submit"]')
+            await page.wait_for_selector("#modal-layer", state="hidden")
+            assert parsed == [proposed]
+            untouched = states[-1]
+            assert untouched["form:nights"]["value"] == {"type": "number_input", "value": "2"}
+            assert untouched["form:price"]["value"] == {"type": "number_input", "value": "120.50"}
+            assert untouched["form:pickup"]["value"] == {"type": "datetimepicker", "selected_date_time": 1796376615}
+            assert untouched["form:arrive"]["value"] == {"type": "datepicker", "selected_date": "2026-12-04"}
+            assert [o["value"] for o in untouched["form:breakfast"]["value"]["selected_options"]] == ["true"]
+            assert untouched["form:note"]["value"] == {"type": "plain_text_input", "value": None}
+
+            await open_form()
+            await field("guest", "input").fill("B")
+            await page.click('#modal-layer button[type="submit"]')
+            await page.wait_for_selector(".bk-error.required")
+            assert "at least 2 characters" in await field("guest", ".bk-error").text_content()
+            assert len(states) == 1  # Slack's client keeps a too-short text to itself
+
+            await field("guest", "input").fill("Bob")
+            await field("note", "textarea").fill("quiet room\nhigh floor")
+            await field("nights", "input").fill("31")
+            await field("price", "input").fill("99.90")
+            await field("breakfast", "input[type=checkbox]").uncheck()
+            await field("room", "select").select_option("suite")
+            await field("extras", "select").select_option("parking")
+            await field("extras", '.chip:has-text("pet") .chip-x').click()
+            await field("arrive", "input").fill("2026-12-24")
+            await field("pickup", "input").fill("2026-12-24T18:45")
+            await page.click('#modal-layer button[type="submit"]')
+            await field("nights", ".bk-error").wait_for()  # the bot's answer, under the field it is about
+            assert "less than or equal to 30" in await field("nights", ".bk-error").text_content()
+            assert len(parsed) == 1
+
+            await field("nights", "input").fill("3")
+            await page.click('#modal-layer button[type="submit"]')
+            await page.wait_for_selector("#modal-layer", state="hidden")
+            changed = states[-1]
+            assert changed["form:nights"]["value"] == {"type": "number_input", "value": "3"}
+            assert changed["form:breakfast"]["value"]["selected_options"] == []
+            assert changed["form:pickup"]["value"]["selected_date_time"] == 1798137900
+            assert parsed[-1] == Booking(
+                guest="Bob", note="quiet room\nhigh floor", nights=3, price=Decimal("99.90"), breakfast=False,
+                room="suite", extras=["parking"], arrive=date(2026, 12, 24),
+                pickup=datetime(2026, 12, 24, 18, 45, tzinfo=UTC))
+            assert slack.open_views(ALICE) == []

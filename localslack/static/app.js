@@ -466,7 +466,7 @@
     modal.addEventListener("submit", async (event) => {
       event.preventDefault();
       const values = BlockKit.collectInputs(body);
-      if (!requiredFilled(top, values, body)) return; // Slack's client checks required inputs itself
+      if (!clientChecksPass(top, values, body)) return; // Slack's client checks these itself
       const submit = modal.querySelector('button[type="submit"]');
       if (submit) submit.disabled = true;
       await post("/ui/submit", { view_id: top.id, values });
@@ -478,23 +478,34 @@
     if (first) first.focus();
   }
 
-  function requiredFilled(view, values, body) {
+  // What Slack's client checks before it sends view_submission: required inputs, and a plain_text_input's
+  // min_length ("If the user provides less, they will receive an error").
+  function clientChecksPass(view, values, body) {
     let ok = true;
     for (const block of view.blocks || []) {
-      if (block.type !== "input" || block.optional || !block.element) continue;
-      const value = (values[block.block_id] || {})[block.element.action_id];
-      const empty = value === null || value === undefined || value === "" || (Array.isArray(value) && !value.length);
+      if (block.type !== "input" || !block.element) continue;
       const node = body.querySelector(`.bk-input-block[data-block="${CSS.escape(block.block_id || "")}"]`);
       if (!node) continue;
       const old = node.querySelector(".bk-error.required");
       if (old) old.remove();
-      if (empty) {
+      const problem = clientProblem(block, (values[block.block_id] || {})[block.element.action_id]);
+      if (problem) {
         ok = false;
         node.classList.add("has-error");
-        node.insertAdjacentHTML("beforeend", '<div class="bk-error required">⚠ Please complete this required field.</div>');
+        node.insertAdjacentHTML("beforeend", `<div class="bk-error required">⚠ ${escapeHtml(problem)}</div>`);
       }
     }
     return ok;
+  }
+
+  function clientProblem(block, value) {
+    const empty = value === null || value === undefined || value === "" || (Array.isArray(value) && !value.length);
+    if (empty) return block.optional ? null : "Please complete this required field.";
+    const least = block.element.type === "plain_text_input" ? block.element.min_length : 0;
+    if (least && typeof value === "string" && [...value].length < least) {
+      return `Please enter at least ${least} characters.`;
+    }
+    return null;
   }
 
   document.addEventListener("keydown", (event) => {

@@ -222,6 +222,7 @@
       const first = el("option", "", plain(element.placeholder ? element.placeholder.text : "Select options"));
       first.value = "";
       picker.appendChild(first);
+      picker.disabled = Boolean(element.max_selected_items) && chosen.length >= element.max_selected_items;
       for (const option of options) {
         if (chosen.includes(option.value)) continue;
         const item = el("option", "", plain(option.text ? option.text.text : option.value));
@@ -232,6 +233,9 @@
       wrap.appendChild(picker);
     };
     const update = async () => {
+      if (element.max_selected_items && chosen.length > element.max_selected_items) {
+        chosen = chosen.slice(0, element.max_selected_items); // Slack's menu stops at max_selected_items
+      }
       remember(ctx, block, element, chosen);
       draw();
       await choose(ctx, block, element, { value: chosen });
@@ -281,15 +285,20 @@
     return node;
   }
 
-  // Slack sends epoch seconds; the local workspace shows and edits them as UTC
+  // Slack sends epoch seconds; the local workspace shows and edits them as UTC, to the minute. An untouched
+  // picker reports its initial_date_time exactly (seconds included), as Slack reports an untouched input.
   function dateTimePicker(element, block, ctx) {
     const node = document.createElement("input");
     node.type = "datetime-local";
     node.className = "bk-input narrow";
     node.dataset.type = element.type;
     const initial = element.initial_date_time;
-    node.value = recalled(ctx, block, element)
-      ?? (Number.isInteger(initial) ? new Date(initial * 1000).toISOString().slice(0, 16) : "");
+    const shown = Number.isInteger(initial) ? new Date(initial * 1000).toISOString().slice(0, 16) : "";
+    if (shown) {
+      node.dataset.initialShown = shown;
+      node.dataset.initialEpoch = String(initial);
+    }
+    node.value = recalled(ctx, block, element) ?? shown;
     node.addEventListener("change", async () => {
       remember(ctx, block, element, node.value);
       await choose(ctx, block, element, { value: node.value });
@@ -498,6 +507,8 @@
         value = checked ? checked.value : null;
       } else if (type === "checkboxes") {
         value = [...node.querySelectorAll("input:checked")].map((i) => i.value);
+      } else if (type === "datetimepicker" && node.value && node.value === node.dataset.initialShown) {
+        value = Number(node.dataset.initialEpoch);
       } else if ("value" in node) {
         value = node.value === "" ? null : node.value;
       } else {

@@ -215,3 +215,17 @@ async def test_ask_question_shows_a_select_menu_with_type_your_own_answer(local_
     kinds = [e["type"] for b in card.blocks if b["type"] == "actions" for e in b["elements"]]
     assert kinds == ["static_select", "button"]
     assert button(card, "Type your own answer")
+
+
+async def test_an_edit_form_submitted_untouched_is_a_plain_approval(local_slack, start_app):
+    RAN.clear()
+    bot = await start_app(script(), [refund_charge])
+    ts, card = await mention_and_wait_for_card(local_slack)
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Edit & approve"))
+    [modal] = await local_slack.wait_for(lambda: local_slack.open_views(ALICE))
+    assert (await local_slack.submit_view(ALICE, modal.id)).status == 200
+    told = await result_reply(local_slack, ts)
+    assert RAN == [{"charge_id": "ch_1001", "amount": 40.0}] and "arguments" not in told
+    assert "Changed before approving" not in json.dumps(local_slack.message(GENERAL, card.ts).blocks)
+    [resolution] = await entries(bot, "resolution")
+    assert "edited_input" not in resolution.data
