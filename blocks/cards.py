@@ -337,9 +337,14 @@ def money_text(value: float | int, currency: str) -> str:
 def _field_text(key: Any, value: Any, shown_as: str | None = None) -> str:
     name = truncate_mrkdwn(literal_mrkdwn(one_line(str(key))), FIELD_NAME_CHARS) or "_(no name)_"
     head = f"*{name}*\n"
+    return head + _input_value_text(value, shown_as, FIELD_TEXT - len(head))
+
+
+def _input_value_text(value: Any, shown_as: str | None, limit: int) -> str:
+    """A tool-input value as the card shows it: money as money ("$40.00"), anything else exactly."""
     if shown_as and shown_as.startswith("money:") and isinstance(value, int | float) and not isinstance(value, bool):
-        return head + escape_mrkdwn(money_text(value, shown_as.removeprefix("money:")))
-    return head + _value_text(value, FIELD_TEXT - len(head))
+        return escape_mrkdwn(money_text(value, shown_as.removeprefix("money:")))
+    return _value_text(value, limit)
 
 
 def _field_texts(tool_input: dict[str, Any] | None, max_fields: int, shown_as: dict[str, str] | None = None) -> list[str]:
@@ -734,36 +739,27 @@ FREEFORM_TITLE = "Your answer"
 def freeform_modal(req: InputRequest, channel_id: str, message_ts: str) -> dict:
     """The modal opened by "Type your own answer"; submits to callback ``hitl_freeform``."""
     prompt = decision_mrkdwn(req.prompt).strip() or "_(no question text)_"
-    view = View(
-        type="modal",
-        callback_id=ids.FREEFORM_CALLBACK_ID,
-        title=PlainTextObject(text=FREEFORM_TITLE),
-        submit=PlainTextObject(text="Send"),
-        close=PlainTextObject(text="Cancel"),
-        private_metadata=ids.modal_metadata(req.request_id, channel_id, message_ts),
-        blocks=[
-            SectionBlock(
-                block_id=ids.block_id(req.request_id, "modal-prompt"),
-                text=_text(truncate_mrkdwn(prompt, SECTION_TEXT)),
-            ),
-            InputBlock(
-                block_id=ids.FREEFORM_BLOCK_ID,
-                label=PlainTextObject(text="Your answer"),
-                element=PlainTextInputElement(
-                    action_id=ids.FREEFORM_ACTION_ID,
-                    multiline=True,
-                    max_length=PLAIN_TEXT_INPUT,
-                    placeholder=PlainTextObject(text="Type your answer here"),
-                ),
-            ),
-        ],
-    )
-    return view.to_dict()
+    blocks = [
+        SectionBlock(block_id=ids.block_id(req.request_id, "modal-prompt"),
+                     text=_text(truncate_mrkdwn(prompt, SECTION_TEXT))),
+        InputBlock(
+            block_id=ids.FREEFORM_BLOCK_ID,
+            label=PlainTextObject(text="Your answer"),
+            element=PlainTextInputElement(action_id=ids.FREEFORM_ACTION_ID, multiline=True, max_length=PLAIN_TEXT_INPUT,
+                                          placeholder=PlainTextObject(text="Type your answer here")),
+        ),
+    ]
+    return _modal(req, ids.FREEFORM_CALLBACK_ID, FREEFORM_TITLE, "Send", channel_id, message_ts, blocks,
+                  close="Cancel")
 
 
 def freeform_answer(state_values: dict) -> str | None:
     """The text typed into the freeform modal (``view.state.values``), stripped; None if empty."""
-    value = ((state_values or {}).get(ids.FREEFORM_BLOCK_ID) or {}).get(ids.FREEFORM_ACTION_ID) or {}
+    return _typed_text(state_values, ids.FREEFORM_BLOCK_ID, ids.FREEFORM_ACTION_ID)
+
+
+def _typed_text(state_values: dict, block_id: str, action_id: str) -> str | None:
+    value = ((state_values or {}).get(block_id) or {}).get(action_id) or {}
     text = value.get("value")
     return (text.strip() or None) if isinstance(text, str) else None
 
@@ -775,13 +771,14 @@ EDIT_TITLE = "Edit & approve"
 
 
 def _modal(req: InputRequest, callback_id: str, title: str, submit: str, channel_id: str, message_ts: str,
-           blocks: list[Any]) -> dict:
+           blocks: list[Any], *, close: str = "Back") -> dict:
+    """An answer modal for ``req``'s card (its metadata says which card)."""
     view = View(
         type="modal",
         callback_id=callback_id,
         title=PlainTextObject(text=title),
         submit=PlainTextObject(text=submit),
-        close=PlainTextObject(text="Back"),
+        close=PlainTextObject(text=close),
         private_metadata=ids.modal_metadata(req.request_id, channel_id, message_ts),
         blocks=blocks,
     )
@@ -806,9 +803,7 @@ def reason_modal(req: InputRequest, channel_id: str, message_ts: str) -> dict:
 
 def reason_text(state_values: dict) -> str | None:
     """The reason typed into the reason modal, stripped; None when left empty."""
-    value = ((state_values or {}).get(ids.REASON_BLOCK_ID) or {}).get(ids.REASON_ACTION_ID) or {}
-    text = value.get("value")
-    return (text.strip() or None) if isinstance(text, str) else None
+    return _typed_text(state_values, ids.REASON_BLOCK_ID, ids.REASON_ACTION_ID)
 
 
 def edit_modal(req: InputRequest, form: list[dict], channel_id: str, message_ts: str) -> dict:
@@ -838,8 +833,4 @@ def changes_text(req: InputRequest, edited: dict[str, Any]) -> str | None:
 
 
 def _changed_value(value: Any, shown_as: str | None) -> str:
-    if value is None:
-        return "_(none)_"
-    if shown_as and shown_as.startswith("money:") and isinstance(value, int | float) and not isinstance(value, bool):
-        return escape_mrkdwn(money_text(value, shown_as.removeprefix("money:")))
-    return _value_text(value, 300)
+    return "_(none)_" if value is None else _input_value_text(value, shown_as, 300)

@@ -17,7 +17,6 @@ from typing import Any
 
 from bot.approval import (
     AnswerersContext,
-    ApprovalContext,
     RequestView,
     describe_responders,
     evaluate_request_policy,
@@ -85,16 +84,8 @@ class Executor:
         except ValueError as exc:
             call.status, call.result = "done", CallResult(status="failed", error=str(exc))
             return
-        ctx = ApprovalContext(
-            session=info,
-            tool_name=tool.name,
-            tool_input=as_dict(args),
-            call_id=call.call_id,
-            approved_tools=frozenset(grants),
-            approval_key=tool.approval_key(args),
-            tool_description=tool.description,
-            reviewer=self.p.reviewer,
-        )
+        ctx = tool.approval_context(args, session=info, call_id=call.call_id, reviewer=self.p.reviewer,
+                                    approved_tools=frozenset(grants))
         try:
             status = await evaluate_request_policy(tool.approval.request, ctx,
                                                    timeout=self.p.settings.request_policy_timeout)

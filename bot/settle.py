@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from bot.approval import (
-    ApprovalContext,
     RequestView,
     ResponseContext,
     ResponseDecision,
@@ -144,10 +143,8 @@ class Settler:
             args = tool.parse(edited)
         except ValueError as exc:
             return None, f"Those changes are not valid: {exc}"
-        ctx = ApprovalContext(
-            session=SessionInfo.model_validate(record.session_info or {"id": record.session_id}),
-            tool_name=tool.name, tool_input=as_dict(args), call_id=action.call_id,
-            approval_key=tool.approval_key(args), tool_description=tool.description, reviewer=self.p.reviewer)
+        session = SessionInfo.model_validate(record.session_info or {"id": record.session_id})
+        ctx = tool.approval_context(args, session=session, call_id=action.call_id, reviewer=self.p.reviewer)
         try:
             status = await evaluate_request_policy(tool.approval.request, ctx,
                                                    timeout=self.p.settings.response_policy_timeout)

@@ -20,7 +20,7 @@ from typing import Any, Literal, get_type_hints
 
 from pydantic import BaseModel, Field, ValidationError
 
-from bot.approval import Approval, RequestPolicy, as_approval
+from bot.approval import Approval, ApprovalContext, RequestPolicy, as_approval
 from bot.models.base import ToolSpec
 from bot.ports import PostedMessage, Workspace
 from bot.principals import Principal
@@ -249,6 +249,13 @@ class Tool:
             log.warning("tool %s: its prompt could not be filled in (%r); using its description", self.name, exc)
             return None
         return str(text).strip() or None
+
+    def approval_context(self, args: BaseModel | dict[str, Any], *, session: SessionInfo, call_id: str,
+                         reviewer: Any, approved_tools: frozenset[str] = frozenset()) -> ApprovalContext:
+        """What this tool's request policy is asked about one call with ``args``."""
+        return ApprovalContext(session=session, tool_name=self.name, tool_input=as_dict(args), call_id=call_id,
+                               approved_tools=approved_tools, approval_key=self.approval_key(args),
+                               tool_description=self.description, reviewer=reviewer)
 
     def approval_key(self, args: BaseModel | dict[str, Any]) -> str:
         return self.approval_key_fn(args) if self.approval_key_fn else self.name
