@@ -9,7 +9,12 @@ Handlers register one listener for ``ACTION_ID_PATTERN`` and call :func:`decode_
 - reason:   ``hitl:<request_id>:reason``       "Cancel with reason": opens the ``hitl_reason`` modal
 - edit:     ``hitl:<request_id>:edit``         "Edit & approve": opens the ``hitl_edit`` modal (a form of
             the tool's arguments); every modal's ``private_metadata`` is :class:`ModalMetadata`
+- grant:    ``hitl:<request_id>:grant``        "Approve & don't ask again": a button (value = the scope) or,
+            with several scopes, a select (option value = the scope)
+- form:     ``hitl:<request_id>:form``         "Open form": opens the ``hitl_form`` modal (a "user-input"
+            request's form; one input block per field, ``hitl_field:<name>``)
 - approver lists: ``approvers:edit:<tool_name>`` (App Home), modal ``approvers_edit``
+- standing approvals: ``grants:revoke`` (App Home), value = the grant's id
 
 Request ids may contain ``:`` and ``.``; decoding anchors on the suffix.
 """
@@ -36,6 +41,10 @@ REASON_BLOCK_ID = "hitl_reason_block"
 REASON_ACTION_ID = "hitl_reason_text"
 EDIT_CALLBACK_ID = "hitl_edit"
 EDIT_BLOCK_PREFIX = "hitl_arg:"  # one input block per argument: hitl_arg:<field name>
+FORM_CALLBACK_ID = "hitl_form"
+FORM_BLOCK_PREFIX = "hitl_field:"  # one input block per form field: hitl_field:<field name>
+
+REVOKE_GRANT_ACTION_ID = "grants:revoke"  # App Home: value = the grant's id
 
 APPROVERS_ACTION_PREFIX = "approvers:edit:"
 APPROVERS_ACTION_PATTERN = re.compile(r"^approvers:edit:")
@@ -47,11 +56,12 @@ APPROVERS_USERS_ACTION_ID = "users"
 MAX_REQUEST_ID = 200
 MAX_TOOL_NAME = ACTION_ID - len(APPROVERS_ACTION_PREFIX)
 
-Control = Literal["btn", "select", "freeform", "reason", "edit"]
-MODAL_CONTROLS: tuple[Control, ...] = ("freeform", "reason", "edit")  # controls that open a modal
+Control = Literal["btn", "select", "freeform", "reason", "edit", "form", "grant"]
+ModalControl = Literal["freeform", "reason", "edit", "form"]
+MODAL_CONTROLS: tuple[ModalControl, ...] = ("freeform", "reason", "edit", "form")  # controls that open a modal
 
 _ACTION_RE = re.compile(
-    r"^hitl:(?P<request_id>.+):(?:btn:(?P<index>\d{1,4})|(?P<control>select|freeform|reason|edit))$", re.S
+    r"^hitl:(?P<request_id>.+):(?:btn:(?P<index>\d{1,4})|(?P<control>select|freeform|reason|edit|form|grant))$", re.S
 )
 _BLOCK_RE = re.compile(r"^(?P<request_id>.+):(?P<kind>[A-Za-z0-9_.-]+):(?P<n>\d+)$", re.S)
 _INDEX_VALUE_RE = re.compile(r"^#(\d{1,4})$")
@@ -87,16 +97,25 @@ def select_action_id(request_id: str) -> str:
     return f"{ACTION_PREFIX}{_checked_request_id(request_id)}:select"
 
 
+def modal_action_id(request_id: str, control: ModalControl) -> str:
+    """The action id of a button that opens one of a card's modals."""
+    return f"{ACTION_PREFIX}{_checked_request_id(request_id)}:{control}"
+
+
+def grant_action_id(request_id: str) -> str:
+    return f"{ACTION_PREFIX}{_checked_request_id(request_id)}:grant"
+
+
 def freeform_action_id(request_id: str) -> str:
-    return f"{ACTION_PREFIX}{_checked_request_id(request_id)}:freeform"
+    return modal_action_id(request_id, "freeform")
 
 
 def reason_action_id(request_id: str) -> str:
-    return f"{ACTION_PREFIX}{_checked_request_id(request_id)}:reason"
+    return modal_action_id(request_id, "reason")
 
 
 def edit_action_id(request_id: str) -> str:
-    return f"{ACTION_PREFIX}{_checked_request_id(request_id)}:edit"
+    return modal_action_id(request_id, "edit")
 
 
 def decode_action_id(action_id: str) -> HitlAction | None:

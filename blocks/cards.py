@@ -78,6 +78,7 @@ from bot.protocol import (
     APPROVE,
     CONTINUE,
     STOP,
+    GrantOffer,
     InputOption,
     InputRequest,
     ResolutionOutcome,
@@ -132,6 +133,8 @@ def request_summary(req: InputRequest, limit: int = 300) -> str:
         lead = alone + " — "
     elif req.kind == "session-limit":
         lead, alone = "Session limit: ", "Session limit reached"
+    elif req.kind == "user-input":
+        lead, alone = "Form to fill in: ", "Form to fill in"
     else:
         lead, alone = "Question: ", "Question"
     prompt = decision_plain(req.prompt, max(limit - len(lead), 1))  # cut between links, not inside one
@@ -232,7 +235,7 @@ def resolution_label(req: InputRequest, outcome: ResolutionOutcome, option_id: s
             return "Stopped" if option_id == STOP else "Approved"
         if req.kind == "tool-approval":
             return "Approved" if option_id == APPROVE else "Cancelled"
-        return "Answered"
+        return "Filled in" if req.kind == "user-input" else "Answered"
     if outcome == "expired":
         return expired_label(req)
     return NO_LONGER_NEEDED
@@ -479,14 +482,88 @@ def _modal_button(req: InputRequest, label: str, action_id: str) -> ButtonElemen
 
 
 def _approval_controls(req: InputRequest, options: list[InputOption]) -> list[Any]:
-    """Approve, [Edit & approve], Cancel, Cancel with reason: the extra two open modals."""
+    """Approve, [Edit & approve], [don't ask again], Cancel, Cancel with reason (the modal ones open modals)."""
     buttons: list[Any] = _buttons(req, options)
     if req.kind != "tool-approval":
         return buttons
+    extras: list[Any] = []
     if req.editable:
-        buttons.insert(1, _modal_button(req, EDIT_LABEL, ids.edit_action_id(req.request_id)))
+        extras.append(_modal_button(req, EDIT_LABEL, ids.edit_action_id(req.request_id)))
+    if req.grants:
+        extras.append(_grant_control(req))
+    buttons[1:1] = extras
     buttons.append(_modal_button(req, REASON_LABEL, ids.reason_action_id(req.request_id)))
     return buttons
+
+
+GRANT_PLACEHOLDER = "Approve & don’t ask again…"
+
+
+def grant_label(offer: GrantOffer) -> str:
+    """How a "don't ask again" scope is named on a card."""
+    if offer.scope == "conversation":
+        return "Approve, don’t ask again here"
+    return f"Approve, don’t ask them for {offer.days} days"
+
+
+def grant_description(offer: GrantOffer) -> str:
+    if offer.scope == "conversation":
+        return "It runs without asking for the rest of this conversation"
+    return f"It runs for the requester without asking, in any conversation, for {offer.days} days"
+
+
+def _grant_confirm(req: InputRequest) -> ConfirmObject:
+    tool = one_line(tool_name_of(req))
+    return ConfirmObject(
+        title=PlainTextObject(text=plain("Stop asking?", CONFIRM_TITLE)),
+        text=_text(truncate_mrkdwn(f"{inline_code(tool)} runs now, and calls like it won't wait for anyone in the "
+                                   "scope you chose. Anyone allowed can revoke this in the app's Home tab.",
+                                   CONFIRM_TEXT)),
+        confirm=PlainTextObject(text=plain("Approve", CONFIRM_BUTTON)),
+        deny=PlainTextObject(text=plain("Not yet", CONFIRM_BUTTON)),
+    )
+
+
+def _grant_control(req: InputRequest) -> Any:
+    """One scope: a button naming it. Several: a small menu, one option per scope."""
+    action_id = ids.grant_action_id(req.request_id)
+    if len(req.grants) == 1:
+        [offer] = req.grants
+        return ButtonElement(text=PlainTextObject(text=plain(grant_label(offer), BUTTON_TEXT)), action_id=action_id,
+                             value=offer.scope, confirm=_grant_confirm(req))
+    options = [Option(value=o.scope, text=PlainTextObject(text=plain(grant_label(o), OPTION_TEXT)),
+                      description=PlainTextObject(text=truncate(grant_description(o), OPTION_DESCRIPTION)))
+               for o in req.grants]
+    return StaticSelectElement(action_id=action_id, placeholder=PlainTextObject(text=GRANT_PLACEHOLDER),
+                               options=options, confirm=_grant_confirm(req))
+
+
+def granted_text(req: InputRequest, scope: str | None) -> str | None:
+    """The settled card's line for a "don't ask again" that was given."""
+    offer = next((o for o in req.grants if o.scope == scope), None)
+    if offer is None:
+        return None
+    if offer.scope == "conversation":
+        return ":unlock: Won’t ask again in this conversation"
+    return f":unlock: Won’t ask {mention(req.principal)} again for {offer.days} days"
+
+
+FORM_LABEL = "Open form"
+FORM_ONLY_NOTE = "Typed replies don’t answer a form: use *Open form*."
+
+
+def _form_controls(req: InputRequest, tag: str) -> list[Block]:
+    button = ButtonElement(text=PlainTextObject(text=FORM_LABEL), action_id=ids.modal_action_id(req.request_id, "form"),
+                           value=req.request_id, style="primary")
+    return [ActionsBlock(block_id=ids.block_id(req.request_id, f"{tag}actions"), elements=[button]),
+            _context(req.request_id, f"{tag}formnote", FORM_ONLY_NOTE)]
+
+
+def form_field_titles(req: InputRequest) -> dict[str, str]:
+    """A form request's field names and the labels people see (its schema's titles)."""
+    properties = (req.form or {}).get("properties") or {}
+    return {name: str((spec or {}).get("title") or name) if isinstance(spec, dict) else name
+            for name, spec in properties.items()}
 
 
 def _controls(req: InputRequest, tag: str) -> list[Block]:
@@ -494,6 +571,8 @@ def _controls(req: InputRequest, tag: str) -> list[Block]:
     actions_id = ids.block_id(req.request_id, f"{tag}actions")
     if req.kind in ("tool-approval", "session-limit"):
         return [ActionsBlock(block_id=actions_id, elements=_approval_controls(req, options))]
+    if req.kind == "user-input":
+        return _form_controls(req, tag)
     elements: list[Any] = []
     if options and req.style == "buttons" and len(options) < ACTIONS_ELEMENTS:
         elements.extend(_buttons(req, options))
@@ -569,6 +648,9 @@ def card_blocks(
         who += f" · escalated to {_people(escalated, 'and')}"
     if req.expires_at is not None and pending and now is None:
         who += f" · expires {slack_date(req.expires_at)}"
+    if req.kind == "user-input" and (titles := form_field_titles(req)):
+        listed = " · ".join(literal_mrkdwn(one_line(t)) for t in titles.values())
+        blocks.append(_context(rid, f"{tag}fields", f":clipboard: {len(titles)} to fill in: {listed}"))
     if req.kind != "session-limit":
         blocks.append(_context(rid, f"{tag}who", who))
     if pending and now is not None and (due := schedule_text(req, now=now, escalated=bool(escalated))):
@@ -646,6 +728,8 @@ def render_settled(
     required: int = 1,
     requester_name: str | None = None,
     edited_input: dict[str, Any] | None = None,
+    values: dict[str, Any] | None = None,
+    granted: str | None = None,
 ) -> Message:
     """The card after settling: no buttons or menus; the outcome, who decided and when; a
     question's answer; a person's note (quoted, as theirs) and our own ``detail`` line."""
@@ -667,6 +751,10 @@ def render_settled(
     blocks.append(_section(rid, "s-outcome", line))
     if answer is not None and answer.strip():
         blocks.append(_section(rid, "s-answer", _answer_text(answer)))
+    if values is not None:
+        blocks.extend(_form_value_sections(req, values))
+    if granted is not None and (grant_line := granted_text(req, granted)):
+        blocks.append(_context(rid, "s-grant", grant_line))
     if edited_input is not None and (changed := changes_text(req, edited_input)):
         blocks.append(_section(rid, "s-changes", changed))
     if note is not None and note.strip():
@@ -675,6 +763,18 @@ def render_settled(
         blocks.append(_context(rid, "s-detail", escape_mrkdwn(detail.strip())))
     fallback = label + (f" by {user_mention(decided_by)}" if decided_by else "")
     return {"text": truncate_mrkdwn(fallback, MESSAGE_TEXT), "blocks": _dicts(blocks)}
+
+
+def _form_value_sections(req: InputRequest, values: dict[str, Any]) -> list[Block]:
+    """What a form was filled in with, labelled as the form labelled it."""
+    titles = form_field_titles(req)
+    named = {titles.get(key, key): value for key, value in values.items() if value not in (None, [], "")}
+    if not named:
+        return [_section(req.request_id, "s-values", "_(the form was sent empty)_")]
+    texts = _field_texts(named, CARD_MAX_FIELDS)
+    return [SectionBlock(block_id=ids.block_id(req.request_id, "s-values", n),
+                         fields=[_text(text) for text in texts[start : start + SECTION_FIELDS]])
+            for n, start in enumerate(range(0, len(texts), SECTION_FIELDS))]
 
 
 def _answer_text(answer: str) -> str:
@@ -814,6 +914,19 @@ def edit_modal(req: InputRequest, form: list[dict], channel_id: str, message_ts:
                          text=_text(f"Change what {tool} will run with, then approve. "
                                     "The card will show what you changed."))
     return _modal(req, ids.EDIT_CALLBACK_ID, EDIT_TITLE, "Approve", channel_id, message_ts, [intro, *form])
+
+
+FORM_TITLE = "Fill in"
+
+
+def form_modal(req: InputRequest, form: list[dict], channel_id: str, message_ts: str) -> dict:
+    """Opened by "Open form"; ``form`` is the request's fields as inputs (``blocks.forms``). Submitting
+    answers the request with what was filled in."""
+    prompt = decision_mrkdwn(req.prompt).strip() or "_(no question text)_"
+    intro = SectionBlock(block_id=ids.block_id(req.request_id, "modal-form"),
+                         text=_text(truncate_mrkdwn(prompt, SECTION_TEXT)))
+    return _modal(req, ids.FORM_CALLBACK_ID, FORM_TITLE, "Send", channel_id, message_ts, [intro, *form],
+                  close="Cancel")
 
 
 def changes_text(req: InputRequest, edited: dict[str, Any]) -> str | None:

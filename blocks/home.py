@@ -1,4 +1,5 @@
-"""App Home: what is waiting on me, what I asked for, and (for admins) who approves each tool.
+"""App Home: what is waiting on me, what I asked for, standing approvals ("don't ask again") I may
+revoke, and (for admins) who approves each tool.
 
 Inputs are plain pydantic models filled by handlers from the store; the view is ≤100 blocks, with a
 note whenever a list is cut short. Buttons on App Home cards use the same ``hitl:`` action ids as
@@ -13,6 +14,8 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 from slack_sdk.models.blocks import (
     Block,
+    ButtonElement,
+    ConfirmObject,
     ContextBlock,
     DividerBlock,
     HeaderBlock,
@@ -24,8 +27,9 @@ from slack_sdk.models.blocks import (
 from slack_sdk.models.views import View
 
 from blocks import actions as ids
-from blocks.cards import card_blocks, inline_code, schedule_text, user_mention
+from blocks.cards import card_blocks, inline_code, mention, schedule_text, slack_date, user_mention
 from blocks.limits import (
+    BUTTON_VALUE,
     ELLIPSIS,
     HEADER_TEXT,
     PLACEHOLDER,
@@ -38,7 +42,7 @@ from blocks.limits import (
     truncate,
 )
 from bot.principals import Principal
-from bot.protocol import InputRequest
+from bot.protocol import Grant, InputRequest
 
 EMPTY_WAITING = "Nothing is waiting on you. Requests you can approve will appear here."
 EMPTY_REQUESTED = "You have no open requests."
@@ -46,6 +50,8 @@ EMPTY_TOOLS = "No tool's rule reads an approver list."
 NOT_ADMIN_NOTE = "Only workspace admins can change who approves."
 HOME_MAX_REQUESTED = 10
 HOME_MAX_TOOLS = 30
+HOME_MAX_GRANTS = 15
+EMPTY_GRANTS = "Nothing runs without asking. When an approver says “don’t ask again”, it shows here."
 HOME_PROMPT_CHARS = 600
 HOME_MAX_FIELDS = 10
 
@@ -198,6 +204,45 @@ def _requested_blocks(requested_by_you: Sequence[HomeRequest], now: datetime | N
     return blocks
 
 
+def grant_text(grant: Grant) -> str:
+    """``refund_charge`` for @alice in any conversation · until Dec 9 · approved by @bob"""
+    tool = inline_code(grant.tool_name)
+    key = f" ({inline_code(grant.approval_key)})" if grant.approval_key != grant.tool_name else ""
+    if grant.scope == "requester":
+        where = f"for {mention(grant.requester)} in any conversation"
+    else:
+        where = f"in one conversation of {mention(grant.requester)}"
+    line = f"{tool}{key} runs without asking {where}"
+    if grant.expires_at is not None:
+        line += f" · until {slack_date(grant.expires_at)}"
+    return line + f"\n_approved by {mention(grant.granted_by)} {slack_date(grant.granted_at)}_"
+
+
+def _grant_row(grant: Grant, n: int) -> SectionBlock:
+    revoke = ButtonElement(
+        text=PlainTextObject(text="Revoke"), action_id=ids.REVOKE_GRANT_ACTION_ID, value=grant.grant_id,
+        style="danger",
+        confirm=ConfirmObject(title=PlainTextObject(text="Revoke this approval?"),
+                              text=MarkdownTextObject(text=f"{inline_code(grant.tool_name)} will ask again."),
+                              confirm=PlainTextObject(text="Revoke"), deny=PlainTextObject(text="Keep it")),
+    ) if len(grant.grant_id) <= BUTTON_VALUE else None
+    return SectionBlock(block_id=f"home:grant:{n}", text=MarkdownTextObject(text=mrkdwn(grant_text(grant), SECTION_TEXT)),
+                        accessory=revoke)
+
+
+def _grant_blocks(grants: Sequence[Grant] | None) -> list[Block]:
+    if grants is None:  # not shown (nobody can see any)
+        return []
+    blocks: list[Block] = [_divider("div-grants"), _header("grants", "Standing approvals")]
+    if not grants:
+        return [*blocks, _note("grants-empty", EMPTY_GRANTS)]
+    shown = grants[:HOME_MAX_GRANTS]
+    blocks.extend(_grant_row(g, n) for n, g in enumerate(shown))
+    if len(shown) < len(grants):
+        blocks.append(_note("grants-more", f"{ELLIPSIS} showing the newest {len(shown)} of {len(grants)}."))
+    return blocks
+
+
 def _admin_blocks(approver_lists: Sequence[ApproverListView] | None, without_lists: Sequence[tuple[str, str]]) -> list[Block]:
     blocks: list[Block] = [_divider("div-tools"), _header("tools", "Approver lists")]
     others = [_note("tools-unlisted", mrkdwn(without_lists_text(without_lists), 3000))] if without_lists else []
@@ -290,14 +335,17 @@ def home_view(
     *,
     now: datetime | None = None,
     without_lists: Sequence[tuple[str, str]] = (),
+    grants: Sequence[Grant] | None = None,
 ) -> dict:
     """The App Home tab for ``user_id``. ``approver_lists`` None means the viewer is not an admin.
     ``now``: each open request also says what is due when (reminder, escalation, expiry).
-    ``without_lists``: (tool, who decides) for tools whose rule reads no list."""
+    ``without_lists``: (tool, who decides) for tools whose rule reads no list. ``grants``: the standing
+    approvals this viewer may revoke (theirs; every one for an admin)."""
     intro = _note(
         "intro", f"Hi {user_mention(user_id)} — approvals and questions from the agent, in one place."
     )
-    later = _requested_blocks(requested_by_you, now) + _admin_blocks(approver_lists, without_lists)
+    later = (_requested_blocks(requested_by_you, now) + _grant_blocks(grants)
+             + _admin_blocks(approver_lists, without_lists))
     budget = VIEW_BLOCKS - 1 - len(later)
     blocks = [intro, *_waiting_blocks(waiting_on_you, budget, now), *later]
     return View(type="home", blocks=blocks).to_dict()

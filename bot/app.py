@@ -253,7 +253,7 @@ async def _start(
                                  max_active_turns=settings.max_active_turns),
         workspace=SlackWorkspace(client_for),  # ctx.workspace: tools post in their session's workspace
     )
-    runtime.add_consumer("audit", AuditChannel(AuditLog(redis.client), store.get_request))
+    runtime.add_consumer("audit", AuditChannel(AuditLog(redis.client)))
     runtime.add_consumer("notify", ApproverNotices(store, delivery_client_for, slack_channel.pacing))
     deps = SlackDeps(runtime=runtime, store=store, settings=settings)
     _wire_governance(deps, redis, client_for, registry, oauth.installation_store if oauth else None)

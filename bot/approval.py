@@ -13,14 +13,14 @@ import inspect
 import json
 import logging
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from bot.principals import Principal
-from bot.protocol import Responders
+from bot.protocol import GrantOffer, GrantScope, Responders
 from bot.session import SessionInfo
 
 if TYPE_CHECKING:
@@ -204,25 +204,67 @@ def never() -> RequestPolicy:
     return _named("never", lambda ctx: "not-applicable", inline=True)
 
 
-def always() -> RequestPolicy:
-    """Ask a person every time."""
-    return _named("always", lambda ctx: "user-approval", inline=True)
+DEFAULT_GRANT_DAYS = 7
+MAX_GRANT_DAYS = 90
 
 
-def once() -> RequestPolicy:
+def always(grantable: bool | Iterable[GrantScope] = False, *, grant_days: int = DEFAULT_GRANT_DAYS) -> RequestPolicy:
+    """Ask a person every time — unless ``grantable`` lets the approver also say "don't ask again":
+    ``"conversation"`` (this conversation), ``"requester"`` (this requester, any conversation, for
+    ``grant_days`` days), or both (``True``). Approving without choosing one grants nothing."""
+    scopes = _scopes(grantable)
+    if not scopes:
+        return _named("always", lambda ctx: "user-approval", inline=True)
+    return _offering(_named("always", _unless_granted(), inline=True), scopes, grant_days)
+
+
+def once(*, grant_days: int | None = None) -> RequestPolicy:
     """Ask the first time; after an explicit approval the tool runs without asking in this session.
+    With ``grant_days``, the approver may instead say "don't ask this requester again" for that long,
+    in any conversation.
 
     Grants are scoped by the tool's ``approval_key`` (the tool name when it has none): approving
-    ``deploy`` to prod does not approve ``deploy`` to staging. A grant only counts once every
-    pending request for the same key is resolved, so approving one of two pending prompts does not
-    approve the other (see ``ApprovalContext.approved_tools``).
+    ``deploy`` to prod does not approve ``deploy`` to staging. A grant never approves a request that
+    is already pending: approving one of two pending prompts does not approve the other (see
+    ``ApprovalContext.approved_tools``); only calls asked for after it run without asking.
     """
+    policy = _named("once", _unless_granted(), inline=True)
+    return _offering(policy, ("requester",), grant_days) if grant_days else policy
+
+
+def _unless_granted() -> RequestPolicy:
+    """A new policy function each time: each carries its own kind and offers as attributes."""
 
     def policy(ctx: ApprovalContext) -> StatusType:
         granted = (ctx.approval_key or ctx.tool_name) in ctx.approved_tools
         return "not-applicable" if granted else "user-approval"
 
-    return _named("once", policy, inline=True)
+    return policy
+
+
+def _scopes(grantable: bool | Iterable[GrantScope]) -> tuple[GrantScope, ...]:
+    if grantable is True:
+        return ("conversation", "requester")
+    if grantable is False:
+        return ()
+    scopes = tuple(dict.fromkeys(grantable))
+    unknown = [s for s in scopes if s not in ("conversation", "requester")]
+    if unknown or not scopes:
+        raise ValueError(f"grantable takes True or scopes among 'conversation' and 'requester', not {grantable!r}")
+    return scopes
+
+
+def _offering(policy: RequestPolicy, scopes: tuple[GrantScope, ...], days: int) -> RequestPolicy:
+    if not 1 <= days <= MAX_GRANT_DAYS:
+        raise ValueError(f"grant_days must be 1 to {MAX_GRANT_DAYS}, not {days!r}")
+    policy.grant_offers = [GrantOffer(scope=s, days=days if s == "requester" else None)  # type: ignore[attr-defined]
+                           for s in scopes]
+    return policy
+
+
+def grant_offers(policy: Approval | RequestPolicy | None) -> list[GrantOffer]:
+    """The "don't ask again" scopes a tool's request policy lets approvers choose."""
+    return list(getattr(as_approval(policy).request, "grant_offers", []))
 
 
 AUTO_MAX_INPUT_BYTES = 64 * 1024

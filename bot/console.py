@@ -20,7 +20,7 @@ from typing import TextIO
 
 from bot.ports import PostedMessage
 from bot.principals import CONSOLE_TEAM, Principal, console_user
-from bot.protocol import Event, InputRequest, Responders
+from bot.protocol import Event, InputRequest, InputResponse, Responders, UnknownRequest
 from bot.session import SessionRef
 from bot.turns import Runtime
 
@@ -60,6 +60,11 @@ def render_request(req: InputRequest) -> str:
         lines.append(f"┌ {req.prompt}  [{req.request_id}]")
     if req.responders is not None and (who := _who(req.responders)):
         lines.append(f"│  ({who})")
+    if req.kind == "user-input":
+        for name, spec in ((req.form or {}).get("properties") or {}).items():
+            lines.append(f"│  {name}: {spec.get('title') or name}")
+        lines.append('└ fill it in: /fill {"field": value, …}')
+        return "\n".join(lines)
     for n, option in enumerate(req.displayed_options(), 1):
         lines.append(f"│  {n}. {option.label}")
     hint = "type a number, an option" + (" or your own answer" if req.allow_free_text else "")
@@ -119,8 +124,12 @@ async def cancel_leftovers(runtime: Runtime, session_ids: set[str], *, out: Text
 class ConsoleChannel:
     def __init__(self, out: TextIO = sys.stdout):
         self.out = out
+        self.last_form: str | None = None  # the latest form shown: what ``/fill {json}`` fills in
 
     async def deliver(self, event: Event, session: SessionRef) -> None:
+        if event.type == "input.requested":
+            forms = [r.request_id for r in event.requests if r.kind == "user-input"]  # type: ignore[union-attr]
+            self.last_form = forms[-1] if forms else self.last_form
         text = render_event(event)
         if text:
             print(text, file=self.out, flush=True)
@@ -128,8 +137,8 @@ class ConsoleChannel:
 
 async def chat_loop(runtime: Runtime, ref: SessionRef, *, stdin: TextIO = sys.stdin, out: TextIO = sys.stdout) -> None:
     who: Principal = console_user("you")
-    print("Type a message. /as <name> switches user (try /as bob to approve refunds), /cancel stops the turn, "
-          "/quit leaves.", file=out, flush=True)
+    print("Type a message. /as <name> switches user (try /as bob to approve refunds), /fill {json} fills in a "
+          "form, /cancel stops the turn, /quit leaves.", file=out, flush=True)
     loop = asyncio.get_running_loop()
     while True:
         print(f"{who.member_id}> ", end="", file=out, flush=True)
@@ -144,9 +153,35 @@ async def chat_loop(runtime: Runtime, ref: SessionRef, *, stdin: TextIO = sys.st
         if text.startswith("/as "):
             who = console_user(text[4:].strip() or "you")
             continue
+        if text.startswith("/fill "):
+            await _fill(runtime, who, text[6:], out)
+            continue
         if text == "/cancel":
             ok = await runtime.cancel_turn(ref.session_id, who)
             print("  (cancelled)" if ok else "  (nothing to cancel)", file=out, flush=True)
             continue
         await runtime.post_message(ref, who, text)
         await runtime.wait_idle()
+
+
+async def _fill(runtime: Runtime, who: Principal, rest: str, out: TextIO) -> None:
+    """``/fill [<request id>] {json}``: submit a form (by default the latest shown), as Slack's modal would."""
+    rest = rest.strip()
+    if rest.startswith("{"):
+        last = getattr(runtime.channel, "last_form", None)
+        request_id, raw = last or "", rest
+    else:
+        request_id, _, raw = rest.partition(" ")
+    try:
+        values = json.loads(raw or "{}")
+    except ValueError as exc:
+        print(f"  (not JSON: {exc})", file=out, flush=True)
+        return
+    try:
+        result = await runtime.answer(InputResponse(request_id=request_id, values=values, principal=who))
+    except UnknownRequest as exc:
+        print(f"  ({exc})", file=out, flush=True)
+        return
+    if result.state not in ("settled", "partial"):
+        print(f"  ✗ {result.reason or result.state}", file=out, flush=True)
+    await runtime.wait_idle()

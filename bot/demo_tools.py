@@ -4,8 +4,10 @@
 - ``refund_charge``   — always asks; only the workspace's finance approvers may approve; they are told
   by direct message, reminded after 4 hours, and the request expires after a day
 - ``deploy_service``  — always asks; four-eyes: someone other than the requester approves
-- ``post_announcement`` — asks once per session (``once()``)
+- ``post_announcement`` — asks once per session (``once()``); the approver may also say "don't ask them
+  again for 7 days"
 - ``ask_question``    — built in: the agent asks you, you pick or type
+- ``request_info``    — built in: the agent asks you to fill in a form (the fields are its choice)
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ class Announcement(BaseModel):
     text: str = Field(min_length=1, max_length=2000)
 
 
-@tool(approval=once())
+@tool(approval=once(grant_days=7))
 async def post_announcement(args: Announcement, ctx: ToolContext) -> dict:
     """Post an announcement to a channel. Asks the first time in a conversation."""
     if ctx.workspace is None:

@@ -467,7 +467,8 @@ def _apply_resolutions(step: StepState, records: dict[str, RequestRecord], tools
             call.ask_request_id = None
             if record.outcome == "answered" and record.response is not None:
                 call.asks.append(Answer(status="answered", option_id=record.response.option_id,
-                                        text=record.response.text, responder=record.responder))
+                                        text=record.response.text, values=record.response.values,
+                                        responder=record.responder))
                 call.status = "ready"
             elif record.outcome in ("ignored", "expired"):  # the tool goes on without an answer
                 call.asks.append(Answer(status="interrupted" if record.outcome == "ignored" else "expired"))

@@ -20,6 +20,7 @@ from bot.approval import (
     RequestView,
     describe_responders,
     evaluate_request_policy,
+    grant_offers,
     records_grant,
 )
 from bot.parts import Parts
@@ -71,7 +72,27 @@ class Executor:
         turn = state.turn
         assert turn is not None and turn.step is not None
         info = session_info(state)
+        grants = grants | await self._requester_grants(state)
         await asyncio.gather(*(self._decide(call, info, grants, turn.owner) for call in turn.step.calls))
+
+    async def _requester_grants(self, state: SessionState) -> set[str]:
+        """The approval keys the turn's owner holds "don't ask me again" grants for, among the step's
+        calls whose tools offer them (read only then: one command)."""
+        turn = state.turn
+        assert turn is not None and turn.step is not None
+        if turn.owner is None:
+            return set()
+        keys = []
+        for call in turn.step.calls:
+            tool = self.p.tools.get(call.tool_name)
+            if tool is None or not any(o.scope == "requester" for o in grant_offers(tool.approval)):
+                continue
+            try:
+                keys.append(tool.approval_key(tool.parse(call.arguments)))
+            except ValueError:
+                continue  # _decide reports the bad arguments
+        now = datetime.fromtimestamp(self.p.settings.clock(), UTC)
+        return await self.p.store.grants.for_requester(state.ref.team_id, turn.owner, keys, now) if keys else set()
 
     async def _decide(self, call: CallState, info: SessionInfo, grants: set[str], owner: Any) -> None:
         tool = self.p.tools.get(call.tool_name)
@@ -155,25 +176,31 @@ class Executor:
             dangerous=tool.dangerous,
             notify=tool.notify,
             editable=tool.editable,
+            grants=grant_offers(tool.approval),
         )
         _set_deadlines(req, tool, self.p.settings.clock())
         call.request_id = req.request_id
-        key = tool.approval_key(args) if records_grant(tool.approval) else None
-        return make_record(state, req, approval_key=key)
+        on_approve = records_grant(tool.approval)
+        key = tool.approval_key(args) if on_approve or req.grants else None
+        record = make_record(state, req, approval_key=key)
+        record.grant_on_approve = on_approve
+        return record
 
     def _question(self, state: SessionState, call: CallState) -> RequestRecord:
         turn = state.turn
         assert turn is not None and call.result is not None
         ask = call.result.output  # the pending ask, parked by run_call
+        form = ask.get("form")  # ctx.form(): a form to fill in, not a question to answer
         req = InputRequest(
             request_id=new_request_id(state.ref.session_id),
-            kind="question",
+            kind="user-input" if form else "question",
             prompt=ask["prompt"],
             action=ActionRef(call_id=call.call_id, tool_name=call.tool_name),
             options=[InputOption.model_validate(o) for o in ask["options"]],
-            display="select" if ask["options"] else "text",
-            allow_free_text=ask["allow_free_text"],
+            display="form" if form else "select" if ask["options"] else "text",
+            allow_free_text=ask["allow_free_text"] and not form,
             style=ask.get("style") or "select",
+            form=form,
             principal=turn.owner,
             session_id=state.ref.session_id,
             turn_id=turn.turn_id,

@@ -3,7 +3,8 @@
 A message answers the *first open request* (a session-limit prompt first, else the earliest
 asked) when its trimmed text matches, case-insensitively, an option id, an option label or a
 1-based option number in display order; otherwise a request that allows free text takes the
-text itself. Anything else answers nothing and steers or queues instead.
+text itself. Anything else answers nothing and steers or queues instead. Forms ("user-input") are
+never answered by typing: only by submitting them.
 
 An approval can also be cancelled with a reason: ``cancel: <reason>`` (the cancel option's id or
 label, a colon, the reason), which the model then reads as the canceller's own words.
@@ -27,7 +28,7 @@ def first_open_input(requests: Sequence[InputRequest]) -> InputRequest | None:
 
 def match_text(request: InputRequest, text: str, principal: Principal | None = None) -> InputResponse | None:
     trimmed = text.strip()
-    if not trimmed:
+    if not trimmed or request.kind == "user-input":  # a form is answered by submitting it, never by typing
         return None
     normalized = trimmed.lower()
     displayed = request.displayed_options()

@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol
 
 from bot.models.base import ChatModel
 from bot.outbox import Outbox, OutboxStore
 from bot.ports import Workspace
 from bot.principals import Principal
-from bot.protocol import Event, RequestRecord, SessionSnapshot, SettleResult
+from bot.protocol import Event, Grant, RequestRecord, SessionSnapshot, SettleResult
 from bot.session import SessionRef
 from bot.tools import ToolRegistry
 
@@ -24,7 +25,18 @@ RESPONSE_POLICY_TIMEOUT = 10.0
 REQUEST_POLICY_TIMEOUT = 30.0  # auto() asks a model and bounds itself at 30 s; a hung custom policy denies
 
 
+class GrantRegistry(Protocol):
+    """Standing approvals beyond one conversation ("don't ask this requester again"), and the listing
+    of all of a workspace's grants (``store.grants.GrantStore``)."""
+
+    async def add(self, grant: Grant) -> None: ...
+    async def for_requester(self, team_id: str | None, requester: Principal, keys: Iterable[str],
+                            now: datetime) -> set[str]: ...
+
+
 class TurnStore(OutboxStore, Protocol):
+    grants: GrantRegistry
+
     """What the runtime needs from persistence (implemented by ``store.sessions.SessionStore``)."""
 
     lease_ms: int

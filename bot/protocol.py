@@ -16,8 +16,9 @@ from pydantic.alias_generators import to_camel
 
 from bot.principals import Principal
 
+GrantScope = Literal["conversation", "requester"]  # "don't ask again": here, or for this requester for N days
 RequestKind = Literal["tool-approval", "question", "session-limit", "user-input", "external-result"]
-Display = Literal["confirmation", "select", "text"]
+Display = Literal["confirmation", "select", "text", "form"]
 ChoiceStyle = Literal["select", "buttons", "radio"]  # how a question's options are shown
 ResolutionOutcome = Literal["answered", "approved", "denied", "ignored", "cancelled", "invalid", "expired"]
 CandidateOutcome = Literal["pending", "rejected", "failed", "timed-out", "stale"]
@@ -68,6 +69,39 @@ class Responders(Contract):
     description: str | None = None
 
 
+class GrantOffer(Contract):
+    """A "don't ask again" an approver may give with their approval (the tool's policy offers it)."""
+
+    scope: GrantScope
+    days: int | None = None  # requester grants: for how long
+
+
+class Grant(Contract):
+    """A standing approval: calls under ``approval_key`` run without asking — in one conversation
+    (``session_id``), or for one requester in any conversation of the workspace until ``expires_at``."""
+
+    team_id: str | None = None
+    scope: GrantScope
+    approval_key: str
+    tool_name: str
+    session_id: str | None = None  # conversation grants
+    requester: Principal | None = None  # requester grants
+    granted_by: Principal | None = None
+    request_id: str
+    granted_at: datetime = Field(default_factory=utcnow)
+    expires_at: datetime | None = None
+
+    @property
+    def grant_id(self) -> str:
+        holder = self.session_id if self.scope == "conversation" else (self.requester.principal_id
+                                                                      if self.requester else "-")
+        return grant_id(self.scope, holder or "-", self.approval_key)
+
+
+def grant_id(scope: GrantScope, holder: str, approval_key: str) -> str:
+    return f"{scope}|{holder}|{approval_key}"
+
+
 class InputRequest(Contract):
     request_id: str
     kind: RequestKind
@@ -89,6 +123,8 @@ class InputRequest(Contract):
     notify: Literal["dm", "thread", "none"] | None = None  # how approvers are told; None: the default
     editable: bool = False  # an approver may change the call's input before approving (``@tool(editable=True)``)
     style: ChoiceStyle = "select"  # a question's options: a select menu (default), buttons or radio buttons
+    form: dict[str, Any] | None = None  # a "user-input" request's form, as a flat JSON schema (``bot.forms``)
+    grants: list[GrantOffer] = Field(default_factory=list)  # "don't ask again" scopes an approver may choose
 
     def displayed_options(self) -> list[InputOption]:
         """Options in the order people see them; typed numbers index this order (DESIGN §8)."""
@@ -119,6 +155,8 @@ class InputResponse(Contract):
     principal: Principal | None = None
     note: str | None = None  # why, in the answerer's words (a cancel's reason); quoted to the model as theirs
     edited_input: dict[str, Any] | None = None  # approve with these arguments instead (editable tools only)
+    values: dict[str, Any] | None = None  # a submitted form ("user-input"), keyed by the form's field names
+    grant: GrantScope | None = None  # approve, and don't ask again in this scope (one of the request's offers)
 
 
 class Resolution(Contract):
@@ -135,6 +173,7 @@ class Answer(Contract):
     option_id: str | None = None
     text: str | None = None
     responder: Principal | None = None
+    values: dict[str, Any] | None = None  # a submitted form (``ctx.form()``)
 
     @property
     def value(self) -> str | None:
@@ -219,6 +258,7 @@ class ApprovalSettled(EventBase):
     outcome: SettledOutcome
     responder: Principal | None = None
     note: str | None = None
+    grants: list[Grant] = Field(default_factory=list)  # what approving granted ("don't ask again")
 
 
 class InputResolved(EventBase):
@@ -283,6 +323,7 @@ class RequestRecord(Contract):
     channel: dict[str, str] = Field(default_factory=dict)  # the frontend's routing data (SessionRef.channel)
     session_info: dict[str, Any] = Field(default_factory=dict)  # SessionInfo as asked, for policies
     approval_key: str | None = None
+    grant_on_approve: bool = True  # approving grants ``approval_key`` in the conversation (once(), custom rules)
     status: RequestStatus = "open"
     outcome: ResolutionOutcome | None = None
     response: InputResponse | None = None

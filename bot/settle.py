@@ -7,11 +7,14 @@ request whose tool this process does not have, and a policy that raises or hangs
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from bot.approval import (
+    DEFAULT_GRANT_DAYS,
     RequestView,
     ResponseContext,
     ResponseDecision,
@@ -19,8 +22,10 @@ from bot.approval import (
     allowed,
     evaluate_request_policy,
     evaluate_response_policy,
+    grant_offers,
     requester_only,
 )
+from bot.forms import checked_values
 from bot.parts import Parts
 from bot.principals import Principal
 from bot.protocol import (
@@ -31,6 +36,7 @@ from bot.protocol import (
     ApprovalCandidate,
     ApprovalSettled,
     Event,
+    Grant,
     InputRequest,
     InputResolved,
     InputResponse,
@@ -50,6 +56,8 @@ NO_TOOL = ("This request's tool ({tool}) is not available right now, so nobody c
 ANONYMOUS = "Authentication is required to respond."
 NOT_EDITABLE = "This request can only be approved as proposed."
 NO_EDITS_WITH_SEVERAL = "This request needs several approvals, so it can only be approved as proposed."
+NOT_GRANTABLE = "This request can only be approved this once."
+FORM_ONLY = "This request is answered by filling in its form: use “Open form” on the card."
 NOTE_LIMIT = 2000  # characters of a reason kept (a card quotes it; the model reads it)
 
 
@@ -80,7 +88,15 @@ class Settler:
         req = record.request
         outcome = answer_outcome(req, response)
         if outcome is None:
-            return AnswerResult("invalid", record, reason="That is not one of the options.")
+            return AnswerResult("invalid", record, reason=FORM_ONLY if req.kind == "user-input"
+                                else "That is not one of the options.")
+        if req.kind == "user-input":
+            values, refusal = _checked_form(req, response)
+            if values is None:
+                return AnswerResult("invalid", record, reason=refusal)
+            response = response.model_copy(update={"values": values})
+        if response.grant is not None and (refusal := self._grant_refusal(record, outcome, response)):
+            return AnswerResult("invalid", record, reason=refusal)
         if response.edited_input is not None and not (req.editable and outcome == "approved"):
             return AnswerResult("invalid", record, reason=NOT_EDITABLE)
         if response.edited_input is not None:
@@ -131,6 +147,42 @@ class Settler:
         policy = with_escalation(policy, record)
         decided, _ = await self._run_policy(policy, response_context(record, principal, decision, None), within_s=within_s)
         return decided
+
+    def _grant_refusal(self, record: RequestRecord, outcome: str, response: InputResponse) -> str | None:
+        """Why this "approve and don't ask again" cannot be given (None: it can): the request must have
+        offered that scope and the tool, as loaded here, must still offer it."""
+        req = record.request
+        action = req.action
+        tool = self.p.tools.get(action.tool_name) if action else None
+        offered = any(o.scope == response.grant for o in req.grants)
+        still = tool is not None and any(o.scope == response.grant for o in grant_offers(tool.approval))
+        if outcome != "approved" or not offered or not still or record.approval_key is None:
+            return NOT_GRANTABLE
+        if response.grant == "requester" and req.principal is None:
+            return NOT_GRANTABLE
+        if response.edited_input is not None:
+            return "Approve an edited request on its own; “don’t ask again” is for requests approved as proposed."
+        return None
+
+    def _grants(self, record: RequestRecord, response: InputResponse) -> list[Grant]:
+        """What approving ``record`` with ``response`` grants: the conversation (once(), custom rules, or
+        chosen), and/or the requester for some days (chosen)."""
+        req = record.request
+        key = record.approval_key
+        if req.kind != "tool-approval" or key is None or req.action is None:
+            return []
+        now = datetime.fromtimestamp(self.p.settings.clock(), UTC)
+        base = {"team_id": record.team_id, "approval_key": key, "tool_name": req.action.tool_name,
+                "requester": req.principal, "granted_by": response.principal, "request_id": record.request_id,
+                "granted_at": now}
+        grants = []
+        if record.grant_on_approve or response.grant == "conversation":
+            grants.append(Grant(scope="conversation", session_id=record.session_id, **base))
+        offer = next((o for o in req.grants if o.scope == "requester"), None)
+        if response.grant == "requester" and offer is not None:
+            grants.append(Grant(scope="requester", expires_at=now + timedelta(days=offer.days or DEFAULT_GRANT_DAYS),
+                                **base))
+        return grants
 
     async def _checked_edit(self, record: RequestRecord, edited: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
         """The edited input as the tool will get it, or None and why not: it must be valid for the tool,
@@ -195,14 +247,15 @@ class Settler:
         pending: list[Event] = [ApprovalCandidate(session_id=sid, turn_id=tid, request_id=rid, outcome="pending",
                                                   responder=principal)] if custom else []
         required = decision.required if outcome == "approved" else 1
-        if response.edited_input is not None and (required > 1 or record.approvals):
-            # each of several approvers must approve the same thing: no one of them may change it
+        if (response.edited_input is not None or response.grant is not None) and (required > 1 or record.approvals):
+            # each of several approvers must approve the same thing: no one of them may change it or widen it
             return AnswerResult("invalid", record, reason=NO_EDITS_WITH_SEVERAL)
+        grants = self._grants(record, response) if outcome == "approved" else []
         settled_events: list[Event] = list(pending)
         if req.kind == "tool-approval":
             settled_events.append(ApprovalSettled(session_id=sid, turn_id=tid, request_id=rid,
                                                   outcome="approved" if outcome == "approved" else "cancelled",
-                                                  responder=principal, note=note))
+                                                  responder=principal, note=note, grants=grants))
         resolution = resolution_outcome(req, outcome)
         settled_events.append(InputResolved(session_id=sid, turn_id=tid, resolutions=[
             Resolution(request_id=rid, kind=req.kind, outcome=resolution, response=response)]))
@@ -217,13 +270,17 @@ class Settler:
             response=response,
             responder_id=principal.principal_id if principal else "",
             required=required,
-            grant_key=record.approval_key if req.kind == "tool-approval" else None,
+            grant_key=next((g.approval_key for g in grants if g.scope == "conversation"), None),
             note=note,
             batch=record.batch,
             on_settled=settled_events,
             on_partial=partial,
             on_stale=stale,
         )
+        if result.state == "settled":
+            # listed for App Home, and a requester grant held; lost in a crash here, it is simply not there
+            # (the requester is asked again): the settle above is what counts
+            await asyncio.gather(*(self.p.store.grants.add(g) for g in grants))
         self.p.outbox.kick(sid)
         if result.state == "stale":
             return AnswerResult("stale", await self.p.store.get_request(rid))
@@ -295,8 +352,18 @@ def _clean_note(note: str | None) -> str | None:
     return text[:NOTE_LIMIT] or None
 
 
+def _checked_form(req: InputRequest, response: InputResponse) -> tuple[dict[str, Any] | None, str]:
+    """A form's submitted values as the form reads them, or None and why not."""
+    try:
+        return checked_values(req.form or {}, response.values), ""
+    except ValueError as exc:
+        return None, str(exc)
+
+
 def answer_outcome(req: InputRequest, response: InputResponse) -> str | None:
     """The resolution an answer asks for, or None when it is not a valid answer to this request."""
+    if req.kind == "user-input":  # only a submitted form answers it (typed replies and options don't)
+        return "answered" if response.values is not None and response.option_id is None else None
     if req.kind == "tool-approval":
         return {APPROVE: "approved", CANCEL: "cancelled"}.get(response.option_id or "")
     if req.kind == "session-limit":

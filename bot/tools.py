@@ -16,11 +16,12 @@ import json
 import logging
 from collections.abc import Callable, Iterable
 from datetime import timedelta
-from typing import Any, Literal, get_type_hints
+from typing import Any, Generic, Literal, TypeVar, get_type_hints
 
 from pydantic import BaseModel, Field, ValidationError
 
 from bot.approval import Approval, ApprovalContext, RequestPolicy, as_approval
+from bot.forms import form_schema
 from bot.models.base import ToolSpec
 from bot.ports import PostedMessage, Workspace
 from bot.principals import Principal
@@ -39,6 +40,18 @@ class AskRequest(BaseModel):
     allow_free_text: bool = True
     timeout_s: float | None = None  # unanswered this long, the ask returns ``Answer(status="expired")``
     style: ChoiceStyle = "select"  # how the options are shown: a select menu, buttons or radio buttons
+    form: dict[str, Any] | None = None  # ``ctx.form()``: the form's JSON schema (``bot.forms``); no options then
+
+
+FormModel = TypeVar("FormModel", bound=BaseModel)
+
+
+class FormAnswer(BaseModel, Generic[FormModel]):
+    """What ``ctx.form()`` returns: the submitted form as the tool's model, and who filled it in."""
+
+    status: Literal["answered", "interrupted", "unavailable", "expired"]
+    values: FormModel | None = None  # set when answered
+    responder: Principal | None = None
 
 
 class AskParked(BaseException):  # noqa: N818 - control flow, not an error
@@ -121,6 +134,40 @@ class ToolContext:
             limit = _duration(timeout, "timeout")
             self.parked = AskRequest(index=index, prompt=prompt, options=opts, allow_free_text=allow_free_text,
                                      timeout_s=limit.total_seconds() if limit else None, style=style)
+        raise AskParked(self.parked)
+
+    async def form(
+        self,
+        model: type[FormModel],
+        prompt: str,
+        *,
+        timeout: timedelta | float | None = None,  # noqa: ASYNC109 - a durable deadline, not an await bound
+    ) -> FormAnswer[FormModel]:
+        """Ask the person to fill in ``model`` as a form and return it (durable like :meth:`ask`: the
+        turn parks, and the tool runs again from the top once it is submitted). The card has an "Open
+        form" button; typed replies don't answer forms. The form is kept as ``model``'s JSON schema, so
+        checks beyond it (custom validators) run here, on the replay: a submission they refuse raises
+        ``ValueError`` naming the field. With ``timeout``, nobody submitting by then returns
+        ``FormAnswer(status="expired")``."""
+        index = self._asked
+        if index < len(self._answers):
+            self._asked += 1
+            answer = self._answers[index]
+            if answer.status != "answered":
+                return FormAnswer[model](status=answer.status, responder=answer.responder)  # type: ignore[valid-type]
+            try:
+                values = model.model_validate(answer.values or {})
+            except ValidationError as exc:
+                raise ValueError(f"the submitted form was refused: {_validation_message(exc)}") from exc
+            return FormAnswer[model](status="answered", values=values, responder=answer.responder)  # type: ignore[valid-type]
+        schema = form_schema(model)  # FormSchemaError (a ValueError) before parking: the tool fails, saying why
+        self._asked += 1
+        if not self._can_ask:
+            return FormAnswer[model](status="unavailable")  # type: ignore[valid-type]
+        if self.parked is None:
+            limit = _duration(timeout, "timeout")
+            self.parked = AskRequest(index=index, prompt=prompt, allow_free_text=False, form=schema,
+                                     timeout_s=limit.total_seconds() if limit else None)
         raise AskParked(self.parked)
 
 

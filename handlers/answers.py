@@ -1,5 +1,5 @@
 """Answers from Slack: buttons, selects and the answer modals (DESIGN §10, §12): "Type your own
-answer", "Cancel with reason" and "Edit & approve". Every one of them becomes an ``InputResponse``
+answer", "Cancel with reason", "Edit & approve" and "Open form". Every one of them becomes an ``InputResponse``
 settled by ``Runtime.answer`` — the one settle path.
 
 A click acknowledged is a click recorded: the answer is settled in Redis first (two round trips;
@@ -22,6 +22,8 @@ from blocks.actions import (
     ACTION_ID_PATTERN,
     EDIT_BLOCK_PREFIX,
     EDIT_CALLBACK_ID,
+    FORM_BLOCK_PREFIX,
+    FORM_CALLBACK_ID,
     FREEFORM_BLOCK_ID,
     FREEFORM_CALLBACK_ID,
     MODAL_CONTROLS,
@@ -34,6 +36,7 @@ from blocks.actions import (
 from blocks.cards import (
     already_settled_text,
     edit_modal,
+    form_modal,
     freeform_answer,
     freeform_modal,
     not_found_text,
@@ -43,6 +46,7 @@ from blocks.cards import (
     resolution_label,
 )
 from blocks.forms import form_blocks, parse_form_state, unshowable_fields
+from bot.forms import FormSchemaError, model_from_schema
 from bot.principals import Principal
 from bot.protocol import APPROVE, CANCEL, InputResponse, RequestRecord, UnknownRequest
 from bot.settle import NOT_EDITABLE
@@ -70,10 +74,14 @@ def register(app: AsyncApp, deps: SlackDeps) -> None:
     async def on_edit_submit(ack: Any, body: dict[str, Any], view: dict[str, Any], client: AsyncWebClient) -> None:
         await _on_edit_submit(deps, ack, body, view, client)
 
+    async def on_form_submit(ack: Any, body: dict[str, Any], view: dict[str, Any], client: AsyncWebClient) -> None:
+        await _on_form_submit(deps, ack, body, view, client)
+
     app.action(ACTION_ID_PATTERN)(on_action)
     app.view(FREEFORM_CALLBACK_ID)(on_freeform_submit)
     app.view(REASON_CALLBACK_ID)(on_reason_submit)
     app.view(EDIT_CALLBACK_ID)(on_edit_submit)
+    app.view(FORM_CALLBACK_ID)(on_form_submit)
 
 
 async def _on_action(deps: SlackDeps, ack: Any, body: dict[str, Any], action: dict[str, Any], client: Any) -> None:
@@ -94,9 +102,8 @@ async def _on_action(deps: SlackDeps, ack: Any, body: dict[str, Any], action: di
         deps.runtime.spawn(_open_modal(deps, client, body, principal, record, decoded.control),
                            what=f"open the {decoded.control} form of {record.request_id}")
         return
-    raw_value = action.get("value") if decoded.control == "btn" else (action.get("selected_option") or {}).get("value")
-    option_id = decode_option_value(record.request, raw_value)
-    response = InputResponse(request_id=record.request_id, option_id=option_id, principal=principal)
+    raw_value = action.get("value") if action.get("type") == "button" else (action.get("selected_option") or {}).get("value")
+    response = _clicked(record, decoded.control, raw_value, principal)
     task = deps.runtime.spawn(
         deps.runtime.answer(response, resume=False, record=record), what=f"answer {record.request_id}"
     )
@@ -104,6 +111,16 @@ async def _on_action(deps: SlackDeps, ack: Any, body: dict[str, Any], action: di
     await ack()
     deps.runtime.spawn(_finish(deps, client, body, principal.slack_user_id, task),
                        what=f"after answer {record.request_id}")
+
+
+def _clicked(record: RequestRecord, control: str, raw_value: str | None, principal: Principal) -> InputResponse:
+    """The answer a click or a menu choice gives: an option, or "approve, don't ask again in <scope>"."""
+    if control == "grant":
+        scope = raw_value if raw_value in ("conversation", "requester") else None
+        return InputResponse(request_id=record.request_id, option_id=APPROVE if scope else None,
+                             grant=scope, principal=principal)  # type: ignore[arg-type]  # checked above
+    option_id = decode_option_value(record.request, raw_value)
+    return InputResponse(request_id=record.request_id, option_id=option_id, principal=principal)
 
 
 async def _open_modal(deps: SlackDeps, client: Any, body: dict[str, Any], principal: Principal,
@@ -114,7 +131,7 @@ async def _open_modal(deps: SlackDeps, client: Any, body: dict[str, Any], princi
         return
     req = record.request
     if control != "freeform":  # don't let someone fill in a form only to be refused at the end
-        decision = await deps.runtime.check_response(record, principal, APPROVE if control == "edit" else CANCEL,
+        decision = await deps.runtime.check_response(record, principal, CANCEL if control == "reason" else APPROVE,
                                                      within_s=CHECK_BEFORE_FORM_S)
         if decision is not None and decision.status == "rejected":
             await _tell(client, body, user_id, record, refused_text(decision.reason))
@@ -135,6 +152,12 @@ async def _open_modal(deps: SlackDeps, client: Any, body: dict[str, Any], princi
             return
         form = form_blocks(model, proposed_input, block_prefix=EDIT_BLOCK_PREFIX)
         view = edit_modal(req, form, channel_id, message_ts)
+    elif control == "form":
+        model = _form_model(record)
+        if model is None:
+            await _tell(client, body, user_id, record, "This form can't be shown; the agent asked for it wrongly.")
+            return
+        view = form_modal(req, form_blocks(model, block_prefix=FORM_BLOCK_PREFIX), channel_id, message_ts)
     else:
         view = freeform_modal(req, channel_id, message_ts)
     try:
@@ -151,6 +174,17 @@ def _arguments_model(deps: SlackDeps, record: RequestRecord) -> Any:
     if not record.request.editable or tool is None or not tool.editable:
         return None
     return tool.input_model
+
+
+def _form_model(record: RequestRecord | None) -> Any:
+    """The pydantic model a "user-input" request's form is read with (None: it has no usable form)."""
+    if record is None or record.request.kind != "user-input":
+        return None
+    try:
+        return model_from_schema(record.request.form or {})
+    except FormSchemaError:
+        log.warning("request %s carries a form that cannot be shown", record.request_id, exc_info=True)
+        return None
 
 
 async def _finish(deps: SlackDeps, client: Any, body: dict[str, Any], user_id: str | None,
@@ -192,6 +226,26 @@ async def _on_edit_submit(deps: SlackDeps, ack: Any, body: dict[str, Any], view:
     await _submit(deps, ack, body, view, client, first_field, lambda rid: {
         "request_id": rid, "option_id": APPROVE, "edited_input": None if edited == proposed else changed,
     }, record=record)
+
+
+async def _on_form_submit(deps: SlackDeps, ack: Any, body: dict[str, Any], view: dict[str, Any], client: Any) -> None:
+    meta = decode_modal_metadata(view.get("private_metadata"))
+    try:
+        record = await deps.store.get_request(meta.request_id) if meta else None
+    except UnknownRequest:
+        record = None
+    model = _form_model(record)
+    if record is None or model is None:
+        await ack()  # a form for a request that is gone: nothing to settle
+        return
+    filled, errors = parse_form_state(model, _state(view), block_prefix=FORM_BLOCK_PREFIX)
+    if filled is None:
+        await ack(response_action="errors", errors=errors)
+        return
+    values = filled.model_dump(mode="json", by_alias=True)
+    first_field = f"{FORM_BLOCK_PREFIX}{next(iter(model.model_fields))}"
+    await _submit(deps, ack, body, view, client, first_field,
+                  lambda rid: {"request_id": rid, "values": values}, record=record)
 
 
 def _proposal(model: Any, record: RequestRecord) -> Any:

@@ -1,4 +1,5 @@
-"""App Home: "Waiting on you", "Requested by you" and, for admins, the approver-list editor.
+"""App Home: "Waiting on you", "Requested by you", standing approvals (revocable by their requester
+and by admins) and, for admins, the approver-list editor.
 
 Who sees a request under "Waiting on you" is decided by the request's *real* response policy, run
 as a dry run: a ``ResponseContext`` saying "this viewer approves" goes through exactly the function
@@ -26,7 +27,7 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 
-from blocks.actions import APPROVERS_ACTION_PATTERN, decode_approvers_action_id
+from blocks.actions import APPROVERS_ACTION_PATTERN, REVOKE_GRANT_ACTION_ID, decode_approvers_action_id
 from blocks.home import HomeRequest, home_view
 from bot.approval import (
     ResponseDecision,
@@ -65,8 +66,32 @@ def register(app: AsyncApp, gov: Governance) -> None:
     async def on_edit(ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
         await edit_from_home(gov, ack, body, action)
 
+    async def on_revoke(ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
+        await ack()
+        gov.deps.runtime.spawn(revoke_grant(gov, body, action.get("value") or ""), what="revoke a standing approval")
+
     app.event("app_home_opened")(on_home_opened)
     app.action(APPROVERS_ACTION_PATTERN)(on_edit)
+    app.action(REVOKE_GRANT_ACTION_ID)(on_revoke)
+
+
+async def revoke_grant(gov: Governance, body: dict[str, Any], grant_id: str) -> None:
+    """Revoke a standing approval from App Home: its requester may, and so may a workspace admin."""
+    team, viewer = installation_team(body), interaction_principal(body)
+    if not team or viewer is None or viewer.slack_user_id is None:
+        return
+    grants = gov.deps.store.grants
+    grant = await grants.get(team, grant_id)
+    if grant is not None and (grant.requester is None or not grant.requester.same_as(viewer)):
+        if not await gov.admins.is_admin(team, viewer.slack_user_id):
+            log.warning("%s may not revoke grant %s", viewer.principal_id, grant_id)
+            grant = None
+    if grant is not None and await grants.revoke(grant):
+        await gov.audit.append(team, "grant.revoked", actor=viewer.principal_id, subject=grant.request_id,
+                               data={"scope": grant.scope, "approval_key": grant.approval_key,
+                                     "tool": grant.tool_name, "session_id": grant.session_id,
+                                     "requester": grant.requester.principal_id if grant.requester else None})
+    await republish(gov, team, viewer.slack_user_id)
 
 
 async def edit_from_home(gov: Governance, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
@@ -175,13 +200,16 @@ async def build_home(gov: Governance, team: str, user_id: str) -> dict:
     viewer = await viewer_principal(gov, team, user_id)
     records = await gov.deps.store.pending_for_team(team)
     is_admin = await gov.admins.is_admin(team, user_id)
-    waiting, requested, policies = await asyncio.gather(
+    now = datetime.fromtimestamp(gov.deps.runtime.settings.clock(), UTC)
+    waiting, requested, policies, grants = await asyncio.gather(
         _waiting_on(gov, records, viewer),
         _requested_by(gov, records, viewer),
         gov.approver_lists(team) if is_admin else _none(),
+        gov.deps.store.grants.list(team, now),
     )
-    now = datetime.fromtimestamp(gov.deps.runtime.settings.clock(), UTC)
-    return home_view(user_id, waiting, requested, policies, now=now, without_lists=gov.tools_without_lists())
+    mine = [g for g in grants if is_admin or (g.requester is not None and g.requester.same_as(viewer))]
+    return home_view(user_id, waiting, requested, policies, now=now, without_lists=gov.tools_without_lists(),
+                     grants=mine)
 
 
 async def _none() -> None:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bot.principals import Principal
@@ -41,14 +40,12 @@ from bot.protocol import (
     Event,
     InputRequested,
     InputResolved,
-    RequestRecord,
 )
 from bot.session import SessionRef
 from store.audit import AuditGroup, AuditLog, workspace_key
 
 log = logging.getLogger(__name__)
 
-RequestLookup = Callable[[str], Awaitable[RequestRecord]]
 
 
 def _who(principal: Principal | None) -> str | None:
@@ -63,9 +60,8 @@ def _digest(value: Any) -> str:
 class AuditChannel:
     """Appends requests, candidates, settlements, grants, resolutions and executions to the audit log."""
 
-    def __init__(self, audit: AuditLog, requests: RequestLookup | None = None) -> None:
+    def __init__(self, audit: AuditLog) -> None:
         self.audit = audit
-        self._requests = requests  # to read a settled request's approval key (grants)
 
     async def deliver(self, event: Event, session: SessionRef) -> None:
         await self.deliver_batch([event], session)
@@ -112,10 +108,11 @@ class AuditChannel:
         if isinstance(event, ApprovalSettled):
             entries = [("settlement", _who(event.responder), event.request_id,
                         {**base, "outcome": event.outcome, "note": event.note})]
-            if event.outcome == "approved":
-                key = await self._approval_key(event.request_id)
-                if key is not None:
-                    entries.append(("grant", _who(event.responder), event.request_id, {**base, "approval_key": key}))
+            for grant in event.grants:
+                entries.append(("grant", _who(event.responder), event.request_id, {
+                    **base, "approval_key": grant.approval_key, "scope": grant.scope, "tool": grant.tool_name,
+                    "requester": _who(grant.requester) if grant.requester else None,
+                    "expires_at": grant.expires_at.isoformat() if grant.expires_at else None}))
             return entries
         if isinstance(event, InputResolved):
             return [
@@ -132,6 +129,7 @@ class AuditChannel:
                         # "Edit & approve": what ran; the proposed input is in the request's entry
                         **({"edited_input": r.response.edited_input}
                            if r.response and r.response.edited_input is not None else {}),
+                        **({"values": r.response.values} if r.response and r.response.values is not None else {}),
                     },
                 )
                 for r in event.resolutions
@@ -141,12 +139,3 @@ class AuditChannel:
                     "output_sha256": _digest(event.output)}
             return [("execution", None, event.call_id, data)]
         return []
-
-    async def _approval_key(self, request_id: str) -> str | None:
-        if self._requests is None:
-            return None
-        try:
-            record = await self._requests(request_id)
-        except LookupError:
-            return None
-        return record.approval_key

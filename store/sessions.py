@@ -10,7 +10,7 @@ Keys of a session (``P = hitl:{slot}``):
   P:seq          event sequence counter
   P:events       Redis Stream of events, fields ``s`` (sequence) and ``e`` (event JSON)
   P:inbox        list of queued user messages (JSON)
-  P:grants       set of once() approval keys granted in this session
+  P:grants       set of approval keys granted in this session (once(), "don't ask again here")
   P:req:<rid>    hash: the request record (see ``RequestRecord``)
   P:req:<rid>:ok set of principal ids that approved (n-of-m)
   P:exec:<call>  execution marker: "started" or the JSON result
@@ -54,6 +54,7 @@ from bot.protocol import (
     event_from_json,
 )
 from bot.session import SessionRef, session_slot
+from store.grants import GrantStore
 from store.replay import REPLAY_MARK_MS, replay_mark, replay_safe
 
 EVENTS_MAXLEN = 10_000
@@ -274,6 +275,7 @@ class SessionStore:
         self.redis = redis
         self.lease_ms = lease_ms
         self.retention_ms = int(retention_s * 1000)
+        self.grants = GrantStore(redis, self.key)  # standing approvals, listed per workspace
         self._commit = redis.register_script(replay_safe(_COMMIT))
         self._settle = redis.register_script(replay_safe(_SETTLE))
         self._begin = redis.register_script(replay_safe(_BEGIN))
@@ -877,6 +879,7 @@ def _record_fields(record: RequestRecord) -> dict[str, str]:
         "channel": json.dumps(record.channel, separators=(",", ":")),
         "session_info": json.dumps(record.session_info, separators=(",", ":")),
         "approval_key": record.approval_key or "",
+        "grant_on_approve": "1" if record.grant_on_approve else "0",
         "status": record.status,
         "batch": json.dumps(record.batch),
     }
@@ -893,6 +896,7 @@ def _record_from_fields(fields: dict[bytes, bytes]) -> RequestRecord:
             "channel": json.loads(f.get("channel") or "{}"),
             "session_info": json.loads(f.get("session_info") or "{}"),
             "approval_key": f.get("approval_key") or None,
+            "grant_on_approve": f.get("grant_on_approve", "1") != "0",  # records from before it: once() only
             "status": f.get("status", "open"),
             "outcome": f.get("outcome") or None,
             "response": json.loads(f["response"]) if f.get("response") else None,

@@ -90,3 +90,14 @@ def test_check_reports_what_is_kept_and_the_oldest_open_request(redis, redis_url
     assert "data: " in checked.stdout and " state" in checked.stdout and " req" in checked.stdout
     assert "retention: 30 days" in checked.stdout
     assert "oldest open request:" in checked.stdout
+
+
+def test_console_fills_in_a_form_the_agent_asks_for(redis, redis_url):
+    form = '/fill {"what_happened": "Checkout is down", "severity": "SEV1", "customer_facing": true}'
+    result = run(["chat"], {"REDIS_URL": redis_url},
+                 stdin=f'report an incident\n/fill {{"severity": "SEV9"}}\n{form}\n/quit\n')
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "Tell me about the incident" in out and "severity: Severity" in out
+    assert "✗ the form's values are not valid" in out  # a bad fill is refused and the form stays open
+    assert "Thanks, that's what I needed" in out and "what happened: Checkout is down" in out

@@ -14,7 +14,7 @@ def settings(tools: str) -> Settings:
 
 def test_every_module_level_tool_is_registered_and_builtins_stay():
     registry = build_tools(settings("tests.fixtures_tools.pack"))
-    assert registry.names() == ["ask_question", "echo", "wipe_disk"]
+    assert registry.names() == ["ask_question", "echo", "request_info", "wipe_disk"]
     spec = {s.name: s for s in registry.specs()}
     assert spec["echo"].description == "Say it back."
     assert spec["echo"].parameters["properties"]["text"]["type"] == "string"

@@ -1,8 +1,8 @@
 """An offline, deterministic model for trying the bot without an API key.
 
 It understands the demo tool pack's requests ("refund ch_1001 $40", "deploy api to staging",
-"announce lunch is here", "look up acme", "ask me about lunch") and explains how to plug in a
-real model for everything else.
+"announce lunch is here", "look up acme", "ask me about lunch", "report an incident") and
+explains how to plug in a real model for everything else.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ HELP = (
     "- `deploy api to staging` — four-eyes: someone other than you approves\n"
     "- `announce lunch is here` — asks once per conversation\n"
     "- `ask me about lunch` — I ask you a question with choices\n"
+    "- `report an incident` — I ask you to fill in a short form\n"
     "To use a real model, set `OPENAI_API_KEY` (and optionally `OPENAI_BASE_URL` and `MODEL` for any "
     "OpenAI-compatible endpoint) and restart."
 )
@@ -85,12 +86,25 @@ def _ask(m: re.Match[str]) -> tuple[str, dict]:
     }
 
 
+def _incident(m: re.Match[str]) -> tuple[str, dict]:
+    return "request_info", {
+        "prompt": "Tell me about the incident and I'll write it up.",
+        "fields": [
+            {"name": "what_happened", "label": "What happened?", "type": "long_text"},
+            {"name": "severity", "label": "Severity", "type": "choice", "options": ["SEV1", "SEV2", "SEV3"]},
+            {"name": "started_at", "label": "Started at", "type": "datetime", "required": False},
+            {"name": "customer_facing", "label": "Customers are affected", "type": "yes_no"},
+        ],
+    }
+
+
 _INTENTS = [
     (re.compile(r"\brefund\b[^\n]*?\b(ch_\w+)(?:[^\d\n-]*?(-)?\s*\$?\s*(\d+(?:\.\d+)?))?", re.I), _refund),
     (re.compile(r"\bdeploy\s+([\w-]+)(?:\s+(?:to|in|on)\s+(staging|production|prod))?", re.I), _deploy),
     (re.compile(r"\bannounce\s+(.+)", re.I | re.S), _announce),
     (re.compile(r"\b(?:look\s*up|lookup|find)\s+(?:customer\s+)?(\w+)", re.I), _lookup),
     (re.compile(r"\bask\s+me(?:\s+about\s+(.+))?", re.I), _ask),
+    (re.compile(r"\b(?:report|file)\s+(?:an?\s+)?incident\b", re.I), _incident),
 ]
 
 
@@ -127,6 +141,10 @@ def _describe(data: object) -> str:
         return f"I didn't do it: {data.get('message', 'it was not approved')}{note}"
     if data.get("status") == "failed":
         return f"That failed: {data.get('error', 'unknown error')}"
+    if data.get("status") == "answered" and isinstance(data.get("values"), dict):
+        filled = "\n".join(f"- {key.replace('_', ' ')}: {json.dumps(value) if not isinstance(value, str) else value}"
+                           for key, value in data["values"].items() if value not in (None, ""))
+        return "Thanks, that's what I needed. I have:\n" + filled
     if data.get("status") == "answered":
         return f"Got it — **{data.get('answer')}**."
     if data.get("interrupted"):

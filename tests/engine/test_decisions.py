@@ -4,6 +4,7 @@ templates and question styles — all through the one settle path, all fail clos
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 from pydantic import BaseModel
 
@@ -181,3 +182,67 @@ async def test_an_edit_never_gets_past_the_tools_own_request_policy_nor_its_argu
                                               edited_input={"charge_id": "ch_1", "amount": "60"}))
     await runtime.wait_idle()
     assert fine.state == "settled" and RAN == [{"charge_id": "ch_1", "amount": 60.0}]  # as the tool parses it
+
+
+# --- "approve and don't ask again" ----------------------------------------------------------------
+
+
+@tool(approval=always(grantable=["requester"], grant_days=2))
+async def restart(args: dict, ctx: ToolContext) -> dict:
+    """Restart."""
+    RAN.append({"restart": True})
+    return {"ok": True}
+
+
+async def test_a_requester_grant_expires_after_its_days_and_then_asks_again(redis):
+    from bot.parts import RuntimeSettings
+    from tests.engine.harness import session
+
+    RAN.clear()
+    now = [1_800_000_000.0]
+    model = ScriptedModel([call("restart", call_id=f"r{i}") if i % 2 == 0 else model_say("ok") for i in range(6)])
+    runtime, channel, store = make_runtime(redis, model, [restart],
+                                           settings=RuntimeSettings(system_prompt="", clock=lambda: now[0]))
+    await say(runtime, "restart", ref=session("a"))
+    [req] = channel.requests()
+    assert [o.scope for o in req.grants] == ["requester"] and req.grants[0].days == 2
+    plain = await runtime.answer(InputResponse(request_id=req.request_id, option_id="approve", grant="conversation",
+                                               principal=ALICE))
+    assert plain.state == "invalid"  # a scope the tool does not offer
+    done = await runtime.answer(InputResponse(request_id=req.request_id, option_id="approve", grant="requester",
+                                              principal=ALICE))
+    assert done.state == "settled"
+    await runtime.wait_idle()
+
+    now[0] += 47 * 3600
+    await say(runtime, "restart", ref=session("b"))  # another conversation, within two days: runs
+    assert len(RAN) == 2 and len(channel.requests()) == 1
+    now[0] += 2 * 3600
+    await say(runtime, "restart", ref=session("c"))  # expired: asked again
+    assert len(RAN) == 2 and len(channel.requests()) == 2
+    assert await store.grants.list("T1", datetime.fromtimestamp(now[0], UTC)) == []
+
+
+async def test_dont_ask_again_is_refused_where_several_must_approve(redis):
+    from bot.governance import use_policy_source
+    from handlers.governance import policy_source_for
+
+    use_policy_source(policy_source_for(redis))
+    try:
+        @tool(name="restart", approval=Approval(request=always(grantable=True), response=n_of_m(2)))
+        async def two_person_restart(args: dict, ctx: ToolContext) -> dict:
+            """Restart with two approvers."""
+            RAN.append({"restart": True})
+            return {}
+
+        RAN.clear()
+        model = ScriptedModel([call("restart", call_id="r1"), model_say("ok")])
+        runtime, channel, _ = make_runtime(redis, model, [two_person_restart])
+        await say(runtime, "restart")
+        [req] = channel.requests()
+        result = await runtime.answer(InputResponse(request_id=req.request_id, option_id="approve", grant="requester",
+                                                    principal=BOB))
+        assert result.state == "invalid" and "several approvals" in result.reason
+        assert RAN == []
+    finally:
+        use_policy_source(None)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+from datetime import date
+from typing import Literal
 
 import pytest
+from pydantic import BaseModel, Field
 
 from bot.approval import always
 from bot.builtin.ask_question import Question, ask_question
@@ -207,3 +210,71 @@ async def test_ctx_ask_interrupted_by_steering(redis):
     assert seen == ["interrupted"]
     assert json.loads(tool_results(shown(model))["p1"]) == {"status": "interrupted"}
     assert user_texts(shown(model))[-1] == "never mind, what's new?"
+
+
+# --- ctx.form() ------------------------------------------------------------------------------------
+
+
+class Leave(BaseModel):
+    first_day: date
+    days: int = Field(ge=1, le=30)
+    kind: Literal["vacation", "sick"] = "vacation"
+
+
+class Unshowable(BaseModel):
+    where: dict[str, str]
+
+
+def _leave_tool(effects: list[dict]) -> Tool:
+    async def book_leave(args: dict, ctx: ToolContext) -> dict:
+        who = await ctx.ask("For whom?", ["me", "my team"], allow_free_text=False)
+        form = await ctx.form(Leave, "When are you away?")
+        assert form.values is not None
+        effects.append({"who": who.value, **form.values.model_dump(mode="json")})
+        return {"booked": form.values.days, "from": form.values.first_day.isoformat()}
+
+    return Tool(book_leave, name="book_leave")
+
+
+async def test_ctx_form_parks_durably_and_resumes_in_another_runtime_once(redis):
+    effects: list[dict] = []
+    model = ScriptedModel([call("book_leave", call_id="bl1"), model_say("Booked.")])
+    runtime, channel, _ = make_runtime(redis, model, [_leave_tool(effects)])
+    await say(runtime, "book my leave")
+    [question] = channel.requests()
+    await runtime.answer(InputResponse(request_id=question.request_id, option_id="me", principal=ALICE))
+    await runtime.wait_idle()
+    form = channel.requests()[-1]
+    assert form.kind == "user-input" and form.display == "form" and not form.allow_free_text
+    assert set(form.form["properties"]) == {"first_day", "days", "kind"}
+
+    bad = await runtime.answer(InputResponse(request_id=form.request_id, values={"first_day": "soon", "days": 99},
+                                             principal=ALICE))
+    assert bad.state == "invalid" and "first_day" in bad.reason and "days" in bad.reason
+    typed = await runtime.answer(InputResponse(request_id=form.request_id, text="2026-12-24", principal=ALICE))
+    assert typed.state == "invalid" and "Open form" in typed.reason
+    other = await runtime.answer(InputResponse(request_id=form.request_id,
+                                               values={"first_day": "2026-12-24", "days": 5}, principal=BOB))
+    assert other.state == "rejected"  # requester-only, like any question
+
+    # a new process (after a restart, another replica) holds nothing of the first one but Redis
+    restarted, _, _ = make_runtime(redis, model, [_leave_tool(effects)], channel=channel)
+    done = await restarted.answer(InputResponse(request_id=form.request_id,
+                                                values={"first_day": "2026-12-24", "days": 5}, principal=ALICE))
+    assert done.state == "settled"
+    await restarted.wait_idle()
+    assert effects == [{"who": "me", "first_day": "2026-12-24", "days": 5, "kind": "vacation"}]
+    assert json.loads(tool_results(shown(model))["bl1"]) == {"booked": 5, "from": "2026-12-24"}
+
+
+async def test_a_form_no_slack_input_can_show_fails_the_call_and_says_why(redis):
+    async def locate(args: dict, ctx: ToolContext) -> dict:
+        await ctx.form(Unshowable, "Where?")
+        return {}
+
+    model = ScriptedModel([call("locate", call_id="l1"), model_say("ok")])
+    runtime, channel, _ = make_runtime(redis, model, [Tool(locate, name="locate")])
+    await say(runtime, "where")
+    assert channel.requests() == []
+    result = tool_results(shown(model))["l1"]
+    assert "where" in result and "can't be shown as a form" in result
