@@ -11,6 +11,8 @@ Handlers register one listener for ``ACTION_ID_PATTERN`` and call :func:`decode_
             the tool's arguments); every modal's ``private_metadata`` is :class:`ModalMetadata`
 - grant:    ``hitl:<request_id>:grant``        "Approve & don't ask again": a button (value = the scope) or,
             with several scopes, a select (option value = the scope)
+- token:    ``hitl:<request_id>:token``        "Get a result token" (external calls): sent privately, and only
+            to someone the response policy admits
 - form:     ``hitl:<request_id>:form``         "Open form": opens the ``hitl_form`` modal (a "user-input"
             request's form; one input block per field, ``hitl_field:<name>``)
 - approver lists: ``approvers:edit:<tool_name>`` (App Home), modal ``approvers_edit``
@@ -56,12 +58,12 @@ APPROVERS_USERS_ACTION_ID = "users"
 MAX_REQUEST_ID = 200
 MAX_TOOL_NAME = ACTION_ID - len(APPROVERS_ACTION_PREFIX)
 
-Control = Literal["btn", "select", "freeform", "reason", "edit", "form", "grant"]
+Control = Literal["btn", "select", "freeform", "reason", "edit", "form", "grant", "token"]
 ModalControl = Literal["freeform", "reason", "edit", "form"]
 MODAL_CONTROLS: tuple[ModalControl, ...] = ("freeform", "reason", "edit", "form")  # controls that open a modal
 
 _ACTION_RE = re.compile(
-    r"^hitl:(?P<request_id>.+):(?:btn:(?P<index>\d{1,4})|(?P<control>select|freeform|reason|edit|form|grant))$", re.S
+    r"^hitl:(?P<request_id>.+):(?:btn:(?P<index>\d{1,4})|(?P<control>select|freeform|reason|edit|form|grant|token))$", re.S
 )
 _BLOCK_RE = re.compile(r"^(?P<request_id>.+):(?P<kind>[A-Za-z0-9_.-]+):(?P<n>\d+)$", re.S)
 _INDEX_VALUE_RE = re.compile(r"^#(\d{1,4})$")
@@ -104,6 +106,10 @@ def modal_action_id(request_id: str, control: ModalControl) -> str:
 
 def grant_action_id(request_id: str) -> str:
     return f"{ACTION_PREFIX}{_checked_request_id(request_id)}:grant"
+
+
+def token_action_id(request_id: str) -> str:
+    return f"{ACTION_PREFIX}{_checked_request_id(request_id)}:token"
 
 
 def freeform_action_id(request_id: str) -> str:

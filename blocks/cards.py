@@ -76,6 +76,7 @@ from bot.governance import list_name
 from bot.principals import Principal
 from bot.protocol import (
     APPROVE,
+    CANCEL,
     CONTINUE,
     STOP,
     GrantOffer,
@@ -135,6 +136,9 @@ def request_summary(req: InputRequest, limit: int = 300) -> str:
         lead, alone = "Session limit: ", "Session limit reached"
     elif req.kind == "user-input":
         lead, alone = "Form to fill in: ", "Form to fill in"
+    elif req.kind == "external-result":
+        alone = f"Run elsewhere: {tool_name_of(req)}"
+        lead = alone + " — "
     else:
         lead, alone = "Question: ", "Question"
     prompt = decision_plain(req.prompt, max(limit - len(lead), 1))  # cut between links, not inside one
@@ -235,7 +239,7 @@ def resolution_label(req: InputRequest, outcome: ResolutionOutcome, option_id: s
             return "Stopped" if option_id == STOP else "Approved"
         if req.kind == "tool-approval":
             return "Approved" if option_id == APPROVE else "Cancelled"
-        return "Filled in" if req.kind == "user-input" else "Answered"
+        return {"user-input": "Filled in", "external-result": "Result submitted"}.get(req.kind, "Answered")
     if outcome == "expired":
         return expired_label(req)
     return NO_LONGER_NEEDED
@@ -397,6 +401,9 @@ def _title_text(req: InputRequest, prompt_limit: int, *, pending: bool = True) -
         if prompt and one_line(req.prompt) not in (tool_name, f"Run {tool_name}?"):  # never the name twice
             title += "\n" + truncate_mrkdwn(prompt, prompt_limit)
         return title
+    if req.kind == "external-result":
+        title = f":outbox_tray: *{'Run elsewhere:' if pending else 'Run elsewhere'}* {inline_code(tool_name_of(req))}"
+        return title + ("\n" + truncate_mrkdwn(prompt, prompt_limit) if prompt else "")
     if req.kind == "session-limit":
         title = ":stopwatch: *Session limit reached*"
         return title + ("\n" + truncate_mrkdwn(prompt, prompt_limit) if prompt else "")
@@ -559,6 +566,25 @@ def _form_controls(req: InputRequest, tag: str) -> list[Block]:
             _context(req.request_id, f"{tag}formnote", FORM_ONLY_NOTE)]
 
 
+RESULT_LABEL = "Submit result"
+TOKEN_LABEL = "Get a result token"
+EXTERNAL_NOTE = ("Run it yourself, then *Submit result* with what it returned. A system can post the result "
+                 "instead: *Get a result token*.")
+
+
+def _external_controls(req: InputRequest, tag: str) -> list[Block]:
+    """Submit result (a form of the tool's result model), Get a result token, Cancel, Cancel with reason."""
+    rid = req.request_id
+    submit = ButtonElement(text=PlainTextObject(text=RESULT_LABEL), action_id=ids.modal_action_id(rid, "form"),
+                           value=rid, style="primary")
+    token = ButtonElement(text=PlainTextObject(text=TOKEN_LABEL), action_id=ids.token_action_id(rid), value=rid)
+    cancel = [o for o in req.displayed_options() if o.id == CANCEL]
+    elements: list[Any] = [submit, token, *_buttons(req, cancel),
+                           _modal_button(req, REASON_LABEL, ids.reason_action_id(rid))]
+    return [ActionsBlock(block_id=ids.block_id(rid, f"{tag}actions"), elements=elements),
+            _context(rid, f"{tag}extnote", EXTERNAL_NOTE)]
+
+
 def form_field_titles(req: InputRequest) -> dict[str, str]:
     """A form request's field names and the labels people see (its schema's titles)."""
     properties = (req.form or {}).get("properties") or {}
@@ -573,6 +599,8 @@ def _controls(req: InputRequest, tag: str) -> list[Block]:
         return [ActionsBlock(block_id=actions_id, elements=_approval_controls(req, options))]
     if req.kind == "user-input":
         return _form_controls(req, tag)
+    if req.kind == "external-result":
+        return _external_controls(req, tag)
     elements: list[Any] = []
     if options and req.style == "buttons" and len(options) < ACTIONS_ELEMENTS:
         elements.extend(_buttons(req, options))
@@ -631,7 +659,7 @@ def card_blocks(
     pending = interactive if pending is None else pending
     rid = req.request_id
     blocks: list[Block] = [_section(rid, f"{tag}title", _title_text(req, prompt_limit, pending=pending))]
-    if req.kind == "tool-approval" and req.action is not None:
+    if req.kind in ("tool-approval", "external-result") and req.action is not None:
         fields = _field_texts(req.action.input, max_fields, req.action.shown_as)
         for n, start in enumerate(range(0, len(fields), SECTION_FIELDS)):
             chunk = fields[start : start + SECTION_FIELDS]
@@ -864,6 +892,15 @@ def _typed_text(state_values: dict, block_id: str, action_id: str) -> str | None
     return (text.strip() or None) if isinstance(text, str) else None
 
 
+def result_token_text(req: InputRequest, url: str, token: str, expires_at: datetime) -> str:
+    """The private note with a result token: where to post, how, until when, and to keep it secret."""
+    fields = ", ".join(inline_code(name) for name in form_field_titles(req)) or "the result's fields"
+    return (f"To send the result of {inline_code(tool_name_of(req))} from another system, POST it as JSON "
+            f"(fields: {fields}) until {slack_date(expires_at)}. Anyone with this token answers as you; "
+            f"it works once.\n```curl -X POST {url} \\\n  -H 'Authorization: Bearer {token}' \\\n"
+            f"  -H 'Content-Type: application/json' -d '{{…}}'```")
+
+
 # --- "Cancel with reason" and "Edit & approve" modals ---------------------------------------
 
 REASON_TITLE = "Cancel request"
@@ -922,10 +959,16 @@ FORM_TITLE = "Fill in"
 def form_modal(req: InputRequest, form: list[dict], channel_id: str, message_ts: str) -> dict:
     """Opened by "Open form"; ``form`` is the request's fields as inputs (``blocks.forms``). Submitting
     answers the request with what was filled in."""
-    prompt = decision_mrkdwn(req.prompt).strip() or "_(no question text)_"
+    if req.kind == "external-result":
+        title = RESULT_LABEL
+        prompt = (f"What did {inline_code(one_line(tool_name_of(req)))} return? The agent carries on with it, "
+                  "and the card and the audit log name you as its source.")
+    else:
+        title = FORM_TITLE
+        prompt = decision_mrkdwn(req.prompt).strip() or "_(no question text)_"
     intro = SectionBlock(block_id=ids.block_id(req.request_id, "modal-form"),
                          text=_text(truncate_mrkdwn(prompt, SECTION_TEXT)))
-    return _modal(req, ids.FORM_CALLBACK_ID, FORM_TITLE, "Send", channel_id, message_ts, [intro, *form],
+    return _modal(req, ids.FORM_CALLBACK_ID, title, "Send", channel_id, message_ts, [intro, *form],
                   close="Cancel")
 
 

@@ -28,11 +28,13 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 import handlers
 import handlers.http
+import handlers.results
 from blocks.forms import FormUnsupported, check_form_model
 from bot.builtin import BUILTIN_TOOLS
 from bot.config import ConfigError, Settings
 from bot.models.base import ChatModel
 from bot.ports import Channel, FanoutChannel
+from bot.result_tokens import token_key
 from bot.tools import Tool, ToolRegistry
 from bot.turns import Runtime, RuntimeSettings
 from handlers.channel import SlackChannel
@@ -255,11 +257,13 @@ async def _start(
     )
     runtime.add_consumer("audit", AuditChannel(AuditLog(redis.client)))
     runtime.add_consumer("notify", ApproverNotices(store, delivery_client_for, slack_channel.pacing))
-    deps = SlackDeps(runtime=runtime, store=store, settings=settings)
+    deps = SlackDeps(runtime=runtime, store=store, settings=settings, result_key=token_key(secret),
+                     public_url=settings.public_url)
     _wire_governance(deps, redis, client_for, registry, oauth.installation_store if oauth else None)
     handlers.register(slack, deps)
 
     web_app = handlers.http.web_app(slack, signing_secret=secret, ready=lambda: ping(redis.client))
+    handlers.results.add_routes(web_app, deps, deps.result_key)
     runner = web.AppRunner(web_app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
     await runner.setup()
     stack.push_async_callback(runner.cleanup)
@@ -270,6 +274,7 @@ async def _start(
     await site.start()
     bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     url = f"http://127.0.0.1:{bound}"
+    deps.public_url = deps.public_url or url
     if local is not None:
         local.set_bot_url(f"{url}/slack/events")
 

@@ -54,6 +54,7 @@ class Settings(BaseSettings):
     history_limit: int = Field(default=1000, alias="BOT_HISTORY_LIMIT", ge=0)
     max_active_turns: int = Field(default=8, alias="BOT_MAX_ACTIVE_TURNS", ge=1)
     localslack_port: int = Field(default=3001, alias="LOCALSLACK_PORT")
+    public_url: str = Field(default="", alias="BOT_PUBLIC_URL")  # e.g. https://bot.example.com (result API links)
 
     @field_validator("slack_api_url")
     @classmethod

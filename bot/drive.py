@@ -450,7 +450,11 @@ def _apply_resolutions(step: StepState, records: dict[str, RequestRecord], tools
         if call.status == "awaiting" and call.request_id in records:
             record = records[call.request_id]
             call.request_id = None
-            if record.outcome == "approved":
+            if record.request.kind == "external-result" and record.outcome == "answered" and record.response:
+                # run elsewhere: what the person (or their system) sent is the call's result
+                call.status, call.principal = "done", record.responder or call.principal
+                call.result = CallResult(status="completed", output=record.response.values)
+            elif record.outcome == "approved":
                 call.status = "ready"
                 call.principal = record.responder or call.principal
                 edited = record.response.edited_input if record.response else None

@@ -24,7 +24,15 @@ from bot.approval import (
     records_grant,
 )
 from bot.parts import Parts
-from bot.protocol import ActionRef, ActionStarted, InputOption, InputRequest, RequestRecord, approval_options
+from bot.protocol import (
+    CANCEL,
+    ActionRef,
+    ActionStarted,
+    InputOption,
+    InputRequest,
+    RequestRecord,
+    approval_options,
+)
 from bot.session import SessionAuth, SessionInfo, new_request_id
 from bot.state import CallResult, CallState, SessionState, StepState
 from bot.tools import AskParked, Tool, ToolContext, as_dict
@@ -119,7 +127,7 @@ class Executor:
         if status.type == "denied":
             call.status, call.result = "done", CallResult(
                 status="rejected", output=denied_output(status.reason or DENIED_MESSAGE))
-        elif status.type == "user-approval":
+        elif status.type == "user-approval" or tool.external:  # an external call always waits for its result
             call.status = "awaiting"
         else:
             call.status = "ready"
@@ -149,7 +157,7 @@ class Executor:
         async def describe(record: RequestRecord) -> None:
             req = record.request
             tool = self.p.tools.get(req.action.tool_name) if req.action else None
-            if req.kind != "tool-approval" or tool is None or req.action is None:
+            if req.kind not in ("tool-approval", "external-result") or tool is None or req.action is None:
                 return
             view = RequestView(request_id=req.request_id, call_id=req.action.call_id, tool_name=tool.name,
                                tool_input=req.action.input, principal=req.principal)
@@ -163,6 +171,8 @@ class Executor:
         assert turn is not None
         tool = self.require(call.tool_name)
         args = tool.parse(call.arguments)
+        if tool.external:
+            return self._external_request(state, call, tool, args)
         req = InputRequest(
             request_id=new_request_id(state.ref.session_id),
             kind="tool-approval",
@@ -185,6 +195,28 @@ class Executor:
         record = make_record(state, req, approval_key=key)
         record.grant_on_approve = on_approve
         return record
+
+    def _external_request(self, state: SessionState, call: CallState, tool: Tool, args: Any) -> RequestRecord:
+        """A call a person runs elsewhere: the card shows what to run and takes its result."""
+        turn = state.turn
+        assert turn is not None
+        req = InputRequest(
+            request_id=new_request_id(state.ref.session_id),
+            kind="external-result",
+            prompt=tool.approval_prompt(args) or _what_it_does(tool),
+            action=ActionRef(call_id=call.call_id, tool_name=tool.name, input=as_dict(args), shown_as=tool.shown_as),
+            options=[InputOption(id=CANCEL, label="Cancel")],
+            display="form",
+            form=tool.result_form,
+            principal=turn.owner,
+            session_id=state.ref.session_id,
+            turn_id=turn.turn_id,
+            dangerous=tool.dangerous,
+            notify=tool.notify,
+        )
+        _set_deadlines(req, tool, self.p.settings.clock())
+        call.request_id = req.request_id
+        return make_record(state, req)
 
     def _question(self, state: SessionState, call: CallState) -> RequestRecord:
         turn = state.turn

@@ -157,6 +157,7 @@ class InputResponse(Contract):
     edited_input: dict[str, Any] | None = None  # approve with these arguments instead (editable tools only)
     values: dict[str, Any] | None = None  # a submitted form ("user-input"), keyed by the form's field names
     grant: GrantScope | None = None  # approve, and don't ask again in this scope (one of the request's offers)
+    via: Literal["api"] | None = None  # how it came when not from a person's own click: "api" (a result token)
 
 
 class Resolution(Contract):

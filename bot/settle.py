@@ -90,7 +90,7 @@ class Settler:
         if outcome is None:
             return AnswerResult("invalid", record, reason=FORM_ONLY if req.kind == "user-input"
                                 else "That is not one of the options.")
-        if req.kind == "user-input":
+        if req.kind in ("user-input", "external-result") and outcome == "answered":
             values, refusal = _checked_form(req, response)
             if values is None:
                 return AnswerResult("invalid", record, reason=refusal)
@@ -128,7 +128,7 @@ class Settler:
     def response_policy(self, req: InputRequest) -> tuple[Any, bool]:
         """The policy that decides who may settle ``req`` (None: cannot be known here), and whether
         the tool brought its own."""
-        if req.kind != "tool-approval" or req.action is None:
+        if req.kind not in ("tool-approval", "external-result") or req.action is None:
             return requester_only(), False
         tool = self.p.tools.get(req.action.tool_name)
         if tool is None:
@@ -364,6 +364,10 @@ def answer_outcome(req: InputRequest, response: InputResponse) -> str | None:
     """The resolution an answer asks for, or None when it is not a valid answer to this request."""
     if req.kind == "user-input":  # only a submitted form answers it (typed replies and options don't)
         return "answered" if response.values is not None and response.option_id is None else None
+    if req.kind == "external-result":  # its result (a submitted form, or posted by a system), or Cancel
+        if response.values is not None and response.option_id is None:
+            return "answered"
+        return "cancelled" if response.option_id == CANCEL and response.values is None else None
     if req.kind == "tool-approval":
         return {APPROVE: "approved", CANCEL: "cancelled"}.get(response.option_id or "")
     if req.kind == "session-limit":
@@ -378,4 +382,6 @@ def answer_outcome(req: InputRequest, response: InputResponse) -> str | None:
 def resolution_outcome(req: InputRequest, outcome: str) -> str:
     if req.kind in ("tool-approval", "session-limit"):
         return "approved" if outcome == "approved" else "denied"
+    if req.kind == "external-result":
+        return "answered" if outcome == "answered" else "denied"
     return "answered"

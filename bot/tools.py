@@ -221,6 +221,8 @@ class Tool:
         editable: bool = False,
         prompt: Prompt | None = None,
         denied_message: str | None = None,
+        external: bool = False,
+        result: type[BaseModel] | None = None,
     ):
         self.fn = fn
         self.name = name or fn.__name__
@@ -242,6 +244,11 @@ class Tool:
         self.editable = editable  # approvers may change the arguments first ("Edit & approve")
         self.prompt = prompt
         self.denied_message = denied_message  # what the model is told when a person does not approve
+        if external != (result is not None):
+            raise ValueError(f"{self.name}: external=True and result=<a pydantic model> go together")
+        self.external = external  # a person runs it elsewhere and submits its result (the function never runs)
+        self.result_model = result
+        self.result_form = form_schema(result) if result is not None else None  # FormSchemaError names the field
         self.shown_as = _shown_as(self.input_model)
         self._wants_ctx = len(inspect.signature(fn).parameters) >= 2
         self._spec: ToolSpec | None = None
@@ -358,6 +365,8 @@ def tool(
     editable: bool = False,
     prompt: Prompt | None = None,
     denied_message: str | None = None,
+    external: bool = False,
+    result: type[BaseModel] | None = None,
 ) -> Any:
     """Turn a function ``(args: Model, ctx: ToolContext)`` into a Tool. Sync functions work too.
 
@@ -373,7 +382,12 @@ def tool(
     open then, they are reminded once. ``expires_after``: unanswered then, the request resolves
     "expired", the card says so, and the model is told nobody answered in time. ``escalate_after`` with
     ``escalate_to`` (an approver list, e.g. "tool:refund_managers"): still open then, the people on that
-    list may answer too, and are told as approvers are."""
+    list may answer too, and are told as approvers are.
+
+    ``external=True`` with ``result=<a pydantic model>``: the agent proposes the call, and a person runs
+    it elsewhere and submits its result — from the card (a form of ``result``) or by a system posting
+    it to ``POST /hitl/requests/<id>/result`` with a token only people the response policy admits get.
+    The function itself never runs; its request policy still may deny a call or let nobody see it."""
 
     def wrap(f: ToolFn) -> Tool:
         return Tool(
@@ -392,6 +406,8 @@ def tool(
             editable=editable,
             prompt=prompt,
             denied_message=denied_message,
+            external=external,
+            result=result,
         )
 
     return wrap(fn) if fn is not None else wrap

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import UTC, datetime
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
@@ -44,16 +45,19 @@ from blocks.cards import (
     reason_text,
     refused_text,
     resolution_label,
+    result_token_text,
 )
 from blocks.forms import form_blocks, parse_form_state, unshowable_fields
 from bot.forms import FormSchemaError, model_from_schema
 from bot.principals import Principal
 from bot.protocol import APPROVE, CANCEL, InputResponse, RequestRecord, UnknownRequest
+from bot.result_tokens import TOKEN_TTL_S, issue_token
 from bot.settle import NOT_EDITABLE
 from bot.turns import AnswerResult
 from handlers.deps import SlackDeps
 from handlers.identity import interaction_principal
 from handlers.notes import tell_privately
+from handlers.results import RESULT_PATH
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +101,10 @@ async def _on_action(deps: SlackDeps, ack: Any, body: dict[str, Any], action: di
         deps.runtime.spawn(_tell(client, body, principal.slack_user_id, None, not_found_text()),
                            what="tell about an unknown request")
         return
+    if decoded.control == "token":
+        await ack()
+        deps.runtime.spawn(_send_token(deps, client, body, principal, record), what=f"result token for {record.request_id}")
+        return
     if decoded.control in MODAL_CONTROLS:
         await ack()
         deps.runtime.spawn(_open_modal(deps, client, body, principal, record, decoded.control),
@@ -111,6 +119,27 @@ async def _on_action(deps: SlackDeps, ack: Any, body: dict[str, Any], action: di
     await ack()
     deps.runtime.spawn(_finish(deps, client, body, principal.slack_user_id, task),
                        what=f"after answer {record.request_id}")
+
+
+async def _send_token(deps: SlackDeps, client: Any, body: dict[str, Any], principal: Principal,
+                      record: RequestRecord) -> None:
+    """A result token for an external call, privately, to someone its response policy admits."""
+    user_id = principal.slack_user_id
+    if record.status != "open":
+        await _tell(client, body, user_id, record, _settled_text(record))
+        return
+    if deps.result_key is None or record.request.kind != "external-result":
+        await _tell(client, body, user_id, record, "Results can only be submitted from the card here.")
+        return
+    decision = await deps.runtime.check_response(record, principal, APPROVE, within_s=CHECK_BEFORE_FORM_S)
+    if decision is None or decision.status != "allowed":
+        await _tell(client, body, user_id, record, refused_text(decision.reason if decision else None))
+        return
+    now = deps.runtime.settings.clock()
+    token = issue_token(deps.result_key, record.request_id, principal, now=now)
+    url = f"{deps.public_url.rstrip('/')}{RESULT_PATH.format(request_id=record.request_id)}"
+    expires = datetime.fromtimestamp(now + TOKEN_TTL_S, UTC)
+    await _tell(client, body, user_id, record, result_token_text(record.request, url, token, expires))
 
 
 def _clicked(record: RequestRecord, control: str, raw_value: str | None, principal: Principal) -> InputResponse:
@@ -178,7 +207,7 @@ def _arguments_model(deps: SlackDeps, record: RequestRecord) -> Any:
 
 def _form_model(record: RequestRecord | None) -> Any:
     """The pydantic model a "user-input" request's form is read with (None: it has no usable form)."""
-    if record is None or record.request.kind != "user-input":
+    if record is None or record.request.kind not in ("user-input", "external-result"):
         return None
     try:
         return model_from_schema(record.request.form or {})

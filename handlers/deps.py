@@ -21,4 +21,6 @@ class SlackDeps:
     store: SessionStore
     settings: Settings
     governance: Any = None  # handlers.governance.Governance, when wired (App Home, /approvers)
+    result_key: bytes | None = None  # signs result tokens for external calls (None: that API is off)
+    public_url: str = ""  # where this bot is reached over HTTP, for the result API's address on cards
     extras: dict[str, Any] = field(default_factory=dict)

@@ -130,6 +130,7 @@ class AuditChannel:
                         **({"edited_input": r.response.edited_input}
                            if r.response and r.response.edited_input is not None else {}),
                         **({"values": r.response.values} if r.response and r.response.values is not None else {}),
+                        **({"via": r.response.via} if r.response and r.response.via else {}),
                     },
                 )
                 for r in event.resolutions

@@ -1,0 +1,70 @@
+"""External results over HTTP (DESIGN §12): ``POST /hitl/requests/<id>/result``.
+
+A system that ran an ``external=True`` call posts its result as JSON with ``Authorization: Bearer
+<token>`` — a token the card gave to someone the response policy admits (``bot.result_tokens``). The
+result settles through the one settle path as that person, marked ``via: "api"``: validated against the
+tool's result model, the response policy asked again, exactly once, audited. Answers are JSON with an
+``error`` that says what to fix.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from aiohttp import web
+
+from bot.protocol import InputResponse, UnknownRequest
+from bot.result_tokens import verify_token
+from handlers.deps import SlackDeps
+
+log = logging.getLogger(__name__)
+
+RESULT_PATH = "/hitl/requests/{request_id}/result"
+MAX_RESULT_BYTES = 256 * 1024
+_STATUS = {"settled": 200, "partial": 202, "invalid": 422, "stale": 409, "rejected": 403, "failed": 503,
+           "forbidden": 403}
+
+
+def add_routes(app: web.Application, deps: SlackDeps, key: bytes | None) -> None:
+    async def post_result(request: web.Request) -> web.Response:
+        return await _post_result(deps, key, request)
+
+    app.router.add_post(RESULT_PATH, post_result)
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"ok": False, "error": message}, status=status)
+
+
+async def _post_result(deps: SlackDeps, key: bytes | None, request: web.Request) -> web.Response:
+    if key is None:
+        return _error(404, "result tokens are off: set SLACK_SIGNING_SECRET")
+    request_id = request.match_info["request_id"]
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    claims = verify_token(key, token, request_id, now=deps.runtime.settings.clock()) if scheme == "Bearer" else None
+    if claims is None:
+        return _error(401, "send 'Authorization: Bearer <token>' with a current token for this request")
+    if (request.content_length or 0) > MAX_RESULT_BYTES:
+        return _error(413, f"a result is at most {MAX_RESULT_BYTES} bytes")
+    try:
+        values: Any = json.loads(await request.read() or b"null")
+    except ValueError:
+        return _error(400, "the body must be the result as a JSON object")
+    if not isinstance(values, dict):
+        return _error(400, "the body must be the result as a JSON object")
+    try:
+        record = await deps.store.get_request(request_id)
+    except UnknownRequest:
+        return _error(404, "no such request (it may have expired)")
+    if record.request.kind != "external-result":
+        return _error(404, "that request does not take a result")
+    response = InputResponse(request_id=request_id, values=values, principal=claims.principal, via="api")
+    result = await deps.runtime.answer(response, resume=False, record=record)
+    if result.batch_complete:
+        deps.runtime.spawn(deps.runtime.drive(record.session_id), what=f"resume {record.session_id}")
+    if result.state == "settled":
+        return web.json_response({"ok": True, "request_id": request_id})
+    reason = result.reason or ("it was already settled" if result.state == "stale" else result.state)
+    return _error(_STATUS.get(result.state, 400), reason)
