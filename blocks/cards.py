@@ -94,7 +94,7 @@ TOOL_NAME_CHARS = 100
 FREEFORM_LABEL = "Type your own answer"
 NO_LONGER_NEEDED = "No longer needed"
 
-_POSITIVE = {"approved", "answered", "continued", "approve", "continue"}
+_POSITIVE = {"approved", "answered", "continued", "approve", "continue", "filled in", "result submitted"}
 _NEGATIVE = {"cancelled", "canceled", "denied", "stopped", "rejected", "cancel", "stop"}
 
 
@@ -510,22 +510,28 @@ def grant_label(offer: GrantOffer) -> str:
     """How a "don't ask again" scope is named on a card."""
     if offer.scope == "conversation":
         return "Approve, don’t ask again here"
-    return f"Approve, don’t ask them for {offer.days} days"
+    return f"Approve, don’t ask again for {offer.days} days"
 
 
 def grant_description(offer: GrantOffer) -> str:
     if offer.scope == "conversation":
-        return "It runs without asking for the rest of this conversation"
-    return f"It runs for the requester without asking, in any conversation, for {offer.days} days"
+        return "Calls like it run without asking for the rest of this conversation"
+    return f"The requester's calls like it run without asking, in any conversation, for {offer.days} days"
 
 
-def _grant_confirm(req: InputRequest) -> ConfirmObject:
-    tool = one_line(tool_name_of(req))
+def _grant_scope_text(req: InputRequest, offer: GrantOffer) -> str:
+    if offer.scope == "conversation":
+        return "won't ask again in this conversation"
+    return f"won't ask {mention(req.principal)} again for {offer.days} days, in any conversation"
+
+
+def _grant_confirm(req: InputRequest, offer: GrantOffer | None) -> ConfirmObject:
+    tool = inline_code(one_line(tool_name_of(req)))
+    scope = _grant_scope_text(req, offer) if offer else "stops asking in the scope you pick"
     return ConfirmObject(
-        title=PlainTextObject(text=plain("Stop asking?", CONFIRM_TITLE)),
-        text=_text(truncate_mrkdwn(f"{inline_code(tool)} runs now, and calls like it won't wait for anyone in the "
-                                   "scope you chose. Anyone allowed can revoke this in the app's Home tab.",
-                                   CONFIRM_TEXT)),
+        title=PlainTextObject(text=plain("Approve and stop asking?", CONFIRM_TITLE)),
+        text=_text(truncate_mrkdwn(f"{tool} runs now, and {scope}. The requester or an admin can revoke this in "
+                                   "the app's Home tab.", CONFIRM_TEXT)),
         confirm=PlainTextObject(text=plain("Approve", CONFIRM_BUTTON)),
         deny=PlainTextObject(text=plain("Not yet", CONFIRM_BUTTON)),
     )
@@ -537,12 +543,12 @@ def _grant_control(req: InputRequest) -> Any:
     if len(req.grants) == 1:
         [offer] = req.grants
         return ButtonElement(text=PlainTextObject(text=plain(grant_label(offer), BUTTON_TEXT)), action_id=action_id,
-                             value=offer.scope, confirm=_grant_confirm(req))
+                             value=offer.scope, confirm=_grant_confirm(req, offer))
     options = [Option(value=o.scope, text=PlainTextObject(text=plain(grant_label(o), OPTION_TEXT)),
                       description=PlainTextObject(text=truncate(grant_description(o), OPTION_DESCRIPTION)))
                for o in req.grants]
     return StaticSelectElement(action_id=action_id, placeholder=PlainTextObject(text=GRANT_PLACEHOLDER),
-                               options=options, confirm=_grant_confirm(req))
+                               options=options, confirm=_grant_confirm(req, None))
 
 
 def granted_text(req: InputRequest, scope: str | None) -> str | None:
@@ -796,7 +802,8 @@ def render_settled(
 def _form_value_sections(req: InputRequest, values: dict[str, Any]) -> list[Block]:
     """What a form was filled in with, labelled as the form labelled it."""
     titles = form_field_titles(req)
-    named = {titles.get(key, key): value for key, value in values.items() if value not in (None, [], "")}
+    named = {titles.get(key, key): ("Yes" if value else "No") if isinstance(value, bool) else value
+             for key, value in values.items() if value not in (None, [], "")}
     if not named:
         return [_section(req.request_id, "s-values", "_(the form was sent empty)_")]
     texts = _field_texts(named, CARD_MAX_FIELDS)

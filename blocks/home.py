@@ -211,7 +211,7 @@ def grant_text(grant: Grant) -> str:
     if grant.scope == "requester":
         where = f"for {mention(grant.requester)} in any conversation"
     else:
-        where = f"in one conversation of {mention(grant.requester)}"
+        where = f"in one conversation, where {mention(grant.requester)} asked"
     line = f"{tool}{key} runs without asking {where}"
     if grant.expires_at is not None:
         line += f" · until {slack_date(grant.expires_at)}"

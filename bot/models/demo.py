@@ -126,6 +126,12 @@ def _summarize(messages: list[Message]) -> str:
     return "\n".join(lines) or "Done."
 
 
+def _plain_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return value if isinstance(value, str) else json.dumps(value)
+
+
 def _describe(data: object) -> str:
     if not isinstance(data, dict):
         return f"Result: `{json.dumps(data)}`"
@@ -142,7 +148,7 @@ def _describe(data: object) -> str:
     if data.get("status") == "failed":
         return f"That failed: {data.get('error', 'unknown error')}"
     if data.get("status") == "answered" and isinstance(data.get("values"), dict):
-        filled = "\n".join(f"- {key.replace('_', ' ')}: {json.dumps(value) if not isinstance(value, str) else value}"
+        filled = "\n".join(f"- {key.replace('_', ' ')}: {_plain_value(value)}"
                            for key, value in data["values"].items() if value not in (None, ""))
         return "Thanks, that's what I needed. I have:\n" + filled
     if data.get("status") == "answered":

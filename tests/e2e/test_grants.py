@@ -74,7 +74,7 @@ async def test_dont_ask_the_requester_again_covers_their_next_conversations_unti
     assert menu["type"] == "static_select" and menu["confirm"]
     assert [o["value"] for o in menu["options"]] == ["conversation", "requester"]
     assert [o["text"]["text"] for o in menu["options"]] == ["Approve, don’t ask again here",
-                                                            "Approve, don’t ask them for 7 days"]
+                                                            "Approve, don’t ask again for 7 days"]
 
     await local_slack.select(ALICE, GENERAL, card.ts, menu["action_id"], "requester")
     await replied(local_slack, ts)
