@@ -47,6 +47,7 @@ FORM_CALLBACK_ID = "hitl_form"
 FORM_BLOCK_PREFIX = "hitl_field:"  # one input block per form field: hitl_field:<field name>
 
 REVOKE_GRANT_ACTION_ID = "grants:revoke"  # App Home: value = the grant's id
+REMOVE_SCHEDULE_ACTION_ID = "schedules:remove"  # App Home: value = the schedule's id
 
 APPROVERS_ACTION_PREFIX = "approvers:edit:"
 APPROVERS_ACTION_PATTERN = re.compile(r"^approvers:edit:")

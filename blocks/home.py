@@ -41,8 +41,10 @@ from blocks.limits import (
     plain,
     truncate,
 )
+from blocks.schedules import schedule_line
 from bot.principals import Principal
 from bot.protocol import Grant, InputRequest
+from bot.schedules import Schedule
 
 EMPTY_WAITING = "Nothing is waiting on you. Requests you can approve will appear here."
 EMPTY_REQUESTED = "You have no open requests."
@@ -243,6 +245,29 @@ def _grant_blocks(grants: Sequence[Grant] | None) -> list[Block]:
     return blocks
 
 
+def _schedule_row(schedule: Schedule, n: int) -> SectionBlock:
+    remove = ButtonElement(
+        text=PlainTextObject(text="Remove"), action_id=ids.REMOVE_SCHEDULE_ACTION_ID, value=schedule.schedule_id,
+        confirm=ConfirmObject(title=PlainTextObject(text="Remove this schedule?"),
+                              text=MarkdownTextObject(text="The agent stops doing this on its own."),
+                              confirm=PlainTextObject(text="Remove"), deny=PlainTextObject(text="Keep it")),
+    )
+    return SectionBlock(block_id=f"home:schedule:{n}",
+                        text=MarkdownTextObject(text=mrkdwn(schedule_line(schedule, with_owner=True), SECTION_TEXT)),
+                        accessory=remove)
+
+
+def _schedule_blocks(schedules: Sequence[Schedule] | None) -> list[Block]:
+    if not schedules:  # none, or not shown: the section would only say "nothing"
+        return []
+    shown = schedules[:HOME_MAX_GRANTS]
+    blocks: list[Block] = [_divider("div-schedules"), _header("schedules", "Scheduled"),
+                           *(_schedule_row(s, n) for n, s in enumerate(shown))]
+    if len(shown) < len(schedules):
+        blocks.append(_note("schedules-more", f"{ELLIPSIS} showing the next {len(shown)} of {len(schedules)}."))
+    return blocks
+
+
 def _admin_blocks(approver_lists: Sequence[ApproverListView] | None, without_lists: Sequence[tuple[str, str]]) -> list[Block]:
     blocks: list[Block] = [_divider("div-tools"), _header("tools", "Approver lists")]
     others = [_note("tools-unlisted", mrkdwn(without_lists_text(without_lists), 3000))] if without_lists else []
@@ -336,15 +361,17 @@ def home_view(
     now: datetime | None = None,
     without_lists: Sequence[tuple[str, str]] = (),
     grants: Sequence[Grant] | None = None,
+    schedules: Sequence[Schedule] | None = None,
 ) -> dict:
     """The App Home tab for ``user_id``. ``approver_lists`` None means the viewer is not an admin.
     ``now``: each open request also says what is due when (reminder, escalation, expiry).
     ``without_lists``: (tool, who decides) for tools whose rule reads no list. ``grants``: the standing
-    approvals this viewer may revoke (theirs; every one for an admin)."""
+    approvals this viewer may revoke (theirs; every one for an admin). ``schedules``: the scheduled turns
+    this viewer may remove (theirs; every one for an admin)."""
     intro = _note(
         "intro", f"Hi {user_mention(user_id)} — approvals and questions from the agent, in one place."
     )
-    later = (_requested_blocks(requested_by_you, now) + _grant_blocks(grants)
+    later = (_requested_blocks(requested_by_you, now) + _grant_blocks(grants) + _schedule_blocks(schedules)
              + _admin_blocks(approver_lists, without_lists))
     budget = VIEW_BLOCKS - 1 - len(later)
     blocks = [intro, *_waiting_blocks(waiting_on_you, budget, now), *later]

@@ -45,6 +45,7 @@ from handlers.workspace import SlackWorkspace
 from store.audit import AuditLog
 from store.audit_events import AuditChannel
 from store.client import RedisHandle, open_redis, ping
+from store.schedules import ScheduleStore
 from store.sessions import SessionStore
 
 log = logging.getLogger(__name__)
@@ -254,6 +255,7 @@ async def _start(
                                  history_window=settings.history_window, history_limit=settings.history_limit,
                                  max_active_turns=settings.max_active_turns),
         workspace=SlackWorkspace(client_for),  # ctx.workspace: tools post in their session's workspace
+        schedules=ScheduleStore(redis.client),  # /agent schedule
     )
     runtime.add_consumer("audit", AuditChannel(AuditLog(redis.client)))
     runtime.add_consumer("notify", ApproverNotices(store, delivery_client_for, slack_channel.pacing))

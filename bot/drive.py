@@ -277,6 +277,7 @@ class Driver:
             owner=principal,
             step_budget=self.p.settings.step_budget,
             token_budget=self.p.settings.token_budget,
+            automated=bool(message.get("automated")),
         )
         await self._commit(p, state, [TurnStarted(session_id=p.session_id, turn_id=state.turn.turn_id,
                                                   principal=principal)])

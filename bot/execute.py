@@ -56,6 +56,7 @@ def session_info(state: SessionState) -> SessionInfo:
         turn=turn.number if turn else state.turns,
         team_id=state.ref.team_id,
         enterprise_id=state.ref.enterprise_id,
+        automated=bool(turn and turn.automated),
     )
 
 

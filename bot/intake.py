@@ -20,14 +20,18 @@ from bot.settle import AnswerResult, Settler
 from bot.state import SessionState
 
 
-def new_message(ref: SessionRef, principal: Principal | None, text: str, message_id: str | None) -> dict[str, Any]:
-    return {
+def new_message(ref: SessionRef, principal: Principal | None, text: str, message_id: str | None,
+                *, automated: bool = False) -> dict[str, Any]:
+    message = {
         "id": message_id or secrets.token_hex(8),
         "principal": principal.model_dump(mode="json") if principal else None,
         "text": text,
         "ref": ref.model_dump(mode="json"),
         "at": utcnow().isoformat(),
     }
+    if automated:  # sent by the app itself (a schedule) on behalf of ``principal``
+        message["automated"] = True
+    return message
 
 
 class Intake:
@@ -36,10 +40,11 @@ class Intake:
         self.settler = settler
 
     async def record(
-        self, ref: SessionRef, principal: Principal | None, text: str, *, message_id: str | None = None
+        self, ref: SessionRef, principal: Principal | None, text: str, *, message_id: str | None = None,
+        automated: bool = False,
     ) -> dict[str, Any] | None:
         """Queue the message durably; None when this message id was seen before (Slack repeats some)."""
-        message = new_message(ref, principal, text, message_id)
+        message = new_message(ref, principal, text, message_id, automated=automated)
         if not await self.p.store.record_message(ref.session_id, message, message_id=message_id):
             return None
         return message

@@ -21,6 +21,7 @@ class SessionInfo(BaseModel):
     turn: int = 0
     team_id: str | None = None  # the tenant: the installation workspace, from the verified payload
     enterprise_id: str | None = None  # its Enterprise Grid org, if any (same source)
+    automated: bool = False  # this turn was started by the app itself (a schedule), on behalf of auth.current
 
     @property
     def tenant(self) -> str | None:

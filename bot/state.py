@@ -75,6 +75,7 @@ class TurnState(BaseModel):
     step: StepState | None = None
     limit_request_id: str | None = None
     started_at: datetime = Field(default_factory=utcnow)
+    automated: bool = False  # started by the app (a schedule), on behalf of ``owner``
 
 
 class SessionState(BaseModel):

@@ -21,6 +21,7 @@ Time comes from ``RuntimeSettings.clock``, so tests move it forward instead of w
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 from bot.governance import listed_people
 from bot.parts import Parts
@@ -34,6 +35,7 @@ class Timers:
     def __init__(self, parts: Parts, settler: Settler):
         self.p = parts
         self.settler = settler
+        self.on_schedule: Callable[[str], Awaitable[None]] | None = None  # fires a schedule's tick
 
     async def sweep(self, *, limit: int = 100) -> int:
         """Fire the timers that are due; returns how many fired (or were found moot)."""
@@ -53,6 +55,10 @@ class Timers:
         return fired
 
     async def _fire(self, kind: str, request_id: str) -> None:
+        if kind == "schedule":  # not a request's: a scheduled turn's tick (``bot.schedules``)
+            if self.on_schedule is not None:
+                await self.on_schedule(request_id)
+            return
         record = await self.p.store.get_request(request_id)
         if record.status != "open":
             return

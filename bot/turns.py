@@ -28,6 +28,8 @@ from bot.parts import Parts, RuntimeSettings, TurnStore
 from bot.ports import Channel, Workspace
 from bot.principals import Principal
 from bot.protocol import InputResponse, RequestRecord
+from bot.schedules import ScheduleStorePort, parse_member
+from bot.schedules import fire as fire_schedule
 from bot.session import SessionRef
 from bot.settle import AnswerResult, Settler
 from bot.state import SessionState
@@ -60,6 +62,7 @@ class Runtime:
         settings: RuntimeSettings | None = None,
         reviewer: ChatModel | None = None,
         workspace: Workspace | None = None,
+        schedules: ScheduleStorePort | None = None,
     ):
         self._tasks: set[asyncio.Task[Any]] = set()
         self.outbox = Outbox(store, {FRONTEND: channel}, self.spawn)
@@ -71,6 +74,8 @@ class Runtime:
         self.executor = Executor(self.parts)
         self.driver = Driver(self.parts, self.settler, self.intake, self.executor)
         self.timers = Timers(self.parts, self.settler)
+        self.schedules = schedules  # scheduled turns (``bot.schedules``), where the frontend offers them
+        self.timers.on_schedule = self._fire_schedule
 
     # the parts' shared objects, for callers that held them before the split
     @property
@@ -102,13 +107,21 @@ class Runtime:
         """Another reader of committed events with its own cursor (e.g. the audit log)."""
         self.outbox.consumers[name] = channel
 
+    async def _fire_schedule(self, member: str) -> None:
+        parsed = parse_member(member)
+        if parsed is None or self.schedules is None:
+            log.warning("a schedule's timer %r cannot be fired here; dropped", member)
+            return
+        await fire_schedule(self.schedules, self.parts.workspace, self, *parsed)
+
     # --- entry points ----------------------------------------------------------------------------
 
     async def record_message(
-        self, ref: SessionRef, principal: Principal | None, text: str, *, message_id: str | None = None
+        self, ref: SessionRef, principal: Principal | None, text: str, *, message_id: str | None = None,
+        automated: bool = False,
     ) -> dict[str, Any] | None:
         """Durably queue a message (call this before acknowledging it); None for a repeat."""
-        return await self.intake.record(ref, principal, text, message_id=message_id)
+        return await self.intake.record(ref, principal, text, message_id=message_id, automated=automated)
 
     async def process_message(self, session_id: str, message: dict[str, Any]) -> PostResult:
         """After the ack: answer a request with it, or let the turn loop steer, queue or start a turn."""
@@ -121,10 +134,12 @@ class Runtime:
         return PostResult("queued")
 
     async def post_message(
-        self, ref: SessionRef, principal: Principal | None, text: str, *, message_id: str | None = None
+        self, ref: SessionRef, principal: Principal | None, text: str, *, message_id: str | None = None,
+        automated: bool = False,
     ) -> PostResult:
-        """A person wrote in the session: record it, then answer, steer, queue or start a turn."""
-        message = await self.record_message(ref, principal, text, message_id=message_id)
+        """A person wrote in the session: record it, then answer, steer, queue or start a turn.
+        ``automated``: the app sent it itself (a schedule) on behalf of ``principal``."""
+        message = await self.record_message(ref, principal, text, message_id=message_id, automated=automated)
         if message is None:
             return PostResult("duplicate")
         return await self.process_message(ref.session_id, message)

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from slack_bolt.async_app import AsyncApp
 
-from handlers import answers, commands, events, fallback, home, installs
+from handlers import answers, commands, events, fallback, home, installs, schedules
 from handlers.deps import SlackDeps
 
 
 def register(app: AsyncApp, deps: SlackDeps) -> None:
     events.register(app, deps)
     answers.register(app, deps)
+    schedules.register(app, deps)
     installs.register(app)
     if deps.governance is not None:
         home.register(app, deps.governance)

@@ -27,7 +27,12 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 
-from blocks.actions import APPROVERS_ACTION_PATTERN, REVOKE_GRANT_ACTION_ID, decode_approvers_action_id
+from blocks.actions import (
+    APPROVERS_ACTION_PATTERN,
+    REMOVE_SCHEDULE_ACTION_ID,
+    REVOKE_GRANT_ACTION_ID,
+    decode_approvers_action_id,
+)
 from blocks.home import HomeRequest, home_view
 from bot.approval import (
     ResponseDecision,
@@ -73,6 +78,29 @@ def register(app: AsyncApp, gov: Governance) -> None:
     app.event("app_home_opened")(on_home_opened)
     app.action(APPROVERS_ACTION_PATTERN)(on_edit)
     app.action(REVOKE_GRANT_ACTION_ID)(on_revoke)
+
+    async def on_remove_schedule(ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
+        await ack()
+        gov.deps.runtime.spawn(remove_schedule(gov, body, action.get("value") or ""), what="remove a schedule")
+
+    app.action(REMOVE_SCHEDULE_ACTION_ID)(on_remove_schedule)
+
+
+async def remove_schedule(gov: Governance, body: dict[str, Any], schedule_id: str) -> None:
+    """Remove a scheduled turn from App Home: the person it runs for may, and so may a workspace admin."""
+    team, viewer = installation_team(body), interaction_principal(body)
+    store = gov.deps.runtime.schedules
+    if not team or viewer is None or viewer.slack_user_id is None or store is None:
+        return
+    schedule = await store.get(team, schedule_id)
+    if schedule is not None and not schedule.owner.same_as(viewer):
+        if not await gov.admins.is_admin(team, viewer.slack_user_id):
+            log.warning("%s may not remove schedule %s", viewer.principal_id, schedule_id)
+            schedule = None
+    if schedule is not None and await store.remove(schedule):
+        await gov.audit.append(team, "schedule.removed", actor=viewer.principal_id, subject=schedule_id,
+                               data={"owner": schedule.owner.principal_id, "when": schedule.when})
+    await republish(gov, team, viewer.slack_user_id)
 
 
 async def revoke_grant(gov: Governance, body: dict[str, Any], grant_id: str) -> None:
@@ -201,15 +229,22 @@ async def build_home(gov: Governance, team: str, user_id: str) -> dict:
     records = await gov.deps.store.pending_for_team(team)
     is_admin = await gov.admins.is_admin(team, user_id)
     now = datetime.fromtimestamp(gov.deps.runtime.settings.clock(), UTC)
-    waiting, requested, policies, grants = await asyncio.gather(
+    schedules = gov.deps.runtime.schedules
+    waiting, requested, policies, grants, scheduled = await asyncio.gather(
         _waiting_on(gov, records, viewer),
         _requested_by(gov, records, viewer),
         gov.approver_lists(team) if is_admin else _none(),
         gov.deps.store.grants.list(team, now),
+        schedules.list(team) if schedules is not None else _nothing(),
     )
     mine = [g for g in grants if is_admin or (g.requester is not None and g.requester.same_as(viewer))]
+    theirs = [s for s in scheduled if is_admin or s.owner.same_as(viewer)]
     return home_view(user_id, waiting, requested, policies, now=now, without_lists=gov.tools_without_lists(),
-                     grants=mine)
+                     grants=mine, schedules=theirs)
+
+
+async def _nothing() -> list[Any]:
+    return []
 
 
 async def _none() -> None:

@@ -15,6 +15,8 @@ from slack_sdk.errors import SlackApiError
 
 from blocks.limits import MESSAGE_TEXT, escape_mrkdwn, truncate_mrkdwn
 from bot.ports import PostedMessage, WorkspaceError
+from bot.principals import Principal
+from bot.session import SessionRef, slack_session_id
 from handlers.deps import ClientFor
 
 log = logging.getLogger(__name__)
@@ -50,8 +52,27 @@ class SlackWorkspace:
             log.info("a tool's post to %s in %s was refused: %s", channel, team_id, error)
             raise WorkspaceError(_why(error, channel)) from None
         posted = PostedMessage(channel=sent["channel"], ts=sent["ts"])
+        posted.permalink = await self._permalink(client, posted)
+        return posted
+
+    async def start_thread(self, team_id: str | None, channel: str, *, owner: Principal, prompt: str) -> SessionRef:
+        """A scheduled turn's thread: a message saying whose schedule it is, and the session it roots."""
+        if not team_id:
+            raise WorkspaceError("This schedule has no workspace to post in.")
+        client: Any = await self.client_for(team_id)
+        who = f"<@{owner.slack_user_id}>" if owner.slack_user_id else "someone"
+        text = f":alarm_clock: Scheduled by {who}: {escape_mrkdwn(prompt)}"
         try:
-            posted.permalink = (await client.chat_getPermalink(channel=posted.channel, message_ts=posted.ts))["permalink"]
+            sent = await client.chat_postMessage(channel=channel, text=truncate_mrkdwn(text, MESSAGE_TEXT),
+                                                 unfurl_links=False, unfurl_media=False)
+        except SlackApiError as exc:
+            raise WorkspaceError(_why(str(exc.response.get("error")), channel)) from None
+        return SessionRef(session_id=slack_session_id(team_id, sent["channel"], sent["ts"]), team_id=team_id,
+                          channel={"channel_id": sent["channel"], "thread_ts": sent["ts"]})
+
+    async def _permalink(self, client: Any, posted: PostedMessage) -> str | None:
+        try:
+            return (await client.chat_getPermalink(channel=posted.channel, message_ts=posted.ts))["permalink"]
         except Exception:  # noqa: BLE001 - the post stands without its link
             log.info("no permalink for the post %s in %s", posted.ts, posted.channel)
-        return posted
+            return None

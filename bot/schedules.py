@@ -1,0 +1,163 @@
+"""Scheduled turns (DESIGN §12, Time): a prompt the app itself sends, on a schedule, on behalf of a person.
+
+A schedule says when (``in 10m``, ``at 2026-12-24 09:00``, ``every 2h``, ``daily 09:00`` — times are
+UTC), where (a channel) and what (the prompt); it remembers who made it. Each time it comes due, the app
+starts a new thread in that channel and a turn in it, run by the app *on behalf of* that person: their
+principal owns the turn, so the approvals it needs go to them (or to whoever the tools' policies name)
+and never deadlock, and ``ctx.session.automated`` is True, so a request policy may let an automated
+turn through without asking.
+
+Each firing ("tick") is a timer in Redis (``hitl:timers``, like request deadlines): one replica claims
+it, starts the thread once (the thread it started is remembered per tick) and the turn once (the
+message is keyed by the tick), then puts the next tick in. A replica that dies mid-fire leaves the
+claim to expire and another replica finishes the same tick; nothing starts twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import secrets
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+from pydantic import BaseModel, Field
+
+from bot.ports import Workspace, WorkspaceError
+from bot.principals import Principal
+from bot.protocol import utcnow
+from bot.session import SessionRef
+
+log = logging.getLogger(__name__)
+
+MIN_EVERY = timedelta(minutes=5)  # our floor: a schedule is not a busy loop
+MAX_AHEAD = timedelta(days=366)
+PROMPT_LIMIT = 2000
+_UNITS = {"m": 60, "min": 60, "h": 3600, "d": 86400}
+_DURATION = re.compile(r"^(\d{1,5})\s*(m|min|h|d)$")
+_CLOCK = re.compile(r"^([01]?\d|2[0-3]):([0-5]\d)$")
+WHEN_HELP = ("`in 30m`, `in 2h`, `at 2026-12-24 09:00`, `every 6h`, `daily 09:00` (times are UTC; "
+             f"repeats at most every {int(MIN_EVERY.total_seconds() // 60)} minutes)")
+
+
+class ScheduleError(ValueError):
+    """A schedule that can't be made; the message says how to write it."""
+
+
+class Schedule(BaseModel):
+    schedule_id: str = Field(default_factory=lambda: secrets.token_hex(4))
+    team_id: str | None
+    channel: str
+    prompt: str
+    owner: Principal  # on whose behalf each turn runs (and who is asked)
+    when: str  # as written, for lists
+    next_at: datetime
+    every_s: int | None = None  # repeats this often; None: once
+    created_at: datetime = Field(default_factory=utcnow)
+
+    def following(self, tick: datetime) -> datetime | None:
+        """The tick after ``tick`` (None: it does not repeat)."""
+        return tick + timedelta(seconds=self.every_s) if self.every_s else None
+
+
+def parse_when(text: str, now: datetime) -> tuple[datetime, int | None, str]:
+    """(first tick, repeat seconds or None, the spec as it will be shown) from what a person wrote."""
+    words = " ".join(text.strip().lower().split())
+    head, _, rest = words.partition(" ")
+    if head == "in" and (match := _DURATION.match(rest)):
+        return now + _duration(match), None, words
+    if head == "every" and (match := _DURATION.match(rest)):
+        every = _duration(match)
+        if every < MIN_EVERY:
+            raise ScheduleError(f"repeat at most every {int(MIN_EVERY.total_seconds() // 60)} minutes")
+        return now + every, int(every.total_seconds()), words
+    if head == "daily" and (match := _CLOCK.match(rest)):
+        first = now.replace(hour=int(match[1]), minute=int(match[2]), second=0, microsecond=0)
+        return (first if first > now else first + timedelta(days=1)), 86400, words
+    if head == "at":
+        try:
+            at = datetime.fromisoformat(rest.replace(" ", "T")).replace(tzinfo=UTC)
+        except ValueError:
+            raise ScheduleError(f"I can't read {rest!r} as a date and time; write it like 2026-12-24 09:00") from None
+        if not now < at <= now + MAX_AHEAD:
+            raise ScheduleError("pick a time in the future, within a year")
+        return at, None, words
+    raise ScheduleError(f"I can't read {text.strip()!r} as a time. Write one of: {WHEN_HELP}")
+
+
+def _duration(match: re.Match[str]) -> timedelta:
+    delta = timedelta(seconds=int(match[1]) * _UNITS[match[2]])
+    if not timedelta(0) < delta <= MAX_AHEAD:
+        raise ScheduleError("pick a time in the future, within a year")
+    return delta
+
+
+def new_schedule(team_id: str | None, channel: str, when: str, prompt: str, owner: Principal,
+                 now: datetime) -> Schedule:
+    prompt = prompt.strip()
+    if not prompt:
+        raise ScheduleError("say what the agent should do, after the time")
+    if len(prompt) > PROMPT_LIMIT:
+        raise ScheduleError(f"a scheduled prompt is at most {PROMPT_LIMIT} characters")
+    first, every, spec = parse_when(when, now)
+    return Schedule(team_id=team_id, channel=channel, prompt=prompt, owner=owner, when=spec,
+                    next_at=first, every_s=every)
+
+
+def split_command(text: str) -> tuple[str, str]:
+    """``in 10m check the queue`` → (``in 10m``, ``check the queue``): the time spec is the first two
+    words, or three for ``at <date> <time>``."""
+    words = text.split()
+    size = 3 if words[:1] == ["at"] and len(words) > 2 and _CLOCK.match(words[2]) else 2
+    return " ".join(words[:size]), " ".join(words[size:])
+
+
+def timer_member(team_id: str | None, schedule_id: str, tick_ms: int) -> str:
+    return f"schedule:{team_id or '-'}|{schedule_id}|{tick_ms}"
+
+
+def parse_member(rest: str) -> tuple[str | None, str, int] | None:
+    """(team, schedule id, tick ms) from a timer member's part after ``schedule:``."""
+    team, _, tail = rest.partition("|")
+    schedule_id, _, tick = tail.partition("|")
+    if not schedule_id or not tick.isdigit():
+        return None
+    return (None if team == "-" else team), schedule_id, int(tick)
+
+
+class ScheduleStorePort(Protocol):
+    async def get(self, team_id: str | None, schedule_id: str) -> Schedule | None: ...
+    async def advance(self, schedule: Schedule, after: datetime, following: datetime | None) -> None: ...
+    async def thread_of(self, schedule: Schedule, tick_ms: int, ref: SessionRef | None) -> SessionRef | None: ...
+
+
+class StartsTurns(Protocol):
+    async def post_message(self, ref: SessionRef, principal: Principal | None, text: str, *,
+                           message_id: str | None = None, automated: bool = False) -> object: ...
+
+
+async def fire(schedules: ScheduleStorePort, workspace: Workspace | None, runtime: StartsTurns,
+               team_id: str | None, schedule_id: str, tick_ms: int) -> None:
+    """Start tick ``tick_ms`` of a schedule: its thread once, its turn once, then the next tick. Safe to
+    run again for the same tick (after a crash, or by a second replica)."""
+    schedule = await schedules.get(team_id, schedule_id)
+    if schedule is None:
+        return  # removed since: nothing to do
+    if workspace is None or not hasattr(workspace, "start_thread"):
+        log.warning("schedule %s is due, but this frontend cannot start threads", schedule_id)
+        return
+    tick = datetime.fromtimestamp(tick_ms / 1000, UTC)
+    ref = await schedules.thread_of(schedule, tick_ms, None)
+    if ref is None:
+        try:
+            started = await workspace.start_thread(schedule.team_id, schedule.channel,  # type: ignore[attr-defined]
+                                                   owner=schedule.owner, prompt=schedule.prompt)
+        except WorkspaceError as exc:  # the channel is gone, the app was removed…: skip this tick, say why
+            log.warning("schedule %s could not start its thread in %s: %s", schedule_id, schedule.channel, exc)
+            await schedules.advance(schedule, tick, schedule.following(tick))
+            return
+        ref = await schedules.thread_of(schedule, tick_ms, started)  # first writer's thread wins
+    assert ref is not None
+    await runtime.post_message(ref, schedule.owner, schedule.prompt, message_id=f"sched:{schedule_id}:{tick_ms}",
+                               automated=True)
+    await schedules.advance(schedule, tick, schedule.following(tick))

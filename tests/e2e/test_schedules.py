@@ -1,0 +1,123 @@
+"""Scheduled turns as Slack drives them (issue 13, item 3): ``/agent schedule``, fired by the recovery
+sweep of any replica exactly once per tick, run by the app on behalf of the person who scheduled it
+(their approvals come to them: no deadlock), told apart by ``ctx.session.automated``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from bot.approval import always
+from bot.models.scripted import ScriptedModel, call, say
+from bot.tools import ToolContext, tool
+from localslack.seed import ALICE, GENERAL
+from tests.e2e.test_approval_flow import button
+
+RUNS: list[bool] = []
+
+
+@tool(approval=always())
+async def restart_api(args: dict, ctx: ToolContext) -> dict:
+    """Restart the API."""
+    RUNS.append(ctx.session.automated)
+    return {"restarted": True}
+
+
+def unless_automated(ctx) -> str:
+    return "not-applicable" if ctx.session.automated else "user-approval"
+
+
+@tool(approval=unless_automated)
+async def nightly_report(args: dict, ctx: ToolContext) -> dict:
+    """Post the nightly report."""
+    RUNS.append(ctx.session.automated)
+    return {"reported": True}
+
+
+def turns(tool_name: str, n: int) -> ScriptedModel:
+    steps = []
+    for _ in range(n):
+        steps += [call(tool_name), lambda messages, tools: say("Result: " + messages[-1]["content"])]
+    return ScriptedModel(steps)
+
+
+def roots(slack) -> list:
+    return [m for m in slack.messages(GENERAL) if "Scheduled by" in (m.text or "")]
+
+
+async def schedule(slack, text: str) -> str:
+    result = await slack.slash_command(ALICE, "/agent", text, channel_id=GENERAL)
+    assert result.status == 200
+    return result.body  # the private reply is the ack's text
+
+
+def later(bot, seconds: float) -> None:
+    now = bot.runtime.settings.clock() + seconds
+    bot.runtime.settings.clock = lambda: now
+
+
+async def test_a_scheduled_turn_starts_once_in_its_own_thread_and_asks_the_person_who_scheduled_it(
+        local_slack, start_app):
+    RUNS.clear()
+    bot = await start_app(turns("restart_api", 1), [restart_api])
+    said = await schedule(local_slack, "schedule in 10m restart the api")
+    assert said.startswith(":alarm_clock: Scheduled.") and "in 10m" in said
+
+    await bot.runtime.recover()
+    assert roots(local_slack) == []  # not due yet
+    later(bot, 11 * 60)
+    await asyncio.gather(bot.runtime.recover(), bot.runtime.recover())  # two sweeps at once: one start
+    [root] = await local_slack.wait_for(lambda: roots(local_slack) or None)
+    assert f"<@{ALICE}>" in root.text and "restart the api" in root.text
+    card = await local_slack.wait_for(lambda: next((m for m in local_slack.messages(GENERAL, thread_ts=root.ts)
+                                                    if m.blocks and "Approval needed" in json.dumps(m.blocks)), None))
+    assert f"<@{ALICE}>" in json.dumps(card.blocks)  # on her behalf: she decides
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+    await local_slack.wait_for_message(GENERAL, thread_ts=root.ts, predicate=lambda m: "Result:" in m.text)
+    assert RUNS == [True]
+    await bot.runtime.recover()
+    assert len(roots(local_slack)) == 1  # once only: it does not repeat
+    assert "You have no schedules" in await schedule(local_slack, "schedules")
+
+
+async def test_a_policy_may_let_automated_turns_through_and_repeats_stop_when_unscheduled(local_slack, start_app):
+    RUNS.clear()
+    bot = await start_app(turns("nightly_report", 3), [nightly_report])
+    said = await schedule(local_slack, "schedule every 1h post the nightly report")
+    schedule_id = said.split("`")[1]
+    for n in (1, 2):
+        later(bot, 3600 + 1)
+        await bot.runtime.recover()
+        await local_slack.wait_for(lambda n=n: len(RUNS) == n)
+    assert RUNS == [True, True] and len(roots(local_slack)) == 2  # no cards: the policy let them through
+    assert schedule_id in await schedule(local_slack, "schedules")
+    assert "Removed" in await schedule(local_slack, f"unschedule {schedule_id}")
+    later(bot, 3600 + 1)
+    await bot.runtime.recover()
+    assert len(roots(local_slack)) == 2
+
+    ts, _ = await local_slack.post_message(ALICE, GENERAL, "<@U0BOT> post the nightly report")
+    card = await local_slack.wait_for(lambda: next((m for m in local_slack.messages(GENERAL, thread_ts=ts)
+                                                    if m.blocks and "Approval needed" in json.dumps(m.blocks)), None))
+    assert card is not None and len(RUNS) == 2  # a person's own turn still asks
+
+
+async def test_a_time_it_cannot_read_says_how_to_write_one(local_slack, start_app):
+    await start_app(turns("restart_api", 1), [restart_api])
+    said = await schedule(local_slack, "schedule tomorrowish restart")
+    assert said.startswith(":warning:") and "daily 09:00" in said
+    said = await schedule(local_slack, "schedule every 1m spam")
+    assert "at most every 5 minutes" in said
+
+
+async def test_app_home_lists_schedules_and_the_owner_removes_one(local_slack, start_app):
+    from tests.e2e.test_governance import find, open_home
+
+    bot = await start_app(turns("restart_api", 1), [restart_api])
+    await schedule(local_slack, "schedule daily 09:00 restart the api")
+    home = await open_home(local_slack, ALICE)
+    assert "Scheduled" in json.dumps(home.blocks) and "daily 09:00" in json.dumps(home.blocks)
+    assert find(home.blocks, "schedules:remove") is not None
+    await local_slack.click_in_view(ALICE, home.id, "schedules:remove")
+    await local_slack.wait_for(lambda: find(local_slack.home_view(ALICE).blocks, "schedules:remove") is None)
+    assert await bot.runtime.schedules.list("T0LOCAL") == []
