@@ -121,3 +121,23 @@ async def test_app_home_lists_schedules_and_the_owner_removes_one(local_slack, s
     await local_slack.click_in_view(ALICE, home.id, "schedules:remove")
     await local_slack.wait_for(lambda: find(local_slack.home_view(ALICE).blocks, "schedules:remove") is None)
     assert await bot.runtime.schedules.list("T0LOCAL") == []
+
+
+async def test_a_tick_fired_again_after_a_crash_starts_nothing_twice(local_slack, start_app):
+    """A replica died after starting the tick's thread and turn but before moving the timer on: the next
+    sweep fires the same tick again, and finds both already there."""
+    from bot.schedules import fire
+
+    RUNS.clear()
+    bot = await start_app(turns("nightly_report", 2), [nightly_report])
+    said = await schedule(local_slack, "schedule in 10m post the nightly report")
+    [scheduled] = await bot.runtime.schedules.list("T0LOCAL")
+    assert scheduled.schedule_id in said
+    tick_ms = int(scheduled.next_at.timestamp() * 1000)
+    store, workspace = bot.runtime.schedules, bot.runtime.parts.workspace
+    await fire(store, workspace, bot.runtime, "T0LOCAL", scheduled.schedule_id, tick_ms)
+    await store.add(scheduled)  # as if the crash came before the one-shot schedule was cleared
+    await fire(store, workspace, bot.runtime, "T0LOCAL", scheduled.schedule_id, tick_ms)
+    await local_slack.wait_for(lambda: len(RUNS) == 1)
+    await bot.runtime.wait_idle()
+    assert len(roots(local_slack)) == 1 and RUNS == [True]
