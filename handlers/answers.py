@@ -235,12 +235,17 @@ async def _on_reason_submit(deps: SlackDeps, ack: Any, body: dict[str, Any], vie
                   lambda rid: {"request_id": rid, "option_id": CANCEL, "note": note})
 
 
-async def _on_edit_submit(deps: SlackDeps, ack: Any, body: dict[str, Any], view: dict[str, Any], client: Any) -> None:
+async def _modal_record(deps: SlackDeps, view: dict[str, Any]) -> RequestRecord | None:
+    """The request a submitted modal answers (None: not ours, or gone)."""
     meta = decode_modal_metadata(view.get("private_metadata"))
     try:
-        record = await deps.store.get_request(meta.request_id) if meta else None
+        return await deps.store.get_request(meta.request_id) if meta else None
     except UnknownRequest:
-        record = None
+        return None
+
+
+async def _on_edit_submit(deps: SlackDeps, ack: Any, body: dict[str, Any], view: dict[str, Any], client: Any) -> None:
+    record = await _modal_record(deps, view)
     model = _arguments_model(deps, record) if record is not None else None
     if record is None or model is None:
         await ack()  # a form for a request that is gone (or was never editable): nothing to settle
@@ -258,11 +263,7 @@ async def _on_edit_submit(deps: SlackDeps, ack: Any, body: dict[str, Any], view:
 
 
 async def _on_form_submit(deps: SlackDeps, ack: Any, body: dict[str, Any], view: dict[str, Any], client: Any) -> None:
-    meta = decode_modal_metadata(view.get("private_metadata"))
-    try:
-        record = await deps.store.get_request(meta.request_id) if meta else None
-    except UnknownRequest:
-        record = None
+    record = await _modal_record(deps, view)
     model = _form_model(record)
     if record is None or model is None:
         await ack()  # a form for a request that is gone: nothing to settle
