@@ -46,10 +46,11 @@ async def _post_result(deps: SlackDeps, key: bytes | None, request: web.Request)
     claims = verify_token(key, token, request_id, now=deps.runtime.settings.clock()) if scheme == "Bearer" else None
     if claims is None:
         return _error(401, "send 'Authorization: Bearer <token>' with a current token for this request")
-    if (request.content_length or 0) > MAX_RESULT_BYTES:
+    raw = await request.read()
+    if len(raw) > MAX_RESULT_BYTES:
         return _error(413, f"a result is at most {MAX_RESULT_BYTES} bytes")
     try:
-        values: Any = json.loads(await request.read() or b"null")
+        values: Any = json.loads(raw or b"null")
     except ValueError:
         return _error(400, "the body must be the result as a JSON object")
     if not isinstance(values, dict):
