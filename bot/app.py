@@ -33,6 +33,7 @@ from blocks.forms import FormUnsupported, check_form_model
 from bot.builtin import BUILTIN_TOOLS
 from bot.config import ConfigError, Settings
 from bot.models.base import ChatModel
+from bot.openapi import OpenAPIError, openapi_tools
 from bot.ports import Channel, FanoutChannel
 from bot.result_tokens import token_key
 from bot.tools import Tool, ToolRegistry
@@ -102,6 +103,12 @@ def build_tools(settings: Settings, extra: list[Tool] | None = None) -> ToolRegi
         registry.load_modules(settings.tool_modules)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
+    if settings.openapi_config:  # OpenAPI operations as tools (bot.openapi)
+        try:
+            for t in openapi_tools(settings.openapi_config):
+                registry.register(t)
+        except OpenAPIError as exc:
+            raise ConfigError(str(exc)) from exc
     for t in extra or []:
         registry.register(t)
     for t in registry:

@@ -55,6 +55,7 @@ class Settings(BaseSettings):
     max_active_turns: int = Field(default=8, alias="BOT_MAX_ACTIVE_TURNS", ge=1)
     localslack_port: int = Field(default=3001, alias="LOCALSLACK_PORT")
     public_url: str = Field(default="", alias="BOT_PUBLIC_URL")  # e.g. https://bot.example.com (result API links)
+    openapi_config: str | None = Field(default=None, alias="BOT_OPENAPI")  # OpenAPI connections (bot.openapi)
 
     @field_validator("slack_api_url")
     @classmethod
