@@ -29,7 +29,7 @@ COMMAND = "/agent"
 USAGE = (
     "*/agent* — work the agent does on its own, on your behalf\n"
     "• `/agent schedule <when> <what>` — e.g. `/agent schedule daily 09:00 summarise open refunds`\n"
-    f"   <when>: {WHEN_HELP}\n"
+    f"   _when_: {WHEN_HELP}\n"
     "• `/agent schedules` — yours\n"
     "• `/agent unschedule <id>` — remove one"
 )

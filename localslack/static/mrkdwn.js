@@ -17,6 +17,7 @@
     white_circle: "⚪", black_circle: "⚫", heart: "❤️", fire: "🔥", star: "⭐", sparkles: "✨", zap: "⚡",
     speech_balloon: "💬", point_right: "👉", ok_hand: "👌", pray: "🙏", stop_sign: "🛑", shield: "🛡️",
     hourglass_done: "⌛", arrow_right: "➡️", leftwards_arrow_with_hook: "↩️", hand: "✋", ballot_box_with_check: "☑️",
+    alarm_clock: "⏰", heavy_minus_sign: "➖",
   };
 
   function escapeHtml(text) {
