@@ -8,8 +8,12 @@ import logging
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bot.config import ConfigError, Settings, load_settings
+
+if TYPE_CHECKING:
+    from store.client import RedisHandle
 
 log = logging.getLogger("bot")
 
@@ -39,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     verify.add_argument("--file", default=None, help="verify an exported JSONL file instead of Redis")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from store.embedded import DataDirInUse, EmbeddedServerError
+
     try:
         settings = load_settings()
         command = args.command or "run"
@@ -59,6 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2
+    except DataDirInUse as exc:  # a second `run` (or `chat`) on the same BOT_DATA_DIR
+        print(exc, file=sys.stderr)
+        return 2
+    except EmbeddedServerError as exc:
+        print(f"embedded Redis: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     return 0
@@ -79,7 +91,9 @@ def _reset_local(settings: Settings) -> int:
             if forget_data(redis_dir):
                 print(f"forgot the embedded Redis data ({redis_dir})")
         except DataDirInUse as exc:
-            print(f"{exc}; nothing was reset", file=sys.stderr)
+            owner = f"pid {exc.pid}" if exc.pid is not None else "another process"
+            print(f"the bot is running ({owner}) on {settings.data_dir}: stop it first; nothing was reset",
+                  file=sys.stderr)
             return 1
     return reset_command(settings.data_dir)
 
@@ -122,10 +136,10 @@ async def _check(settings: Settings) -> int:
     tools = build_tools(settings)
     print(f"tools: {', '.join(tools.names())}")
     handle = await open_redis(settings.redis_url, cluster=settings.redis_cluster,
-                              data_dir=Path(settings.data_dir) / "redis")
+                              data_dir=Path(settings.data_dir) / "redis", join=True)
     try:
         up = await ping(handle.client)
-        print(f"redis: {'ok' if up else 'NOT reachable'} ({'REDIS_URL' if settings.redis_url else 'embedded'})")
+        print(f"redis: {'ok' if up else 'NOT reachable'} ({_redis_source(settings, handle)})")
         ok &= up
         if up:
             for hint in await memory_hints(handle.client):
@@ -142,6 +156,14 @@ async def _check(settings: Settings) -> int:
     print(f"model: {settings.model} at {settings.openai_base_url}" if settings.openai_api_key
           else "model: offline demo model (set OPENAI_API_KEY for a real one)")
     return 0 if ok else 1
+
+
+def _redis_source(settings: Settings, handle: RedisHandle) -> str:
+    if settings.redis_url:
+        return "REDIS_URL"
+    if handle.owner_pid is not None:
+        return f"embedded, the running bot's (pid {handle.owner_pid})"
+    return "embedded"
 
 
 async def data_report(client: object, *, retention_days: float) -> list[str]:
@@ -182,7 +204,7 @@ async def _pending(settings: Settings, team: str | None) -> int:
     from store.sessions import SessionStore
 
     handle = await open_redis(settings.redis_url, cluster=settings.redis_cluster,
-                              data_dir=Path(settings.data_dir) / "redis")
+                              data_dir=Path(settings.data_dir) / "redis", join=True)
     try:
         store = SessionStore(handle.client)
         teams = [team] if team else await store.teams_with_pending()

@@ -7,10 +7,11 @@ This is the one place that knows every part; ``bot/`` core, ``handlers/``, ``blo
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -184,7 +185,9 @@ async def _start(
     recovery_interval: float,
 ) -> BotApp:
     registry = build_tools(settings, tools)
-    redis = await open_redis(settings.redis_url, cluster=settings.redis_cluster, data_dir=Path(settings.data_dir) / "redis")
+    # shared: the CLI (`python -m bot pending`, `check`, `audit`) beside this bot joins its embedded server
+    redis = await open_redis(settings.redis_url, cluster=settings.redis_cluster,
+                             data_dir=Path(settings.data_dir) / "redis", share=True)
     stack.push_async_callback(redis.close)
     if not await ping(redis.client):
         raise ConfigError(f"REDIS_URL: no Redis answered at {_redacted(redis.url)}")
@@ -201,8 +204,8 @@ async def _start(
         # the workspace is kept under BOT_DATA_DIR, so a restart shows the threads parked turns resume in
         local = LocalSlack(bot_url=None, signing_secret=secret, port=settings.localslack_port,
                            data_dir=settings.data_dir)
-        await local.start()
-        stack.push_async_callback(local.stop)
+        stack.push_async_callback(local.stop)  # also after a failed start: its delivery session is open
+        await _listen(local.start(), "LOCALSLACK_PORT", settings.localslack_port, local.host)
         api_url, token = local.api_url, BOT_TOKEN
 
     # one connection pool for every Slack call (without it slack_sdk opens a session per call)
@@ -279,8 +282,9 @@ async def _start(
     if host is None:
         # the local workspace is for one person on one machine: keep it off the network
         host = "127.0.0.1" if settings.local_mode and "HOST" not in os.environ else settings.host
-    site = web.TCPSite(runner, host, settings.port if port is None else port)
-    await site.start()
+    port = settings.port if port is None else port
+    site = web.TCPSite(runner, host, port)
+    await _listen(site.start(), "PORT", port, host)
     bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     url = f"http://127.0.0.1:{bound}"
     deps.public_url = deps.public_url or url
@@ -310,6 +314,19 @@ def _wire_governance(deps: SlackDeps, redis: RedisHandle, client_for: Any, regis
         deps.runtime.spawn(deps.governance.seed_demo(TEAM_ID, BOB), what="seed the demo approver list")
     # open App Homes follow requests as they appear and settle
     deps.runtime.channel = FanoutChannel(deps.runtime.channel, HomeRefresh(deps.governance))
+
+
+async def _listen(start: Awaitable[Any], variable: str, port: int, host: str) -> Any:
+    """Await a server's ``start()``; a port it cannot bind is a setting to change (ConfigError, exit 2)."""
+    try:
+        return await start
+    except OverflowError:  # asyncio's own check of the range, for a port not read from the environment
+        raise ConfigError(f"{variable} {port} is out of range: set {variable} to a port from 1 to 65535") from None
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise ConfigError(f"{variable} {port} is already in use: set {variable} to a free port") from None
+        raise ConfigError(f"{variable} {port}: cannot listen on {host}:{port} ({exc.strerror or exc}): "
+                          f"set {variable} (or HOST) to one this machine can use") from None
 
 
 async def _recovery_loop(runtime: Runtime, interval: float) -> None:

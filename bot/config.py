@@ -57,6 +57,13 @@ class Settings(BaseSettings):
     public_url: str = Field(default="", alias="BOT_PUBLIC_URL")  # e.g. https://bot.example.com (result API links)
     openapi_config: str | None = Field(default=None, alias="BOT_OPENAPI")  # OpenAPI connections (bot.openapi)
 
+    @field_validator("port", "localslack_port")
+    @classmethod
+    def a_port(cls, value: int) -> int:
+        if not 0 <= value <= 65535:
+            raise ValueError(f"{value} is out of range: use a port from 1 to 65535 (0 picks a free one)")
+        return value
+
     @field_validator("slack_api_url")
     @classmethod
     def trailing_slash(cls, value: str) -> str:
@@ -99,4 +106,6 @@ def load_settings(**overrides: object) -> Settings:
     except ValidationError as exc:
         err = exc.errors()[0]
         name = str(err["loc"][0]) if err["loc"] else "configuration"
-        raise ConfigError(f"{name}: {err['msg']}") from exc
+        # our validators' own words, without pydantic's "Value error, " in front
+        message = str(err["ctx"]["error"]) if err["type"] == "value_error" else err["msg"]
+        raise ConfigError(f"{name}: {message}") from exc

