@@ -22,7 +22,6 @@ import secrets
 from logging import Logger
 from typing import Any
 
-from redis.exceptions import WatchError
 from slack_sdk.oauth.installation_store.async_installation_store import AsyncInstallationStore
 from slack_sdk.oauth.installation_store.models.bot import Bot
 from slack_sdk.oauth.installation_store.models.installation import Installation
@@ -36,7 +35,6 @@ _LATEST = "installer"
 _USER_PREFIX = "installer:"
 _ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 _MAX_STATE_LENGTH = 128
-_MAX_WATCH_ATTEMPTS = 50
 
 _log = logging.getLogger(__name__)
 
@@ -48,6 +46,26 @@ for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
     removed = removed + redis.call('HDEL', KEYS[1], field)
   end
 end
+return removed
+"""
+
+# Forget one user's installation; when it was the workspace's latest, the newest one left (by
+# ``installed_at``, the first of equals) becomes the latest. A script rather than WATCH/MULTI: one
+# atomic step in the hash's slot, and redis-py 5.2's Redis Cluster client refuses transactions.
+# KEYS[1] the installation hash; ARGV: the user's field, the user id → 1 if the user had one, else 0
+_DELETE_USER_LUA = """
+local removed = redis.call('HDEL', KEYS[1], ARGV[1])
+local latest = redis.call('HGET', KEYS[1], 'installer')
+if not latest or cjson.decode(latest)['user_id'] ~= ARGV[2] then return removed end
+local fields, newest, newest_at = redis.call('HGETALL', KEYS[1]), nil, 0
+for i = 1, #fields, 2 do
+  if string.sub(fields[i], 1, 10) == 'installer:' then
+    local at = cjson.decode(fields[i + 1])['installed_at']
+    if type(at) ~= 'number' then at = 0 end
+    if newest == nil or at > newest_at then newest, newest_at = fields[i + 1], at end
+  end
+end
+if newest then redis.call('HSET', KEYS[1], 'installer', newest) else redis.call('HDEL', KEYS[1], 'installer') end
 return removed
 """
 
@@ -63,10 +81,6 @@ def _checked_id(value: str | None) -> str:
 def _to_json(obj: Installation | Bot) -> str:
     # Same as FileInstallationStore: the attribute dict round-trips through the constructor.
     return json.dumps(vars(obj))
-
-
-def _text(raw: bytes | str) -> str:
-    return raw.decode() if isinstance(raw, bytes) else raw
 
 
 def _overlay_bot(installation: Installation, bot: Bot) -> None:
@@ -94,6 +108,7 @@ class RedisInstallationStore(AsyncInstallationStore):
         self.client_id = client_id
         self._logger = logger or _log
         self._delete_installers = redis.register_script(_DELETE_INSTALLERS_LUA)
+        self._delete_user = redis.register_script(_DELETE_USER_LUA)
 
     @property
     def logger(self) -> Logger:
@@ -207,37 +222,7 @@ class RedisInstallationStore(AsyncInstallationStore):
         if user_id is None:
             await self._delete_installers(keys=[key])
             return
-        for _ in range(_MAX_WATCH_ATTEMPTS):
-            try:
-                await self._delete_user_installation(key, user_id)
-                return
-            except WatchError:
-                continue
-        raise RuntimeError(
-            f"could not delete the installation of {user_id} in {key}: too many concurrent writes"
-        )
-
-    async def _delete_user_installation(self, key: str, user_id: str) -> None:
-        user_field = f"{_USER_PREFIX}{_checked_id(user_id)}"
-        async with self._redis.pipeline(transaction=True) as pipe:
-            await pipe.watch(key)
-            stored: dict[bytes, bytes] = await pipe.hgetall(key)
-            installers = {
-                _text(field): json.loads(raw)
-                for field, raw in stored.items()
-                if _text(field).startswith(_USER_PREFIX) and _text(field) != user_field
-            }
-            latest = stored.get(_LATEST.encode())
-            latest_is_users = latest is not None and json.loads(latest).get("user_id") == user_id
-            pipe.multi()
-            pipe.hdel(key, user_field)
-            if latest_is_users:
-                if installers:
-                    newest = max(installers.values(), key=lambda data: data.get("installed_at") or 0)
-                    pipe.hset(key, _LATEST, json.dumps(newest))
-                else:
-                    pipe.hdel(key, _LATEST)
-            await pipe.execute()
+        await self._delete_user(keys=[key], args=[f"{_USER_PREFIX}{_checked_id(user_id)}", user_id])
 
     async def async_delete_all(self, *, enterprise_id: str | None, team_id: str | None) -> None:
         """Forget the workspace/org entirely (app uninstalled)."""

@@ -37,7 +37,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import NoScriptError
 
 from bot.outbox import OutboxPass
 from bot.principals import Principal
@@ -55,6 +54,7 @@ from bot.protocol import (
 )
 from bot.session import SessionRef, session_slot
 from store.grants import GrantStore
+from store.pipelined import Command, evalsha, pipelined
 from store.replay import REPLAY_MARK_MS, replay_mark, replay_safe
 
 EVENTS_MAXLEN = 10_000
@@ -314,17 +314,16 @@ class SessionStore:
         ``known_state``: the state this lease holder committed last (nobody else can have written it
         since), so it is not read again; nor is the failure count, read once per pass."""
         pipe = self.redis.pipeline(transaction=False)
-        self._read_snapshot(pipe, session_id, known_state)
+        _queue(pipe, self._snapshot_reads(session_id, known_state))
         return self._snapshot_from(await pipe.execute(), known_state)
 
-    def _read_snapshot(self, pipe: Any, session_id: str, known_state: dict[str, Any] | None) -> None:
+    def _snapshot_reads(self, session_id: str, known_state: dict[str, Any] | None) -> list[Command]:
+        reads: list[Command] = [("get", (self.key(session_id, "state"),))] if known_state is None else []
+        reads += [("smembers", (self.key(session_id, "grants"),)), ("get", (self.key(session_id, "cancel"),)),
+                  ("lrange", (self.key(session_id, "inbox"), 0, -1))]
         if known_state is None:
-            pipe.get(self.key(session_id, "state"))
-        pipe.smembers(self.key(session_id, "grants"))
-        pipe.get(self.key(session_id, "cancel"))
-        pipe.lrange(self.key(session_id, "inbox"), 0, -1)
-        if known_state is None:
-            pipe.get(self.key(session_id, "fails"))
+            reads.append(("get", (self.key(session_id, "fails"),)))
+        return reads
 
     @staticmethod
     def _snapshot_from(replies: list[Any], known_state: dict[str, Any] | None) -> SessionSnapshot:
@@ -373,7 +372,7 @@ class SessionStore:
         pipe.set(self.key(session_id, "lease"), token, nx=True, px=self.lease_ms)
         pipe.zadd(ACTIVE, {session_id: _now_ms() + self.lease_ms})
         if read:
-            self._read_snapshot(pipe, session_id, None)
+            _queue(pipe, self._snapshot_reads(session_id, None))
         got, _, *snapshot = await pipe.execute()
         if not got:
             return None, None
@@ -398,20 +397,11 @@ class SessionStore:
     ) -> SessionSnapshot | None:
         """Let the turn lease go; with ``read``, then read the snapshot in the same round trip (what arrived
         while we held the lease, whose own attempt to drive found it taken)."""
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.evalsha(self._release.sha, 1, self.key(session_id, "lease"), token)
-        if still_active:
-            pipe.zadd(ACTIVE, {session_id: _now_ms() + retry_after_ms})
-        else:
-            pipe.zrem(ACTIVE, session_id)
-        if read:
-            self._read_snapshot(pipe, session_id, None)
-        try:
-            _, _, *snapshot = await pipe.execute()
-        except NoScriptError:
-            await self.redis.script_load(self._release.script)
-            return await self.release_lease(session_id, token, still_active=still_active,
-                                            retry_after_ms=retry_after_ms, read=read)
+        index: Command = (("zadd", (ACTIVE, {session_id: _now_ms() + retry_after_ms})) if still_active
+                          else ("zrem", (ACTIVE, session_id)))
+        reads = self._snapshot_reads(session_id, None) if read else []
+        _, _, *snapshot = await self._pipelined(self._release, [self.key(session_id, "lease")], [token],
+                                                after=[index, *reads])
         return self._snapshot_from(snapshot, None) if read else None
 
     async def drive_failures(self, session_id: str, *, failed: bool) -> int:
@@ -476,7 +466,7 @@ class SessionStore:
         ]
         # the outbox entry travels in the same write as the commit, so committed events are never
         # left without someone to deliver them (the committer normally delivers them at once)
-        extra: list[tuple[str, tuple[Any, ...]]] = []
+        extra: list[Command] = []
         if events:
             extra.append(("zadd", (OUTBOX, {session_id: _now_ms() + OUTBOX_GRACE_MS})))
         now = time.time()
@@ -493,36 +483,20 @@ class SessionStore:
             raise MessageTaken(session_id)
         return _with_seq(events, int(first))
 
-    async def _eval_pipelined(
-        self, script: Any, keys: list[Any], args: list[Any], extra: list[tuple[str, tuple[Any, ...]]]
-    ) -> list[Any]:
+    async def _eval_pipelined(self, script: Any, keys: list[Any], args: list[Any], extra: list[Command]) -> list[Any]:
         """A ``replay_safe`` script plus a few idempotent commands in one round trip."""
         return await self._pipelined(script, [*keys, replay_mark(keys)], [*args, REPLAY_MARK_MS], after=extra)
 
     async def _pipelined(
         self, script: Any, keys: list[Any], args: list[Any], *,
-        before: list[tuple[str, tuple[Any, ...]]] = (),  # type: ignore[assignment]
-        after: list[tuple[str, tuple[Any, ...]]] = (),  # type: ignore[assignment]
+        before: list[Command] = (),  # type: ignore[assignment]
+        after: list[Command] = (),  # type: ignore[assignment]
         scripts: list[Any] = (),  # type: ignore[assignment]
     ) -> list[Any]:
-        """EVALSHA of ``script`` between a few other commands, in one round trip. (A redis-py Script in a
-        pipeline would first send SCRIPT EXISTS on every execute: one more round trip. We load the
-        scripts, ``script`` and those the other commands run, only when Redis lacks them.)"""
-        for attempt in (1, 2):
-            pipe = self.redis.pipeline(transaction=False)
-            for name, call_args in before:
-                getattr(pipe, name)(*call_args)
-            pipe.evalsha(script.sha, len(keys), *keys, *args)
-            for name, call_args in after:
-                getattr(pipe, name)(*call_args)
-            try:
-                return await pipe.execute()
-            except NoScriptError:
-                if attempt == 2:
-                    raise
-                for needed in (script, *scripts):  # first use on this server (or after a flush)
-                    await self.redis.script_load(needed.script)
-        raise AssertionError("unreachable")
+        """EVALSHA of ``script`` between a few other commands: one round trip on Redis, in the same order
+        one by one on a Cluster (store/pipelined.py). ``scripts``: those the other commands run."""
+        commands = [*before, evalsha(script, keys, args), *after]
+        return await pipelined(self.redis, commands, [script, *scripts])
 
     # events ----------------------------------------------------------------------------------
 
@@ -622,7 +596,7 @@ class SessionStore:
         # in the same round trip: have the sweep look at the session soon, so a turn whose last answer
         # this was resumes even if this process dies before it drives it, and the outbox delivers what
         # the settle appended (the card update) even then
-        extra: list[tuple[str, tuple[Any, ...]]] = [("zadd", (OUTBOX, {record.session_id: _now_ms() + OUTBOX_GRACE_MS}))]
+        extra: list[Command] = [("zadd", (OUTBOX, {record.session_id: _now_ms() + OUTBOX_GRACE_MS}))]
         if mode == "settle":
             extra.append(("zadd", (ACTIVE, {record.session_id: _now_ms() + SETTLED_LOOK_AGAIN_MS})))
         (state, first, count, complete), *_ = await self._eval_pipelined(self._settle, keys, args, extra)
@@ -745,11 +719,11 @@ class SessionStore:
                          claim: int, again_in_ms: int | None) -> None:
         """Finish a pass (one round trip): save its progress, release the lock; then either schedule the
         session again (a consumer is waiting) or take it off the list, unless a commit re-scheduled it."""
-        after: list[tuple[str, tuple[Any, ...]]] = []
+        after: list[Command] = []
         if again_in_ms is not None:
             after.append(("zadd", (OUTBOX, {session_id: _now_ms() + again_in_ms})))
         else:
-            after.append(("evalsha", (self._forget_if_unchanged.sha, 1, OUTBOX, session_id, claim)))
+            after.append(evalsha(self._forget_if_unchanged, [OUTBOX], [session_id, claim]))
         await self._pipelined(self._outbox_save, self._outbox_save_keys(session_id),
                               self._outbox_save_args(token, 0, cursors, cleared), after=after,
                               scripts=[self._forget_if_unchanged])
@@ -868,6 +842,11 @@ class SessionStore:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _queue(pipe: Any, commands: list[Command]) -> None:
+    for name, args in commands:
+        getattr(pipe, name)(*args)
 
 
 def _record_fields(record: RequestRecord) -> dict[str, str]:

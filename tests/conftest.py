@@ -11,6 +11,10 @@ Fixtures:
 - ``redis`` (function, async): a ``redis.asyncio.Redis`` on ``redis_url`` (``decode_responses=False``),
   ``FLUSHDB`` before the test, closed after.
 - ``tmp_data_dir`` (function): ``tmp_path / "data"`` (created), e.g. for an ``EmbeddedValkey`` of its own.
+- ``valkey_cluster`` (session, sync): a real 3-master, 3-replica Valkey Cluster on loopback
+  (tests/cluster.py), started the first time a test asks for it (so only the cluster tests pay for it).
+- ``cluster_redis`` (function, async): a ``RedisCluster`` client as the bot opens it (``REDIS_CLUSTER=1``,
+  store/client.py), every master flushed before the test.
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ import pytest
 import redis as redis_sync
 import redis.asyncio as redis_asyncio
 
+from store.client import RedisClient, open_redis
 from store.embedded import kill_when_parent_dies, server_command
+from tests.cluster import ValkeyCluster
 
 _STARTUP_TIMEOUT_S = 10.0
 
@@ -95,3 +101,19 @@ def tmp_data_dir(tmp_path: Path) -> Path:
     data_dir = tmp_path / "data"
     data_dir.mkdir(parents=True, exist_ok=True)
     return data_dir
+
+
+@pytest.fixture(scope="session")
+def valkey_cluster() -> Iterator[ValkeyCluster]:
+    with ValkeyCluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+async def cluster_redis(valkey_cluster: ValkeyCluster) -> AsyncIterator[RedisClient]:
+    valkey_cluster.flush()
+    handle = await open_redis(valkey_cluster.url, cluster=True)
+    try:
+        yield handle.client
+    finally:
+        await handle.close()

@@ -1,0 +1,73 @@
+"""A Lua script between a few other commands, in order: one pipeline on Redis, one by one on a Cluster.
+
+The store sends a script with the index writes that go with it (``ZADD hitl:active``…) or the reads
+that follow it in one pipeline: one round trip on a single server, which the benchmarks show is worth
+keeping (docs/PERFORMANCE.md). A Redis Cluster cannot do that: the other commands touch keys in other
+slots (the global indexes), and redis-py's cluster pipeline either refuses EVALSHA (redis-py 5.2) or
+sends each node's share in parallel (8.x), which loses the order the callers rely on (release the
+lease, then read what arrived meanwhile). On a ``RedisCluster`` the commands are therefore sent one
+after another, in the same order, each routed and retried by the cluster client on its own (MOVED,
+ASK, TRYAGAIN, a failover: store/client.py). A process that dies between two of them leaves the
+script's write without the advisory index entries after it; the sweeps re-check records, never
+indexes alone (DESIGN, Redis layout).
+
+A command is ``(client method name, arguments)``; :func:`evalsha` makes the one that runs a script.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, TypeAlias
+
+from redis.asyncio import RedisCluster
+from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError
+
+from store.client import RedisClient
+
+Command: TypeAlias = tuple[str, tuple[Any, ...]]
+
+
+def evalsha(script: AsyncScript, keys: Sequence[Any], args: Sequence[Any]) -> Command:
+    """The command running ``script`` (registered with ``register_script``) on ``keys`` and ``args``."""
+    return ("evalsha", (script.sha, len(keys), *keys, *args))
+
+
+async def pipelined(client: RedisClient, commands: Sequence[Command], scripts: Sequence[AsyncScript]) -> list[Any]:
+    """Run ``commands`` in order and return their replies; ``scripts``: those their EVALSHAs run.
+
+    A redis-py ``Script`` in a pipeline would first send SCRIPT EXISTS on every execute (one more round
+    trip), so scripts are loaded only when the server says it lacks them (first use, a flush, a
+    failover to a replica that never saw them)."""
+    if isinstance(client, RedisCluster):
+        return [await _one_by_one(client, command, scripts) for command in commands]
+    return await _one_round_trip(client, commands, scripts)
+
+
+async def _one_round_trip(client: RedisClient, commands: Sequence[Command], scripts: Sequence[AsyncScript]) -> list[Any]:
+    for attempt in (1, 2):
+        pipe = client.pipeline(transaction=False)
+        for name, args in commands:
+            getattr(pipe, name)(*args)
+        try:
+            return await pipe.execute()
+        except NoScriptError:
+            # the other commands ran; resending them is harmless (the callers send idempotent ones)
+            if attempt == 2:
+                raise
+            for script in scripts:
+                await client.script_load(script.script)
+    raise AssertionError("unreachable")
+
+
+async def _one_by_one(client: RedisCluster, command: Command, scripts: Sequence[AsyncScript]) -> Any:
+    name, args = command
+    try:
+        return await getattr(client, name)(*args)
+    except NoScriptError:
+        # EVAL of the body, routed like the EVALSHA to the slot's node, runs it and caches it there. (SCRIPT
+        # LOAD goes to every master, and fails while one of them is down: during the very failover that
+        # brought a replica without the script up.) NOSCRIPT means nothing ran, so this runs it once.
+        sha, *rest = args
+        script = next(s for s in scripts if s.sha == sha)
+        return await client.eval(script.script, *rest)
