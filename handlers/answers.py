@@ -250,14 +250,12 @@ async def _on_edit_submit(deps: SlackDeps, ack: Any, body: dict[str, Any], view:
     if record is None or model is None:
         await ack()  # a form for a request that is gone (or was never editable): nothing to settle
         return
-    edited, errors = parse_form_state(model, _state(view), block_prefix=EDIT_BLOCK_PREFIX)
+    edited = await _filled_in(ack, model, view, EDIT_BLOCK_PREFIX)
     if edited is None:
-        await ack(response_action="errors", errors=errors)
         return
     changed = edited.model_dump(mode="json", by_alias=True)
     proposed = _proposal(model, record)
-    first_field = f"{EDIT_BLOCK_PREFIX}{next(iter(model.model_fields))}"
-    await _submit(deps, ack, body, view, client, first_field, lambda rid: {
+    await _submit(deps, ack, body, view, client, _first_block(model, EDIT_BLOCK_PREFIX), lambda rid: {
         "request_id": rid, "option_id": APPROVE, "edited_input": None if edited == proposed else changed,
     }, record=record)
 
@@ -268,14 +266,25 @@ async def _on_form_submit(deps: SlackDeps, ack: Any, body: dict[str, Any], view:
     if record is None or model is None:
         await ack()  # a form for a request that is gone: nothing to settle
         return
-    filled, errors = parse_form_state(model, _state(view), block_prefix=FORM_BLOCK_PREFIX)
+    filled = await _filled_in(ack, model, view, FORM_BLOCK_PREFIX)
     if filled is None:
-        await ack(response_action="errors", errors=errors)
         return
     values = filled.model_dump(mode="json", by_alias=True)
-    first_field = f"{FORM_BLOCK_PREFIX}{next(iter(model.model_fields))}"
-    await _submit(deps, ack, body, view, client, first_field,
+    await _submit(deps, ack, body, view, client, _first_block(model, FORM_BLOCK_PREFIX),
                   lambda rid: {"request_id": rid, "values": values}, record=record)
+
+
+async def _filled_in(ack: Any, model: Any, view: dict[str, Any], block_prefix: str) -> Any:
+    """The submitted form as ``model``, or None once Slack was told what to fix (inline, under each field)."""
+    filled, errors = parse_form_state(model, _state(view), block_prefix=block_prefix)
+    if filled is None:
+        await ack(response_action="errors", errors=errors)
+    return filled
+
+
+def _first_block(model: Any, block_prefix: str) -> str:
+    """Where a refusal of the whole form shows: under its first field."""
+    return f"{block_prefix}{next(iter(model.model_fields))}"
 
 
 def _proposal(model: Any, record: RequestRecord) -> Any:
