@@ -20,6 +20,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from bot.schema_refs import inline_refs
+
 MAX_FIELDS = 20  # our cap: a form longer than this is a page, not a question
 MAX_NAME = 64  # characters of a property name (it becomes part of a block id)
 _BOUNDS = {"minimum": "ge", "maximum": "le", "exclusiveMinimum": "gt", "exclusiveMaximum": "lt"}
@@ -34,7 +36,7 @@ class FormSchemaError(ValueError):
 def form_schema(model: type[BaseModel]) -> dict[str, Any]:
     """``model``'s JSON schema, references inlined, checked to rebuild (raises :class:`FormSchemaError`)."""
     raw = model.model_json_schema()
-    schema = _inline(raw, raw.get("$defs", {}))
+    schema = inline_refs(raw, raw, too_deep=FormSchemaError)
     schema.pop("$defs", None)
     titled = {_schema_key(name, info.validation_alias, info.alias) for name, info in model.model_fields.items()
               if info.title}
@@ -96,21 +98,6 @@ def checked_values(schema: dict[str, Any], values: Any) -> dict[str, Any]:
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'form'}: {e['msg']}" for e in exc.errors())
         raise ValueError(f"the form's values are not valid: {problems}") from exc
-
-
-def _inline(node: Any, defs: dict[str, Any], depth: int = 0) -> Any:
-    """The schema with ``$ref``s to ``$defs`` replaced by what they name (pydantic refs enums this way)."""
-    if depth > 8:
-        raise FormSchemaError("the form's schema nests too deeply to be a form")
-    if isinstance(node, list):
-        return [_inline(item, defs, depth + 1) for item in node]
-    if not isinstance(node, dict):
-        return node
-    ref = node.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#/$defs/") and ref[8:] in defs:
-        rest = {k: v for k, v in node.items() if k != "$ref"}
-        return {**_inline(defs[ref[8:]], defs, depth + 1), **_inline(rest, defs, depth + 1)}
-    return {key: _inline(value, defs, depth + 1) for key, value in node.items()}
 
 
 def _annotation(name: str, prop: dict[str, Any]) -> tuple[Any, dict[str, Any]]:

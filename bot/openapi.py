@@ -37,6 +37,7 @@ from pydantic import BaseModel, Field
 
 from bot.approval import RequestPolicy, always, never, once
 from bot.models.base import ToolSpec
+from bot.schema_refs import inline_refs
 from bot.tools import Tool, ToolContext
 
 CALL_TIMEOUT_S = 30.0
@@ -134,8 +135,8 @@ def operations_of(document: dict[str, Any]) -> dict[str, Operation]:
             op = item.get(method)
             if not isinstance(op, dict) or not op.get("operationId"):
                 continue
-            params = [_parameter(_resolve(p, document)) for p in [*shared, *op.get("parameters", [])]]
-            body = _resolve(op.get("requestBody") or {}, document)
+            params = [_parameter(_inline(p, document)) for p in [*shared, *op.get("parameters", [])]]
+            body = _inline(op.get("requestBody") or {}, document)
             schema = ((body.get("content") or {}).get("application/json") or {}).get("schema")
             found[op["operationId"]] = Operation(
                 operation_id=op["operationId"], method=method.upper(), path=path,
@@ -147,31 +148,15 @@ def operations_of(document: dict[str, Any]) -> dict[str, Operation]:
     return found
 
 
+def _inline(node: Any, document: dict[str, Any]) -> Any:
+    return inline_refs(node, document, too_deep=OpenAPIError)
+
+
 def _parameter(raw: dict[str, Any]) -> Parameter | None:
     if raw.get("in") not in ("path", "query", "header"):
         return None  # cookies: not ours to send
     return Parameter(name=raw["name"], where=raw["in"], required=bool(raw.get("required") or raw["in"] == "path"),
                      schema_=raw.get("schema") or {"type": "string"}, description=raw.get("description") or "")
-
-
-def _resolve(node: Any, document: dict[str, Any]) -> Any:
-    return _inline(node, document)
-
-
-def _inline(node: Any, document: dict[str, Any], depth: int = 0) -> Any:
-    if depth > 20:
-        raise OpenAPIError("the document's schemas nest (or refer to themselves) too deeply")
-    if isinstance(node, list):
-        return [_inline(n, document, depth + 1) for n in node]
-    if not isinstance(node, dict):
-        return node
-    ref = node.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#/"):
-        target: Any = document
-        for part in ref[2:].split("/"):
-            target = target.get(part.replace("~1", "/").replace("~0", "~"), {}) if isinstance(target, dict) else {}
-        return _inline(target, document, depth + 1)
-    return {k: _inline(v, document, depth + 1) for k, v in node.items()}
 
 
 class OperationTool(Tool):
