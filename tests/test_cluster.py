@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 from slack_sdk.oauth.installation_store.models.installation import Installation
 
-from bot.app import BotApp, start_bot
 from bot.approval import always
 from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
@@ -37,7 +36,7 @@ from store.installations import RedisInstallationStore
 from store.sessions import SessionStore
 from tests.cluster import ValkeyCluster
 from tests.e2e.conftest import (
-    e2e_settings,
+    app_starter,
     local_slack,  # noqa: F401 - the same LocalSlack fixture as the e2e tests
 )
 from tests.e2e.test_approval_flow import RUNS, button, mention_and_wait_for_card, refund_charge, refund_script
@@ -194,18 +193,8 @@ async def start_clustered_app(
     local_slack: LocalSlack, valkey_cluster: ValkeyCluster, cluster_redis: RedisClient, tmp_path: Any,  # noqa: F811
 ) -> AsyncIterator[Callable[..., Any]]:
     """``await start(model, tools)`` → the app on ``REDIS_URL=<a cluster node>``, ``REDIS_CLUSTER=1``."""
-    started: list[BotApp] = []
-
-    async def start(model: Any, tools: list[Any]) -> BotApp:
-        settings = e2e_settings(local_slack, valkey_cluster.url, tmp_path, REDIS_CLUSTER="1")
-        bot = await start_bot(settings, model=model, tools=tools, host="127.0.0.1", port=0, recovery_interval=0)
-        local_slack.set_bot_url(f"{bot.url}/slack/events")
-        started.append(bot)
-        return bot
-
-    yield start
-    for bot in started:
-        await bot.close()
+    async with app_starter(local_slack, valkey_cluster.url, tmp_path, REDIS_CLUSTER="1") as start:
+        yield start
 
 
 async def test_mention_card_approve_reply_on_the_cluster(local_slack: LocalSlack, start_clustered_app) -> None:  # noqa: F811

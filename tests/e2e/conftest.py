@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -38,20 +39,33 @@ def e2e_settings(slack: LocalSlack, redis_url: str, tmp_path: Any, **extra: Any)
     return Settings(_env_file=None, **values)  # type: ignore[arg-type]
 
 
-@pytest.fixture
-async def start_app(local_slack: LocalSlack, redis, redis_url: str, tmp_path) -> AsyncIterator[Callable[..., Any]]:
-    """``await start_app(model, tools)`` → a running BotApp that localslack delivers to."""
+@asynccontextmanager
+async def app_starter(local_slack: LocalSlack, redis_url: str, tmp_path: Any,
+                      **fixed: Any) -> AsyncIterator[Callable[..., Any]]:
+    """``await start(model, tools, redis_url=…, recovery_interval=…, **settings)`` → a running BotApp that
+    localslack delivers to, on ``redis_url`` unless the call names another; every one is closed at the end."""
     started: list[BotApp] = []
 
-    async def start(model: ChatModel, tools: list[Tool], *, recovery_interval: float = 0, **extra: Any) -> BotApp:
+    async def start(model: ChatModel, tools: list[Tool], redis_url: str | None = None, *,
+                    recovery_interval: float = 0, **extra: Any) -> BotApp:
         # no recovery sweep by default: tests drive recovery themselves, except those that need it running
-        settings = e2e_settings(local_slack, redis_url, tmp_path, **extra)
+        settings = e2e_settings(local_slack, redis_url or default_url, tmp_path, **{**fixed, **extra})
         bot = await start_bot(settings, model=model, tools=tools, host="127.0.0.1", port=0,
                               recovery_interval=recovery_interval)
         local_slack.set_bot_url(f"{bot.url}/slack/events")
         started.append(bot)
         return bot
 
-    yield start
-    for bot in started:
-        await bot.close()
+    default_url = redis_url
+    try:
+        yield start
+    finally:
+        for bot in started:
+            await bot.close()
+
+
+@pytest.fixture
+async def start_app(local_slack: LocalSlack, redis, redis_url: str, tmp_path) -> AsyncIterator[Callable[..., Any]]:
+    """``await start_app(model, tools)`` → a running BotApp that localslack delivers to."""
+    async with app_starter(local_slack, redis_url, tmp_path) as start:
+        yield start

@@ -18,11 +18,11 @@ from typing import Any
 import httpx
 import pytest
 
-from bot.app import BotApp, start_bot
+from bot.app import BotApp
 from localslack.seed import ALICE, GENERAL
 from localslack.server import LocalSlack
 from store.embedded import EmbeddedValkey
-from tests.e2e.conftest import e2e_settings
+from tests.e2e.conftest import app_starter
 from tests.e2e.test_approval_flow import RUNS, button, mention_and_wait_for_card, refund_charge, refund_script
 from tests.test_store_client import SilentProxy
 
@@ -44,20 +44,8 @@ async def start_on(
 ) -> AsyncIterator[Callable[..., Any]]:
     """``await start_on(model, tools)`` → a running BotApp whose REDIS_URL is the ``valkey`` server
     (or ``redis_url``, e.g. a proxy in front of it)."""
-    started: list[BotApp] = []
-
-    async def start(model: Any, tools: list[Any], redis_url: str | None = None) -> BotApp:
-        settings = e2e_settings(local_slack, redis_url or valkey.url, tmp_path)
-        bot = await start_bot(
-            settings, model=model, tools=tools, host="127.0.0.1", port=0, recovery_interval=0
-        )
-        local_slack.set_bot_url(f"{bot.url}/slack/events")
-        started.append(bot)
-        return bot
-
-    yield start
-    for bot in started:
-        await bot.close()
+    async with app_starter(local_slack, valkey.url, tmp_path) as start:
+        yield start
 
 
 async def _restart_after(server: EmbeddedValkey, delay_s: float) -> str:
