@@ -130,16 +130,18 @@ class ValkeyCluster:
                 return next(n for n in self.nodes if n.port == port)
         raise AssertionError(f"no node serves slot {slot}")
 
-    def wait_replicated(self, master: Node, timeout_s: float = 5.0) -> None:
+    def wait_replicated(self, master: Node, timeout_s: float = 10.0) -> None:
         """Until every replica of ``master`` has all its writes: async replication would otherwise lose the
         last ones when the master dies, which is Redis Cluster's documented trade-off, not what we test."""
         deadline = time.monotonic() + timeout_s
         with master.client() as client:
+            # the offset to reach is the one at the call: the app keeps writing (sweeps, leases), so the
+            # master's current offset moves on and a replica acking once a second may never equal it
+            target = int(client.info("replication")["master_repl_offset"])
             while time.monotonic() < deadline:
                 info = client.info("replication")
-                offset = int(info["master_repl_offset"])
                 slaves = [v for k, v in info.items() if k.startswith("slave") and isinstance(v, dict)]
-                if slaves and all(int(s["offset"]) >= offset for s in slaves):
+                if slaves and all(int(s["offset"]) >= target for s in slaves):
                     return
                 time.sleep(0.02)
         raise TimeoutError(f"the replicas of {master.name} did not catch up within {timeout_s} s")
