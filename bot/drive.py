@@ -24,6 +24,7 @@ from bot.principals import Principal
 from bot.protocol import (
     CONTINUE,
     Answer,
+    CancelRequested,
     Event,
     InputRequest,
     InputRequested,
@@ -222,8 +223,10 @@ class Driver:
             try:
                 if not await self._drive_step(p):
                     return
-            except MessageTaken:
-                p.taking, p.committed = [], None  # it answered a request meanwhile: look again at Redis
+            except (MessageTaken, CancelRequested):
+                # it answered a request, or someone asked to stop the turn, meanwhile: nothing was
+                # written; look again at Redis (a requested cancel then ends the turn from there)
+                p.taking, p.committed = [], None
 
     async def _drive_step(self, p: _Pass) -> bool:
         """One step of the turn loop from a fresh snapshot; False when nothing more can be done now."""
@@ -298,9 +301,8 @@ class Driver:
             await self._end_turn(p, state, TurnFailed(session_id=p.session_id, turn_id=turn.turn_id,
                                                       reason=f"The model could not answer: {reason}"))
             return False
-        if await self.p.store.cancel_requested(p.session_id) == turn.turn_id:
-            await self._finish_cancelled(p, state)  # stopped while the model thought: run nothing it asked for
-            return False
+        # stopped while the model thought: run nothing it asked for, say nothing it wrote. The checkpoints
+        # below are refused if a cancel was asked (CancelRequested), and the loop then ends the turn.
         turn.steps += 1
         turn.tokens += response.usage.total_tokens
         events: list[Event] = []
@@ -308,7 +310,8 @@ class Driver:
             events.append(MessageCompleted(session_id=p.session_id, turn_id=turn.turn_id, text=response.text))
         if not response.tool_calls:
             state.history.append(response.to_message())
-            await self._end_turn(p, state, TurnCompleted(session_id=p.session_id, turn_id=turn.turn_id), events)
+            await self._end_turn(p, state, TurnCompleted(session_id=p.session_id, turn_id=turn.turn_id), events,
+                                 unless_cancelled=turn.turn_id)
             return False
         turn.step = StepState(
             index=turn.steps,
@@ -317,14 +320,17 @@ class Driver:
             calls=[CallState(call_id=c.id, tool_name=c.name, arguments=c.arguments) for c in response.tool_calls],
         )
         await self.exec.apply_request_policies(state, grants)
-        await self._commit(p, state, events)
+        await self._commit(p, state, events, unless_cancelled=turn.turn_id)
         await self._resume_step(p, state, grants, None)
         return True
 
     async def _resume_step(
         self, p: _Pass, state: SessionState, grants: set[str], steer: dict[str, Any] | None
     ) -> bool:
-        """Apply answers, run what may run, park on what still needs a person. False = parked."""
+        """Apply answers, run what may run, park on what still needs a person. False = parked.
+
+        A requested cancel was looked for a moment ago by the caller (in the snapshot, or by the
+        checkpoint after the model); the checkpoint before any call starts looks again."""
         turn = state.turn
         assert turn is not None and turn.step is not None
         step = turn.step
@@ -339,13 +345,10 @@ class Driver:
             return False  # still waiting on people
         _apply_resolutions(step, records, self.p.tools)
         step.request_ids = []
-        if await self.p.store.cancel_requested(p.session_id) == turn.turn_id:
-            await self._finish_cancelled(p, state)
-            return True
         self.exec.ensure_tools(state)  # a replica without a ready call's tool leaves the step to one that has it
         started = self.exec.started_events(p.session_id, state)
-        if started:
-            await self._commit(p, state, started)
+        if started:  # nothing starts once a cancel is asked: this checkpoint is refused then
+            await self._commit(p, state, started, unless_cancelled=turn.turn_id)
         await self.exec.run_ready(p.session_id, p.token, state)
         results = _unreported_results(p.session_id, turn)
         new_requests = self.exec.requests_for(state)
@@ -428,16 +431,20 @@ class Driver:
         reports = self._close_step(p, state, "TURN_CANCELLED", "The turn was cancelled.")
         await self._end_turn(p, state, TurnCancelled(session_id=p.session_id, turn_id=turn.turn_id), reports)
 
-    async def _end_turn(self, p: _Pass, state: SessionState, final: Event, before: list[Event] = ()) -> None:  # type: ignore[assignment]
+    async def _end_turn(self, p: _Pass, state: SessionState, final: Event, before: list[Event] = (),  # type: ignore[assignment]
+                        *, unless_cancelled: str | None = None) -> None:
         state.turn = None
         state.history = compact(state.history, self.p.settings.history_limit)
-        await self._commit(p, state, [*before, final, SessionWaiting(session_id=p.session_id)])
+        await self._commit(p, state, [*before, final, SessionWaiting(session_id=p.session_id)],
+                           unless_cancelled=unless_cancelled)
 
     async def _commit(
-        self, p: _Pass, state: SessionState, events: list[Event], requests: list[RequestRecord] = ()  # type: ignore[assignment]
+        self, p: _Pass, state: SessionState, events: list[Event], requests: list[RequestRecord] = (),  # type: ignore[assignment]
+        *, unless_cancelled: str | None = None,
     ) -> None:
         saved = state.model_dump(mode="json")
-        await self.p.store.commit(p.session_id, p.token, saved, events, list(requests), ref=state.ref, take=p.taking)
+        await self.p.store.commit(p.session_id, p.token, saved, events, list(requests), ref=state.ref, take=p.taking,
+                                  unless_cancelled=unless_cancelled)
         p.taking, p.committed = [], saved
         if events:
             self.p.outbox.kick(p.session_id)

@@ -373,6 +373,11 @@ class LeaseLost(Exception):  # noqa: N818 - a condition the caller handles, not 
     """Another worker holds the turn now; this worker must stop without writing."""
 
 
+class CancelRequested(Exception):  # noqa: N818 - a condition the caller handles, not a bug
+    """Someone asked to cancel the turn this checkpoint belonged to: nothing was written; look at the
+    session again (the turn loop then ends the turn as cancelled)."""
+
+
 class MessageTaken(Exception):  # noqa: N818 - a condition the caller handles, not a bug
     """A queued message this commit meant to take in was taken first (it answered a request): nothing
     was written; look at the session again."""

@@ -195,7 +195,10 @@ async def publish_home(gov: Governance, team: str, user_id: str) -> None:
     view = await build_home(gov, team, user_id)
     client = await gov.client_for(team)
     await client.views_publish(user_id=user_id, view=view)
-    await gov.redis.set(workspace_key(team, "home-seen", user_id), b"1", ex=HOME_SEEN_SECONDS)
+    pipe = gov.redis.pipeline(transaction=False)
+    pipe.set(workspace_key(team, "home-seen", user_id), b"1", ex=HOME_SEEN_SECONDS)
+    pipe.set(workspace_key(team, "home-seen-any"), b"1", ex=HOME_SEEN_SECONDS)  # lets _refresh skip at once
+    await pipe.execute()
 
 
 async def republish(gov: Governance, team: str, user_id: str) -> None:
@@ -357,6 +360,8 @@ class HomeRefresh:
         self.gov.deps.runtime.spawn(self._refresh(team, ids), what=f"refresh App Homes for {event.type}")
 
     async def _refresh(self, team: str, request_ids: list[str]) -> None:
+        if not await self.gov.redis.exists(workspace_key(team, "home-seen-any")):
+            return  # nobody in the workspace looked at their App Home lately: one read, nothing to do
         records = await self.gov.deps.store.get_requests(request_ids)
         people: set[str] = set()
         for record in records:

@@ -42,6 +42,7 @@ from bot.outbox import OutboxPass
 from bot.principals import Principal
 from bot.protocol import (
     EVENT_ADAPTER,
+    CancelRequested,
     Event,
     InputResponse,
     LeaseLost,
@@ -81,11 +82,14 @@ def slot_of_request(request_id: str) -> str:
 # Commit a checkpoint: verify the lease, write state, create requests, append events.
 # Queued messages the new state takes in (``take``) leave the inbox in the same write, so a message is
 # always either queued or in the saved history, never in neither (-2: another worker took one first).
+# ``unless_cancelled`` (a turn id): write nothing if someone asked to cancel that turn (-3), so the
+# check and the checkpoint are one atomic step and cost no round trip of their own.
 _COMMIT = """
 local token, state_json, n_events, n_requests = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local ref_json, retention = ARGV[#ARGV - 2], ARGV[#ARGV - 1]
-local take = cjson.decode(ARGV[#ARGV - 3])
+local take, unless_cancelled = cjson.decode(ARGV[#ARGV - 3]), ARGV[#ARGV - 4]
 if token ~= '' and redis.call('GET', KEYS[1]) ~= token then return -1 end
+if unless_cancelled ~= '' and redis.call('GET', KEYS[#KEYS - 1]) == unless_cancelled then return -3 end
 for _, raw in ipairs(take) do
   if not redis.call('LPOS', KEYS[#KEYS], raw) then return -2 end
 end
@@ -434,6 +438,7 @@ class SessionStore:
         *,
         ref: SessionRef | None = None,
         take: list[dict[str, Any]] = (),  # type: ignore[assignment]
+        unless_cancelled: str | None = None,
     ) -> list[Event]:
         """Atomically checkpoint state, create requests and append events; returns events with seq.
 
@@ -441,7 +446,9 @@ class SessionStore:
         ``take``: queued messages this state has taken in; they leave the inbox in the same write.
 
         With a token, fails with LeaseLost unless this worker still holds the turn lease; fails with
-        MessageTaken, writing nothing, if another worker took one of ``take`` first.
+        MessageTaken, writing nothing, if another worker took one of ``take`` first; with
+        ``unless_cancelled`` (a turn id), fails with CancelRequested, writing nothing, if someone asked
+        to cancel that turn.
         """
         keys = [
             self.key(session_id, "lease"),
@@ -450,6 +457,7 @@ class SessionStore:
             self.key(session_id, "seq"),
             self.key(session_id, "out"),
             *[self.request_key(r.request_id) for r in requests],
+            self.key(session_id, "cancel"),
             self.key(session_id, "inbox"),
         ]
         args: list[Any] = [
@@ -459,6 +467,7 @@ class SessionStore:
             len(requests),
             *[e.model_dump_json(exclude_none=True) for e in events],
             *[json.dumps(_record_fields(r), separators=(",", ":")) for r in requests],
+            unless_cancelled or "",
             json.dumps([json.dumps(m, separators=(",", ":")) for m in take]) if take else "[]",
             ref.model_dump_json(exclude_none=True) if ref is not None else "",
             self.retention_ms,
@@ -481,6 +490,8 @@ class SessionStore:
             raise LeaseLost(session_id)
         if first == -2:
             raise MessageTaken(session_id)
+        if first == -3:
+            raise CancelRequested(session_id)
         return _with_seq(events, int(first))
 
     async def _eval_pipelined(self, script: Any, keys: list[Any], args: list[Any], extra: list[Command]) -> list[Any]:

@@ -352,6 +352,26 @@ async def test_cancel_while_the_model_is_thinking_runs_nothing_it_asks_for(redis
     assert len(model.requests) == 1
 
 
+async def test_cancel_while_the_model_writes_its_answer_says_nothing_of_it(redis):
+    # the stop must win over an answer that arrives after it: no reply, the turn ends cancelled
+    thinking, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_answer(messages, tools):
+        thinking.set()
+        await release.wait()
+        return model_say("Here is everything you asked for.")
+
+    runtime, channel, _ = make_runtime(redis, ScriptedModel([slow_answer]), [])
+    worker = asyncio.create_task(say(runtime, "summarise the thread"))
+    await asyncio.wait_for(thinking.wait(), 2)
+    assert await runtime.cancel_turn(session().session_id, ALICE) is True
+    release.set()
+    await asyncio.wait_for(worker, 3)
+    assert channel.of("message.completed") == []
+    assert channel.types()[-2:] == ["turn.cancelled", "session.waiting"]
+    assert "turn.completed" not in channel.types()
+
+
 async def test_tools_see_their_session_and_call(redis):
     seen: list = []
 
