@@ -34,7 +34,6 @@ from blocks.forms import FormUnsupported, check_form_model
 from bot.builtin import BUILTIN_TOOLS
 from bot.config import ConfigError, Settings
 from bot.models.base import ChatModel
-from bot.openapi import OpenAPIError, openapi_tools
 from bot.ports import Channel, FanoutChannel
 from bot.result_tokens import token_key
 from bot.tools import Tool, ToolRegistry
@@ -105,6 +104,10 @@ def build_tools(settings: Settings, extra: list[Tool] | None = None) -> ToolRegi
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     if settings.openapi_config:  # OpenAPI operations as tools (bot.openapi)
+        # imported here: it brings YAML and jsonschema, which a bot without connections never needs
+        # (start-up time counts: a restarted replica serves no click before it has imported)
+        from bot.openapi import OpenAPIError, openapi_tools
+
         try:
             for t in openapi_tools(settings.openapi_config):
                 registry.register(t)
