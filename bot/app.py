@@ -14,6 +14,7 @@ import secrets
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -259,6 +260,7 @@ async def _start(
     channel: Channel = slack_channel
     if channel_wrap is not None:
         channel = channel_wrap(channel)
+    schedules = ScheduleStore(redis.client)
     runtime = Runtime(
         store=store,
         model=model or build_model(settings),
@@ -268,8 +270,10 @@ async def _start(
                                  history_window=settings.history_window, history_limit=settings.history_limit,
                                  max_active_turns=settings.max_active_turns),
         workspace=SlackWorkspace(client_for),  # ctx.workspace: tools post in their session's workspace
-        schedules=ScheduleStore(redis.client),  # /agent schedule
+        schedules=schedules,  # /agent schedule
     )
+    if settings.schedules_config:
+        await _apply_schedules_file(settings.schedules_config, schedules, runtime.settings.clock())
     runtime.add_consumer("audit", AuditChannel(AuditLog(redis.client)))
     runtime.add_consumer("notify", ApproverNotices(store, delivery_client_for, slack_channel.pacing))
     deps = SlackDeps(runtime=runtime, store=store, settings=settings, result_key=token_key(secret),
@@ -317,6 +321,19 @@ def _wire_governance(deps: SlackDeps, redis: RedisHandle, client_for: Any, regis
         deps.runtime.spawn(deps.governance.seed_demo(TEAM_ID, BOB), what="seed the demo approver list")
     # open App Homes follow requests as they appear and settle
     deps.runtime.channel = FanoutChannel(deps.runtime.channel, HomeRefresh(deps.governance))
+
+
+async def _apply_schedules_file(path: str, schedules: ScheduleStore, clock: float) -> None:
+    """BOT_SCHEDULES: the file's schedules become the stored file-defined ones (added, changed, removed)."""
+    from bot.schedules import ScheduleError, configured_schedule, load_schedules_file
+
+    now = datetime.fromtimestamp(clock, UTC)
+    try:
+        wanted = [configured_schedule(entry, now) for entry in load_schedules_file(path)]
+    except ScheduleError as exc:
+        raise ConfigError(str(exc)) from None
+    added, removed = await schedules.apply_file(wanted)
+    log.info("schedules from %s: %d in the file, %d added or changed, %d removed", path, len(wanted), added, removed)
 
 
 async def _listen(start: Awaitable[Any], variable: str, port: int, host: str) -> Any:

@@ -56,6 +56,7 @@ class Settings(BaseSettings):
     localslack_port: int = Field(default=3001, alias="LOCALSLACK_PORT")
     public_url: str = Field(default="", alias="BOT_PUBLIC_URL")  # e.g. https://bot.example.com (result API links)
     openapi_config: str | None = Field(default=None, alias="BOT_OPENAPI")  # OpenAPI connections (bot.openapi)
+    schedules_config: str | None = Field(default=None, alias="BOT_SCHEDULES")  # schedules file (bot.schedules)
 
     @field_validator("port", "localslack_port")
     @classmethod

@@ -19,12 +19,13 @@ import logging
 import re
 import secrets
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Protocol
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from bot.ports import Workspace, WorkspaceError
-from bot.principals import Principal
+from bot.principals import Principal, slack_user
 from bot.protocol import utcnow
 from bot.session import SessionRef
 
@@ -110,6 +111,91 @@ def split_command(text: str) -> tuple[str, str]:
     words = text.split()
     size = 3 if words[:1] == ["at"] and len(words) > 2 and _CLOCK.match(words[2]) else 2
     return " ".join(words[:size]), " ".join(words[size:])
+
+
+# --- schedules from a file (BOT_SCHEDULES) ---------------------------------------------------------
+
+CONFIG_PREFIX = "cfg-"  # the ids of schedules a file defines; /agent schedule ids are hex
+
+
+class ConfiguredSchedule(BaseModel):
+    """One entry of the schedules file: the same schedule in every replica and after every restart."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,39}$")  # stable: the schedule keeps its ticks across restarts
+    team: str = Field(pattern=r"^[TE][A-Z0-9]{2,}$")  # the workspace the app is installed in
+    channel: str = Field(pattern=r"^[CGD][A-Z0-9]{2,}$")
+    when: str  # every …, daily HH:MM or at …; not "in …" (relative to which start-up?)
+    prompt: str
+    on_behalf_of: str = Field(pattern=r"^[UW][A-Z0-9]{2,}$")  # a person of that workspace: approvals go to them
+
+
+class SchedulesFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    schedules: list[ConfiguredSchedule] = Field(default_factory=list)
+
+
+def load_schedules_file(path: str) -> list[ConfiguredSchedule]:
+    """The entries of a schedules file (YAML or JSON); ScheduleError names the file and what is wrong."""
+    import yaml  # here, not at import: only a bot with a schedules file reads YAML
+
+    try:
+        raw = yaml.safe_load(Path(path).read_text()) or {}
+        entries = SchedulesFile.model_validate(raw).schedules
+    except (OSError, yaml.YAMLError) as exc:
+        raise ScheduleError(f"BOT_SCHEDULES: cannot read {path}: {exc}") from None
+    except ValidationError as exc:
+        where = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors()[:3])
+        raise ScheduleError(f"BOT_SCHEDULES: {path} is not a schedules file ({where})") from None
+    seen: set[tuple[str, str]] = set()
+    for entry in entries:
+        if (entry.team, entry.id) in seen:
+            raise ScheduleError(f"BOT_SCHEDULES: schedule id {entry.id!r} appears twice for {entry.team}")
+        seen.add((entry.team, entry.id))
+    return entries
+
+
+def configured_schedule(entry: ConfiguredSchedule, now: datetime) -> Schedule:
+    """The schedule an entry describes. Its first tick is the same whichever replica works it out:
+    ``every N`` ticks on a grid from the epoch, ``daily``/``at`` at their clock time."""
+    head = entry.when.strip().lower().split(" ", 1)[0]
+    if head == "in":
+        raise ScheduleError(f"BOT_SCHEDULES: {entry.id}: {entry.when!r} depends on when the bot starts; "
+                            "use every …, daily HH:MM or at YYYY-MM-DD HH:MM")
+    try:
+        first, every, spec = parse_when(entry.when, now)
+        schedule = new_schedule(entry.team, entry.channel, entry.when, entry.prompt,
+                                slack_user(entry.team, entry.on_behalf_of), now)
+    except ScheduleError as exc:
+        raise ScheduleError(f"BOT_SCHEDULES: {entry.id}: {exc}") from None
+    if every and head == "every":
+        grid = int(now.timestamp()) // every * every + every
+        first = datetime.fromtimestamp(grid, UTC)
+    return schedule.model_copy(update={"schedule_id": CONFIG_PREFIX + entry.id, "next_at": first, "when": spec,
+                                       "every_s": every})
+
+
+def same_definition(a: Schedule, b: Schedule) -> bool:
+    """Whether two schedules say the same thing (ticks and creation times aside)."""
+    return (a.team_id, a.channel, a.prompt, a.owner.principal_id, a.when, a.every_s) == (
+        b.team_id, b.channel, b.prompt, b.owner.principal_id, b.when, b.every_s)
+
+
+def reconcile(wanted: list[Schedule], stored: list[Schedule]) -> tuple[list[Schedule], list[Schedule]]:
+    """(to add, to remove) so that the stored file-defined schedules become ``wanted``. One that is
+    unchanged is left alone, keeping its next tick: a restart neither skips nor repeats a tick."""
+    current = {(s.team_id, s.schedule_id): s for s in stored if s.schedule_id.startswith(CONFIG_PREFIX)}
+    add, remove = [], []
+    for schedule in wanted:
+        old = current.pop((schedule.team_id, schedule.schedule_id), None)
+        if old is not None and same_definition(old, schedule):
+            continue
+        if old is not None:
+            remove.append(old)
+        add.append(schedule)
+    return add, [*remove, *current.values()]
 
 
 def timer_member(team_id: str | None, schedule_id: str, tick_ms: int) -> str:

@@ -3,6 +3,7 @@
   hitl:{ws:<team>}:schedules          hash schedule id → ``Schedule`` JSON
   hitl:{ws:<team>}:sched:<id>:<tick>  the thread a tick started (``SessionRef`` JSON; first writer wins)
   hitl:timers                         ``schedule:<team>|<id>|<tick ms>`` by tick (shared with deadlines)
+  hitl:configured-schedules           set of workspaces holding schedules from BOT_SCHEDULES
 
 A tick's timer is written with its schedule and replaced by the next one when it fires; the recovery
 sweep of any replica claims it (``store.sessions``'s timer claim: one claimer at a time).
@@ -14,10 +15,11 @@ from datetime import datetime
 
 from redis.asyncio import Redis
 
-from bot.schedules import Schedule, timer_member
+from bot.schedules import Schedule, reconcile, timer_member
 from bot.session import SessionRef
 
 TIMERS = b"hitl:timers"
+CONFIGURED = b"hitl:configured-schedules"  # workspaces with file-defined schedules (to find removed ones)
 TICK_MEMORY_S = 7 * 86400  # how long a tick's thread is remembered (re-fires come within a lease)
 
 
@@ -65,6 +67,21 @@ class ScheduleStore:
         if await self.get(schedule.team_id, schedule.schedule_id) is None:
             return
         await self.add(schedule.model_copy(update={"next_at": following}))
+
+    async def apply_file(self, wanted: list[Schedule]) -> tuple[int, int]:
+        """Make the file-defined schedules in Redis those of ``wanted`` (every replica does this at start;
+        the outcome is the same whoever goes first). Returns (added or changed, removed)."""
+        teams = {s.team_id or "-" for s in wanted}
+        teams |= {t.decode() for t in await self.redis.smembers(CONFIGURED)}
+        stored = [s for team in sorted(teams) for s in await self.list(None if team == "-" else team)]
+        add, remove = reconcile(wanted, stored)
+        for schedule in remove:
+            await self.remove(schedule)
+        for schedule in add:
+            await self.add(schedule)
+        if wanted:
+            await self.redis.sadd(CONFIGURED, *sorted({s.team_id or "-" for s in wanted}))
+        return len(add), len(remove)
 
     async def thread_of(self, schedule: Schedule, tick_ms: int, ref: SessionRef | None) -> SessionRef | None:
         """The thread tick ``tick_ms`` started; with ``ref``, record it unless one is recorded already."""

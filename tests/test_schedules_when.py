@@ -6,7 +6,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from bot.schedules import ScheduleError, parse_when, split_command
+from bot.schedules import (
+    ConfiguredSchedule,
+    ScheduleError,
+    configured_schedule,
+    load_schedules_file,
+    parse_when,
+    reconcile,
+    split_command,
+)
 
 NOW = datetime(2026, 12, 4, 10, 30, tzinfo=UTC)
 
@@ -37,3 +45,44 @@ def test_what_cannot_be_read_says_how_to_write_it(text, says) -> None:
 def test_the_time_is_the_first_words_and_the_rest_is_the_prompt() -> None:
     assert split_command("in 10m check the queue") == ("in 10m", "check the queue")
     assert split_command("at 2026-12-24 09:00 send greetings") == ("at 2026-12-24 09:00", "send greetings")
+
+
+# --- schedules from a file (BOT_SCHEDULES) ---------------------------------------------------------
+
+def _entry(**over: str) -> ConfiguredSchedule:
+    values = {"id": "nightly", "team": "T0LOCAL", "channel": "C0GENERAL", "when": "every 6h",
+              "prompt": "post the nightly report", "on_behalf_of": "U0ALICE", **over}
+    return ConfiguredSchedule.model_validate(values)
+
+
+def test_a_file_schedule_ticks_on_the_same_grid_whichever_replica_reads_it_first() -> None:
+    # two replicas starting a few minutes apart must put in the same tick, or it would fire twice
+    early = configured_schedule(_entry(), NOW)
+    late = configured_schedule(_entry(), NOW + timedelta(minutes=50))
+    assert early.next_at == late.next_at == datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
+    assert early.schedule_id == "cfg-nightly" and early.every_s == 6 * 3600
+    assert early.owner.slack_user_id == "U0ALICE" and early.owner.principal_id == "slack:T0LOCAL:U0ALICE"
+
+
+def test_a_file_schedule_cannot_be_relative_to_start_up_and_says_what_to_write() -> None:
+    with pytest.raises(ScheduleError, match="BOT_SCHEDULES: nightly: .*daily HH:MM"):
+        configured_schedule(_entry(when="in 10m"), NOW)
+
+
+def test_reconcile_keeps_unchanged_schedules_replaces_changed_ones_and_drops_removed_ones() -> None:
+    kept, changed, gone = (configured_schedule(_entry(id=i), NOW) for i in ("kept", "changed", "gone"))
+    by_hand = kept.model_copy(update={"schedule_id": "a1b2c3d4"})  # made with /agent schedule: not the file's
+    stored = [kept.model_copy(update={"next_at": NOW + timedelta(hours=1)}), changed, gone, by_hand]
+    edited = configured_schedule(_entry(id="changed", prompt="post the weekly report"), NOW)
+    add, remove = reconcile([configured_schedule(_entry(id="kept"), NOW), edited], stored)
+    assert [s.prompt for s in add] == ["post the weekly report"]
+    assert sorted(s.schedule_id for s in remove) == ["cfg-changed", "cfg-gone"]
+
+
+def test_a_schedules_file_that_is_wrong_names_the_variable_and_the_field(tmp_path) -> None:
+    path = tmp_path / "schedules.yaml"
+    path.write_text("schedules:\n  - id: Nightly Report\n    team: T0LOCAL\n")
+    with pytest.raises(ScheduleError, match=r"BOT_SCHEDULES: .*schedules\.0\.id"):
+        load_schedules_file(str(path))
+    with pytest.raises(ScheduleError, match="BOT_SCHEDULES: cannot read"):
+        load_schedules_file(str(tmp_path / "missing.yaml"))

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 from bot.approval import always
 from bot.models.scripted import ScriptedModel, call, say
 from bot.tools import ToolContext, tool
@@ -141,3 +143,51 @@ async def test_a_tick_fired_again_after_a_crash_starts_nothing_twice(local_slack
     await local_slack.wait_for(lambda: len(RUNS) == 1)
     await bot.runtime.wait_idle()
     assert len(roots(local_slack)) == 1 and RUNS == [True]
+
+
+def schedules_file(path, prompt: str | None) -> str:
+    entry = (f"  - id: nightly\n    team: T0LOCAL\n    channel: {GENERAL}\n    when: every 1h\n"
+             f"    prompt: {prompt}\n    on_behalf_of: {ALICE}\n") if prompt else ""
+    path.write_text("schedules:\n" + entry if entry else "schedules: []\n")
+    return str(path)
+
+
+async def test_schedules_from_a_file_fire_once_across_replicas_and_follow_the_file(local_slack, start_app, redis,
+                                                                                  tmp_path):
+    RUNS.clear()
+    path = tmp_path / "schedules.yaml"
+    config = schedules_file(path, "post the nightly report")
+    a = await start_app(turns("nightly_report", 1), [nightly_report], BOT_SCHEDULES=config)
+    b = await start_app(turns("nightly_report", 1), [nightly_report], BOT_SCHEDULES=config)  # a second replica
+    [scheduled] = await a.runtime.schedules.list("T0LOCAL")
+    assert scheduled.schedule_id == "cfg-nightly" and scheduled.owner.slack_user_id == ALICE
+    ticks = [m for m in await redis.zrange("hitl:timers", 0, -1) if b"cfg-nightly" in m]
+    assert len(ticks) == 1  # both replicas put in the same tick
+
+    for bot in (a, b):
+        later(bot, 3600 + 1)
+    await asyncio.gather(a.runtime.recover(), b.runtime.recover())
+    await local_slack.wait_for(lambda: len(RUNS) == 1)
+    [root] = roots(local_slack)
+    assert f"<@{ALICE}>" in root.text and "post the nightly report" in root.text
+    assert "cfg-nightly" in await schedule(local_slack, "schedules")  # hers: she may remove it by hand too
+
+    await start_app(turns("nightly_report", 1), [nightly_report],
+                    BOT_SCHEDULES=schedules_file(path, "post the weekly report"))  # the file was edited
+    [edited] = await a.runtime.schedules.list("T0LOCAL")
+    assert edited.prompt == "post the weekly report"
+    assert len([m for m in await redis.zrange("hitl:timers", 0, -1) if b"cfg-nightly" in m]) == 1
+
+    await start_app(turns("nightly_report", 1), [nightly_report], BOT_SCHEDULES=schedules_file(path, None))
+    assert await a.runtime.schedules.list("T0LOCAL") == []  # taken out of the file: gone
+    assert [m for m in await redis.zrange("hitl:timers", 0, -1) if b"cfg-nightly" in m] == []
+
+
+async def test_a_schedules_file_it_cannot_use_stops_the_start_naming_the_variable(local_slack, start_app, tmp_path):
+    from bot.config import ConfigError
+
+    path = tmp_path / "schedules.yaml"
+    path.write_text(f"schedules:\n  - {{id: soon, team: T0LOCAL, channel: {GENERAL}, when: in 10m, prompt: hi, "
+                    f"on_behalf_of: {ALICE}}}\n")
+    with pytest.raises(ConfigError, match="BOT_SCHEDULES: soon: .*depends on when the bot starts"):
+        await start_app(turns("nightly_report", 1), [nightly_report], BOT_SCHEDULES=str(path))
