@@ -26,10 +26,15 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# CLUSTER=1: the approve cycle on a real 3-master Valkey Cluster instead (latency, commands per master)
 bench: $(STAMP)
+ifeq ($(CLUSTER),1)
+	$(BIN)/python -m tests.bench.cluster_keys
+else
 	$(BIN)/python -m tests.bench
 	$(BIN)/python -m tests.bench.cycle
 	$(BIN)/python -m tests.bench.http
+endif
 
 check: $(STAMP)
 	$(BIN)/python -m bot check

@@ -36,6 +36,7 @@ TEAM = "T0LOCAL"
 WORKSPACE = "workspace {ws:…}"
 GLOBAL = {"hitl:active": "hitl:active", "hitl:outbox": "hitl:outbox", "hitl:timers": "hitl:timers"}
 SCRIPTS = ("EVALSHA", "EVAL", "EVALSHA_RO", "EVAL_RO")
+LATENCY_CYCLES = 100  # timed before MONITOR goes on
 _SESSION = re.compile(r"^hitl:\{[0-9a-f]{16}\}")
 
 
@@ -73,6 +74,8 @@ class Monitor:
         self._thread.start()
 
     def stop(self) -> None:
+        if self._thread.ident is None:
+            return  # never started
         self._stop = True
         with self.node.client() as client:
             client.ping()  # wakes the listener up, which then sees the flag
@@ -102,8 +105,6 @@ async def run(cycles: int, idle_s: float) -> list[str]:
         owners = {name: cluster.master_of(name).name for name in GLOBAL}
         owners[WORKSPACE] = cluster.master_of(f"hitl:{{ws:{TEAM}}}:audit").name  # LocalSlack's one workspace
         monitors = [Monitor(node) for node in masters]
-        for monitor in monitors:
-            monitor.start()
         slack = LocalSlack(bot_url=None, signing_secret=SECRET, rate_limits=False)
         await slack.start()
         for channel in CHANNELS:
@@ -116,9 +117,17 @@ async def run(cycles: int, idle_s: float) -> list[str]:
                               recovery_interval=0, channel_wrap=_unpaced)
         who = Contender("app", f"{bot.url}/slack/events")
         slack.set_bot_url(who.url)
+        timed = Contender("app, timed", who.url)
         try:
             await one_cycle(slack, who, 0)  # warm-up: scripts loaded, connections open
             await bot.runtime.wait_idle()
+            # latency first, with no MONITOR on (it slows every node down)
+            for n in range(1, min(cycles, LATENCY_CYCLES) + 1):
+                await one_cycle(slack, timed, 10_000 + n)
+            await bot.runtime.wait_idle()
+            for monitor in monitors:
+                monitor.start()
+            time.sleep(0.5)  # the monitors are connected
             _count(monitors, True)
             started = time.perf_counter()
             for n in range(1, cycles + 1):  # one at a time: the scripted model serves one conversation
@@ -133,7 +142,17 @@ async def run(cycles: int, idle_s: float) -> list[str]:
             await slack.stop()
             for monitor in monitors:
                 monitor.stop()
-    return _report(cycles, elapsed, cycle_counts, sweep_counts, idle_s, owners, masters)
+    return [*_latency(timed), "", *_report(cycles, elapsed, cycle_counts, sweep_counts, idle_s, owners, masters)]
+
+
+def _latency(timed: Contender) -> list[str]:
+    def pct(values: list[float], q: float) -> float:
+        ordered = sorted(values)
+        return 1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    return [f"On the cluster, {len(timed.cycles)} approve cycles one after another (no MONITOR): click → HTTP ack "
+            f"p50 {pct(timed.acks, 0.5):.1f} ms, p99 {pct(timed.acks, 0.99):.1f} ms; full cycle (mention → card → "
+            f"click → reply) p50 {pct(timed.cycles, 0.5):.1f} ms, p99 {pct(timed.cycles, 0.99):.1f} ms."]
 
 
 async def _idle_sweeps(bot, monitors: list[Monitor], idle_s: float) -> list[Counter[tuple[str, str]]]:
