@@ -123,6 +123,21 @@ def inline_code(name: str) -> str:
     return "`" + escape_mrkdwn(truncate(one_line(name).replace("`", "'"), TOOL_NAME_CHARS) or "?") + "`"
 
 
+def subagent_text(agent: str) -> str:
+    """The context line on a sub-agent's request (``bot.agents``): who is asking."""
+    return f":robot_face: From sub-agent *{escape_mrkdwn(one_line(agent))}*"
+
+
+def delegation_detail(req: InputRequest, values: dict[str, Any] | None) -> str | None:
+    """The settled delegation card's line: the sub-agent answered, or why it did not."""
+    if req.kind != "delegation" or values is None:
+        return None
+    agent = one_line(req.agent or "The sub-agent")
+    if values.get("error"):
+        return truncate(f"No answer: {one_line(str(values['error']))}", 300)
+    return f"{agent} answered; the agent carries on with it."
+
+
 def tool_name_of(req: InputRequest) -> str:
     return req.action.tool_name if req.action is not None else "tool"
 
@@ -139,6 +154,11 @@ def request_summary(req: InputRequest, limit: int = 300) -> str:
     elif req.kind == "external-result":
         alone = f"Run elsewhere: {tool_name_of(req)}"
         lead = alone + " — "
+    elif req.kind == "delegation":
+        task = str((req.action.input or {}).get("task", "")) if req.action else ""
+        alone = f"{req.agent or 'A sub-agent'} is working on it"
+        return truncate(f"{req.agent or 'A sub-agent'} is working on: {decision_plain(task, limit)}" if task else alone,
+                        limit)
     else:
         lead, alone = "Question: ", "Question"
     prompt = decision_plain(req.prompt, max(limit - len(lead), 1))  # cut between links, not inside one
@@ -239,7 +259,8 @@ def resolution_label(req: InputRequest, outcome: ResolutionOutcome, option_id: s
             return "Stopped" if option_id == STOP else "Approved"
         if req.kind == "tool-approval":
             return "Approved" if option_id == APPROVE else "Cancelled"
-        return {"user-input": "Filled in", "external-result": "Result submitted"}.get(req.kind, "Answered")
+        return {"user-input": "Filled in", "external-result": "Result submitted",
+                "delegation": "Finished"}.get(req.kind, "Answered")
     if outcome == "expired":
         return expired_label(req)
     return NO_LONGER_NEEDED
@@ -404,6 +425,11 @@ def _title_text(req: InputRequest, prompt_limit: int, *, pending: bool = True) -
     if req.kind == "external-result":
         title = f":outbox_tray: *{'Run elsewhere:' if pending else 'Run elsewhere'}* {inline_code(tool_name_of(req))}"
         return title + ("\n" + truncate_mrkdwn(prompt, prompt_limit) if prompt else "")
+    if req.kind == "delegation":
+        task = str((req.action.input or {}).get("task", "")) if req.action else ""
+        agent = escape_mrkdwn(one_line(req.agent or "A sub-agent"))
+        title = f":robot_face: *{agent}* {'is working on' if pending else 'was asked'}:"
+        return title + ("\n" + truncate_mrkdwn(literal_mrkdwn(task), prompt_limit) if task.strip() else "")
     if req.kind == "session-limit":
         title = ":stopwatch: *Session limit reached*"
         return title + ("\n" + truncate_mrkdwn(prompt, prompt_limit) if prompt else "")
@@ -607,6 +633,8 @@ def _controls(req: InputRequest, tag: str) -> list[Block]:
         return _form_controls(req, tag)
     if req.kind == "external-result":
         return _external_controls(req, tag)
+    if req.kind == "delegation":  # the sub-agent answers it; people may only stop it
+        return [ActionsBlock(block_id=actions_id, elements=_buttons(req, options))]
     elements: list[Any] = []
     if options and req.style == "buttons" and len(options) < ACTIONS_ELEMENTS:
         elements.extend(_buttons(req, options))
@@ -665,6 +693,8 @@ def card_blocks(
     pending = interactive if pending is None else pending
     rid = req.request_id
     blocks: list[Block] = [_section(rid, f"{tag}title", _title_text(req, prompt_limit, pending=pending))]
+    if req.agent and req.kind != "delegation":  # a sub-agent asks: say which one
+        blocks.append(_context(rid, f"{tag}agent", subagent_text(req.agent)))
     if req.kind in ("tool-approval", "external-result") and req.action is not None:
         fields = _field_texts(req.action.input, max_fields, req.action.shown_as)
         for n, start in enumerate(range(0, len(fields), SECTION_FIELDS)):

@@ -148,8 +148,14 @@ def _requested_row(item: HomeRequest, n: int, now: datetime | None) -> SectionBl
         title += f" — {prompt}" if prompt else ""
     elif req.kind == "session-limit":
         title = "*Session limit:* " + (prompt or "continue?")
+    elif req.kind == "delegation":
+        task = str((req.action.input or {}).get("task", "")) if req.action is not None else ""
+        title = f"*Sub-agent at work:* {escape_mrkdwn(one_line(req.agent or '?'))} — " + \
+            escape_mrkdwn(truncate(one_line(task), 200))
     else:
         title = "*Question:* " + (prompt or "_(no text)_")
+    if req.agent and req.kind != "delegation":  # a sub-agent asked (bot.agents)
+        title += f" _(from sub-agent {escape_mrkdwn(one_line(req.agent))})_"
     status = f"_Status:_ {escape_mrkdwn(truncate(one_line(item.status), 100)) or 'unknown'}"
     if item.waiting_for:
         status += " · waiting on " + ", ".join(user_mention(u) for u in item.waiting_for[:10])

@@ -564,6 +564,14 @@ def status_text(kind: StatusKind, tool_name: str | None = None) -> str:
         raise ValueError(f"unknown status kind {kind!r}") from None
 
 
+def loading_messages(kind: StatusKind, tool_name: str | None = None) -> list[str]:
+    """What Slack's live status rotates through while a turn runs (plain text: no emoji codes)."""
+    if kind == "running_tool":
+        name = truncate(one_line(tool_name or "a tool").replace("_", " "), 60)
+        return [f"Running {name}…"]
+    return [_STATUS[kind].split(" ", 1)[-1]]
+
+
 # --- a failed turn ---------------------------------------------------------------------------
 
 FAILURE_REASON_CHARS = 1000

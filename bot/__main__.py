@@ -42,11 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     verify.add_argument("--team", default=None)
     verify.add_argument("--file", default=None, help="verify an exported JSONL file instead of Redis")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from store.embedded import DataDirInUse, EmbeddedServerError
 
     try:
         settings = load_settings()
+        _configure_logging(settings)
         command = args.command or "run"
         if command == "run":
             return asyncio.run(_run(settings))
@@ -74,6 +74,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def _configure_logging(settings: Settings) -> None:
+    """LOG_FORMAT and LOG_CONTENT; the configured secrets are never shown, whatever logs them."""
+    from bot import logs
+
+    logs.configure(settings.log_format, log_content=settings.log_content)
+    logs.add_secrets(settings.slack_bot_token, settings.slack_app_token, settings.slack_signing_secret,
+                     settings.slack_client_secret, settings.openai_api_key)
 
 
 def _reset_local(settings: Settings) -> int:
@@ -106,12 +115,16 @@ async def _run(settings: Settings) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    if bot.localslack is not None:
+    if settings.log_format == "json":  # one JSON object per line, the banner included
+        where = f"Local Slack workspace: {bot.localslack.ui_url} " if bot.localslack is not None else ""
+        log.info("%s(the bot answers %s)", where,
+                 "over Socket Mode" if settings.socket_mode else f"at {bot.url}/slack/events, metrics at /metrics")
+    elif bot.localslack is not None:
         print(f"\n  Local Slack workspace: {bot.localslack.ui_url}\n  (the bot answers at {bot.url}/slack/events)\n",
               flush=True)
     else:
         mode = "Socket Mode" if settings.socket_mode else f"HTTP on {bot.url}/slack/events"
-        print(f"bot running ({mode})", flush=True)
+        print(f"bot running ({mode}; metrics at {bot.url}/metrics)", flush=True)
     socket = None
     if settings.socket_mode:
         from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler

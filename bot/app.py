@@ -32,9 +32,12 @@ import handlers
 import handlers.http
 import handlers.results
 from blocks.forms import FormUnsupported, check_form_model
+from bot import tracing
 from bot.builtin import BUILTIN_TOOLS
 from bot.config import ConfigError, Settings
+from bot.metrics import AppMetrics, MeteredModel, StoreGauges
 from bot.models.base import ChatModel
+from bot.observed import ObservedChannel
 from bot.ports import Channel, FanoutChannel
 from bot.result_tokens import token_key
 from bot.tools import Tool, ToolRegistry
@@ -42,11 +45,13 @@ from bot.turns import Runtime, RuntimeSettings
 from handlers.channel import SlackChannel
 from handlers.deps import SlackDeps
 from handlers.identity import installation_team
+from handlers.metering import MeteredApp, SlackApiMeter
 from handlers.notices import ApproverNotices
 from handlers.workspace import SlackWorkspace
 from store.audit import AuditLog
 from store.audit_events import AuditChannel
 from store.client import RedisHandle, open_redis, ping
+from store.gauges import GaugeReader
 from store.schedules import ScheduleStore
 from store.sessions import SessionStore
 
@@ -64,12 +69,30 @@ def slack_retry_handlers(*, wait_on_rate_limits: bool = True) -> list[Any]:
     for the outbox's deliveries: those raise, and the outbox offers the event again when Slack said to
     (waiting inside the call would hold the session's delivery lock past its lease)."""
     handlers: list[Any] = [
+        SlackApiMeter(),  # first: it counts every attempt (429s retried here included) and never retries
         AsyncServerErrorRetryHandler(max_retry_count=2),
         AsyncConnectionErrorRetryHandler(max_retry_count=2),
     ]
     if wait_on_rate_limits:
-        handlers.insert(0, AsyncRateLimitErrorRetryHandler(max_retry_count=3))
+        handlers.insert(1, AsyncRateLimitErrorRetryHandler(max_retry_count=3))
     return handlers
+
+
+def metered(model: ChatModel) -> ChatModel:
+    """The model, timed and its tokens counted (once, also when a test hands a running bot's model on)."""
+    return model if isinstance(model, MeteredModel) else MeteredModel(model)
+
+
+def _local_names(local: Any) -> Callable[[str], str | None] | None:
+    """Names of the local workspace's people and channels, for the lines ``make run`` prints."""
+    if local is None:
+        return None
+
+    def name(some_id: str) -> str | None:
+        found = local.ws.users.get(some_id) or local.ws.channels.get(some_id)
+        return getattr(found, "name", None)
+
+    return name
 
 
 def _workspace_recorder(installations: Any) -> Any:
@@ -114,6 +137,8 @@ def build_tools(settings: Settings, extra: list[Tool] | None = None) -> ToolRegi
                 registry.register(t)
         except OpenAPIError as exc:
             raise ConfigError(str(exc)) from exc
+    if settings.mcp_config:  # checked here, so `check` and a bad file stop at once; connected in _start
+        _mcp_config(settings.mcp_config)
     for t in extra or []:
         registry.register(t)
     for t in registry:
@@ -123,6 +148,17 @@ def build_tools(settings: Settings, extra: list[Tool] | None = None) -> ToolRegi
             except FormUnsupported as exc:
                 raise ConfigError(f"tool {t.name}: editable=True, but {exc}") from exc
     return registry
+
+
+def _mcp_config(path: str) -> Any:
+    """BOT_MCP_CONFIG, read and checked; what is wrong stops the bot naming it (exit 2)."""
+    # imported here: the MCP SDK is for bots that use MCP servers (start-up time counts)
+    from bot.mcp import McpConfigError, load_config
+
+    try:
+        return load_config(path)
+    except McpConfigError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 @dataclass
@@ -138,6 +174,7 @@ class BotApp:
     deps: SlackDeps
     localslack: Any = None
     url: str = ""
+    metrics: AppMetrics | None = None  # what GET /metrics shows
     _stack: AsyncExitStack = field(default_factory=AsyncExitStack)
     _recovery: asyncio.Task[Any] | None = None
 
@@ -189,6 +226,13 @@ async def _start(
     recovery_interval: float,
 ) -> BotApp:
     registry = build_tools(settings, tools)
+    if settings.mcp_config:  # MCP servers' tools join the registry as the servers answer (bot.mcp)
+        from bot.mcp import McpServers
+
+        mcp_servers = McpServers(_mcp_config(settings.mcp_config), registry)
+        stack.push_async_callback(mcp_servers.close)
+        # waits for each server's first answer (at most START_WAIT_S); one that is down joins when it answers
+        await mcp_servers.start()
     # shared: the CLI (`python -m bot pending`, `check`, `audit`) beside this bot joins its embedded server
     redis = await open_redis(settings.redis_url, cluster=settings.redis_cluster,
                              data_dir=Path(settings.data_dir) / "redis", share=True)
@@ -213,7 +257,10 @@ async def _start(
         api_url, token = local.api_url, BOT_TOKEN
 
     # one connection pool for every Slack call (without it slack_sdk opens a session per call)
-    http = aiohttp.ClientSession()
+    if tracing.setup(settings.otel_endpoint):  # OTEL_EXPORTER_OTLP_ENDPOINT: traces, Slack calls included
+        stack.push_async_callback(asyncio.to_thread, tracing.shutdown)
+    slack_spans = tracing.slack_trace_config()
+    http = aiohttp.ClientSession(trace_configs=[slack_spans] if slack_spans else None)
     stack.push_async_callback(http.close)
     client = AsyncWebClient(token=token, base_url=api_url, session=http, retry_handlers=slack_retry_handlers())
     oauth = None
@@ -222,7 +269,7 @@ async def _start(
 
         oauth = oauth_settings(settings, redis.client)
         client = AsyncWebClient(base_url=api_url, session=http, retry_handlers=slack_retry_handlers())
-    slack = AsyncApp(
+    slack = MeteredApp(  # AsyncApp, timing each ack (hitl_slack_ack_seconds)
         client=client,
         signing_secret=secret,
         oauth_settings=oauth,
@@ -256,14 +303,14 @@ async def _start(
     # Slack and the audit log are separate consumers of the committed events (each its own cursor),
     # so neither a slow Slack nor the audit log holds up the other, or the turn.
     slack_channel = SlackChannel(store, delivery_client_for)
-    stack.push_async_callback(slack_channel.close)  # its pending status lines
+    stack.push_async_callback(slack_channel.close)  # its pending status lines and streams
     channel: Channel = slack_channel
     if channel_wrap is not None:
         channel = channel_wrap(channel)
     schedules = ScheduleStore(redis.client)
     runtime = Runtime(
         store=store,
-        model=model or build_model(settings),
+        model=metered(model or build_model(settings)),
         tools=registry,
         channel=channel,
         settings=RuntimeSettings(step_budget=settings.step_budget, token_budget=settings.token_budget,
@@ -272,6 +319,7 @@ async def _start(
         workspace=SlackWorkspace(client_for),  # ctx.workspace: tools post in their session's workspace
         schedules=schedules,  # /agent schedule
     )
+    runtime.parts.live = slack_channel.live  # answers stream into Slack as the model writes them
     if settings.schedules_config:
         await _apply_schedules_file(settings.schedules_config, schedules, runtime.settings.clock())
     runtime.add_consumer("audit", AuditChannel(AuditLog(redis.client)))
@@ -279,9 +327,13 @@ async def _start(
     deps = SlackDeps(runtime=runtime, store=store, settings=settings, result_key=token_key(secret),
                      public_url=settings.public_url)
     _wire_governance(deps, redis, client_for, registry, oauth.installation_store if oauth else None)
+    # a line per turn event, delivery lag and ids in logs, around everything the frontend shows
+    runtime.channel = ObservedChannel(runtime.channel, names=_local_names(local))
     handlers.register(slack, deps)
 
-    web_app = handlers.http.web_app(slack, signing_secret=secret, ready=lambda: ping(redis.client))
+    app_metrics = AppMetrics(StoreGauges(GaugeReader(redis.client)))
+    web_app = handlers.http.web_app(slack, signing_secret=secret, ready=lambda: ping(redis.client),
+                                    metrics=app_metrics.exposition)
     handlers.results.add_routes(web_app, deps, deps.result_key)
     runner = web.AppRunner(web_app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
     await runner.setup()
@@ -299,7 +351,7 @@ async def _start(
         local.set_bot_url(f"{url}/slack/events")
 
     bot = BotApp(settings=settings, redis=redis, store=store, runtime=runtime, slack=slack, web=web_app,
-                 deps=deps, localslack=local, url=url, _stack=stack)
+                 deps=deps, localslack=local, url=url, metrics=app_metrics, _stack=stack)
     if recovery_interval > 0:
         bot._recovery = asyncio.create_task(_recovery_loop(runtime, recovery_interval))
     await runtime.recover()

@@ -447,6 +447,29 @@ def requester_only() -> ResponsePolicy:
     return policy
 
 
+def delegation_responses() -> ResponsePolicy:
+    """Who settles a ``delegation`` request (``bot.agents``): its result comes only from the app itself
+    (the relay, with the sub-agent's answer); Cancel is the requester's, as the default rule has it."""
+    from bot.principals import APP_PRINCIPAL
+
+    only_requester = requester_only()
+
+    def policy(ctx: ResponseContext) -> ResponseDecision:
+        if ctx.response.decision == "approve":
+            if APP_PRINCIPAL.same_as(ctx.response.principal):
+                return allowed()
+            return rejected("Only the sub-agent's own answer completes this.")
+        if ctx.request.principal is None and ctx.response.principal.team_id != ctx.session.team_id:
+            return rejected(ONLY_REQUESTER)  # anonymous requester: anyone, but of this workspace
+        return only_requester(ctx)
+
+    policy.policy_kind = "requester-only"  # type: ignore[attr-defined]
+    policy.responders = only_requester.responders  # type: ignore[attr-defined]
+    policy.admits_external = True  # type: ignore[attr-defined] - the app principal belongs to no workspace
+    setattr(policy, _INLINE, True)
+    return policy
+
+
 async def evaluate_response_policy(
     policy: ResponsePolicy, ctx: ResponseContext, *, timeout: float | None = None  # noqa: ASYNC109 - API
 ) -> ResponseDecision:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -23,6 +25,7 @@ BOT_SCOPES = (
     "commands",  # /approvers
     "users:read",  # users.info: who is a workspace admin
     "im:write",  # conversations.open: private notes for App Home clicks
+    "assistant:write",  # the AI split view: its suggested prompts and thread titles
 )
 
 
@@ -56,7 +59,11 @@ class Settings(BaseSettings):
     localslack_port: int = Field(default=3001, alias="LOCALSLACK_PORT")
     public_url: str = Field(default="", alias="BOT_PUBLIC_URL")  # e.g. https://bot.example.com (result API links)
     openapi_config: str | None = Field(default=None, alias="BOT_OPENAPI")  # OpenAPI connections (bot.openapi)
+    mcp_config: str | None = Field(default=None, alias="BOT_MCP_CONFIG")  # MCP servers (bot.mcp)
     schedules_config: str | None = Field(default=None, alias="BOT_SCHEDULES")  # schedules file (bot.schedules)
+    log_format: Literal["text", "json"] = Field(default="text", alias="LOG_FORMAT")  # bot.logs
+    log_content: bool = Field(default=False, alias="LOG_CONTENT")  # message text in logs (off: lengths only)
+    otel_endpoint: str | None = Field(default=None, alias="OTEL_EXPORTER_OTLP_ENDPOINT")  # traces (bot.tracing)
 
     @field_validator("port", "localslack_port")
     @classmethod
@@ -64,6 +71,13 @@ class Settings(BaseSettings):
         if not 0 <= value <= 65535:
             raise ValueError(f"{value} is out of range: use a port from 1 to 65535 (0 picks a free one)")
         return value
+
+    @field_validator("log_format", mode="before")
+    @classmethod
+    def a_log_format(cls, value: object) -> object:
+        if isinstance(value, str) and value.strip().lower() in ("text", "json"):
+            return value.strip().lower()
+        raise ValueError(f"{value!r} is not a log format: use text (the default) or json")
 
     @field_validator("slack_api_url")
     @classmethod

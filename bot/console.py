@@ -131,6 +131,8 @@ class ConsoleChannel:
             forms = [r.request_id for r in event.requests if r.kind == "user-input"]  # type: ignore[union-attr]
             self.last_form = forms[-1] if forms else self.last_form
         text = render_event(event)
+        if text and session.parent:  # a sub-agent's session (bot.agents): say which one
+            text = "\n".join(f"[{session.parent.get('agent')}] {line}" for line in text.splitlines())
         if text:
             print(text, file=self.out, flush=True)
 

@@ -16,10 +16,13 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+from bot import logs
+from bot.agents import delegation_result
 from bot.execute import Executor, denied_output
 from bot.intake import Intake
-from bot.models.base import ModelError
+from bot.models.base import ModelError, TextCallback
 from bot.parts import Parts
+from bot.ports import LiveText
 from bot.principals import Principal
 from bot.protocol import (
     CONTINUE,
@@ -244,6 +247,7 @@ class Driver:
             state, inbox = await self._start_turn(p, state, inbox[0]), inbox[1:]
         turn = state.turn
         assert turn is not None
+        logs.bind(turn_id=turn.turn_id, team_id=state.ref.team_id)  # for this drive's log lines (bot.logs)
         if snap.cancel == turn.turn_id:
             await self._finish_cancelled(p, state)
             return True
@@ -271,8 +275,10 @@ class Driver:
         if state is None:
             state = SessionState(ref=SessionRef.model_validate(message["ref"]), initiator=principal)
         state.turns += 1
-        if not state.history and self.p.settings.system_prompt:
-            state.history.append({"role": "system", "content": self.p.settings.system_prompt})
+        agent = self.p.tools.agent(state.agent)  # a sub-agent's session: its instructions (bot.agents)
+        system_prompt = agent.instructions if agent is not None else self.p.settings.system_prompt
+        if not state.history and system_prompt:
+            state.history.append({"role": "system", "content": system_prompt})
         state.history.append(_user_message(message))
         state.turn = TurnState(
             turn_id=f"turn_{secrets.token_hex(6)}",
@@ -292,7 +298,8 @@ class Driver:
         assert turn is not None
         try:
             response = await self.p.model.complete(
-                model_view(state.history, self.p.settings.history_window), self.p.tools.specs()
+                model_view(state.history, self.p.settings.history_window), self.p.tools.specs(state.agent),
+                on_text=_live_text(self.p.live, state, turn.steps + 1),
             )
         except Exception as exc:  # noqa: BLE001 - any model failure ends the turn visibly, never silently
             reason = exc.reason if isinstance(exc, ModelError) else f"unexpected {type(exc).__name__}"
@@ -307,7 +314,8 @@ class Driver:
         turn.tokens += response.usage.total_tokens
         events: list[Event] = []
         if response.text:
-            events.append(MessageCompleted(session_id=p.session_id, turn_id=turn.turn_id, text=response.text))
+            events.append(MessageCompleted(session_id=p.session_id, turn_id=turn.turn_id, text=response.text,
+                                           step=turn.steps))
         if not response.tool_calls:
             state.history.append(response.to_message())
             await self._end_turn(p, state, TurnCompleted(session_id=p.session_id, turn_id=turn.turn_id), events,
@@ -458,7 +466,9 @@ def _apply_resolutions(step: StepState, records: dict[str, RequestRecord], tools
         if call.status == "awaiting" and call.request_id in records:
             record = records[call.request_id]
             call.request_id = None
-            if record.request.kind == "external-result" and record.outcome == "answered" and record.response:
+            if record.request.kind == "delegation" and record.outcome == "answered" and record.response:
+                call.status, call.result = "done", delegation_result(record.response.values)  # the sub-agent's answer
+            elif record.request.kind == "external-result" and record.outcome == "answered" and record.response:
                 # run elsewhere: what the person (or their system) sent is the call's result
                 call.status, call.principal = "done", record.responder or call.principal
                 call.result = CallResult(status="completed", output=record.response.values)
@@ -488,6 +498,25 @@ def _apply_resolutions(step: StepState, records: dict[str, RequestRecord], tools
             else:
                 call.status = "done"
                 call.result = CallResult(status="rejected", output={"status": "cancelled"})
+
+
+def _live_text(live: LiveText | None, state: SessionState, step: int) -> TextCallback | None:
+    """The model's text so far, handed to the frontend as it streams (not durable: see bot.ports.LiveText)."""
+    if live is None or state.turn is None or state.agent:  # a sub-agent's words reach people through its parent
+        return None
+    ref, turn_id, owner, parts = state.ref, state.turn.turn_id, state.turn.owner, []
+    # a retried request starts over: the text so far then starts over too (a frontend sees it no longer
+    # extends what it showed)
+
+    async def on_text(delta: str) -> None:
+        parts.append(delta)
+        try:
+            live.text_so_far(ref, turn_id, step, "".join(parts), owner)
+        except Exception:  # noqa: BLE001 - showing text early is a courtesy; the answer is committed anyway
+            log.exception("live text failed in %s", ref.session_id)
+
+    on_text.restart = parts.clear  # type: ignore[attr-defined]  # a retried request: the text starts over
+    return on_text
 
 
 def _unreported_results(session_id: str, turn: TurnState) -> list[Event]:

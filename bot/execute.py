@@ -12,9 +12,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from bot import logs, tracing
+from bot.agents import DELEGATE, child_session_id
 from bot.approval import (
     AnswerersContext,
     RequestView,
@@ -23,6 +26,8 @@ from bot.approval import (
     grant_offers,
     records_grant,
 )
+from bot.builtin.delegate import is_delegate
+from bot.metrics import TOOL_RUNS, TOOL_SECONDS
 from bot.parts import Parts
 from bot.protocol import (
     CANCEL,
@@ -82,7 +87,7 @@ class Executor:
         assert turn is not None and turn.step is not None
         info = session_info(state)
         grants = grants | await self._requester_grants(state)
-        await asyncio.gather(*(self._decide(call, info, grants, turn.owner) for call in turn.step.calls))
+        await asyncio.gather(*(self._decide(call, info, grants, turn.owner, state.agent) for call in turn.step.calls))
 
     async def _requester_grants(self, state: SessionState) -> set[str]:
         """The approval keys the turn's owner holds "don't ask me again" grants for, among the step's
@@ -103,14 +108,19 @@ class Executor:
         now = datetime.fromtimestamp(self.p.settings.clock(), UTC)
         return await self.p.store.grants.for_requester(state.ref.team_id, turn.owner, keys, now) if keys else set()
 
-    async def _decide(self, call: CallState, info: SessionInfo, grants: set[str], owner: Any) -> None:
+    async def _decide(self, call: CallState, info: SessionInfo, grants: set[str], owner: Any,
+                      agent: str | None = None) -> None:
         tool = self.p.tools.get(call.tool_name)
-        if tool is None:
+        if tool is None or not self.p.tools.offers(call.tool_name, agent):  # another agent's tools are not its own
             call.status, call.result = "done", CallResult(
-                status="failed", error=f"unknown tool {call.tool_name!r}; available: {', '.join(self.p.tools.names())}")
+                status="failed",
+                error=f"unknown tool {call.tool_name!r}; available: {', '.join(self.p.tools.names(agent))}")
             return
         try:
             args = tool.parse(call.arguments)
+            if is_delegate(tool) and self.p.tools.agent(args.agent) is None:  # type: ignore[union-attr]
+                known = ", ".join(a.name for a in self.p.tools.agents())
+                raise ValueError(f"unknown sub-agent {args.agent!r}; available: {known}")  # type: ignore[union-attr]
         except ValueError as exc:
             call.status, call.result = "done", CallResult(status="failed", error=str(exc))
             return
@@ -128,8 +138,8 @@ class Executor:
         if status.type == "denied":
             call.status, call.result = "done", CallResult(
                 status="rejected", output=denied_output(status.reason or DENIED_MESSAGE))
-        elif status.type == "user-approval" or tool.external:  # an external call always waits for its result
-            call.status = "awaiting"
+        elif status.type == "user-approval" or tool.external or is_delegate(tool):
+            call.status = "awaiting"  # an external call or a delegation always waits for its result
         else:
             call.status = "ready"
 
@@ -174,6 +184,8 @@ class Executor:
         args = tool.parse(call.arguments)
         if tool.external:
             return self._external_request(state, call, tool, args)
+        if is_delegate(tool):
+            return self._delegation_request(state, call, args)
         req = InputRequest(
             request_id=new_request_id(state.ref.session_id),
             kind="tool-approval",
@@ -216,6 +228,29 @@ class Executor:
             notify=tool.notify,
         )
         _set_deadlines(req, tool, self.p.settings.clock())
+        call.request_id = req.request_id
+        return make_record(state, req)
+
+    def _delegation_request(self, state: SessionState, call: CallState, args: Any) -> RequestRecord:
+        """A call to ``delegate``: the parent waits on this request while the sub-agent works in its own
+        session (``bot.agents``); its answer is the sub-agent's, and Cancel stops the sub-agent."""
+        turn = state.turn
+        assert turn is not None and turn.step is not None
+        req = InputRequest(
+            request_id=new_request_id(state.ref.session_id),
+            kind="delegation",
+            prompt=f"Delegated to *{args.agent}*: {args.task}",
+            action=ActionRef(call_id=call.call_id, tool_name=DELEGATE, input=as_dict(args)),
+            options=[InputOption(id=CANCEL, label="Cancel")],
+            display="confirmation",
+            principal=turn.owner,
+            session_id=state.ref.session_id,
+            turn_id=turn.turn_id,
+            agent=args.agent,
+            child_session_id=child_session_id(state.ref.session_id, args.agent, turn.step.step_id or str(turn.step.index),
+                                              call.call_id),
+        )
+        req.created_at = datetime.fromtimestamp(self.p.settings.clock(), UTC)
         call.request_id = req.request_id
         return make_record(state, req)
 
@@ -296,15 +331,18 @@ class Executor:
             answers=call.asks,
             workspace=self.p.workspace,
         )
+        started = time.perf_counter()
         try:
             output = await tool.invoke(tool.parse(call.arguments), ctx)
         except AskParked:
             pass
         except Exception as exc:  # noqa: BLE001 - a tool error is the model's to handle
-            log.info("tool %s raised %r", tool.name, exc)
+            log.info("tool %s raised %s: %s", tool.name, type(exc).__name__, logs.content(exc))  # may quote its input
             call.status, call.result = "done", CallResult(status="failed", error=f"{type(exc).__name__}: {exc}")
         else:
             call.status, call.result = "done", CallResult(status="completed", output=jsonable(output))
+        asked = ctx.parked is not None or call.result is None
+        observe_tool_run(tool.name, "asked" if asked else call.result.status, time.perf_counter() - started)
         if ctx.parked is not None:  # the tool asked (even if it caught the park signal): the turn parks
             ask = ctx.parked.model_dump(mode="json")
             call.status, call.result = "asking", CallResult(status="failed", output=ask)
@@ -314,8 +352,18 @@ class Executor:
         await self.p.store.finish_execution(session_id, marker, call.result.model_dump_json())
 
 
+def observe_tool_run(tool: str, outcome: str, seconds: float) -> None:
+    """hitl_tool_runs_total / hitl_tool_run_seconds (the tool is a registered one: a bounded label)."""
+    TOOL_RUNS.labels(tool, outcome).inc()
+    TOOL_SECONDS.labels(tool).observe(seconds)
+    tracing.record("tool.run", seconds, {"tool.name": tool, "tool.outcome": outcome},
+                   error="failed" if outcome == "failed" else None)
+
+
 def make_record(state: SessionState, req: InputRequest, *, approval_key: str | None = None) -> RequestRecord:
     assert state.turn is not None
+    if state.agent and req.agent is None:  # a sub-agent asks: cards say which one
+        req.agent = state.agent
     return RequestRecord(
         request=req,
         session_id=state.ref.session_id,

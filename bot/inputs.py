@@ -4,7 +4,7 @@ A message answers the *first open request* (a session-limit prompt first, else t
 asked) when its trimmed text matches, case-insensitively, an option id, an option label or a
 1-based option number in display order; otherwise a request that allows free text takes the
 text itself. Anything else answers nothing and steers or queues instead. Forms ("user-input") are
-never answered by typing: only by submitting them.
+never answered by typing: only by submitting them; nor is a delegation (its sub-agent answers it).
 
 An approval can also be cancelled with a reason: ``cancel: <reason>`` (the cancel option's id or
 label, a colon, the reason), which the model then reads as the canceller's own words.
@@ -28,8 +28,8 @@ def first_open_input(requests: Sequence[InputRequest]) -> InputRequest | None:
 
 def match_text(request: InputRequest, text: str, principal: Principal | None = None) -> InputResponse | None:
     trimmed = text.strip()
-    if not trimmed or request.kind == "user-input":  # a form is answered by submitting it, never by typing
-        return None
+    if not trimmed or request.kind in ("user-input", "delegation"):
+        return None  # a form is answered by submitting it, a delegation by its sub-agent: never by typing
     normalized = trimmed.lower()
     displayed = request.displayed_options()
     with_reason = _cancel_with_reason(request, trimmed, principal)

@@ -50,10 +50,13 @@ class Intake:
         return message
 
     async def try_answer(
-        self, session_id: str, message: dict[str, Any], state: SessionState | None = None
+        self, session_id: str, message: dict[str, Any], state: SessionState | None = None, *,
+        queued_in: str | None = None,
     ) -> AnswerResult | None:
         """Answer the first open request with this queued message, if it is an answer; the message then
-        leaves the queue. None: it answers nothing and stays queued."""
+        leaves the queue (``queued_in``'s, when it is another session's). None: it answers nothing and
+        stays queued. While the first open request is a delegation, the sub-agent's requests (shown in
+        the same thread) are the ones a typed reply answers."""
         if state is None:
             raw = await self.p.store.state(session_id)
             state = SessionState.model_validate(raw) if raw else None
@@ -67,6 +70,8 @@ class Intake:
         first = first_open_input([r.request for r in records])
         if first is None:
             return None
+        if first.kind == "delegation" and first.child_session_id:
+            return await self.try_answer(first.child_session_id, message, queued_in=queued_in or session_id)
         principal = Principal.model_validate(message["principal"]) if message.get("principal") else None
         response = match_text(first, message["text"], principal)
         if response is None:
@@ -78,5 +83,5 @@ class Intake:
         result = await self.settler.answer(response, record=record)
         if result.state == "invalid" or (not is_owner and result.state in ("rejected", "failed", "forbidden")):
             return None  # it did not count as an answer: it waits as their message
-        await self.p.store.take_inbox(session_id, message)
+        await self.p.store.take_inbox(queued_in or session_id, message)
         return result

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from bot.models.base import ChatModel
 from bot.outbox import Outbox, OutboxStore
-from bot.ports import Workspace
+from bot.ports import LiveText, Workspace
 from bot.principals import Principal
 from bot.protocol import Event, Grant, RequestRecord, SessionSnapshot, SettleResult
 from bot.session import SessionRef
@@ -104,3 +104,4 @@ class Parts:
     outbox: Outbox
     spawn: Spawn
     workspace: Workspace | None = None  # what tools may do in their session's workspace (ctx.workspace)
+    live: LiveText | None = None  # answers shown while the model writes them (bot.ports.LiveText)

@@ -10,6 +10,7 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
+from bot.principals import Principal
 from bot.protocol import Event
 from bot.session import SessionRef
 
@@ -56,6 +57,21 @@ class Channel(Protocol):
     """
 
     async def deliver(self, event: Event, session: SessionRef) -> None: ...
+
+
+class LiveText(Protocol):
+    """What the model has written so far in a step, for a frontend that shows answers as they are written
+    (Slack streams them). Not durable and not an event: the committed ``message.completed`` stays the
+    source of truth, and a frontend must show the answer whole from it whether or not this was called.
+
+    Called on every text delta with the whole text so far, inside the model's read loop: it must return at
+    once and never raise (batch and send in the background). ``step`` numbers the turn's model steps (the
+    ``step`` of that step's ``message.completed``), the same again when a replica re-runs the step;
+    ``owner`` is the person the turn serves (Slack streams to a recipient). When the model's request is
+    retried after a broken stream the text starts over: it no longer extends what was handed before."""
+
+    def text_so_far(self, session: SessionRef, turn_id: str, step: int, text: str,
+                    owner: Principal | None) -> None: ...
 
 
 @runtime_checkable

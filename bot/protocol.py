@@ -17,7 +17,7 @@ from pydantic.alias_generators import to_camel
 from bot.principals import Principal
 
 GrantScope = Literal["conversation", "requester"]  # "don't ask again": here, or for this requester for N days
-RequestKind = Literal["tool-approval", "question", "session-limit", "user-input", "external-result"]
+RequestKind = Literal["tool-approval", "question", "session-limit", "user-input", "external-result", "delegation"]
 Display = Literal["confirmation", "select", "text", "form"]
 ChoiceStyle = Literal["select", "buttons", "radio"]  # how a question's options are shown
 ResolutionOutcome = Literal["answered", "approved", "denied", "ignored", "cancelled", "invalid", "expired"]
@@ -125,6 +125,9 @@ class InputRequest(Contract):
     style: ChoiceStyle = "select"  # a question's options: a select menu (default), buttons or radio buttons
     form: dict[str, Any] | None = None  # a "user-input" request's form, as a flat JSON schema (``bot.forms``)
     grants: list[GrantOffer] = Field(default_factory=list)  # "don't ask again" scopes an approver may choose
+    # sub-agents (``bot.agents``): the sub-agent that asks (its requests), or that a "delegation" went to
+    agent: str | None = None
+    child_session_id: str | None = None  # a "delegation": the sub-agent's own session
 
     def displayed_options(self) -> list[InputOption]:
         """Options in the order people see them; typed numbers index this order (DESIGN §8)."""
@@ -157,7 +160,8 @@ class InputResponse(Contract):
     edited_input: dict[str, Any] | None = None  # approve with these arguments instead (editable tools only)
     values: dict[str, Any] | None = None  # a submitted form ("user-input"), keyed by the form's field names
     grant: GrantScope | None = None  # approve, and don't ask again in this scope (one of the request's offers)
-    via: Literal["api"] | None = None  # how it came when not from a person's own click: "api" (a result token)
+    # how it came when not from a person's own click: "api" (a result token), "subagent" (a sub-agent's answer)
+    via: Literal["api", "subagent"] | None = None
 
 
 class Resolution(Contract):
@@ -215,6 +219,7 @@ class TurnStarted(EventBase):
 class MessageCompleted(EventBase):
     type: Literal["message.completed"] = "message.completed"
     text: str
+    step: int | None = None  # the turn's model step that wrote it (bot.ports.LiveText streamed it live)
 
 
 class ActionStarted(EventBase):

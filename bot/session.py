@@ -35,6 +35,8 @@ class SessionRef(BaseModel):
     team_id: str | None = None
     enterprise_id: str | None = None  # the installation's Enterprise Grid org, if any
     channel: dict[str, str] = Field(default_factory=dict)  # e.g. {"channel_id": "C1", "thread_ts": "1.2"}
+    # a sub-agent's session (``bot.agents``): its parent {session_id, request_id, call_id, agent}
+    parent: dict[str, str] | None = None
 
 
 def session_slot(session_id: str) -> str:

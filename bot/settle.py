@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+from bot import logs
 from bot.approval import (
     DEFAULT_GRANT_DAYS,
     RequestView,
@@ -20,12 +21,14 @@ from bot.approval import (
     ResponseDecision,
     ResponseView,
     allowed,
+    delegation_responses,
     evaluate_request_policy,
     evaluate_response_policy,
     grant_offers,
     requester_only,
 )
 from bot.forms import checked_values
+from bot.metrics import SETTLED
 from bot.parts import Parts
 from bot.principals import Principal
 from bot.protocol import (
@@ -83,6 +86,7 @@ class Settler:
         """One read (unless the caller has the record), the checks, one atomic settle."""
         if record is None or record.request_id != response.request_id:
             record = await self.p.store.get_request(response.request_id)  # raises UnknownRequest
+        logs.bind(session_id=record.session_id, turn_id=record.turn_id, team_id=record.team_id)
         if record.status != "open":
             return AnswerResult("stale", record)
         req = record.request
@@ -128,6 +132,8 @@ class Settler:
     def response_policy(self, req: InputRequest) -> tuple[Any, bool]:
         """The policy that decides who may settle ``req`` (None: cannot be known here), and whether
         the tool brought its own."""
+        if req.kind == "delegation":
+            return delegation_responses(), False
         if req.kind not in ("tool-approval", "external-result") or req.action is None:
             return requester_only(), False
         tool = self.p.tools.get(req.action.tool_name)
@@ -278,6 +284,7 @@ class Settler:
             on_stale=stale,
         )
         if result.state == "settled":
+            SETTLED.labels(req.kind, resolution).inc()
             # listed for App Home, and a requester grant held; lost in a crash here, it is simply not there
             # (the requester is asked again): the settle above is what counts
             await asyncio.gather(*(self.p.store.grants.add(g) for g in grants))
@@ -297,6 +304,8 @@ class Settler:
         result = await self.p.store.settle(record, mode="settle", outcome=outcome, response=None,
                                            batch=record.batch, on_settled=events)
         self.p.outbox.kick(record.session_id)
+        if result.state == "settled":
+            SETTLED.labels(req.kind, outcome).inc()
         return result.state == "settled"
 
 
@@ -368,6 +377,10 @@ def answer_outcome(req: InputRequest, response: InputResponse) -> str | None:
         if response.values is not None and response.option_id is None:
             return "answered"
         return "cancelled" if response.option_id == CANCEL and response.values is None else None
+    if req.kind == "delegation":  # the sub-agent's answer (sent by the app: bot.agents), or Cancel
+        if response.values is not None and response.option_id is None:
+            return "answered"
+        return "cancelled" if response.option_id == CANCEL and response.values is None else None
     if req.kind == "tool-approval":
         return {APPROVE: "approved", CANCEL: "cancelled"}.get(response.option_id or "")
     if req.kind == "session-limit":
@@ -382,6 +395,6 @@ def answer_outcome(req: InputRequest, response: InputResponse) -> str | None:
 def resolution_outcome(req: InputRequest, outcome: str) -> str:
     if req.kind in ("tool-approval", "session-limit"):
         return "approved" if outcome == "approved" else "denied"
-    if req.kind == "external-result":
+    if req.kind in ("external-result", "delegation"):
         return "answered" if outcome == "answered" else "denied"
     return "answered"

@@ -84,3 +84,8 @@ class SessionState(BaseModel):
     history: list[Message] = Field(default_factory=list)
     turn: TurnState | None = None
     turns: int = 0
+
+    @property
+    def agent(self) -> str | None:
+        """The sub-agent this session runs (``bot.agents``); None for the main agent."""
+        return self.ref.parent.get("agent") if self.ref.parent else None

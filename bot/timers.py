@@ -24,11 +24,14 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from bot.governance import listed_people
+from bot.metrics import TIMERS_FIRED
 from bot.parts import Parts
 from bot.protocol import InputEscalated, InputReminded, RequestRecord, UnknownRequest
 from bot.settle import Settler
 
 log = logging.getLogger(__name__)
+
+TIMER_KINDS = frozenset({"expire", "remind", "escalate", "schedule"})
 
 
 class Timers:
@@ -51,6 +54,7 @@ class Timers:
                 log.exception("timer %s could not fire; it will be tried again", member)
                 continue
             await self.p.store.timer_done(member, claim)
+            TIMERS_FIRED.labels(kind if kind in TIMER_KINDS else "other").inc()
             fired += 1
         return fired
 

@@ -15,13 +15,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from bot import logs
+from bot.agents import SubAgentRelay
 from bot.approval import ResponseDecision
 from bot.drive import Driver, model_view
 from bot.execute import Executor
 from bot.intake import Intake
+from bot.metrics import ANSWERS, SETTLE
 from bot.models.base import ChatModel
 from bot.outbox import Outbox
 from bot.parts import Parts, RuntimeSettings, TurnStore
@@ -76,6 +80,8 @@ class Runtime:
         self.timers = Timers(self.parts, self.settler)
         self.schedules = schedules  # scheduled turns (``bot.schedules``), where the frontend offers them
         self.timers.on_schedule = self._fire_schedule
+        if tools.agents():  # sub-agents: delegations start, report and stop through committed events
+            self.add_consumer("subagents", SubAgentRelay(self))
 
     # the parts' shared objects, for callers that held them before the split
     @property
@@ -127,8 +133,8 @@ class Runtime:
         """After the ack: answer a request with it, or let the turn loop steer, queue or start a turn."""
         answered = await self.intake.try_answer(session_id, message)
         if answered is not None:
-            if answered.batch_complete:
-                await self.drive(session_id)
+            if answered.batch_complete:  # (a sub-agent's session, when it answered one of its requests)
+                await self.drive(answered.record.session_id)
             return PostResult("answered", answered)
         await self.drive(session_id)
         return PostResult("queued")
@@ -158,9 +164,13 @@ class Runtime:
         request settles, the turn resumes here — or, with ``resume=False``, the caller resumes it
         (``drive``) after acknowledging the click. (The settle already told the sweep to look.)
         """
-        result = await self.settler.answer(response, note=note, record=record)
-        if result.batch_complete and resume:
-            await self.drive(result.record.session_id)
+        with logs.bound(request_id=response.request_id):
+            started = time.perf_counter()
+            result = await self.settler.answer(response, note=note, record=record)
+            SETTLE.labels(result.state).observe(time.perf_counter() - started)
+            ANSWERS.labels(result.state).inc()
+            if result.batch_complete and resume:
+                await self.drive(result.record.session_id)
         return result
 
     async def check_response(
@@ -192,7 +202,8 @@ class Runtime:
 
     async def drive(self, session_id: str) -> None:
         """Move the session forward if this worker can take its lease; safe to call any time."""
-        await self.driver.drive(session_id)
+        with logs.bound(session_id=session_id):  # its log lines say which session (and turn: bot.drive)
+            await self.driver.drive(session_id)
 
     async def recover(self) -> int:
         """Continue turns whose worker died, and deliver events nobody delivered (any replica)."""

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from slack_bolt.async_app import AsyncApp
 
-from handlers import answers, commands, events, fallback, home, installs, schedules
+from handlers import answers, assistant, commands, events, fallback, feedback, home, installs, schedules
 from handlers.deps import SlackDeps
 
 
 def register(app: AsyncApp, deps: SlackDeps) -> None:
+    assistant.register(app, deps)  # before events: assistant threads' messages go through Bolt's middleware
     events.register(app, deps)
+    feedback.register(app, deps)
     answers.register(app, deps)
     schedules.register(app, deps)
     installs.register(app)

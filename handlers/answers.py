@@ -49,6 +49,7 @@ from blocks.cards import (
 )
 from blocks.forms import form_blocks, parse_form_state, unshowable_fields
 from bot.forms import FormSchemaError, model_from_schema
+from bot.logs import content
 from bot.principals import Principal
 from bot.protocol import APPROVE, CANCEL, InputResponse, RequestRecord, UnknownRequest
 from bot.result_tokens import TOKEN_TTL_S, issue_token
@@ -370,4 +371,4 @@ async def _tell(client: Any, body: dict[str, Any], user_id: str | None, record: 
     try:
         await tell_privately(client, user_id, text, channel=channel, thread_ts=thread_ts)
     except Exception:  # noqa: BLE001 - a note that cannot be shown must not break the click
-        log.warning("could not tell %s: %s", user_id, text, exc_info=True)
+        log.warning("could not tell %s: %s", user_id, content(text), exc_info=True)  # may hold a token

@@ -14,15 +14,17 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 
 from blocks.actions import request_id_of_block
+from blocks.answers import answer_messages
 from blocks.cards import (
     NO_LONGER_NEEDED,
+    delegation_detail,
     refused_text,
     render_requests,
     render_settled,
     render_waiting,
     resolution_label,
 )
-from blocks.messages import failure_message, reply_messages, status_text
+from blocks.messages import failure_message, loading_messages, status_text
 from bot.ports import RetryLater, Undeliverable
 from bot.protocol import (
     ActionStarted,
@@ -41,6 +43,7 @@ from handlers.deps import ClientFor
 from handlers.notes import tell_privately
 from handlers.pacing import SlackPacing
 from handlers.status import StatusLines
+from handlers.streams import LiveAnswers
 from store.sessions import SessionStore
 
 log = logging.getLogger(__name__)
@@ -73,6 +76,8 @@ TRANSIENT_ERRORS = {"ratelimited", "internal_error", "fatal_error", "service_una
 # ... and those that mean the conversation or the app is gone for good
 GONE_ERRORS = {"channel_not_found", "is_archived", "not_in_channel", "account_inactive", "token_revoked",
                "invalid_auth", "team_access_not_granted", "missing_scope", "no_permission"}
+# what a sub-agent's session (bot.agents) shows in its parent's thread: its requests, not its text or status
+CHILD_SHOWN = {"approval.candidate", "input.resolved", "input.escalated"}
 POST_MARK = "hitl_post"  # message metadata event type: lets a retry find a post whose answer was lost
 
 
@@ -91,9 +96,13 @@ class SlackChannel:
         self.client_for = client_for
         self.pacing = pacing or SlackPacing()
         self.status = StatusLines(store, client_for, self.pacing)
+        # bot.ports.LiveText: answers streamed as they are written (a stream makes a pending status moot)
+        self.live = LiveAnswers(store, client_for, on_stream=self.status.forget_pending, posts=self.pacing.posts,
+                                updates=self.pacing.updates)
 
     async def close(self) -> None:
         await self.status.close()
+        await self.live.close()
 
     async def deliver(self, event: Event, session: SessionRef) -> None:
         if not session.channel.get("channel_id"):
@@ -119,15 +128,22 @@ class SlackChannel:
             raise Undeliverable(str(exc)) from exc
 
     async def _render(self, event: Event, session: SessionRef) -> None:
+        if session.parent and event.type not in CHILD_SHOWN:
+            return  # a sub-agent's session: its cards show in the thread; its words reach people through the parent
         match event.type:
             case "turn.started":
-                self.status.show_later(session, status_text("thinking"))
+                self.status.show_later(session, status_text("thinking"), loading_messages("thinking"))
             case "action.started":
                 assert isinstance(event, ActionStarted)
-                self.status.show_later(session, status_text("running_tool", event.tool_name))
+                self.status.show_later(session, status_text("running_tool", event.tool_name),
+                                       loading_messages("running_tool", event.tool_name))
             case "message.completed":
                 assert isinstance(event, MessageCompleted)
-                await self._post_reply(session, event.seq, event.text)
+                later = await self.live.finish(session, event)  # a streamed answer ends in its stream
+                if later is None:
+                    await self._post_reply(session, event.seq, event.text)
+                for i, message in enumerate(later or [], start=1):
+                    await self._post_once(session, f"post:{event.seq}:{i}", message)
             case "approval.candidate":
                 assert isinstance(event, ApprovalCandidate)
                 await self._candidate(event, session)
@@ -285,7 +301,7 @@ class SlackChannel:
     # --- replies and status -------------------------------------------------------------------
 
     async def _post_reply(self, session: SessionRef, seq: int | None, text: str) -> None:
-        for i, message in enumerate(reply_messages(text)):
+        for i, message in enumerate(answer_messages(text)):
             await self._post_once(session, f"post:{seq}:{i}", message)
 
     async def _post(self, session: SessionRef, seq: int | None, text: str) -> None:
@@ -311,7 +327,8 @@ def settled_card(record: RequestRecord, resolution: Resolution, at: Any) -> dict
         values=response.values if response is not None and record.request.kind in ("user-input", "external-result")
         else None,
         granted=response.grant if response is not None and resolution.outcome == "approved" else None,
-        detail="Sent from another system with their result token." if response and response.via == "api" else None,
+        detail="Sent from another system with their result token." if response and response.via == "api"
+        else delegation_detail(record.request, response.values if response else None),
     )
 
 

@@ -70,6 +70,12 @@ async def _tell_guest(client: Any, user_id: str, channel_id: str, thread_ts: str
         log.info("could not tell %s why their message was not passed on: %s", user_id, exc.response.get("error"))
 
 
+async def handle_message(deps: SlackDeps, body: dict[str, Any], event: dict[str, Any], context: dict[str, Any],
+                         client: Any) -> None:
+    """A person's message that no mention brought (``handlers.assistant`` routes assistant threads' here)."""
+    await _handle(deps, body, event, context, client, mentioned=False)
+
+
 async def _handle(
     deps: SlackDeps, body: dict[str, Any], event: dict[str, Any], context: dict[str, Any], client: Any, *,
     mentioned: bool,

@@ -22,6 +22,7 @@ from redis.exceptions import RedisError
 from blocks.cards import duration_text
 from blocks.home import ApproverListView
 from bot.governance import ApproverList, RuleVerdict, list_name, lists_read, use_policy_source
+from bot.logs import content
 from bot.principals import APP_PRINCIPAL, Principal
 from bot.tools import Tool, ToolRegistry
 from handlers.admins import AdminCheck, ClientFor
@@ -262,4 +263,4 @@ class Governance(StorePolicySource):
             dm = await client.conversations_open(users=user_id)
             await client.chat_postMessage(channel=dm["channel"]["id"], text=text)
         except Exception:  # noqa: BLE001 - a note that cannot be shown must not break the action
-            log.warning("could not tell %s: %s", user_id, text, exc_info=True)
+            log.warning("could not tell %s: %s", user_id, content(text), exc_info=True)  # may hold a token

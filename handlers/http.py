@@ -1,4 +1,4 @@
-"""The HTTP side: one endpoint for events, commands and interactivity, plus health and OAuth routes.
+"""The HTTP side: one endpoint for events, commands and interactivity, plus health, metrics and OAuth routes.
 
 Every request to the endpoint goes through the same gate, in this order (fail closed, never a 5xx
 for input: Slack retries those):
@@ -22,11 +22,13 @@ from slack_bolt.async_app import AsyncApp
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.signature import SignatureVerifier
 
+from bot.metrics import CONTENT_TYPE
 from handlers.envelope import problem
 
 log = logging.getLogger(__name__)
 
 EVENTS_PATH = "/slack/events"
+METRICS_PATH = "/metrics"  # Prometheus text format (bot.metrics)
 
 
 def signed_by_slack(verifier: SignatureVerifier | None, body: bytes, headers: Mapping[str, str]) -> bool:
@@ -45,6 +47,7 @@ def web_app(
     signing_secret: str | None,
     ready: Callable[[], Awaitable[bool]],
     client_max_size: int = 4 * 1024 * 1024,
+    metrics: Callable[[], Awaitable[bytes]] | None = None,
 ) -> web.Application:
     app = web.Application(client_max_size=client_max_size)
     verifier = SignatureVerifier(signing_secret) if signing_secret else None
@@ -73,6 +76,13 @@ def web_app(
     app.router.add_post(EVENTS_PATH, events)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    if metrics is not None:
+
+        async def scrape(request: web.Request) -> web.Response:
+            # unauthenticated, as Prometheus expects: only counts, no ids and no text (bot.metrics)
+            return web.Response(body=await metrics(), headers={"Content-Type": CONTENT_TYPE})
+
+        app.router.add_get(METRICS_PATH, scrape)
     flow = slack.oauth_flow
     if flow is not None:
 

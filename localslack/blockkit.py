@@ -25,7 +25,9 @@ VIEW_MAX_BYTES = 250_000
 
 # Block types whose "text"/"label" must be a text object (never a bare string).
 _TEXT_OBJECT_HOLDERS = {"section", "header", "button", "input", "checkboxes", "radio_buttons"}
-_MIN_ONE_ELEMENT = {"actions", "context"}
+_MIN_ONE_ELEMENT = {"actions", "context", "context_actions"}
+# context_actions holds only these (docs.slack.dev reference/block-kit/blocks/context-actions-block)
+_CONTEXT_ACTIONS_ELEMENTS = {"feedback_buttons", "icon_button"}
 
 # Where Slack takes only a plain_text object (docs.slack.dev reference/block-kit/composition-objects/
 # text-object: header text, button text, option text in select/overflow menus, placeholders, confirm
@@ -66,6 +68,8 @@ INTERACTIVE_TYPES = {
     "email_text_input",
     "url_text_input",
     "rich_text_input",
+    "feedback_buttons",
+    "icon_button",
 }
 
 
@@ -134,6 +138,12 @@ def _structural_errors(block: dict[str, Any], here: str) -> list[str]:
     block_type = block["type"]
     if block_type in _MIN_ONE_ELEMENT and isinstance(block.get("elements"), list) and not block["elements"]:
         errors.append(f"must provide at least 1 item [json-pointer:{here}/elements]")
+    if block_type == "markdown" and not isinstance(block.get("text"), str):
+        errors.append(f"must be a string [json-pointer:{here}/text]")  # standard Markdown, not a text object
+    if block_type == "context_actions":
+        for index, element in enumerate(block.get("elements") or []):
+            if not isinstance(element, dict) or element.get("type") not in _CONTEXT_ACTIONS_ELEMENTS:
+                errors.append(f"must be one of feedback_buttons, icon_button [json-pointer:{here}/elements/{index}]")
     seen_actions: set[str] = set()
     for node, path in _walk(block, here):
         node_type = node.get("type")
@@ -256,6 +266,11 @@ def _plain_text_errors(node: dict[str, Any], node_type: str, path: str) -> list[
     if node_type in INTERACTIVE_TYPES:
         keys.append("placeholder")
     errors = [f"must be a plain_text text object [json-pointer:{path}/{k}]" for k in keys if _not_plain_text(node.get(k))]
+    if node_type == "feedback_buttons":  # each button's text is plain_text, ≤ 75 characters
+        for key in ("positive_button", "negative_button"):
+            button = node.get(key)
+            if not isinstance(button, dict) or _not_plain_text(button.get("text")) or not button.get("value"):
+                errors.append(f"must be a button with plain_text text and a value [json-pointer:{path}/{key}]")
     confirm = node.get("confirm")
     if isinstance(confirm, dict):
         for key in ("title", "confirm", "deny"):

@@ -65,6 +65,14 @@ METHODS: dict[str, MethodSpec] = {
     "reactions.add": MethodSpec(tier=3, scopes=("reactions:write",)),
     "reactions.remove": MethodSpec(tier=2, scopes=("reactions:write",)),
     "apps.connections.open": MethodSpec(tier=3),  # app-level token with connections:write
+    # Agents & AI apps (docs.slack.dev reference/methods/<method>; changelog 2026-03-05: setStatus takes
+    # chat:write or, for now, assistant:write, and works in channel threads too)
+    "assistant.threads.setStatus": MethodSpec(tier=None, scopes=("chat:write", "assistant:write")),
+    "assistant.threads.setSuggestedPrompts": MethodSpec(tier=4, scopes=("assistant:write",)),
+    "assistant.threads.setTitle": MethodSpec(tier=4, scopes=("assistant:write",)),
+    "chat.startStream": MethodSpec(tier=2, scopes=("chat:write",)),
+    "chat.appendStream": MethodSpec(tier=4, scopes=("chat:write",)),
+    "chat.stopStream": MethodSpec(tier=2, scopes=("chat:write",)),
     "oauth.v2.access": MethodSpec(tier=None),
 }
 

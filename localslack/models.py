@@ -254,6 +254,8 @@ class Message(BaseModel):
     metadata: dict[str, Any] | None = None
     edited: dict[str, str] | None = None
     reactions: list[Reaction] = Field(default_factory=list)
+    # chat.startStream: the message grows with chat.appendStream until chat.stopStream ends it
+    streaming: bool = False
     # Thread bookkeeping, kept on the parent like Slack does.
     reply_count: int = 0
     reply_users: list[str] = Field(default_factory=list)
@@ -298,6 +300,23 @@ class Message(BaseModel):
         if self.reactions:
             out["reactions"] = [r.to_slack() for r in self.reactions]
         return out
+
+
+class AssistantThread(BaseModel):
+    """What Slack keeps about a thread beyond its messages for an AI app: the split view's title and
+    suggested prompts, the live status under it (``assistant.threads.*``) and the context the person was
+    looking at when they opened it (``assistant_thread_started``)."""
+
+    channel: str
+    thread_ts: str
+    user: str | None = None  # who opened it (assistant split view threads only)
+    title: str = ""
+    prompts_title: str = ""
+    prompts: list[dict[str, str]] = Field(default_factory=list)
+    status: str = ""
+    loading_messages: list[str] = Field(default_factory=list)
+    status_at: float = 0.0  # Slack drops a status after two minutes without a message
+    context: dict[str, Any] = Field(default_factory=dict)
 
 
 class Ephemeral(BaseModel):

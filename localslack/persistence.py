@@ -22,7 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from localslack.models import Channel, Enterprise, Ephemeral, Message, Team, User, View
+from localslack.models import AssistantThread, Channel, Enterprise, Ephemeral, Message, Team, User, View
 from localslack.workspace import Auth, ResponseUrl, Workspace
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,7 @@ def dump(ws: Workspace) -> dict[str, Any]:
         "tokens": [a.to_state() for a in ws.tokens.values()],
         "revoked_tokens": sorted(ws.revoked_tokens),
         "clock_us": ws.clock._last_us,
+        "assistant_threads": [t.model_dump(mode="json") for t in ws.assistant_threads.values()],
     }
 
 
@@ -86,6 +87,9 @@ def restore(ws: Workspace, state: dict[str, Any]) -> None:
         auth = Auth(**raw)
         ws.tokens[auth.token] = auth
     ws.clock._last_us = max(ws.clock._last_us, int(state.get("clock_us") or 0))
+    for raw in state.get("assistant_threads", []):  # the AI split view's titles, prompts and contexts
+        thread = AssistantThread.model_validate(raw)
+        ws.assistant_threads[f"{thread.channel}:{thread.thread_ts}"] = thread
 
 
 class Persister:

@@ -15,6 +15,7 @@ from aiohttp import web
 
 from localslack import manifest, payloads, ui
 from localslack.actions import LocalSlackError, UserActions
+from localslack.ai_apps import AiAppActions
 from localslack.delivery import RETRY_DELAYS_S, SLACK_TIMEOUT_S, Deliverer
 from localslack.models import (
     ApiCall,
@@ -39,7 +40,7 @@ DEFAULT_CLIENT_SECRET = "localslack-client-secret"
 DEFAULT_APP_TOKEN = "xapp-local-A0LOCAL"
 
 
-class LocalSlack(UserActions):
+class LocalSlack(UserActions, AiAppActions):
     """A local Slack workspace: Web API at ``api_url``, signed delivery to ``bot_url``, browser UI at ``ui_url``.
 
     Use as ``async with LocalSlack(bot_url=..., signing_secret=...) as slack:`` or ``start()``/``stop()``.

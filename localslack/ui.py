@@ -242,6 +242,19 @@ async def _dismiss(slack: LocalSlack, body: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
+async def _feedback(slack: LocalSlack, body: dict[str, Any]) -> dict[str, Any]:
+    result = await slack.click_feedback(str(body["user"]), str(body["channel"]), str(body["ts"]),
+                                        positive=bool(body.get("positive")))
+    return _deliveries([result])
+
+
+async def _assistant(slack: LocalSlack, body: dict[str, Any]) -> dict[str, Any]:
+    """The agent's split view: a new assistant thread, with the channel being looked at as its context."""
+    context = str(body["channel"]) if body.get("channel") and not slack.ws.channel(str(body["channel"])).is_im else None
+    dm, ts, result = await slack.open_assistant(str(body["user"]), context_channel=context)
+    return {"channel": dm, "ts": ts, **_deliveries([result])}
+
+
 async def _react(slack: LocalSlack, body: dict[str, Any]) -> dict[str, Any]:
     message = slack.ws.find_message(str(body["channel"]), str(body["ts"]))
     if message is None:
@@ -265,6 +278,8 @@ _ACTIONS: dict[str, UiHandler] = {
     "home": _home,
     "dismiss": _dismiss,
     "react": _react,
+    "feedback": _feedback,
+    "assistant": _assistant,
 }
 
 
@@ -309,6 +324,7 @@ def ui_state(slack: LocalSlack, user_id: str) -> dict[str, Any]:
             {**e.to_slack(), "channel": e.channel, "sender_name": e.sender_name}
             for e in ws.ephemerals_for(me.id)
         ],
+        "assistant": _assistant_threads(slack, {c.id for c in my_channels}),
         "home": home.to_slack() if home else None,
         "modals": [{**v.to_slack(), "errors": v.errors} for v in ws.modal_stack(me.id)],
         "bot_url": slack.bot_url,
@@ -344,6 +360,18 @@ def _message(slack: LocalSlack, message: Any) -> dict[str, Any]:
     out = message.to_slack()
     out["channel"] = message.channel
     out["is_reply"] = message.is_reply
+    out["streaming"] = message.streaming  # chat.startStream: the text grows until chat.stopStream
+    return out
+
+
+def _assistant_threads(slack: LocalSlack, channel_ids: set[str]) -> dict[str, Any]:
+    """Title, suggested prompts and live status of the threads the viewer can see ("<channel>:<ts>")."""
+    out: dict[str, Any] = {}
+    for key, thread in slack.ws.assistant_threads.items():
+        if thread.channel in channel_ids:
+            state = slack.assistant_state(thread.channel, thread.thread_ts)
+            out[key] = state.model_dump(include={"title", "prompts", "prompts_title", "status", "loading_messages",
+                                                 "context"})
     return out
 
 

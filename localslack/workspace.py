@@ -18,7 +18,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from localslack.blockkit import block_elements
-from localslack.models import APP_ID, Channel, Enterprise, Ephemeral, Message, Reaction, Team, User, View
+from localslack.models import (
+    APP_ID,
+    AssistantThread,
+    Channel,
+    Enterprise,
+    Ephemeral,
+    Message,
+    Reaction,
+    Team,
+    User,
+    View,
+)
 from localslack.seed import Seed, default_seed
 
 TRIGGER_TTL_S = 3.0
@@ -191,6 +202,8 @@ class Workspace:
         self.oauth_codes: dict[str, OAuthCode] = {}
         self.tokens: dict[str, Auth] = {}
         self.revoked_tokens: set[str] = set()
+        # AI apps: split-view title, prompts, live status per "<channel>:<thread_ts>" (localslack.ai_apps)
+        self.assistant_threads: dict[str, AssistantThread] = {}
         for team in self.teams.values():
             self._register_bot_token(team)
         self.version = 0
@@ -489,6 +502,9 @@ class Workspace:
                     parent.reply_users = [*parent.reply_users, message.user][-5:]
                 parent.latest_reply = message.ts
         self.history.setdefault(message.channel, []).append(message)
+        thread = self.assistant_threads.get(f"{message.channel}:{message.thread_ts}")
+        if thread is not None and message.bot_id:  # the app's reply replaces its status, as in Slack
+            thread.status, thread.loading_messages = "", []
         self.touch()
         return message
 

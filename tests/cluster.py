@@ -218,6 +218,8 @@ class ValkeyCluster:
             "--stream-node-max-bytes", "2048",
             "--hash-max-listpack-value", "4096",
         ]  # fmt: skip
+        # the parent-death signal is tied to the spawning *thread*: spawn from the main thread (a node
+        # started from asyncio.to_thread dies when that worker thread ends)
         node.process = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             preexec_fn=kill_when_parent_dies(),

@@ -230,7 +230,9 @@ async def test_the_click_settles_after_a_failover(
         clicked = await local_slack.click(SLACK_ALICE, GENERAL, card.ts, button(card, "Approve"))
         reply = await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
     finally:
-        await asyncio.to_thread(valkey_cluster.restart, master)
+        # in this thread, not a worker's: a node's parent-death signal fires when the *thread* that
+        # spawned it exits, and the loop's worker threads end with the test (it killed the node later)
+        valkey_cluster.restart(master)
 
     assert clicked.status == 200
     assert "refunded" in reply.text

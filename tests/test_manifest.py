@@ -31,6 +31,15 @@ def test_manifest_subscribes_to_every_event_the_handlers_listen_for():
     assert manifest()["settings"]["interactivity"]["is_enabled"] is True
 
 
+def test_the_ai_split_view_is_declared_with_its_events_and_scope():
+    """Issue 14: the assistant view, the events Bolt's AsyncAssistant listens for, and assistant:write."""
+    assert manifest()["features"]["assistant_view"]["assistant_description"]
+    assert len(manifest()["features"]["assistant_view"]["suggested_prompts"]) <= 4
+    events = set(manifest()["settings"]["event_subscriptions"]["bot_events"])
+    assert {"assistant_thread_started", "assistant_thread_context_changed", "message.im"} <= events
+    assert "assistant:write" in manifest()["oauth_config"]["scopes"]["bot"]
+
+
 def test_scopes_cover_every_web_api_method_the_code_calls():
     scopes = set(manifest()["oauth_config"]["scopes"]["bot"])
     needs = {

@@ -255,6 +255,20 @@ async def test_a_stream_cut_short_after_text_was_shown_is_not_repeated(fake: Fak
     assert len(fake.requests) == 1
 
 
+async def test_a_stream_cut_short_is_retried_when_the_callback_can_start_over(fake: FakeOpenAI) -> None:
+    """A frontend that can be told the text starts over (``on_text.restart``, as bot.drive's live text):
+    the broken stream is retried like any other failure (issue 14)."""
+    fake.reply_truncated_stream("half an ans")
+    fake.reply_text("a whole answer")
+    collector, restarts = Collector(), []
+    collector.restart = lambda: restarts.append(len(collector.deltas))  # type: ignore[attr-defined]
+    async with make_model(fake, backoff_base=0.01) as model:
+        response = await model.complete(HELLO, [], on_text=collector)
+
+    assert response.text == "a whole answer" and restarts == [3]  # told once, after the broken attempt's words
+    assert len(fake.requests) == 2
+
+
 async def test_no_key_sends_no_authorization_header() -> None:
     async with FakeOpenAI() as fake:
         async with OpenAIChatModel("local-llama", base_url=fake.base_url + "/", timeout=2.0) as model:

@@ -105,6 +105,8 @@ class OpenAIChatModel:
                     delay,
                 )
                 await asyncio.sleep(delay)
+                if (restart := getattr(on_text, "restart", None)) is not None:
+                    restart()  # what the broken attempt wrote is void: the text starts over
             try:
                 return await self._attempt(body, on_text)
             except _RetryableFailure as failure:
@@ -273,7 +275,9 @@ class OpenAIChatModel:
             if content:
                 state.text_parts.append(content)
                 if on_text is not None:
-                    state.emitted_text = True
+                    # a callback that can be told the text starts over (``restart``) lets a broken
+                    # stream be retried like any other failure
+                    state.emitted_text = getattr(on_text, "restart", None) is None
                     await on_text(content)
             for position, raw in enumerate(delta.get("tool_calls") or []):
                 state.add_tool_call_delta(raw, position)

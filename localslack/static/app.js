@@ -300,6 +300,9 @@
     const body = node.querySelector(".msg-body");
     if (m.subtype === "tombstone") {
       body.innerHTML = `<span class="tombstone">This message was deleted.</span>`;
+    } else if (m.streaming) {  // chat.startStream: the text grows as the agent writes it
+      body.appendChild(BlockKit.render([{ type: "markdown", text: m.text || " " }], blockContext({ channel: m.channel, ts: m.ts })));
+      body.firstChild.classList.add("streaming");
     } else if (isBot && m.blocks && m.blocks.length) {
       body.appendChild(BlockKit.render(m.blocks, blockContext({ channel: m.channel, ts: m.ts })));
     } else {
@@ -413,7 +416,55 @@
     }
     list.scrollTop = nearBottom || list.dataset.thread !== ts ? list.scrollHeight : keep;
     list.dataset.thread = ts;
+    renderAssistant(channel, ts, replies);
   }
+
+  // The AI split view's extras: the thread's title, Slack's live status under it ("agent is working on
+  // it…" with rotating loading messages), and suggested prompts until the person has asked something.
+  let loadingTimer = null;
+  function renderAssistant(channel, ts, replies) {
+    const state = (ui.data.assistant || {})[`${channel}:${ts}`] || null;
+    $("thread-title").textContent = state && state.title ? state.title : "Thread";
+    const status = $("thread-status");
+    clearInterval(loadingTimer);
+    status.hidden = !(state && state.status);
+    if (state && state.status) {
+      const loading = state.loading_messages.length ? state.loading_messages : [""];
+      let turn = 0;
+      const show = () => {
+        status.innerHTML = `<span class="assistant-dots"><i></i><i></i><i></i></span> <b>agent</b> ${escapeHtml(state.status)} <span class="assistant-loading">${escapeHtml(loading[turn % loading.length])}</span>`;
+        turn += 1;
+      };
+      show();
+      if (loading.length > 1) loadingTimer = setInterval(show, 2000);
+    }
+    const prompts = $("thread-prompts");
+    const asked = replies.some((m) => m.user === ui.me);
+    prompts.hidden = !(state && state.prompts.length && !asked);
+    prompts.innerHTML = "";
+    if (prompts.hidden) return;
+    prompts.appendChild(Object.assign(document.createElement("div"), { className: "assistant-prompts-title", textContent: state.prompts_title || "Suggested" }));
+    for (const prompt of state.prompts) {
+      const chip = document.createElement("button");
+      chip.type = "button";
+      chip.className = "assistant-prompt";
+      chip.textContent = prompt.title;
+      chip.title = prompt.message;
+      chip.addEventListener("click", () => post("/ui/post", { channel, thread_ts: ts, text: prompt.message }));
+      prompts.appendChild(chip);
+    }
+  }
+
+  $("open-assistant").addEventListener("click", async () => {
+    const answer = await post("/ui/assistant", { channel: ui.current });
+    if (!answer.ok || !answer.channel) return;
+    ui.current = answer.channel;
+    ui.tab = "messages";
+    ui.thread = { channel: answer.channel, ts: answer.ts };
+    history.replaceState(null, "", `#${encodeURIComponent(answer.channel)}`);
+    await refresh();
+    $("thread-input").focus();
+  });
 
   function renderHome() {
     const pane = $("home");

@@ -56,6 +56,27 @@
     return node;
   }
 
+  // Slack's feedback buttons (thumbs up / down under AI answers): a click is a block_actions with the
+  // chosen button's value; the chosen thumb stays lit.
+  function feedbackButtons(element, block, ctx) {
+    const node = el("span", "bk-feedback");
+    for (const [key, icon, positive] of [["positive_button", "👍", true], ["negative_button", "👎", false]]) {
+      const spec = element[key] || {};
+      const label = (spec.text && spec.text.text) || (positive ? "Good" : "Bad");
+      const thumb = el("button", "bk-feedback-button", icon);
+      thumb.type = "button";
+      thumb.title = label;
+      thumb.setAttribute("aria-label", spec.accessibility_label || label);
+      thumb.dataset.feedback = positive ? "positive" : "negative";
+      thumb.addEventListener("click", async () => {
+        node.querySelectorAll("button").forEach((b) => b.classList.toggle("chosen", b === thumb));
+        await ctx.send("feedback", { positive });
+      });
+      node.appendChild(thumb);
+    }
+    return node;
+  }
+
   function remember(ctx, block, element, value) {
     ctx.drafts.set(draftKey(ctx, block.block_id, element.action_id), value);
   }
@@ -341,6 +362,7 @@
     let node;
     switch (elementObj.type) {
       case "button": node = button(elementObj, block, ctx); break;
+      case "feedback_buttons": node = feedbackButtons(elementObj, block, ctx); break;
       case "static_select":
       case "external_select": node = staticSelect(elementObj, block, ctx); break;
       case "multi_static_select":

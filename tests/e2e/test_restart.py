@@ -24,7 +24,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-async def start_process(local_slack, redis_url: str, tmp_path: Path) -> tuple[subprocess.Popen, int]:
+async def start_process(local_slack, redis_url: str, tmp_path: Path, **extra_env: str) -> tuple[subprocess.Popen, int]:
     port = free_port()
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "OPENAI_"))},
@@ -36,6 +36,7 @@ async def start_process(local_slack, redis_url: str, tmp_path: Path) -> tuple[su
         "HOST": "127.0.0.1",
         "BOT_DATA_DIR": str(tmp_path / "data"),
         "BOT_LEASE_SECONDS": "2",  # a killed worker's lease lapses quickly
+        **extra_env,
     }
     log = open(tmp_path / f"bot-{port}.log", "w")  # noqa: SIM115 - closed with the process
     # run outside the repository so a developer's .env cannot leak into it

@@ -42,14 +42,17 @@ async def slow_report(args: Job) -> dict:
     return {"report": args.name}
 
 
-async def test_slow_work_shows_a_status_line_that_goes_when_the_turn_ends(local_slack, start_app):
+async def test_slow_work_shows_a_live_status_under_the_thread_that_goes_with_the_reply(local_slack, start_app):
+    """Issue 14: where Slack allows it (channel threads too, since setStatus takes chat:write) the status is
+    Slack's own, under the thread: one call, no message to post and delete. The status line message is the
+    fallback (tests/e2e/test_ai_surface.py)."""
     model = ScriptedModel([call("slow_report", name="q3"), say("Here is the q3 report.")])
     await start_app(model, [slow_report])
     ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> the q3 report please")
-    status = await local_slack.wait_for(
-        lambda: [m for m in local_slack.messages(GENERAL, thread_ts=ts) if "Running `slow_report`" in m.text],
-        timeout_s=STATUS_DELAY_S + 2)
-    assert status, "a step still running after the delay shows what it is doing"
+    await local_slack.wait_for(lambda: "Running slow report" in " ".join(
+        local_slack.assistant_state(GENERAL, ts).loading_messages), timeout_s=STATUS_DELAY_S + 2)
+    assert local_slack.assistant_state(GENERAL, ts).status, "a step still running after the delay says what it does"
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "q3 report." in m.text)
-    await local_slack.wait_for(
-        lambda: not [m for m in local_slack.messages(GENERAL, thread_ts=ts) if "Running" in m.text])
+    assert not local_slack.assistant_state(GENERAL, ts).status, "the reply replaces the status"
+    assert not [m for m in local_slack.messages(GENERAL, thread_ts=ts) if "Running" in m.text]
+    assert "chat.delete" not in chat_calls(local_slack)

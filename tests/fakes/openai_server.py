@@ -49,6 +49,7 @@ class _Reply:
     message: str = ""
     retry_after: float | str | None = None
     seconds: float = 0.0
+    chunk_delay_s: float = 0.0  # streamed: the pause before each chunk (a model that writes slowly)
 
 
 class FakeOpenAI:
@@ -92,8 +93,9 @@ class FakeOpenAI:
 
     # -- scripting --------------------------------------------------------------------------------
 
-    def reply_text(self, text: str) -> None:
-        self._queue.append(_Reply("text", text=text))
+    def reply_text(self, text: str, *, chunk_delay_s: float = 0.0) -> None:
+        """``chunk_delay_s``: when streamed, wait this long before each word (a model writing slowly)."""
+        self._queue.append(_Reply("text", text=text, chunk_delay_s=chunk_delay_s))
 
     def reply_tool_call(self, name: str, args: dict[str, Any], call_id: str | None = None) -> None:
         self.reply_tool_calls((name, args, call_id) if call_id else (name, args))
@@ -304,6 +306,8 @@ class _Completion:
         await response.prepare(request)
         try:
             for chunk in self.chunks():
+                if self.reply.chunk_delay_s:
+                    await asyncio.sleep(self.reply.chunk_delay_s)
                 await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
             if self.reply.kind != "truncated":
                 await response.write(b"data: [DONE]\n\n")

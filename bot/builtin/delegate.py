@@ -1,0 +1,49 @@
+"""``delegate``: hand a task to a named sub-agent and wait for its answer (``bot.agents``).
+
+Registered by ``ToolRegistry`` as soon as it holds a sub-agent; its description lists them. Like an
+``external=True`` tool its function never runs: the executor turns the call into a ``delegation``
+request, and the call's result is the sub-agent's final answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, Field
+
+from bot.tools import Tool, ToolContext
+
+if TYPE_CHECKING:
+    from bot.agents import SubAgent
+
+LEAD = (
+    "Hand a task to one of your sub-agents and wait for its answer. It works on its own, with its "
+    "own tools; people may be asked to approve what it does. Give it everything it needs in `task`. "
+    "Sub-agents:"
+)
+
+
+class Delegation(BaseModel):
+    agent: str = Field(description="The sub-agent's name.")
+    task: str = Field(description="What it should do, self-contained: it does not see this conversation.")
+
+
+async def _delegate(args: Delegation, ctx: ToolContext) -> str:
+    raise AssertionError("delegate never runs: the executor makes it a delegation request")
+
+
+def describe(agents: Iterable[SubAgent]) -> str:
+    lines = [f"- {a.name}: {' '.join(a.description.split())}" for a in agents]
+    return "\n".join([LEAD, *lines])
+
+
+def delegate_tool() -> Tool:
+    """A fresh ``delegate`` for one registry (its description lists that registry's sub-agents)."""
+    made = Tool(_delegate, name="delegate", description=LEAD, prompt="{task}")
+    made.delegates = True  # type: ignore[attr-defined] - what the executor makes a delegation request of
+    return made
+
+
+def is_delegate(tool: Tool) -> bool:
+    return getattr(tool, "delegates", False)

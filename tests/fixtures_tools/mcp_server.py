@@ -1,0 +1,120 @@
+"""A real MCP server for tests/test_mcp_tools.py, written with the SDK's FastMCP.
+
+``python mcp_server.py stdio`` or ``python mcp_server.py http PORT``. Every run of a tool that does
+something is appended to the file ``MCP_RUNS_FILE`` names, so tests see what the server really did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+
+from mcp.server.fastmcp import Context, FastMCP
+from pydantic import BaseModel, Field
+
+server = FastMCP("crm", log_level="WARNING")
+
+
+def _ran(line: str) -> None:
+    with open(os.environ["MCP_RUNS_FILE"], "a") as runs:
+        runs.write(line + "\n")
+
+
+@server.tool()
+def lookup_customer(customer_id: str) -> str:
+    """Look up a customer by id."""
+    return f"customer {customer_id}: Acme Corp"
+
+
+@server.tool()
+def delete_customer(customer_id: str) -> str:
+    """Delete a customer for good."""
+    _ran(f"deleted {customer_id}")
+    return f"deleted {customer_id}"
+
+
+@server.tool()
+def stats(day: str) -> dict:
+    """Numbers of one day, as structured content."""
+    return {"day": day, "orders": 3}
+
+
+@server.tool()
+async def slow(seconds: float) -> str:
+    """Take a while."""
+    await asyncio.sleep(seconds)
+    return "done"
+
+
+@server.tool()
+def fail() -> str:
+    """Always fails."""
+    raise ValueError("the CRM database is read-only today")
+
+
+@server.tool()
+def crash() -> str:
+    """The server process dies."""
+    os._exit(3)
+
+
+@server.tool()
+def whoami(ctx: Context) -> str:
+    """The Authorization header this call came with (HTTP only)."""
+    request = ctx.request_context.request
+    return str(request.headers.get("authorization")) if request is not None else "stdio"
+
+
+class Shipment(BaseModel):
+    address: str = Field(min_length=5, title="Delivery address")
+    boxes: int = Field(ge=1, le=20, title="Boxes")
+
+
+@server.tool()
+async def ship_order(order: str, ctx: Context) -> str:
+    """Ship an order; asks where to."""
+    with open(os.environ["MCP_RUNS_FILE"] + ".keys", "a") as keys:  # the bot's idempotency key, every call
+        keys.write(str(getattr(ctx.request_context.meta, "idempotencyKey", None)) + "\n")
+    answer = await ctx.elicit(f"Where should order {order} go?", schema=Shipment)
+    if answer.action != "accept":
+        return f"not shipped ({answer.action})"
+    # after the form: side effects last
+    _ran(f"shipped {order} to {answer.data.address} x{answer.data.boxes}")
+    return f"shipped {order} to {answer.data.address} in {answer.data.boxes} boxes"
+
+
+@server.tool()
+async def nested_form(ctx: Context) -> str:
+    """Asks for a form no Slack input can show (a nested object)."""
+    schema = {
+        "type": "object",
+        "properties": {"where": {"type": "object", "properties": {"x": {"type": "string"}}}},
+    }
+    result = await ctx.request_context.session.elicit_form(
+        "Where exactly?",
+        schema,  # type: ignore[arg-type]
+        related_request_id=ctx.request_id,
+    )
+    return f"the client said {result.action}"
+
+
+@server.tool()
+async def add_report_tool(ctx: Context) -> str:
+    """Offers a new tool, and tells the client its list changed."""
+
+    def monthly_report(month: str) -> str:
+        """The month's report."""
+        return f"report for {month}: all good"
+
+    server.add_tool(monthly_report)
+    await ctx.request_context.session.send_tool_list_changed()
+    return "added monthly_report"
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "http":
+        server.settings.port = int(sys.argv[2])
+        server.run(transport="streamable-http")
+    else:
+        server.run(transport="stdio")
