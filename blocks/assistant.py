@@ -5,6 +5,7 @@ prompts drawn from the tools the bot has loaded (``assistant.threads.setSuggeste
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from blocks.limits import one_line, truncate
 
@@ -27,28 +28,34 @@ def _short(text: str, limit: int) -> str:
     return f"{cut}…"
 
 
-def suggested_prompts(tools: Iterable[tuple[str, str]]) -> list[dict[str, str]]:
-    """One prompt per tool (name, description), the first four that describe themselves."""
+class ToolSummary(NamedTuple):
+    name: str
+    description: str
+    example: str | None = None  # a request a person might type (``@tool(example=…)``)
+
+
+def suggested_prompts(tools: Iterable[tuple[str, ...]]) -> list[dict[str, str]]:
+    """One prompt per tool (name, description[, example]), the first four that say something: the tool's
+    example request as it is (it names a real customer, charge…), else one made from its description."""
     prompts: list[dict[str, str]] = []
-    for _name, description in tools:
-        what = _first_sentence(description)
-        if not what:
+    for summary in tools:
+        tool = ToolSummary(*summary)
+        what = _first_sentence(tool.description)
+        if tool.example:
+            prompts.append({"title": _short(one_line(tool.example), PROMPT_TITLE), "message": tool.example})
+        elif what:
+            prompts.append({"title": _short(what, PROMPT_TITLE), "message": f"I'd like to {what[0].lower()}{what[1:]}."})
+        else:
             continue
-        prompts.append(
-            {
-                "title": _short(what, PROMPT_TITLE),
-                "message": f"I'd like to {what[0].lower()}{what[1:]}.",
-            }
-        )
         if len(prompts) == PROMPTS_MAX:
             break
     return prompts
 
 
-def greeting(user_id: str | None, tools: Iterable[tuple[str, str]]) -> str:
+def greeting(user_id: str | None, tools: Iterable[tuple[str, ...]]) -> str:
     """The first message of a new assistant thread."""
     who = f"Hi <@{user_id}>!" if user_id else "Hi!"
-    can = [_first_sentence(d).lower() for _, d in tools if _first_sentence(d)][:3]
+    can = [_first_sentence(t[1]).lower() for t in tools if _first_sentence(t[1])][:3]
     does = f" I can {', '.join(can)} and more." if can else ""
     return (
         f"{who}{does} When something needs a person's approval, I ask here and wait: the card says who "

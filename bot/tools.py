@@ -223,8 +223,10 @@ class Tool:
         denied_message: str | None = None,
         external: bool = False,
         result: type[BaseModel] | None = None,
+        example: str | None = None,
     ):
         self.fn = fn
+        self.example = example  # a request a person might type: a suggested prompt in assistant threads
         self.name = name or fn.__name__
         self.description = (description or inspect.getdoc(fn) or "").strip()
         self.approval = as_approval(approval)
@@ -367,6 +369,7 @@ def tool(
     denied_message: str | None = None,
     external: bool = False,
     result: type[BaseModel] | None = None,
+    example: str | None = None,
 ) -> Any:
     """Turn a function ``(args: Model, ctx: ToolContext)`` into a Tool. Sync functions work too.
 
@@ -387,7 +390,10 @@ def tool(
     ``external=True`` with ``result=<a pydantic model>``: the agent proposes the call, and a person runs
     it elsewhere and submits its result — from the card (a form of ``result``) or by a system posting
     it to ``POST /hitl/requests/<id>/result`` with a token only people the response policy admits get.
-    The function itself never runs; its request policy still may deny a call or let nobody see it."""
+    The function itself never runs; its request policy still may deny a call or let nobody see it.
+
+    ``example``: a request a person might type to get this tool used ("Refund $30 on ch_1001"); assistant
+    threads offer it as a suggested prompt (otherwise one is made from the description)."""
 
     def wrap(f: ToolFn) -> Tool:
         return Tool(
@@ -408,6 +414,7 @@ def tool(
             denied_message=denied_message,
             external=external,
             result=result,
+            example=example,
         )
 
     return wrap(fn) if fn is not None else wrap

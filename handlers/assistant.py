@@ -103,8 +103,8 @@ def register(app: AsyncApp, deps: SlackDeps) -> None:
     app.assistant(assistant)
 
 
-def _tools(deps: SlackDeps) -> list[tuple[str, str]]:
-    return [(t.name, t.description) for t in deps.runtime.tools if t.name not in BUILTIN]
+def _tools(deps: SlackDeps) -> list[tuple[str, str, str | None]]:
+    return [(t.name, t.description, t.example) for t in deps.runtime.tools if t.name not in BUILTIN]
 
 
 async def _welcome(deps: SlackDeps, client: Any, channel: str, thread_ts: str, user_id: str | None) -> None:

@@ -61,3 +61,10 @@ def test_prompts_come_from_the_tools_at_most_four_and_greeting_names_the_person(
     text = greeting("U0ALICE", TOOLS)
     assert text.startswith("Hi <@U0ALICE>!") and "approval" in text
     assert thread_title("  Refund ch_1\n for me  ") == "Refund ch_1 for me" and thread_title("") == "New chat"
+
+
+def test_a_tools_example_request_is_its_suggested_prompt_as_written():
+    prompts = suggested_prompts([("lookup_customer", "Look up a customer's plan.", "Look up Acme"),
+                                 ("refund_charge", "Refund part or all of a charge.", None)])
+    assert prompts[0] == {"title": "Look up Acme", "message": "Look up Acme"}
+    assert prompts[1]["message"] == "I'd like to refund part or all of a charge."

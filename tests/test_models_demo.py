@@ -56,3 +56,20 @@ async def test_a_cancel_reason_is_relayed_as_the_approvers_words_without_their_i
     response = await DemoModel().complete(messages, TOOLS)
     assert response.text == ("I didn't do it: The refund was not approved. "
                              'The approver wrote: "Refunds over $50 need a ticket."')
+
+
+async def test_every_demo_tools_example_prompt_makes_the_demo_call_that_tool():
+    # the assistant thread offers these as suggested prompts: each must work offline as offered
+    from bot.demo_tools import deploy_service, lookup_customer, post_announcement, refund_charge
+
+    tools = [lookup_customer, refund_charge, deploy_service, post_announcement]
+    specs = [ToolSpec(name=t.name, description=t.description, parameters={}) for t in tools]
+    for t in tools:
+        [call] = (await DemoModel().complete([{"role": "user", "content": t.example}], specs)).tool_calls
+        assert call.name == t.name
+
+
+async def test_look_up_a_customer_without_a_name_is_not_a_customer_called_a():
+    specs = [ToolSpec(name="lookup_customer", description="Look up a customer.", parameters={})]
+    reply = await DemoModel().complete([{"role": "user", "content": "look up a customer's plan"}], specs)
+    assert reply.tool_calls == []

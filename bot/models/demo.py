@@ -102,7 +102,7 @@ _INTENTS = [
     (re.compile(r"\brefund\b[^\n]*?\b(ch_\w+)(?:[^\d\n-]*?(-)?\s*\$?\s*(\d+(?:\.\d+)?))?", re.I), _refund),
     (re.compile(r"\bdeploy\s+([\w-]+)(?:\s+(?:to|in|on)\s+(staging|production|prod))?", re.I), _deploy),
     (re.compile(r"\bannounce\s+(.+)", re.I | re.S), _announce),
-    (re.compile(r"\b(?:look\s*up|lookup|find)\s+(?:customer\s+)?(\w+)", re.I), _lookup),
+    (re.compile(r"\b(?:look\s*up|lookup|find)\s+(?:customer\s+)?(?!(?:a|an|the)\b)(\w+)", re.I), _lookup),
     (re.compile(r"\bask\s+me(?:\s+about\s+(.+))?", re.I), _ask),
     (re.compile(r"\b(?:report|file)\s+(?:an?\s+)?incident\b", re.I), _incident),
 ]
