@@ -18,7 +18,7 @@ from typing import Any
 
 from bot import logs
 from bot.agents import delegation_result
-from bot.execute import Executor, denied_output
+from bot.execute import Executor, ToolUnavailable, denied_output
 from bot.intake import Intake
 from bot.models.base import ModelError, TextCallback
 from bot.parts import Parts
@@ -159,6 +159,9 @@ class Driver:
             except LeaseLost:
                 log.warning("lost the turn lease of %s; another worker continues it", session_id)
                 return
+            except ToolUnavailable as exc:  # expected in a rolling deploy: no traceback, but retried as a failure
+                failed = True
+                log.warning("session %s: %s; leaving it to a replica that has it", session_id, exc)
             except Exception:
                 failed = True
                 log.exception("driving session %s failed", session_id)
@@ -240,6 +243,8 @@ class Driver:
         p.failures = max(p.failures, snap.failures)
         state = SessionState.model_validate(snap.state) if snap.state else None
         inbox = snap.inbox
+        self._require_agent(state.ref if state is not None else SessionRef.model_validate(inbox[0]["ref"]) if inbox
+                            else None)
         if state is None or state.turn is None:
             if not inbox:
                 return False
@@ -268,6 +273,14 @@ class Driver:
             return False
         await self._model_step(p, state, snap.grants)
         return True
+
+    def _require_agent(self, ref: SessionRef | None) -> None:
+        """A sub-agent's session is driven only where that sub-agent is loaded: elsewhere (a rolling deploy,
+        another BOT_TOOLS) it would run on this process's prompt, model and tools. Like a missing tool, it
+        is left to a replica that has it (retried with backoff; failed visibly if none ever does)."""
+        name = ref.parent.get("agent") if ref is not None and ref.parent else None
+        if name and self.p.tools.agent(name) is None:
+            raise ToolUnavailable(f"sub-agent {name!r} is not loaded in this process")
 
     async def _start_turn(self, p: _Pass, state: SessionState | None, message: dict[str, Any]) -> SessionState:
         p.taking.append(message)

@@ -256,3 +256,21 @@ async def test_a_child_not_started_before_a_crash_is_started_by_the_sweep(redis)
     assert ask.agent == "researcher"
     await approve(again, ask.request_id)
     assert said(channel2) == ["Answer: acme is on gold"] and len(RAN) == 1
+
+
+async def test_a_replica_without_the_sub_agent_leaves_its_session_to_one_that_has_it(redis):
+    # a rolling deploy: replica B has the tool but not the sub-agent. It must not run the child's turn
+    # with its own model, prompt and tool list; the replica that has the sub-agent finishes it.
+    runtime, channel, store, parent, child, delegation, ask = await delegated(redis)
+    other_model = ScriptedModel([model_say("an answer from the wrong agent")])
+    replica_b, channel_b, _ = make_runtime(redis, other_model, [notify_team, crm_lookup])
+    settled = await replica_b.answer(InputResponse(request_id=ask.request_id, option_id="approve", principal=ALICE),
+                                     resume=False)
+    assert settled.state == "settled"
+    await replica_b.drive(delegation.child_session_id)
+    await replica_b.wait_idle()
+    assert other_model.requests == [] and RAN == []  # B touched nothing of the child's turn
+    await runtime.drive(delegation.child_session_id)  # the one with the sub-agent (or its sweep) does
+    await runtime.wait_idle()
+    assert [c for c, _ in RAN] == ["acme"]
+    assert said(channel)[-1] == "Answer: acme is on gold"
