@@ -148,6 +148,8 @@ async def _check(settings: Settings) -> int:
     ok = True
     tools = build_tools(settings)
     print(f"tools: {', '.join(tools.names())}")
+    if settings.mcp_config:
+        ok &= await _check_mcp(settings.mcp_config, tools)
     handle = await open_redis(settings.redis_url, cluster=settings.redis_cluster,
                               data_dir=Path(settings.data_dir) / "redis", join=True)
     try:
@@ -169,6 +171,23 @@ async def _check(settings: Settings) -> int:
     print(f"model: {settings.model} at {settings.openai_base_url}" if settings.openai_api_key
           else "model: offline demo model (set OPENAI_API_KEY for a real one)")
     return 0 if ok else 1
+
+
+async def _check_mcp(path: str, tools: object) -> bool:
+    """Connect to each server of BOT_MCP_CONFIG as `run` would, and say what it offers or why not."""
+    from bot.mcp import McpServers, load_config
+
+    servers = McpServers(load_config(path), tools)  # type: ignore[arg-type]
+    try:
+        await servers.start()
+        for name, server in servers.servers.items():
+            if server.connected:
+                print(f"mcp: {name}: ok, {len(server.tools)} tools ({', '.join(server.tools) or 'none'})")
+            else:
+                print(f"mcp: {name}: NOT connected ({server.last_problem or 'no answer in time'})")
+        return all(server.connected for server in servers.servers.values())
+    finally:
+        await servers.close()
 
 
 def _redis_source(settings: Settings, handle: RedisHandle) -> str:

@@ -327,6 +327,11 @@ class McpServer:
     def tools(self) -> list[str]:
         return sorted(self._tool_names)
 
+    @property
+    def last_problem(self) -> str | None:
+        """Why the last connection attempt failed (secret-free), if it did."""
+        return self._last_problem
+
     def start(self) -> None:
         self._task = asyncio.create_task(self._hold(), name=f"mcp:{self.name}")
 

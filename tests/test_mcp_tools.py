@@ -283,3 +283,18 @@ def test_a_bad_bot_mcp_config_stops_the_bot_with_one_line_naming_it(redis_url, t
     )
     result = run(["check"], {"BOT_MCP_CONFIG": config, "REDIS_URL": redis_url})
     assert result.returncode == 2 and "NO_SUCH_KEY_VAR" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_check_connects_to_each_server_and_says_what_it_offers_or_why_not(redis_url, tmp_path):
+    from tests.test_cli import run
+
+    config = write_config(tmp_path, {
+        "files": stdio_server(tmp_path / "runs.txt"),
+        "down": {"url": f"http://127.0.0.1:{free_port()}/mcp"},  # nothing listens there
+    })
+    result = run(["check"], {"BOT_MCP_CONFIG": config, "REDIS_URL": redis_url})
+    assert result.returncode == 1, result.stdout + result.stderr  # something is wrong: a server is down
+    [files] = [line for line in result.stdout.splitlines() if line.startswith("mcp: files:")]
+    assert "ok," in files and "tools" in files
+    [down] = [line for line in result.stdout.splitlines() if line.startswith("mcp: down:")]
+    assert "NOT connected" in down and "Traceback" not in result.stderr
