@@ -118,8 +118,8 @@ def delegation_result(values: dict[str, Any] | None) -> CallResult:
 
 
 class SubAgentRelay:
-    """Moves delegations along, as a consumer of committed events (``Runtime`` adds it when sub-agents
-    exist). Every step is idempotent, so a repeated event changes nothing: the task is queued once per
+    """Moves delegations along, as a consumer of committed events (every ``Runtime`` has it, so any
+    replica moves them along, whether it has the sub-agent loaded or not). Every step is idempotent, so a repeated event changes nothing: the task is queued once per
     request id, an answer to a settled request is stale, cancelling an ended turn does nothing."""
 
     def __init__(self, runtime: Runtime):

@@ -198,6 +198,14 @@ class Driver:
             return
         log.error("session %s: giving up on turn %s after %d failed attempts", p.session_id, turn.turn_id,
                   snap.failures)
+        # nothing is left waiting on people: its open cards end "no longer needed" (a late click settles
+        # nothing), and a delegation's child is stopped by the relay
+        open_ids = list(turn.step.request_ids if turn.step else [])
+        if turn.limit_request_id:
+            open_ids.append(turn.limit_request_id)
+        for record in await self.p.store.get_requests(open_ids):
+            if record.status == "open":
+                await self.settler.resolve_unanswered(record, "ignored")
         reports = self._close_step(p, state, "TURN_FAILED", "The turn failed before this call could run.")
         await self._end_turn(p, state, TurnFailed(
             session_id=p.session_id, turn_id=turn.turn_id,

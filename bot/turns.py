@@ -80,8 +80,11 @@ class Runtime:
         self.timers = Timers(self.parts, self.settler)
         self.schedules = schedules  # scheduled turns (``bot.schedules``), where the frontend offers them
         self.timers.on_schedule = self._fire_schedule
-        if tools.agents():  # sub-agents: delegations start, report and stop through committed events
-            self.add_consumer("subagents", SubAgentRelay(self))
+        # sub-agents: delegations start, report and stop through committed events. Every replica relays,
+        # also one without sub-agents loaded: a consumer missing from the replica that happens to deliver
+        # a session's events would never be offered them again (the session leaves the outbox list), and
+        # the parent would wait forever. Without delegations it only looks at each event's type.
+        self.add_consumer("subagents", SubAgentRelay(self))
 
     # the parts' shared objects, for callers that held them before the split
     @property

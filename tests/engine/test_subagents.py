@@ -274,3 +274,26 @@ async def test_a_replica_without_the_sub_agent_leaves_its_session_to_one_that_ha
     await runtime.wait_idle()
     assert [c for c, _ in RAN] == ["acme"]
     assert said(channel)[-1] == "Answer: acme is on gold"
+
+
+async def test_a_child_turn_that_fails_for_good_closes_its_open_cards_and_the_parent_hears_of_it(redis):
+    # the sub-agent is loaded nowhere any more: the replica that keeps trying gives up after its retries.
+    # Nothing may be left open: the child's approval card ends "no longer needed" (a late click does
+    # nothing), and the parent's delegation gets the failure instead of waiting forever.
+    from bot.turns import RuntimeSettings
+
+    runtime, channel, store, parent, child, delegation, ask = await delegated(redis)
+    replica_b, channel_b, _ = make_runtime(redis, ScriptedModel([]), [notify_team],
+                                           settings=RuntimeSettings(system_prompt="", max_drive_failures=3))
+    for _ in range(3):
+        await redis.zadd("hitl:active", {delegation.child_session_id: 0})
+        await replica_b.recover()
+        await replica_b.wait_idle()
+    assert (await store.get_request(ask.request_id)).status != "open"
+    resolved = [r for e in channel_b.of("input.resolved") for r in e.resolutions if r.request_id == ask.request_id]
+    assert [r.outcome for r in resolved] == ["ignored"]
+    late = await runtime.answer(InputResponse(request_id=ask.request_id, option_id="approve", principal=ALICE))
+    assert late.state == "stale" and RAN == []
+    await runtime.recover()  # the relay tells the parent (whichever replica delivers the child's events)
+    await runtime.wait_idle()
+    assert (await store.get_request(delegation.request_id)).status != "open"
