@@ -94,8 +94,8 @@ TOOL_NAME_CHARS = 100
 FREEFORM_LABEL = "Type your own answer"
 NO_LONGER_NEEDED = "No longer needed"
 
-_POSITIVE = {"approved", "answered", "continued", "approve", "continue", "filled in", "result submitted"}
-_NEGATIVE = {"cancelled", "canceled", "denied", "stopped", "rejected", "cancel", "stop"}
+_POSITIVE = {"approved", "answered", "continued", "approve", "continue", "filled in", "result submitted", "finished"}
+_NEGATIVE = {"cancelled", "canceled", "denied", "stopped", "rejected", "cancel", "stop", "not finished"}
 
 
 # --- small text helpers ---------------------------------------------------------------------
@@ -247,9 +247,11 @@ def settlement_label(outcome: SettledOutcome) -> str:
     return "Approved" if outcome == "approved" else "Cancelled"
 
 
-def resolution_label(req: InputRequest, outcome: ResolutionOutcome, option_id: str | None = None) -> str:
+def resolution_label(req: InputRequest, outcome: ResolutionOutcome, option_id: str | None = None,
+                     values: dict[str, Any] | None = None) -> str:
     """The label for an ``input.resolved`` outcome. An expired request says how long it waited; a
-    cancelled *turn* or an ignored request are "No longer needed" — nobody decided them."""
+    cancelled *turn* or an ignored request are "No longer needed" — nobody decided them. A delegation
+    whose sub-agent failed (``values`` carry its error) did not finish."""
     if outcome == "approved":
         return "Approved"
     if outcome == "denied":
@@ -259,6 +261,8 @@ def resolution_label(req: InputRequest, outcome: ResolutionOutcome, option_id: s
             return "Stopped" if option_id == STOP else "Approved"
         if req.kind == "tool-approval":
             return "Approved" if option_id == APPROVE else "Cancelled"
+        if req.kind == "delegation" and values and values.get("error"):
+            return "Not finished"
         return {"user-input": "Filled in", "external-result": "Result submitted",
                 "delegation": "Finished"}.get(req.kind, "Answered")
     if outcome == "expired":

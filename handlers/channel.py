@@ -311,7 +311,8 @@ def settled_card(record: RequestRecord, resolution: Resolution, at: Any) -> dict
     """A request's card once it is resolved (the thread's card and approvers' copies alike)."""
     response = resolution.response
     decider = response.principal.slack_user_id if response and response.principal else None
-    label = resolution_label(record.request, resolution.outcome, response.option_id if response else None)
+    label = resolution_label(record.request, resolution.outcome, response.option_id if response else None,
+                             response.values if response else None)
     answer = None
     if record.request.kind == "question" and response is not None:
         answer = response.text if response.text is not None else _label_of(record.request, response.option_id)

@@ -42,6 +42,7 @@ def test_the_settled_delegation_card_has_no_buttons():
     assert_valid_message(settled)
     assert all(b["type"] != "actions" for b in settled["blocks"])
     assert "was asked" in json.dumps(settled["blocks"])
+    assert ":white_check_mark: *Finished*" in json.dumps(settled["blocks"])  # a sub-agent that answered is good news
 
 
 def test_a_sub_agents_request_is_labelled_with_its_name_on_cards_and_in_app_home():
@@ -61,3 +62,15 @@ def test_a_sub_agents_request_is_labelled_with_its_name_on_cards_and_in_app_home
     row = _requested_row(HomeRequest(request=req), 0, None).to_dict()
     assert_valid_blocks([row])
     assert "from sub-agent researcher" in json.dumps(row)
+
+
+def test_a_delegation_whose_sub_agent_failed_reads_not_finished_with_the_reason():
+    from blocks.cards import delegation_detail, resolution_label
+
+    failed = {"error": "the sub-agent's turn failed"}
+    label = resolution_label(delegation(), "answered", values=failed)
+    settled = render_settled(delegation(), outcome_label=label, detail=delegation_detail(delegation(), failed))
+    shown = json.dumps(settled["blocks"])
+    assert label == "Not finished" and ":white_check_mark:" not in shown
+    assert "No answer: the sub-agent's turn failed" in shown
+    assert resolution_label(delegation(), "answered", values={"result": "gold"}) == "Finished"
