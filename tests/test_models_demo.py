@@ -73,3 +73,15 @@ async def test_look_up_a_customer_without_a_name_is_not_a_customer_called_a():
     specs = [ToolSpec(name="lookup_customer", description="Look up a customer.", parameters={})]
     reply = await DemoModel().complete([{"role": "user", "content": "look up a customer's plan"}], specs)
     assert reply.tool_calls == []
+
+
+async def test_a_customer_it_cannot_find_is_said_in_words_with_the_ones_it_knows():
+    from bot.demo_tools import lookup_customer
+
+    found = await lookup_customer.invoke(lookup_customer.parse('{"name": "zorg"}'), None)  # type: ignore[arg-type]  # it reads no context
+    messages = [{"role": "user", "content": "look up zorg"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "lookup_customer", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": json.dumps(found)}]
+    reply = await DemoModel().complete(messages, TOOLS)
+    assert reply.text.startswith("I couldn't find that customer. I know Acme") and "{" not in reply.text

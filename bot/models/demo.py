@@ -166,6 +166,9 @@ def _describe(data: object) -> str:
         return f"I couldn't post that: {data.get('error', 'the workspace refused it')}"
     if data.get("status") == "expired":
         return f"No answer came in time — {data.get('message', 'nobody answered')}"
+    if "error" in data and "known" in data:  # lookup_customer found nobody by that name
+        known = ", ".join(str(k).title() for k in data["known"])
+        return f"I couldn't find that customer. I know {known}: try `look up {str(data['known'][0]).title()}`."
     if "customer" in data:
         charge = data.get("last_charge") or {}
         return (f"**{data['customer']}** is on the {data['plan']} plan with {data['seats']} seats; last charge "
