@@ -139,14 +139,17 @@ class UserActions:
         if channel is None or installation is None:
             return
         event = payloads.bot_message_event(kind, message, channel, previous)
-        envelope = payloads.event_envelope(
+        self._spawn(self.deliverer.send_event(self._app_envelope(event, installation, channel)))
+
+    def _app_envelope(self, event: dict[str, Any], installation: Team, channel: Channel | None) -> dict[str, Any]:
+        """An event the installation's own workspace sends (not a person's message from a shared channel)."""
+        return payloads.event_envelope(
             event,
             source_team_id=installation.id,
             installation=installation,
             channel=channel,
             org=self.ws.enterprise_of(installation.id),
         )
-        self._spawn(self.deliverer.send_event(envelope))
 
     def _spawn(self, coroutine: Any) -> None:
         task = asyncio.ensure_future(coroutine)
@@ -507,14 +510,7 @@ class UserActions:
         home = self.ws.home_view(user.id, installation.id)
         if home is not None:
             event["view"] = home.to_slack()
-        envelope = payloads.event_envelope(
-            event,
-            source_team_id=installation.id,
-            installation=installation,
-            channel=None,
-            org=self.ws.enterprise_of(installation.id),
-        )
-        return await self.deliverer.send_event(envelope)
+        return await self.deliverer.send_event(self._app_envelope(event, installation, None))
 
     # ---- slash commands and response_url ------------------------------------------------------------
 

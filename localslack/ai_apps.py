@@ -318,14 +318,7 @@ class AiAppActions:
             },
             "event_ts": self.ws.clock.next(),
         }
-        envelope = payloads.event_envelope(
-            event,
-            source_team_id=installation.id,
-            installation=installation,
-            channel=channel,
-            org=self.ws.enterprise_of(installation.id),
-        )
-        return await self.deliverer.send_event(envelope)  # type: ignore[attr-defined]
+        return await self.deliverer.send_event(self._app_envelope(event, installation, channel))  # type: ignore[attr-defined]
 
 
 __all__ = ["AiAppActions", "AiAppMethods", "assistant_thread", "current_status"]
