@@ -240,7 +240,7 @@ class Driver:
             except (MessageTaken, CancelRequested):
                 # it answered a request, or someone asked to stop the turn, meanwhile: nothing was
                 # written; look again at Redis (a requested cancel then ends the turn from there)
-                p.taking, p.committed = [], None
+                p.taking, p.committed, p.read = [], None, None
 
     async def _drive_step(self, p: _Pass) -> bool:
         """One step of the turn loop from a fresh snapshot; False when nothing more can be done now."""
@@ -279,8 +279,7 @@ class Driver:
         if turn.steps >= turn.step_budget or turn.tokens >= turn.token_budget:
             await self._park_on_limit(p, state)
             return False
-        await self._model_step(p, state, snap.grants)
-        return True
+        return await self._model_step(p, state, snap.grants)
 
     def _require_agent(self, ref: SessionRef | None) -> None:
         """A sub-agent's session is driven only where that sub-agent is loaded: elsewhere (a rolling deploy,
@@ -314,7 +313,8 @@ class Driver:
         return state
 
     async def _model_step(self, p: _Pass, state: SessionState, grants: set[str]) -> bool:
-        """One model call; returns False when the turn ended."""
+        """One model call and what follows it; False when the turn ended or parked (nothing more to do now:
+        what arrived meanwhile is read when the lease is let go)."""
         turn = state.turn
         assert turn is not None
         try:
@@ -350,8 +350,7 @@ class Driver:
         )
         await self.exec.apply_request_policies(state, grants)
         await self._commit(p, state, events, unless_cancelled=turn.turn_id)
-        await self._resume_step(p, state, grants, None)
-        return True
+        return await self._resume_step(p, state, grants, None)
 
     async def _resume_step(
         self, p: _Pass, state: SessionState, grants: set[str], steer: dict[str, Any] | None
@@ -397,7 +396,7 @@ class Driver:
             state.history.append({"role": "tool", "tool_call_id": call.call_id, "content": call.tool_message()})
         turn.step = None
         turn.status = "running"
-        await self._commit(p, state, results)
+        await self._commit(p, state, results, then_step=True)
         return True
 
     async def _park_on_limit(self, p: _Pass, state: SessionState) -> None:
@@ -469,11 +468,13 @@ class Driver:
 
     async def _commit(
         self, p: _Pass, state: SessionState, events: list[Event], requests: list[RequestRecord] = (),  # type: ignore[assignment]
-        *, unless_cancelled: str | None = None,
+        *, unless_cancelled: str | None = None, then_step: bool = False,
     ) -> None:
+        """Checkpoint; ``then_step``: another step follows at once, so read its snapshot in the same round trip."""
         saved = state.model_dump(mode="json")
-        await self.p.store.commit(p.session_id, p.token, saved, events, list(requests), ref=state.ref, take=p.taking,
-                                  unless_cancelled=unless_cancelled)
+        _, p.read = await self.p.store.commit_then_read(
+            p.session_id, p.token, saved, events, list(requests), ref=state.ref, take=p.taking,
+            unless_cancelled=unless_cancelled, read=then_step)
         p.taking, p.committed = [], saved
         if events:
             self.p.outbox.kick(p.session_id)

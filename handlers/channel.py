@@ -204,7 +204,7 @@ class SlackChannel:
             await self.store.channel_delete(sid, field)
             raise
         posted = {"channel": resp.get("channel", channel), "ts": resp["ts"]}
-        await self.store.channel_set(sid, field, json.dumps(posted))
+        await self.store.channel_set(sid, field, json.dumps(posted), in_pass=True)
         return posted
 
     async def _find_post(self, session: SessionRef, field: str, request_id: str | None) -> dict[str, str] | None:

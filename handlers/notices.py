@@ -235,4 +235,4 @@ class ApproverNotices:
         kept: dict[str, Any] = {"channel": resp.get("channel", channel), "ts": resp["ts"]}
         if link:
             kept["link"] = link  # a copy's link to the thread, kept when its card is updated
-        await self.store.channel_set(session.session_id, field, json.dumps(kept))
+        await self.store.channel_set(session.session_id, field, json.dumps(kept), in_pass=True)

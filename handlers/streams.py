@@ -317,5 +317,5 @@ class LiveAnswers:
             await client.chat_update(
                 channel=where["channel"], ts=where["ts"], text=first["text"], blocks=first.get("blocks")
             )
-        await self.store.channel_set(sid, name, f"{DONE}:{event.seq}")
+        await self.store.channel_set(sid, name, f"{DONE}:{event.seq}", in_pass=True)
         return later  # type: ignore[return-value]

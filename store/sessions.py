@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -223,8 +224,10 @@ return 1
 # One delivery pass over a session (bot/outbox.py). Begin: take the session's deliverer lock and read,
 # for every consumer, its cursor and until when it holds off (epoch ms), and the events after the lowest
 # cursor of the consumers not holding off (a held consumer far behind must not starve the others).
-# KEYS: out, events, lock; ARGV: token, lock ms, count, consumers… → false (locked) | {ref, cursors,
-# holds, entries}. (A resent copy finds the lock ours and reads again.)
+# The session's frontend data (where its cards and replies are) comes with it: the pass reads it from
+# there instead of asking once per event. KEYS: out, events, lock, chan; ARGV: token, lock ms, count,
+# consumers… → false (locked) | {ref, cursors, holds, entries, chan (flat field, value…)}. (A resent copy
+# finds the lock ours and reads again.)
 _OUTBOX_BEGIN = """
 local holder = redis.call('GET', KEYS[3])
 if holder and holder ~= ARGV[1] then return false end
@@ -246,7 +249,7 @@ for i = 4, #ARGV do
 end
 local entries = {}
 if low ~= nil then entries = redis.call('XRANGE', KEYS[2], '(' .. low, '+', 'COUNT', ARGV[3]) end
-return {redis.call('HGET', KEYS[1], '_ref') or '', cursors, holds, entries}
+return {redis.call('HGET', KEYS[1], '_ref') or '', cursors, holds, entries, redis.call('HGETALL', KEYS[4])}
 """
 
 # Save a pass's progress: move cursors, forget the failures of consumers that delivered again, keep the
@@ -272,6 +275,16 @@ return 0
 """
 
 
+@dataclass
+class _PassView:
+    """A delivery pass's view of its session's frontend data (``chan``): what it read at its start, with its
+    own writes since; ``pending``: those to write at its end."""
+
+    token: str
+    fields: dict[str, str]
+    pending: dict[str, str] = field(default_factory=dict)
+
+
 class SessionStore:
     """Redis persistence for sessions. Methods are small and mostly one round trip each."""
 
@@ -291,6 +304,7 @@ class SessionStore:
         self._outbox_begin = redis.register_script(_OUTBOX_BEGIN)
         self._outbox_save = redis.register_script(_OUTBOX_SAVE)
         self._forget_if_unchanged = redis.register_script(_FORGET_IF_UNCHANGED)
+        self._pass_views: dict[str, _PassView] = {}  # session id → its frontend data, while this process delivers
 
     # keys ------------------------------------------------------------------------------------
 
@@ -440,6 +454,25 @@ class SessionStore:
         take: list[dict[str, Any]] = (),  # type: ignore[assignment]
         unless_cancelled: str | None = None,
     ) -> list[Event]:
+        """Atomically checkpoint state, create requests and append events; returns events with seq (see
+        :meth:`commit_then_read`)."""
+        committed, _ = await self.commit_then_read(session_id, token, state, events, requests, ref=ref, take=take,
+                                                   unless_cancelled=unless_cancelled, read=False)
+        return committed
+
+    async def commit_then_read(
+        self,
+        session_id: str,
+        token: str | None,
+        state: dict[str, Any] | None,
+        events: list[Event] = (),  # type: ignore[assignment]
+        requests: list[RequestRecord] = (),  # type: ignore[assignment]
+        *,
+        ref: SessionRef | None = None,
+        take: list[dict[str, Any]] = (),  # type: ignore[assignment]
+        unless_cancelled: str | None = None,
+        read: bool = True,
+    ) -> tuple[list[Event], SessionSnapshot | None]:
         """Atomically checkpoint state, create requests and append events; returns events with seq.
 
         ``ref`` (the frontend's routing data) is kept beside the outbox cursor for the deliverer.
@@ -449,6 +482,9 @@ class SessionStore:
         MessageTaken, writing nothing, if another worker took one of ``take`` first; with
         ``unless_cancelled`` (a turn id), fails with CancelRequested, writing nothing, if someone asked
         to cancel that turn.
+
+        ``read``: then read the session's snapshot in the same round trip, the committed ``state`` taken
+        as known (what the lease holder's next step starts from); else the snapshot is None.
         """
         keys = [
             self.key(session_id, "lease"),
@@ -485,14 +521,16 @@ class SessionStore:
                               ("escalate", r.request.escalate_at)):
                 if due is not None:
                     extra.append(("zadd", (TIMERS, {f"{kind}:{r.request_id}": int(due.timestamp() * 1000)})))
-        first, *_ = await self._eval_pipelined(self._commit, keys, args, extra)
+        reads = self._snapshot_reads(session_id, state) if read and state is not None else []
+        first, *rest = await self._eval_pipelined(self._commit, keys, args, [*extra, *reads])
         if first == -1:
             raise LeaseLost(session_id)
         if first == -2:
             raise MessageTaken(session_id)
         if first == -3:
             raise CancelRequested(session_id)
-        return _with_seq(events, int(first))
+        snapshot = self._snapshot_from(rest[len(extra):], state) if reads else None
+        return _with_seq(events, int(first)), snapshot
 
     async def _eval_pipelined(self, script: Any, keys: list[Any], args: list[Any], extra: list[Command]) -> list[Any]:
         """A ``replay_safe`` script plus a few idempotent commands in one round trip."""
@@ -700,13 +738,16 @@ class SessionStore:
         deliverer lock and read what the consumers have not handled yet. None when another deliverer
         holds the lock."""
         claim = _now_ms() + self.lease_ms
-        keys = [self.key(session_id, "out"), self.key(session_id, "events"), self.key(session_id, "outlock")]
+        keys = [self.key(session_id, "out"), self.key(session_id, "events"), self.key(session_id, "outlock"),
+                self.key(session_id, "chan")]
         replies = await self._pipelined(self._outbox_begin, keys, [token, self.lease_ms, count, *consumers],
                                         before=[("zadd", (OUTBOX, {session_id: claim}))])
         reply = replies[1]
         if not reply:
             return None
-        raw_ref, cursors, holds, entries = reply
+        raw_ref, cursors, holds, entries, chan = reply
+        self._pass_views[session_id] = _PassView(token, {k.decode(): v.decode() for k, v in zip(chan[::2], chan[1::2],
+                                                                                               strict=True)})
         events: list[tuple[str, Event]] = []
         for entry_id, flat in entries:
             fields = dict(zip(flat[::2], flat[1::2], strict=True))
@@ -723,8 +764,9 @@ class SessionStore:
     async def outbox_checkpoint(self, session_id: str, token: str, cursors: dict[str, str],
                                 cleared: list[str]) -> None:
         """Save a long pass's progress and renew its lock (one round trip)."""
-        await self._outbox_save(keys=self._outbox_save_keys(session_id),
-                                args=self._outbox_save_args(token, self.lease_ms, cursors, cleared))
+        await self._pipelined(self._outbox_save, self._outbox_save_keys(session_id),
+                              self._outbox_save_args(token, self.lease_ms, cursors, cleared),
+                              before=self._recorded_in_pass(session_id, token, done=False))
 
     async def outbox_end(self, session_id: str, token: str, cursors: dict[str, str], cleared: list[str], *,
                          claim: int, again_in_ms: int | None) -> None:
@@ -736,8 +778,25 @@ class SessionStore:
         else:
             after.append(evalsha(self._forget_if_unchanged, [OUTBOX], [session_id, claim]))
         await self._pipelined(self._outbox_save, self._outbox_save_keys(session_id),
-                              self._outbox_save_args(token, 0, cursors, cleared), after=after,
+                              self._outbox_save_args(token, 0, cursors, cleared),
+                              before=self._recorded_in_pass(session_id, token, done=True), after=after,
                               scripts=[self._forget_if_unchanged])
+
+    def _recorded_in_pass(self, session_id: str, token: str, *, done: bool) -> list[Command]:
+        """The writes a pass kept for its end (``channel_set(..., in_pass=True)``), as commands; with
+        ``done`` the pass's view of the frontend data is dropped. Written whether or not the lock is still
+        ours: where a message was posted is a fact, whoever delivers next."""
+        view = self._pass_views.get(session_id)
+        if view is None or view.token != token:
+            return []
+        if done:
+            del self._pass_views[session_id]
+        writes, view.pending = view.pending, {}
+        if not writes:
+            return []
+        key = self.key(session_id, "chan")
+        return [("hset", (key, None, None, None, [x for pair in writes.items() for x in pair])),
+                ("pexpire", (key, self.retention_ms))]
 
     def _outbox_save_keys(self, session_id: str) -> list[str]:
         return [self.key(session_id, "out"), self.key(session_id, "outlock")]
@@ -800,11 +859,28 @@ class SessionStore:
 
     # frontend data ---------------------------------------------------------------------------
 
+    # While this process delivers a session's events (between outbox_begin and outbox_end) it reads the
+    # session's frontend data from what the pass read at its start, kept current by its own writes: the
+    # deliverer lock makes this process the only one posting cards and replies for the session meanwhile.
+
     async def channel_get(self, session_id: str, field: str) -> str | None:
+        view = self._pass_views.get(session_id)
+        if view is not None:
+            return view.fields.get(field)
         raw = await self.redis.hget(self.key(session_id, "chan"), field)
         return raw.decode() if raw else None
 
-    async def channel_set(self, session_id: str, field: str, value: str) -> None:
+    async def channel_set(self, session_id: str, field: str, value: str, *, in_pass: bool = False) -> None:
+        """``in_pass``: where a message the pass just posted is (its claim already in Redis): written with
+        the pass's closing round trip instead of now. A crash before then leaves the claim, and the next
+        deliverer finds the message in the thread, as after a crash between posting and recording."""
+        view = self._pass_views.get(session_id)
+        if view is not None:
+            view.fields[field] = value
+            if in_pass:
+                view.pending[field] = value
+                return
+            view.pending.pop(field, None)
         key = self.key(session_id, "chan")
         pipe = self.redis.pipeline(transaction=False)
         pipe.hset(key, field, value)
@@ -817,10 +893,21 @@ class SessionStore:
         pipe = self.redis.pipeline(transaction=False)
         pipe.hsetnx(key, field, value)
         pipe.pexpire(key, self.retention_ms)
-        claimed, _ = await pipe.execute()
+        pipe.hget(key, field)
+        claimed, _, now = await pipe.execute()
+        view = self._pass_views.get(session_id)
+        if view is not None:  # what Redis holds now: ours, or whoever claimed it first
+            if now is None:
+                view.fields.pop(field, None)
+            else:
+                view.fields[field] = now.decode()
         return bool(claimed)
 
     async def channel_delete(self, session_id: str, field: str) -> None:
+        view = self._pass_views.get(session_id)
+        if view is not None:
+            view.fields.pop(field, None)
+            view.pending.pop(field, None)
         await self.redis.hdel(self.key(session_id, "chan"), field)
 
     async def key_counts(self, *, limit: int = 1_000_000) -> dict[str, int]:

@@ -3,6 +3,7 @@
 - a message Slack saw acknowledged is already in Redis (recorded before the ack);
 - a card offered twice at once is posted once (claimed before it is sent);
 - a reply whose post answer was lost is found, not posted again;
+- a card posted by a deliverer that died before its pass ended is found, not posted again;
 - a channel that is gone does not hold up other sessions' cards;
 - the audit log has each committed event once, however often delivery is retried.
 """
@@ -19,7 +20,7 @@ from bot.session import SessionRef, new_request_id
 from handlers.channel import PostInFlight, SlackChannel
 from localslack.seed import ALICE, BOT_USER_ID, GENERAL
 from store.audit import AuditLog
-from store.sessions import OUTBOX
+from store.sessions import OUTBOX, SessionStore
 from tests.e2e.test_approval_flow import (
     RUNS,
     button,
@@ -90,6 +91,45 @@ async def test_a_reply_whose_answer_was_lost_is_found_not_posted_again(local_sla
     await SlackChannel(bot.store, lambda team: _client(bot)).deliver(
         MessageCompleted(session_id=sid, turn_id="t", text="hello", seq=seq), ref)
     assert [m.text for m in local_slack.messages(GENERAL, thread_ts=ts)].count("hello") == 1
+
+
+async def test_a_card_whose_deliverer_died_before_its_pass_ended_is_found_not_posted_again(local_slack, start_app):
+    bot = await start_app(refund_script(), [refund_charge])
+    ts, first = await mention_and_wait_for_card(local_slack)
+    await bot.runtime.wait_idle()
+    sid = f"slack:T0LOCAL:{GENERAL}:{ts}"
+    [request_id] = [r.request_id for r in await bot.store.pending_for_team("T0LOCAL")]
+    # a finished pass left where its card is in Redis, and lets go of what it had read
+    where = await bot.store.redis.hget(bot.store.key(sid, "chan"), f"card:{request_id}")
+    assert json.loads(where)["ts"] == first.ts
+    await bot.store.redis.hset(bot.store.key(sid, "chan"), "elsewhere", "changed after the pass")
+    assert await bot.store.channel_get(sid, "elsewhere") == "changed after the pass"
+
+    # a deliverer posts a card in its pass and dies before the pass ends (nothing after the post runs)
+    req = (await bot.store.get_request(request_id)).request.model_copy(update={"request_id": new_request_id(sid)})
+    event = InputRequested(session_id=sid, turn_id="t", requests=[req])
+    ref = SessionRef(session_id=sid, team_id="T0LOCAL", channel={"channel_id": GENERAL, "thread_ts": ts})
+    dying = SessionStore(bot.store.redis, lease_ms=200)
+    assert await dying.outbox_begin(sid, ["frontend"], "dying-token") is not None
+    await SlackChannel(dying, lambda team: _client(bot)).deliver(event, ref)
+    assert len(_cards_of(local_slack, ts, req.request_id)) == 1
+    # where the card is was to be written with the pass's end: Redis holds only the claim
+    assert (await bot.store.redis.hget(bot.store.key(sid, "chan"), f"card:{req.request_id}")).startswith(b"claimed")
+    await asyncio.sleep(0.3)  # its deliverer lock lapses
+
+    # the next deliverer (another process: its own store) delivers the event again
+    successor = SessionStore(bot.store.redis)
+    assert await successor.outbox_begin(sid, ["frontend"], "next-token") is not None
+    await SlackChannel(successor, lambda team: _client(bot)).deliver(event, ref)
+    await successor.outbox_end(sid, "next-token", {}, [], claim=0, again_in_ms=None)
+    assert len(_cards_of(local_slack, ts, req.request_id)) == 1  # found in the thread, not posted again
+    recorded = await bot.store.redis.hget(bot.store.key(sid, "chan"), f"card:{req.request_id}")
+    assert json.loads(recorded)["ts"] == _cards_of(local_slack, ts, req.request_id)[0].ts
+
+
+def _cards_of(local_slack, thread_ts: str, request_id: str) -> list:
+    return [m for m in local_slack.messages(GENERAL, thread_ts=thread_ts)
+            if any(request_id_of_block(b.get("block_id")) == request_id for b in m.blocks)]
 
 
 async def test_a_channel_that_is_gone_does_not_hold_up_other_sessions(local_slack, start_app):
