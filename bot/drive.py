@@ -57,6 +57,7 @@ FAILED_RETRY_BASE_MS = 1_000
 FAILED_RETRY_MAX_MS = 60_000
 RENEW_RETRY_S = 0.1
 STOP_WAIT_S = 1.0
+DELIVER_UNHURRIED_S = 0.5  # well under the frontends' status-line delay, which counts from the event's time
 
 
 class LeaseKeeper:
@@ -309,7 +310,7 @@ class Driver:
             automated=bool(message.get("automated")),
         )
         await self._commit(p, state, [TurnStarted(session_id=p.session_id, turn_id=state.turn.turn_id,
-                                                  principal=principal)])
+                                                  principal=principal)], no_hurry=True)
         return state
 
     async def _model_step(self, p: _Pass, state: SessionState, grants: set[str]) -> bool:
@@ -349,7 +350,7 @@ class Driver:
             calls=[CallState(call_id=c.id, tool_name=c.name, arguments=c.arguments) for c in response.tool_calls],
         )
         await self.exec.apply_request_policies(state, grants)
-        await self._commit(p, state, events, unless_cancelled=turn.turn_id)
+        await self._commit(p, state, events, unless_cancelled=turn.turn_id, no_hurry=True)
         return await self._resume_step(p, state, grants, None)
 
     async def _resume_step(
@@ -376,7 +377,7 @@ class Driver:
         self.exec.ensure_tools(state)  # a replica without a ready call's tool leaves the step to one that has it
         started = self.exec.started_events(p.session_id, state)
         if started:  # nothing starts once a cancel is asked: this checkpoint is refused then
-            await self._commit(p, state, started, unless_cancelled=turn.turn_id)
+            await self._commit(p, state, started, unless_cancelled=turn.turn_id, no_hurry=True)
         await self.exec.run_ready(p.session_id, p.token, state)
         results = _unreported_results(p.session_id, turn)
         new_requests = self.exec.requests_for(state)
@@ -396,7 +397,7 @@ class Driver:
             state.history.append({"role": "tool", "tool_call_id": call.call_id, "content": call.tool_message()})
         turn.step = None
         turn.status = "running"
-        await self._commit(p, state, results, then_step=True)
+        await self._commit(p, state, results, then_step=True, no_hurry=True)
         return True
 
     async def _park_on_limit(self, p: _Pass, state: SessionState) -> None:
@@ -468,16 +469,21 @@ class Driver:
 
     async def _commit(
         self, p: _Pass, state: SessionState, events: list[Event], requests: list[RequestRecord] = (),  # type: ignore[assignment]
-        *, unless_cancelled: str | None = None, then_step: bool = False,
+        *, unless_cancelled: str | None = None, then_step: bool = False, no_hurry: bool = False,
     ) -> None:
-        """Checkpoint; ``then_step``: another step follows at once, so read its snapshot in the same round trip."""
+        """Checkpoint; ``then_step``: another step follows at once, so read its snapshot in the same round trip.
+        ``no_hurry``: more work follows (a model call, a tool run), so its events may wait up to
+        ``DELIVER_UNHURRIED_S`` to go out with the next checkpoint's in one delivery pass. What people wait
+        on (a card, an answer, a settled card) is at the end of a drive, or a settle, and goes out at once."""
         saved = state.model_dump(mode="json")
-        _, p.read = await self.p.store.commit_then_read(
+        committed, p.read = await self.p.store.commit_then_read(
             p.session_id, p.token, saved, events, list(requests), ref=state.ref, take=p.taking,
             unless_cancelled=unless_cancelled, read=then_step)
         p.taking, p.committed = [], saved
-        if events:
-            self.p.outbox.kick(p.session_id)
+        if committed and no_hurry:
+            self.p.outbox.kick_later(p.session_id, committed[-1].seq, DELIVER_UNHURRIED_S)
+        elif committed:
+            self.p.outbox.kick(p.session_id, committed[-1].seq)
 
 
 # --- helpers -------------------------------------------------------------------------------------

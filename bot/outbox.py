@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 RETRY_BASE_MS = 500
 RETRY_MAX_MS = 5 * 60_000
 BUSY_RECHECK_MS = 1_000  # another deliverer holds the session: look again soon, in case it just finished
+ALL = 2**63  # a kick whose events' seq is not known: look again whatever the last pass read
 
 
 @dataclass
@@ -98,27 +99,53 @@ class Outbox:
         self.consumers = dict(consumers)
         self._spawn = spawn
         self._running: dict[str, asyncio.Task[Any]] = {}
-        self._again: set[str] = set()
+        self._again: dict[str, int] = {}  # session → the last seq kicked while its flush ran (ALL: unknown)
+        self._read_up_to: dict[str, int] = {}  # session → the highest seq its running flush has read
+        self._later: dict[str, asyncio.Task[Any]] = {}  # session → a kick waiting for its moment (kick_later)
 
-    def kick(self, session_id: str) -> None:
-        """Deliver a session's new events soon, in the background (coalesced per session)."""
+    def kick(self, session_id: str, seq: int | None = None) -> None:
+        """Deliver a session's new events soon, in the background (coalesced per session). ``seq``: the
+        last of the events just committed, when known: a pass that already read it need not be followed
+        by another (without it, one more pass looks, in case the running one began before the commit)."""
+        if (later := self._later.pop(session_id, None)) is not None:
+            later.cancel()  # this kick's pass reads those events too
         if session_id in self._running:
-            self._again.add(session_id)  # the running flush looks again before it ends
+            # the running flush looks again before it ends, unless its passes read up to ``seq``
+            wanted = self._again.get(session_id, 0)
+            self._again[session_id] = ALL if seq is None or wanted == ALL else max(wanted, seq)
             return
         self._running[session_id] = self._spawn(self._flush_until_quiet(session_id),
                                                 what=f"deliver events of {session_id}")
 
+    def kick_later(self, session_id: str, seq: int, delay_s: float) -> None:
+        """Deliver in ``delay_s`` unless another kick comes first: events that need no hurry (a turn started)
+        then go out in one pass with the step's next checkpoint (the card, the answer) when that comes
+        soon. Already committed and on the outbox list, they are never left behind."""
+        if session_id in self._later:
+            return  # the kick already waiting delivers these too
+        self._later[session_id] = self._spawn(self._kick_after(session_id, seq, delay_s),
+                                              what=f"deliver events of {session_id} soon")
+
+    async def _kick_after(self, session_id: str, seq: int, delay_s: float) -> None:
+        await asyncio.sleep(delay_s)
+        if self._later.get(session_id) is asyncio.current_task():
+            del self._later[session_id]
+            self.kick(session_id, seq)
+
     async def _flush_until_quiet(self, session_id: str) -> None:
         try:
             while True:
-                self._again.discard(session_id)
+                self._again.pop(session_id, None)
                 await self.flush(session_id)
-                if session_id not in self._again:
+                wanted = self._again.get(session_id)
+                if wanted is None or wanted <= self._read_up_to.get(session_id, 0):
                     return
         finally:
             # no await between the last look at _again and this: a kick either lands before it
             # (and is seen) or after it (and starts a new flush)
             self._running.pop(session_id, None)
+            self._again.pop(session_id, None)
+            self._read_up_to.pop(session_id, None)
 
     async def sweep(self, *, limit: int = 100) -> int:
         """Deliver for sessions whose deliverer died or whose retry is due; returns how many were looked at."""
@@ -139,6 +166,9 @@ class Outbox:
             if begun is None:
                 await self.store.outbox_schedule(session_id, delay_ms=BUSY_RECHECK_MS)
                 return False
+            if begun.entries and session_id in self._running:
+                seen = max(begun.entries[-1][1].seq or 0, self._read_up_to.get(session_id, 0))
+                self._read_up_to[session_id] = seen
             progress, finished = _Progress(), False
             try:
                 await self._pass(session_id, begun, token, progress)

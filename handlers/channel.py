@@ -131,8 +131,8 @@ class SlackChannel:
         if session.parent and event.type not in CHILD_SHOWN:
             return  # a sub-agent's session: its cards show in the thread; its words reach people through the parent
         match event.type:
-            case "turn.started":
-                self.status.show_later(session, status_text("thinking"), loading_messages("thinking"))
+            case "turn.started":  # delivered up to bot.drive.DELIVER_UNHURRIED_S late: the wait counts from its time
+                self.status.show_later(session, status_text("thinking"), loading_messages("thinking"), since=event.at)
             case "action.started":
                 assert isinstance(event, ActionStarted)
                 self.status.show_later(session, status_text("running_tool", event.tool_name),

@@ -18,6 +18,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -56,12 +57,17 @@ class StatusLines:
         self._posting: set[str] = set()
         self._no_status: set[str] = set()  # channels (or everywhere) where Slack refused setStatus
 
-    def show_later(self, session: SessionRef, text: str, loading: list[str] | None = None) -> None:
+    def show_later(self, session: SessionRef, text: str, loading: list[str] | None = None, *,
+                   since: datetime | None = None) -> None:
         """Show ``text`` if the session is still working after the delay (replacing any earlier wait):
         as Slack's live status under the thread (``loading`` rotates there) where Slack allows it, else
-        as a status line message."""
+        as a status line message. ``since``: when the work started (the event's time), if it was
+        delivered later: the delay counts from then."""
         self._forget_waiting(session.session_id)
-        task = asyncio.create_task(self._show_after_delay(session, text, loading or []))
+        delay_s = self.delay_s
+        if since is not None:  # clamped: another process's clock may be a little off
+            delay_s = min(max(delay_s - (datetime.now(UTC) - since).total_seconds(), 0.0), delay_s)
+        task = asyncio.create_task(self._show_after_delay(session, text, loading or [], delay_s))
         self._pending[session.session_id] = task
         task.add_done_callback(lambda t, sid=session.session_id: self._done(sid, t))
 
@@ -104,8 +110,8 @@ class StatusLines:
         if self._pending.get(sid) is task:
             self._pending.pop(sid, None)
 
-    async def _show_after_delay(self, session: SessionRef, text: str, loading: list[str]) -> None:
-        await asyncio.sleep(self.delay_s)
+    async def _show_after_delay(self, session: SessionRef, text: str, loading: list[str], delay_s: float) -> None:
+        await asyncio.sleep(delay_s)
         self._posting.add(session.session_id)
         try:
             if not await self._set_status(session, loading):

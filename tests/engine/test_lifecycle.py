@@ -16,6 +16,7 @@ from bot.models.scripted import say as model_say
 from bot.protocol import InputResponse
 from bot.tools import Tool, ToolContext
 from bot.turns import RuntimeSettings
+from tests.chaos.harness import poll
 from tests.engine.harness import (
     ALICE,
     BOB,
@@ -474,3 +475,34 @@ async def test_a_slow_sync_tool_does_not_stall_other_sessions(redis):
     elapsed = await asyncio.wait_for(other(), 5)
     await asyncio.wait_for(slow, 5)
     assert elapsed < 0.6, f"another session waited {elapsed:.2f}s behind a sync tool"
+
+
+async def test_a_start_is_shown_while_the_model_still_thinks_and_a_slow_tools_start_while_it_runs(redis):
+    # a step's start may wait a moment to go out with its next checkpoint (one delivery pass), never for
+    # the step's end: a model or a tool that takes long still has its start shown while it works
+    thinking, release_model, running, release_tool = (asyncio.Event() for _ in range(4))
+
+    async def slow_step(messages, tools):
+        thinking.set()
+        await release_model.wait()
+        return call("lookup", call_id="look1", name="acme")
+
+    async def lookup(args: dict, ctx: ToolContext) -> dict:
+        running.set()
+        await release_tool.wait()
+        return {"plan": "pro"}
+
+    runtime, channel, _ = make_runtime(redis, ScriptedModel([slow_step, model_say("Pro.")]),
+                                       [Tool(lookup, name="lookup")])
+    worker = asyncio.create_task(say(runtime, "plan of acme?"))
+    await asyncio.wait_for(thinking.wait(), 2)
+    await poll(lambda: "turn.started" in channel.types(), 2)
+    release_model.set()
+    await asyncio.wait_for(running.wait(), 2)
+    await poll(lambda: "action.started" in channel.types(), 2)
+    assert "action.result" not in channel.types()
+    release_tool.set()
+    await asyncio.wait_for(worker, 3)
+    await runtime.wait_idle()
+    assert channel.types() == ["turn.started", "action.started", "action.result",
+                               "message.completed", "turn.completed", "session.waiting"]
