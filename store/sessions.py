@@ -107,10 +107,9 @@ if ref_json ~= '' then
   redis.call('PEXPIRE', KEYS[5], retention)
 end
 local first = 0
+if n_events > 0 then first = redis.call('INCRBY', KEYS[4], n_events) - n_events + 1 end
 for i = 1, n_events do
-  local s = redis.call('INCR', KEYS[4])
-  if i == 1 then first = s end
-  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[#ARGV], '*', 's', s, 'e', ARGV[4 + i])
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[#ARGV], '*', 's', first + i - 1, 'e', ARGV[4 + i])
 end
 if n_events > 0 then
   redis.call('PEXPIRE', KEYS[3], retention)
@@ -234,11 +233,14 @@ if holder and holder ~= ARGV[1] then return false end
 redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local fields, n = {}, #ARGV - 3
+for i = 1, n do fields[i], fields[n + i] = ARGV[3 + i], '_hold:' .. ARGV[3 + i] end
+fields[2 * n + 1] = '_ref'
+local stored = redis.call('HMGET', KEYS[1], unpack(fields))
 local cursors, holds, low, low_ms, low_seq = {}, {}, nil, 0, 0
-for i = 4, #ARGV do
-  local cursor = redis.call('HGET', KEYS[1], ARGV[i]) or '0-0'
-  local hold = redis.call('HGET', KEYS[1], '_hold:' .. ARGV[i]) or '0'
-  cursors[#cursors + 1], holds[#holds + 1] = cursor, hold
+for i = 1, n do
+  local cursor, hold = stored[i] or '0-0', stored[n + i] or '0'
+  cursors[i], holds[i] = cursor, hold
   if tonumber(hold) <= now then
     local ms, seq = string.match(cursor, '^(%d+)-(%d+)$')
     ms, seq = tonumber(ms), tonumber(seq)
@@ -249,7 +251,7 @@ for i = 4, #ARGV do
 end
 local entries = {}
 if low ~= nil then entries = redis.call('XRANGE', KEYS[2], '(' .. low, '+', 'COUNT', ARGV[3]) end
-return {redis.call('HGET', KEYS[1], '_ref') or '', cursors, holds, entries, redis.call('HGETALL', KEYS[4])}
+return {stored[2 * n + 1] or '', cursors, holds, entries, redis.call('HGETALL', KEYS[4])}
 """
 
 # Save a pass's progress: move cursors, forget the failures of consumers that delivered again, keep the
@@ -258,9 +260,13 @@ return {redis.call('HGET', KEYS[1], '_ref') or '', cursors, holds, entries, redi
 # consumers to clear…
 _OUTBOX_SAVE = """
 local n = tonumber(ARGV[4])
-for i = 0, n - 1 do redis.call('HSET', KEYS[1], ARGV[5 + 2 * i], ARGV[6 + 2 * i]) end
-for i = 5 + 2 * n, #ARGV do redis.call('HDEL', KEYS[1], '_fails:' .. ARGV[i], '_hold:' .. ARGV[i]) end
-if n > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
+if n > 0 then
+  redis.call('HSET', KEYS[1], unpack(ARGV, 5, 4 + 2 * n))
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+end
+local gone = {}
+for i = 5 + 2 * n, #ARGV do gone[#gone + 1], gone[#gone + 2] = '_fails:' .. ARGV[i], '_hold:' .. ARGV[i] end
+if #gone > 0 then redis.call('HDEL', KEYS[1], unpack(gone)) end
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 if ARGV[2] == '0' then redis.call('DEL', KEYS[2]) else redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
 return 1
