@@ -124,6 +124,10 @@ class _Pass:
     # next step starts from it instead of reading it back. Used once: a step that commits sets it again.
     committed: dict[str, Any] | None = None
     read: SessionSnapshot | None = None  # read with the lease, for the first step
+    # the last checkpoint let the lease go (``_commit(last=True)``); ``after``: what was read then
+    released: bool = False
+    after: SessionSnapshot | None = None
+    parked_now: bool = False  # that checkpoint parked on requests it created: none can be answered yet
 
 class Driver:
     def __init__(self, parts: Parts, settler: Settler, intake: Intake, executor: Executor):
@@ -168,10 +172,13 @@ class Driver:
                 log.exception("driving session %s failed", session_id)
             finally:
                 await keeper.stop()
-            retry_ms = await self._after_failure(session_id, token) if failed else 0
-            after = await store.release_lease(session_id, token, still_active=failed, retry_after_ms=retry_ms,
-                                              read=not failed)
-            if after is None or not await self._has_work(after):
+            if work.released and not failed:
+                after = work.after  # the last checkpoint let the lease go and read what came meanwhile
+            else:
+                retry_ms = await self._after_failure(session_id, token) if failed else 0
+                after = await store.release_lease(session_id, token, still_active=failed, retry_after_ms=retry_ms,
+                                                  read=not failed)
+            if after is None or not await self._has_work(after, parked_now=work.parked_now):
                 return
 
     async def _after_failure(self, session_id: str, token: str) -> int:
@@ -214,7 +221,9 @@ class Driver:
 
     # --- the loop --------------------------------------------------------------------------------
 
-    async def _has_work(self, snap: SessionSnapshot) -> bool:
+    async def _has_work(self, snap: SessionSnapshot, *, parked_now: bool = False) -> bool:
+        """Is there work the lease holder must do? ``parked_now``: the drive ended by parking on requests it
+        created with the lease's release; whoever answers one since finds the lease free and drives."""
         if snap.state is None:
             return bool(snap.inbox)
         state = SessionState.model_validate(snap.state)
@@ -225,7 +234,7 @@ class Driver:
             return True
         if not turn.limit_request_id and any(_same(m, turn.owner) for m in snap.inbox):
             return True  # the owner answers or steers past what is still open
-        return await self._all_settled(turn)
+        return not parked_now and await self._all_settled(turn)
 
     async def _all_settled(self, turn: TurnState) -> bool:
         ids = list(turn.step.request_ids if turn.step else [])
@@ -341,7 +350,7 @@ class Driver:
         if not response.tool_calls:
             state.history.append(response.to_message())
             await self._end_turn(p, state, TurnCompleted(session_id=p.session_id, turn_id=turn.turn_id), events,
-                                 unless_cancelled=turn.turn_id)
+                                 unless_cancelled=turn.turn_id, last=True)
             return False
         turn.step = StepState(
             index=turn.steps,
@@ -389,7 +398,8 @@ class Driver:
                       InputRequested(session_id=p.session_id, turn_id=turn.turn_id,
                                      requests=[r.request for r in new_requests]),
                       TurnWaiting(session_id=p.session_id, turn_id=turn.turn_id, on="input")]
-            await self._commit(p, state, events, new_requests)
+            p.parked_now = True
+            await self._commit(p, state, events, new_requests, last=True)
             return False
         # the step is complete: its calls and results join the history together
         state.history.append(step.assistant)
@@ -461,25 +471,30 @@ class Driver:
         await self._end_turn(p, state, TurnCancelled(session_id=p.session_id, turn_id=turn.turn_id), reports)
 
     async def _end_turn(self, p: _Pass, state: SessionState, final: Event, before: list[Event] = (),  # type: ignore[assignment]
-                        *, unless_cancelled: str | None = None) -> None:
+                        *, unless_cancelled: str | None = None, last: bool = False) -> None:
         state.turn = None
         state.history = compact(state.history, self.p.settings.history_limit)
         await self._commit(p, state, [*before, final, SessionWaiting(session_id=p.session_id)],
-                           unless_cancelled=unless_cancelled)
+                           unless_cancelled=unless_cancelled, last=last)
 
     async def _commit(
         self, p: _Pass, state: SessionState, events: list[Event], requests: list[RequestRecord] = (),  # type: ignore[assignment]
-        *, unless_cancelled: str | None = None, then_step: bool = False, no_hurry: bool = False,
+        *, unless_cancelled: str | None = None, then_step: bool = False, no_hurry: bool = False, last: bool = False,
     ) -> None:
         """Checkpoint; ``then_step``: another step follows at once, so read its snapshot in the same round trip.
         ``no_hurry``: more work follows (a model call, a tool run), so its events may wait up to
         ``DELIVER_UNHURRIED_S`` to go out with the next checkpoint's in one delivery pass. What people wait
-        on (a card, an answer, a settled card) is at the end of a drive, or a settle, and goes out at once."""
+        on (a card, an answer, a settled card) is at the end of a drive, or a settle, and goes out at once.
+        ``last``: nothing follows under this lease: it goes with the checkpoint (if written) in its round trip."""
         saved = state.model_dump(mode="json")
-        committed, p.read = await self.p.store.commit_then_read(
+        committed, read = await self.p.store.commit_then_read(
             p.session_id, p.token, saved, events, list(requests), ref=state.ref, take=p.taking,
-            unless_cancelled=unless_cancelled, read=then_step)
+            unless_cancelled=unless_cancelled, read=then_step or last, release=last)
         p.taking, p.committed = [], saved
+        if last:
+            p.released, p.after = True, read
+        else:
+            p.read = read
         if committed and no_hurry:
             self.p.outbox.kick_later(p.session_id, committed[-1].seq, DELIVER_UNHURRIED_S)
         elif committed:

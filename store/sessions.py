@@ -84,11 +84,12 @@ def slot_of_request(request_id: str) -> str:
 # Queued messages the new state takes in (``take``) leave the inbox in the same write, so a message is
 # always either queued or in the saved history, never in neither (-2: another worker took one first).
 # ``unless_cancelled`` (a turn id): write nothing if someone asked to cancel that turn (-3), so the
-# check and the checkpoint are one atomic step and cost no round trip of their own.
+# check and the checkpoint are one atomic step and cost no round trip of their own. ``release`` ('1'):
+# the lease goes with a checkpoint that was written (a drive's last), never with a refused one.
 _COMMIT = """
 local token, state_json, n_events, n_requests = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local ref_json, retention = ARGV[#ARGV - 2], ARGV[#ARGV - 1]
-local take, unless_cancelled = cjson.decode(ARGV[#ARGV - 3]), ARGV[#ARGV - 4]
+local take, unless_cancelled, release = cjson.decode(ARGV[#ARGV - 3]), ARGV[#ARGV - 4], ARGV[#ARGV - 5]
 if token ~= '' and redis.call('GET', KEYS[1]) ~= token then return -1 end
 if unless_cancelled ~= '' and redis.call('GET', KEYS[#KEYS - 1]) == unless_cancelled then return -3 end
 for _, raw in ipairs(take) do
@@ -115,6 +116,7 @@ if n_events > 0 then
   redis.call('PEXPIRE', KEYS[3], retention)
   redis.call('PEXPIRE', KEYS[4], retention)
 end
+if release == '1' then redis.call('DEL', KEYS[1]) end
 return first
 """
 
@@ -478,6 +480,7 @@ class SessionStore:
         take: list[dict[str, Any]] = (),  # type: ignore[assignment]
         unless_cancelled: str | None = None,
         read: bool = True,
+        release: bool = False,
     ) -> tuple[list[Event], SessionSnapshot | None]:
         """Atomically checkpoint state, create requests and append events; returns events with seq.
 
@@ -491,6 +494,9 @@ class SessionStore:
 
         ``read``: then read the session's snapshot in the same round trip, the committed ``state`` taken
         as known (what the lease holder's next step starts from); else the snapshot is None.
+        ``release``: the drive ends with this checkpoint: the lease goes with it (only if it is written)
+        and, with ``read``, the snapshot is read after (what arrived while the lease was held), as
+        :meth:`release_lease` does.
         """
         keys = [
             self.key(session_id, "lease"),
@@ -509,6 +515,7 @@ class SessionStore:
             len(requests),
             *[e.model_dump_json(exclude_none=True) for e in events],
             *[json.dumps(_record_fields(r), separators=(",", ":")) for r in requests],
+            "1" if release and token else "",
             unless_cancelled or "",
             json.dumps([json.dumps(m, separators=(",", ":")) for m in take]) if take else "[]",
             ref.model_dump_json(exclude_none=True) if ref is not None else "",
@@ -527,7 +534,10 @@ class SessionStore:
                               ("escalate", r.request.escalate_at)):
                 if due is not None:
                     extra.append(("zadd", (TIMERS, {f"{kind}:{r.request_id}": int(due.timestamp() * 1000)})))
-        reads = self._snapshot_reads(session_id, state) if read and state is not None else []
+        if release:  # the lease is no longer ours: read everything, state too
+            extra.append(("zrem", (ACTIVE, session_id)))
+        reads = (self._snapshot_reads(session_id, None if release else state)
+                 if read and (release or state is not None) else [])
         first, *rest = await self._eval_pipelined(self._commit, keys, args, [*extra, *reads])
         if first == -1:
             raise LeaseLost(session_id)
@@ -535,7 +545,7 @@ class SessionStore:
             raise MessageTaken(session_id)
         if first == -3:
             raise CancelRequested(session_id)
-        snapshot = self._snapshot_from(rest[len(extra):], state) if reads else None
+        snapshot = self._snapshot_from(rest[len(extra):], None if release else state) if reads else None
         return _with_seq(events, int(first)), snapshot
 
     async def _eval_pipelined(self, script: Any, keys: list[Any], args: list[Any], extra: list[Command]) -> list[Any]:

@@ -90,6 +90,7 @@ async def test_ask_question_answered_by_option(redis):
     result = await runtime.answer(InputResponse(request_id=req.request_id, option_id="Sunday", principal=ALICE))
     assert result.state == "settled"
     assert json.loads(tool_results(shown(model))["q1"]) == {"status": "answered", "answer": "Sunday"}
+    await runtime.wait_idle()  # the outbox delivers in the background: let the channel see everything
     [resolved] = channel.of("input.resolved")
     assert resolved.resolutions[0].outcome == "answered"
     assert resolved.resolutions[0].response.option_id == "Sunday"
