@@ -33,6 +33,7 @@ ifeq ($(CLUSTER),1)
 else
 	$(BIN)/python -m tests.bench
 	$(BIN)/python -m tests.bench.cycle
+	$(BIN)/python -m tests.bench.roundtrips
 	$(BIN)/python -m tests.bench.http
 endif
 

@@ -1,0 +1,115 @@
+"""``python -m tests.bench.roundtrips``: Redis round trips of one approve cycle, by the line that sends them.
+
+The app runs in this process behind LocalSlack (Slack's pacing off, a scripted model), as in
+``tests.bench.cycle``. redis-py's ``Redis.execute_command`` and ``Pipeline.execute`` are wrapped to
+record each round trip with the project's frames that sent it (a pipeline is one round trip), while
+``--cycles`` cycles run one at a time after a warm-up. It prints round trips per cycle, the commands
+Redis ran per cycle (``INFO commandstats``: those inside scripts too), and a table by caller, most
+first. Nothing here asserts: it is how docs/PERFORMANCE.md counts round trips.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import logging
+import tempfile
+import traceback
+from pathlib import Path
+from typing import Any
+
+import redis.asyncio.client as redis_client
+from redis.asyncio import Redis
+
+from bot.app import start_bot
+from bot.config import Settings
+from localslack.seed import ALICE, BOT_TOKEN
+from localslack.server import LocalSlack
+
+from . import cycle
+from .server import open_server
+
+ROOT = str(Path(__file__).resolve().parents[2]) + "/"
+ROOMS = tuple(ROOT + room for room in ("bot/", "store/", "handlers/"))
+
+
+class RoundTrips:
+    """Counts round trips by caller while ``on``."""
+
+    def __init__(self, depth: int) -> None:
+        self.depth = depth
+        self.on = False
+        self.counts: collections.Counter[tuple[str, str]] = collections.Counter()
+
+    def caller(self) -> str:
+        frames = [f"{f.filename[len(ROOT):]}:{f.lineno} {f.name}" for f in reversed(traceback.extract_stack())
+                  if f.filename.startswith(ROOMS) and not f.filename.endswith("pipelined.py")]
+        return " < ".join(frames[: self.depth]) or "?"
+
+    def install(self) -> None:
+        execute_command, execute = redis_client.Redis.execute_command, redis_client.Pipeline.execute
+        counter = self
+
+        async def counted_command(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if counter.on:
+                counter.counts[(counter.caller(), str(args[0]))] += 1
+            return await execute_command(self, *args, **kwargs)
+
+        async def counted_pipeline(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if counter.on:
+                names = ",".join(sorted({str(c[0][0]) for c in self.command_stack}))
+                counter.counts[(counter.caller(), f"pipeline[{names}]")] += 1
+            return await execute(self, *args, **kwargs)
+
+        redis_client.Redis.execute_command = counted_command  # type: ignore[method-assign]
+        redis_client.Pipeline.execute = counted_pipeline  # type: ignore[method-assign]
+
+
+async def main(args: argparse.Namespace) -> list[str]:
+    trips = RoundTrips(args.depth)
+    trips.install()
+    server = await open_server()
+    slack = LocalSlack(bot_url=None, signing_secret=cycle.SECRET, rate_limits=False)
+    await slack.start()
+    for channel in cycle.CHANNELS:
+        slack.add_channel(channel, channel.lower(), members=[ALICE])
+    settings = Settings(_env_file=None, SLACK_BOT_TOKEN=BOT_TOKEN, SLACK_SIGNING_SECRET=cycle.SECRET,  # type: ignore[call-arg]
+                        SLACK_API_URL=slack.api_url, REDIS_URL=server.url, BOT_TOOLS="",
+                        BOT_DATA_DIR=tempfile.mkdtemp(prefix="hitl-roundtrips-"))
+    bot = await start_bot(settings, model=cycle._script(), tools=[cycle.refund_charge], host="127.0.0.1", port=0,
+                          recovery_interval=0, channel_wrap=cycle._unpaced)
+    redis = Redis.from_url(server.url)
+    who = cycle.Contender("app", f"{bot.url}/slack/events")
+    slack.set_bot_url(who.url)
+    try:
+        for n in range(3):  # warm-up: scripts loaded, connections open
+            await cycle.one_cycle(slack, who, n)
+        await bot.runtime.wait_idle()
+        await asyncio.sleep(0.6)  # anything deferred (bot.drive.DELIVER_UNHURRIED_S) is done
+        before = await cycle._commands(redis)
+        trips.on = True
+        for n in range(args.cycles):
+            await cycle.one_cycle(slack, who, 100 + n)
+            await bot.runtime.wait_idle()
+        trips.on = False
+        commands = (await cycle._commands(redis) - before) / args.cycles
+    finally:
+        await bot.close()
+        await slack.stop()
+        await redis.aclose()
+        await server.close()
+    total = sum(trips.counts.values()) / args.cycles
+    lines = [f"round trips per approve cycle: {total:.1f}; commands Redis ran per cycle (scripts' own included): "
+             f"{commands:.1f}", "", "| per cycle | sent | by |", "| ---: | --- | --- |"]
+    for (caller, sent), count in trips.counts.most_common():
+        lines.append(f"| {count / args.cycles:.1f} | {sent} | {caller} |")
+    return lines
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="python -m tests.bench.roundtrips", description=__doc__.split("\n")[0])
+    parser.add_argument("--cycles", type=int, default=10, help="approve cycles counted (default 10)")
+    parser.add_argument("--depth", type=int, default=2, help="the project's frames shown per caller (default 2)")
+    logging.basicConfig(level=logging.WARNING)
+    print("\n".join(asyncio.run(main(parser.parse_args()))))
