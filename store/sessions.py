@@ -451,21 +451,13 @@ class SessionStore:
         return [r.decode() for r in raw]
 
     async def commit(
-        self,
-        session_id: str,
-        token: str | None,
-        state: dict[str, Any] | None,
-        events: list[Event] = (),  # type: ignore[assignment]
-        requests: list[RequestRecord] = (),  # type: ignore[assignment]
-        *,
-        ref: SessionRef | None = None,
-        take: list[dict[str, Any]] = (),  # type: ignore[assignment]
-        unless_cancelled: str | None = None,
+        self, session_id: str, token: str | None, state: dict[str, Any] | None,
+        events: list[Event] = (), requests: list[RequestRecord] = (),  # type: ignore[assignment]
+        **options: Any,
     ) -> list[Event]:
-        """Atomically checkpoint state, create requests and append events; returns events with seq (see
-        :meth:`commit_then_read`)."""
-        committed, _ = await self.commit_then_read(session_id, token, state, events, requests, ref=ref, take=take,
-                                                   unless_cancelled=unless_cancelled, read=False)
+        """Atomically checkpoint state, create requests and append events; returns events with seq. The
+        ``options`` (``ref``, ``take``, ``unless_cancelled``) are :meth:`commit_then_read`'s."""
+        committed, _ = await self.commit_then_read(session_id, token, state, events, requests, read=False, **options)
         return committed
 
     async def commit_then_read(
