@@ -398,8 +398,8 @@ class Driver:
                       InputRequested(session_id=p.session_id, turn_id=turn.turn_id,
                                      requests=[r.request for r in new_requests]),
                       TurnWaiting(session_id=p.session_id, turn_id=turn.turn_id, on="input")]
-            p.parked_now = True
             await self._commit(p, state, events, new_requests, last=True)
+            p.parked_now = True  # (only once written: a refused park goes on under the lease)
             return False
         # the step is complete: its calls and results join the history together
         state.history.append(step.assistant)

@@ -102,13 +102,17 @@ class Outbox:
         self._again: dict[str, int] = {}  # session → the last seq kicked while its flush ran (ALL: unknown)
         self._read_up_to: dict[str, int] = {}  # session → the highest seq its running flush has read
         self._later: dict[str, asyncio.Task[Any]] = {}  # session → a kick waiting for its moment (kick_later)
+        self._later_seq: dict[str, int] = {}  # session → the highest seq that waiting kick is for
 
     def kick(self, session_id: str, seq: int | None = None) -> None:
         """Deliver a session's new events soon, in the background (coalesced per session). ``seq``: the
         last of the events just committed, when known: a pass that already read it need not be followed
         by another (without it, one more pass looks, in case the running one began before the commit)."""
+        later_seq = self._later_seq.pop(session_id, 0)
         if (later := self._later.pop(session_id, None)) is not None:
             later.cancel()  # this kick's pass reads those events too
+        if seq is not None:
+            seq = max(seq, later_seq)
         if session_id in self._running:
             # the running flush looks again before it ends, unless its passes read up to ``seq``
             wanted = self._again.get(session_id, 0)
@@ -121,16 +125,17 @@ class Outbox:
         """Deliver in ``delay_s`` unless another kick comes first: events that need no hurry (a turn started)
         then go out in one pass with the step's next checkpoint (the card, the answer) when that comes
         soon. Already committed and on the outbox list, they are never left behind."""
+        self._later_seq[session_id] = max(seq, self._later_seq.get(session_id, 0))
         if session_id in self._later:
-            return  # the kick already waiting delivers these too
-        self._later[session_id] = self._spawn(self._kick_after(session_id, seq, delay_s),
+            return  # the kick already waiting delivers these too, up to the highest seq
+        self._later[session_id] = self._spawn(self._kick_after(session_id, delay_s),
                                               what=f"deliver events of {session_id} soon")
 
-    async def _kick_after(self, session_id: str, seq: int, delay_s: float) -> None:
+    async def _kick_after(self, session_id: str, delay_s: float) -> None:
         await asyncio.sleep(delay_s)
         if self._later.get(session_id) is asyncio.current_task():
             del self._later[session_id]
-            self.kick(session_id, seq)
+            self.kick(session_id, self._later_seq.pop(session_id, None))
 
     async def _flush_until_quiet(self, session_id: str) -> None:
         try:
