@@ -108,6 +108,7 @@ async def test_an_edit_of_a_tool_that_is_not_editable_is_refused_and_settles_not
     runtime, channel, _, req = await parked(redis, fixed_refund)
     result = await runtime.answer(InputResponse(request_id=req.request_id, option_id="approve", principal=ALICE,
                                                 edited_input={"charge_id": "ch_9", "amount": 99.0}))
+    await runtime.wait_idle()  # the outbox delivers in the background
     assert result.state == "invalid" and "as proposed" in result.reason
     assert channel.of("approval.settled") == [] and RAN == []
 
@@ -116,6 +117,7 @@ async def test_an_edit_attached_to_a_cancel_is_refused(redis):
     runtime, channel, _, req = await parked(redis, refund_charge)
     result = await runtime.answer(InputResponse(request_id=req.request_id, option_id="cancel", principal=ALICE,
                                                 edited_input={"charge_id": "ch_1", "amount": 1.0}))
+    await runtime.wait_idle()  # the outbox delivers in the background
     assert result.state == "invalid" and channel.of("approval.settled") == []
 
 
@@ -176,6 +178,7 @@ async def test_an_edit_never_gets_past_the_tools_own_request_policy_nor_its_argu
     assert too_big.state == "invalid" and "Refunds over $100 are not allowed." in too_big.reason
     nonsense = await runtime.answer(InputResponse(request_id=req.request_id, option_id="approve", principal=ALICE,
                                                   edited_input={"charge_id": "ch_1", "amount": "lots"}))
+    await runtime.wait_idle()  # the outbox delivers in the background
     assert nonsense.state == "invalid" and "not valid" in nonsense.reason
     assert channel.of("approval.settled") == [] and RAN == []
     fine = await runtime.answer(InputResponse(request_id=req.request_id, option_id="approve", principal=ALICE,

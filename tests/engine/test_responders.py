@@ -192,6 +192,7 @@ async def test_cancel_note_reaches_the_model_quoted_and_attributed(redis):
     await say(runtime, "refund the five-pack")
     [req] = channel.requests()
     result = await runtime.answer(decision(req.request_id, "cancel", ALICE), note="Only the three-pack.")
+    await runtime.wait_idle()  # the outbox delivers in the background
     assert result.state == "settled" and runs == []
     [settled] = channel.of("approval.settled")
     assert settled.outcome == "cancelled" and settled.note == "Only the three-pack."
