@@ -2,9 +2,9 @@
 
 A turn never waits on Slack. Every event is appended to the session's Redis stream inside the
 commit (or settle) script, and the session is put on the outbox list in the same round trip. A
-deliverer — the committing process at once (or within ``kick_later``'s delay, for events nobody waits on), or
-any replica's sweep if that process died — hands the
-events to each consumer in order and moves that consumer's cursor past each one it handled. So:
+deliverer — the committing process at once (within ``kick_later``'s delay for events nobody waits on),
+or any replica's sweep if that process died — hands the events to each consumer in order and moves
+that consumer's cursor past each one it handled. So:
 
 - an event is delivered at least once (a crash between delivering and moving the cursor repeats
   only that event, and consumers make repeats harmless: Slack posts are claimed and looked up, audit
