@@ -1,8 +1,8 @@
 """``python -m tests.bench.http`` runs end to end with tiny samples and prints every figure.
 
 Only that the code paths work: no duration, rate or ratio is asserted (those are the benchmark's
-output, docs/PERFORMANCE.md). Starts real processes (the app, bare Bolt, raw aiohttp, ``python -m bot
-run``) and takes about 15 s on 2 cores (one parked population: the loop over populations is the same).
+output, docs/PERFORMANCE.md). Starts real processes (the app, bare Bolt, raw aiohttp, the durable floor,
+``python -m bot run``) and takes about 15 s on 2 cores (one parked population: the loop over populations is the same).
 """
 
 from __future__ import annotations
@@ -40,6 +40,10 @@ async def test_every_figure_is_measured(monkeypatch: pytest.MonkeyPatch) -> None
         project, bolt = row.split(" | ")[1:3]
         assert "—" not in project and "—" not in bolt, row  # measured on both sides
         assert row.rstrip(" |").endswith(("yes", "**NO**")), row  # a goal, marked
+    floor_rows = [line for name, line in rows.items() if name.startswith("floor: ")]
+    assert len(floor_rows) == 8 + 2 + 1, floor_rows  # 8 figures, 2 more for the second condition, 1 restart
+    for row in floor_rows:  # project, durable floor and bare Bolt all measured
+        assert "—" not in " | ".join(row.split(" | ")[1:4]), row
     assert "One cycle under MONITOR" in text
 
 

@@ -1,6 +1,6 @@
 """``python -m tests.bench.http [--quick] [--write-doc]``: the app over real HTTP beside bare Bolt and raw aiohttp.
 
-Three contenders, each its own process, each behind its own LocalSlack (signed deliveries, real Web
+Four contenders (the project, bare Bolt, raw aiohttp and the durable floor), each its own process, each behind its own LocalSlack (signed deliveries, real Web
 API, rate limits off), all calling one model server on loopback; the bench process holds the
 LocalSlacks, the model and the load. Contenders take turns in small batches (the first one rotates),
 so machine noise hits all alike. Nothing here asserts: it prints (and with ``--write-doc`` records in
@@ -35,7 +35,7 @@ from .drive import CHANNELS, Samples, Side, Thread, burst_batch, light_batch, th
 from .model import BenchModel
 from .procs import Child
 from .report import DOC, Condition, Restarts, Run, render, write_doc
-from .restart import ProjectRestarts, bolt_restarts, project_launch, raw_restarts
+from .restart import ProjectRestarts, bolt_restarts, floor_launch, project_launch, raw_restarts
 from .trace import trace_cycle
 
 SECRET = "bench-http-signing-secret"
@@ -112,7 +112,7 @@ async def open_slack() -> LocalSlack:
 
 
 async def start_sides(model: BenchModel, redis_url: str, tmp: Path) -> list[Side]:
-    slacks = [await open_slack() for _ in range(3)]
+    slacks = [await open_slack() for _ in range(4)]
     project = await Child.start("tests.bench.http.project", [
         "--secret", SECRET, "--token", BOT_TOKEN, "--slack-url", slacks[0].api_url, "--model-url", model.base_url,
         "--redis-url", redis_url, "--data-dir", str(tmp / "project"), "--unpaced"], tmp / "project.log")
@@ -120,8 +120,12 @@ async def start_sides(model: BenchModel, redis_url: str, tmp: Path) -> list[Side
         "bolt", "--secret", SECRET, "--token", BOT_TOKEN, "--slack-url", slacks[1].api_url,
         "--model-url", model.base_url], tmp / "bolt.log")
     raw = await Child.start("tests.bench.http.bare", ["raw", "--secret", SECRET], tmp / "raw.log")
-    sides = [Side("project", "p", slacks[0], project, Redis.from_url(redis_url)),
-             Side("bare Bolt", "b", slacks[1], bolt), Side("raw aiohttp", "r", slacks[2], raw)]
+    floor = await Child.start("tests.bench.http.durable", [
+        "--secret", SECRET, "--token", BOT_TOKEN, "--slack-url", slacks[3].api_url, "--model-url", model.base_url,
+        "--redis-url", redis_url], tmp / "durable.log")
+    sides = [Side("project", "p", slacks[0], project, Redis.from_url(redis_url), replies=True),
+             Side("bare Bolt", "b", slacks[1], bolt), Side("raw aiohttp", "r", slacks[2], raw),
+             Side("durable floor", "d", slacks[3], floor, Redis.from_url(redis_url), replies=True)]
     for side in sides:
         side.slack.set_bot_url(side.child.url if side.child else None)
     sides[2].fixed = await raw_card(sides[2].slack)
@@ -189,16 +193,19 @@ async def measure_restarts(sides: list[Side], model: BenchModel, server: BenchSe
     for side in sides:
         side.slack.api.answer_delay_s = 0.0
     model.delay_s = 0.0
-    project, bolt, raw = sides
+    by_key = {side.key: side for side in sides}
     for parked, db in zip(args.parked, server.dbs[1:], strict=False):
         redis = Redis.from_url(db_url(server.url, db))
         data = tmp / f"restart-{parked}"
         data.mkdir()
-        launches = ProjectRestarts(project_launch(project, SECRET, model.base_url, db_url(server.url, db), data), redis)
+        url = db_url(server.url, db)
+        launches = ProjectRestarts(project_launch(by_key["p"], SECRET, model.base_url, url, data), redis)
+        floor = ProjectRestarts(floor_launch(by_key["d"], SECRET, model.base_url, url, data), redis)
         _say(f"restarts with {parked:,} other turns parked: preparing …")
         restarts.copy_s[parked] = await launches.prepare(parked)
-        contenders = {"p": launches, "b": bolt_restarts(bolt, SECRET, model.base_url, data),
-                      "r": raw_restarts(raw, SECRET, model.base_url, data)}
+        await floor.prepare(0)  # the floor never looks at other parked turns: no copies of its own
+        contenders = {"p": launches, "b": bolt_restarts(by_key["b"], SECRET, model.base_url, data),
+                      "r": raw_restarts(by_key["r"], SECRET, model.base_url, data), "d": floor}
         _say(f"restarts with {parked:,} other turns parked: {args.restarts} per contender …")
         for turn in range(args.restarts):
             for side in rotated(sides, turn):

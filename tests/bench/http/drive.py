@@ -100,11 +100,12 @@ class Side:
     """One contender as the bench drives it."""
 
     name: str
-    key: str  # the tag prefix of its threads: p, b, r
+    key: str  # the tag prefix of its threads: p, b, r, d
     slack: LocalSlack
     child: Child | None = None
     redis: Redis | None = None  # the server the project uses (commands are counted server-wide)
     fixed: Thread | None = None  # raw aiohttp: the one card every click goes to (it keeps no state)
+    replies: bool = False  # its cycle ends with a reply in the thread (the project, the durable floor)
     started: int = 0
     samples: dict[str, Samples] = field(default_factory=dict)
 
@@ -149,12 +150,12 @@ class Side:
         return result.elapsed_s
 
     def cycle_ended(self, thread: Thread) -> bool:
-        """The project: the reply is in the thread and the card has no buttons left. Bolt: the card was
-        updated (its cycle is mention → card, click → card updated)."""
+        """The project and the durable floor: the reply is in the thread and the card has no buttons left.
+        Bolt: the card was updated (its cycle is mention → card, click → card updated)."""
         card = self.slack.message(thread.channel, thread.card_ts)
         if card is None or approve_button(card) is not None:
             return False
-        if self.key != "p":
+        if not self.replies:
             return True
         return any("Refunded" in m.text for m in self.slack.messages(thread.channel, thread.ts))
 

@@ -227,6 +227,46 @@ def floor_rows(run: Run) -> list[list[str]]:
     return rows
 
 
+def durable_rows(run: Run) -> list[list[str]]:
+    """The project beside the durable floor (the same cycle with the least durability, ``durable.py``) and
+    bare Bolt: how far the project is from what any durable implementation costs, and how far that is
+    from Bolt."""
+    p, d, b = (run.sides[k].samples for k in ("p", "d", "b"))
+
+    def line(name: str, unit: str, of: Callable[[dict[str, Samples], str], float], cond: str = "") -> list[str]:
+        label = cond or run.conditions[0].label
+        mine, floor, bolt = of(p, label), of(d, label), of(b, label)
+        return [name, _value(mine, unit), _value(floor, unit), _value(bolt, unit), _ratio(mine, floor),
+                _ratio(floor, bolt)]
+
+    def cpu(x: dict[str, Samples], c: str) -> float:
+        return 1000 * _per_cycle(x[c], x[c].counts.cpu_s)
+
+    rows = [
+        line("floor: CPU per cycle", "ms", cpu),
+        line("floor: cycles per second, 32 concurrent threads", "/s", lambda x, c: _rate(x[c])),
+        line("floor: Redis commands per cycle", "",
+             lambda x, c: _per_cycle(x[c], x[c].counts.redis.total())),
+        line("floor: Slack calls per cycle", "", lambda x, c: _per_cycle(x[c], x[c].counts.slack.total())),
+        line("floor: click → ack p50, 5 clicks/s", "ms", lambda x, c: percentile_ms(x[c].acks_light, 0.5)),
+        line("floor: click → ack p99, 5 clicks/s", "ms", lambda x, c: percentile_ms(x[c].acks_light, 0.99)),
+        line("floor: click → ack p99, 50 clicks/s", "ms", lambda x, c: percentile_ms(x[c].acks_burst, 0.99)),
+        line("floor: app_mention → first model request, p50", "ms", lambda x, c: percentile_ms(x[c].to_model, 0.5)),
+    ]
+    for cond in run.conditions[1:]:
+        rows.append(line(f"floor: CPU per cycle, {cond.label}", "ms", cpu, cond.label))
+        rows.append(line(f"floor: cycles per second, {cond.label}", "/s", lambda x, c: _rate(x[c]), cond.label))
+    for parked in sorted({n for _, n in run.restarts.seconds}):
+        mine, floor, bolt = (percentile_ms(run.restarts.seconds.get((k, parked), []), 0.5) for k in ("p", "d", "b"))
+        rows.append([f"floor: restart → first click served, p50, {parked:,} other parked", _value(mine, "ms"),
+                     _value(floor, "ms"), _value(bolt, "ms"), _ratio(mine, floor), _ratio(floor, bolt)])
+    return rows
+
+
+def _ratio(mine: float, theirs: float) -> str:
+    return f"{mine / theirs:.2f}" if theirs and not math.isnan(theirs) and not math.isnan(mine) else "—"
+
+
 def _breakdown(counter: Counter[str], cycles: int, top: int = 14) -> str:
     if not cycles or not counter:
         return "none"
@@ -236,11 +276,12 @@ def _breakdown(counter: Counter[str], cycles: int, top: int = 14) -> str:
 
 
 def details(run: Run) -> list[str]:
-    p, b = run.sides["p"].samples[run.conditions[0].label], run.sides["b"].samples[run.conditions[0].label]
+    p, b, d = (run.sides[k].samples[run.conditions[0].label] for k in ("p", "b", "d"))
     scripts = p.counts.redis.get("evalsha", 0) + p.counts.redis.get("eval", 0)
     lines = [
         f"- Slack calls per cycle, project: {_breakdown(p.counts.slack, p.cycles)}; "
-        f"bare Bolt: {_breakdown(b.counts.slack, b.cycles)}.",
+        f"bare Bolt: {_breakdown(b.counts.slack, b.cycles)}; durable floor: {_breakdown(d.counts.slack, d.cycles)}.",
+        f"- Redis commands per cycle, durable floor: {_breakdown(d.counts.redis, d.cycles)}.",
         f"- Redis commands per cycle, project (commands run inside scripts included, as INFO commandstats counts "
         f"them; {scripts / max(p.cycles, 1):.1f} of them are EVAL/EVALSHA calls): {_breakdown(p.counts.redis, p.cycles)}.",
     ]
@@ -269,8 +310,11 @@ def render(run: Run) -> str:
     table = _markdown(header, [r.cells() for r in main_rows(run)], ["---", "---:", "---:", "---:", "---", "---"])
     info = _markdown(header, [r.cells() for r in info_rows(run)], ["---", "---:", "---:", "---:", "---", "---"])
     floor = _markdown(["figure", "project", "bare Bolt", "raw aiohttp"], floor_rows(run), ["---", "---:", "---:", "---:"])
+    durable = _markdown(["figure", "project", "durable floor", "bare Bolt", "project ÷ floor", "floor ÷ Bolt"],
+                        durable_rows(run), ["---", "---:", "---:", "---:", "---:", "---:"])
     return "\n".join([*head, *table, "", "For information:", "", *info, "", "The floor (raw aiohttp: "
-                      "signature check, 200):", "", *floor, "", *details(run)])
+                      "signature check, 200):", "", *floor, "", "The durable floor (the project's cycle with the "
+                      "least durability: `tests/bench/http/durable.py`):", "", *durable, "", *details(run)])
 
 
 def write_doc(figures: str) -> None:

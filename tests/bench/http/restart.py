@@ -1,10 +1,10 @@
 """kill -9 → restart → first click served, for each contender, with 0 … N turns parked in the project's Redis.
 
 Every restart is a fresh interpreter: the project as ``python -m bot run`` (configured by environment
-variables, as deployed), bare Bolt and raw aiohttp as ``python -m tests.bench.http.bare bolt|raw``. The
-clock starts when the process is spawned and stops when a signed click on a card gets its HTTP 200: the
-bench clicks every 5 ms until then (a refused connection is not a click). For the project the card is
-a real parked turn (parked by the previous process before it was killed), and the bench then waits
+variables, as deployed), the durable floor as ``python -m tests.bench.http.durable``, bare Bolt and raw
+aiohttp as ``python -m tests.bench.http.bare bolt|raw``. The clock starts when the process is spawned and
+stops when a signed click on a card gets its HTTP 200: the bench clicks every 5 ms until then (a refused
+connection is not a click). For the project and the durable floor the card is a real parked turn (parked by the previous process before it was killed), and the bench then waits
 for the turn's reply, so the click is known to have counted. Between restarts the process is killed
 with SIGKILL once it has settled (no clean shutdown).
 
@@ -126,7 +126,8 @@ async def first_click(launch: Launch, thread: Thread) -> float:
 
 
 class ProjectRestarts:
-    """The project in one database: always one real turn parked for the next process to be clicked."""
+    """The project (or the durable floor) in one database: always one real turn parked for the next
+    process to be clicked."""
 
     def __init__(self, launch: Launch, redis: Redis):
         self.launch = launch
@@ -204,6 +205,12 @@ def project_launch(side: Side, secret: str, model_url: str, redis_url: str, data
            "OPENAI_API_KEY": "sk-bench", "OPENAI_BASE_URL": model_url, "MODEL": "bench-model",
            "HOST": "127.0.0.1", "PORT": "{port}"}
     return Launch(side, ["-m", "bot", "run"], env, data_dir / "project-restarts.log")
+
+
+def floor_launch(side: Side, secret: str, model_url: str, redis_url: str, data_dir: Path) -> Launch:
+    args = ["-m", "tests.bench.http.durable", "--secret", secret, "--token", BOT_TOKEN,
+            "--slack-url", side.slack.api_url, "--model-url", model_url, "--redis-url", redis_url, "--port", "{port}"]
+    return Launch(side, args, {}, data_dir / "durable-restarts.log")
 
 
 def bare_launch(side: Side, kind: str, secret: str, model_url: str, data_dir: Path) -> Launch:
