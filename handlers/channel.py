@@ -260,7 +260,7 @@ class SlackChannel:
         if event.outcome in ("rejected", "failed") and user:
             await self._refusal_note(event, session, user)
         elif event.outcome == "pending" and event.approvals > 0:
-            record = await self.store.get_request(event.request_id)
+            record = await self.store.pass_request(session.session_id, event.request_id)
             card = await self._card(session, event.request_id)
             if card is None:
                 return
@@ -273,7 +273,7 @@ class SlackChannel:
 
     async def _escalated(self, event: InputEscalated, session: SessionRef) -> None:
         """The card says who else may answer now (their buttons already work: ``bot.settle``)."""
-        record = await self.store.get_request(event.request_id)
+        record = await self.store.pass_request(session.session_id, event.request_id)
         card = await self._card(session, event.request_id)
         if record.status != "open" or card is None:
             return
@@ -287,8 +287,8 @@ class SlackChannel:
 
     async def _resolved(self, event: InputResolved, session: SessionRef) -> None:
         for resolution in event.resolutions:
-            record = await self.store.get_request(resolution.request_id)
-            await self.store.unindex_request(record)
+            record = await self.store.pass_request(session.session_id, resolution.request_id)
+            await self.store.unindex_request(record, in_pass=True)
             card = await self._card(session, resolution.request_id)
             if card is None:
                 continue

@@ -94,14 +94,14 @@ class ApproverNotices:
             elif isinstance(event, InputEscalated):
                 await self._escalated(event, session)
             elif isinstance(event, ApprovalCandidate) and event.outcome == "pending" and event.approvals > 0:
-                record = await self.store.get_request(event.request_id)
+                record = await self.store.pass_request(session.session_id, event.request_id)
                 approvals = [p.rsplit(":", 1)[-1] for p in record.approvals]
                 waiting = render_waiting(record.request, approvals, event.required, record.escalated_to)
                 await self._update_copies(session, record, waiting["blocks"], waiting["text"],
                                           approvals=approvals, required=event.required)
             elif isinstance(event, InputResolved):
                 for resolution in event.resolutions:
-                    record = await self.store.get_request(resolution.request_id)
+                    record = await self.store.pass_request(session.session_id, resolution.request_id)
                     settled = settled_card(record, resolution, event.at)
                     await self._update_copies(session, record, settled["blocks"], settled["text"])
         except SlackApiError as exc:
@@ -139,7 +139,7 @@ class ApproverNotices:
                                       approver_notice(req, channel_id=channel_id, link=link), link=link)
 
     async def _reminded(self, event: InputReminded, session: SessionRef) -> None:
-        record = await self.store.get_request(event.request_id)
+        record = await self.store.pass_request(session.session_id, event.request_id)
         if record.status != "open":
             return
         req = record.request
@@ -158,7 +158,7 @@ class ApproverNotices:
                                   reminder_message(req, now_waiting_s=waited, link=link))
 
     async def _escalated(self, event: InputEscalated, session: SessionRef) -> None:
-        record = await self.store.get_request(event.request_id)
+        record = await self.store.pass_request(session.session_id, event.request_id)
         if record.status != "open":
             return
         req = record.request

@@ -286,11 +286,14 @@ return 0
 @dataclass
 class _PassView:
     """A delivery pass's view of its session's frontend data (``chan``): what it read at its start, with its
-    own writes since; ``pending``: those to write at its end."""
+    own writes since; ``pending``: those to write at its end; ``tidy``: index clean-ups to send then too;
+    ``requests``: the request records its consumers read (``pass_request``), read once per pass."""
 
     token: str
     fields: dict[str, str]
     pending: dict[str, str] = field(default_factory=dict)
+    tidy: list[Command] = field(default_factory=list)
+    requests: dict[str, RequestRecord] = field(default_factory=dict)
 
 
 class SessionStore:
@@ -791,20 +794,21 @@ class SessionStore:
                               scripts=[self._forget_if_unchanged])
 
     def _recorded_in_pass(self, session_id: str, token: str, *, done: bool) -> list[Command]:
-        """The writes a pass kept for its end (``channel_set(..., in_pass=True)``), as commands; with
-        ``done`` the pass's view of the frontend data is dropped. Written whether or not the lock is still
-        ours: where a message was posted is a fact, whoever delivers next."""
+        """The writes a pass kept for its end (``channel_set(..., in_pass=True)``, ``unindex_request(...,
+        in_pass=True)``), as commands; with ``done`` the pass's view is dropped. Written whether or not the
+        lock is still ours: where a message was posted is a fact, whoever delivers next."""
         view = self._pass_views.get(session_id)
         if view is None or view.token != token:
             return []
         if done:
             del self._pass_views[session_id]
         writes, view.pending = view.pending, {}
-        if not writes:
-            return []
-        key = self.key(session_id, "chan")
-        return [("hset", (key, None, None, None, [x for pair in writes.items() for x in pair])),
-                ("pexpire", (key, self.retention_ms))]
+        commands, view.tidy = view.tidy, []
+        if writes:
+            key = self.key(session_id, "chan")
+            commands += [("hset", (key, None, None, None, [x for pair in writes.items() for x in pair])),
+                         ("pexpire", (key, self.retention_ms))]
+        return commands
 
     def _outbox_save_keys(self, session_id: str) -> list[str]:
         return [self.key(session_id, "out"), self.key(session_id, "outlock")]
@@ -861,9 +865,28 @@ class SessionStore:
             1, self.request_key(request_id), reason[:300],
         )
 
-    async def unindex_request(self, record: RequestRecord) -> None:
-        """Drop a settled request from the workspace's pending index."""
-        await self.redis.zrem(self.pending_key(record.team_id), record.request_id)
+    async def unindex_request(self, record: RequestRecord, *, in_pass: bool = False) -> None:
+        """Drop a settled request from the workspace's pending index. ``in_pass``: with the closing round
+        trip of the session's delivery pass, if one is under way here; a crash before then leaves the
+        entry, which readers of the index skip and drop (``pending_for_team``)."""
+        key = self.pending_key(record.team_id)
+        view = self._pass_views.get(record.session_id)
+        if in_pass and view is not None:
+            view.tidy.append(("zrem", (key, record.request_id)))
+            return
+        await self.redis.zrem(key, record.request_id)
+
+    async def pass_request(self, session_id: str, request_id: str) -> RequestRecord:
+        """A request as the session's delivery pass sees it: read once per pass, whichever consumer asks
+        first (a record read after the pass began is at least as new as every event the pass delivers).
+        Outside a pass, ``get_request``. Only for delivery: anything that decides reads afresh."""
+        view = self._pass_views.get(session_id)
+        if view is not None and (known := view.requests.get(request_id)) is not None:
+            return known
+        record = await self.get_request(request_id)
+        if view is not None and self._pass_views.get(session_id) is view:
+            view.requests[request_id] = record
+        return record
 
     # frontend data ---------------------------------------------------------------------------
 
