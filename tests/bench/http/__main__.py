@@ -1,8 +1,8 @@
 """``python -m tests.bench.http [--quick] [--write-doc]``: the app over real HTTP beside bare Bolt and raw aiohttp.
 
-Four contenders (the project, bare Bolt, raw aiohttp and the durable floor), each its own process, each behind its own LocalSlack (signed deliveries, real Web
-API, rate limits off), all calling one model server on loopback; the bench process holds the
-LocalSlacks, the model and the load. Contenders take turns in small batches (the first one rotates),
+Four contenders (the project, bare Bolt, raw aiohttp and the durable floor), each its own process, each
+behind its own LocalSlack (signed deliveries, real Web API, rate limits off), all calling one model
+server on loopback; the bench process holds the LocalSlacks, the model and the load. Contenders take turns in small batches (the first one rotates),
 so machine noise hits all alike. Nothing here asserts: it prints (and with ``--write-doc`` records in
 docs/PERFORMANCE.md) what it measured, goals marked met or not.
 """
@@ -195,10 +195,10 @@ async def measure_restarts(sides: list[Side], model: BenchModel, server: BenchSe
     model.delay_s = 0.0
     by_key = {side.key: side for side in sides}
     for parked, db in zip(args.parked, server.dbs[1:], strict=False):
-        redis = Redis.from_url(db_url(server.url, db))
+        url = db_url(server.url, db)
+        redis = Redis.from_url(url)
         data = tmp / f"restart-{parked}"
         data.mkdir()
-        url = db_url(server.url, db)
         launches = ProjectRestarts(project_launch(by_key["p"], SECRET, model.base_url, url, data), redis)
         floor = ProjectRestarts(floor_launch(by_key["d"], SECRET, model.base_url, url, data), redis)
         _say(f"restarts with {parked:,} other turns parked: preparing …")
