@@ -117,6 +117,22 @@ def delegation_result(values: dict[str, Any] | None) -> CallResult:
     return CallResult(status="completed", output=values.get("result", NO_ANSWER))
 
 
+async def delegation_live(store: Any, delegation_id: str | None) -> bool:
+    """Is the delegation a sub-agent works under still waiting for it (None: not a sub-agent's)?
+
+    The second line of defence behind the relay: whatever ends a delegation (Cancel, the parent's turn
+    cancelled, failed or steered past, a deadline) makes the relay stop the child, but the relay delivers
+    later, from any replica. Until it has, the child's settle and its turn loop ask this, and fail closed:
+    a delegation that is gone is over."""
+    if not delegation_id:
+        return True
+    try:
+        record = await store.get_request(delegation_id)
+    except UnknownRequest:
+        return False
+    return record.status == "open"
+
+
 class SubAgentRelay:
     """Moves delegations along, as a consumer of committed events (every ``Runtime`` has it, so any
     replica moves them along, whether it has the sub-agent loaded or not). Every step is idempotent, so a repeated event changes nothing: the task is queued once per

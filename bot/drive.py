@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bot import logs
-from bot.agents import delegation_result
+from bot.agents import delegation_live, delegation_result
 from bot.execute import Executor, ToolUnavailable, denied_output
 from bot.intake import Intake
 from bot.models.base import ModelError, TextCallback
@@ -274,6 +274,9 @@ class Driver:
         if snap.cancel == turn.turn_id:
             await self._finish_cancelled(p, state)
             return True
+        if state.ref.parent and not await delegation_live(self.p.store, state.ref.parent.get("request_id")):
+            await self._end_orphaned(p, state)  # the relay has not stopped this sub-agent yet: stop it here
+            return True
         owner_message = next((m for m in inbox if _same(m, turn.owner)), None)
         if owner_message is not None and (turn.step is not None or turn.limit_request_id):
             # a typed answer recorded but not yet tried (its process died after the ack): try it first
@@ -463,6 +466,19 @@ class Driver:
                 call.status, call.result = "done", CallResult(status="rejected", output={"code": code, "message": message})
             state.history.append({"role": "tool", "tool_call_id": call.call_id, "content": call.result.content()})
         return _unreported_results(p.session_id, turn)
+
+    async def _end_orphaned(self, p: _Pass, state: SessionState) -> None:
+        """A sub-agent's turn whose delegation ended: nothing more of it runs. Its open requests end "no
+        longer needed" (their cards are updated) and the turn ends cancelled, as the relay's stop would."""
+        turn = state.turn
+        assert turn is not None
+        open_ids = list(turn.step.request_ids if turn.step else [])
+        if turn.limit_request_id:
+            open_ids.append(turn.limit_request_id)
+        for record in await self.p.store.get_requests(open_ids):
+            if record.status == "open":
+                await self.settler.resolve_unanswered(record, "cancelled")
+        await self._finish_cancelled(p, state)
 
     async def _finish_cancelled(self, p: _Pass, state: SessionState) -> None:
         turn = state.turn

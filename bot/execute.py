@@ -364,6 +364,8 @@ def make_record(state: SessionState, req: InputRequest, *, approval_key: str | N
     assert state.turn is not None
     if state.agent and req.agent is None:  # a sub-agent asks: cards say which one
         req.agent = state.agent
+    if state.ref.parent:  # ... and under which delegation: once that ends, the request settles nothing
+        req.delegation_id = state.ref.parent.get("request_id")
     return RequestRecord(
         request=req,
         session_id=state.ref.session_id,

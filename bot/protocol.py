@@ -128,6 +128,9 @@ class InputRequest(Contract):
     # sub-agents (``bot.agents``): the sub-agent that asks (its requests), or that a "delegation" went to
     agent: str | None = None
     child_session_id: str | None = None  # a "delegation": the sub-agent's own session
+    # a sub-agent's request: the parent's "delegation" request it works under. Once that has ended, this
+    # request settles nothing and its call never runs (``bot.agents.delegation_live``: fail closed)
+    delegation_id: str | None = None
 
     def displayed_options(self) -> list[InputOption]:
         """Options in the order people see them; typed numbers index this order (DESIGN §8)."""

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from bot import logs
+from bot.agents import delegation_live
 from bot.approval import (
     DEFAULT_GRANT_DAYS,
     RequestView,
@@ -90,6 +91,8 @@ class Settler:
         if record.status != "open":
             return AnswerResult("stale", record)
         req = record.request
+        if not await delegation_live(self.p.store, req.delegation_id):
+            return await self._orphaned(record)
         outcome = answer_outcome(req, response)
         if outcome is None:
             return AnswerResult("invalid", record, reason=FORM_ONLY if req.kind == "user-input"
@@ -295,6 +298,13 @@ class Settler:
             return AnswerResult("partial", record, approvals=result.approvals, required=required)
         return AnswerResult("settled", record, approvals=result.approvals, required=required,
                             batch_complete=result.batch_complete)
+
+    async def _orphaned(self, record: RequestRecord) -> AnswerResult:
+        """A sub-agent's request whose delegation ended before the relay stopped the sub-agent: it ends "no
+        longer needed" instead of counting (its card is updated), and the caller drives the child's session,
+        whose turn loop ends the turn for the same reason (``bot.drive``)."""
+        await self.resolve_unanswered(record, "cancelled")
+        return AnswerResult("stale", await self.p.store.get_request(record.request_id), batch_complete=True)
 
     async def resolve_unanswered(self, record: RequestRecord, outcome: str) -> bool:
         """Settle an open request nobody answered: ignored (steered past) or cancelled (turn cancelled)."""

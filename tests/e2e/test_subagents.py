@@ -65,3 +65,24 @@ async def test_cancel_on_the_delegation_card_stops_the_sub_agent(local_slack, st
     await local_slack.wait_for(lambda: not cards(local_slack, ts))  # both cards lost their buttons
     assert "No longer needed" in json.dumps(local_slack.message(GENERAL, approval.ts).blocks)
     assert RAN == []
+
+
+async def test_approve_on_the_sub_agents_card_right_after_cancelling_the_delegation_runs_nothing(
+    local_slack, start_app
+):
+    # issue 25, item 7: the second click comes before the relay has stopped the sub-agent
+    RAN.clear()
+    model, *_ = models(parent_then=say("Stopped."))
+    await start_app(model, [crm_lookup, RESEARCHER])
+    ts, _ = await mention_and_wait_for_card(local_slack, "what plan is acme on?")
+    delegation, approval = await both_cards(local_slack, ts)
+    await local_slack.click(ALICE, GENERAL, delegation.ts, button(delegation, "Cancel"))
+    await local_slack.click(ALICE, GENERAL, approval.ts, button(approval, "Approve"))
+    note = await local_slack.wait_for(
+        lambda: [e for e in local_slack.ephemerals(ALICE) if "no longer needed" in e.text]
+    )
+    assert note[0].text == "This request is no longer needed."
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: m.text == "Stopped.")
+    await local_slack.wait_for(lambda: not cards(local_slack, ts))  # both cards lost their buttons
+    assert "No longer needed" in json.dumps(local_slack.message(GENERAL, approval.ts).blocks)
+    assert RAN == []

@@ -297,3 +297,61 @@ async def test_a_child_turn_that_fails_for_good_closes_its_open_cards_and_the_pa
     await runtime.recover()  # the relay tells the parent (whichever replica delivers the child's events)
     await runtime.wait_idle()
     assert (await store.get_request(delegation.request_id)).status != "open"
+
+
+# --- issue 25, item 7: whatever ends a delegation ends the sub-agent's open requests -------------------
+
+
+class RelayDown:
+    """The relay of the replica that would stop the child died (or is slow): every delivery fails, so the
+    outbox keeps the events for later. Meanwhile the child's card is still on screen and clickable."""
+
+    async def deliver(self, event, session) -> None:
+        raise RuntimeError("relay down")
+
+
+async def test_approving_a_cancelled_delegations_card_runs_nothing_and_says_it_is_no_longer_needed(redis):
+    from blocks.cards import already_settled_text, resolution_label
+
+    runtime, channel, store, parent, _, delegation, ask = await delegated(redis, parent_then=model_say("Stopped."))
+    runtime.outbox.consumers["subagents"] = RelayDown()
+    assert (await cancel(runtime, delegation.request_id)).state == "settled"
+    assert said(channel) == ["Stopped."]
+
+    clicked = await approve(runtime, ask.request_id)
+    assert RAN == []
+    assert clicked.state == "stale"
+    record = clicked.record
+    assert record.status != "open" and record.responder is None
+    assert already_settled_text(resolution_label(record.request, record.outcome), None) == (
+        "This request is no longer needed.")
+    # and the card is updated: its resolution is committed for the frontend
+    resolved = [r for e in channel.of("input.resolved") for r in e.resolutions if r.request_id == ask.request_id]
+    assert [r.outcome for r in resolved] == ["cancelled"]
+    # the child's turn is over too (nothing of it runs later)
+    assert ask.session_id in {e.session_id for e in channel.of("turn.cancelled")}
+    assert RAN == []
+
+
+async def test_a_call_approved_before_its_delegation_ended_does_not_run_after_it(redis):
+    runtime, channel, store, parent, _, delegation, ask = await delegated(redis, parent_then=model_say("Stopped."))
+    runtime.outbox.consumers["subagents"] = RelayDown()
+    # approved, but the child was not driven yet (the approver's process died after the settle)
+    approved = await runtime.answer(InputResponse(request_id=ask.request_id, option_id="approve", principal=ALICE),
+                                    resume=False)
+    assert approved.state == "settled" and approved.batch_complete
+    assert (await cancel(runtime, delegation.request_id)).state == "settled"
+    await runtime.drive(ask.session_id)  # the sweep (or any replica) drives the child now
+    await runtime.wait_idle()
+    assert RAN == []
+    assert ask.session_id in {e.session_id for e in channel.of("turn.cancelled")}
+    assert said(channel) == ["Stopped."]
+
+
+async def test_a_delegation_whose_parent_turn_failed_leaves_no_card_that_runs(redis):
+    # the parent's turn is given up on (its request ends "ignored"): the child's card runs nothing either
+    runtime, channel, store, parent, _, delegation, ask = await delegated(redis)
+    runtime.outbox.consumers["subagents"] = RelayDown()
+    assert await runtime.settler.resolve_unanswered(await store.get_request(delegation.request_id), "ignored")
+    clicked = await approve(runtime, ask.request_id)
+    assert clicked.state == "stale" and RAN == []
