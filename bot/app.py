@@ -58,6 +58,7 @@ from store.sessions import SessionStore
 log = logging.getLogger(__name__)
 
 RECOVERY_INTERVAL_SECONDS = 2.0  # dead workers' turns and undelivered events are picked up this often
+START_SWEEP_WAIT_SECONDS = 5.0  # start-up waits this long at most for its first sweep (it never waits on a tool)
 SHUTDOWN_GRACE_SECONDS = 5.0  # in-flight requests get this long; parked turns need nothing at all
 # a delivery's Slack call gives up after this (slack_sdk's default is 30 s); handlers.channel waits this
 # long (plus a margin, CLAIM_IN_FLIGHT_S) before it treats an unrecorded post as never made
@@ -354,7 +355,10 @@ async def _start(
                  deps=deps, localslack=local, url=url, metrics=app_metrics, _stack=stack)
     if recovery_interval > 0:
         bot._recovery = asyncio.create_task(_recovery_loop(runtime, recovery_interval))
-    await runtime.recover()
+    # the first sweep: the turns it finds go on in the background (``Runtime.recover``), and a slow Slack or
+    # Redis does not keep the bot from answering either; what it has not done by then it finishes on its own
+    first = runtime.spawn(runtime.recover(), what="the start-up sweep")
+    await asyncio.wait({first}, timeout=START_SWEEP_WAIT_SECONDS)
     return bot
 
 

@@ -53,6 +53,23 @@ class PostResult:
     answer: AnswerResult | None = None
 
 
+class _InBackground:
+    """How a timer starts a turn (a schedule's tick): the message is recorded durably in the timer's time,
+    and the turn is driven in a tracked background task. A timer never waits on a model or a tool; if this
+    process dies first, the recorded message makes the session due for any replica's sweep."""
+
+    def __init__(self, runtime: Runtime):
+        self.runtime = runtime
+
+    async def post_message(self, ref: SessionRef, principal: Principal | None, text: str, *,
+                           message_id: str | None = None, automated: bool = False) -> object:
+        rt = self.runtime
+        message = await rt.record_message(ref, principal, text, message_id=message_id, automated=automated)
+        if message is not None:
+            rt.spawn(rt.process_message(ref.session_id, message), what=f"start the turn of {ref.session_id}")
+        return message
+
+
 class Runtime:
     """Drives sessions: one turn per session at a time, any number of sessions and replicas."""
 
@@ -69,6 +86,7 @@ class Runtime:
         schedules: ScheduleStorePort | None = None,
     ):
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._recovering: set[str] = set()  # sessions the sweep is driving in the background (``recover``)
         self.outbox = Outbox(store, {FRONTEND: channel}, self.spawn)
         self.parts = Parts(store=store, model=model, reviewer=reviewer or model, tools=tools,
                            settings=settings or RuntimeSettings(), outbox=self.outbox, spawn=self.spawn,
@@ -121,7 +139,7 @@ class Runtime:
         if parsed is None or self.schedules is None:
             log.warning("a schedule's timer %r cannot be fired here; dropped", member)
             return
-        await fire_schedule(self.schedules, self.parts.workspace, self, *parsed)
+        await fire_schedule(self.schedules, self.parts.workspace, _InBackground(self), *parsed)
 
     # --- entry points ----------------------------------------------------------------------------
 
@@ -209,13 +227,28 @@ class Runtime:
             await self.driver.drive(session_id)
 
     async def recover(self) -> int:
-        """Continue turns whose worker died, and deliver events nobody delivered (any replica)."""
+        """One sweep (any replica, at start-up and every few seconds): fire due deadlines, hand turns whose
+        worker died to background drives, deliver events nobody delivered. Returns how much it found.
+
+        It never waits on a tool or a model (issue 25, item 12): a turn it finds is continued in a tracked
+        background task, so one slow tool cannot hold up every expiry, reminder, escalation, schedule and
+        delivery of this replica, nor its start-up."""
         count = await self.timers.sweep()  # first: an expiry makes its session due for the loop below
         for session_id in await self.store.due_sessions():
-            await self.drive(session_id)
-            count += 1
+            count += self._continue_in_background(session_id)
         count += await self.outbox.sweep()
         return count
+
+    def _continue_in_background(self, session_id: str) -> bool:
+        """Drive a session the sweep found due, in a tracked task (``abandon`` cancels it at shutdown). One
+        per session, and at most ``max_active_turns`` at once: the others stay due for a later sweep (or
+        another replica's). False when it was left for later."""
+        if session_id in self._recovering or len(self._recovering) >= max(1, self.settings.max_active_turns):
+            return False
+        self._recovering.add(session_id)
+        task = self.spawn(self.drive(session_id), what=f"continue {session_id}")
+        task.add_done_callback(lambda _: self._recovering.discard(session_id))
+        return True
 
     async def flush(self, session_id: str) -> bool:
         """Deliver a session's committed events now (tests, tools); True when nothing is left."""

@@ -172,3 +172,72 @@ async def test_a_slow_tool_keeps_its_lease(redis):
     assert runs == [1]
     assert channel_b.events == []
     assert channel_a.types()[-2:] == ["turn.completed", "session.waiting"]
+
+
+# --- issue 25, item 12: timers never wait on a tool or a model ------------------------------------------
+
+
+class _ByPrompt:
+    """One scripted model per session, chosen by the first thing said in it (both sessions share the process)."""
+
+    name = "by-prompt"
+
+    def __init__(self, **scripts: list) -> None:
+        self.models = {prompt: ScriptedModel(script) for prompt, script in scripts.items()}
+
+    async def complete(self, messages: list[dict], tools: list, *, on_text=None):
+        first = next(m["content"] for m in messages if m.get("role") == "user")
+        return await self.models[first].complete(messages, tools, on_text=on_text)
+
+
+async def test_recovery_hands_a_slow_turn_to_the_background_and_deadlines_fire_on_time(redis):
+    from bot.protocol import InputResponse
+    from tests.engine.harness import ALICE
+    from tests.engine.test_timers import Clock
+
+    clock = Clock()
+    entered, release, syncs = asyncio.Event(), asyncio.Event(), []
+
+    async def sync_ledger(args: dict) -> dict:
+        syncs.append(args)
+        entered.set()
+        await release.wait()  # a slow tool: the test holds it
+        return {"synced": True}
+
+    async def pay(args: dict) -> dict:
+        return {"paid": True}
+
+    tools = [Tool(sync_ledger, name="sync_ledger", approval=always()),
+             Tool(pay, name="pay", approval=always(), expires_after=60)]
+    model = _ByPrompt(sync=[call("sync_ledger"), model_say("synced")], pay=[call("pay"), model_say("not paid")])
+    runtime, channel, store = make_runtime(redis, model, tools)
+    runtime.settings.clock = clock
+    slow, paying = session("slow"), session("paying")
+    await say(runtime, "sync", ref=slow)
+    await say(runtime, "pay", ref=paying)
+    sync_card, pay_card = channel.requests()
+    # the sync was approved, and the process that settled it died before driving it: recovery's to continue
+    await runtime.answer(InputResponse(request_id=sync_card.request_id, option_id="approve", principal=ALICE),
+                         resume=False)
+
+    startup = asyncio.create_task(runtime.recover())  # what start-up runs
+    await asyncio.wait_for(entered.wait(), 2)  # the slow tool is running
+    done, _ = await asyncio.wait({startup}, timeout=1)
+    assert startup in done, "recovery waits on a slow tool"
+
+    clock.now += 61  # the payment's card expires meanwhile: the next sweep fires it, and its turn goes on
+    await asyncio.wait_for(runtime.recover(), 1)
+    deadline = time.monotonic() + 3
+    while "turn.completed" not in [e.type for e in await store.events(paying.session_id)]:
+        assert time.monotonic() < deadline, "the expiry waited on the slow tool"
+        await asyncio.sleep(0.05)
+        await runtime.recover()
+    resolved = [r.outcome for e in await store.events(paying.session_id) if e.type == "input.resolved"
+                for r in e.resolutions]
+    assert resolved == ["expired"]
+    assert not release.is_set() and len(syncs) == 1  # all that while the sync ran, once (never a second drive)
+
+    release.set()
+    await runtime.wait_idle()
+    assert [e.type for e in await store.events(slow.session_id)][-2:] == ["turn.completed", "session.waiting"]
+    assert len(syncs) == 1
