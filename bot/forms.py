@@ -96,8 +96,23 @@ def checked_values(schema: dict[str, Any], values: Any) -> dict[str, Any]:
     try:
         return model.model_validate(values).model_dump(mode="json", by_alias=True)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'form'}: {e['msg']}" for e in exc.errors())
-        raise ValueError(f"the form's values are not valid: {problems}") from exc
+        raise ValueError(f"the form's values are not valid: {_problems(exc, 'form')}") from exc
+
+
+def validated_result(model: type[BaseModel], values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` as the tool's own result model takes them (raises ValueError naming each field).
+
+    The form's JSON schema cannot carry a model's ``field_validator``/``model_validator`` rules, so an
+    external result passes the model itself before it settles: what the turn gets, the model accepted."""
+    try:
+        return model.model_validate(values).model_dump(mode="json", by_alias=True)
+    except ValidationError as exc:
+        raise ValueError(f"the result is not valid: {_problems(exc, 'result')}") from exc
+
+
+def _problems(exc: ValidationError, whole: str) -> str:
+    """Each error as ``field: message`` (the field from its loc; ``whole`` when a rule is about all of it)."""
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or whole}: {e['msg']}" for e in exc.errors())
 
 
 def _annotation(name: str, prop: dict[str, Any]) -> tuple[Any, dict[str, Any]]:

@@ -28,7 +28,7 @@ from bot.approval import (
     grant_offers,
     requester_only,
 )
-from bot.forms import checked_values
+from bot.forms import checked_values, validated_result
 from bot.metrics import SETTLED
 from bot.parts import Parts
 from bot.principals import Principal
@@ -99,6 +99,8 @@ class Settler:
                                 else "That is not one of the options.")
         if req.kind in ("user-input", "external-result") and outcome == "answered":
             values, refusal = _checked_form(req, response)
+            if values is not None and req.kind == "external-result":
+                values, refusal = self._checked_result(req, values)
             if values is None:
                 return AnswerResult("invalid", record, reason=refusal)
             response = response.model_copy(update={"values": values})
@@ -192,6 +194,17 @@ class Settler:
             grants.append(Grant(scope="requester", expires_at=now + timedelta(days=offer.days or DEFAULT_GRANT_DAYS),
                                 **base))
         return grants
+
+    def _checked_result(self, req: InputRequest, values: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+        """An external result as the tool's ``result=`` model takes it (its validators too), or None and why.
+        A tool this process lacks is refused later, by the response policy step (fail closed)."""
+        tool = self.p.tools.get(req.action.tool_name) if req.action else None
+        if tool is None or tool.result_model is None:
+            return values, ""
+        try:
+            return validated_result(tool.result_model, values), ""
+        except ValueError as exc:
+            return None, str(exc)
 
     async def _checked_edit(self, record: RequestRecord, edited: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
         """The edited input as the tool will get it, or None and why not: it must be valid for the tool,

@@ -9,7 +9,7 @@ import json
 import re
 
 import aiohttp
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from bot.approval import Approval, allowed, always, rejected
 from bot.models.scripted import ScriptedModel, call, say
@@ -135,3 +135,53 @@ async def test_cancelling_an_external_call_tells_the_model_it_did_not_run(local_
     await local_slack.click(BOB, GENERAL, card.ts, button(card, "Cancel"))
     told = await result_reply(local_slack, ts)
     assert told["code"] == "TOOL_EXECUTION_DENIED"
+
+
+class TicketedResult(BaseModel):
+    rows_changed: int
+    ticket: str
+
+    @field_validator("ticket")
+    @classmethod
+    def _a_ticket(cls, value: str) -> str:  # a rule the JSON schema cannot say
+        if not re.fullmatch(r"OPS-\d+", value):
+            raise ValueError("a ticket looks like OPS-123")
+        return value
+
+    @model_validator(mode="after")
+    def _changes_are_explained(self) -> TicketedResult:
+        if self.rows_changed > 1000 and self.ticket == "OPS-0":
+            raise ValueError("a large change needs a real ticket")
+        return self
+
+
+@tool(external=True, result=TicketedResult, approval=Approval(request=always(), response=bob_runs_migrations))
+async def run_ticketed_migration(args: Migration, ctx: ToolContext) -> dict:
+    """Run a database migration under a ticket (done by the DBA, by hand)."""
+    raise AssertionError("an external tool's function never runs")
+
+
+async def test_a_posted_result_the_result_model_refuses_is_not_settled(local_slack, start_app):
+    """The result model's own validators run before a result settles (issue 25, item 8): the JSON
+    schema alone would take both refused bodies below."""
+    await start_app(ScriptedModel([call("run_ticketed_migration", database="orders"),
+                                   lambda messages, tools: say("Result: " + messages[-1]["content"])]),
+                    [run_ticketed_migration])
+    ts, card = await mention_and_wait_for_card(local_slack, "migrate orders")
+    await local_slack.click(BOB, GENERAL, card.ts, button(card, "Get a result token"))
+    note = await local_slack.wait_for(lambda: local_slack.ephemerals(BOB))
+    url, token = token_of(note[-1].text)
+    async with aiohttp.ClientSession() as http:
+        async def post(body):
+            async with http.post(url, json=body, headers={"Authorization": f"Bearer {token}"}) as r:
+                return r.status, await r.json()
+
+        status, answer = await post({"rows_changed": 3, "ticket": "none"})
+        assert status == 422 and "ticket" in answer["error"] and "OPS-123" in answer["error"]
+        status, answer = await post({"rows_changed": 5000, "ticket": "OPS-0"})
+        assert status == 422 and "a large change needs a real ticket" in answer["error"]
+        assert any(b["type"] == "actions" for b in local_slack.message(GENERAL, card.ts).blocks)  # still open
+        status, answer = await post({"rows_changed": 3, "ticket": "OPS-42"})
+        assert status == 200 and answer["ok"] is True
+    told = await result_reply(local_slack, ts)
+    assert told == {"rows_changed": 3, "ticket": "OPS-42"}
