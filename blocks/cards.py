@@ -271,7 +271,10 @@ def resolution_label(req: InputRequest, outcome: ResolutionOutcome, option_id: s
 
 
 def expired_label(req: InputRequest) -> str:
-    """ "Expired after 24 h — nobody answered" (how long it was open, when that is known)."""
+    """ "Expired after 24 h — nobody answered" (how long it was open, when that is known); a delegation
+    whose sub-agent ran out of time says so instead."""
+    if req.kind == "delegation" and req.expires_at is not None:
+        return f"Stopped after {duration_text(req.expires_at - req.created_at)} — the sub-agent ran out of time"
     if req.expires_at is None:
         return "Expired — nobody answered"
     return f"Expired after {duration_text(req.expires_at - req.created_at)} — nobody answered"

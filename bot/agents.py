@@ -12,8 +12,11 @@ Nothing here is a second engine. A delegation is a request of the one protocol (
 - when the child's turn ends, the relay answers the delegation request through the one settle path, as
   the app (``via="subagent"``), with the child's final answer: the parent resumes with it as the call's
   result, like an external result;
-- when the delegation request ends any other way (Cancel on its card, the parent turn cancelled, the
-  person steering past it), the relay cancels the child's turn: its pending calls never run.
+- when the delegation request ends any other way (Cancel on its card, the parent turn cancelled or
+  failed, the person steering past it, the agent's ``expires_after`` deadline), the relay cancels the
+  child's turn: its open requests end "no longer needed" and its pending calls never run. The relay
+  delivers later (any replica); until it has, the child's settle and turn loop find the delegation over
+  themselves (:func:`delegation_live`, fail closed), so a click on the child's card in between runs nothing.
 
 ::
 
@@ -33,6 +36,7 @@ only sub-agents list is theirs alone: the main agent is not shown it and cannot 
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -64,6 +68,9 @@ class SubAgent(BaseModel):
     description: str  # what it is good for: the main model reads it in ``delegate``'s description
     instructions: str  # its system prompt
     tools: list[Tool] = Field(default_factory=list)
+    # how long a delegation may take (a timedelta, or seconds): then it ends "expired", the sub-agent is
+    # stopped (its open cards end "no longer needed") and the parent goes on without its answer
+    expires_after: timedelta | None = None
 
     def __hash__(self) -> int:
         return hash(self.name)
@@ -107,6 +114,11 @@ def final_answer(state: SessionState) -> str:
         if message.get("role") == "user":
             break
     return NO_ANSWER
+
+
+def out_of_time(agent: str | None) -> str:
+    """The ``delegate`` call's result when its deadline passed first (the model reads it)."""
+    return f"{agent or 'The sub-agent'} did not finish in time and was stopped; its work is not done."
 
 
 def delegation_result(values: dict[str, Any] | None) -> CallResult:

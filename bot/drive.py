@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bot import logs
-from bot.agents import delegation_live, delegation_result
+from bot.agents import delegation_live, delegation_result, out_of_time
 from bot.execute import Executor, ToolUnavailable, denied_output
 from bot.intake import Intake
 from bot.models.base import ModelError, TextCallback
@@ -598,6 +598,8 @@ def _rejection(record: RequestRecord, denied_message: str | None = None) -> dict
         return denied_output(IGNORED_MESSAGE, status="ignored", request_id=record.request_id)
     if record.outcome == "cancelled":
         return denied_output("The turn was cancelled.", status="cancelled", request_id=record.request_id)
+    if record.outcome == "expired" and record.request.kind == "delegation":
+        return denied_output(out_of_time(record.request.agent), status="expired", request_id=record.request_id)
     if record.outcome == "expired":
         return denied_output("Nobody answered in time.", status="expired", request_id=record.request_id)
     output = denied_output(denied_message or DENIED_MESSAGE, status="denied", request_id=record.request_id)

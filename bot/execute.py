@@ -251,6 +251,9 @@ class Executor:
                                               call.call_id),
         )
         req.created_at = datetime.fromtimestamp(self.p.settings.clock(), UTC)
+        agent = self.p.tools.agent(args.agent)
+        if agent is not None and agent.expires_after is not None:  # a deadline ends it like Cancel (the relay)
+            req.expires_at = req.created_at + agent.expires_after
         call.request_id = req.request_id
         return make_record(state, req)
 

@@ -355,3 +355,27 @@ async def test_a_delegation_whose_parent_turn_failed_leaves_no_card_that_runs(re
     assert await runtime.settler.resolve_unanswered(await store.get_request(delegation.request_id), "ignored")
     clicked = await approve(runtime, ask.request_id)
     assert clicked.state == "stale" and RAN == []
+
+
+async def test_a_delegation_past_its_deadline_stops_the_sub_agent_and_the_parent_goes_on(redis):
+    from tests.engine.test_timers import Clock
+
+    RAN.clear()
+    clock = Clock()
+    hasty = SubAgent(**{**RESEARCHER.model_dump(exclude={"tools"}), "tools": RESEARCHER.tools, "expires_after": 600})
+    model, parent, _ = models(parent_then=lambda m, t: model_say("Told: " + json.loads(m[-1]["content"])["message"]))
+    runtime, channel, store = make_runtime(redis, model, [notify_team, hasty])
+    runtime.settings.clock = clock
+    await say(runtime, "what plan is acme on?")
+    [delegation, ask] = channel.requests()
+    assert delegation.expires_at is not None and (delegation.expires_at - delegation.created_at).total_seconds() == 600
+    clock.now += 601
+    await runtime.recover()
+    await runtime.wait_idle()
+    assert (await store.get_request(delegation.request_id)).outcome == "expired"
+    assert (await store.get_request(ask.request_id)).outcome == "cancelled"  # its card: no longer needed
+    assert said(channel) == ["Told: researcher did not finish in time and was stopped; its work is not done."]
+    assert (await approve(runtime, ask.request_id)).state == "stale" and RAN == []
+    from blocks.cards import resolution_label
+
+    assert resolution_label(delegation, "expired") == "Stopped after 10 min — the sub-agent ran out of time"
