@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fnmatch
-import hashlib
 import json
 import logging
 import os
@@ -55,6 +54,7 @@ from bot import logs
 from bot.approval import RequestPolicy, always, never, once
 from bot.forms import FormSchemaError, model_from_schema
 from bot.models.base import ToolSpec
+from bot.tool_names import model_safe_name
 from bot.tools import AskParked, Tool, ToolContext, ToolRegistry
 
 log = logging.getLogger(__name__)
@@ -65,8 +65,6 @@ START_WAIT_S = 10.0  # the bot's start waits this long for its servers at most; 
 RECONNECT_MAX_S = 30.0  # a server that is away is tried again after 1, 2, 4… seconds, up to this
 PING_EVERY_S = 15.0  # an idle connection is checked this often, so a server that went away is noticed
 RESULT_CHARS = 20_000  # of a tool's text handed to the model
-NAME_LIMIT = 64  # OpenAI's function names: ^[a-zA-Z0-9_-]{1,64}$
-_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _POLICIES = {"never": never, "always": always, "once": once}
 
@@ -202,12 +200,7 @@ def tool_name(server: str, tool: str) -> str:
     OpenAI takes ``^[a-zA-Z0-9_-]{1,64}$``; MCP allows dots and 128 characters. A name that had to
     be changed to fit (characters replaced, or cut) ends in 6 hex digits of a hash of the original,
     so two tools never share a name ("files.read" and "files_read" stay apart)."""
-    plain = f"{server}__{tool}"
-    safe = _UNSAFE.sub("_", plain)
-    if safe == plain and len(safe) <= NAME_LIMIT:
-        return safe
-    digest = hashlib.sha256(f"{server}.{tool}".encode()).hexdigest()[:6]
-    return f"{safe[: NAME_LIMIT - 7]}_{digest}"
+    return model_safe_name(f"{server}__{tool}", identity=f"{server}.{tool}")
 
 
 # --- tools -----------------------------------------------------------------------------------------
