@@ -193,7 +193,10 @@ class SubAgentRelay:
         if not child:
             return
         for _ in range(5):
-            if await rt.cancel_turn(child, None):
+            # not driven here: this runs inside an outbox pass, which must never wait for a drive slot that
+            # slow tools hold (issue 25, item 12); the turn ends in the background
+            if await rt.cancel_turn(child, None, resume=False):
+                rt.spawn(rt.drive(child), what=f"end the turn of sub-agent session {child}")
                 return
             snap = await rt.store.snapshot(child)
             queued = next((m for m in snap.inbox if m.get("id") == task_message_id(request_id)), None)

@@ -202,8 +202,9 @@ class Runtime:
         you" lists); None when it cannot be known. Response policies must therefore have no side effects."""
         return await self.settler.check(record, principal, decision, within_s=within_s)
 
-    async def cancel_turn(self, session_id: str, principal: Principal | None) -> bool:
-        """Stop the current turn: pending calls never run; late answers authorize nothing."""
+    async def cancel_turn(self, session_id: str, principal: Principal | None, *, resume: bool = True) -> bool:
+        """Stop the current turn: pending calls never run; late answers authorize nothing. With
+        ``resume=False`` the caller drives the session to end the turn (or the sweep does: it is due)."""
         raw = (await self.store.snapshot(session_id)).state
         if not raw:
             return False
@@ -218,7 +219,8 @@ class Runtime:
             open_ids.append(turn.limit_request_id)
         for record in await self.store.get_requests(open_ids):
             await self.settler.resolve_unanswered(record, "cancelled")
-        await self.drive(session_id)
+        if resume:
+            await self.drive(session_id)
         return True
 
     async def drive(self, session_id: str) -> None:

@@ -379,3 +379,49 @@ async def test_a_delegation_past_its_deadline_stops_the_sub_agent_and_the_parent
     from blocks.cards import resolution_label
 
     assert resolution_label(delegation, "expired") == "Stopped after 10 min — the sub-agent ran out of time"
+
+
+async def test_stopping_a_sub_agent_never_holds_up_the_sweep_behind_busy_turns(redis):
+    # issue 25, item 12: the relay stops the child from inside an outbox pass; with every drive slot of this
+    # process held by slow tools, that pass (and so the sweep, and every deadline after it) must not wait
+    from bot.protocol import InputResponse as Response
+    from bot.tools import Tool
+    from bot.turns import RuntimeSettings
+    from store.sessions import OUTBOX
+
+    RAN.clear()
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def sync_ledger(args: dict) -> dict:
+        entered.set()
+        await release.wait()
+        return {"synced": True}
+
+    model, *_ = models()
+    slow_model = ScriptedModel([call("sync_ledger"), model_say("synced")])
+    runtime, channel, store = make_runtime(
+        redis, ByAgent(model.main, **{RESEARCHER.instructions: model.by_instructions[RESEARCHER.instructions],
+                                      "slow": slow_model}),
+        [notify_team, RESEARCHER, Tool(sync_ledger, name="sync_ledger")],
+        settings=RuntimeSettings(system_prompt="", max_active_turns=1))
+    await say(runtime, "what plan is acme on?")
+    [delegation, ask] = channel.requests()
+    relay = runtime.outbox.consumers["subagents"]
+    runtime.outbox.consumers["subagents"] = RelayDown()  # the cancel's own delivery fails: the sweep's to do
+    await runtime.answer(Response(request_id=delegation.request_id, option_id="cancel", principal=ALICE), resume=False)
+    await runtime.wait_idle()
+    runtime.outbox.consumers["subagents"] = relay
+
+    runtime.settings.system_prompt = "slow"  # (picks the slow model for a new session)
+    busy = asyncio.create_task(say(runtime, "sync", ref=session("busy")))  # holds the only drive slot
+    try:
+        await asyncio.wait_for(entered.wait(), 2)
+        await redis.hdel(store.key(PARENT, "out"), "_hold:subagents")
+        await redis.zadd(OUTBOX, {PARENT: 0})
+        await asyncio.wait_for(runtime.recover(), 1)  # delivers the cancel to the relay without waiting
+        assert (await store.get_request(ask.request_id)).outcome == "cancelled"
+    finally:
+        release.set()
+        await busy
+    await runtime.wait_idle()
+    assert ask.session_id in {e.session_id for e in channel.of("turn.cancelled")} and RAN == []
