@@ -28,6 +28,7 @@ from bot.approval import (
     ResponseDecision,
     ResponsePolicy,
     allowed,
+    describe_responders,
     rejected,
 )
 from bot.principals import Principal, workspace_member
@@ -212,10 +213,30 @@ async def _listed(ctx: AnswerersContext, resource: str, *, required: int, exclud
     listing = await _source.approver_list(team, resource)
     requester = _user(ctx.request.principal)
     users = [u for u in (listing.approvers if listing else []) if not (exclude_requester and u == requester)]
+    need = max(required, listing.required_approvals if listing else 1)  # said even with nobody listed (escalation)
     if not users:
-        return Responders(rule="nobody", description=f"Nobody is set up to approve {_named(resource)} yet")
-    need = max(required, listing.required_approvals if listing else 1)
+        return Responders(rule="nobody", description=f"Nobody is set up to approve {_named(resource)} yet",
+                          required=need)
     return Responders(rule="people", people=[workspace_member(team, u) for u in users], required=need)
+
+
+async def escalated_answer(policy: ResponsePolicy | None, ctx: ResponseContext) -> ResponseDecision:
+    """The answer of someone a request was escalated to (``bot.timers``), whom ``policy`` itself refused.
+
+    Escalation widens who may answer, never what is required: the requester still can't approve their
+    own request, an outsider (Slack Connect, not let in by the workspace) stays one, and an approval
+    counts as one of the distinct approvals the rule requires of the people it names (its quorum, as it
+    describes itself: ``n_of_m(2)`` still needs two people, an approver list's "2 required" still two).
+    A rule that cannot say its quorum right now admits nobody this way (fail closed)."""
+    requester, responder = ctx.request.principal, ctx.response.principal
+    if ctx.response.decision == "approve" and requester is not None and requester.same_as(responder):
+        return rejected("You can't approve your own request; someone else has to.")
+    if await _outsider(ctx, responder):
+        return rejected("People from other workspaces can't approve requests here.")
+    described = await describe_responders(policy, AnswerersContext(request=ctx.request, session=ctx.session))
+    if described is None:
+        return rejected(STORE_DOWN)
+    return allowed(required=described.required)
 
 
 async def _outsider(ctx: ResponseContext, responder: Principal) -> bool:

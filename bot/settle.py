@@ -21,7 +21,6 @@ from bot.approval import (
     ResponseContext,
     ResponseDecision,
     ResponseView,
-    allowed,
     delegation_responses,
     evaluate_request_policy,
     evaluate_response_policy,
@@ -29,6 +28,7 @@ from bot.approval import (
     requester_only,
 )
 from bot.forms import checked_values, validated_result
+from bot.governance import escalated_answer
 from bot.metrics import SETTLED
 from bot.parts import Parts
 from bot.principals import Principal
@@ -334,17 +334,16 @@ class Settler:
 
 def with_escalation(policy: Any, record: RequestRecord) -> Any:
     """``policy``, or, once the request was escalated (``bot.timers``), ``policy`` that also lets the
-    people it was escalated to answer — never to approve a request of their own."""
+    people it was escalated to answer — under everything the rule requires (``escalated_answer``)."""
     people = record.escalated_to
     if not people:
         return policy
 
     async def escalated(ctx: ResponseContext) -> ResponseDecision:
-        responder, requester = ctx.response.principal, ctx.request.principal
-        own = requester is not None and requester.same_as(responder)
-        if any(p.same_as(responder) for p in people) and not (own and ctx.response.decision == "approve"):
-            return allowed()
-        return await evaluate_response_policy(policy, ctx)
+        decided = await evaluate_response_policy(policy, ctx)
+        if decided.status == "allowed" or not any(p.same_as(ctx.response.principal) for p in people):
+            return decided  # the rule's own answer (its quorum, its reasons) stands
+        return await escalated_answer(policy, ctx)
 
     return escalated
 

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+from datetime import timedelta
+from typing import Any
+
+import pytest
 
 from bot.approval import ONLY_REQUESTER, Approval, ResponseContext, allowed, always, rejected
+from bot.governance import approvers, four_eyes, n_of_m, use_policy_source
 from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
+from bot.principals import slack_user
 from bot.turns import RuntimeSettings
+from handlers.governance import policy_source_for
 from tests.engine.harness import (
     ALICE,
     BOB,
@@ -20,10 +28,13 @@ from tests.engine.harness import (
     recording_tool,
     request_status,
     say,
+    session,
     shown,
     tool_results,
 )
 
+DAVE = slack_user("T1", "UDAVE")
+ERIN = slack_user("T1", "UERIN", user_team_id="T2")  # Slack Connect: a partner company's person
 FINANCE = {CAROL.principal_id}
 FINANCE_ONLY = "Only finance can approve refunds."
 
@@ -223,3 +234,69 @@ async def test_two_distinct_approvers_required(redis):
     progress = [e.approvals for e in channel.of("approval.candidate") if e.approvals]
     assert progress == [1, 1]
     assert channel.of("approval.settled")[0].responder == CAROL
+
+
+# --- escalation widens who may answer, never what is required (issue 25, item 10) -------------------
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+async def lists(redis):
+    source = policy_source_for(redis)
+    use_policy_source(source)
+    await source.policies.set_approvers("T1", "tool:rotate", ["UBOB", "UCAROL"], actor="admin")
+    # the managers' list holds dave, and erin from a partner company (Slack Connect) — and alice, who asks
+    await source.policies.set_approvers("T1", "tool:managers", ["UDAVE", "UERIN", "UALICE"], actor="admin")
+    yield source.policies
+    use_policy_source(None)
+
+
+async def _escalated(redis, response, name: str = "s1") -> tuple[Any, list, Any, Any]:
+    rotate, runs = recording_tool("rotate", approval=Approval(request=always(), response=response))
+    rotate.escalate_after, rotate.escalate_to = timedelta(seconds=60), "tool:managers"
+    runtime, channel, store = make_runtime(redis, ScriptedModel([call("rotate"), model_say("ok")]), [rotate])
+    clock = runtime.settings.clock = _Clock()
+    await say(runtime, "rotate the keys", ref=session(name))
+    [req] = channel.requests()
+    clock.now += 61
+    await runtime.timers.sweep()
+    await runtime.wait_idle()
+    assert [e.request_id for e in channel.of("input.escalated")] == [req.request_id]
+    return runtime, runs, store, req
+
+
+async def test_after_escalation_n_of_m_still_needs_n_distinct_people(redis, lists):
+    runtime, runs, store, req = await _escalated(redis, n_of_m(2, "tool:rotate"))
+    first = await approve(runtime, req.request_id, who=DAVE)  # a manager counts, as one of the two
+    assert first.state == "partial" and first.approvals == 1 and first.required == 2
+    assert (await approve(runtime, req.request_id, who=DAVE)).state == "partial"  # twice is once
+    assert runs == [] and await request_status(store, req.request_id) == "open"
+    done = await approve(runtime, req.request_id, who=BOB)
+    assert done.state == "settled" and len(runs) == 1
+
+
+async def test_after_escalation_an_outsider_on_the_list_stays_an_outsider(redis, lists):
+    runtime, runs, store, req = await _escalated(redis, n_of_m(2, "tool:rotate"))
+    refused = await approve(runtime, req.request_id, who=ERIN)
+    assert refused.state == "rejected" and "other workspaces" in refused.reason
+    own = await approve(runtime, req.request_id, who=ALICE)  # the requester on the managers' list
+    assert own.state == "rejected"
+    assert runs == [] and await request_status(store, req.request_id) == "open"
+
+
+async def test_after_escalation_four_eyes_and_the_list_quorum_still_hold(redis, lists):
+    await lists.set_approvers("T1", "tool:rotate", ["UBOB", "UCAROL"], required=2, actor="admin")
+    runtime, runs, _, req = await _escalated(redis, approvers("tool:rotate"))  # the list itself asks for 2
+    assert (await approve(runtime, req.request_id, who=DAVE)).state == "partial"
+    assert (await approve(runtime, req.request_id, who=CAROL)).state == "settled" and len(runs) == 1
+    runtime, runs, _, req = await _escalated(redis, four_eyes(), "s2")
+    assert (await approve(runtime, req.request_id, who=ALICE)).state == "rejected"
+    assert (await approve(runtime, req.request_id, who=ERIN)).state == "rejected"
+    assert (await approve(runtime, req.request_id, who=DAVE)).state == "settled" and len(runs) == 1
