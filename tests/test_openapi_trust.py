@@ -9,6 +9,7 @@ import json
 import logging
 import re
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 from aiohttp import web
@@ -68,7 +69,9 @@ DOCUMENT = {
             ],
         }},
         "/echo": {"get": {"operationId": "echo", "parameters": [
-            {"name": "fail", "in": "query", "schema": {"type": "boolean"}}]}},
+            {"name": "fail", "in": "query", "schema": {"type": "boolean"}},
+            {"name": "token", "in": "query", "schema": {"type": "string"}},
+            {"name": "sid", "in": "cookie", "schema": {"type": "string"}}]}},
     },
     "components": {"schemas": {
         "NewNote": {"type": "object", "required": ["workspace", "text", "owner"], "properties": {
@@ -83,16 +86,15 @@ SEEN: list[dict] = []
 SESSIONS = itertools.count()
 
 
-def config(port: int, *, document: str = "notes.json", operations: str | None = None, extra: str = "") -> str:
-    ops = operations or "[getFilePart, getPet, notes/create, notes/update, findPets, echo]"
+def config(port: int, *, auth: str = "{type: header, name: api_key, env: NOTES_KEY}") -> str:
     return ("connections:\n"
             "  - name: notes\n"
-            f"    spec: {document}\n"
+            "    spec: notes.json\n"
             f"    base_url: http://127.0.0.1:{port}/api\n"
-            f"    operations: {ops}\n"
-            "    auth: {type: header, name: api_key, env: NOTES_KEY}\n"
+            "    operations: [getFilePart, getPet, notes/create, notes/update, findPets, echo]\n"
+            f"    auth: {auth}\n"
             "    tenant_parameter: workspace\n"
-            "    approval: {notes/create: never, notes/update: never}\n" + extra)
+            "    approval: {notes/create: never, notes/update: never}\n")
 
 
 @pytest.fixture
@@ -102,7 +104,7 @@ async def notes(tmp_path, unused_tcp_port, monkeypatch) -> AsyncIterator[str]:
         body = await request.json() if request.can_read_body else None
         SEEN.append({"method": request.method, "path": request.raw_path.split("?")[0],
                      "query": list(request.query.items()), "api_key": request.headers.get("api_key"),
-                     "trace": request.headers.get("X-Trace"), "body": body})
+                     "trace": request.headers.get("X-Trace"), "cookies": dict(request.cookies), "body": body})
         if request.path.endswith("/echo"):  # a careless API: it quotes the credential back
             answer = {"message": f"key {request.headers.get('api_key')} is rate limited"}
             return web.json_response(answer, status=429 if request.query.get("fail") == "true" else 200)
@@ -160,6 +162,17 @@ async def test_the_model_is_not_offered_the_credential_header_and_cannot_set_it(
     assert "'api_key' was unexpected" in result and SEEN == []
     await run_call(redis, notes, "notes_getPet", petId=7, **{"X-Trace": "t1"})
     assert [(s["path"], s["api_key"], s["trace"]) for s in SEEN] == [("/api/workspaces/T1/pets/7", KEY, "t1")]
+
+
+@pytest.mark.parametrize(("where", "name"), [("query", "token"), ("cookie", "sid")])
+async def test_a_query_or_cookie_credential_is_not_the_models_either(redis, notes, unused_tcp_port, where, name):
+    Path(notes).write_text(config(unused_tcp_port, auth=f"{{type: {where}, name: {name}, env: NOTES_KEY}}"))
+    [echo] = [t for t in openapi_tools(notes) if t.name == "notes_echo"]
+    assert name not in echo.spec().parameters["properties"]
+    assert "was unexpected" in await run_call(redis, notes, "notes_echo", **{name: "attacker"}) and SEEN == []
+    await run_call(redis, notes, "notes_echo")
+    sent = dict(SEEN[0]["query"]) if where == "query" else SEEN[0]["cookies"]
+    assert sent[name] == KEY
 
 
 # --- item 3: a tenant in the JSON body is pinned ------------------------------------------------
