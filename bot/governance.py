@@ -78,6 +78,11 @@ def use_policy_source(source: PolicySource | None) -> None:
     _source = source
 
 
+def policy_source() -> PolicySource | None:
+    """The policy store the composition root connected (``bot.admission`` reads guest settings from it)."""
+    return _source
+
+
 async def listed_people(team_id: str, resource: str) -> list[Principal]:
     """The people on a workspace's approver list for ``resource`` (escalation); [] when none or unset."""
     if _source is None:

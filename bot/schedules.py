@@ -24,6 +24,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from bot.admission import admits
 from bot.ports import Workspace, WorkspaceError
 from bot.principals import Principal, slack_user
 from bot.protocol import utcnow
@@ -233,6 +234,13 @@ async def fire(schedules: ScheduleStorePort, workspace: Workspace | None, runtim
         log.warning("schedule %s is due, but this frontend cannot start threads", schedule_id)
         return
     tick = datetime.fromtimestamp(tick_ms / 1000, UTC)
+    if not await admits(schedule.owner, schedule.channel):
+        # asked at every tick, not only when it was made: a guest whose channel was closed since gets no
+        # turn run as them. The tick is skipped, the schedule kept (reopening the channel resumes it).
+        log.warning("schedule %s: %s may no longer start turns in %s; tick skipped", schedule_id,
+                    schedule.owner.principal_id, schedule.channel)
+        await schedules.advance(schedule, tick, schedule.following(tick))
+        return
     ref = await schedules.thread_of(schedule, tick_ms, None)
     if ref is None:
         try:

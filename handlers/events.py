@@ -13,6 +13,7 @@ from typing import Any
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 
+from bot.admission import GUEST_REFUSAL, admits
 from bot.governance import is_external
 from bot.inputs import strip_mention
 from bot.principals import Principal
@@ -27,9 +28,7 @@ log = logging.getLogger(__name__)
 PERSON_SUBTYPES = {None, "file_share", "thread_broadcast"}
 
 
-GUEST_TEXT = ("Only people of this workspace can ask the agent here, so your message was not passed on. "
-              "Ask someone from the workspace to run it for you, or a workspace admin to open this channel to "
-              "guests (`/approvers guests on`).")
+GUEST_TEXT = GUEST_REFUSAL  # the one refusal, the same at every entry point (``bot.admission``)
 
 
 def register(app: AsyncApp, deps: SlackDeps) -> None:
@@ -44,23 +43,14 @@ def register(app: AsyncApp, deps: SlackDeps) -> None:
 
 
 async def may_talk(deps: SlackDeps, principal: Principal, org: str | None, channel_id: str | None) -> bool:
-    """Whether this person may talk to the agent (start or steer a turn): a member of the installation's
-    workspace or of its Enterprise org; a Slack Connect guest only in a channel an admin opened to guests
-    (``/approvers guests on``) or where the workspace admits people from outside. Fails closed: when
-    that cannot be read, a guest is not passed on."""
-    if not is_external(principal):
-        return True
-    gov = deps.governance
-    if gov is None or principal.team_id is None:
-        return False
-    try:
-        home = principal.attributes.get("user_team_id")
-        if org and home and await gov.workspace_org(home) == org:
-            return True
-        return bool(await gov.admits_guests(principal.team_id, channel_id))
-    except Exception:  # noqa: BLE001 - fail closed
-        log.warning("could not tell whether %s may talk to the agent; not passing it on", principal.principal_id)
-        return False
+    """Whether this person may talk to the agent (start or steer a turn): the one admission rule,
+    ``bot.admission.admits``, over this app's policy store. ``org`` is the installation's Enterprise org
+    from the verified payload (the principal carries it too). Fails closed."""
+    if org and not principal.attributes.get("enterprise_id"):
+        principal = principal.model_copy(update={"attributes": {**principal.attributes, "enterprise_id": org}})
+    if deps.governance is None:  # no policy store wired: members only
+        return not is_external(principal)
+    return await admits(principal, channel_id, source=deps.governance)
 
 
 async def _tell_guest(client: Any, user_id: str, channel_id: str, thread_ts: str) -> None:

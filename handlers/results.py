@@ -15,6 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
+from bot.admission import GUEST_REFUSAL, admits
 from bot.protocol import InputResponse, UnknownRequest
 from bot.result_tokens import verify_token
 from handlers.deps import SlackDeps
@@ -61,6 +62,9 @@ async def _post_result(deps: SlackDeps, key: bytes | None, request: web.Request)
         return _error(404, "no such request (it may have expired)")
     if record.request.kind != "external-result":
         return _error(404, "that request does not take a result")
+    if not await admits(claims.principal, record.channel.get("channel_id"), source=deps.governance):
+        # a result resumes a turn: the one admission rule, as it reads now (a guest's channel may have closed)
+        return _error(403, GUEST_REFUSAL)
     response = InputResponse(request_id=request_id, values=values, principal=claims.principal, via="api")
     result = await deps.runtime.answer(response, resume=False, record=record)
     if result.batch_complete:

@@ -12,6 +12,7 @@ round trip): nothing here waits on Slack.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import UTC, datetime
 from typing import Any
@@ -19,6 +20,8 @@ from typing import Any
 from slack_bolt.async_app import AsyncApp
 
 from blocks.schedules import schedule_line
+from bot.admission import GUEST_REFUSAL, admits
+from bot.principals import Principal
 from bot.schedules import WHEN_HELP, ScheduleError, new_schedule, split_command
 from handlers.deps import SlackDeps
 from handlers.identity import command_principal
@@ -26,6 +29,8 @@ from handlers.identity import command_principal
 log = logging.getLogger(__name__)
 
 COMMAND = "/agent"
+# Slack wants the ack within 3 s: who the person is (a guest?) may take this long of it; users.info is cached
+LOOKUP_SECONDS = 1.5
 USAGE = (
     "*/agent* — work the agent does on its own, on your behalf\n"
     "• `/agent schedule <when> <what>` — e.g. `/agent schedule daily 09:00 summarise open refunds`\n"
@@ -52,6 +57,12 @@ async def answer(deps: SlackDeps, body: dict[str, Any]) -> str:
     team = principal.team_id
     now = datetime.fromtimestamp(deps.runtime.settings.clock(), UTC)
     if sub == "schedule":
+        principal = await _as_slack_knows(deps, principal)
+        if principal is None:
+            return "I couldn't check who you are just now; try again in a minute."
+        if not await admits(principal, body.get("channel_id"), source=deps.governance):
+            log.info("%s may not schedule turns in %s", principal.principal_id, body.get("channel_id"))
+            return GUEST_REFUSAL
         when, prompt = split_command(rest)
         try:
             schedule = new_schedule(team, body.get("channel_id") or "", when, prompt, principal, now)
@@ -72,3 +83,23 @@ async def answer(deps: SlackDeps, body: dict[str, Any]) -> str:
         await store.remove(schedule)
         return f"Removed: {schedule_line(schedule)}"
     return USAGE
+
+
+async def _as_slack_knows(deps: SlackDeps, principal: Principal) -> Principal | None:
+    """The person with their own workspace as Slack says. A slash command's payload does not say whether
+    its author is a Slack Connect guest, and a schedule runs as its owner long after: ask ``users.info``
+    (cached) once, so the owner is stored as the guest they are and every tick can check them. None when
+    Slack could not say in time (fail closed)."""
+    if principal.attributes.get("user_team_id") != principal.team_id or deps.governance is None:
+        return principal  # the payload already says (or no policy store: nobody is let in as a guest)
+    assert principal.team_id is not None and principal.slack_user_id is not None
+    try:
+        user = await asyncio.wait_for(deps.governance.admins.user(principal.team_id, principal.slack_user_id),
+                                      LOOKUP_SECONDS)
+    except TimeoutError:
+        return None
+    if user.state == "unknown" or user.team_id is None:
+        return None
+    if user.belongs_to(principal.team_id):
+        return principal
+    return principal.model_copy(update={"attributes": {**principal.attributes, "user_team_id": user.team_id}})

@@ -1,0 +1,46 @@
+"""Who may start or steer a turn: one rule, asked by every entry point (DESIGN §5, Slack Connect).
+
+A member of the installation's workspace (or of its Enterprise Grid org) always may. A Slack Connect
+guest may only where the workspace admits outsiders or an admin opened the channel to guests
+(``/approvers guests on``). Every way a turn can start asks :func:`admits` with the person a verified
+payload named: a mention, a DM (App Home's Messages tab), an assistant thread, ``/agent schedule``, each
+tick of a schedule (the owner, in the schedule's channel, as the policy reads *at the tick*), and a
+result posted to the result API (which resumes a turn). Fails closed: a guest is refused when the
+policy cannot be read.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from bot.governance import PolicySource, is_external, policy_source
+from bot.principals import Principal
+
+log = logging.getLogger(__name__)
+
+# The one refusal a guest gets, wherever they asked.
+GUEST_REFUSAL = ("Only people of this workspace can ask the agent here, so your message was not passed on. "
+                 "Ask someone from the workspace to run it for you, or a workspace admin to open this channel to "
+                 "guests (`/approvers guests on`).")
+
+
+async def admits(principal: Principal | None, channel_id: str | None, *,
+                 source: PolicySource | None = None) -> bool:
+    """Whether ``principal`` may start or steer a turn in ``channel_id``. ``source``: the policy store
+    (defaults to the one the composition root connected to ``bot.governance``)."""
+    if principal is None:
+        return False
+    if not is_external(principal):
+        return True
+    source = source if source is not None else policy_source()
+    team = principal.team_id
+    if source is None or team is None:
+        return False
+    try:
+        home, org = principal.attributes.get("user_team_id"), principal.attributes.get("enterprise_id")
+        if org and home and await source.workspace_org(home) == org:
+            return True  # a colleague from another workspace of the same Grid org is no guest
+        return bool(await source.admits_guests(team, channel_id))
+    except Exception:  # noqa: BLE001 - fail closed
+        log.warning("could not tell whether %s may talk to the agent; refusing", principal.principal_id)
+        return False
