@@ -362,7 +362,8 @@ class SessionSnapshot(Contract):
 class SettleResult(Contract):
     """What one settle attempt did, as the store saw it atomically."""
 
-    state: Literal["settled", "rejected", "partial", "stale"]
+    # gone: the request's turn no longer exists, so it was closed "no longer needed" instead
+    state: Literal["settled", "rejected", "partial", "stale", "gone"]
     batch_complete: bool = False  # every request of the parked step is now settled
     approvals: int = 0
     record: RequestRecord | None = None  # the record after the attempt (stale: who settled it)

@@ -255,8 +255,8 @@ class Settler:
         result = await self.p.store.settle(record, mode="reject", outcome=outcome, response=response,
                                            on_rejected=[*pending, refusal])
         self.p.outbox.kick(sid)
-        if result.state == "stale":
-            return AnswerResult("stale", await self.p.store.get_request(rid))  # say who settled it meanwhile
+        if result.state in ("stale", "gone"):  # say who settled it meanwhile, or that it is no longer needed
+            return AnswerResult("stale", await self.p.store.get_request(rid))
         return AnswerResult(kind, record, reason=reason)
 
     async def _settle(
@@ -305,7 +305,7 @@ class Settler:
             # (the requester is asked again): the settle above is what counts
             await asyncio.gather(*(self.p.store.grants.add(g) for g in grants))
         self.p.outbox.kick(sid)
-        if result.state == "stale":
+        if result.state in ("stale", "gone"):  # gone: its turn expired or was removed; the card now says so
             return AnswerResult("stale", await self.p.store.get_request(rid))
         if result.state == "partial":
             return AnswerResult("partial", record, approvals=result.approvals, required=required)

@@ -20,9 +20,10 @@ Policy changes and refused edits are written by ``store.policies.PolicyStore`` i
 
 It is a consumer of the outbox (``bot.outbox``) with a cursor of its own, so it audits what was
 *committed*, whether or not Slack showed it, and never holds Slack up. Each event is audited once:
-a repeat after a crash is recognised by the event's session and sequence number (a mark written
-with its entries). A turn's run of events is one write (``AuditLog.append_groups``). A failure raises,
-so the outbox retries it later. Sessions without a workspace (the console) are skipped.
+a repeat after a crash is recognised by the event's session, sequence number and time (a mark written
+with its entries; the time too, because a thread revived after its retention numbers its events from 1
+again). A turn's run of events is one write (``AuditLog.append_groups``). A failure raises, so the
+outbox retries it later. Sessions without a workspace (the console) are skipped.
 """
 
 from __future__ import annotations
@@ -46,6 +47,17 @@ from store.audit import AuditGroup, AuditLog, workspace_key
 
 log = logging.getLogger(__name__)
 
+
+
+def _mark(team: str, session: SessionRef, event: Event) -> str | None:
+    """The "already audited" mark of one event. A sequence number alone is not enough: a session's
+    counter ends with its retention, so a thread used again after that counts from 1 again, and its new
+    events would find the old marks; the event's own time (kept with it in the stream, so a repeat
+    after a crash carries the same one) tells the two lives apart."""
+    if event.seq is None:
+        return None
+    at_us = int(event.at.timestamp() * 1_000_000)
+    return workspace_key(team, "audited", f"{session.session_id}:{event.seq}:{at_us}")
 
 
 def _who(principal: Principal | None) -> str | None:
@@ -76,7 +88,7 @@ class AuditChannel:
             entries = await self._entries(event, session)
             if not entries:
                 continue
-            mark = workspace_key(team, "audited", f"{session.session_id}:{event.seq}") if event.seq is not None else None
+            mark = _mark(team, session, event)
             groups.append(AuditGroup(mark=mark, entries=[(kind, actor, subject, {**data, "event_seq": event.seq})
                                                          for kind, actor, subject, data in entries]))
         if groups:

@@ -17,6 +17,7 @@ Keys of a session (``P = hitl:{slot}``):
   P:msg:<id>     seen inbound message ids (dedupe of Slack retries)
   P:chan         hash of frontend data (e.g. Slack card ts per request, post claims)
   P:out          hash consumer → id of the last stream entry that consumer has handled (the outbox cursor)
+  P:open         set of the keys of the session's open requests (while it exists, nothing above ends)
   P:outlock:<c>  a consumer's short delivery lock for this session (one deliverer at a time keeps order)
 Global, advisory indexes (outside any slot; readers re-check the records):
   hitl:active                 zset session_id → when it next needs a look (lease expiry)
@@ -24,8 +25,12 @@ Global, advisory indexes (outside any slot; readers re-check the records):
   hitl:{ws:<team>}:pending    zset request_id → created time, for "waiting on you" listings
 
 Retention (DESIGN §12): a session's keys live ``retention_s`` after its last write; a settled request
-lives ``retention_s`` after it settled; an open request never expires; execution markers live as long
-as a session. Indexes drop settled ids as the outbox delivers their resolution.
+lives ``retention_s`` after it settled; an open request never expires, and neither does what it needs
+(state, events and their counter, inbox, grants, frontend data, outbox cursor: no TTL while ``P:open``
+exists; the settle that closes the last open request gives them their end). A request whose state is
+gone anyway (removed, or parked before this rule) is closed "no longer needed" by the click that finds
+it, never approved. Execution markers live as long as a session. Indexes drop settled ids as the outbox
+delivers their resolution.
 """
 
 from __future__ import annotations
@@ -45,10 +50,12 @@ from bot.protocol import (
     EVENT_ADAPTER,
     CancelRequested,
     Event,
+    InputResolved,
     InputResponse,
     LeaseLost,
     MessageTaken,
     RequestRecord,
+    Resolution,
     SessionSnapshot,
     SettleResult,
     UnknownRequest,
@@ -80,13 +87,27 @@ def slot_of_request(request_id: str) -> str:
     return slot
 
 
+# Retention while a request is open (DESIGN §12): the session's ``P:open`` set holds the keys of its open
+# requests; while it exists, what those requests need (state, events and their counter, inbox, grants,
+# frontend data, outbox cursor) has no end; the settle that closes the last one gives them their end.
+_HOLD = """
+local function held(open) return redis.call('EXISTS', open) == 1 end
+local function keep(key, open, retention)
+  if held(open) then redis.call('PERSIST', key) else redis.call('PEXPIRE', key, retention) end
+end
+"""
+
+# The same, for a key written outside a script. KEYS: the key, open; ARGV: retention ms.
+_KEEP = _HOLD + "keep(KEYS[1], KEYS[2], ARGV[1])"
+
+
 # Commit a checkpoint: verify the lease, write state, create requests, append events.
 # Queued messages the new state takes in (``take``) leave the inbox in the same write, so a message is
 # always either queued or in the saved history, never in neither (-2: another worker took one first).
 # ``unless_cancelled`` (a turn id): write nothing if someone asked to cancel that turn (-3), so the
 # check and the checkpoint are one atomic step and cost no round trip of their own. ``release`` ('1'):
 # the lease goes with a checkpoint that was written (a drive's last), never with a refused one.
-_COMMIT = """
+_COMMIT = _HOLD + """
 local token, state_json, n_events, n_requests = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local ref_json, retention = ARGV[#ARGV - 2], ARGV[#ARGV - 1]
 local take, unless_cancelled, release = cjson.decode(ARGV[#ARGV - 3]), ARGV[#ARGV - 4], ARGV[#ARGV - 5]
@@ -96,16 +117,22 @@ for _, raw in ipairs(take) do
   if not redis.call('LPOS', KEYS[#KEYS], raw) then return -2 end
 end
 for _, raw in ipairs(take) do redis.call('LREM', KEYS[#KEYS], 1, raw) end
-if state_json ~= '' then redis.call('SET', KEYS[2], state_json, 'PX', retention) end
 for i = 1, n_requests do
   local fields = cjson.decode(ARGV[4 + n_events + i])
   local flat = {}
   for k, v in pairs(fields) do table.insert(flat, k); table.insert(flat, v) end
-  redis.call('HSET', KEYS[5 + i], unpack(flat))
+  redis.call('HSET', KEYS[8 + i], unpack(flat))
+  redis.call('SADD', KEYS[6], KEYS[8 + i])
+end
+if state_json ~= '' then
+  if held(KEYS[6]) then redis.call('SET', KEYS[2], state_json) else redis.call('SET', KEYS[2], state_json, 'PX', retention) end
+end
+if n_requests > 0 then  -- what was written before with an end keeps no end while these are open
+  for _, i in ipairs({2, 3, 4, 5, 7, 8, #KEYS}) do keep(KEYS[i], KEYS[6], retention) end
 end
 if ref_json ~= '' then
   redis.call('HSET', KEYS[5], '_ref', ref_json)
-  redis.call('PEXPIRE', KEYS[5], retention)
+  keep(KEYS[5], KEYS[6], retention)
 end
 local first = 0
 if n_events > 0 then first = redis.call('INCRBY', KEYS[4], n_events) - n_events + 1 end
@@ -113,8 +140,8 @@ for i = 1, n_events do
   redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[#ARGV], '*', 's', first + i - 1, 'e', ARGV[4 + i])
 end
 if n_events > 0 then
-  redis.call('PEXPIRE', KEYS[3], retention)
-  redis.call('PEXPIRE', KEYS[4], retention)
+  keep(KEYS[3], KEYS[6], retention)
+  keep(KEYS[4], KEYS[6], retention)
 end
 if release == '1' then redis.call('DEL', KEYS[1]) end
 return first
@@ -122,12 +149,13 @@ return first
 
 # Settle one request. Modes: settle (the answer counts), reject (the policy refused this
 # responder), approve-n (counts once `required` distinct approvers agree). First writer wins.
-_SETTLE = """
-local req, oks, events, seq, grants = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+_SETTLE = _HOLD + """
+local req, oks, events, seq, grants, open = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local mode, now, outcome, response, responder, responder_id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local required, grant_key, note, maxlen = tonumber(ARGV[7]), ARGV[8], ARGV[9], ARGV[10]
 local ev_settled, ev_partial, ev_rejected, ev_stale = ARGV[11], ARGV[12], ARGV[13], ARGV[14]
-local retention = ARGV[15]
+local retention, ev_gone = ARGV[15], ARGV[16]
+local BATCH = 11  -- KEYS[7..10]: state, out, inbox, chan; then the step's other requests
 local function emit(list_json, approvals)
   if list_json == '' then return 0 end
   local first = 0
@@ -137,13 +165,35 @@ local function emit(list_json, approvals)
     if first == 0 then first = s end
     redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', 's', s, 'e', ev)
   end
-  redis.call('PEXPIRE', events, retention)
-  redis.call('PEXPIRE', seq, retention)
+  keep(events, open, retention)
+  keep(seq, open, retention)
   return first
+end
+local function complete()
+  for i = BATCH, #KEYS do
+    if redis.call('HGET', KEYS[i], 'status') == 'open' then return 0 end
+  end
+  return 1
+end
+-- closed: the session's last open request gives what it kept alive its end (set once, here)
+local function close(status, closed_outcome)
+  redis.call('HSET', req, 'status', status, 'outcome', closed_outcome, 'response', response,
+             'responder', responder, 'settled_at', now, 'note', note)
+  redis.call('PEXPIRE', req, retention)
+  redis.call('PEXPIRE', oks, retention)
+  redis.call('SREM', open, req)
+  if not held(open) then
+    for i = 3, 10 do if i ~= 6 then redis.call('PEXPIRE', KEYS[i], retention) end end
+  end
 end
 local status = redis.call('HGET', req, 'status')
 if not status then return {'missing', 0, 0, 0} end
 if status ~= 'open' then return {'stale', emit(ev_stale), 0, 0} end
+if redis.call('EXISTS', KEYS[7]) == 0 then  -- its turn is gone: nothing can resume, so nobody may approve it
+  response, responder, note = '', '', ''
+  close('settled', 'cancelled')
+  return {'gone', emit(ev_gone), 0, complete()}
+end
 if mode == 'reject' then return {'rejected', emit(ev_rejected), 0, 0} end
 local count = 0
 if required > 1 and outcome == 'approved' then
@@ -151,20 +201,12 @@ if required > 1 and outcome == 'approved' then
   count = redis.call('SCARD', oks)
   if count < required then return {'partial', emit(ev_partial, count), count, 0} end
 end
-redis.call('HSET', req, 'status', 'settled', 'outcome', outcome, 'response', response,
-           'responder', responder, 'settled_at', now, 'note', note)
-redis.call('PEXPIRE', req, retention)
-redis.call('PEXPIRE', oks, retention)
 if grant_key ~= '' and outcome == 'approved' then
   redis.call('SADD', grants, grant_key)
-  redis.call('PEXPIRE', grants, retention)
 end
+close('settled', outcome)
 local first = emit(ev_settled, count)
-local complete = 1
-for i = 6, #KEYS do
-  if redis.call('HGET', KEYS[i], 'status') == 'open' then complete = 0 end
-end
-return {'settled', first, count, complete}
+return {'settled', first, count, complete()}
 """
 
 
@@ -184,15 +226,15 @@ return out
 """
 
 # Mark an open request once (reminded, escalated) and append the event that says so; a request
-# answered meanwhile, or marked before, changes nothing. KEYS: request, events, seq;
+# answered meanwhile, or marked before, changes nothing. KEYS: request, events, seq, open;
 # ARGV: field, value, event json, max stream length, retention ms → seq | 0
-_MARK_ONCE = """
+_MARK_ONCE = _HOLD + """
 if redis.call('HGET', KEYS[1], 'status') ~= 'open' then return 0 end
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
 local s = redis.call('INCR', KEYS[3])
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 's', s, 'e', ARGV[3])
-redis.call('PEXPIRE', KEYS[2], ARGV[5])
-redis.call('PEXPIRE', KEYS[3], ARGV[5])
+keep(KEYS[2], KEYS[4], ARGV[5])
+keep(KEYS[3], KEYS[4], ARGV[5])
 return s
 """
 
@@ -215,10 +257,10 @@ return {0, redis.call('GET', KEYS[2])}
 """
 
 # Record an incoming message durably, once: the dedupe mark and the queue entry are one write.
-_RECORD_MESSAGE = """
+_RECORD_MESSAGE = _HOLD + """
 if ARGV[1] ~= '' and not redis.call('SET', KEYS[1], 1, 'NX', 'EX', ARGV[3]) then return 0 end
 redis.call('RPUSH', KEYS[2], ARGV[2])
-redis.call('PEXPIRE', KEYS[2], ARGV[4])
+keep(KEYS[2], KEYS[3], ARGV[4])
 return 1
 """
 
@@ -258,13 +300,13 @@ return {stored[2 * n + 1] or '', cursors, holds, entries, redis.call('HGETALL', 
 
 # Save a pass's progress: move cursors, forget the failures of consumers that delivered again, keep the
 # cursors as long as the session; then renew the lock, or (ARGV[2] = 0) release it if still ours.
-# KEYS: out, lock; ARGV: token, lock ms (0 = release), retention ms, n cursors, consumer, cursor, …,
+# KEYS: out, lock, open; ARGV: token, lock ms (0 = release), retention ms, n cursors, consumer, cursor, …,
 # consumers to clear…
-_OUTBOX_SAVE = """
+_OUTBOX_SAVE = _HOLD + """
 local n = tonumber(ARGV[4])
 if n > 0 then
   redis.call('HSET', KEYS[1], unpack(ARGV, 5, 4 + 2 * n))
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  keep(KEYS[1], KEYS[3], ARGV[3])
 end
 local gone = {}
 for i = 5 + 2 * n, #ARGV do gone[#gone + 1], gone[#gone + 2] = '_fails:' .. ARGV[i], '_hold:' .. ARGV[i] end
@@ -499,6 +541,9 @@ class SessionStore:
             self.key(session_id, "events"),
             self.key(session_id, "seq"),
             self.key(session_id, "out"),
+            self.key(session_id, "open"),
+            self.key(session_id, "grants"),
+            self.key(session_id, "chan"),
             *[self.request_key(r.request_id) for r in requests],
             self.key(session_id, "cancel"),
             self.key(session_id, "inbox"),
@@ -636,6 +681,7 @@ class SessionStore:
             self.key(record.session_id, "events"),
             self.key(record.session_id, "seq"),
             self.key(record.session_id, "grants"),
+            *[self.key(record.session_id, name) for name in ("open", "state", "out", "inbox", "chan")],
             *[self.request_key(b) for b in batch if b != rid],
         ]
         responder = response.principal if response else None
@@ -652,7 +698,9 @@ class SessionStore:
             EVENTS_MAXLEN,
             *[_events_json(evs) for evs in (on_settled, on_partial, on_rejected, on_stale)],
         ]
-        args.append(self.retention_ms)
+        gone = [InputResolved(session_id=record.session_id, turn_id=record.turn_id, resolutions=[
+            Resolution(request_id=rid, kind=record.request.kind, outcome="cancelled")])]
+        args += [self.retention_ms, _events_json(gone)]
         # in the same round trip: have the sweep look at the session soon, so a turn whose last answer
         # this was resumes even if this process dies before it drives it, and the outbox delivers what
         # the settle appended (the card update) even then
@@ -663,7 +711,8 @@ class SessionStore:
         state = state.decode() if isinstance(state, bytes) else state
         if state == "missing":
             raise UnknownRequest(rid)
-        chosen = {"settled": on_settled, "partial": on_partial, "rejected": on_rejected, "stale": on_stale}[state]
+        chosen = {"settled": on_settled, "partial": on_partial, "rejected": on_rejected, "stale": on_stale,
+                  "gone": gone}[state]
         events = _with_seq([_fill_approvals(e, int(count)) for e in chosen], int(first))
         return SettleResult(
             state=state, batch_complete=bool(complete), approvals=int(count), record=record, events=events
@@ -697,7 +746,8 @@ class SessionStore:
         list in the same round trip: a message acknowledged to Slack is never lost, even if this process
         dies right after.
         """
-        keys = [self.key(session_id, f"msg:{message_id or '-'}"), self.key(session_id, "inbox")]
+        keys = [self.key(session_id, f"msg:{message_id or '-'}"), self.key(session_id, "inbox"),
+                self.key(session_id, "open")]
         args = [message_id or "", json.dumps(message, separators=(",", ":")), MESSAGE_DEDUPE_SECONDS,
                 self.retention_ms]
         extra = [("zadd", (ACTIVE, {session_id: _now_ms() + OUTBOX_GRACE_MS}))]
@@ -807,11 +857,15 @@ class SessionStore:
         if writes:
             key = self.key(session_id, "chan")
             commands += [("hset", (key, None, None, None, [x for pair in writes.items() for x in pair])),
-                         ("pexpire", (key, self.retention_ms))]
+                         self._keep_command(session_id, key)]
         return commands
 
+    def _keep_command(self, session_id: str, key: str) -> Command:
+        """Give ``key`` (of this session) its end, or none while the session has an open request."""
+        return ("eval", (_KEEP, 2, key, self.key(session_id, "open"), self.retention_ms))
+
     def _outbox_save_keys(self, session_id: str) -> list[str]:
-        return [self.key(session_id, "out"), self.key(session_id, "outlock")]
+        return [self.key(session_id, "out"), self.key(session_id, "outlock"), self.key(session_id, "open")]
 
     def _outbox_save_args(self, token: str, lock_ms: int, cursors: dict[str, str], cleared: list[str]) -> list[Any]:
         pairs = [x for name, cursor in cursors.items() for x in (name, cursor)]
@@ -852,7 +906,8 @@ class SessionStore:
 
     async def _mark_once(self, record: RequestRecord, field: str, value: str, event: Event) -> bool:
         sid = record.session_id
-        keys = [self.request_key(record.request_id), self.key(sid, "events"), self.key(sid, "seq")]
+        keys = [self.request_key(record.request_id), self.key(sid, "events"), self.key(sid, "seq"),
+                self.key(sid, "open")]
         args = [field, value, event.model_dump_json(exclude_none=True), EVENTS_MAXLEN, self.retention_ms]
         first, _ = await self._eval_pipelined(self._mark_once_script, keys, args,
                                              [("zadd", (OUTBOX, {sid: _now_ms() + OUTBOX_GRACE_MS}))])
@@ -915,7 +970,7 @@ class SessionStore:
         key = self.key(session_id, "chan")
         pipe = self.redis.pipeline(transaction=False)
         pipe.hset(key, field, value)
-        pipe.pexpire(key, self.retention_ms)
+        _queue(pipe, [self._keep_command(session_id, key)])
         await pipe.execute()
 
     async def channel_claim(self, session_id: str, field: str, value: str) -> bool:
@@ -923,7 +978,7 @@ class SessionStore:
         key = self.key(session_id, "chan")
         pipe = self.redis.pipeline(transaction=False)
         pipe.hsetnx(key, field, value)
-        pipe.pexpire(key, self.retention_ms)
+        _queue(pipe, [self._keep_command(session_id, key)])
         pipe.hget(key, field)
         claimed, _, now = await pipe.execute()
         view = self._pass_views.get(session_id)

@@ -1,0 +1,94 @@
+"""Retention never takes what an open request needs, and never hides a revived thread from the audit
+log (issue 25, items 9 and 11). Real Valkey; the retention is shortened to a fraction of a second in
+the store's settings instead of waiting 30 days.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from bot.approval import always
+from bot.builtin import BUILTIN_TOOLS
+from bot.models.scripted import ScriptedModel, call
+from bot.models.scripted import say as model_say
+from bot.tools import ToolRegistry
+from bot.turns import Runtime, RuntimeSettings
+from store.audit import AuditLog
+from store.audit_events import AuditChannel
+from store.sessions import SessionStore
+from tests.engine.harness import RecordingChannel, approve, recording_tool, request_status, say, session
+
+RETENTION_S = 0.4  # "BOT_RETENTION_DAYS", shortened
+
+
+def _runtime(redis, model, tools, *, audited: bool = False):
+    store = SessionStore(redis, retention_s=RETENTION_S)  # type: ignore[arg-type]
+    channel = RecordingChannel()
+    runtime = Runtime(store=store, model=model, tools=ToolRegistry([*BUILTIN_TOOLS, *tools]), channel=channel,
+                      settings=RuntimeSettings(system_prompt=""))
+    if audited:
+        runtime.add_consumer("audit", AuditChannel(AuditLog(redis)))
+    return runtime, channel, store
+
+
+async def test_9_a_parked_turn_outlives_the_retention_while_its_request_is_open(redis):
+    deploy, runs = recording_tool("deploy", approval=always())
+    runtime, channel, store = _runtime(redis, ScriptedModel([call("deploy"), model_say("deployed")]), [deploy])
+    await say(runtime, "deploy")
+    [req] = channel.requests()
+    sid = session().session_id
+    for name in ("state", "events", "seq", "out"):  # nothing the open request needs has an end yet
+        assert await redis.pttl(store.key(sid, name)) == -1, name
+    await asyncio.sleep(RETENTION_S * 2)  # the retention passes while the card waits
+
+    result = await approve(runtime, req.request_id)
+
+    assert result.state == "settled"
+    assert len(runs) == 1, "the approved call never ran: its turn's state expired under the open request"
+    assert [e.text for e in channel.of("message.completed")] == ["deployed"]
+    assert 0 < await redis.pttl(store.key(sid, "state")) <= RETENTION_S * 1000  # its end is set once it settles
+
+
+async def test_9_a_request_whose_turn_is_gone_is_no_longer_available(redis):
+    deploy, runs = recording_tool("deploy", approval=always())
+    runtime, channel, store = _runtime(redis, ScriptedModel([call("deploy"), model_say("deployed")]), [deploy])
+    await say(runtime, "deploy")
+    [req] = channel.requests()
+    await redis.delete(store.key(session().session_id, "state"))  # e.g. a turn parked before this fix
+
+    result = await approve(runtime, req.request_id)
+
+    assert result.state == "stale" and runs == []  # not "settled": nothing was approved
+    assert await request_status(store, req.request_id) == "settled"  # closed, so no card offers it again
+    [resolved] = [r for e in channel.of("input.resolved") for r in e.resolutions]
+    assert resolved.request_id == req.request_id and resolved.outcome == "cancelled"  # the card: "no longer needed"
+    assert await store.pending_for_team("T1") == []
+
+
+async def test_11_a_thread_revived_after_the_retention_is_audited_again(redis):
+    deploy, runs = recording_tool("deploy")  # runs without asking: an execution
+    gated, _ = recording_tool("refund", approval=always())  # asks: a request
+    life = [call("deploy"), call("refund"), model_say("done")]
+    model = ScriptedModel([*life, *life], by_turn_position=False)
+    runtime, channel, store = _runtime(redis, model, [deploy, gated], audited=True)
+    audit = AuditLog(redis)
+
+    async def audited(kind: str) -> list:
+        return [e for e in await audit.entries("T1") if e.kind == kind]
+
+    await say(runtime, "first life")
+    [first] = channel.requests()
+    await approve(runtime, first.request_id)
+    assert len(await audited("request")) == 1 and len(await audited("execution")) == 2
+    await asyncio.sleep(RETENTION_S * 2)  # the session's keys (its sequence counter too) lapse
+    assert not await store.exists(session().session_id)
+
+    await say(runtime, "second life")  # the same thread, used again
+    second = channel.requests()[-1]
+    await approve(runtime, second.request_id)
+
+    assert len(runs) == 2
+    requests = await audited("request")
+    assert [e.subject for e in requests] == [first.request_id, second.request_id], \
+        "the revived thread's request was skipped as already audited"
+    assert len(await audited("execution")) == 4
