@@ -722,9 +722,14 @@ class SessionStore:
         """Open requests of a workspace, oldest first; drops index entries that are settled."""
         key = self.pending_key(team_id)
         ids = [r.decode() for r in await self.redis.zrange(key, 0, limit - 1)]
-        records = await self.get_requests(ids)
-        open_records = [r for r in records if r.status == "open"]
-        stale = set(ids) - {r.request_id for r in open_records}
+        records = [r for r in await self.get_requests(ids) if r.status == "open"]
+        # a request whose turn is gone cannot be approved (its click closes it): never offer it
+        pipe = self.redis.pipeline(transaction=False)
+        for r in records:
+            pipe.exists(self.key(r.session_id, "state"))
+        alive = await pipe.execute() if records else []
+        open_records = [r for r, live in zip(records, alive, strict=True) if live]
+        stale = set(ids) - {r.request_id for r in records}
         if stale:
             await self.redis.zrem(key, *stale)
         return open_records

@@ -92,3 +92,14 @@ async def test_11_a_thread_revived_after_the_retention_is_audited_again(redis):
     assert [e.subject for e in requests] == [first.request_id, second.request_id], \
         "the revived thread's request was skipped as already audited"
     assert len(await audited("execution")) == 4
+
+
+async def test_9_a_request_whose_turn_is_gone_is_not_listed_as_waiting(redis):
+    deploy, _ = recording_tool("deploy", approval=always())
+    runtime, channel, store = _runtime(redis, ScriptedModel([call("deploy"), model_say("deployed")]), [deploy])
+    await say(runtime, "deploy")
+    [req] = channel.requests()
+    assert [r.request_id for r in await store.pending_for_team("T1")] == [req.request_id]
+    await redis.delete(store.key(session().session_id, "state"))
+
+    assert await store.pending_for_team("T1") == []  # App Home and `bot pending` offer no button for it
