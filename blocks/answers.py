@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from blocks.limits import MESSAGE_BLOCKS, MESSAGE_TEXT, truncate_mrkdwn
-from blocks.messages import Message, markdown_to_mrkdwn, reply_messages
+from blocks.messages import Message, markdown_to_mrkdwn, no_pings, reply_messages
 
 MARKDOWN_TEXT = 12_000  # markdown block / markdown_text: "cumulative limit … 12,000 characters"
 FEEDBACK_TEXT = 100  # room kept for the feedback buttons: the whole message's texts count
@@ -59,7 +59,7 @@ def answer_messages(md_text: str) -> list[Message]:
         return [
             {
                 "text": fallback,
-                "blocks": [{"type": "markdown", "block_id": "answer", "text": md_text}, feedback_block()],
+                "blocks": [{"type": "markdown", "block_id": "answer", "text": no_pings(md_text)}, feedback_block()],
             }
         ]
     messages = reply_messages(md_text)

@@ -37,6 +37,7 @@ from blocks.limits import (
     plain,
     truncate,
 )
+from blocks.messages import no_pings
 
 MODAL_TITLE = "Approver lists"
 LABEL_CHARS = 150  # long labels wrap badly; the description goes into the hint
@@ -45,7 +46,7 @@ LOADING_TEXT = ":hourglass_flowing_sand: Loading…"
 
 def _hint(policy: ApproverListView) -> str:
     parts = [approvals_needed_text(policy.required) + "."]
-    description = one_line(policy.description)
+    description = no_pings(one_line(policy.description))  # a tool author's words: shown, never pinging
     if description:
         parts.insert(0, truncate(description, 500))
     if policy.deleted_approvers:
@@ -55,7 +56,7 @@ def _hint(policy: ApproverListView) -> str:
 
 
 def _input(policy: ApproverListView) -> InputBlock:
-    label = f"{one_line(policy.list_name)} · {one_line(policy.policy_label)}"
+    label = no_pings(f"{one_line(policy.list_name)} · {one_line(policy.policy_label)}")
     return InputBlock(
         block_id=ids.approvers_block_id(policy.list_name),
         label=PlainTextObject(text=plain(truncate(label, LABEL_CHARS), INPUT_LABEL)),
@@ -115,7 +116,7 @@ def approvers_list_modal(
         SectionBlock(
             block_id=f"approvers-tool:{n}",
             text=MarkdownTextObject(
-                text=mrkdwn(f"{tool_line(policy)}\n{approver_names(policy)}", SECTION_TEXT)
+                text=mrkdwn(f"{tool_line(policy)}\n{approver_names(policy)}", SECTION_TEXT), verbatim=True
             ),
         )
         for n, policy in enumerate(approver_lists[:room])
@@ -130,13 +131,13 @@ def approvers_list_modal(
 def _notes(notes: Sequence[str]) -> ContextBlock:
     return ContextBlock(
         block_id="approvers-notes",
-        elements=[MarkdownTextObject(text=mrkdwn("\n".join(notes), CONTEXT_TEXT))],
+        elements=[MarkdownTextObject(text=mrkdwn("\n".join(notes), CONTEXT_TEXT), verbatim=True)],
     )
 
 
 def notice_modal(text: str, *, block_id: str = "approvers-notice") -> dict:
     """A modal that only says ``text`` (mrkdwn): a refusal, a failure, an empty state."""
-    section = SectionBlock(block_id=block_id, text=MarkdownTextObject(text=mrkdwn(text, SECTION_TEXT)))
+    section = SectionBlock(block_id=block_id, text=MarkdownTextObject(text=mrkdwn(text, SECTION_TEXT), verbatim=True))
     return _closable([section])
 
 

@@ -126,12 +126,12 @@ def _header(key: str, text: str) -> HeaderBlock:
 
 
 def _section(key: str, text: str, n: int = 0) -> SectionBlock:
-    return SectionBlock(block_id=f"home:{key}:{n}", text=MarkdownTextObject(text=mrkdwn(text, SECTION_TEXT)))
+    return SectionBlock(block_id=f"home:{key}:{n}", text=MarkdownTextObject(text=mrkdwn(text, SECTION_TEXT), verbatim=True))
 
 
 def _note(key: str, text: str) -> ContextBlock:
     return ContextBlock(
-        block_id=f"home:{key}:0", elements=[MarkdownTextObject(text=mrkdwn(text, SECTION_TEXT))]
+        block_id=f"home:{key}:0", elements=[MarkdownTextObject(text=mrkdwn(text, SECTION_TEXT), verbatim=True)]
     )
 
 
@@ -172,7 +172,7 @@ def _requested_row(item: HomeRequest, n: int, now: datetime | None) -> SectionBl
         status += "\n" + undelivered_text(item.undeliverable, can_settle=False)
     return SectionBlock(
         block_id=ids.block_id(req.request_id, "hr-row", n),
-        text=MarkdownTextObject(text=mrkdwn(f"{title}\n{status}", SECTION_TEXT)),
+        text=MarkdownTextObject(text=mrkdwn(f"{title}\n{status}", SECTION_TEXT), verbatim=True),
     )
 
 
@@ -187,7 +187,7 @@ def _tool_row(policy: ApproverListView, n: int) -> SectionBlock:
         lines.append("_No approvers set._")
     return SectionBlock(
         block_id=f"home:tool:{n}",
-        text=MarkdownTextObject(text=mrkdwn("\n".join(lines), SECTION_TEXT)),
+        text=MarkdownTextObject(text=mrkdwn("\n".join(lines), SECTION_TEXT), verbatim=True),
         accessory=UserMultiSelectElement(
             action_id=ids.approvers_action_id(policy.list_name),
             placeholder=PlainTextObject(text=plain("Choose approvers", PLACEHOLDER)),
@@ -259,7 +259,8 @@ def _schedule_row(schedule: Schedule, n: int) -> SectionBlock:
                               confirm=PlainTextObject(text="Remove"), deny=PlainTextObject(text="Keep it")),
     )
     return SectionBlock(block_id=f"home:schedule:{n}",
-                        text=MarkdownTextObject(text=mrkdwn(schedule_line(schedule, with_owner=True), SECTION_TEXT)),
+                        text=MarkdownTextObject(text=mrkdwn(schedule_line(schedule, with_owner=True), SECTION_TEXT),
+                                                 verbatim=True),
                         accessory=remove)
 
 

@@ -3,8 +3,9 @@
 Slack's mrkdwn is not Markdown: bold is ``*x*``, italics ``_x_``, strike ``~x~``, links
 ``<url|text>``, no headings, no bullets, and ``& < >`` must be escaped everywhere (Slack stores
 them escaped even inside code, so we do too). Code spans and fences keep their content verbatim
-apart from that escaping. Broadcast mentions (``<!channel>``, ``<!here>``…) written by a model are
-neutralised: a model must not be able to ping a whole channel.
+apart from that escaping. Mentions a model or a person wrote (``<!channel>``, ``<!here>``, ``<@U…>``,
+``<!subteam^…>``) become plain names (:func:`no_pings`, the one neutralizer every builder of such text
+uses): nothing they typed may ping a person or a group on the bot's behalf.
 
 Cards are where people decide, so text a model or a tool wrote is held to stricter rules there
 (:func:`decision_mrkdwn`, :func:`decision_plain`, :func:`literal_mrkdwn`, issue 9): every link shows
@@ -77,8 +78,9 @@ _LONE_AMP_RE = re.compile(r"&(?!amp;|lt;|gt;)")
 
 
 def markdown_to_mrkdwn(md: str) -> str:
-    """Convert the Markdown a model writes into Slack mrkdwn (for replies)."""
-    return _convert(md, decision=False)
+    """Convert the Markdown a model writes into Slack mrkdwn (for replies): links and dates stay tokens;
+    nothing it wrote pings anyone (:func:`no_pings`)."""
+    return _convert(no_pings(md), decision=False)
 
 
 def decision_mrkdwn(md: str) -> str:
@@ -88,7 +90,7 @@ def decision_mrkdwn(md: str) -> str:
     mention, broadcast or channel token survives (``<@U1>`` → ``@U1``, ``<!here>`` → ``@here``) and
     characters that hide or reorder text are dropped. Put it in a ``verbatim`` text object, so Slack
     adds no links or mentions of its own either."""
-    return _convert(_visible(md), decision=True)
+    return _convert(no_pings(_visible(md)), decision=True)
 
 
 def _convert(md: str, *, decision: bool) -> str:
@@ -321,6 +323,41 @@ def _decision_link(url: str, label: str) -> str:
     return _slack_link(href, escape_mrkdwn(text)) if href else escape_mrkdwn(text)
 
 
+# Every Slack token that notifies someone: <@U…>/<@W…> (a person), <!here>, <!channel>, <!everyone>,
+# <!subteam^S…> (a group), with or without a "|label"; a date (<!date^…>) notifies nobody.
+_PING_RE = re.compile(r"<((?:@|!(?!date\^))[^<>\n]*)>")
+
+
+def _ping_name(target: str) -> str:
+    """A pinging token's target ("@U0BOB", "!here", "!subteam^S1") as the plain name people read."""
+    if target in _BROADCASTS:
+        return _BROADCASTS[target]
+    if target.startswith("!subteam^"):
+        return "@" + target.removeprefix("!subteam^")
+    return "@" + target.lstrip("@!")
+
+
+def no_pings(text: str) -> str:
+    """The one neutralizer (issue 25, item 15): ``text`` someone typed or the model wrote, with every
+    token that would notify a person or a group on the bot's behalf turned into the plain name it
+    stands for: ``<!channel>`` → "@channel", ``<@U0BOB|bob>`` → "@U0BOB" (the id, never a label the
+    writer chose), ``<!subteam^S1|@admins>`` → "@S1". For Markdown (a ``markdown`` block, streamed
+    ``markdown_text``) and before any mrkdwn conversion; the builders of cards go further (escape
+    everything). Bare words ("@here") stay words: Slack only parses them where a builder lets it
+    (``verbatim: false``), and none of ours does for such text."""
+    return _PING_RE.sub(lambda m: _ping_name(m.group(1).partition("|")[0]), text)
+
+
+def streamable(md_so_far: str) -> str:
+    """What of a reply still being written may be shown: :func:`no_pings` of it, holding back an
+    unclosed ``<…`` at its end (sent in pieces, "<!chan" + "nel>" would arrive as a live ``<!channel>``).
+    Each result is a prefix of the next one's and of ``no_pings`` of the whole reply."""
+    start = md_so_far.rfind("<")
+    if start >= 0 and ">" not in md_so_far[start:] and "\n" not in md_so_far[start:]:
+        md_so_far = md_so_far[:start]
+    return no_pings(md_so_far)
+
+
 def _token_words(inner: str) -> str | None:
     """A Slack token a model wrote (the part between ``<`` and ``>``) as harmless words: a mention
     names without pinging, a broadcast is only words, a date shows its fallback (a date can carry a
@@ -328,10 +365,8 @@ def _token_words(inner: str) -> str | None:
     target, _, label = inner.partition("|")
     if re.fullmatch(r"[@#][A-Z0-9]+", target):
         return target  # <@U0BOB> → @U0BOB, <#C1|general> → #C1: the id, not a label the model chose
-    if target in _BROADCASTS:
-        return _BROADCASTS[target]
-    if target.startswith("!subteam^"):
-        return "@" + target.removeprefix("!subteam^")
+    if target in _BROADCASTS or target.startswith("!subteam^"):
+        return _ping_name(target)
     if target.startswith("!date^"):
         return label or target
     if _SCHEME_RE.match(target):
@@ -377,7 +412,7 @@ def decision_plain(text: str, limit: int | None = None) -> str:
     def source(part: str) -> str:  # what the model wrote, held pieces put back
         return _HOLD_RE.sub(lambda m: sources[int(m.group(1))], part)
 
-    text = one_line(_visible(_PRIVATE_RE.sub("", text)))
+    text = no_pings(one_line(_visible(_PRIVATE_RE.sub("", text))))
     text = _MD_LINK_RE.sub(lambda m: hold(_link_view(m.group(2), m.group(1))[0], m.group(0)), text)
     text = _ANY_TOKEN_RE.sub(lambda m: hold(_plain_token(source(m.group(1))), source(m.group(0))), text)
     text = _BARE_URL_RE.sub(
@@ -513,7 +548,8 @@ def reply_messages(md_text: str) -> list[Message]:
     messages: list[Message] = []
     for start, group in _message_groups(pieces):
         blocks = [
-            SectionBlock(block_id=f"reply:{start + i}", text=MarkdownTextObject(text=piece)).to_dict()
+            # verbatim: Slack must not turn a bare "@channel" the model wrote into a broadcast
+            SectionBlock(block_id=f"reply:{start + i}", text=MarkdownTextObject(text=piece, verbatim=True)).to_dict()
             for i, piece in enumerate(group)
         ]
         messages.append({"text": truncate_mrkdwn("\n".join(group), MESSAGE_TEXT), "blocks": blocks})
@@ -597,8 +633,10 @@ __all__ = [
     "link_hosts",
     "literal_mrkdwn",
     "markdown_to_mrkdwn",
+    "no_pings",
     "reveal_hidden",
     "reply_messages",
     "split_message",
     "status_text",
+    "streamable",
 ]

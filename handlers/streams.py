@@ -38,7 +38,7 @@ from slack_sdk.errors import SlackApiError
 
 from blocks.answers import MARKDOWN_TEXT, answer_messages, feedback_block
 from blocks.limits import MESSAGE_TEXT, truncate_mrkdwn
-from blocks.messages import markdown_to_mrkdwn
+from blocks.messages import markdown_to_mrkdwn, no_pings, streamable
 from bot.principals import Principal
 from bot.protocol import MessageCompleted
 from bot.session import SessionRef
@@ -144,7 +144,7 @@ class LiveAnswers:
             self._live[key] = live
             live.task = asyncio.create_task(self._pump(live))
             live.task.add_done_callback(lambda t, k=key: self._done(k, t))
-        live.text = text
+        live.text = streamable(text)  # what may be shown of it: nothing it wrote pings anyone, even cut in two
 
     async def close(self) -> None:
         tasks = [live.task for live in self._live.values() if live.task is not None]
@@ -291,6 +291,7 @@ class LiveAnswers:
             # answer is posted whole (the claim expires with the session)
             return None
         messages = answer_messages(event.text)
+        final = no_pings(event.text)  # as the stream showed its start (``streamable``)
         client = await self.client_for(session.team_id)
         mine = (
             live is not None
@@ -298,8 +299,8 @@ class LiveAnswers:
             and not live.dead
             and where.get("mode", STREAM) == STREAM
         )
-        if mine and event.text.startswith(live.sent) and len(event.text) <= MARKDOWN_TEXT:  # type: ignore[union-attr]
-            rest = event.text[len(live.sent) :]  # type: ignore[union-attr]
+        if mine and final.startswith(live.sent) and len(final) <= MARKDOWN_TEXT:  # type: ignore[union-attr]
+            rest = final[len(live.sent) :]  # type: ignore[union-attr]
             await client.chat_stopStream(
                 channel=where["channel"],
                 ts=where["ts"],

@@ -464,10 +464,11 @@ def test_replies_show_the_real_address_for_a_label_that_reads_like_another() -> 
     assert markdown_to_mrkdwn("[<https://stripe.com|s>](https://evil.example)") == (
         "<https://evil.example|evil.example>"  # was a link nested in a link's label
     )
-    # what a model may write in a reply is unchanged: labels in words, mentions, plain links
+    # what a model may write in a reply is unchanged: labels in words, plain links; a mention it writes
+    # names the person without pinging them (issue 25, item 15)
     assert markdown_to_mrkdwn(
         "[the receipt](https://pay.example/r/1) for <@U1> at <https://pay.example>"
-    ) == ("<https://pay.example/r/1|the receipt> for <@U1> at <https://pay.example>")
+    ) == ("<https://pay.example/r/1|the receipt> for @U1 at <https://pay.example>")
     # private-use characters (our placeholders) in a model's text used to crash the conversion
     assert markdown_to_mrkdwn("x \ue0005\ue000 \ue001y") == "x 5 y"
 
@@ -562,3 +563,148 @@ def test_a_cut_label_drops_a_link_whole_rather_than_show_part_of_its_host() -> N
     option_text, description = plain_texts(blocks)[:2]
     assert option_text == description == "A" * 60 + "…"  # not "AAA… x (stripe.c…"
     assert decision_plain("see <https://stripe.com.evil.example|x>", 100) == "see x (stripe.com.evil.example)"
+
+
+# --- no ping on the bot's behalf, in any builder (issue 25, item 15) ---------------------------
+
+# What a person or the model may type: every way Slack pings someone, as tokens and as bare words.
+PINGS = (
+    "Hi <!channel> and <!here|here>, <!everyone>! Page <!subteam^S0ADMINS|@security> and <@U0EVE> "
+    "<@W0EVE|eve>, then @channel @here @everyone."
+)
+# Slack's tokens that notify (a date is not one), and the bare words a non-verbatim mrkdwn text turns into them
+PING_TOKEN = re.compile(r"<(?:@[^<>]*|!(?!date\^)[^<>]*)>")
+PING_WORD = re.compile(r"(?<![\w@])@(?:channel|here|everyone)\b")
+# Keys whose strings never reach a person's screen as text (ids, values, URLs)
+NOT_TEXT = {"action_id", "block_id", "callback_id", "private_metadata", "value", "url", "type", "style",
+            "initial_value", "initial_user", "initial_users", "external_id", "team_id", "user_id"}
+
+
+def live_pings(node, verbatim: bool = True) -> set[str]:
+    """Every mention Slack would make of ``node`` (a message, view, block list or text): tokens in any text
+    (mrkdwn, markdown blocks, fallback ``text``, rich_text, plain text too: strictest reading), rich_text
+    user/usergroup/broadcast elements, and bare @channel-words in a mrkdwn text that is not ``verbatim``."""
+    found: set[str] = set()
+    if isinstance(node, str):
+        found |= set(PING_TOKEN.findall(node))
+        if not verbatim:
+            found |= set(PING_WORD.findall(node))
+    elif isinstance(node, dict):
+        kind = node.get("type")
+        if kind in ("user", "usergroup", "broadcast"):
+            found.add(f"{kind}:{node.get('user_id') or node.get('usergroup_id') or node.get('range')}")
+        loose = kind == "mrkdwn" and not node.get("verbatim")
+        for key, value in node.items():
+            if key not in NOT_TEXT:
+                found |= live_pings(value, verbatim=not loose)
+    elif isinstance(node, list):
+        for value in node:
+            found |= live_pings(value, verbatim)
+    return found
+
+
+def every_builder_output(hostile_text: str) -> dict[str, object]:
+    """What every builder that carries someone's or the model's words sends to Slack, for ``hostile_text``."""
+    from blocks.answers import answer_messages
+    from blocks.approvers import approvers_list_text, approvers_modal
+    from blocks.cards import changes_text, edit_modal, reason_modal
+    from blocks.home import ApproverListView, HomeRequest, home_view
+    from blocks.messages import reply_messages
+    from blocks.notices import (
+        approver_notice,
+        escalation_message,
+        notice_digest,
+        reminder_message,
+        thread_mention,
+    )
+    from blocks.schedules import schedule_line
+    from bot.schedules import Schedule
+
+    h = hostile_text
+    asked = question(h, [h, "b"], [h, "d"])
+    approve = approval({h: h, "n": [h]}, prompt=h)
+    lists = [ApproverListView(resource="tool:refund", list_name="refund", description=h, policy_label=h,
+                              approvers=["U0BOB"])]
+    schedule = Schedule(team_id="T1", channel="C1", prompt=h, owner=ALICE, when=h,
+                        next_at=datetime(2026, 3, 2, tzinfo=UTC))
+    return {
+        "answer (markdown block)": answer_messages(h),
+        "answer (sections, too long for one markdown block)": answer_messages((h + "\n\n") * 140),
+        "reply sections": reply_messages(h),
+        "reply mrkdwn": markdown_to_mrkdwn(h),
+        "question card": render_request(asked),
+        "approval card": render_request(approve),
+        "cards' fallback": render_requests([asked, approve]),
+        "waiting card": render_waiting(approve, ["U0BOB"], 2),
+        "settled card": render_settled(asked, outcome_label="Answered", decided_by="U0BOB", answer=h, note=h,
+                                       detail=h, edited_input={h: h}),
+        "freeform modal": freeform_modal(asked, "C1", "1.2"),
+        "reason modal": reason_modal(approve, "C1", "1.2"),
+        "edit modal": edit_modal(approve, [], "C1", "1.2"),
+        "changes": changes_text(approve, {h: h + "!"}) or "",
+        "failure": failure_message(h),
+        "approver DM": approver_notice(approve, channel_id="C1", link="https://x.slack.com/archives/C1/p1"),
+        "thread mention": thread_mention(approve, ["U0BOB"]),
+        "reminder": reminder_message(approve, now_waiting_s=7200),
+        "escalation": escalation_message(approve, [slack_user("T1", "U0BOB")], waited_s=3600),
+        "digest": notice_digest([asked, approve] * 2, channel_id="C1", link=None),
+        "schedule line": schedule_line(schedule, with_owner=True),
+        "home": home_view("U0BOB", [HomeRequest(request=asked, requester_name=h, undeliverable=h)],
+                          [HomeRequest(request=approve, requester_name=h)], lists, schedules=[schedule]),
+        "approvers modal": approvers_modal(lists),
+        "approvers text": approvers_list_text(lists),
+    }
+
+
+OURS = {"<@U0ALICE>", "<@U0BOB>"}  # the requester and the decider: the builders write these themselves
+
+
+@pytest.mark.parametrize("hostile_text", [PINGS, f"`{PINGS}` ```\n{PINGS}\n``` **{PINGS}** > {PINGS}",
+                                          "[<!channel>](https://x.example) <https://x.example|<@U0EVE>>"])
+def test_no_builder_lets_typed_or_model_text_ping_anyone(hostile_text: str) -> None:
+    for builder, output in every_builder_output(hostile_text).items():
+        assert live_pings(output) <= OURS, f"{builder}: {live_pings(output) - OURS}"
+
+
+def test_a_refusal_names_the_people_its_rule_names_but_broadcasts_nothing() -> None:
+    from blocks.cards import refused_text
+
+    # a refusal's reason comes from a response policy (code), which names who may answer: those stay
+    # mentions; it is shown only to the person refused (an ephemeral), and nothing in it broadcasts
+    text = refused_text(PINGS)
+    assert live_pings(text) == {"<@U0EVE>"} and "@channel" in text
+
+
+def test_mentions_in_a_reply_read_as_names_not_pings() -> None:
+    [message] = answer_messages_of(PINGS)
+    [markdown, _feedback] = message["blocks"]
+    assert markdown["type"] == "markdown"
+    assert markdown["text"] == ("Hi @channel and @here, @everyone! Page @S0ADMINS and @U0EVE @W0EVE, "
+                                "then @channel @here @everyone.")
+    assert "<" not in message["text"]
+    for section in reply_sections_of(PINGS):  # the long form: mrkdwn sections Slack must not parse
+        assert section["text"]["verbatim"] is True
+
+
+def answer_messages_of(text: str) -> list[dict]:
+    from blocks.answers import answer_messages
+
+    return answer_messages(text)
+
+
+def reply_sections_of(text: str) -> list[dict]:
+    from blocks.messages import reply_messages
+
+    return [b for m in reply_messages(text) for b in m["blocks"] if b["type"] == "section"]
+
+
+def test_a_reply_streamed_in_pieces_never_completes_a_ping_across_two_of_them() -> None:
+    from blocks.messages import no_pings, streamable
+
+    whole = "Lunch! <!channel> and <@U0EVE|eve> <b> a < b\nok <!here>"
+    shown = [streamable(whole[:n]) for n in range(len(whole) + 1)]
+    for before, after in zip(shown, shown[1:], strict=False):
+        assert after.startswith(before)  # each piece only adds to what Slack already has
+    assert shown[-1] == no_pings(whole) == "Lunch! @channel and @U0EVE <b> a < b\nok @here"
+    assert live_pings("".join(a[len(b):] for b, a in zip(shown, shown[1:], strict=False))) == set()
+    assert streamable("Lunch! <!chan") == "Lunch! "  # held back until it is closed

@@ -183,3 +183,30 @@ async def test_the_assistant_split_view_greets_titles_and_asks_for_approval_in_i
     await local_slack.click(ALICE, dm, card.ts, button(card, "Approve"))
     await local_slack.wait_for_message(dm, thread_ts=thread_ts, predicate=lambda m: "Result:" in m.text)
     assert len(RUNS) == 1
+
+
+PINGING_ANSWER = (
+    "Posted to #general: <!channel> lunch is here! Tell <@U0EVE|eve> and <!subteam^S0ADMINS|@admins>, "
+    "and <!here> too."
+)
+
+
+@pytest.mark.parametrize("slowly", [False, True], ids=["posted whole", "streamed"])
+async def test_an_answer_that_quotes_a_broadcast_pings_nobody(local_slack, start_app, fake_openai, slowly):
+    """What the model writes (here quoting an announcement a person typed) reaches Slack with every mention
+    as a plain name: in the markdown block, the fallback text and every streamed piece (issue 25, item 15)."""
+    from tests.test_blocks_spoofing import live_pings
+
+    fake_openai.reply_text(PINGING_ANSWER, chunk_delay_s=WORD_DELAY_S if slowly else 0.0)
+    await start_app(OpenAIChatModel("gpt-4o-mini", base_url=fake_openai.base_url, api_key="sk-test",
+                                    max_retries=0), [])
+    ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> announce lunch")
+    shown = ("Posted to #general: @channel lunch is here! Tell @U0EVE and @S0ADMINS, and @here too.")
+    answer = await local_slack.wait_for(
+        lambda: next((m for m in streamed(local_slack, ts) if not m.streaming and m.blocks), None), timeout_s=10)
+    assert answer.blocks[0]["text"] == shown and live_pings(answer.model_dump()) == set()
+    sent = [c.params for c in local_slack.calls
+            if c.method in (*STREAM_CALLS, "chat.postMessage", "chat.update") and c.params.get("channel") == GENERAL]
+    assert sent and live_pings(sent) == set(), sent
+    if slowly:
+        assert any(c.method == "chat.startStream" for c in local_slack.calls)
