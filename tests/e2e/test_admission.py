@@ -20,15 +20,6 @@ from tests.e2e.test_approval_flow import button, card_in
 from tests.e2e.test_external import token_of
 from tests.e2e.test_schedules import later, roots
 
-RUNS: list[str | None] = []
-
-
-@tool(approval=Approval(request=always()))
-async def pay_vendor(args: dict, ctx: ToolContext) -> dict:
-    """Pay a vendor."""
-    RUNS.append(ctx.principal.slack_user_id if ctx.principal else None)
-    return {"paid": True}
-
 
 def answers(n: int = 4) -> ScriptedModel:
     return ScriptedModel([say("Done.") for _ in range(n)])
@@ -148,9 +139,9 @@ async def run_migration(args: Migration, ctx: ToolContext) -> dict:
 
 
 async def test_the_result_api_refuses_a_guest_whose_channel_was_closed(local_slack, start_app):
-    bot = await start_app(ScriptedModel([call("run_migration", database="orders"),
-                                         lambda messages, tools: say("Result: " + messages[-1]["content"])]),
-                          [run_migration])
+    await start_app(ScriptedModel([call("run_migration", database="orders"),
+                                   lambda messages, tools: say("Result: " + messages[-1]["content"])]),
+                    [run_migration])
     await open_to_guests(local_slack)
     ts, _ = await local_slack.post_message(ERIN, GENERAL, f"<@{BOT_USER_ID}> migrate orders")
     card = await local_slack.wait_for(lambda: card_in(local_slack, ts))
