@@ -11,6 +11,12 @@ Each firing ("tick") is a timer in Redis (``hitl:timers``, like request deadline
 it, starts the thread once (the thread it started is remembered per tick) and the turn once (the
 message is keyed by the tick), then puts the next tick in. A replica that dies mid-fire leaves the
 claim to expire and another replica finishes the same tick; nothing starts twice.
+
+A tick fires only while it is its schedule's current one (``next_at``), and moving the schedule on is a
+compare-and-set on the schedule as the tick read it: an edit (or removal) made while another replica
+held a tick wins, and that tick neither starts a second timer chain nor writes the old schedule back.
+Every tick also asks the admission rule (``bot.admission``) for its owner in its channel, as it reads
+then: a guest whose channel was closed since gets the tick skipped, not a turn run as them.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from bot.admission import admits
 from bot.ports import Workspace, WorkspaceError
@@ -56,6 +62,19 @@ class Schedule(BaseModel):
     next_at: datetime
     every_s: int | None = None  # repeats this often; None: once
     created_at: datetime = Field(default_factory=utcnow)
+    _stored: str | None = PrivateAttr(default=None)  # the text it was read from (``stored``), if any
+
+    @classmethod
+    def stored(cls, raw: str | bytes) -> Schedule:
+        """A schedule read from its store, remembering the exact text: the store moves it on only while
+        that text is still the current one (an edit in between wins)."""
+        schedule = cls.model_validate_json(raw)
+        schedule._stored = raw.decode() if isinstance(raw, bytes) else raw
+        return schedule
+
+    @property
+    def stored_as(self) -> str | None:
+        return self._stored
 
     def following(self, tick: datetime) -> datetime | None:
         """The tick after ``tick`` (None: it does not repeat)."""
@@ -214,7 +233,7 @@ def parse_member(rest: str) -> tuple[str | None, str, int] | None:
 
 class ScheduleStorePort(Protocol):
     async def get(self, team_id: str | None, schedule_id: str) -> Schedule | None: ...
-    async def advance(self, schedule: Schedule, after: datetime, following: datetime | None) -> None: ...
+    async def advance(self, schedule: Schedule, after: datetime, following: datetime | None) -> bool: ...
     async def thread_of(self, schedule: Schedule, tick_ms: int, ref: SessionRef | None) -> SessionRef | None: ...
 
 
@@ -234,6 +253,12 @@ async def fire(schedules: ScheduleStorePort, workspace: Workspace | None, runtim
         log.warning("schedule %s is due, but this frontend cannot start threads", schedule_id)
         return
     tick = datetime.fromtimestamp(tick_ms / 1000, UTC)
+    if int(schedule.next_at.timestamp() * 1000) != tick_ms:
+        # not the schedule's current tick: it was edited (or moved on) while this timer waited or was
+        # held; the current tick has its own timer, so firing this one would start a second chain
+        log.info("schedule %s: tick %d is no longer its current one (%s); dropped", schedule_id, tick_ms,
+                 schedule.next_at.isoformat())
+        return
     if not await admits(schedule.owner, schedule.channel):
         # asked at every tick, not only when it was made: a guest whose channel was closed since gets no
         # turn run as them. The tick is skipped, the schedule kept (reopening the channel resumes it).

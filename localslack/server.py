@@ -31,7 +31,7 @@ from localslack.persistence import DEFAULT_SAVE_DELAY_S, Persister
 from localslack.ratelimit import RateLimits
 from localslack.seed import TEAM_ID, Seed
 from localslack.socket_mode import SOCKET_ROUTE, DisconnectReason, SocketModeServer
-from localslack.webapi import WebApi
+from localslack.webapi import Hold, WebApi
 from localslack.workspace import RESPONSE_URL_MAX_USES, RESPONSE_URL_TTL_S, TRIGGER_TTL_S, ApiError, Workspace
 
 T = TypeVar("T")
@@ -394,6 +394,11 @@ class LocalSlack(UserActions, AiAppActions):
         """Make the next ``times`` calls of ``method`` fail: HTTP 429 + Retry-After + ``ratelimited``, or
         (with ``error``) HTTP 200 ``{"ok": false, "error": error}``."""
         self.api.fail_next(method, status=status, retry_after=retry_after, error=error, times=times)
+
+    def hold_next(self, method: str) -> Hold:
+        """Hold the next call of ``method`` unanswered until the test releases it (``Hold.release``): a
+        Slack that is slow just then, so the test can act while the bot waits on it."""
+        return self.api.hold_next(method)
 
     def messages(self, channel: str, thread_ts: str | None = None) -> list[Message]:
         """Channel history oldest first (top level only), or with ``thread_ts`` the thread: root then replies."""

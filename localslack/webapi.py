@@ -41,6 +41,18 @@ class Fault:
     times: int
 
 
+class Hold:
+    """The next call of a method, held before Slack answers it (a slow Slack, for a test to act meanwhile):
+    ``await hold.reached.wait()`` until the call is in, then ``hold.release()`` to let it be answered."""
+
+    def __init__(self) -> None:
+        self.reached = asyncio.Event()
+        self.released = asyncio.Event()
+
+    def release(self) -> None:
+        self.released.set()
+
+
 class Params:
     """A method's arguments, however they arrived, with Slack-like coercions."""
 
@@ -102,6 +114,7 @@ class WebApi:
         self.on_bot_message = on_bot_message
         self.calls: list[ApiCall] = []
         self.faults: dict[str, list[Fault]] = {}
+        self.holds: dict[str, list[Hold]] = {}
         self.handlers: dict[str, Handler] = {
             "api.test": self.api_test,
             "auth.test": self.auth_test,
@@ -143,6 +156,10 @@ class WebApi:
         scope_headers: dict[str, str] = {}
         if self.answer_delay_s > 0:
             await asyncio.sleep(self.answer_delay_s)
+        if self.holds.get(method):
+            hold = self.holds[method].pop(0)
+            hold.reached.set()
+            await hold.released.wait()
         try:
             values, token, warnings = await _read_params(request)
             self._apply_fault(method)
@@ -205,6 +222,11 @@ class WebApi:
         if not token.startswith("xapp-") and token in self.ws.tokens:
             raise ApiError("not_allowed_token_type")
         raise ApiError("invalid_auth")
+
+    def hold_next(self, method: str) -> Hold:
+        hold = Hold()
+        self.holds.setdefault(method, []).append(hold)
+        return hold
 
     def fail_next(
         self,

@@ -6,7 +6,9 @@
   hitl:configured-schedules           set of workspaces holding schedules from BOT_SCHEDULES
 
 A tick's timer is written with its schedule and replaced by the next one when it fires; the recovery
-sweep of any replica claims it (``store.sessions``'s timer claim: one claimer at a time).
+sweep of any replica claims it (``store.sessions``'s timer claim: one claimer at a time). Moving a
+schedule on is a compare-and-set on its stored JSON (``advance``), so an edit made while a tick was
+held is never overwritten, and the held tick's next timer (put in first) finds it is not current.
 """
 
 from __future__ import annotations
@@ -23,6 +25,15 @@ CONFIGURED = b"hitl:configured-schedules"  # workspaces with file-defined schedu
 TICK_MEMORY_S = 7 * 86400  # how long a tick's thread is remembered (re-fires come within a lease)
 
 
+# Replace (or, given "", delete) a schedule only if it is still exactly the one the caller read: an
+# atomic compare-and-set on its stored text, so a tick held through an edit cannot write the old one back.
+_SWAP = """
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+if ARGV[3] == '' then redis.call('HDEL', KEYS[1], ARGV[1]) else redis.call('HSET', KEYS[1], ARGV[1], ARGV[3]) end
+return 1
+"""
+
+
 def _ms(at: datetime) -> int:
     return int(at.timestamp() * 1000)
 
@@ -30,6 +41,7 @@ def _ms(at: datetime) -> int:
 class ScheduleStore:
     def __init__(self, redis: Redis):
         self.redis = redis
+        self._swap = redis.register_script(_SWAP)
 
     @staticmethod
     def key(team_id: str | None) -> str:
@@ -43,12 +55,14 @@ class ScheduleStore:
         await pipe.execute()
 
     async def get(self, team_id: str | None, schedule_id: str) -> Schedule | None:
+        """The schedule as stored now; it remembers the stored text, so :meth:`advance` can tell whether it
+        is still the current one."""
         raw = await self.redis.hget(self.key(team_id), schedule_id)
-        return Schedule.model_validate_json(raw) if raw is not None else None
+        return Schedule.stored(raw) if raw is not None else None
 
     async def list(self, team_id: str | None) -> list[Schedule]:
         raws = await self.redis.hvals(self.key(team_id))
-        return sorted((Schedule.model_validate_json(r) for r in raws), key=lambda s: s.next_at)
+        return sorted((Schedule.stored(r) for r in raws), key=lambda s: s.next_at)
 
     async def remove(self, schedule: Schedule) -> bool:
         """Forget a schedule and its next tick; False if it was already gone."""
@@ -58,15 +72,23 @@ class ScheduleStore:
         removed, _ = await pipe.execute()
         return bool(removed)
 
-    async def advance(self, schedule: Schedule, after: datetime, following: datetime | None) -> None:
-        """After tick ``after`` fired: put the next tick in, or forget a schedule that does not repeat. A
-        schedule removed meanwhile stays removed."""
+    async def advance(self, schedule: Schedule, after: datetime, following: datetime | None) -> bool:
+        """After tick ``after`` fired: put the next tick in, or forget a schedule that does not repeat —
+        only if ``schedule`` (as :meth:`get` read it) is still the stored one. An edit or a removal made
+        while the tick was held wins: its own timer is the only chain (no second one from this tick).
+        False when it lost.
+
+        The next tick's timer goes in first: a crash before the schedule is moved on then leaves the
+        tick itself to fire again (harmlessly), and a timer whose schedule has moved elsewhere finds
+        it is not the current tick and does nothing (``bot.schedules.fire``)."""
+        key = self.key(schedule.team_id)
+        expected = schedule.stored_as or schedule.model_dump_json()
         if following is None:
-            await self.redis.hdel(self.key(schedule.team_id), schedule.schedule_id)
-            return
-        if await self.get(schedule.team_id, schedule.schedule_id) is None:
-            return
-        await self.add(schedule.model_copy(update={"next_at": following}))
+            return bool(await self._swap(keys=[key], args=[schedule.schedule_id, expected, ""]))
+        moved = schedule.model_copy(update={"next_at": following})
+        await self.redis.zadd(TIMERS, {timer_member(schedule.team_id, schedule.schedule_id, _ms(following)):
+                                       _ms(following)})
+        return bool(await self._swap(keys=[key], args=[schedule.schedule_id, expected, moved.model_dump_json()]))
 
     async def apply_file(self, wanted: list[Schedule]) -> tuple[int, int]:
         """Make the file-defined schedules in Redis those of ``wanted`` (every replica does this at start;

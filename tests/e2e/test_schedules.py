@@ -191,3 +191,57 @@ async def test_a_schedules_file_it_cannot_use_stops_the_start_naming_the_variabl
                     f"on_behalf_of: {ALICE}}}\n")
     with pytest.raises(ConfigError, match="BOT_SCHEDULES: soon: .*depends on when the bot starts"):
         await start_app(turns("nightly_report", 1), [nightly_report], BOT_SCHEDULES=str(path))
+
+
+async def test_editing_a_schedule_while_another_replica_holds_its_tick_leaves_one_chain(local_slack, start_app,
+                                                                                       tmp_path):
+    """Issue 25, item 6. Replica A has claimed the hourly tick and is starting its thread (Slack is slow
+    just then) when the file is edited to ``every 2h`` and applied by replica B. The tick A holds still
+    fires once; after it only the edited schedule ticks: 2 turns in the next 4 h, not 4 from two chains."""
+    from bot.app import _apply_schedules_file
+
+    RUNS.clear()
+    path = tmp_path / "schedules.yaml"
+    hourly = schedules_file(path, "post the nightly report")
+    a = await start_app(turns("nightly_report", 8), [nightly_report], BOT_SCHEDULES=hourly)
+    b = await start_app(turns("nightly_report", 8), [nightly_report], BOT_SCHEDULES=hourly)
+    [scheduled] = await a.runtime.schedules.list("T0LOCAL")
+    now = [scheduled.next_at.timestamp() + 1]  # one clock for both replicas, just past the tick
+    for bot in (a, b):
+        bot.runtime.settings.clock = lambda: now[0]
+
+    held = local_slack.hold_next("chat.postMessage")  # A's tick posts its thread's first message: held there
+    sweep = asyncio.create_task(a.runtime.recover())
+    await asyncio.wait_for(held.reached.wait(), 5)
+    path.write_text(path.read_text().replace("every 1h", "every 2h"))
+    await _apply_schedules_file(str(path), b.runtime.schedules, now[0])  # B deploys the edited file
+    held.release()
+    await sweep
+    await local_slack.wait_for(lambda: len(RUNS) == 1)  # the held tick ran, once
+
+    for _ in range(8):  # four hours in half-hour steps, both replicas sweeping
+        now[0] += 1800
+        await asyncio.gather(a.runtime.recover(), b.runtime.recover())
+        await a.runtime.wait_idle()
+        await b.runtime.wait_idle()
+    assert len(roots(local_slack)) == 1 + 2 and len(RUNS) == 1 + 2
+    [edited] = await a.runtime.schedules.list("T0LOCAL")
+    assert edited.when == "every 2h", "the edit stands: the held tick did not write the old schedule back"
+
+
+async def test_a_tick_that_is_no_longer_the_schedules_current_one_starts_nothing(local_slack, start_app):
+    """A timer left from before an edit (or a next tick put in by a replica whose schedule was edited
+    meanwhile) finds its schedule has moved on: it starts no thread and no turn, and changes nothing."""
+    from bot.schedules import fire
+
+    RUNS.clear()
+    bot = await start_app(turns("nightly_report", 2), [nightly_report])
+    await schedule(local_slack, "schedule every 1h post the nightly report")
+    [scheduled] = await bot.runtime.schedules.list("T0LOCAL")
+    stale_ms = int(scheduled.next_at.timestamp() * 1000) - 30 * 60 * 1000
+    await fire(bot.runtime.schedules, bot.runtime.parts.workspace, bot.runtime, "T0LOCAL", scheduled.schedule_id,
+               stale_ms)
+    await bot.runtime.wait_idle()
+    assert roots(local_slack) == [] and RUNS == []
+    [after] = await bot.runtime.schedules.list("T0LOCAL")
+    assert after.next_at == scheduled.next_at
