@@ -292,7 +292,7 @@ class Settler:
             response=response,
             responder_id=principal.principal_id if principal else "",
             required=required,
-            grant_key=next((g.approval_key for g in grants if g.scope == "conversation"), None),
+            grant=next((g for g in grants if g.scope == "conversation"), None),
             note=note,
             batch=record.batch,
             on_settled=settled_events,
@@ -301,9 +301,10 @@ class Settler:
         )
         if result.state == "settled":
             SETTLED.labels(req.kind, resolution).inc()
-            # listed for App Home, and a requester grant held; lost in a crash here, it is simply not there
-            # (the requester is asked again): the settle above is what counts
-            await asyncio.gather(*(self.p.store.grants.add(g) for g in grants))
+            # a requester grant is its own listing (one write, its end in it), written once the settle
+            # counted; lost in a crash here, it is simply not there (the requester is asked again). A
+            # conversation grant was written by the settle itself, with its listing (store.settle)
+            await asyncio.gather(*(self.p.store.grants.add(g) for g in grants if g.scope == "requester"))
         self.p.outbox.kick(sid)
         if result.state in ("stale", "gone"):  # gone: its turn expired or was removed; the card now says so
             return AnswerResult("stale", await self.p.store.get_request(rid))

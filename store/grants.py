@@ -1,13 +1,16 @@
-"""Standing approvals ("don't ask again") in Redis (DESIGN §6, §9).
+"""Standing approvals ("don't ask again") in Redis (DESIGN §6, §9, §12).
 
-A conversation grant lives in its session's ``P:grants`` set, which the turn loop reads with the rest
-of the session (``store.sessions``); a requester grant lives here only. Both are listed here, per
-workspace, so App Home can show them and the requester or an admin can revoke them:
+A requester grant is one record here, its end (``expires_at``) in it: the grant and its listing are
+the same write, made once the settle counted (lost in a crash before it: not in force, not listed).
+
+A conversation grant is in force while its approval key is in its session's ``P:grants`` set (which
+the turn loop reads with the rest of the session); the settle script writes it together with its record
+``P:granted`` (what is listed), so both have the session's one lifetime (``store.sessions``). Since that
+slot is not the workspace's, the workspace keeps an index of them, written *before* the settle: an
+entry whose settle never came, or whose grant has lapsed or was revoked, is never shown — the listing
+is derived from the grants themselves and trimmed as it is read.
 
   hitl:{ws:<team>}:grants   hash grant id → ``Grant`` JSON (grant id: ``<scope>|<holder>|<approval key>``)
-
-Expired requester grants are ignored when read and dropped when listed. Losing a grant (a crash
-between the settle and this write) only means the requester is asked again: it fails closed.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from redis.asyncio import Redis
 
 from bot.principals import Principal
 from bot.protocol import Grant, grant_id
+from store.pipelined import Command, pipelined
 
 log = logging.getLogger(__name__)
 
@@ -52,30 +56,52 @@ class GrantStore:
         return held
 
     async def list(self, team_id: str | None, now: datetime) -> list[Grant]:
-        """Every live grant of the workspace, newest first; expired ones are dropped on the way."""
+        """Every grant of the workspace in force, newest first; the rest are dropped on the way."""
         raws = await self.redis.hgetall(self.key(team_id))
+        indexed = {field: _parsed(raw) for field, raw in raws.items()}
+        here = [(field, g) for field, g in indexed.items() if g is not None and g.scope == "conversation"]
+        held = await self._conversation_grants([g for _, g in here])
         grants: list[Grant] = []
-        expired: list[bytes] = []
-        for field, raw in raws.items():
-            grant = _parsed(raw)
+        gone: list[bytes] = []
+        for field, grant in indexed.items():
+            if grant is not None and grant.scope == "conversation":
+                grant = held.get(field.decode())
             if grant is not None and _live(grant, now):
                 grants.append(grant)
             else:
-                expired.append(field)
-        if expired:
-            await self.redis.hdel(self.key(team_id), *expired)
+                gone.append(field)
+        if gone:
+            await self.redis.hdel(self.key(team_id), *gone)
         return sorted(grants, key=lambda g: g.granted_at, reverse=True)
+
+    async def _conversation_grants(self, indexed: list[Grant]) -> dict[str, Grant]:
+        """Those of ``indexed`` in force (their key in the session's grants), as their session recorded
+        them (one round trip). A grant without a record (written before records were) is listed as indexed."""
+        if not indexed:
+            return {}
+        pipe = self.redis.pipeline(transaction=False)
+        for g in indexed:
+            pipe.sismember(self._session_key(g.session_id or "", "grants"), g.approval_key)
+            pipe.hget(self._session_key(g.session_id or "", "granted"), g.grant_id)
+        replies = await pipe.execute()
+        held: dict[str, Grant] = {}
+        for g, in_force, raw in zip(indexed, replies[::2], replies[1::2], strict=True):
+            if g.session_id and in_force:
+                held[g.grant_id] = _parsed(raw) or g
+        return held
 
     async def get(self, team_id: str | None, grant_id_: str) -> Grant | None:
         return _parsed(await self.redis.hget(self.key(team_id), grant_id_))
 
     async def revoke(self, grant: Grant) -> bool:
-        """Remove a grant (a conversation grant from its session too); False if it was already gone."""
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hdel(self.key(grant.team_id), grant.grant_id)
+        """Remove a grant (a conversation grant from its session too); False if it was already gone.
+        The grant goes before its index entry: a crash between leaves an entry that lists nothing."""
+        commands: list[Command] = []
         if grant.scope == "conversation" and grant.session_id:
-            pipe.srem(self._session_key(grant.session_id, "grants"), grant.approval_key)
-        removed, *_ = await pipe.execute()
+            commands += [("srem", (self._session_key(grant.session_id, "grants"), grant.approval_key)),
+                         ("hdel", (self._session_key(grant.session_id, "granted"), grant.grant_id))]
+        commands.append(("hdel", (self.key(grant.team_id), grant.grant_id)))
+        *_, removed = await pipelined(self.redis, commands, [])  # in this order, on a Cluster too
         return bool(removed)
 
 

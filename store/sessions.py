@@ -11,6 +11,7 @@ Keys of a session (``P = hitl:{slot}``):
   P:events       Redis Stream of events, fields ``s`` (sequence) and ``e`` (event JSON)
   P:inbox        list of queued user messages (JSON)
   P:grants       set of approval keys granted in this session (once(), "don't ask again here")
+  P:granted      hash grant id → Grant JSON: what App Home lists of those grants (written with them)
   P:req:<rid>    hash: the request record (see ``RequestRecord``)
   P:req:<rid>:ok set of principal ids that approved (n-of-m)
   P:exec:<call>  execution marker: "started" or the JSON result
@@ -50,6 +51,7 @@ from bot.protocol import (
     EVENT_ADAPTER,
     CancelRequested,
     Event,
+    Grant,
     InputResolved,
     InputResponse,
     LeaseLost,
@@ -121,14 +123,14 @@ for i = 1, n_requests do
   local fields = cjson.decode(ARGV[4 + n_events + i])
   local flat = {}
   for k, v in pairs(fields) do table.insert(flat, k); table.insert(flat, v) end
-  redis.call('HSET', KEYS[8 + i], unpack(flat))
-  redis.call('SADD', KEYS[6], KEYS[8 + i])
+  redis.call('HSET', KEYS[9 + i], unpack(flat))
+  redis.call('SADD', KEYS[6], KEYS[9 + i])
 end
 if state_json ~= '' then
   if held(KEYS[6]) then redis.call('SET', KEYS[2], state_json) else redis.call('SET', KEYS[2], state_json, 'PX', retention) end
 end
 if n_requests > 0 then  -- what was written before with an end keeps no end while these are open
-  for _, i in ipairs({2, 3, 4, 5, 7, 8, #KEYS}) do keep(KEYS[i], KEYS[6], retention) end
+  for _, i in ipairs({2, 3, 4, 5, 7, 8, 9, #KEYS}) do keep(KEYS[i], KEYS[6], retention) end
 end
 if ref_json ~= '' then
   redis.call('HSET', KEYS[5], '_ref', ref_json)
@@ -154,8 +156,9 @@ local req, oks, events, seq, grants, open = KEYS[1], KEYS[2], KEYS[3], KEYS[4], 
 local mode, now, outcome, response, responder, responder_id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local required, grant_key, note, maxlen = tonumber(ARGV[7]), ARGV[8], ARGV[9], ARGV[10]
 local ev_settled, ev_partial, ev_rejected, ev_stale = ARGV[11], ARGV[12], ARGV[13], ARGV[14]
-local retention, ev_gone = ARGV[15], ARGV[16]
-local BATCH = 11  -- KEYS[7..10]: state, out, inbox, chan; then the step's other requests
+local retention, ev_gone, grant_id, grant_json = ARGV[15], ARGV[16], ARGV[17], ARGV[18]
+local granted = KEYS[11]
+local BATCH = 12  -- KEYS[7..11]: state, out, inbox, chan, granted; then the step's other requests
 local function emit(list_json, approvals)
   if list_json == '' then return 0 end
   local first = 0
@@ -183,7 +186,7 @@ local function close(status, closed_outcome)
   redis.call('PEXPIRE', oks, retention)
   redis.call('SREM', open, req)
   if not held(open) then
-    for i = 3, 10 do if i ~= 6 then redis.call('PEXPIRE', KEYS[i], retention) end end
+    for i = 3, 11 do if i ~= 6 then redis.call('PEXPIRE', KEYS[i], retention) end end
   end
 end
 local status = redis.call('HGET', req, 'status')
@@ -202,6 +205,9 @@ if required > 1 and outcome == 'approved' then
   if count < required then return {'partial', emit(ev_partial, count), count, 0} end
 end
 if grant_key ~= '' and outcome == 'approved' then
+  -- the grant and what App Home lists of it: one write, one lifetime (the listing's own write comes first,
+  -- so a failed one leaves nothing settled and nothing granted)
+  redis.call('HSET', granted, grant_id, grant_json)
   redis.call('SADD', grants, grant_key)
 end
 close('settled', outcome)
@@ -544,6 +550,7 @@ class SessionStore:
             self.key(session_id, "open"),
             self.key(session_id, "grants"),
             self.key(session_id, "chan"),
+            self.key(session_id, "granted"),
             *[self.request_key(r.request_id) for r in requests],
             self.key(session_id, "cancel"),
             self.key(session_id, "inbox"),
@@ -664,7 +671,7 @@ class SessionStore:
         response: InputResponse | None,
         responder_id: str = "",
         required: int = 1,
-        grant_key: str | None = None,
+        grant: Grant | None = None,
         note: str | None = None,
         batch: list[str] = (),  # type: ignore[assignment]
         on_settled: list[Event] = (),  # type: ignore[assignment]
@@ -672,7 +679,14 @@ class SessionStore:
         on_rejected: list[Event] = (),  # type: ignore[assignment]
         on_stale: list[Event] = (),  # type: ignore[assignment]
     ) -> SettleResult:
-        """One atomic settle attempt (one round trip). ``batch``: the other requests of the step."""
+        """One atomic settle attempt (one round trip). ``batch``: the other requests of the step.
+
+        ``grant``: the conversation grant approving records. It is listed for the workspace first (its own
+        round trip; a failure raises and nothing is settled), then the settle writes the grant and its
+        record together. The listing is an index: ``GrantStore.list`` shows only grants in force, so an
+        entry whose settle never came (a crash, a click that did not count) is dropped, never shown."""
+        if grant is not None:
+            await self.grants.add(grant)
         rid = record.request_id
         key = self.request_key(rid)
         keys = [
@@ -681,7 +695,7 @@ class SessionStore:
             self.key(record.session_id, "events"),
             self.key(record.session_id, "seq"),
             self.key(record.session_id, "grants"),
-            *[self.key(record.session_id, name) for name in ("open", "state", "out", "inbox", "chan")],
+            *[self.key(record.session_id, name) for name in ("open", "state", "out", "inbox", "chan", "granted")],
             *[self.request_key(b) for b in batch if b != rid],
         ]
         responder = response.principal if response else None
@@ -693,14 +707,15 @@ class SessionStore:
             responder.model_dump_json() if responder else "",
             responder_id,
             required,
-            grant_key or "",
+            grant.approval_key if grant is not None else "",
             note or "",
             EVENTS_MAXLEN,
             *[_events_json(evs) for evs in (on_settled, on_partial, on_rejected, on_stale)],
         ]
         gone = [InputResolved(session_id=record.session_id, turn_id=record.turn_id, resolutions=[
             Resolution(request_id=rid, kind=record.request.kind, outcome="cancelled")])]
-        args += [self.retention_ms, _events_json(gone)]
+        args += [self.retention_ms, _events_json(gone), grant.grant_id if grant is not None else "",
+                 grant.model_dump_json() if grant is not None else ""]
         # in the same round trip: have the sweep look at the session soon, so a turn whose last answer
         # this was resumes even if this process dies before it drives it, and the outbox delivers what
         # the settle appended (the card update) even then
