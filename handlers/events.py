@@ -14,7 +14,6 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 
 from bot.admission import GUEST_REFUSAL, admits
-from bot.governance import is_external
 from bot.inputs import strip_mention
 from bot.principals import Principal
 from bot.session import SessionRef, slack_session_id
@@ -48,8 +47,6 @@ async def may_talk(deps: SlackDeps, principal: Principal, org: str | None, chann
     from the verified payload (the principal carries it too). Fails closed."""
     if org and not principal.attributes.get("enterprise_id"):
         principal = principal.model_copy(update={"attributes": {**principal.attributes, "enterprise_id": org}})
-    if deps.governance is None:  # no policy store wired: members only
-        return not is_external(principal)
     return await admits(principal, channel_id, source=deps.governance)
 
 

@@ -15,7 +15,7 @@ from bot.approval import Approval, always
 from bot.models.scripted import ScriptedModel, call, say
 from bot.session import slack_session_id
 from bot.tools import ToolContext, tool
-from localslack.seed import BOT_USER_ID, CAROL, ERIN, GENERAL, TEAM_ID
+from localslack.seed import ALICE, BOT_USER_ID, CAROL, ERIN, GENERAL, TEAM_ID
 from tests.e2e.test_approval_flow import button, card_in
 from tests.e2e.test_external import token_of
 from tests.e2e.test_schedules import later, roots
@@ -97,6 +97,18 @@ async def test_a_refused_guest_cannot_schedule_turns(local_slack, start_app):
     assert said.startswith(":alarm_clock: Scheduled.")
     [scheduled] = await bot.runtime.schedules.list(TEAM_ID)
     assert scheduled.owner.attributes["user_team_id"] != TEAM_ID, "stored as the guest she is"
+
+
+async def test_scheduling_fails_closed_when_slack_cannot_say_who_is_asking(local_slack, start_app):
+    """A slash command's payload does not say whether its author is a guest; Slack's ``users.info`` does.
+    When it can't be asked, nothing is scheduled (and trying again works)."""
+    bot = await start_app(answers(), [])
+    local_slack.fail_next("users.info", error="internal_error")
+    said = await agent(local_slack, ALICE, "schedule every 1h post the report")
+    assert "couldn't check who you are" in said
+    assert await bot.runtime.schedules.list(TEAM_ID) == []
+    said = await agent(local_slack, ALICE, "schedule every 1h post the report")
+    assert said.startswith(":alarm_clock: Scheduled.")
 
 
 async def test_no_tick_runs_as_a_guest_once_their_channel_is_closed(local_slack, start_app):
