@@ -1,0 +1,44 @@
+"""Retention as Slack sees it (issue 25, items 9 and 13), with ``BOT_RETENTION_DAYS`` set to one second:
+a card approved after the retention passed still runs its call, and a conversation grant that lapsed
+with its conversation leaves App Home."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from bot.models.scripted import ScriptedModel, call
+from localslack.seed import ALICE, GENERAL
+from tests.e2e.test_approval_flow import RUNS, button, mention_and_wait_for_card, refund_charge, refund_script
+from tests.e2e.test_governance import find, open_home
+from tests.e2e.test_grants import clear_cache, replied, replying
+
+ONE_SECOND = str(1 / 86400)  # BOT_RETENTION_DAYS
+
+
+async def test_9_a_card_approved_after_the_retention_still_runs_its_call(local_slack, start_app):
+    RUNS.clear()
+    await start_app(refund_script(), [refund_charge], BOT_RETENTION_DAYS=ONE_SECOND)
+    ts, card = await mention_and_wait_for_card(local_slack)
+    await asyncio.sleep(1.5)  # the card waits longer than the retention
+
+    result = await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+
+    assert result.status == 200
+    reply = await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
+    assert "refunded" in reply.text and len(RUNS) == 1
+    assert "Approved" in str(local_slack.message(GENERAL, card.ts).blocks)
+
+
+async def test_13_a_lapsed_conversation_grant_leaves_app_home(local_slack, start_app):
+    await start_app(ScriptedModel([call("clear_cache"), replying]), [clear_cache], BOT_RETENTION_DAYS=ONE_SECOND)
+    ts, card = await mention_and_wait_for_card(local_slack, "clear the cache")
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve, don’t ask again here"))
+    await replied(local_slack, ts)
+    home = await open_home(local_slack, ALICE)
+    assert find(home.blocks, "grants:revoke") is not None, json.dumps(home.blocks)
+
+    await asyncio.sleep(2)  # the conversation's retention passes, and its grant with it
+
+    home = await open_home(local_slack, ALICE)
+    assert find(home.blocks, "grants:revoke") is None, "a lapsed conversation grant is still offered in App Home"
