@@ -42,3 +42,18 @@ async def test_13_a_lapsed_conversation_grant_leaves_app_home(local_slack, start
 
     home = await open_home(local_slack, ALICE)
     assert find(home.blocks, "grants:revoke") is None, "a lapsed conversation grant is still offered in App Home"
+
+
+async def test_9_a_card_whose_turn_is_gone_says_so_and_is_updated(local_slack, start_app):
+    RUNS.clear()
+    bot = await start_app(refund_script(), [refund_charge])
+    ts, card = await mention_and_wait_for_card(local_slack)
+    await bot.runtime.wait_idle()
+    await bot.store.redis.delete(bot.store.key(f"slack:T0LOCAL:{GENERAL}:{ts}", "state"))  # its turn is gone
+
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+
+    note = await local_slack.wait_for(lambda: local_slack.ephemerals(ALICE))
+    assert "no longer needed" in note[-1].text and RUNS == []
+    await local_slack.wait_for(lambda: "No longer needed" in str(local_slack.message(GENERAL, card.ts).blocks))
+    assert all(b["type"] != "actions" for b in local_slack.message(GENERAL, card.ts).blocks)
