@@ -60,6 +60,9 @@ class PolicySource(Protocol):
 
     async def approver_list(self, team_id: str, resource: str) -> ApproverList | None: ...
     async def allows_external(self, team_id: str) -> bool: ...
+    async def outsiders(self, team_id: str, user_ids: list[str]) -> set[str]:
+        """Who of ``user_ids`` is from another organisation while the workspace keeps outsiders out (their
+        approvals would be refused); raises when it cannot be known."""
     async def admits_guests(self, team_id: str, channel_id: str | None) -> bool:
         """Whether Slack Connect guests may talk to the agent in this channel (or the whole workspace)."""
     async def workspace_org(self, team_id: str) -> str | None:
@@ -88,7 +91,18 @@ async def listed_people(team_id: str, resource: str) -> list[Principal]:
     if _source is None:
         raise LookupError("no policy source")
     listing = await _source.approver_list(team_id, resource)
-    return [workspace_member(team_id, u) for u in (listing.approvers if listing else [])]
+    users = await _admissible(team_id, listing.approvers if listing else [])
+    return [workspace_member(team_id, u) for u in users]
+
+
+async def _admissible(team_id: str, user_ids: list[str]) -> list[str]:
+    """``user_ids`` without the outsiders among them (a list saved before the editor checked, or while the
+    workspace let outsiders in): nobody is named as able to answer, or sent a request, who would be
+    refused (issue 25, item 14). Raises when that cannot be known: then nobody is named or told."""
+    if _source is None or not user_ids:
+        return user_ids
+    outside = await _source.outsiders(team_id, user_ids)
+    return [u for u in user_ids if u not in outside]
 
 
 def _user(principal: Principal | None) -> str | None:
@@ -218,6 +232,7 @@ async def _listed(ctx: AnswerersContext, resource: str, *, required: int, exclud
     listing = await _source.approver_list(team, resource)
     requester = _user(ctx.request.principal)
     users = [u for u in (listing.approvers if listing else []) if not (exclude_requester and u == requester)]
+    users = await _admissible(team, users)
     need = max(required, listing.required_approvals if listing else 1)  # said even with nobody listed (escalation)
     if not users:
         return Responders(rule="nobody", description=f"Nobody is set up to approve {_named(resource)} yet",

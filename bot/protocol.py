@@ -165,6 +165,9 @@ class InputResponse(Contract):
     grant: GrantScope | None = None  # approve, and don't ask again in this scope (one of the request's offers)
     # how it came when not from a person's own click: "api" (a result token), "subagent" (a sub-agent's answer)
     via: Literal["api", "subagent"] | None = None
+    # where it was given, as the frontend routes a private note back there (opaque here: a refusal answers
+    # where the click was made, e.g. in an approver's DM copy rather than the thread)
+    reply_to: dict[str, str] = Field(default_factory=dict)
 
 
 class Resolution(Contract):
@@ -259,6 +262,7 @@ class ApprovalCandidate(EventBase):
     reason: str | None = None
     approvals: int = 0
     required: int = 1
+    reply_to: dict[str, str] = Field(default_factory=dict)  # where a refusal is told (the answer's reply_to)
 
 
 class ApprovalSettled(EventBase):

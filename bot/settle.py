@@ -251,7 +251,7 @@ class Settler:
         pending = [ApprovalCandidate(session_id=sid, turn_id=tid, request_id=rid, outcome="pending",
                                      responder=principal)] if custom else []
         refusal = ApprovalCandidate(session_id=sid, turn_id=tid, request_id=rid, outcome=kind,
-                                    responder=principal, reason=reason)
+                                    responder=principal, reason=reason, reply_to=response.reply_to)
         result = await self.p.store.settle(record, mode="reject", outcome=outcome, response=response,
                                            on_rejected=[*pending, refusal])
         self.p.outbox.kick(sid)

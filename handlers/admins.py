@@ -43,10 +43,20 @@ class SlackUser(BaseModel):
     team_id: str | None = None
     is_admin: bool = False  # already folded: workspace admin/owner or Grid org admin/owner
     enterprise_teams: list[str] = Field(default_factory=list)
+    enterprise_id: str | None = None  # their Enterprise Grid org, if any
+    name: str | None = None  # their handle ("erin"), for messages that must say who without a mention
 
     def belongs_to(self, team_id: str) -> bool:
         """A member of the installation's workspace (Slack Connect guests are not)."""
         return self.team_id == team_id or team_id in self.enterprise_teams
+
+    def outsider(self, team_id: str, org: str | None) -> bool:
+        """From another organisation (Slack Connect): neither a member of ``team_id`` nor of its Grid
+        ``org``, as the response policies judge a clicker (``bot.governance._outsider``)."""
+        return not self.belongs_to(team_id) and not (org and self.enterprise_id == org)
+
+    def called(self) -> str:
+        return f"@{self.name}" if self.name else self.id
 
 
 def _flag(data: dict[str, Any], name: str) -> bool:
@@ -64,6 +74,8 @@ def parse_user(user_id: str, user: dict[str, Any]) -> SlackUser:
         team_id=user.get("team_id") if isinstance(user.get("team_id"), str) else None,
         is_admin=workspace_role or org_role,
         enterprise_teams=[t for t in teams if isinstance(t, str)],
+        enterprise_id=enterprise.get("enterprise_id") if isinstance(enterprise.get("enterprise_id"), str) else None,
+        name=user.get("name") if isinstance(user.get("name"), str) else None,
     )
 
 
@@ -119,6 +131,11 @@ class AdminCheck:
         if cached is None or cached[0] <= self._clock():
             return None
         return self._verdict(team_id, cached[1])
+
+    def all_cached(self, team_id: str, user_ids: Iterable[str]) -> bool:
+        """Whether :meth:`users` would answer for all of ``user_ids`` without asking Slack."""
+        now = self._clock()
+        return all((c := self._cache.get((team_id, u))) is not None and c[0] > now for u in user_ids)
 
     @staticmethod
     def _verdict(team_id: str, user: SlackUser) -> bool:

@@ -112,7 +112,8 @@ async def _on_action(deps: SlackDeps, ack: Any, body: dict[str, Any], action: di
                            what=f"open the {decoded.control} form of {record.request_id}")
         return
     raw_value = action.get("value") if action.get("type") == "button" else (action.get("selected_option") or {}).get("value")
-    response = _clicked(record, decoded.control, raw_value, principal)
+    response = _clicked(record, decoded.control, raw_value, principal).model_copy(
+        update={"reply_to": where_clicked(body)})
     task = deps.runtime.spawn(
         deps.runtime.answer(response, resume=False, record=record), what=f"answer {record.request_id}"
     )
@@ -141,6 +142,20 @@ async def _send_token(deps: SlackDeps, client: Any, body: dict[str, Any], princi
     url = f"{deps.public_url.rstrip('/')}{RESULT_PATH.format(request_id=record.request_id)}"
     expires = datetime.fromtimestamp(now + TOKEN_TTL_S, UTC)
     await _tell(client, body, user_id, record, result_token_text(record.request, url, token, expires))
+
+
+def where_clicked(body: dict[str, Any]) -> dict[str, str]:
+    """Where a click was made, for a private note back to the clicker (``InputResponse.reply_to``): App
+    Home (no channel: a DM), or the channel and thread of the message clicked — an approver's DM copy is
+    its own conversation, not the card's thread."""
+    if (body.get("view") or {}).get("type") == "home":
+        return {"surface": "home"}
+    channel = (body.get("channel") or {}).get("id")
+    if not isinstance(channel, str) or not channel:
+        return {}
+    message = body.get("message") or {}
+    thread = message.get("thread_ts") or (body.get("container") or {}).get("thread_ts")
+    return {"channel_id": channel, "thread_ts": thread if isinstance(thread, str) else ""}
 
 
 def _clicked(record: RequestRecord, control: str, raw_value: str | None, principal: Principal) -> InputResponse:
@@ -367,7 +382,8 @@ async def _tell(client: Any, body: dict[str, Any], user_id: str | None, record: 
     from_home = (body.get("view") or {}).get("type") == "home"
     channel = None if from_home else (
         (body.get("channel") or {}).get("id") or (record.channel.get("channel_id") if record else None))
-    thread_ts = (body.get("message") or {}).get("thread_ts") or (record.channel.get("thread_ts") if record else None)
+    same_place = record is not None and channel == record.channel.get("channel_id")  # not a DM copy of the card
+    thread_ts = (body.get("message") or {}).get("thread_ts") or (record.channel.get("thread_ts") if same_place else None)
     try:
         await tell_privately(client, user_id, text, channel=channel, thread_ts=thread_ts)
     except Exception:  # noqa: BLE001 - a note that cannot be shown must not break the click

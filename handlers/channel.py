@@ -247,9 +247,12 @@ class SlackChannel:
                      time.time() - event.at.timestamp())
             return
         client = await self.client_for(session.team_id)
+        # where the click was made (a DM copy, App Home), else the card's thread
+        where = event.reply_to or {"channel_id": session.channel["channel_id"],
+                                   "thread_ts": session.channel.get("thread_ts") or ""}
         try:
-            await tell_privately(client, user, refused_text(event.reason), channel=session.channel["channel_id"],
-                                 thread_ts=session.channel.get("thread_ts"))
+            await tell_privately(client, user, refused_text(event.reason), channel=where.get("channel_id"),
+                                 thread_ts=where.get("thread_ts") or None)
         except SlackApiError as exc:
             if exc.response.status_code != 429 and exc.response.get("error") != "ratelimited":
                 raise

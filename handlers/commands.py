@@ -37,7 +37,7 @@ from blocks.approvers import (
 )
 from blocks.home import ApproverListView, without_lists_text
 from bot.principals import Principal
-from handlers.governance import ADMIN_CHECK_FAILED, Governance
+from handlers.governance import ADMIN_CHECK_FAILED, PEOPLE_CHECK_SECONDS, Governance
 from handlers.home import republish
 from handlers.identity import command_principal, interaction_principal
 from store.policies import PolicyUpdateConflict
@@ -276,8 +276,10 @@ async def handle_submission(gov: Governance, ack: Any, body: dict[str, Any], vie
             await ack()
         return
     errors: dict[str, str] = {}
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + PEOPLE_CHECK_SECONDS  # one budget for all lists: the ack carries the errors
     for name, users in submitted.items():
-        problem = await gov.save_approvers(team, name, users, principal)
+        problem = await gov.save_approvers(team, name, users, principal, within=deadline - loop.time())
         if problem:
             errors[approvers_block_id(name)] = problem[:150]
     if errors:

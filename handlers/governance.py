@@ -13,6 +13,7 @@ registers their listeners and ``bot/app.py`` adds the App Home refresher to the 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from typing import Any
@@ -36,6 +37,8 @@ log = logging.getLogger(__name__)
 NOT_ADMIN = "Only workspace admins can change who approves. Ask an admin, or see the list with `/approvers list`."
 # Slack could not say whether someone is an admin (an error, or no answer in time): we refuse, saying so
 ADMIN_CHECK_FAILED = "Couldn't check your admin rights just now; try again."
+# an editor's save waits this long for users.info on the people chosen (it answers within Slack's 3 s)
+PEOPLE_CHECK_SECONDS = 1.0
 _N_OF_M = re.compile(r"^(\d+)-of-m$")
 
 REQUEST_LABELS = {
@@ -121,6 +124,10 @@ class StorePolicySource:
 
     async def allows_external(self, team_id: str) -> bool:
         return (await self.policies.get(team_id)).allow_external
+
+    async def outsiders(self, team_id: str, user_ids: list[str]) -> set[str]:
+        """Without Slack nobody's organisation can be looked up: none are known (``Governance`` asks Slack)."""
+        return set()
 
     async def admits_guests(self, team_id: str, channel_id: str | None) -> bool:
         policy = await self.policies.get(team_id)
@@ -232,12 +239,49 @@ class Governance(StorePolicySource):
                 needed[resource] = max(needed.get(resource, 1), required_by_kind(response_kind(t)))
         return needed
 
-    async def save_approvers(self, team_id: str, name: str, user_ids: list[str], actor: Principal) -> str | None:
-        """Replace the approver list ``name`` (audited by the store). Returns a problem to show, or None."""
+    async def outsiders(self, team_id: str, user_ids: list[str]) -> set[str]:
+        """``bot.governance.PolicySource.outsiders``: who of ``user_ids`` is from another organisation
+        (Slack Connect) while the workspace does not let outsiders answer, from ``users.info`` (cached).
+        Raises LookupError when Slack cannot say for someone: the caller then names and tells nobody."""
+        if not user_ids or await self.allows_external(team_id):
+            return set()
+        people = await self.admins.users(team_id, user_ids)
+        unknown = [u for u, p in people.items() if p.state == "unknown"]
+        if unknown:
+            raise LookupError(f"users.info could not say who {', '.join(unknown)} are")
+        org = await self.workspace_org(team_id)
+        return {u for u, p in people.items() if p.state == "active" and p.outsider(team_id, org)}
+
+    async def _outsider_problem(self, team_id: str, user_ids: list[str], within: float) -> str | None:
+        """Why the people chosen for a list can't all be on it: an approver the rules would refuse
+        (from another organisation) is never listed, so nobody is shown or sent a request they can't
+        answer (issue 25, item 14). Fails closed when Slack can't say who they are in time."""
+        if not user_ids or await self.allows_external(team_id):
+            return None
+        try:
+            people = await asyncio.wait_for(self.admins.users(team_id, user_ids), max(within, 0.05))
+        except TimeoutError:
+            people = {}
+        if any(p.state == "unknown" for p in people.values()) or len(people) < len(set(user_ids)):
+            return "couldn't check who everyone chosen is just now; try again."
+        org = await self.workspace_org(team_id)
+        outside = [p.called() for p in people.values() if p.state == "active" and p.outsider(team_id, org)]
+        if not outside:
+            return None
+        who = ", ".join(outside)
+        return (f"{who} {'is' if len(outside) == 1 else 'are'} from another organisation (Slack Connect), "
+                "and this workspace doesn't let outsiders approve, so nothing was changed.")
+
+    async def save_approvers(self, team_id: str, name: str, user_ids: list[str], actor: Principal,
+                             *, within: float = PEOPLE_CHECK_SECONDS) -> str | None:
+        """Replace the approver list ``name`` (audited by the store). Returns a problem to show, or None.
+        ``within``: how long Slack may take to say who the people chosen are (the caller's ack budget)."""
         resource = list_resource(name)
         if resource not in self.approver_list_uses():
             return f"no tool's rule reads a list called {name}, so it was not saved."
         try:
+            if (problem := await self._outsider_problem(team_id, user_ids, within)) is not None:
+                return problem
             if user_ids:
                 await self.policies.set_approvers(team_id, resource, user_ids, actor=actor.principal_id)
             else:

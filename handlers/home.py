@@ -19,6 +19,7 @@ Nothing here waits on Slack before Slack gets its answer (issue 8): building a h
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from dataclasses import dataclass
@@ -58,6 +59,8 @@ DRY_RUN_TIMEOUT_SECONDS = 2.0
 MAX_PERMALINKS = 10
 MAX_REFRESHES = 20  # homes re-published per event, at most
 HOME_SEEN_SECONDS = 24 * 3600  # homes published this lately are kept current by HomeRefresh
+# an admin's pick waits this long for users.info on people not looked up yet, then saves after the ack
+PEOPLE_BEFORE_ACK_SECONDS = 0.5
 
 
 def register(app: AsyncApp, gov: Governance) -> None:
@@ -125,9 +128,10 @@ async def revoke_grant(gov: Governance, body: dict[str, Any], grant_id: str) -> 
 async def edit_from_home(gov: Governance, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
     """Someone picked people in a tool's multi-users select: save (admins) or refuse, then show the new home.
 
-    Slack's answer never waits on Slack. When the clicker's admin rights are known without asking
-    (``BOT_ADMINS``, or the cached answer from building the home they are looking at), the change is
-    saved, or the refusal audited, before the ack: a few Redis writes, so an acknowledged change is a
+    Slack's answer never waits on Slack. When the clicker's admin rights and the people chosen (their
+    organisation: an outsider is never listed) are known without asking (``BOT_ADMINS``, or the cached
+    answers from building the home they are looking at, or a users.info that answers within
+    ``PEOPLE_BEFORE_ACK_SECONDS``), the change is saved, or the refusal audited, before the ack: a few Redis writes, so an acknowledged change is a
     stored change. Otherwise the ack goes out at once and the check (one ``users.info``) and the save
     follow in the background. Either way the note to the clicker and the refreshed home, which shows
     what was stored, come after the ack.
@@ -141,7 +145,11 @@ async def edit_from_home(gov: Governance, ack: Any, body: dict[str, Any], action
     edit = HomeEdit(principal=principal, team=principal.team_id, user=principal.slack_user_id,
                     list_name=name, chosen=chosen)
     admin = gov.admins.cached_admin(edit.team, edit.user)
-    if admin is None:
+    if admin and not gov.admins.all_cached(edit.team, chosen):  # a moment for users.info on new people
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(gov.admins.users(edit.team, chosen), PEOPLE_BEFORE_ACK_SECONDS)
+    if admin is None or (admin and not gov.admins.all_cached(edit.team, chosen)):
+        # who they are (an admin? the people chosen from another organisation?) needs Slack: after the ack
         await ack()
         gov.deps.runtime.spawn(_check_and_apply(gov, edit),
                                what=f"App Home edit of {name} by {edit.user}")

@@ -268,7 +268,9 @@ async def test_app_home_edit_answers_at_once_whether_or_not_admin_rights_are_kno
     await local_slack.open_home(CAROL)
     home = await local_slack.wait_for(lambda: local_slack.home_view(CAROL))
 
-    # known (the home just asked Slack): saved before the answer, while Slack is held
+    # known (the home just asked Slack about carol; bob and dave were looked up before): saved before the
+    # answer, while Slack is held
+    await admins.users(TEAM_ID, [BOB, DAVE])
     await held_slack.hold("*")
     result = await local_slack.select_users(CAROL, home.id, "approvers:edit:pay_vendor", [BOB])
     assert result.ok and result.elapsed_s < PROMPT_S
