@@ -65,6 +65,8 @@ STREAM_UNAVAILABLE = {
     "restricted_action",
 }
 DONE = "done"  # + ":<seq of the message.completed that finished it>"
+# what Slack answers when the message to finish is deleted or its stream already ended (issue 25 item 21)
+MESSAGE_GONE = {"message_not_found", "message_not_in_streaming_state"}
 
 
 def _so_far(md_text: str) -> str:
@@ -299,24 +301,41 @@ class LiveAnswers:
             and not live.dead
             and where.get("mode", STREAM) == STREAM
         )
+        ended = False  # Slack said the stream is over: no second stopStream
         if mine and final.startswith(live.sent) and len(final) <= MARKDOWN_TEXT:  # type: ignore[union-attr]
             rest = final[len(live.sent) :]  # type: ignore[union-attr]
-            await client.chat_stopStream(
-                channel=where["channel"],
-                ts=where["ts"],
-                markdown_text=rest or None,
-                blocks=[feedback_block()],
-            )
-            later: list[dict[str, object]] = []
+            try:
+                await client.chat_stopStream(
+                    channel=where["channel"],
+                    ts=where["ts"],
+                    markdown_text=rest or None,
+                    blocks=[feedback_block()],
+                )
+                mine, later = True, []
+            except SlackApiError as exc:
+                if exc.response.get("error") not in MESSAGE_GONE:
+                    raise
+                mine, ended = False, True  # its stream ended (or it went): make the message the answer below
         else:
+            mine = False
+        if not mine:
             # posted and edited (the fallback), streamed by a worker that died mid-answer (what it appended
-            # is unknown), or too long for one message: stop any stream and make its message the answer
-            if where.get("mode", STREAM) == STREAM:
+            # is unknown), too long for one message, or a stream Slack ended: stop any stream and make its
+            # message the answer
+            if where.get("mode", STREAM) == STREAM and not ended:
                 with contextlib.suppress(SlackApiError):
                     await client.chat_stopStream(channel=where["channel"], ts=where["ts"])
             first, *later = messages or [{"text": event.text}]
-            await client.chat_update(
-                channel=where["channel"], ts=where["ts"], text=first["text"], blocks=first.get("blocks")
-            )
+            try:
+                await client.chat_update(
+                    channel=where["channel"], ts=where["ts"], text=first["text"], blocks=first.get("blocks")
+                )
+            except SlackApiError as exc:
+                if exc.response.get("error") not in MESSAGE_GONE:
+                    raise
+                # the message was deleted: the answer is posted anew, whole. Not marked done, so a repeat
+                # delivery comes here again, and the channel's posts (claimed per event) make it once
+                log.info("the answer's message in %s is gone (%s): posting it anew", sid, exc.response.get("error"))
+                return None
         await self.store.channel_set(sid, name, f"{DONE}:{event.seq}", in_pass=True)
         return later  # type: ignore[return-value]
