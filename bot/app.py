@@ -279,6 +279,8 @@ async def _start(
         process_before_response=True,
         # handlers.http checks every signature on the raw bytes before anything is parsed
         request_verification_enabled=False,
+        # a request no listener matches goes to handlers.fallback.on_error: answered 200, logged without content
+        raise_error_for_unhandled_request=True,
     )
 
     delivery_client = AsyncWebClient(token=client.token, base_url=api_url, timeout=DELIVERY_TIMEOUT_S,

@@ -4,8 +4,8 @@ Bolt and our listeners read fields such as ``body["user"]["id"]`` or ``actions[0
 directly; a signed body of the wrong shape would crash them into a 500, which Slack retries. These
 models describe only what we rely on (extra fields are allowed, as Slack adds fields over time), so
 a request that passes can be handled and one that does not is answered 400 with no side effect.
-Request types we do not name here (``url_verification``, ``shortcut``, ``ssl_check``…) pass through:
-Bolt acknowledges what no listener handles.
+Request types we do not name here (``url_verification``, ``app_rate_limited``, ``ssl_check``…) pass
+through: ``handlers.fallback`` acknowledges what no listener handles.
 """
 
 from __future__ import annotations
@@ -138,6 +138,63 @@ class SlashCommand(_Shape):
     text: str = ""
 
 
+class AssistantThread(_Shape):
+    channel_id: SlackId
+    thread_ts: SlackTs
+    user_id: SlackId | None = None
+    context: dict[str, Any] | None = None
+
+
+class AssistantThreadEvent(Event):
+    """``assistant_thread_started`` / ``_context_changed``: Bolt's assistant middleware and our listeners
+    read the thread's ids and its context's as strings."""
+
+    assistant_thread: AssistantThread
+
+
+ASSISTANT_EVENTS = {"assistant_thread_started", "assistant_thread_context_changed"}
+
+
+class HomeOpened(Event):
+    """``app_home_opened``: App Home is published for ``user``."""
+
+    user: SlackId
+    channel: SlackId | None = None
+    tab: str | None = None
+
+
+# events whose fields our listeners (or Bolt's middleware) read, by event type
+EVENT_SHAPES: dict[str, type[Event]] = {
+    **dict.fromkeys(ASSISTANT_EVENTS, AssistantThreadEvent),
+    "app_home_opened": HomeOpened,
+}
+
+
+class Callback(Interaction):
+    """Shortcuts, dialogs, legacy attachment actions and steps from apps: Bolt matches listeners on
+    their ``callback_id`` (a regular expression search, which a non-string would crash)."""
+
+    callback_id: str
+
+
+class AttachmentActions(Callback):
+    """``interactive_message``: Bolt hands listeners ``actions[0]``."""
+
+    actions: list[dict[str, Any]] = Field(min_length=1)
+
+
+class StepEdit(Callback):
+    workflow_step: dict[str, Any]
+
+
+class OptionsRequest(Interaction):
+    """``block_suggestion``: matched on ``action_id`` (and ``block_id``); ``value`` is what was typed."""
+
+    action_id: str
+    block_id: str | None = None
+    value: str | None = None
+
+
 class Readable(_Shape):
     """The fields Bolt itself reads from any request (to build its context, match listeners and log
     what it does not handle) must have the kind Slack sends, whatever the request's type."""
@@ -164,6 +221,14 @@ SHAPES: dict[str, type[_Shape]] = {
     "view_submission": ViewPayload,
     "view_closed": ViewPayload,
     "event_callback": EventCallback,
+    "interactive_message": AttachmentActions,
+    "workflow_step_edit": StepEdit,
+    "shortcut": Callback,
+    "message_action": Callback,
+    "dialog_submission": Callback,
+    "dialog_cancellation": Callback,
+    "dialog_suggestion": Callback,
+    "block_suggestion": OptionsRequest,
 }
 
 
@@ -190,6 +255,8 @@ def problem(body: Any) -> str | None:
     event = body.get("event") if kind == "event_callback" else None
     if isinstance(event, dict) and event.get("type") in MESSAGE_EVENTS:
         return _check(MessageEvent, event)
+    if isinstance(event, dict) and (event_shape := EVENT_SHAPES.get(event.get("type"))) is not None:  # type: ignore[arg-type]
+        return _check(event_shape, event)
     return None
 
 
