@@ -128,11 +128,11 @@ async def revoke_grant(gov: Governance, body: dict[str, Any], grant_id: str) -> 
 async def edit_from_home(gov: Governance, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
     """Someone picked people in a tool's multi-users select: save (admins) or refuse, then show the new home.
 
-    Slack's answer never waits on Slack. When the clicker's admin rights and the people chosen (their
-    organisation: an outsider is never listed) are known without asking (``BOT_ADMINS``, or the cached
-    answers from building the home they are looking at, or a users.info that answers within
-    ``PEOPLE_BEFORE_ACK_SECONDS``), the change is saved, or the refusal audited, before the ack: a few Redis writes, so an acknowledged change is a
-    stored change. Otherwise the ack goes out at once and the check (one ``users.info``) and the save
+    Slack's answer waits on Slack for at most ``PEOPLE_BEFORE_ACK_SECONDS``. When the clicker's admin
+    rights and the people chosen (their organisation: an outsider is never listed) are known by then
+    (``BOT_ADMINS``, the cached answers from building the home they are looking at, or a quick
+    ``users.info``), the change is saved, or the refusal audited, before the ack: a few Redis writes, so an
+    acknowledged change is a stored change. Otherwise the ack goes out and the checks and the save
     follow in the background. Either way the note to the clicker and the refreshed home, which shows
     what was stored, come after the ack.
     """
