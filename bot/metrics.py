@@ -74,6 +74,13 @@ ANSWERS = Counter(
     ["result"],
     registry=None,
 )
+STORE_UNAVAILABLE = Counter(
+    "hitl_slack_store_unavailable_total",
+    "People's Slack requests (clicks, submissions, shortcuts, commands) answered 'try again' because "
+    "Redis was unreachable, by payload type.",
+    ["payload"],
+    registry=None,
+)
 TIMERS_FIRED = Counter(
     "hitl_timers_fired_total",
     "Deadlines fired by this replica's sweep (expire, remind, escalate, schedule).",
@@ -127,6 +134,7 @@ PROCESS_METRICS = (
     SETTLE,
     SETTLED,
     ANSWERS,
+    STORE_UNAVAILABLE,
     TIMERS_FIRED,
     SLACK_CALLS,
     DELIVERY_LAG,

@@ -22,4 +22,4 @@ def register(app: AsyncApp, deps: SlackDeps) -> None:
     if deps.governance is not None:
         home.register(app, deps.governance)
         commands.register(app, deps.governance)
-    fallback.register(app)
+    fallback.register(app, deps)

@@ -18,7 +18,9 @@ from slack_bolt.async_app import AsyncApp
 from slack_bolt.error import BoltUnhandledRequestError
 from slack_bolt.response import BoltResponse
 
+from handlers.deps import SlackDeps
 from handlers.metering import payload_type
+from handlers.outage import Spawn, answer_store_down
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +28,7 @@ ANYTHING = re.compile(".*")
 NO_OPTIONS: list[dict[str, Any]] = []
 
 
-def register(app: AsyncApp) -> None:
+def register(app: AsyncApp, deps: SlackDeps) -> None:
     """Register last: Bolt runs the first listener that matches."""
 
     async def ack_only(ack: Any) -> None:
@@ -45,11 +47,17 @@ def register(app: AsyncApp) -> None:
     app.shortcut(ANYTHING)(ack_only)
     app.command(ANYTHING)(ack_only)
     app.event(ANYTHING)(ignore)
-    app.error(on_error)
+
+    async def errors(error: Exception, body: Any, client: Any) -> BoltResponse | None:
+        return await on_error(error, body, client, deps.runtime.spawn)
+
+    app.error(errors)
 
 
-async def on_error(error: Exception, body: Any) -> BoltResponse | None:
+async def on_error(error: Exception, body: Any, client: Any, spawn: Spawn) -> BoltResponse | None:
     """Bolt's error handler (the app is built with ``raise_error_for_unhandled_request``)."""
+    if (answered := answer_store_down(error, body, client, spawn)) is not None:
+        return answered  # a person's click while Redis is unreachable: 200 and "try again" (handlers.outage)
     if isinstance(error, BoltUnhandledRequestError):
         # Slack sent something nobody here handles: acknowledge it (a 404 would be retried or shown as an
         # error), and log its type only, never its fields (they hold what people typed)
