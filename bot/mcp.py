@@ -22,7 +22,9 @@ tool's name or ``<server>.<tool>``), then the file's top-level ``policies`` (pat
 Connections live as long as the app: :class:`McpServers` opens them at start, re-lists a server's
 tools when it says its list changed, reconnects a server that went away, and closes them at shutdown.
 A server that is down or slow never stops the bot and never crashes a turn: the model gets a tool
-error saying so. A server's ``elicitation/create`` becomes a form card in the calling session's
+error saying so. A tool the server lists as callable only as a task (``execution.taskSupport:
+"required"``) is left out, as the bot makes plain calls; a server that answers with the old HTTP+SSE
+transport is named as such (it is not supported: streamable HTTP is). A server's ``elicitation/create`` becomes a form card in the calling session's
 thread through ``ctx.form`` — durable by replay, so a tool that elicits is called again when the form
 is answered (see :class:`_Elicitation`).
 """
@@ -65,6 +67,12 @@ START_WAIT_S = 10.0  # the bot's start waits this long for its servers at most; 
 RECONNECT_MAX_S = 30.0  # a server that is away is tried again after 1, 2, 4… seconds, up to this
 PING_EVERY_S = 15.0  # an idle connection is checked this often, so a server that went away is noticed
 RESULT_CHARS = 20_000  # of a tool's text handed to the model
+TASK_REQUIRED = 'execution.taskSupport: "required"'
+SSE_PROBE_S = 3.0  # how long a server that refused streamable HTTP is given to show it speaks old SSE
+SSE_NOT_SUPPORTED = (
+    "it speaks the old HTTP+SSE transport, which is not supported: serve it over streamable HTTP "
+    "(MCP 2025-03-26 and later, often at /mcp) and put that URL in BOT_MCP_CONFIG"
+)
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _POLICIES = {"never": never, "always": always, "once": once}
 
@@ -311,6 +319,7 @@ class McpServer:
         self._first_try = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._last_problem: str | None = None
+        self._left_out: set[tuple[str, str]] = set()  # (tool, why), each logged once
 
     @property
     def connected(self) -> bool:
@@ -351,7 +360,7 @@ class McpServer:
                 await self._connected_session()
                 delay = 1.0
             except Exception as exc:  # noqa: BLE001 - a server's trouble is logged, never the bot's end
-                self._went_away(_reason(exc))
+                self._went_away(await self._why(exc))
             finally:
                 self._session = None
                 self._first_try.set()
@@ -424,6 +433,13 @@ class McpServer:
         if self._broken and not self._closing:
             raise McpToolError("the connection was lost")
 
+    async def _why(self, exc: BaseException) -> str:
+        """The reason for a log line; a server that refused streamable HTTP is asked whether it speaks the
+        old HTTP+SSE transport, which would otherwise read as a bare "HTTP 405" or "Session terminated"."""
+        if self.config.url and _refused_http(exc) and await _speaks_old_sse(self.config.url, self.config):
+            return SSE_NOT_SUPPORTED
+        return _reason(exc)
+
     def _went_away(self, reason: str) -> None:
         # one line per outage, not one per retry; the reason never carries the headers or env
         if self._last_problem is None:
@@ -458,20 +474,21 @@ class McpServer:
         list or the new one, never half of each)."""
         fresh: dict[str, Tool] = {}
         for item in listed:
+            if item.execution is not None and item.execution.taskSupport == "required":
+                # callable only as a task (tasks/get, tasks/result…), which this client does not do: offered
+                # to the model it could never run
+                self._leave_out(item.name, f"it can only be called as a task ({TASK_REQUIRED}), "
+                                           "and the bot makes plain tool calls")
+                continue
             try:
                 made = McpTool(self, item, _POLICIES[self._policies.policy_name(self.name, item.name)]())
             except McpToolError as exc:
-                log.warning("MCP server %r: tool %r is left out: %s", self.name, item.name, exc)
+                self._leave_out(item.name, str(exc))
                 continue
             if made.name in fresh or (
                 self._registry.get(made.name) is not None and made.name not in self._tool_names
             ):
-                log.warning(
-                    "MCP server %r: tool %r is left out: the name %s is taken",
-                    self.name,
-                    item.name,
-                    made.name,
-                )
+                self._leave_out(item.name, f"the name {made.name} is taken")
                 continue
             fresh[made.name] = made
         for gone in self._tool_names - set(fresh):
@@ -479,6 +496,12 @@ class McpServer:
         for made in fresh.values():
             self._registry.register(made)
         self._tool_names = set(fresh)
+
+    def _leave_out(self, tool: str, why: str) -> None:
+        """Log a tool left out once, not at every listing of the server's tools."""
+        if (tool, why) not in self._left_out:
+            self._left_out.add((tool, why))
+            log.warning("MCP server %r: tool %r is left out: %s", self.name, tool, why)
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ServerNotification) and isinstance(
@@ -575,6 +598,45 @@ def _content_text(part: Any) -> str:
         return part.resource.text
     kind = getattr(part, "mimeType", None) or getattr(part, "type", "content")
     return f"[{kind} not shown]"
+
+
+def _innermost(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _refused_http(exc: BaseException) -> bool:
+    """What a streamable-HTTP client meets at an old SSE server: a 4xx to its POST (405 at ``/sse``, 400
+    or 404 at ``/messages/``), or the SDK's "Session terminated" (its reading of a 404)."""
+    exc = _innermost(exc)
+    if isinstance(exc, httpx.HTTPStatusError):
+        return exc.response.status_code in (400, 404, 405, 406)
+    return isinstance(exc, McpError) and "session terminated" in exc.error.message.lower()
+
+
+async def _speaks_old_sse(url: str, config: ServerConfig) -> bool:
+    """Whether ``url`` (or the ``sse`` endpoint beside it) opens an event stream whose first event is
+    ``endpoint``: the handshake of the HTTP+SSE transport of MCP 2024-11-05."""
+    here = httpx.URL(url)
+    candidates = dict.fromkeys([here, here.join("sse"), here.join("../sse")])
+    try:
+        async with httpx.AsyncClient(headers=config.headers, timeout=SSE_PROBE_S) as http:
+            for candidate in candidates:
+                with anyio.fail_after(SSE_PROBE_S):
+                    async with http.stream("GET", candidate, headers={"Accept": "text/event-stream"}) as answer:
+                        if answer.status_code != 200 or not answer.headers.get("content-type", "").startswith(
+                            "text/event-stream"
+                        ):
+                            continue
+                        async for line in answer.aiter_lines():
+                            if line.startswith("event:"):
+                                if line.removeprefix("event:").strip() == "endpoint":
+                                    return True
+                                break
+    except (httpx.HTTPError, TimeoutError):
+        return False
+    return False
 
 
 def _reason(exc: BaseException) -> str:

@@ -8,11 +8,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import re
 import socket
+import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -298,3 +300,56 @@ def test_check_connects_to_each_server_and_says_what_it_offers_or_why_not(redis_
     assert "ok," in files and "tools" in files
     [down] = [line for line in result.stdout.splitlines() if line.startswith("mcp: down:")]
     assert "NOT connected" in down and "Traceback" not in result.stderr
+
+
+# --- what the bot cannot use, said clearly (issue 25 item 19) --------------------------------------------
+
+
+async def test_a_tool_that_requires_task_augmented_calls_is_left_out_and_said_once(redis, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="bot.mcp")
+    config = write_config(tmp_path, {"crm": stdio_server(tmp_path / "runs", approval="never")})
+    model = ScriptedModel([call("crm__add_report_tool", call_id="a1"), model_say("added")])
+    runtime, _, _ = make_runtime(redis, model, [])
+    async with connected(config, runtime):
+        names = set(runtime.tools.names())
+        assert "crm__render_video" not in names, "it can never run: this client does not make task calls"
+        assert "crm__stats" in names  # taskSupport "optional": a plain call works
+        await say(runtime, "add the report tool")  # the server's list changes and is listed again
+        await eventually(lambda: "crm__monthly_report" in runtime.tools.names())
+        assert "crm__render_video" not in runtime.tools.names()
+    said = [r.getMessage() for r in caplog.records if "render_video" in r.getMessage()]
+    assert len(said) == 1, said
+    assert "task" in said[0] and "left out" in said[0]
+
+
+@pytest.fixture
+def sse_server(tmp_path) -> Iterator[str]:
+    """The same server over the old HTTP+SSE transport (FastMCP's sse_app): GET /sse, POST /messages/."""
+    port = free_port()
+    process = subprocess.Popen([sys.executable, str(SERVER), "sse", str(port)],
+                               env={**os.environ, "MCP_RUNS_FILE": str(tmp_path / "runs")},
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            assert process.poll() is None and time.monotonic() < deadline, "the SSE server did not start"
+            time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    process.terminate()
+    process.wait(5)
+
+
+@pytest.mark.parametrize("path", ["/sse", "/messages/"])
+async def test_a_server_on_the_old_sse_transport_is_named_as_such(redis, tmp_path, caplog, sse_server, path):
+    caplog.set_level(logging.INFO, logger="bot.mcp")
+    config = write_config(tmp_path, {"legacy": {"url": sse_server + path}})
+    runtime, _, _ = make_runtime(redis, ScriptedModel([]), [])
+    async with connected(config, runtime) as servers:
+        problem = servers.servers["legacy"].last_problem or ""
+    assert "SSE transport" in problem and "not supported" in problem and "streamable HTTP" in problem, problem
+    assert "Session terminated" not in caplog.text
+    [line] = [r.getMessage() for r in caplog.records if "'legacy'" in r.getMessage()]
+    assert "SSE transport" in line

@@ -1,6 +1,7 @@
 """A real MCP server for tests/test_mcp_tools.py, written with the SDK's FastMCP.
 
-``python mcp_server.py stdio`` or ``python mcp_server.py http PORT``. Every run of a tool that does
+``python mcp_server.py stdio``, ``python mcp_server.py http PORT`` or ``python mcp_server.py sse PORT`` (the
+old HTTP+SSE transport, which the bot refuses by name). Every run of a tool that does
 something is appended to the file ``MCP_RUNS_FILE`` names, so tests see what the server really did.
 """
 
@@ -10,6 +11,7 @@ import asyncio
 import os
 import sys
 
+from mcp import types
 from mcp.server.fastmcp import Context, FastMCP
 from pydantic import BaseModel, Field
 
@@ -112,9 +114,33 @@ async def add_report_tool(ctx: Context) -> str:
     return "added monthly_report"
 
 
+@server.tool()
+def render_video(script: str) -> str:
+    """Render a long video (listed as needing task-augmented calls: see _list_tools_with_tasks)."""
+    _ran(f"rendered {script}")
+    return "rendered"
+
+
+# what the tools' listing says of task support (MCP 2025-11-25 ``execution.taskSupport``): FastMCP has no
+# parameter for it, so the listing is amended here, as a server that runs long jobs as tasks would list them
+TASK_SUPPORT = {"render_video": "required", "stats": "optional"}
+_listed = server.list_tools
+
+
+async def _list_tools_with_tasks() -> list[types.Tool]:
+    tools = await _listed()
+    for tool in tools:
+        if tool.name in TASK_SUPPORT:
+            tool.execution = types.ToolExecution(taskSupport=TASK_SUPPORT[tool.name])
+    return tools
+
+
+server._mcp_server.list_tools()(_list_tools_with_tasks)
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "http":
+    if sys.argv[1] in ("http", "sse"):  # sse: the old HTTP+SSE transport (GET /sse, POST /messages/)
         server.settings.port = int(sys.argv[2])
-        server.run(transport="streamable-http")
+        server.run(transport="streamable-http" if sys.argv[1] == "http" else "sse")
     else:
         server.run(transport="stdio")
