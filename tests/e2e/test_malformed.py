@@ -111,6 +111,28 @@ SIGNED_MALFORMED = {
     "event_callback without an event": (json.dumps(event_callback(None)).encode(), JSON),
     "event_callback whose authorizations is a string": (
         json.dumps(event_callback({"type": "app_mention"}, authorizations="T0LOCAL")).encode(), JSON),
+    # issue 25 item 20: kinds whose fields Bolt reads before any listener (a 500 from its middleware before)
+    "interactive_message whose callback_id is a number": (form_payload(
+        {"type": "interactive_message", "callback_id": 0, "actions": [{"name": "a", "type": "button"}],
+         "user": {"id": ALICE}, "team": {"id": TEAM_ID}}), FORM),
+    "interactive_message of ours without actions": (form_payload(
+        {"type": "interactive_message", "callback_id": "hitl:x", "user": {"id": ALICE}, "team": {"id": TEAM_ID}}),
+        FORM),
+    "workflow_step_edit whose callback_id is a list": (form_payload(
+        {"type": "workflow_step_edit", "callback_id": [], "workflow_step": {}, "user": {"id": ALICE},
+         "team": {"id": TEAM_ID}}), FORM),
+    "block_suggestion whose action_id is a number": (form_payload(
+        {"type": "block_suggestion", "action_id": 7, "block_id": "b", "value": "x", "user": {"id": ALICE},
+         "team": {"id": TEAM_ID}}), FORM),
+    "shortcut whose callback_id is an object": (form_payload(
+        {"type": "shortcut", "callback_id": {"a": 1}, "user": {"id": ALICE}, "team": {"id": TEAM_ID}}), FORM),
+    "assistant_thread_started whose context is true": (json.dumps(event_callback(
+        {"type": "assistant_thread_started", "assistant_thread": {
+            "user_id": ALICE, "channel_id": "D0ALICE", "thread_ts": "1.2", "context": True}})).encode(), JSON),
+    "assistant_thread_context_changed whose thread is a number": (json.dumps(event_callback(
+        {"type": "assistant_thread_context_changed", "assistant_thread": 5})).encode(), JSON),
+    "app_home_opened whose user is a list": (json.dumps(event_callback(
+        {"type": "app_home_opened", "user": [ALICE], "tab": "home"})).encode(), JSON),
     "app_mention whose text is an object": (
         json.dumps(event_callback({"type": "app_mention", "user": ALICE, "text": {"x": 1}, "ts": "1.2",
                                    "channel": "C0GENERAL"})).encode(), JSON),
