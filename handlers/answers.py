@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -58,6 +59,7 @@ from bot.turns import AnswerResult
 from handlers.deps import SlackDeps
 from handlers.identity import interaction_principal
 from handlers.notes import tell_privately
+from handlers.outage import read_in_time
 from handlers.results import RESULT_PATH
 
 log = logging.getLogger(__name__)
@@ -95,8 +97,10 @@ async def _on_action(deps: SlackDeps, ack: Any, body: dict[str, Any], action: di
     if decoded is None or principal is None:
         await ack()
         return
+    started = time.monotonic()
     try:
-        record = await deps.store.get_request(decoded.request_id)
+        async with read_in_time():  # a hung store: "try again" in time (handlers.outage), not Slack's timeout
+            record = await deps.store.get_request(decoded.request_id)
     except UnknownRequest:
         await ack()
         deps.runtime.spawn(_tell(client, body, principal.slack_user_id, None, not_found_text()),
@@ -117,7 +121,8 @@ async def _on_action(deps: SlackDeps, ack: Any, body: dict[str, Any], action: di
     task = deps.runtime.spawn(
         deps.runtime.answer(response, resume=False, record=record), what=f"answer {record.request_id}"
     )
-    await asyncio.wait({task}, timeout=ACK_BUDGET_SECONDS)
+    # the ack budget counts from the click's arrival, the read above included
+    await asyncio.wait({task}, timeout=max(ACK_BUDGET_SECONDS - (time.monotonic() - started), 0.1))
     await ack()
     deps.runtime.spawn(_finish(deps, client, body, principal.slack_user_id, task),
                        what=f"after answer {record.request_id}")

@@ -12,8 +12,10 @@ Events are not answered here: their 5xx is what makes Slack deliver them again o
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 from redis.exceptions import ClusterDownError
@@ -33,6 +35,23 @@ STORE_DOWN = (RedisConnectionError, RedisTimeoutError, ClusterDownError)
 PEOPLE = {"block_actions", "view_submission", "shortcut", "message_action", "slash_command"}
 
 Spawn = Callable[..., Any]
+READ_BUDGET_S = 1.5  # a click's store reads before its ack, at most: Slack gives up on the ack at 3 s
+
+
+class StoreTooSlow(RedisTimeoutError):
+    """The store did not answer within a request's ack budget (a hung server, a network dropping packets)."""
+
+
+@contextlib.asynccontextmanager
+async def read_in_time(budget_s: float = READ_BUDGET_S) -> AsyncIterator[None]:
+    """Bound the store reads a listener makes before its ack: a store that hangs is treated as one that
+    is down (:class:`StoreTooSlow`), so the person hears "try again" before Slack gives up on the ack.
+    Only for reads: a cancelled read leaves nothing half done."""
+    try:
+        async with asyncio.timeout(budget_s):
+            yield
+    except TimeoutError as exc:
+        raise StoreTooSlow(f"no answer from the store within {budget_s} s") from exc
 
 
 def store_down(error: BaseException | None) -> bool:

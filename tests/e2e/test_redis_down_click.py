@@ -8,6 +8,7 @@ that — try again in a moment" (an ephemeral message where the card is). Each i
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -94,3 +95,68 @@ async def test_while_redis_is_down_a_modal_keeps_its_answer_with_a_note_and_an_e
         # an event is not a person waiting on a click: its 5xx makes Slack deliver it again later
         mention = await post(http, *kinds["event app_mention"])
         assert mention.status_code >= 500, mention.text
+
+
+class HangingProxy:
+    """A TCP front for the Valkey socket that can hang: while ``hung``, what clients send is swallowed and
+    nothing comes back (a server stuck, or a network that drops packets), so every command waits."""
+
+    def __init__(self, socket_path: str) -> None:
+        self.socket_path = socket_path
+        self.hung = False
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for task in self._tasks:
+            task.cancel()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, upstream = await asyncio.open_unix_connection(self.socket_path)
+
+        async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            while data := await source.read(65536):
+                if not self.hung:
+                    sink.write(data)
+                    await sink.drain()
+
+        tasks = [asyncio.create_task(pump(reader, upstream)), asyncio.create_task(pump(up_reader, writer))]
+        self._tasks.update(tasks)
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+            upstream.close()
+            writer.close()
+
+
+async def test_a_click_while_redis_hangs_is_answered_within_slacks_3_s(
+    local_slack: LocalSlack, start_on: Callable[..., Any], valkey: EmbeddedValkey  # noqa: F811
+) -> None:
+    RUNS.clear()
+    proxy = HangingProxy(valkey.url.removeprefix("unix://"))
+    await proxy.start()
+    try:
+        bot = await start_on(refund_script(), [refund_charge], redis_url=f"redis://127.0.0.1:{proxy.port}/0")
+        ts, card = await mention_and_wait_for_card(local_slack)
+        await bot.runtime.wait_idle()
+
+        proxy.hung = True
+        started = time.monotonic()
+        result = await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+        assert result.status == 200, result
+        assert time.monotonic() - started < 3.0, "answered within Slack's 3 s"
+        await local_slack.wait_for(
+            lambda: any(COULD_NOT_RECORD in e.text for e in local_slack.ephemerals(ALICE)), timeout_s=5)
+        assert RUNS == []
+    finally:
+        proxy.hung = False
+        await proxy.stop()
