@@ -60,3 +60,24 @@ async def test_an_answer_whose_stream_slack_already_ended_is_shown_whole_once(
     assert len(answers_in(local_slack, ts, finished=False)) == 1
     assert not [m for m in streamed(local_slack, ts) if m.text != ANSWER], "no half answer left behind"
     assert not [r for r in caplog.records if "Slack rejected message.completed" in r.getMessage()]
+
+
+async def test_a_posted_and_edited_answer_whose_message_was_deleted_is_posted_anew_once(
+    local_slack, start_app, fake_openai, caplog  # noqa: F811
+):
+    """A DM's main conversation has no thread to stream into: the answer is posted and edited instead."""
+    caplog.set_level(logging.INFO)
+    bot = await start_app(slow_model(fake_openai), [])
+    dm = local_slack.dm_channel(ALICE)
+    await local_slack.post_message(ALICE, dm, "refund ch_1 please")
+    posted = await local_slack.wait_for_message(dm, predicate=lambda m: bool(m.bot_id) and m.text.endswith(" …"))
+    assert (await web_api(local_slack, "chat.delete", channel=dm, ts=posted.ts))["ok"]
+
+    def whole() -> list:
+        return [m for m in local_slack.messages(dm) if m.bot_id and m.blocks and m.blocks[0].get("text") == ANSWER]
+
+    await local_slack.wait_for(whole, timeout_s=15)
+    await bot.runtime.wait_idle()
+    await asyncio.sleep(0.5)
+    assert len(whole()) == 1
+    assert not [r for r in caplog.records if "Slack rejected message.completed" in r.getMessage()]
