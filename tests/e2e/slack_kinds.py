@@ -4,7 +4,7 @@ Built from reference/slack/payloads/ and Slack's documented shapes: Events API e
 types, ``block_actions`` for each interactive element, view submissions and closes, options requests
 (``block_suggestion``), global and message shortcuts, slash commands, legacy attachment actions
 (``interactive_message``), dialogs and ``workflow_step_edit``, ``url_verification`` and
-``app_rate_limited``. Each is ``(payload, content type)``; slash commands are form fields, interactions a
+``app_rate_limited``, ``ssl_check``. Each is ``(payload, content type)``; slash commands are form fields, interactions a
 form's ``payload`` field, events JSON (``encode``).
 """
 
@@ -136,6 +136,7 @@ def kinds() -> dict[str, tuple[dict[str, Any], str]]:
         "team": TEAM_ID, "event_ts": TS}), JSON)
     found["url_verification"] = ({"token": "t", "challenge": "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P",
                                   "type": "url_verification"}, JSON)
+    found["ssl_check"] = ({"ssl_check": "1", "token": "deprecated-verification-token"}, FORM)
     found["app_rate_limited"] = ({"token": "t", "type": "app_rate_limited", "team_id": TEAM_ID,
                                   "minute_rate_limited": 1518467820, "api_app_id": APP_ID}, JSON)
     # --- block_actions, one per element type ---------------------------------------------------------
@@ -218,6 +219,6 @@ def encode(payload: Any, content_type: str) -> bytes:
     """The body Slack would send: JSON for events, form fields for commands, a form's ``payload`` else."""
     if content_type == JSON:
         return json.dumps(payload).encode()
-    if isinstance(payload, dict) and "command" in payload and "type" not in payload:
+    if isinstance(payload, dict) and ("command" in payload or "ssl_check" in payload) and "type" not in payload:
         return urlencode({k: v if isinstance(v, str) else json.dumps(v) for k, v in payload.items()}).encode()
     return urlencode({"payload": json.dumps(payload)}).encode()
