@@ -621,9 +621,9 @@ async def _speaks_old_sse(url: str, config: ServerConfig) -> bool:
     here = httpx.URL(url)
     candidates = dict.fromkeys([here, here.join("sse"), here.join("../sse")])
     try:
-        async with httpx.AsyncClient(headers=config.headers, timeout=SSE_PROBE_S) as http:
-            for candidate in candidates:
-                with anyio.fail_after(SSE_PROBE_S):
+        with anyio.fail_after(SSE_PROBE_S):  # all of it: the server's connection task waits on this
+            async with httpx.AsyncClient(headers=config.headers, timeout=SSE_PROBE_S) as http:
+                for candidate in candidates:
                     async with http.stream("GET", candidate, headers={"Accept": "text/event-stream"}) as answer:
                         if answer.status_code != 200 or not answer.headers.get("content-type", "").startswith(
                             "text/event-stream"
