@@ -96,6 +96,18 @@ def redact(text: str) -> str:
     return _TOKEN_PATTERNS.sub("***", text)
 
 
+def redact_value(value: Any) -> Any:
+    """``value`` (JSON-like) with every secret redacted in its strings and keys: what a connection's API
+    answers, before the model or a log line sees it (an API may quote the credential back)."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, list):
+        return [redact_value(v) for v in value]
+    if isinstance(value, dict):
+        return {redact(str(k)): redact_value(v) for k, v in value.items()}
+    return value
+
+
 # --- formats -------------------------------------------------------------------------------------
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"

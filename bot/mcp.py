@@ -579,15 +579,15 @@ class McpServer:
 
 def _result(server: str, tool: str, result: types.CallToolResult) -> Any:
     """What the model reads: structured content as JSON, else the text parts joined; errors raise."""
-    text = "\n".join(_content_text(part) for part in result.content)[:RESULT_CHARS]
+    # a server may quote a configured secret back (a header, an env value): the model never reads it
+    text = logs.redact("\n".join(_content_text(part) for part in result.content)[:RESULT_CHARS])
     if result.isError:
         raise McpToolError(f"MCP tool {server}.{tool} failed: {text or 'no details given'}")
     if result.structuredContent is not None:
-        as_json = json.dumps(result.structuredContent, default=str)
+        structured = logs.redact_value(result.structuredContent)
+        as_json = json.dumps(structured, default=str)
         # the model's context is not the place for megabytes: cut, like text, and say so
-        return (
-            result.structuredContent if len(as_json) <= RESULT_CHARS else as_json[:RESULT_CHARS] + " …(cut)"
-        )
+        return structured if len(as_json) <= RESULT_CHARS else as_json[:RESULT_CHARS] + " …(cut)"
     return text
 
 

@@ -393,7 +393,7 @@ class OperationTool(Tool):
             except httpx.HTTPError as exc:
                 raise RuntimeError(logs.redact(f"{self.connection.name} could not be reached: {exc}")) from None
         # an API may quote the credential back (in an error, say): the model and the logs never see it
-        result = _redacted(_response_body(response))
+        result = logs.redact_value(_response_body(response))
         if response.status_code >= 400:
             raise RuntimeError(f"{self.connection.name} answered {response.status_code}: {json.dumps(result)[:2000]}")
         return {"status": response.status_code, "body": result}
@@ -517,17 +517,6 @@ def _stray(node: Any, name: str, pinned: set[tuple[str, ...]], at: tuple[str, ..
             if found:
                 return found
     return None
-
-
-def _redacted(value: Any) -> Any:
-    """``value`` with every configured secret (and token-shaped string) replaced, as the logs do it."""
-    if isinstance(value, str):
-        return logs.redact(value)
-    if isinstance(value, list):
-        return [_redacted(v) for v in value]
-    if isinstance(value, dict):
-        return {logs.redact(str(k)): _redacted(v) for k, v in value.items()}
-    return value
 
 
 def _response_body(response: httpx.Response) -> Any:
