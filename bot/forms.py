@@ -60,7 +60,10 @@ def model_from_schema(schema: dict[str, Any], *, name: str = "Form") -> type[Bas
         raise FormSchemaError("a form needs at least one field (its schema's properties)")
     if len(properties) > MAX_FIELDS:
         raise FormSchemaError(f"a form has at most {MAX_FIELDS} fields, not {len(properties)}")
-    required = set(schema.get("required") or [])
+    listed = schema.get("required") or []
+    if not isinstance(listed, list) or not all(isinstance(name, str) for name in listed):
+        raise FormSchemaError("a form's `required` is a list of field names")
+    required = set(listed)
     taken: set[str] = set()
     fields: dict[str, Any] = {}
     for index, (prop_name, prop) in enumerate(properties.items()):

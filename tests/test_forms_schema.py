@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
@@ -64,6 +64,7 @@ JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_
 
 @settings(max_examples=200, deadline=None)
 @given(JSON, JSON)
+@example(schema={"required": 1, "properties": {"type": None}}, values=None)  # found by this test: a TypeError
 def test_any_json_as_a_form_and_any_json_as_its_values_is_a_model_an_error_or_a_refusal(schema: Any, values: Any) -> None:
     try:
         model = model_from_schema(schema)
