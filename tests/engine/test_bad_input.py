@@ -75,7 +75,8 @@ async def test_tool_that_raises_fails_and_the_turn_goes_on(redis):
     assert channel.types()[-2:] == ["turn.completed", "session.waiting"]
 
 
-@pytest.mark.parametrize("request_id", ["nonsense", "", new_request_id(session().session_id)])
+@pytest.mark.parametrize("request_id", ["nonsense", "", new_request_id(session().session_id)],
+                         ids=["nonsense", "empty", "well-formed"])  # stable ids: the random one differs per run
 async def test_answer_to_an_unknown_request_raises(redis, request_id):
     runtime, _, _ = make_runtime(redis, ScriptedModel([]), [])
     with pytest.raises(UnknownRequest):
