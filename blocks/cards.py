@@ -71,6 +71,7 @@ from blocks.messages import (
     decision_plain,
     link_hosts,
     literal_mrkdwn,
+    no_pings,
 )
 from bot.governance import list_name
 from bot.principals import Principal
@@ -78,6 +79,7 @@ from bot.protocol import (
     APPROVE,
     CANCEL,
     CONTINUE,
+    PREVIEW_UNAVAILABLE,
     STOP,
     GrantOffer,
     InputOption,
@@ -136,6 +138,14 @@ def delegation_detail(req: InputRequest, values: dict[str, Any] | None) -> str |
     if values.get("error"):
         return truncate(f"No answer: {one_line(str(values['error']))}", 300)
     return f"{agent} answered; the agent carries on with it."
+
+
+def preview_text(preview: str) -> str:
+    """The card's preview line (``@tool(preview=…)``): a tool's text, held to the card's rules like its
+    prompt (links show their real host); it may echo what a person typed, so nothing in it pings."""
+    if preview == PREVIEW_UNAVAILABLE:
+        return ":grey_question: _Preview unavailable_"
+    return f":mag: Preview: {truncate_mrkdwn(decision_mrkdwn(no_pings(one_line(preview))), 500)}"
 
 
 def tool_name_of(req: InputRequest) -> str:
@@ -712,6 +722,8 @@ def card_blocks(
                     fields=[_text(text) for text in chunk],
                 )
             )
+    if req.preview is not None and req.action is not None:
+        blocks.append(_context(rid, f"{tag}preview", preview_text(req.preview)))
     who = requester_text(req, requester_name)
     if pending and (answerers := responders_text(req)):
         who += f" · {answerers}"

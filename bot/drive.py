@@ -393,7 +393,8 @@ class Driver:
         await self.exec.run_ready(p.session_id, p.token, state)
         results = _unreported_results(p.session_id, turn)
         new_requests = self.exec.requests_for(state)
-        await self.exec.describe_responders(state, new_requests)
+        await asyncio.gather(self.exec.describe_responders(state, new_requests),
+                             self.exec.preview_requests(state, new_requests))  # both bounded, side by side
         if new_requests:
             step.request_ids = [r.request_id for r in new_requests]
             turn.status = "parked"

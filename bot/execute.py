@@ -177,6 +177,31 @@ class Executor:
 
         await asyncio.gather(*(describe(r) for r in records))
 
+    async def preview_requests(self, state: SessionState, records: list[RequestRecord]) -> None:
+        """Put each new call card's preview on its request (``@tool(preview=…)``), all at once, each
+        within its tool's bound. Done here, before the park is committed, so the preview is kept with the
+        request in Redis: computed once, and every replica (after a restart too) renders the same text."""
+        turn = state.turn
+        assert turn is not None and turn.step is not None
+        step = turn.step
+        calls = {c.call_id: c for c in step.calls}
+        info = session_info(state)
+
+        async def preview(record: RequestRecord) -> None:
+            req = record.request
+            if req.kind not in ("tool-approval", "external-result") or req.action is None:
+                return
+            tool, call = self.p.tools.get(req.action.tool_name), calls.get(req.action.call_id)
+            if tool is None or tool.preview_fn is None or call is None:
+                return
+            # the session's context, like the tool's own (its tenant is the session's, never the input's);
+            # it cannot ask, and has no workspace to post to: a preview only reads
+            ctx = ToolContext(session=info, principal=call.principal, call_id=call.call_id,
+                              idempotency_key=f"{marker_of(turn.turn_id, step, call)}:preview", can_ask=False)
+            req.preview = await tool.preview(tool.parse(call.arguments), ctx)
+
+        await asyncio.gather(*(preview(r) for r in records))
+
     def _approval_request(self, state: SessionState, call: CallState) -> RequestRecord:
         turn = state.turn
         assert turn is not None

@@ -131,6 +131,10 @@ class InputRequest(Contract):
     # a sub-agent's request: the parent's "delegation" request it works under. Once that has ended, this
     # request settles nothing and its call never runs (``bot.agents.delegation_live``: fail closed)
     delegation_id: str | None = None
+    # ``@tool(preview=fn)``: what the call would do ("47 records will be deleted"), computed once when the
+    # request is made and kept here so every replica renders the same text; PREVIEW_UNAVAILABLE if it
+    # failed or ran past its bound; None: the tool has no preview
+    preview: str | None = None
 
     def displayed_options(self) -> list[InputOption]:
         """Options in the order people see them; typed numbers index this order (DESIGN §8)."""
@@ -141,6 +145,9 @@ class InputRequest(Contract):
 
     def option(self, option_id: str) -> InputOption | None:
         return next((o for o in self.options if o.id == option_id), None)
+
+
+PREVIEW_UNAVAILABLE = "preview unavailable"  # a preview that failed or ran past its bound
 
 
 def approval_options() -> list[InputOption]:

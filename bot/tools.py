@@ -14,6 +14,7 @@ import importlib
 import inspect
 import json
 import logging
+import threading
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any, Generic, Literal, TypeVar, get_type_hints
@@ -25,7 +26,7 @@ from bot.forms import form_schema
 from bot.models.base import ToolSpec
 from bot.ports import PostedMessage, Workspace
 from bot.principals import Principal
-from bot.protocol import Answer, ChoiceStyle, InputOption
+from bot.protocol import PREVIEW_UNAVAILABLE, Answer, ChoiceStyle, InputOption
 from bot.session import SessionInfo
 
 log = logging.getLogger(__name__)
@@ -70,13 +71,17 @@ class SessionWorkspace:
     """``ctx.workspace``: what a tool may do in its session's workspace — the tenant is the session's,
     never one the tool (or the model) names."""
 
-    def __init__(self, port: Workspace, team_id: str | None):
+    def __init__(self, port: Workspace, team_id: str | None, *,
+                 asked_by: Principal | None = None, approved_by: Principal | None = None):
         self._port = port
         self._team_id = team_id
+        self._asked_by, self._approved_by = asked_by, approved_by  # from the session and the call, never input
 
     async def post(self, channel: str, text: str) -> PostedMessage:
-        """Post plain ``text`` to ``channel`` (an id or a #name); raises ``WorkspaceError`` saying why not."""
-        return await self._port.post_message(self._team_id, channel, text)
+        """Post plain ``text`` to ``channel`` (an id or a #name), signed with who asked and who approved;
+        raises ``WorkspaceError`` saying why not."""
+        return await self._port.post_message(self._team_id, channel, text,
+                                             asked_by=self._asked_by, approved_by=self._approved_by)
 
 
 class ToolContext:
@@ -95,7 +100,8 @@ class ToolContext:
     ):
         self.session = session
         # None where the frontend gives tools nothing to act with (e.g. a test runtime)
-        self.workspace = SessionWorkspace(workspace, session.team_id) if workspace is not None else None
+        self.workspace = (SessionWorkspace(workspace, session.team_id, asked_by=session.auth.current, approved_by=principal)
+                          if workspace is not None else None)
         self.principal = principal  # whose authority the call runs under (the approver, once approved)
         self.call_id = call_id
         self.idempotency_key = idempotency_key
@@ -197,6 +203,9 @@ def _shown_as(model: type[BaseModel] | None) -> dict[str, str]:
     return {name: info.json_schema_extra.how for name, info in model.model_fields.items()
             if isinstance(info.json_schema_extra, ShownAs)}
 Notify = Literal["dm", "thread", "none"]
+PreviewFn = Callable[..., Any]  # (args[, ctx]) -> str, sync or async
+PREVIEW_TIMEOUT_S = 2.0  # a preview's default bound: the card is never held up longer
+PREVIEW_CHARS = 300  # a preview is a line, not a report
 Prompt = str | Callable[[Any], str]  # a format string over the arguments' fields, or a function of them
 
 
@@ -224,6 +233,8 @@ class Tool:
         external: bool = False,
         result: type[BaseModel] | None = None,
         example: str | None = None,
+        preview: PreviewFn | None = None,
+        preview_timeout: timedelta | float = PREVIEW_TIMEOUT_S,
     ):
         self.fn = fn
         self.example = example  # a request a person might type: a suggested prompt in assistant threads
@@ -253,6 +264,10 @@ class Tool:
         self.result_form = form_schema(result) if result is not None else None  # FormSchemaError names the field
         self.shown_as = _shown_as(self.input_model)
         self._wants_ctx = len(inspect.signature(fn).parameters) >= 2
+        self.preview_fn = preview  # read-only: what the call would do, shown on its card (never runs the tool)
+        limit = _duration(preview_timeout, "preview_timeout")
+        assert limit is not None
+        self.preview_timeout = limit.total_seconds()
         self._spec: ToolSpec | None = None
 
     def __repr__(self) -> str:
@@ -316,6 +331,31 @@ class Tool:
     def approval_key(self, args: BaseModel | dict[str, Any]) -> str:
         return self.approval_key_fn(args) if self.approval_key_fn else self.name
 
+    async def preview(self, args: BaseModel | dict[str, Any], ctx: ToolContext) -> str | None:
+        """The card's preview of this call: ``preview``'s text, cut to PREVIEW_CHARS, or PREVIEW_UNAVAILABLE
+        when it raises or runs past ``preview_timeout`` (the request is never held up longer); None when
+        the tool has none. A sync preview runs in a thread; one that overruns is left behind, not awaited."""
+        if self.preview_fn is None:
+            return None
+        fn = self.preview_fn
+        call_args = (args, ctx) if len(inspect.signature(fn).parameters) >= 2 else (args,)
+        try:
+            async with asyncio.timeout(self.preview_timeout):
+                if inspect.iscoroutinefunction(fn):
+                    text = await fn(*call_args)
+                else:
+                    # not asyncio.to_thread: a stuck thread must not keep the await (or the default
+                    # executor's shutdown) waiting past the bound, so it gets a daemon thread of its own
+                    text = await _in_daemon_thread(fn, *call_args)
+                if inspect.isawaitable(text):
+                    text = await text
+        except Exception as exc:  # noqa: BLE001 - a broken or slow preview must not stop the request
+            kind = "timed out" if isinstance(exc, TimeoutError) else f"failed ({type(exc).__name__})"
+            log.warning("tool %s: its preview %s; the card says it is unavailable", self.name, kind)
+            return PREVIEW_UNAVAILABLE
+        shown = " ".join(str(text).split()) if text is not None else ""
+        return _cut(shown, PREVIEW_CHARS) or None
+
     async def invoke(self, args: BaseModel | dict[str, Any], ctx: ToolContext) -> Any:
         call_args = (args, ctx) if self._wants_ctx else (args,)
         if not inspect.iscoroutinefunction(self.fn):
@@ -323,6 +363,35 @@ class Tool:
             result = await asyncio.to_thread(self.fn, *call_args)
             return await result if inspect.isawaitable(result) else result
         return await self.fn(*call_args)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+async def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in a daemon thread; awaiting it may be cancelled (a timeout) while the thread runs on."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Any] = loop.create_future()
+
+    def settle(ok: bool, value: Any) -> None:
+        if not done.done():
+            (done.set_result if ok else done.set_exception)(value)
+
+    def run() -> None:
+        try:
+            value = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+            ok, value = False, exc
+        else:
+            ok = True
+        try:
+            loop.call_soon_threadsafe(settle, ok, value)
+        except RuntimeError:  # the loop has closed: nobody waits any more
+            pass
+
+    threading.Thread(target=run, name="tool-preview", daemon=True).start()
+    return await done
 
 
 def as_dict(args: BaseModel | dict[str, Any]) -> dict[str, Any]:
@@ -370,6 +439,8 @@ def tool(
     external: bool = False,
     result: type[BaseModel] | None = None,
     example: str | None = None,
+    preview: PreviewFn | None = None,
+    preview_timeout: timedelta | float = PREVIEW_TIMEOUT_S,
 ) -> Any:
     """Turn a function ``(args: Model, ctx: ToolContext)`` into a Tool. Sync functions work too.
 
@@ -393,7 +464,13 @@ def tool(
     The function itself never runs; its request policy still may deny a call or let nobody see it.
 
     ``example``: a request a person might type to get this tool used ("Refund $30 on ch_1001"); assistant
-    threads offer it as a suggested prompt (otherwise one is made from the description)."""
+    threads offer it as a suggested prompt (otherwise one is made from the description).
+
+    ``preview``: a read-only function ``(args[, ctx]) -> str`` (sync or async) run with the proposed
+    arguments when a card is made, before anyone decides; its short text ("47 records will be deleted")
+    is shown on the card and the approvers' copies. It must not change anything (the tool runs only once
+    approved). Past ``preview_timeout`` seconds (default 2) or on an error the card says "preview
+    unavailable" and is posted all the same."""
 
     def wrap(f: ToolFn) -> Tool:
         return Tool(
@@ -415,6 +492,8 @@ def tool(
             external=external,
             result=result,
             example=example,
+            preview=preview,
+            preview_timeout=preview_timeout,
         )
 
     return wrap(fn) if fn is not None else wrap
