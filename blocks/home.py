@@ -176,7 +176,7 @@ def _requested_row(item: HomeRequest, n: int, now: datetime | None) -> SectionBl
     )
 
 
-def _tool_row(policy: ApproverListView, n: int) -> SectionBlock:
+def _tool_row(policy: ApproverListView, n: int, revision: str) -> SectionBlock:
     lines = [tool_line(policy)]
     description = one_line(policy.description)
     if description:
@@ -186,7 +186,9 @@ def _tool_row(policy: ApproverListView, n: int) -> SectionBlock:
     if not policy.approvers:
         lines.append("_No approvers set._")
     return SectionBlock(
-        block_id=f"home:tool:{n}",
+        # Slack keeps a pick on screen while the block id stays the same, even across views.publish: a new
+        # revision per publish makes it show the stored list (a refused pick does not stay, looking saved)
+        block_id=f"home:tool:{n}:{revision}" if revision else f"home:tool:{n}",
         text=MarkdownTextObject(text=mrkdwn("\n".join(lines), SECTION_TEXT), verbatim=True),
         accessory=UserMultiSelectElement(
             action_id=ids.approvers_action_id(policy.list_name),
@@ -275,7 +277,8 @@ def _schedule_blocks(schedules: Sequence[Schedule] | None) -> list[Block]:
     return blocks
 
 
-def _admin_blocks(approver_lists: Sequence[ApproverListView] | None, without_lists: Sequence[tuple[str, str]]) -> list[Block]:
+def _admin_blocks(approver_lists: Sequence[ApproverListView] | None, without_lists: Sequence[tuple[str, str]],
+                  revision: str = "") -> list[Block]:
     blocks: list[Block] = [_divider("div-tools"), _header("tools", "Approver lists")]
     others = [_note("tools-unlisted", mrkdwn(without_lists_text(without_lists), 3000))] if without_lists else []
     if approver_lists is None:
@@ -284,7 +287,7 @@ def _admin_blocks(approver_lists: Sequence[ApproverListView] | None, without_lis
         return [*blocks, _note("tools-empty", EMPTY_TOOLS), *others]
     blocks.append(_note("tools-help", "Pick people for a list and the change is saved right away."))
     shown = approver_lists[:HOME_MAX_TOOLS]
-    blocks.extend(_tool_row(policy, n) for n, policy in enumerate(shown))
+    blocks.extend(_tool_row(policy, n, revision) for n, policy in enumerate(shown))
     if len(shown) < len(approver_lists):
         blocks.append(
             _note(
@@ -369,17 +372,19 @@ def home_view(
     without_lists: Sequence[tuple[str, str]] = (),
     grants: Sequence[Grant] | None = None,
     schedules: Sequence[Schedule] | None = None,
+    revision: str = "",
 ) -> dict:
     """The App Home tab for ``user_id``. ``approver_lists`` None means the viewer is not an admin.
     ``now``: each open request also says what is due when (reminder, escalation, expiry).
     ``without_lists``: (tool, who decides) for tools whose rule reads no list. ``grants``: the standing
     approvals this viewer may revoke (theirs; every one for an admin). ``schedules``: the scheduled turns
-    this viewer may remove (theirs; every one for an admin)."""
+    this viewer may remove (theirs; every one for an admin). ``revision``: different for each publish, so
+    the approver selects show what is stored, not what was picked on the last view."""
     intro = _note(
         "intro", f"Hi {user_mention(user_id)} — approvals and questions from the agent, in one place."
     )
     later = (_requested_blocks(requested_by_you, now) + _grant_blocks(grants) + _schedule_blocks(schedules)
-             + _admin_blocks(approver_lists, without_lists))
+             + _admin_blocks(approver_lists, without_lists, revision))
     budget = VIEW_BLOCKS - 1 - len(later)
     blocks = [intro, *_waiting_blocks(waiting_on_you, budget, now), *later]
     return View(type="home", blocks=blocks).to_dict()

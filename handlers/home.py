@@ -251,7 +251,12 @@ async def build_home(gov: Governance, team: str, user_id: str) -> dict:
     mine = [g for g in grants if is_admin or (g.requester is not None and g.requester.same_as(viewer))]
     theirs = [s for s in scheduled if is_admin or s.owner.same_as(viewer)]
     return home_view(user_id, waiting, requested, policies, now=now, without_lists=gov.tools_without_lists(),
-                     grants=mine, schedules=theirs)
+                     grants=mine, schedules=theirs, revision=_revision(now))
+
+
+def _revision(now: datetime) -> str:
+    """A token that differs between publishes (the time in ms, hex): see ``blocks.home.home_view``."""
+    return format(int(now.timestamp() * 1000), "x")
 
 
 async def _nothing() -> list[Any]:

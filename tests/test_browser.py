@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from playwright.async_api import expect
 
-from localslack.seed import ALICE, BOB, CAROL, DAVE
+from localslack.seed import ALICE, BOB, CAROL, DAVE, ERIN
 from tests.browser_helpers import (
     CHROMIUM,
     STEP_TIMEOUT_MS,
@@ -172,3 +172,23 @@ async def test_an_admin_adds_an_approver_in_app_home_who_then_approves(
 
         await request_refund(ws, "ch_2002", "12")
         await approve_refund_as(ws, DAVE, "dave", "ch_2002", "12.00")
+
+
+async def test_an_outsider_picked_as_approver_in_app_home_is_refused_and_not_left_on_screen(
+    workspace: WorkspacePage, product: RunningProduct
+) -> None:
+    """Issue 25 item 14, walked: the bot refuses a Slack Connect user as an approver and republishes the
+    stored list. Slack keeps what a person picked in an element while its block id stays the same, so the
+    refused pick must not stay on screen looking saved."""
+    ws = workspace
+    editor = '[data-action="approvers:edit:refund_charge"]'
+    async with artifacts_on_failure(ws.page, "browser-outsider-approver", product):
+        await ws.act_as(CAROL)
+        home = await ws.open_home()
+        refund_editor = home.locator(editor)
+        await expect(refund_editor.locator(".chip", has_text="bob")).to_be_visible()
+        await refund_editor.locator("select").select_option(ERIN)
+        await expect(home.locator(editor).locator(".chip", has_text="erin")).to_have_count(0)
+        await expect(home.locator(editor).locator(".chip", has_text="bob")).to_be_visible()
+        await ws.page.get_by_role("tab", name="Messages").or_(ws.page.get_by_text("Messages", exact=True)).first.click()
+        await expect(ws.page.get_by_text("@erin is from another organisation")).to_be_visible()
