@@ -98,7 +98,8 @@ class ConsoleWorkspace:
     def __init__(self, out: TextIO = sys.stdout):
         self.out = out
 
-    async def post_message(self, team_id: str | None, channel: str, text: str) -> PostedMessage:
+    async def post_message(self, team_id: str | None, channel: str, text: str, *,
+                           asked_by: Principal | None = None, approved_by: Principal | None = None) -> PostedMessage:
         print(f"  [{channel}] {text}", file=self.out, flush=True)
         return PostedMessage(channel=channel)
 

@@ -44,8 +44,10 @@ class Workspace(Protocol):
     """What tools may do in a workspace, given by the frontend (Slack, the console). The runtime binds
     it to the session's workspace: a tool never chooses the tenant."""
 
-    async def post_message(self, team_id: str | None, channel: str, text: str) -> PostedMessage:
-        """Post ``text`` (plain text: no mentions of everyone) to ``channel`` (an id or a #name)."""
+    async def post_message(self, team_id: str | None, channel: str, text: str, *,
+                           asked_by: Principal | None = None, approved_by: Principal | None = None) -> PostedMessage:
+        """Post ``text`` (plain text: nothing in it pings anyone) to ``channel`` (an id or a #name), saying
+        who asked for it (the turn's requester) and who approved it (the call's principal)."""
 
 
 class Channel(Protocol):

@@ -1,8 +1,9 @@
 """What tools may do in Slack (``ctx.workspace``): post a message to a channel of the session's workspace.
 
 The runtime binds the workspace to the session (``bot.tools.SessionWorkspace``), so a tool cannot post
-into another tenant whatever its input says. The text goes out as plain text: ``<!channel>``,
-``<@U…>`` and links written by the model are shown, never acted on. Slack's refusals come back as a
+into another tenant whatever its input says. The text goes out as plain words: ``<!channel>``,
+``<@U…>`` and links written by the model read as "@channel", "@alice" (names from ``users.info``), never
+acted on, and a last line says who asked for the post and who approved it (``blocks.announcements``). Slack's refusals come back as a
 ``WorkspaceError`` that says what to do, for the tool to hand to the model.
 """
 
@@ -13,10 +14,12 @@ from typing import Any
 
 from slack_sdk.errors import SlackApiError
 
+from blocks.announcements import announcement_text, user_ids_in
 from blocks.limits import MESSAGE_TEXT, escape_mrkdwn, truncate_mrkdwn
 from bot.ports import PostedMessage, WorkspaceError
 from bot.principals import Principal
 from bot.session import SessionRef, slack_session_id
+from handlers.admins import AdminCheck
 from handlers.deps import ClientFor
 
 log = logging.getLogger(__name__)
@@ -39,13 +42,20 @@ class SlackWorkspace:
 
     def __init__(self, client_for: ClientFor) -> None:
         self.client_for = client_for
+        self.people = AdminCheck(client_for)  # users.info with a short cache: names for the post
 
-    async def post_message(self, team_id: str | None, channel: str, text: str) -> PostedMessage:
+    async def post_message(self, team_id: str | None, channel: str, text: str, *,
+                           asked_by: Principal | None = None, approved_by: Principal | None = None) -> PostedMessage:
         if not team_id:
             raise WorkspaceError("This conversation has no workspace to post in.")
         client: Any = await self.client_for(team_id)
+        asker = asked_by.slack_user_id if asked_by else None
+        approver = approved_by.slack_user_id if approved_by else None
+        names = await self._names(team_id, [*user_ids_in(text), *(u for u in (asker, approver) if u)])
+        body = announcement_text(text, names, asked_by=asker, approved_by=approver)
         try:
-            sent = await client.chat_postMessage(channel=channel, text=truncate_mrkdwn(escape_mrkdwn(text), MESSAGE_TEXT),
+            # link_names off: "@channel" and "@alice" in the text stay words, nobody is notified
+            sent = await client.chat_postMessage(channel=channel, text=body, link_names=False,
                                                  unfurl_links=False, unfurl_media=False)
         except SlackApiError as exc:
             error = str(exc.response.get("error"))
@@ -69,6 +79,11 @@ class SlackWorkspace:
             raise WorkspaceError(_why(str(exc.response.get("error")), channel)) from None
         return SessionRef(session_id=slack_session_id(team_id, sent["channel"], sent["ts"]), team_id=team_id,
                           channel={"channel_id": sent["channel"], "thread_ts": sent["ts"]})
+
+    async def _names(self, team_id: str, user_ids: list[str]) -> dict[str, str]:
+        """Handles of the people a post names (an unknown one reads "someone"); failures are logged there."""
+        people = await self.people.users(team_id, user_ids)
+        return {uid: user.name for uid, user in people.items() if user.name and user.state == "active"}
 
     async def _permalink(self, client: Any, posted: PostedMessage) -> str | None:
         try:
