@@ -1,4 +1,4 @@
-"""The command line: ``python -m bot [run|check|pending|chat|audit|reset-local]``."""
+"""The command line: ``python -m bot [run|setup|check|pending|chat|audit|reset-local]``."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bot", description="An AI agent in Slack that stops and asks people.")
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("run", help="run the bot (default); without SLACK_BOT_TOKEN it starts a local Slack workspace")
+    _add_setup_parser(sub)
     sub.add_parser("check", help="check the configuration and connections (Redis, Slack, model), then exit")
     pending = sub.add_parser("pending", help="list requests waiting for a person")
     pending.add_argument("--team", default=None, help="only this workspace (default: every workspace)")
@@ -42,6 +43,13 @@ def main(argv: list[str] | None = None) -> int:
     verify.add_argument("--team", default=None)
     verify.add_argument("--file", default=None, help="verify an exported JSONL file instead of Redis")
     args = parser.parse_args(argv)
+    if args.command == "setup":  # before the settings: it is what writes them
+        from handlers.setup import setup_command
+
+        try:
+            return asyncio.run(setup_command(args))
+        except KeyboardInterrupt:
+            return 130
     from store.embedded import DataDirInUse, EmbeddedServerError
 
     try:
@@ -74,6 +82,21 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def _add_setup_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """`setup`'s flags (its work is in handlers.setup, imported only when it runs: it pulls in Slack's SDK)."""
+    import os
+
+    setup = sub.add_parser("setup", help="connect the bot to your Slack workspace: create the app from "
+                                         "manifest.yml, check its tokens, write .env")
+    setup.add_argument("--bot-token", help="the Bot User OAuth Token (xoxb-…); default: $SLACK_BOT_TOKEN or asked")
+    setup.add_argument("--signing-secret", help="the Signing Secret, for HTTP mode; default: $SLACK_SIGNING_SECRET")
+    setup.add_argument("--app-token", help="an app-level token (xapp-…) for Socket Mode; default: $SLACK_APP_TOKEN")
+    setup.add_argument("--api-url", default=os.environ.get("SLACK_API_URL") or "https://slack.com/api/",
+                       help="Slack's Web API (default: $SLACK_API_URL or https://slack.com/api/)")
+    setup.add_argument("--env-file", default=".env", help="where to write the settings (default: .env)")
+    setup.add_argument("--yes", action="store_true", help="replace values the env file already has without asking")
 
 
 def _configure_logging(settings: Settings) -> None:

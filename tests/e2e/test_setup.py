@@ -1,0 +1,124 @@
+"""`python -m bot setup` against the local workspace acting as Slack (#29 item 11): the tokens are checked
+with Slack's own answers (auth.test and its ``x-oauth-scopes`` header, apps.connections.open), `.env` is
+written only when they pass, and every failure names what to fix on which Slack page."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import sys
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+import yaml
+
+from bot.__main__ import main
+from localslack.server import LocalSlack
+
+ROOT = Path(__file__).resolve().parents[2]
+SECRET = "0123456789abcdef0123456789abcdef"
+
+
+async def setup(slack: LocalSlack, cwd: Path, *args: str, stdin: str = "") -> tuple[int, str]:
+    """The CLI in a subprocess (the workspace keeps answering in this loop meanwhile); stdout+stderr."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "OPENAI_", "BOT_"))}
+    env["SLACK_API_URL"] = slack.api_url  # honoured like the bot's own setting
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", "setup", *args, cwd=cwd, env={**env, "PYTHONPATH": str(ROOT)},
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    out, _ = await asyncio.wait_for(proc.communicate(stdin.encode()), 20)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode()
+
+
+@pytest.fixture
+def in_process(monkeypatch, capsys):
+    """``await in_process(slack, cwd, *args)`` → (exit code, output): `main(["setup", …])` in a thread (the
+    workspace keeps answering in this loop), with only what the test gives in the environment."""
+    for name in [n for n in os.environ if n.startswith("SLACK_")]:
+        monkeypatch.delenv(name)
+
+    async def call(slack: LocalSlack, cwd: Path, *args: str) -> tuple[int, str]:
+        monkeypatch.setenv("SLACK_API_URL", slack.api_url)
+        code = await asyncio.to_thread(main, ["setup", "--env-file", str(cwd / ".env"), *args])
+        captured = capsys.readouterr()
+        return code, captured.out + captured.err
+
+    return call
+
+
+def env_file(cwd: Path) -> dict[str, str]:
+    lines = (cwd / ".env").read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
+
+
+async def test_good_http_tokens_write_a_private_env_and_say_the_next_command(in_process, local_slack, tmp_path):
+    code, out = await setup(local_slack, tmp_path, "--bot-token", local_slack.bot_token,
+                            "--signing-secret", SECRET, "--yes")
+    assert code == 0, out
+    link = next(word for word in out.split() if word.startswith("https://api.slack.com/apps?new_app=1"))
+    created = yaml.safe_load(parse_qs(urlparse(link).query)["manifest_yaml"][0])
+    assert created == yaml.safe_load((ROOT / "manifest.yml").read_text())  # the app is made from manifest.yml
+    assert "ok: the bot token works: @agent in " in out and "every scope the manifest asks for" in out
+    assert "Request URL" in out and "/slack/events" in out  # HTTP mode: where Slack must send events
+    assert "make run" in out
+    assert local_slack.bot_token not in out and SECRET not in out  # secrets never echoed
+    written = env_file(tmp_path)
+    assert written["SLACK_BOT_TOKEN"] == local_slack.bot_token and written["SLACK_SIGNING_SECRET"] == SECRET
+    assert written["SLACK_API_URL"] == local_slack.api_url
+    assert stat.S_IMODE((tmp_path / ".env").stat().st_mode) == 0o600
+    # the same tokens again, without --yes and nothing to type: the existing .env is not overwritten
+    # (an app token left from a Socket Mode setup would keep the bot off HTTP: it goes)
+    (tmp_path / ".env").write_text("OPENAI_API_KEY=sk-keep\nSLACK_BOT_TOKEN=xoxb-older\nSLACK_APP_TOKEN=xapp-older\n")
+    code, out = await in_process(local_slack, tmp_path, "--bot-token", local_slack.bot_token, "--signing-secret", SECRET)
+    assert code == 1 and "--yes" in out, out
+    assert env_file(tmp_path)["SLACK_BOT_TOKEN"] == "xoxb-older"
+    code, out = await in_process(local_slack, tmp_path, "--bot-token", local_slack.bot_token, "--signing-secret", SECRET,
+                            "--yes")
+    assert code == 0, out
+    assert env_file(tmp_path) == {"OPENAI_API_KEY": "sk-keep", "SLACK_BOT_TOKEN": local_slack.bot_token,
+                                  "SLACK_SIGNING_SECRET": SECRET, "SLACK_API_URL": local_slack.api_url}
+
+
+async def test_a_missing_scope_is_named_with_where_to_add_it_and_nothing_is_written(in_process, tmp_path):
+    async with LocalSlack(bot_url=None, signing_secret=SECRET,
+                          scopes=["app_mentions:read", "channels:history", "groups:history", "im:history",
+                                  "mpim:history", "commands", "users:read", "assistant:write"]) as slack:
+        code, out = await in_process(slack, tmp_path, "--bot-token", slack.bot_token, "--signing-secret", SECRET,
+                                     "--yes")
+    assert code == 1, out
+    assert "missing scopes: chat:write, im:write" in out
+    assert "OAuth & Permissions → Scopes" in out and "reinstall" in out
+    assert not (tmp_path / ".env").exists()
+
+
+async def test_a_revoked_or_wrong_token_says_which_page_to_copy_it_from(in_process, local_slack, tmp_path):
+    code, out = await in_process(local_slack, tmp_path, "--bot-token", "xoxb-not-a-real-token", "--signing-secret", SECRET)
+    assert code == 1, out
+    assert "invalid_auth: the bot token is wrong or revoked" in out
+    assert "OAuth & Permissions → Bot User OAuth Token" in out
+    token = local_slack.bot_token
+    local_slack.revoke_token(token)
+    code, out = await in_process(local_slack, tmp_path, "--bot-token", token, "--signing-secret", SECRET)
+    assert code == 1 and "token_revoked:" in out and "Install to Workspace" in out, out
+    code, out = await in_process(local_slack, tmp_path, "--bot-token", "xapp-1-wrong-kind", "--signing-secret", SECRET)
+    assert code == 1 and "starts with xoxb-" in out, out
+    assert not (tmp_path / ".env").exists()
+    assert "xoxb-not-a-real-token" not in out
+
+
+async def test_socket_mode_app_token_is_checked_with_apps_connections_open(in_process, local_slack, tmp_path):
+    code, out = await in_process(local_slack, tmp_path, "--bot-token", local_slack.bot_token,
+                            "--app-token", "xapp-1-A0LOCAL-wrong", "--yes")
+    assert code == 1 and "invalid_auth: the app-level token is wrong or revoked" in out, out
+    assert "Basic Information → App-Level Tokens" in out and "connections:write" in out
+    # the right one, typed at the prompts instead of given as flags
+    code, out = await setup(local_slack, tmp_path, "--yes", stdin=f"{local_slack.bot_token}\n{local_slack.app_token}\n")
+    assert code == 0, out
+    assert "ok: Socket Mode connects" in out and "no public URL needed" in out
+    assert local_slack.app_token not in out and local_slack.bot_token not in out
+    written = env_file(tmp_path)
+    assert written["SLACK_APP_TOKEN"] == local_slack.app_token and "SLACK_SIGNING_SECRET" not in written
+    assert local_slack.calls_to("apps.connections.open")
