@@ -324,6 +324,7 @@ def duration_text(delta: timedelta) -> str:
 
 
 FIELD_NAME_CHARS = 200
+_UNCHANGED: Any = object()  # a field an approver did not edit
 LINK_NOTE_HOSTS = 5
 
 
@@ -379,10 +380,18 @@ def money_text(value: float | int, currency: str) -> str:
     return f"-{shown}" if value < 0 else shown
 
 
-def _field_text(key: Any, value: Any, shown_as: str | None = None) -> str:
+EDITED_VALUE_CHARS = 300  # of the value an approver changed, shown under the one that ran
+
+
+def _field_text(key: Any, value: Any, shown_as: str | None = None, was: Any = _UNCHANGED) -> str:
     name = truncate_mrkdwn(literal_mrkdwn(one_line(str(key))), FIELD_NAME_CHARS) or "_(no name)_"
     head = f"*{name}*\n"
-    return head + _input_value_text(value, shown_as, FIELD_TEXT - len(head))
+    if was is _UNCHANGED:
+        return head + _input_value_text(value, shown_as, FIELD_TEXT - len(head))
+    # an approver changed it: the value that ran, and beside it what was proposed
+    before = ("\n_edited (was not set)_" if was is None
+              else f"\n_edited from {_input_value_text(was, shown_as, EDITED_VALUE_CHARS)}_")
+    return head + _input_value_text(value, shown_as, FIELD_TEXT - len(head) - len(before)) + before
 
 
 def _input_value_text(value: Any, shown_as: str | None, limit: int) -> str:
@@ -392,10 +401,15 @@ def _input_value_text(value: Any, shown_as: str | None, limit: int) -> str:
     return _value_text(value, limit)
 
 
-def _field_texts(tool_input: dict[str, Any] | None, max_fields: int, shown_as: dict[str, str] | None = None) -> list[str]:
+def _field_texts(tool_input: dict[str, Any] | None, max_fields: int, shown_as: dict[str, str] | None = None,
+                 was: dict[str, Any] | None = None) -> list[str]:
+    """Each field as "*name*\nvalue"; with ``was`` (the proposed input of an edited call), a changed field
+    also says what it was edited from."""
     items = list((tool_input or {}).items())
     shown = items if len(items) <= max_fields else items[: max_fields - 1]
-    texts = [_field_text(key, value, (shown_as or {}).get(str(key))) for key, value in shown]
+    texts = [_field_text(key, value, (shown_as or {}).get(str(key)),
+                         _UNCHANGED if was is None or was.get(key) == value else was.get(key))
+             for key, value in shown]
     if len(shown) < len(items):
         texts.append(f"*{ELLIPSIS}*\n_{len(items) - len(shown)} more fields not shown_")
     return texts
@@ -701,19 +715,21 @@ def card_blocks(
     pending: bool | None = None,
     escalated: Sequence[Principal] = (),
     now: datetime | None = None,
+    was: dict[str, Any] | None = None,
 ) -> list[Block]:
     """The card as slack_sdk blocks. ``tag`` prefixes block-id kinds so each iteration of a card
     (pending, waiting, settled, App Home) has its own block ids. ``pending`` (default: ``interactive``):
     still open, so it says who may answer and when it expires, even where this viewer has no buttons.
     ``escalated``: the people it was escalated to, who may answer too. ``now`` (App Home): a line of
-    what is due when — reminder, escalation, expiry — instead of the expiry alone."""
+    what is due when — reminder, escalation, expiry — instead of the expiry alone. ``was``: the proposed
+    input of a call an approver edited (``req`` carries what ran); each changed field says what it was."""
     pending = interactive if pending is None else pending
     rid = req.request_id
     blocks: list[Block] = [_section(rid, f"{tag}title", _title_text(req, prompt_limit, pending=pending))]
     if req.agent and req.kind != "delegation":  # a sub-agent asks: say which one
         blocks.append(_context(rid, f"{tag}agent", subagent_text(req.agent)))
     if req.kind in ("tool-approval", "external-result") and req.action is not None:
-        fields = _field_texts(req.action.input, max_fields, req.action.shown_as)
+        fields = _field_texts(req.action.input, max_fields, req.action.shown_as, was)
         for n, start in enumerate(range(0, len(fields), SECTION_FIELDS)):
             chunk = fields[start : start + SECTION_FIELDS]
             blocks.append(
@@ -813,18 +829,27 @@ def render_settled(
     edited_input: dict[str, Any] | None = None,
     values: dict[str, Any] | None = None,
     granted: str | None = None,
+    edited_prompt: str | None = None,
 ) -> Message:
     """The card after settling: no buttons or menus; the outcome, who decided and when; a
-    question's answer; a person's note (quoted, as theirs) and our own ``detail`` line."""
+    question's answer; a person's note (quoted, as theirs) and our own ``detail`` line. A call approved
+    with ``edited_input`` leads with what ran (``edited_prompt``: its question for those values) and each
+    changed field says what it was edited from."""
     rid = req.request_id
     label = one_line(outcome_label) or NO_LONGER_NEEDED
+    shown, was = req, None
+    if edited_input is not None and req.action is not None and edited_input != req.action.input:
+        was = req.action.input or {}
+        shown = req.model_copy(update={"prompt": edited_prompt or req.prompt,
+                                       "action": req.action.model_copy(update={"input": edited_input})})
     blocks = card_blocks(
-        req,
+        shown,
         tag="s-",
         interactive=False,
         requester_name=requester_name,
         approvals=approvals,
         required=required,
+        was=was,
     )
     line = f"{outcome_emoji(label)} *{escape_mrkdwn(truncate(label, 100))}*"
     if decided_by:
@@ -838,8 +863,6 @@ def render_settled(
         blocks.extend(_form_value_sections(req, values))
     if granted is not None and (grant_line := granted_text(req, granted)):
         blocks.append(_context(rid, "s-grant", grant_line))
-    if edited_input is not None and (changed := changes_text(req, edited_input)):
-        blocks.append(_section(rid, "s-changes", changed))
     if note is not None and note.strip():
         blocks.append(_section(rid, "s-note", _quote(note)))
     if detail is not None and detail.strip():
@@ -1044,5 +1067,5 @@ def changes_text(req: InputRequest, edited: dict[str, Any]) -> str | None:
     return truncate_mrkdwn(":pencil2: Changed before approving:\n" + "\n".join(lines), SECTION_TEXT)
 
 
-def _changed_value(value: Any, shown_as: str | None) -> str:
-    return "_(none)_" if value is None else _input_value_text(value, shown_as, 300)
+def _changed_value(value: Any, shown_as: str | None, limit: int = 300) -> str:
+    return "_(none)_" if value is None else _input_value_text(value, shown_as, limit)

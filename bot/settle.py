@@ -112,7 +112,10 @@ class Settler:
             edited, refusal = await self._checked_edit(record, response.edited_input)
             if edited is None:
                 return AnswerResult("invalid", record, reason=refusal)
-            response = response.model_copy(update={"edited_input": edited})
+            response = response.model_copy(update={"edited_input": edited,
+                                                    "edited_prompt": self._edited_prompt(record, edited)})
+        elif response.edited_prompt is not None:  # only the settle path words it, from an accepted edit
+            response = response.model_copy(update={"edited_prompt": None})
         note = note if note is not None else _clean_note(response.note)
         principal = response.principal
         if principal is None:
@@ -205,6 +208,18 @@ class Settler:
             return validated_result(tool.result_model, values), ""
         except ValueError as exc:
             return None, str(exc)
+
+    def _edited_prompt(self, record: RequestRecord, edited: dict[str, Any]) -> str | None:
+        """The tool's ``prompt=`` filled in with the edited input (None: it has none, or it would not change)."""
+        action = record.request.action
+        tool = self.p.tools.get(action.tool_name) if action else None
+        if tool is None:
+            return None
+        try:
+            prompt = tool.approval_prompt(tool.parse(edited))
+        except ValueError:
+            return None
+        return prompt if prompt and prompt != record.request.prompt else None
 
     async def _checked_edit(self, record: RequestRecord, edited: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
         """The edited input as the tool will get it, or None and why not: it must be valid for the tool,

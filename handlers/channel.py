@@ -328,6 +328,7 @@ def settled_card(record: RequestRecord, resolution: Resolution, at: Any) -> dict
         note=record.note,
         approvals=[p.rsplit(":", 1)[-1] for p in record.approvals],
         edited_input=response.edited_input if response is not None and resolution.outcome == "approved" else None,
+        edited_prompt=response.edited_prompt if response is not None and resolution.outcome == "approved" else None,
         values=response.values if response is not None and record.request.kind in ("user-input", "external-result")
         else None,
         granted=response.grant if response is not None and resolution.outcome == "approved" else None,

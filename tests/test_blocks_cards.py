@@ -664,17 +664,22 @@ def test_the_reason_modal_belongs_to_its_card_and_an_empty_reason_reads_as_none(
     assert reason_text({}) is None
 
 
-def test_a_card_approved_with_changes_shows_each_change_before_and_after() -> None:
-    req = approval(tool_input={"charge_id": "ch_1", "amount": 40, "note": "x"})
+def test_a_card_approved_with_changes_leads_with_what_ran_and_shows_the_change_beside_it() -> None:
+    req = approval(tool_input={"charge_id": "ch_1", "amount": 400, "note": "x"}, prompt="Refund $400.00 on ch_1?")
     req.action.shown_as = {"amount": "money:USD"}
     message = render_settled(req, outcome_label="Approved", decided_by="UBOB",
-                             edited_input={"charge_id": "ch_1", "amount": 30, "note": "x"})
+                             edited_input={"charge_id": "ch_1", "amount": 300, "note": "x"},
+                             edited_prompt="Refund $300.00 on ch_1?")
     assert_valid_message(message)
+    title, *_ = message["blocks"]
+    assert "Refund $300.00 on ch_1?" in title["text"]["text"] and "$400.00" not in title["text"]["text"]
+    fields = [f["text"] for b in message["blocks"] if b.get("fields") for f in b["fields"]]
+    assert "*amount*\n$300.00\n_edited from $400.00_" in fields
+    assert "*charge_id*\nch_1" in fields  # unchanged fields say nothing more
     shown = texts(message["blocks"])
-    assert "Changed before approving" in shown and "*amount*: $40.00 → $30.00" in shown
-    assert "charge_id*:" not in shown  # unchanged fields are not listed as changes
+    assert shown.index("$300.00") < shown.index("Approved")  # what ran, then who approved it
     unchanged = render_settled(req, outcome_label="Approved", edited_input=dict(req.action.input))
-    assert "Changed before approving" not in texts(unchanged["blocks"])
+    assert "edited from" not in texts(unchanged["blocks"]) and "Refund $400.00" in texts(unchanged["blocks"])
 
 
 def test_the_cancel_reason_is_quoted_on_the_settled_card_and_cannot_ping_anyone() -> None:

@@ -114,7 +114,8 @@ async def test_the_finance_approver_edits_the_amount_before_approving(
 
         await expect(ws.thread_message("Refunded $30.00 on ch_1002")).to_be_visible()
         await expect(card).to_contain_text("Approved by @bob")
-        await expect(card).to_contain_text("amount: $40.00 → $30.00")
+        await expect(card).to_contain_text("Refund $30.00 on ch_1002")  # leads with what ran
+        await expect(card).to_contain_text("edited from $40.00")
         await expect(card.locator(".bk-button")).to_have_count(0)
 
 

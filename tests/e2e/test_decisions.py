@@ -145,7 +145,8 @@ async def test_edit_and_approve_runs_once_with_the_edit_and_the_card_model_and_a
     assert told["arguments"] == {"charge_id": "ch_1001", "amount": 30.0}
     assert "changed the arguments before approving" in told["note"]
     settled = json.dumps(local_slack.message(GENERAL, card.ts).blocks)
-    assert "Approved" in settled and "$40.00 \\u2192 $30.00" in settled
+    assert "Approved" in settled and "edited from $40.00" in settled
+    assert "Refund $30.00 on ch_1001" in settled and "Refund $40.00" not in settled  # leads with what ran
     [request] = await entries(bot, "request")
     [resolution] = await entries(bot, "resolution")
     assert request.data["input"] == {"charge_id": "ch_1001", "amount": 40.0}
