@@ -168,6 +168,9 @@ class InputResponse(Contract):
     principal: Principal | None = None
     note: str | None = None  # why, in the answerer's words (a cancel's reason); quoted to the model as theirs
     edited_input: dict[str, Any] | None = None  # approve with these arguments instead (editable tools only)
+    # the card's question for the edited input (the tool's ``prompt=``), set by the settle path only, so the
+    # settled card leads with what ran ("Refund $300.00 …"), not what was proposed
+    edited_prompt: str | None = None
     values: dict[str, Any] | None = None  # a submitted form ("user-input"), keyed by the form's field names
     grant: GrantScope | None = None  # approve, and don't ask again in this scope (one of the request's offers)
     # how it came when not from a person's own click: "api" (a result token), "subagent" (a sub-agent's answer)
