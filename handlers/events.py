@@ -50,7 +50,7 @@ async def may_talk(deps: SlackDeps, principal: Principal, org: str | None, chann
     return await admits(principal, channel_id, source=deps.governance)
 
 
-async def _tell_guest(client: Any, user_id: str, channel_id: str, thread_ts: str) -> None:
+async def _tell_guest(client: Any, user_id: str, channel_id: str, thread_ts: str | None) -> None:
     try:
         await tell_privately(client, user_id, GUEST_TEXT, channel=channel_id, thread_ts=thread_ts)
     except SlackApiError as exc:  # a courtesy: Slack refusing it changes nothing
@@ -89,9 +89,10 @@ async def _handle(
         if event.get("channel_type") != "im" and not mentioned and not await deps.store.exists(sid):
             return  # a thread the agent is not part of
     if not await may_talk(deps, principal, org, channel_id):
-        # told once, where they asked (a mention arrives twice: only its app_mention tells), not on every reply
+        # told once, where they asked (a mention arrives twice: only its app_mention tells), not on every reply;
+        # a top-level message is answered in the channel: its own thread has no replies, so nobody opens it
         if event.get("type") == "app_mention" or event.get("channel_type") == "im":
-            deps.runtime.spawn(_tell_guest(client, event["user"], channel_id, thread_ts or ts),
+            deps.runtime.spawn(_tell_guest(client, event["user"], channel_id, thread_ts),
                                what=f"tell a guest in {channel_id}")
         return
     # recorded before Slack gets its ack (the app runs with process_before_response): an acknowledged

@@ -49,6 +49,10 @@ async def test_a_refused_guest_mentioning_the_agent_is_told_why_and_nothing_star
     await refusals(local_slack, 1)
     await bot.runtime.wait_idle()
     assert not await bot.store.exists(slack_session_id(TEAM_ID, GENERAL, ts))
+    # told where she wrote: a message of her own with no replies has no thread anyone would open (seen
+    # in the browser walk: the refusal sat unseen in that thread)
+    [told] = [e for e in local_slack.ephemerals(ERIN) if e.channel == GENERAL]
+    assert told.thread_ts is None
 
     await open_to_guests(local_slack)
     ts, _ = await local_slack.post_message(ERIN, GENERAL, f"<@{BOT_USER_ID}> hello")
