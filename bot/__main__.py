@@ -191,9 +191,53 @@ async def _check(settings: Settings) -> int:
     elif settings.slack_bot_token:
         resp = await AsyncWebClient(token=settings.slack_bot_token, base_url=settings.slack_api_url).auth_test()
         print(f"slack: ok as {resp.get('user')} in {resp.get('team')}")
-    print(f"model: {settings.model} at {settings.openai_base_url}" if settings.openai_api_key
-          else "model: offline demo model (set OPENAI_API_KEY for a real one)")
+    if settings.openai_api_key:
+        ok &= await _check_model(settings)
+    else:
+        print("model: offline demo model (set OPENAI_API_KEY for a real one)")
     return 0 if ok else 1
+
+
+async def _check_model(settings: Settings) -> bool:
+    """Ask the endpoint itself: its model list (GET /models), or, where it has none, one token of chat."""
+    import httpx
+
+    from bot.models.openai import _without_credentials
+
+    base, where, model = settings.openai_base_url.rstrip("/"), _without_credentials(settings.openai_base_url), settings.model
+    headers = {"Authorization": f"Bearer {settings.openai_api_key}"}
+    listed = True
+    try:
+        async with httpx.AsyncClient(timeout=15) as client:
+            resp = await client.get(f"{base}/models", headers=headers)
+            if resp.status_code in (404, 405):  # some compatible servers list nothing: try the model itself
+                listed = False
+                resp = await client.post(f"{base}/chat/completions", headers=headers, json={
+                    "model": model, "messages": [{"role": "user", "content": "ping"}], "max_tokens": 1})
+    except httpx.HTTPError as exc:
+        print(f"model: NOT reachable at {where} ({type(exc).__name__}) — check OPENAI_BASE_URL and that the "
+              "endpoint is up")
+        return False
+    if resp.status_code in (401, 403):
+        print(f"model: refused ({resp.status_code}) at {where} — check OPENAI_API_KEY")
+        return False
+    if resp.status_code == 404 and not listed:
+        print(f"model: {model} is unknown at {where} — check MODEL")
+        return False
+    if not resp.is_success:
+        print(f"model: {where} answered {resp.status_code} — check OPENAI_BASE_URL (an OpenAI-compatible /v1 URL)")
+        return False
+    if listed:
+        try:
+            offered = [str(m["id"]) for m in resp.json()["data"]]
+        except (ValueError, KeyError, TypeError):
+            print(f"model: {where}/models is not an OpenAI model list — check OPENAI_BASE_URL")
+            return False
+        if model not in offered:
+            print(f"model: {model} is unknown at {where} — check MODEL (offered: {', '.join(offered[:8]) or 'none'})")
+            return False
+    print(f"model: ok, {model} at {where}")
+    return True
 
 
 async def _check_mcp(path: str, tools: object) -> bool:
