@@ -17,7 +17,10 @@ Each tool a server lists becomes a tool of the runtime's registry, named ``<serv
 OpenAI accepts as a function name; see :func:`tool_name`), and runs under the same request policies,
 cards, settle path and audit as any tool. Its policy: the server's ``policies`` (patterns over the
 tool's name or ``<server>.<tool>``), then the file's top-level ``policies`` (patterns over
-``<server>.<tool>``), first match wins; else the server's ``approval``; else ``always()``.
+``<server>.<tool>``), first match wins; else the server's ``approval``; else ``always()``. A server's
+``previews`` (``{"delete_file": "stat_file"}``) names, per tool, another of its tools whose answer to the
+same arguments is the card's preview (``@tool(preview=…)``); it must only read, and one the server marks
+destructive is not used.
 
 Connections live as long as the app: :class:`McpServers` opens them at start, re-lists a server's
 tools when it says its list changed, reconnects a server that went away, and closes them at shutdown.
@@ -107,6 +110,9 @@ class ServerConfig(BaseModel):
     policies: dict[str, PolicyName] = Field(default_factory=dict)  # name patterns, first match wins
     timeout: float = Field(default=DEFAULT_TIMEOUT_S, gt=0, le=600)  # seconds for one call (and to connect)
     disabled: bool = False
+    # a tool's card preview (``@tool(preview=…)``): another tool of this server, called with the same
+    # arguments when the card is made ({"delete_file": "stat_file"}); it must only read
+    previews: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def one_transport(self) -> ServerConfig:
@@ -114,6 +120,9 @@ class ServerConfig(BaseModel):
             raise ValueError("give either command (a stdio server) or url (a streamable HTTP server)")
         if self.url is not None and not self.url.startswith(("http://", "https://")):
             raise ValueError(f"url must be http(s)://…, not {self.url[:40]!r}")
+        for tool, preview in self.previews.items():
+            if preview == tool:  # its preview would run the very call people are asked about
+                raise ValueError(f"previews.{tool}: a tool cannot be its own preview (name a read-only tool)")
         if (self.type == "stdio" and self.command is None) or (
             self.type not in (None, "stdio") and self.url is None
         ):
@@ -217,9 +226,10 @@ def tool_name(server: str, tool: str) -> str:
 class McpTool(Tool):
     """One tool of an MCP server: its arguments checked against its ``inputSchema``, then called."""
 
-    def __init__(self, server: McpServer, listed: types.Tool, policy: RequestPolicy):
+    def __init__(self, server: McpServer, listed: types.Tool, policy: RequestPolicy, preview: str | None = None):
         self.server = server
         self.remote_name = listed.name
+        self.preview_remote = preview  # the server's tool whose answer is this one's card preview
         schema = dict(listed.inputSchema or {})
         schema.setdefault("type", "object")
         schema.setdefault("properties", {})
@@ -237,6 +247,7 @@ class McpTool(Tool):
             description=f"{about}\n(MCP server {server.name!r}, tool {listed.name!r})",
             approval=policy,
             dangerous=destructive,
+            preview=self._preview if preview else None,
         )
 
     def spec(self) -> ToolSpec:
@@ -255,6 +266,14 @@ class McpTool(Tool):
 
     async def _call(self, args: dict[str, Any], ctx: ToolContext) -> Any:
         return await self.server.call(self.remote_name, args, ctx)
+
+    async def _preview(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        """The configured preview tool's answer to the proposed arguments (redacted like any result)."""
+        assert self.preview_remote is not None
+        result = await self.server.call(self.preview_remote, args, ctx)
+        if isinstance(result, dict) and len(result) == 1:  # one field (FastMCP wraps a str as {"result": …})
+            [result] = result.values()
+        return result if isinstance(result, str) else json.dumps(result, default=str)
 
 
 class _Elicitation:
@@ -473,6 +492,8 @@ class McpServer:
         """Swap this server's tools in the registry in one go (no await in between: a turn sees the old
         list or the new one, never half of each)."""
         fresh: dict[str, Tool] = {}
+        listed = list(listed)
+        by_name = {item.name: item for item in listed}
         for item in listed:
             if item.execution is not None and item.execution.taskSupport == "required":
                 # callable only as a task (tasks/get, tasks/result…), which this client does not do: offered
@@ -481,7 +502,8 @@ class McpServer:
                                            "and the bot makes plain tool calls")
                 continue
             try:
-                made = McpTool(self, item, _POLICIES[self._policies.policy_name(self.name, item.name)]())
+                made = McpTool(self, item, _POLICIES[self._policies.policy_name(self.name, item.name)](),
+                               self._preview_of(item.name, by_name))
             except McpToolError as exc:
                 self._leave_out(item.name, str(exc))
                 continue
@@ -496,6 +518,21 @@ class McpServer:
         for made in fresh.values():
             self._registry.register(made)
         self._tool_names = set(fresh)
+
+    def _preview_of(self, tool: str, listed: dict[str, types.Tool]) -> str | None:
+        """The configured preview of ``tool``, if the server lists it and does not call it destructive
+        (a preview runs before anyone approves: it must only read); else none, said once."""
+        preview = self.config.previews.get(tool)
+        if preview is None:
+            return None
+        found = listed.get(preview)
+        if found is None:
+            self._leave_out(f"{tool}'s preview", f"the server lists no tool {preview!r}")
+            return None
+        if found.annotations is not None and found.annotations.destructiveHint is True:
+            self._leave_out(f"{tool}'s preview", f"{preview!r} is marked destructive; a preview must only read")
+            return None
+        return preview
 
     def _leave_out(self, tool: str, why: str) -> None:
         """Log a tool left out once, not at every listing of the server's tools."""
