@@ -47,6 +47,7 @@ from handlers.deps import SlackDeps
 from handlers.identity import installation_team
 from handlers.metering import MeteredApp, SlackApiMeter
 from handlers.notices import ApproverNotices
+from handlers.pacing import SlackPacing
 from handlers.workspace import SlackWorkspace
 from store.audit import AuditLog
 from store.audit_events import AuditChannel
@@ -305,7 +306,7 @@ async def _start(
 
     # Slack and the audit log are separate consumers of the committed events (each its own cursor),
     # so neither a slow Slack nor the audit log holds up the other, or the turn.
-    slack_channel = SlackChannel(store, delivery_client_for)
+    slack_channel = SlackChannel(store, delivery_client_for, SlackPacing(settings.slack_pacing))
     stack.push_async_callback(slack_channel.close)  # its pending status lines and streams
     channel: Channel = slack_channel
     if channel_wrap is not None:

@@ -64,6 +64,9 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = Field(default="text", alias="LOG_FORMAT")  # bot.logs
     log_content: bool = Field(default=False, alias="LOG_CONTENT")  # message text in logs (off: lengths only)
     otel_endpoint: str | None = Field(default=None, alias="OTEL_EXPORTER_OTLP_ENDPOINT")  # traces (bot.tracing)
+    # slack: keep inside Slack's per-method tiers (handlers/pacing.py); off: no waiting of our own, only a
+    # 429's Retry-After (apps with raised limits, benchmarks)
+    slack_pacing: Literal["slack", "off"] = Field(default="slack", alias="SLACK_PACING")
 
     @field_validator("port", "localslack_port")
     @classmethod
@@ -78,6 +81,13 @@ class Settings(BaseSettings):
         if isinstance(value, str) and value.strip().lower() in ("text", "json"):
             return value.strip().lower()
         raise ValueError(f"{value!r} is not a log format: use text (the default) or json")
+
+    @field_validator("slack_pacing", mode="before")
+    @classmethod
+    def a_pacing(cls, value: object) -> object:
+        if isinstance(value, str) and value.strip().lower() in ("slack", "off"):
+            return value.strip().lower()
+        raise ValueError(f"{value!r} is not a pacing: use slack (the default: Slack's rate limits) or off")
 
     @field_validator("slack_api_url")
     @classmethod

@@ -43,7 +43,7 @@ from handlers.deps import ClientFor
 from handlers.notes import tell_privately
 from handlers.pacing import SlackPacing
 from handlers.status import StatusLines
-from handlers.streams import LiveAnswers
+from handlers.streams import LiveAnswers, StreamPacing
 from store.sessions import SessionStore
 
 log = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ class SlackChannel:
         self.status = StatusLines(store, client_for, self.pacing)
         # bot.ports.LiveText: answers streamed as they are written (a stream makes a pending status moot)
         self.live = LiveAnswers(store, client_for, on_stream=self.status.forget_pending, posts=self.pacing.posts,
-                                updates=self.pacing.updates)
+                                updates=self.pacing.updates, pacing=StreamPacing(self.pacing.mode))
 
     async def close(self) -> None:
         await self.status.close()

@@ -5,6 +5,9 @@ per workspace (Tier 3, 50+ a minute). A :class:`Pacer` spaces calls per key with
 algorithm: ``burst`` calls go at once, then one every ``interval_s``. Each caller reserves its slot
 before it sleeps, so concurrent callers queue in order. The pacing is per process (replicas do not
 share it); a 429 that still happens is honoured by the outbox (``bot.ports.RetryLater``).
+
+``SLACK_PACING=off`` (bot.config) swaps every pacer for :class:`Unpaced`: no waiting of our own, for apps
+whose limits Slack raised and for benchmarks; a 429's Retry-After is still honoured, as it is not ours.
 """
 
 from __future__ import annotations
@@ -12,8 +15,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from typing import Literal
 
 from bot.ports import RetryLater
+
+PacingMode = Literal["slack", "off"]  # bot.config.Settings.slack_pacing
 
 PRUNE_ABOVE = 10_000  # keys remembered before idle ones are forgotten
 MAX_WAIT_S = 2.0  # longer waits are handed back to the outbox, which offers the event again later
@@ -59,9 +65,25 @@ class Pacer:
             await self._sleep(delay)
 
 
+class Unpaced(Pacer):
+    """A pacer that never waits (``SLACK_PACING=off``): every call's slot is now."""
+
+    def __init__(self) -> None:
+        super().__init__(interval_s=1.0, burst=1)
+
+    def reserve(self, key: str, *, max_wait_s: float = float("inf")) -> float:
+        return 0.0
+
+
+def pacer(mode: PacingMode, interval_s: float, burst: int) -> Pacer:
+    """Slack's rate for ``mode="slack"``; none of our own for ``"off"``."""
+    return Unpaced() if mode == "off" else Pacer(interval_s=interval_s, burst=burst)
+
+
 class SlackPacing:
     """The pacers one Slack frontend uses."""
 
-    def __init__(self) -> None:
-        self.posts = Pacer(interval_s=1.0, burst=4)  # per channel
-        self.updates = Pacer(interval_s=1.0, burst=20)  # per workspace: chat.update is Tier 3
+    def __init__(self, mode: PacingMode = "slack") -> None:
+        self.mode = mode
+        self.posts = pacer(mode, interval_s=1.0, burst=4)  # per channel
+        self.updates = pacer(mode, interval_s=1.0, burst=20)  # per workspace: chat.update is Tier 3

@@ -43,7 +43,7 @@ from bot.principals import Principal
 from bot.protocol import MessageCompleted
 from bot.session import SessionRef
 from handlers.deps import ClientFor
-from handlers.pacing import Pacer
+from handlers.pacing import Pacer, PacingMode, pacer
 from store.sessions import SessionStore
 
 log = logging.getLogger(__name__)
@@ -82,9 +82,9 @@ class StreamPacing:
     """Per workspace, as Slack rates these methods: startStream is Tier 2 (20+ a minute), appendStream Tier 4
     (100+). A stream that finds no slot is not started (posted whole) or appends later, in a bigger batch."""
 
-    def __init__(self) -> None:
-        self.starts = Pacer(interval_s=3.0, burst=20)
-        self.appends = Pacer(interval_s=0.6, burst=20)
+    def __init__(self, mode: PacingMode = "slack") -> None:
+        self.starts = pacer(mode, interval_s=3.0, burst=20)
+        self.appends = pacer(mode, interval_s=0.6, burst=20)
 
 
 @dataclass
@@ -118,9 +118,10 @@ class LiveAnswers:
         on_stream: Callable[[SessionRef], None] | None = None,
         posts: Pacer | None = None,
         updates: Pacer | None = None,
+        pacing: StreamPacing | None = None,
     ):
         self.on_stream = on_stream  # a stream is starting: the answer itself now shows that work goes on
-        self.pacing = StreamPacing()
+        self.pacing = pacing or StreamPacing()
         self.posts = posts or Pacer(interval_s=1.0, burst=4)  # the fallback's post: SlackPacing.posts
         self.updates = updates or Pacer(interval_s=1.0, burst=20)  # and its edits: SlackPacing.updates
         self._unavailable: set[str] = set()

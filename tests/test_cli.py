@@ -31,6 +31,13 @@ def test_bad_setting_is_one_clear_line_and_exit_2():
     assert lines == [lines[-1]] and "PORT" in lines[-1]
 
 
+def test_an_unknown_slack_pacing_is_one_line_naming_it_and_exit_2():
+    result = run(["check"], {"SLACK_PACING": "fast"})
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines == [lines[-1]] and "SLACK_PACING" in lines[-1] and "off" in lines[-1]
+
+
 def test_http_mode_without_signing_secret_names_the_variable():
     result = run(["check"], {"SLACK_BOT_TOKEN": "xoxb-1"})
     assert result.returncode == 2
