@@ -208,12 +208,7 @@ class Driver:
                   snap.failures)
         # nothing is left waiting on people: its open cards end "no longer needed" (a late click settles
         # nothing), and a delegation's child is stopped by the relay
-        open_ids = list(turn.step.request_ids if turn.step else [])
-        if turn.limit_request_id:
-            open_ids.append(turn.limit_request_id)
-        for record in await self.p.store.get_requests(open_ids):
-            if record.status == "open":
-                await self.settler.resolve_unanswered(record, "ignored")
+        await self._close_open_requests(turn, "ignored")
         reports = self._close_step(p, state, "TURN_FAILED", "The turn failed before this call could run.")
         await self._end_turn(p, state, TurnFailed(
             session_id=p.session_id, turn_id=turn.turn_id,
@@ -471,15 +466,19 @@ class Driver:
     async def _end_orphaned(self, p: _Pass, state: SessionState) -> None:
         """A sub-agent's turn whose delegation ended: nothing more of it runs. Its open requests end "no
         longer needed" (their cards are updated) and the turn ends cancelled, as the relay's stop would."""
-        turn = state.turn
-        assert turn is not None
+        assert state.turn is not None
+        await self._close_open_requests(state.turn, "cancelled")
+        await self._finish_cancelled(p, state)
+
+    async def _close_open_requests(self, turn: TurnState, outcome: str) -> None:
+        """End the turn's requests still open (its step's and a session-limit prompt) as ``outcome``: their
+        cards are updated and a late click settles nothing."""
         open_ids = list(turn.step.request_ids if turn.step else [])
         if turn.limit_request_id:
             open_ids.append(turn.limit_request_id)
         for record in await self.p.store.get_requests(open_ids):
             if record.status == "open":
-                await self.settler.resolve_unanswered(record, "cancelled")
-        await self._finish_cancelled(p, state)
+                await self.settler.resolve_unanswered(record, outcome)
 
     async def _finish_cancelled(self, p: _Pass, state: SessionState) -> None:
         turn = state.turn
