@@ -16,17 +16,10 @@ from aiohttp import web
 from bot.models.scripted import ScriptedModel, call, say
 from localslack.seed import ALICE, BOT_USER_ID, GENERAL
 from tests.e2e.test_approval_flow import button, card_in
+from tests.test_openapi_real_documents import PET
+from tests.test_openapi_real_documents import PETSTORE_CONFIG as README_CONFIG
 
 DOCUMENT = Path(__file__).parents[1] / "data" / "openapi" / "petstore3.openapi.json"
-README_CONFIG = """\
-connections:
-  - name: petstore
-    spec: ./petstore3.openapi.json      # or https://petstore3.swagger.io/api/v3/openapi.json
-    base_url: {base_url}
-    operations: [findPetsByStatus, findPetsByTags, getPetById, addPet, deletePet]
-    auth: {{type: header, name: api_key, env: PETSTORE_API_KEY}}
-"""
-PET = {"id": 10, "name": "doggie", "photoUrls": [], "status": "available", "tags": [{"id": 1, "name": "good"}]}
 SEEN: list[tuple[str, str, str | None]] = []
 
 
