@@ -130,10 +130,12 @@ def approvers(resource: str, *, allow_self: bool = False) -> ResponsePolicy:
 
     async def policy(ctx: ResponseContext) -> ResponseDecision:
         requester, responder = ctx.request.principal, ctx.response.principal
-        if (not allow_self and ctx.response.decision == "approve" and requester is not None
-                and requester.same_as(responder)):
-            return rejected("You can't approve your own request; someone else on the approver list has to.")
-        return await _check_list(ctx, resource, required=None)
+        decision = await _check_list(ctx, resource, required=None)
+        if (decision.status == "allowed" and not allow_self and ctx.response.decision == "approve"
+                and requester is not None and requester.same_as(responder)):
+            # an approver who asked: say who else may (one not on the list heard who may, above)
+            return await _own_request(ctx, resource)
+        return decision
 
     async def responders(ctx: AnswerersContext) -> Responders:
         return await _listed(ctx, resource, required=1, exclude_requester=not allow_self)
@@ -299,6 +301,32 @@ def _named(resource: str) -> str:
     return f"`{list_name(resource)}`"
 
 
+def _mentions(user_ids: list[str], shown: int = 5) -> str:
+    """``<@U1> or <@U2>`` (and how many more on the list past ``shown``)."""
+    names = " or ".join(f"<@{u}>" for u in user_ids[:shown])
+    return names + (f" (or {len(user_ids) - shown} more on its list)" if len(user_ids) > shown else "")
+
+
+def _asker(requester: Principal | None) -> str:
+    user = requester.slack_user_id if requester is not None else None
+    return f"<@{user}> (who asked)" if user else "the person who asked"
+
+
+async def _own_request(ctx: ResponseContext, resource: str) -> ResponseDecision:
+    """The refusal for an approver approving their own request: who else on the list may."""
+    requester = _user(ctx.request.principal)
+    try:
+        listing = await _source.approver_list(ctx.session.team_id, resource) if _source and ctx.session.team_id else None
+        others = await _admissible(ctx.session.team_id or "", [u for u in (listing.approvers if listing else [])
+                                                               if u != requester])
+    except Exception:  # noqa: BLE001 - the refusal stands; only the names are missing
+        others = []
+    if not others:
+        return rejected(f"You can't approve your own request, and nobody else is on the {_named(resource)} "
+                        "list yet: a workspace admin can add approvers in the app's Home tab or with /approvers.")
+    return rejected(f"You can't approve your own request; only {_mentions(others)} can.")
+
+
 async def _check_list(ctx: ResponseContext, resource: str | None, *, required: int | None) -> ResponseDecision:
     responder = ctx.response.principal
     requester = ctx.request.principal
@@ -317,13 +345,15 @@ async def _check_list(ctx: ResponseContext, resource: str | None, *, required: i
     except Exception as exc:  # noqa: BLE001 - fail closed, visibly
         log.warning("approver list for %s in %s unreadable: %r", resource, team, exc)
         return rejected(STORE_DOWN)
+    if (listing is None or not listing.approvers) and ctx.response.decision == "cancel":
+        return rejected(f"Only {_asker(requester)} can cancel this request.")
     if listing is None or not listing.approvers:
         return rejected(f"Nobody is set up to approve {_named(resource)} yet. A workspace admin can add "
                         "approvers in the app's Home tab or with /approvers.")
     if _user(responder) not in listing.approvers:
-        names = " or ".join(f"<@{u}>" for u in listing.approvers[:5])
-        more = f" (or {len(listing.approvers) - 5} more on its list)" if len(listing.approvers) > 5 else ""
-        return rejected(f"Only {names}{more} can approve {_named(resource)}.")
+        if ctx.response.decision == "cancel":  # say who may do what was tried: cancel, not approve
+            return rejected(f"Only {_asker(requester)} or {_mentions(listing.approvers)} can cancel this request.")
+        return rejected(f"Only {_mentions(listing.approvers)} can approve {_named(resource)}.")
     # the stricter of the tool's own rule and the workspace's setting wins
     return allowed(required=max(required or 1, listing.required_approvals))
 

@@ -374,3 +374,25 @@ async def test_an_empty_list_says_nobody_yet_and_a_custom_rule_says_so(policies)
 
 async def test_an_unreadable_list_describes_nothing(dead_store):
     assert await describe_responders(approvers("tool:refund"), asked_by(ALICE)) is None
+
+
+# --- refusals say who may do what was tried (issue 29 item 2) -------------------------------
+
+
+async def test_a_requester_off_the_list_is_told_who_may_approve(policies):
+    await policies.set_approvers(T, "tool:refund", ["UBOB", "UCAROL"], actor="admin")
+    refused = await decide(approvers("tool:refund"), answer(ALICE, ALICE))
+    assert refused.reason == "Only <@UBOB> or <@UCAROL> can approve `refund`."
+
+
+async def test_an_approver_asking_is_told_who_else_may_approve(policies):
+    await policies.set_approvers(T, "tool:refund", ["UBOB", "UCAROL"], actor="admin")
+    refused = await decide(approvers("tool:refund"), answer(BOB, BOB))
+    assert refused.reason == "You can't approve your own request; only <@UCAROL> can."
+
+
+async def test_someone_off_the_list_cancelling_is_told_who_may_cancel(policies):
+    await policies.set_approvers(T, "tool:refund", ["UBOB"], actor="admin")
+    for policy in (approvers("tool:refund"), four_eyes("tool:refund"), n_of_m(2, "tool:refund")):
+        refused = await decide(policy, answer(ALICE, CAROL, "cancel"))
+        assert refused.reason == "Only <@UALICE> (who asked) or <@UBOB> can cancel this request."

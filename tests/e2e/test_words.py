@@ -1,0 +1,50 @@
+"""The words people see (issue 29 items 1-3, 9), as Slack drives the app through the local workspace:
+refusals that say who may do what was tried, text meant for the model kept from the thread, and
+"nothing is waiting" when a typed answer has nothing to answer."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from bot.approval import Approval, always
+from bot.governance import approvers
+from bot.models.scripted import ScriptedModel, call, say
+from bot.tools import tool
+from localslack.seed import ALICE, BOB, CAROL, GENERAL, TEAM_ID
+from tests.e2e.test_approval_flow import button, mention_and_wait_for_card
+from tests.e2e.test_governance import governance
+
+RAN: list[str] = []
+
+
+class Refund(BaseModel):
+    charge_id: str = "ch_1"
+
+
+@tool(approval=Approval(request=always(), response=approvers("tool:big_refund")))
+async def big_refund(args: Refund) -> dict:
+    """Refund a large charge."""
+    RAN.append(args.charge_id)
+    return {"refunded": args.charge_id}
+
+
+def _script() -> ScriptedModel:
+    return ScriptedModel([call("big_refund", charge_id="ch_1"), say("Done.")])
+
+
+async def test_refusals_say_who_may_approve_and_who_may_cancel(local_slack, start_app):
+    RAN.clear()
+    bot = await start_app(_script(), [big_refund])
+    await governance(bot).policies.set_approvers(TEAM_ID, "tool:big_refund", [BOB], actor="test")
+    ts, card = await mention_and_wait_for_card(local_slack, "refund ch_1")  # alice asks; only bob approves
+
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+    [told] = await local_slack.wait_for(lambda: local_slack.ephemerals(ALICE))
+    assert f"Only <@{BOB}> can approve `big_refund`." in told.text
+    assert "someone else" not in told.text
+
+    await local_slack.click(CAROL, GENERAL, card.ts, button(card, "Cancel with reason"))
+    [told] = await local_slack.wait_for(lambda: local_slack.ephemerals(CAROL))
+    assert f"Only <@{ALICE}> (who asked) or <@{BOB}> can cancel this request." in told.text
+    assert "can approve" not in told.text and local_slack.open_views(CAROL) == []
+    assert RAN == []
