@@ -331,11 +331,8 @@ class Driver:
                 on_text=_live_text(self.p.live, state, turn.steps + 1),
             )
         except Exception as exc:  # noqa: BLE001 - any model failure ends the turn visibly, never silently
-            reason = exc.reason if isinstance(exc, ModelError) else f"unexpected {type(exc).__name__}"
-            if not isinstance(exc, ModelError):
-                log.exception("model client failed in session %s", p.session_id)
             await self._end_turn(p, state, TurnFailed(session_id=p.session_id, turn_id=turn.turn_id,
-                                                      reason=f"The model could not answer: {reason}"))
+                                                      reason=_model_failure(exc, p.session_id)))
             return False
         # stopped while the model thought: run nothing it asked for, say nothing it wrote. The checkpoints
         # below are refused if a cancel was asked (CancelRequested), and the loop then ends the turn.
@@ -557,6 +554,22 @@ def _apply_resolutions(step: StepState, records: dict[str, RequestRecord], tools
             else:
                 call.status = "done"
                 call.result = CallResult(status="rejected", output={"status": "cancelled"})
+
+
+# What the thread says when the model fails: a channel may be shared with another company, so no URL,
+# status body or exception name; the details go to the log (#29 item 4).
+MODEL_UNREACHABLE = "I couldn't reach the AI model just now — try again in a minute; details are in the bot's logs."
+MODEL_REFUSED = "The AI model couldn't answer this request; details are in the bot's logs."
+
+
+def _model_failure(exc: Exception, session_id: str) -> str:
+    """Log the failure in full, and return the plain words for the thread."""
+    if not isinstance(exc, ModelError):
+        log.exception("model client failed in session %s", session_id)
+        return MODEL_REFUSED
+    # reason is already without secrets (the client redacts its key and the URL's credentials)
+    log.warning("model call failed in session %s: %s", session_id, exc.reason)
+    return MODEL_UNREACHABLE if exc.retryable else MODEL_REFUSED
 
 
 def _live_text(live: LiveText | None, state: SessionState, step: int) -> TextCallback | None:
