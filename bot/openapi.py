@@ -30,6 +30,7 @@ Connections are listed in the file ``BOT_OPENAPI`` names (JSON or YAML)::
         auth: {type: bearer, env: CRM_TOKEN}    # or {type: header|query|cookie, name: X-Api-Key, env: CRM_KEY}
         tenant_parameter: workspace
         approval: {getCustomer: always}         # never | always | once
+        preview: {createNote: getCustomer}      # a GET whose answer is the card's preview (``@tool(preview=…)``)
 """
 
 from __future__ import annotations
@@ -88,6 +89,9 @@ class Connection(BaseModel):
     auth: Auth | None = None
     tenant_parameter: str | None = None
     approval: dict[str, Literal["never", "always", "once"]] = Field(default_factory=dict)
+    # a card's preview (``@tool(preview=…)``): operation → a GET operation of the same document, called
+    # with the arguments it takes from the proposed call ({deletePet: getPetById}); need not be offered
+    preview: dict[str, str] = Field(default_factory=dict)
 
 
 class Parameter(BaseModel):
@@ -324,7 +328,8 @@ def _mentions(node: Any, name: str) -> bool:
 class OperationTool(Tool):
     """One OpenAPI operation, called with httpx."""
 
-    def __init__(self, connection: Connection, operation: Operation, base_url: str, policy: RequestPolicy):
+    def __init__(self, connection: Connection, operation: Operation, base_url: str, policy: RequestPolicy,
+                 preview: OperationTool | None = None):
         self.connection = connection
         self.operation = operation
         self.base_url = base_url.rstrip("/")
@@ -335,7 +340,7 @@ class OperationTool(Tool):
         description = operation.summary or f"{operation.method} {operation.path}"
         super().__init__(self._call, name=tool_name(connection.name, operation.operation_id),
                          description=f"{description} ({connection.name} API: {operation.method} {operation.path})",
-                         approval=policy)
+                         approval=policy, preview=preview.answer_as_preview if preview else None)
 
     def spec(self) -> ToolSpec:
         return ToolSpec(name=self.name, description=self.description, parameters=self.schema)
@@ -397,6 +402,13 @@ class OperationTool(Tool):
         if response.status_code >= 400:
             raise RuntimeError(f"{self.connection.name} answered {response.status_code}: {json.dumps(result)[:2000]}")
         return {"status": response.status_code, "body": result}
+
+    async def answer_as_preview(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        """This (GET) operation's answer to the arguments of another's proposed call that it takes, as the
+        card's preview: called like any call (the session's tenant, the configured credential, redacted)."""
+        taken = {k: v for k, v in args.items() if k in self.schema["properties"]}
+        result = await self._call(self.parse(taken), ctx)
+        return json.dumps(result["body"], default=str)
 
     def _path(self, values: dict[str, Any]) -> str:
         """The operation's path with each parameter as one opaque segment: a value that is empty, ``.`` or
@@ -540,6 +552,9 @@ def connection_tools(connection: Connection, *, relative_to: Path | None = None)
     missing = [o for o in connection.operations if o not in index]
     if missing:
         raise OpenAPIError(f"BOT_OPENAPI {connection.name}: no operation {', '.join(missing)} in {connection.spec}")
+    unoffered = [o for o in connection.preview if o not in connection.operations]
+    if unoffered:
+        raise OpenAPIError(f"BOT_OPENAPI {connection.name}: preview of {', '.join(unoffered)}: not in operations")
     base_url = connection.base_url or ((document.get("servers") or [{}])[0].get("url"))
     if not base_url:
         raise OpenAPIError(f"BOT_OPENAPI {connection.name}: set base_url (the document names no server)")
@@ -557,7 +572,8 @@ def connection_tools(connection: Connection, *, relative_to: Path | None = None)
                 operation = operation.model_copy(update={"body": body, "body_tenant": slots})
             default = "never" if operation.method in ("GET", "HEAD") else "always"
             policy = _POLICIES[connection.approval.get(operation_id, default)]()
-            tool = OperationTool(connection, operation, base_url, policy)
+            preview = _preview_tool(connection, document, index, operation_id, base_url)
+            tool = OperationTool(connection, operation, base_url, policy, preview)
             Draft202012Validator.check_schema(tool.schema)
         except OpenAPIError as exc:
             raise OpenAPIError(f"{where}, operation {operation_id}: {exc}") from None
@@ -565,6 +581,24 @@ def connection_tools(connection: Connection, *, relative_to: Path | None = None)
             raise OpenAPIError(f"{where}, operation {operation_id}: not a valid JSON schema: {exc.message}") from None
         tools.append(tool)
     return tools
+
+
+def _preview_tool(connection: Connection, document: dict[str, Any],
+                  index: dict[str, tuple[str, str, dict[str, Any], dict[str, Any]]], operation_id: str,
+                  base_url: str) -> OperationTool | None:
+    """The GET operation configured as ``operation_id``'s preview, as a tool the model is never offered.
+    Only GET or HEAD: a preview runs before anyone approves, so it must only read."""
+    name = connection.preview.get(operation_id)
+    if name is None:
+        return None
+    if name not in index:
+        raise OpenAPIError(f"preview of {operation_id}: no operation {name}")
+    operation = _operation(document, name, *index[name])
+    if operation.method not in ("GET", "HEAD"):
+        raise OpenAPIError(f"preview of {operation_id}: {name} is {operation.method}; a preview must be a GET operation")
+    if operation.body is not None:  # (where a tenant inside it could not be pinned as the operations' are)
+        raise OpenAPIError(f"preview of {operation_id}: {name} takes a request body; a preview must not")
+    return OperationTool(connection, operation, base_url, never())
 
 
 def openapi_tools(config_path: str) -> list[Tool]:
