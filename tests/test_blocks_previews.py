@@ -50,3 +50,10 @@ def test_unavailable_preview_says_so_and_no_preview_shows_nothing():
 def test_settled_card_keeps_the_preview_it_was_decided_on():
     settled = render_settled(approval("balance after refund: $12.00"), outcome_label="Approved")
     assert any("balance after refund: $12.00" in t for t in preview_lines(settled["blocks"]))
+
+
+def test_app_home_lists_a_waiting_request_with_its_preview():
+    from blocks.home import HomeRequest, home_view
+
+    view = home_view("U0ME", [HomeRequest(request=approval("47 rows will be deleted"))], [], None)
+    assert any("Preview: 47 rows will be deleted" in t for t in preview_lines(view["blocks"]))
