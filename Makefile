@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test soak lint bench check clean
+.PHONY: run setup test soak lint bench check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,6 +13,10 @@ $(STAMP): pyproject.toml
 
 run: $(STAMP)
 	$(BIN)/python -m bot run
+
+# connect to a real Slack workspace: create the app from manifest.yml, check its tokens, write .env
+setup: $(STAMP)
+	$(BIN)/python -m bot setup
 
 # two workers (pytest-xdist), each file on one worker with its own embedded Valkey: the suite waits more
 # than it computes, so this halves its time on 2 cores. The CI's external-Redis pass stays serial (one db).
