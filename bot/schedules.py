@@ -1,7 +1,8 @@
 """Scheduled turns (DESIGN §12, Time): a prompt the app itself sends, on a schedule, on behalf of a person.
 
-A schedule says when (``in 10m``, ``at 2026-12-24 09:00``, ``every 2h``, ``daily 09:00`` — times are
-UTC), where (a channel) and what (the prompt); it remembers who made it. Each time it comes due, the app
+A schedule says when (``in 10m``, ``at 2026-12-24 09:00``, ``every 2h``, ``daily 09:00`` — clock times
+are in the scheduler's time zone, ``tz``: an IANA name from ``users.info``, UTC when Slack gave none or for
+schedules stored before zones; ``daily`` keeps to the wall clock across DST changes), where (a channel) and what (the prompt); it remembers who made it. Each time it comes due, the app
 starts a new thread in that channel and a turn in it, run by the app *on behalf of* that person: their
 principal owns the turn, so the approvals it needs go to them (or to whoever the tools' policies name)
 and never deadlock, and ``ctx.session.automated`` is True, so a request policy may let an automated
@@ -24,9 +25,10 @@ from __future__ import annotations
 import logging
 import re
 import secrets
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 from typing import Protocol
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
@@ -44,8 +46,26 @@ PROMPT_LIMIT = 2000
 _UNITS = {"m": 60, "min": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"^(\d{1,5})\s*(m|min|h|d)$")
 _CLOCK = re.compile(r"^([01]?\d|2[0-3]):([0-5]\d)$")
-WHEN_HELP = ("`in 30m`, `in 2h`, `at 2026-12-24 09:00`, `every 6h`, `daily 09:00` (times are UTC; "
+WHEN_HELP = ("`in 30m`, `in 2h`, `at 2026-12-24 09:00`, `every 6h`, `daily 09:00` (times are in your time zone; "
              f"repeats at most every {int(MIN_EVERY.total_seconds() // 60)} minutes)")
+
+
+def zone(name: str | None) -> ZoneInfo:
+    """The time zone called ``name`` (an IANA name such as ``Europe/Paris``); UTC for none or one unknown here."""
+    try:
+        return ZoneInfo(name) if name else ZoneInfo("UTC")
+    except (ZoneInfoNotFoundError, ValueError):
+        return ZoneInfo("UTC")
+
+
+def known_zone(name: object) -> str | None:
+    """``name`` if it is a time zone this machine knows (``users.info``'s ``tz`` may be absent or odd)."""
+    return name if isinstance(name, str) and name and zone(name).key == name else None
+
+
+def _at_clock(day: date, hour: int, minute: int, tz: ZoneInfo) -> datetime:
+    """That wall-clock time on ``day`` in ``tz``, as UTC (zoneinfo picks the offset in force that day)."""
+    return datetime.combine(day, time(hour, minute), tzinfo=tz).astimezone(UTC)
 
 
 class ScheduleError(ValueError):
@@ -61,6 +81,7 @@ class Schedule(BaseModel):
     when: str  # as written, for lists
     next_at: datetime
     every_s: int | None = None  # repeats this often; None: once
+    tz: str = "UTC"  # the scheduler's zone (IANA): ``daily``/``at`` clock times are read in it
     created_at: datetime = Field(default_factory=utcnow)
     _stored: str | None = PrivateAttr(default=None)  # the text it was read from (``stored``), if any
 
@@ -77,12 +98,21 @@ class Schedule(BaseModel):
         return self._stored
 
     def following(self, tick: datetime) -> datetime | None:
-        """The tick after ``tick`` (None: it does not repeat)."""
-        return tick + timedelta(seconds=self.every_s) if self.every_s else None
+        """The tick after ``tick`` (None: it does not repeat). ``daily HH:MM`` is the next day's HH:MM on the
+        scheduler's wall clock, so a DST change moves the UTC time, not the local one."""
+        if not self.every_s:
+            return None
+        head, _, clock = self.when.partition(" ")
+        if head == "daily" and (match := _CLOCK.match(clock)):
+            tz = zone(self.tz)
+            return _at_clock(tick.astimezone(tz).date() + timedelta(days=1), int(match[1]), int(match[2]), tz)
+        return tick + timedelta(seconds=self.every_s)
 
 
-def parse_when(text: str, now: datetime) -> tuple[datetime, int | None, str]:
-    """(first tick, repeat seconds or None, the spec as it will be shown) from what a person wrote."""
+def parse_when(text: str, now: datetime, tz: str = "UTC") -> tuple[datetime, int | None, str]:
+    """(first tick, repeat seconds or None, the spec as it will be shown) from what a person wrote; clock
+    times (``daily``, ``at``) are read in the time zone ``tz``."""
+    local = zone(tz)
     words = " ".join(text.strip().lower().split())
     head, _, rest = words.partition(" ")
     if head == "in" and (match := _DURATION.match(rest)):
@@ -93,11 +123,14 @@ def parse_when(text: str, now: datetime) -> tuple[datetime, int | None, str]:
             raise ScheduleError(f"repeat at most every {int(MIN_EVERY.total_seconds() // 60)} minutes")
         return now + every, int(every.total_seconds()), words
     if head == "daily" and (match := _CLOCK.match(rest)):
-        first = now.replace(hour=int(match[1]), minute=int(match[2]), second=0, microsecond=0)
-        return (first if first > now else first + timedelta(days=1)), 86400, words
+        today = now.astimezone(local).date()
+        first = _at_clock(today, int(match[1]), int(match[2]), local)
+        if first <= now:
+            first = _at_clock(today + timedelta(days=1), int(match[1]), int(match[2]), local)
+        return first, 86400, words
     if head == "at":
         try:
-            at = datetime.fromisoformat(rest.replace(" ", "T")).replace(tzinfo=UTC)
+            at = datetime.fromisoformat(rest.replace(" ", "T")).replace(tzinfo=local).astimezone(UTC)
         except ValueError:
             raise ScheduleError(f"I can't read {rest!r} as a date and time; write it like 2026-12-24 09:00") from None
         if not now < at <= now + MAX_AHEAD:
@@ -114,15 +147,16 @@ def _duration(match: re.Match[str]) -> timedelta:
 
 
 def new_schedule(team_id: str | None, channel: str, when: str, prompt: str, owner: Principal,
-                 now: datetime) -> Schedule:
+                 now: datetime, *, tz: str = "UTC") -> Schedule:
     prompt = prompt.strip()
     if not prompt:
         raise ScheduleError("say what the agent should do, after the time")
     if len(prompt) > PROMPT_LIMIT:
         raise ScheduleError(f"a scheduled prompt is at most {PROMPT_LIMIT} characters")
-    first, every, spec = parse_when(when, now)
+    tz = zone(tz).key
+    first, every, spec = parse_when(when, now, tz)
     return Schedule(team_id=team_id, channel=channel, prompt=prompt, owner=owner, when=spec,
-                    next_at=first, every_s=every)
+                    next_at=first, every_s=every, tz=tz)
 
 
 def split_command(text: str) -> tuple[str, str]:

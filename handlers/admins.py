@@ -45,6 +45,7 @@ class SlackUser(BaseModel):
     enterprise_teams: list[str] = Field(default_factory=list)
     enterprise_id: str | None = None  # their Enterprise Grid org, if any
     name: str | None = None  # their handle ("erin"), for messages that must say who without a mention
+    tz: str | None = None  # their time zone as Slack says (an IANA name, e.g. "Europe/Paris"), if any
 
     def belongs_to(self, team_id: str) -> bool:
         """A member of the installation's workspace (Slack Connect guests are not)."""
@@ -76,6 +77,7 @@ def parse_user(user_id: str, user: dict[str, Any]) -> SlackUser:
         enterprise_teams=[t for t in teams if isinstance(t, str)],
         enterprise_id=enterprise.get("enterprise_id") if isinstance(enterprise.get("enterprise_id"), str) else None,
         name=user.get("name") if isinstance(user.get("name"), str) else None,
+        tz=user.get("tz") if isinstance(user.get("tz"), str) else None,
     )
 
 

@@ -22,7 +22,7 @@ from slack_bolt.async_app import AsyncApp
 from blocks.schedules import schedule_line
 from bot.admission import GUEST_REFUSAL, admits
 from bot.principals import Principal
-from bot.schedules import WHEN_HELP, ScheduleError, new_schedule, split_command
+from bot.schedules import WHEN_HELP, ScheduleError, known_zone, new_schedule, split_command
 from handlers.deps import SlackDeps
 from handlers.identity import command_principal
 
@@ -64,13 +64,15 @@ async def answer(deps: SlackDeps, body: dict[str, Any]) -> str:
             log.info("%s may not schedule turns in %s", principal.principal_id, body.get("channel_id"))
             return GUEST_REFUSAL
         when, prompt = split_command(rest)
+        tz = await _time_zone(deps, principal)
         try:
-            schedule = new_schedule(team, body.get("channel_id") or "", when, prompt, principal, now)
+            schedule = new_schedule(team, body.get("channel_id") or "", when, prompt, principal, now, tz=tz or "UTC")
         except ScheduleError as exc:
             return f":warning: {exc}.\n{USAGE}"
         await store.add(schedule)
         log.info("schedule %s added by %s", schedule.schedule_id, principal.principal_id)
-        return f":alarm_clock: Scheduled. {schedule_line(schedule)}"
+        said = f":alarm_clock: Scheduled. {schedule_line(schedule)}"
+        return said if tz else said + "\n_I couldn't read your time zone from Slack, so clock times are UTC._"
     if sub == "schedules":
         mine = [s for s in await store.list(team) if s.owner.same_as(principal)]
         if not mine:
@@ -83,6 +85,19 @@ async def answer(deps: SlackDeps, body: dict[str, Any]) -> str:
         await store.remove(schedule)
         return f"Removed: {schedule_line(schedule)}"
     return USAGE
+
+
+async def _time_zone(deps: SlackDeps, principal: Principal) -> str | None:
+    """The person's time zone from ``users.info`` (cached: usually read already by ``_as_slack_knows``);
+    None when Slack gives none we know, or not in time — the schedule then says it is in UTC."""
+    if deps.governance is None or principal.team_id is None or principal.slack_user_id is None:
+        return None
+    try:
+        user = await asyncio.wait_for(deps.governance.admins.user(principal.team_id, principal.slack_user_id),
+                                      LOOKUP_SECONDS)
+    except TimeoutError:
+        return None
+    return known_zone(user.tz)
 
 
 async def _as_slack_knows(deps: SlackDeps, principal: Principal) -> Principal | None:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, Field
 
@@ -64,6 +66,19 @@ class Team(BaseModel):
         }
 
 
+def _zone_fields(tz: str | None) -> dict[str, Any]:
+    """``tz``, ``tz_label`` and ``tz_offset`` (seconds east of UTC, as of now) as ``users.info`` gives them;
+    nothing for a person with no zone, as Slack leaves them out."""
+    if not tz:
+        return {}
+    try:
+        now = datetime.now(UTC).astimezone(ZoneInfo(tz))
+    except (ZoneInfoNotFoundError, ValueError):
+        return {"tz": tz, "tz_label": tz, "tz_offset": 0}
+    offset = now.utcoffset()
+    return {"tz": tz, "tz_label": now.tzname() or tz, "tz_offset": int(offset.total_seconds()) if offset else 0}
+
+
 class User(BaseModel):
     id: str
     team_id: str
@@ -79,7 +94,7 @@ class User(BaseModel):
     bot_id: str | None = None
     deleted: bool = False
     color: str = USER_COLORS[0]
-    tz: str = "Europe/London"
+    tz: str | None = "Europe/London"  # IANA name; None: Slack knows no zone for them (users.info omits it)
     # Enterprise Grid: the org, the org-level roles and every workspace of the org the person is in
     enterprise_id: str | None = None
     enterprise_name: str = ""
@@ -124,9 +139,7 @@ class User(BaseModel):
             "deleted": self.deleted,
             "color": self.color,
             "real_name": self.real_name,
-            "tz": self.tz,
-            "tz_label": "Greenwich Mean Time",
-            "tz_offset": 0,
+            **_zone_fields(self.tz),
             "profile": profile,
             "is_admin": self.is_admin,
             "is_owner": self.is_owner,

@@ -353,6 +353,7 @@ def _person(slack: LocalSlack, user: User, installation_id: str) -> dict[str, An
         "team_name": slack.ws.teams[user.team_id].name if user.team_id in slack.ws.teams else user.team_id,
         "avatar": user.avatar_url(slack.ws.base_url),
         "color": user.color,
+        "tz": user.tz,  # date tokens (<!date^…>) read in the viewer's zone, as Slack shows them
     }
 
 

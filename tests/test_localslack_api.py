@@ -304,6 +304,21 @@ async def test_views_publish_sets_the_home_tab(client: AsyncWebClient, slack: Lo
     assert error.response["error"] == "user_not_found"
 
 
+async def test_users_info_gives_each_persons_time_zone_as_slack_does(client: AsyncWebClient, slack: LocalSlack) -> None:
+    """``tz`` (IANA), ``tz_label`` and ``tz_offset`` (seconds east of UTC, now) agree; no zone: none of them."""
+    from datetime import UTC, datetime
+    from zoneinfo import ZoneInfo
+
+    slack.ws.user(BOB).tz = "Asia/Kolkata"
+    bob = (await client.users_info(user=BOB))["user"]
+    assert (bob["tz"], bob["tz_label"], bob["tz_offset"]) == ("Asia/Kolkata", "IST", 19800)
+    slack.ws.user(BOB).tz = "Europe/Paris"
+    paris = datetime.now(UTC).astimezone(ZoneInfo("Europe/Paris")).utcoffset()
+    assert (await client.users_info(user=BOB))["user"]["tz_offset"] == paris.total_seconds()
+    slack.ws.user(BOB).tz = None
+    assert "tz" not in (await client.users_info(user=BOB))["user"]
+
+
 async def test_users_info_reports_roles_and_teams(client: AsyncWebClient) -> None:
     carol = (await client.users_info(user=CAROL))["user"]
     assert (carol["is_admin"], carol["is_owner"], carol["is_primary_owner"], carol["deleted"]) == (

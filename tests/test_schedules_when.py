@@ -86,3 +86,43 @@ def test_a_schedules_file_that_is_wrong_names_the_variable_and_the_field(tmp_pat
         load_schedules_file(str(path))
     with pytest.raises(ScheduleError, match="BOT_SCHEDULES: cannot read"):
         load_schedules_file(str(tmp_path / "missing.yaml"))
+
+
+def test_daily_is_the_schedulers_wall_clock_even_across_a_dst_change() -> None:
+    """``daily 09:00`` in Paris is 07:00 UTC in summer time and 08:00 UTC after the clocks go back."""
+    from bot.principals import slack_user
+    from bot.schedules import new_schedule
+
+    before_change = datetime(2026, 10, 24, 12, 0, tzinfo=UTC)  # CEST (UTC+2); clocks go back on the 25th
+    schedule = new_schedule("T1", "C1", "daily 09:00", "report", slack_user("T1", "U1"), before_change,
+                            tz="Europe/Paris")
+    assert schedule.tz == "Europe/Paris" and schedule.next_at == datetime(2026, 10, 25, 8, 0, tzinfo=UTC)
+    assert schedule.following(schedule.next_at) == datetime(2026, 10, 26, 8, 0, tzinfo=UTC)
+    summer = new_schedule("T1", "C1", "daily 09:00", "report", slack_user("T1", "U1"),
+                          datetime(2026, 10, 23, 12, 0, tzinfo=UTC), tz="Europe/Paris")
+    assert summer.next_at == datetime(2026, 10, 24, 7, 0, tzinfo=UTC)
+    assert summer.following(summer.next_at) == datetime(2026, 10, 25, 8, 0, tzinfo=UTC)  # still 09:00 local
+    at, _, _ = parse_when("at 2026-12-24 09:00", NOW, tz="Europe/Paris")
+    assert at == datetime(2026, 12, 24, 8, 0, tzinfo=UTC)
+
+
+def test_a_schedule_stored_before_time_zones_keeps_utc() -> None:
+    from bot.schedules import Schedule
+
+    old = ('{"schedule_id":"ab12cd34","team_id":"T1","channel":"C1","prompt":"p","owner":{"authenticator":"slack",'
+           '"issuer":"T1","principal_type":"user","principal_id":"slack:T1:U1"},"when":"daily 09:00",'
+           '"next_at":"2026-12-05T09:00:00Z","every_s":86400}')
+    schedule = Schedule.stored(old)
+    assert schedule.tz == "UTC" and schedule.following(schedule.next_at) == datetime(2026, 12, 6, 9, 0, tzinfo=UTC)
+
+
+def test_a_schedule_line_names_its_zone_and_gives_the_next_time_as_a_slack_date() -> None:
+    from blocks.schedules import schedule_line
+    from bot.principals import slack_user
+    from bot.schedules import new_schedule
+
+    daily = new_schedule("T1", "C1", "daily 09:00", "report", slack_user("T1", "U1"), NOW, tz="Europe/Paris")
+    line = schedule_line(daily)
+    assert "every day at 09:00 Europe/Paris" in line
+    assert f"<!date^{int(daily.next_at.timestamp())}^{{date_short_pretty}} at {{time}}|2026-12-05 08:00 UTC>" in line
+    assert "· every 6h ·" in schedule_line(new_schedule("T1", "C1", "every 6h", "r", slack_user("T1", "U1"), NOW))

@@ -50,13 +50,39 @@
     }
     if (target.startsWith("!")) {
       const special = target.slice(1);
-      if (special.startsWith("date^")) return escapeHtml(label || special);
+      if (special.startsWith("date^")) return escapeHtml(slackDate(special, label, ctx));
       if (special.startsWith("subteam^")) return `<span class="mention">${escapeHtml(label || "@group")}</span>`;
       return `<span class="mention broadcast">@${escapeHtml(special)}</span>`;
     }
     const url = target;
     const safe = /^(https?:|mailto:)/i.test(url) ? url : "#";
     return `<a href="${escapeHtml(safe)}" target="_blank" rel="noopener noreferrer">${escapeHtml(label || url)}</a>`;
+  }
+
+  // <!date^epoch^format|fallback> as Slack shows it: in the viewer's own zone (their tz, else the browser's)
+  function slackDate(special, fallback, ctx) {
+    const [, epoch, format] = special.split("^");
+    const when = new Date(Number(epoch) * 1000);
+    if (!format || Number.isNaN(when.getTime())) return fallback || special;
+    const viewer = ctx.users && ctx.me && ctx.users[ctx.me];
+    const zone = { timeZone: (viewer && viewer.tz) || undefined };
+    const show = (opts) => {
+      try { return when.toLocaleString("en-US", { ...opts, ...zone }); } catch (e) { return when.toLocaleString("en-US", opts); }
+    };
+    const day = (d) => d.toLocaleDateString("en-CA", zone.timeZone ? zone : {});
+    const same = (offset) => { const d = new Date(); d.setDate(d.getDate() + offset); return day(d) === day(when); };
+    const pretty = (long) => same(0) ? "Today" : same(1) ? "Tomorrow" : same(-1) ? "Yesterday"
+      : show(long ? { weekday: "long", month: "long", day: "numeric", year: "numeric" } : { month: "short", day: "numeric", year: "numeric" });
+    const parts = {
+      date_num: day(when),
+      date: show({ month: "long", day: "numeric", year: "numeric" }),
+      date_short: show({ month: "short", day: "numeric", year: "numeric" }),
+      date_long: show({ weekday: "long", month: "long", day: "numeric", year: "numeric" }),
+      date_pretty: pretty(false), date_short_pretty: pretty(false), date_long_pretty: pretty(true),
+      time: show({ hour: "numeric", minute: "2-digit" }),
+      time_secs: show({ hour: "numeric", minute: "2-digit", second: "2-digit" }),
+    };
+    return format.replace(/\{(\w+)\}/g, (whole, name) => parts[name] || whole);
   }
 
   function splitOnce(text, sep) {

@@ -118,7 +118,7 @@ async def test_app_home_lists_schedules_and_the_owner_removes_one(local_slack, s
     bot = await start_app(turns("restart_api", 1), [restart_api])
     await schedule(local_slack, "schedule daily 09:00 restart the api")
     home = await open_home(local_slack, ALICE)
-    assert "Scheduled" in json.dumps(home.blocks) and "daily 09:00" in json.dumps(home.blocks)
+    assert "Scheduled" in json.dumps(home.blocks) and "every day at 09:00 Europe/London" in json.dumps(home.blocks)
     assert find(home.blocks, "schedules:remove") is not None
     await local_slack.click_in_view(ALICE, home.id, "schedules:remove")
     await local_slack.wait_for(lambda: find(local_slack.home_view(ALICE).blocks, "schedules:remove") is None)
@@ -245,3 +245,24 @@ async def test_a_tick_that_is_no_longer_the_schedules_current_one_starts_nothing
     assert roots(local_slack) == [] and RUNS == []
     [after] = await bot.runtime.schedules.list("T0LOCAL")
     assert after.next_at == scheduled.next_at
+
+
+async def test_daily_means_the_schedulers_own_clock_and_says_which_zone(local_slack, start_app):
+    """``daily 09:00`` is 09:00 where the person is (``users.info`` ``tz``), and the answer says so; the next
+    time is a Slack date token (each reader sees it in their own zone). No zone from Slack: UTC, said."""
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    local_slack.ws.user(ALICE).tz = "Europe/Paris"
+    bot = await start_app(turns("restart_api", 1), [restart_api])
+    said = await schedule(local_slack, "schedule daily 09:00 restart the api")
+    assert "every day at 09:00 Europe/Paris" in said and "<!date^" in said, said
+    [stored] = await bot.runtime.schedules.list("T0LOCAL")
+    local = stored.next_at.astimezone(ZoneInfo("Europe/Paris"))
+    assert (stored.tz, local.hour, local.minute) == ("Europe/Paris", 9, 0)
+    assert local > datetime.fromtimestamp(bot.runtime.settings.clock(), ZoneInfo("Europe/Paris"))
+
+    local_slack.ws.user(ALICE).tz = None  # Slack knows no zone for her (users.info without ``tz``)
+    bot.deps.governance.admins.forget("T0LOCAL", ALICE)
+    said = await schedule(local_slack, "schedule daily 10:00 restart the api again")
+    assert "every day at 10:00 UTC" in said and "couldn't read your time zone" in said, said
