@@ -205,6 +205,7 @@ def _shown_as(model: type[BaseModel] | None) -> dict[str, str]:
 Notify = Literal["dm", "thread", "none"]
 PreviewFn = Callable[..., Any]  # (args[, ctx]) -> str, sync or async
 PREVIEW_TIMEOUT_S = 2.0  # a preview's default bound: the card is never held up longer
+PREVIEW_TIMEOUT_MAX_S = 30.0  # a preview is a glance, not a job
 PREVIEW_CHARS = 300  # a preview is a line, not a report
 Prompt = str | Callable[[Any], str]  # a format string over the arguments' fields, or a function of them
 
@@ -267,6 +268,8 @@ class Tool:
         self.preview_fn = preview  # read-only: what the call would do, shown on its card (never runs the tool)
         limit = _duration(preview_timeout, "preview_timeout")
         assert limit is not None
+        if limit.total_seconds() > PREVIEW_TIMEOUT_MAX_S:  # it holds up the card (and the turn's pass) that long
+            raise ValueError(f"{self.name}: preview_timeout is at most {PREVIEW_TIMEOUT_MAX_S:g} s, not {preview_timeout!r}")
         self.preview_timeout = limit.total_seconds()
         self._spec: ToolSpec | None = None
 

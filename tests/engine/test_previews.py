@@ -113,8 +113,9 @@ async def test_slow_and_failing_previews_say_unavailable_within_their_bound(redi
     assert RAN == []
 
 
-def test_preview_timeout_must_be_positive():
+def test_preview_timeout_must_be_positive_and_short():
     import pytest
 
-    with pytest.raises(ValueError, match="preview_timeout"):
-        tool(purge_preview, preview=purge_preview, preview_timeout=0)
+    for bad in (0, 31):
+        with pytest.raises(ValueError, match="preview_timeout"):
+            tool(purge_preview, preview=purge_preview, preview_timeout=bad)
