@@ -109,7 +109,7 @@ async def test_slow_and_failing_previews_say_unavailable_within_their_bound(redi
     requests = {r.action.tool_name: r for r in channel.requests()}
     assert set(requests) == {"purge_slow", "purge_stuck", "purge_broken"}  # every card still posted
     assert {name: r.preview for name, r in requests.items()} == dict.fromkeys(requests, "preview unavailable")
-    assert elapsed < 2.0  # previews run together, each cut at its bound (0.3 s): not 30 s, not 10 s
+    assert elapsed < 3.0  # previews run together, each cut at its bound (0.3 s): not 30 s, not 10 s
     assert RAN == []
 
 
