@@ -18,6 +18,7 @@ import sys
 import uuid
 from typing import TextIO
 
+from bot.inputs import NOTHING_WAITING
 from bot.ports import PostedMessage
 from bot.principals import CONSOLE_TEAM, Principal, console_user
 from bot.protocol import Event, InputRequest, InputResponse, Responders, UnknownRequest
@@ -163,7 +164,8 @@ async def chat_loop(runtime: Runtime, ref: SessionRef, *, stdin: TextIO = sys.st
             ok = await runtime.cancel_turn(ref.session_id, who)
             print("  (cancelled)" if ok else "  (nothing to cancel)", file=out, flush=True)
             continue
-        await runtime.post_message(ref, who, text)
+        if (await runtime.post_message(ref, who, text)).state == "nothing waiting":
+            print(f"  ({NOTHING_WAITING})", file=out, flush=True)
         await runtime.wait_idle()
 
 

@@ -61,6 +61,19 @@ def _cancel_with_reason(request: InputRequest, text: str, principal: Principal |
                          note=reason.strip())
 
 
+NOTHING_WAITING = "Nothing is waiting for an answer here."
+# what people type to answer a card; typed when nothing waits, it is meant as an answer, not a request
+ANSWER_WORDS = frozenset({"approve", "approved", "cancel", "deny", "reject", "continue", "stop"})
+
+
+def is_bare_answer(text: str) -> bool:
+    """``approve``, ``Cancel``, ``cancel: too much``: a reply that only makes sense as an answer to a card."""
+    head, colon, rest = text.strip().lower().rstrip(".!").partition(":")
+    if colon:
+        return head.strip() == CANCEL and bool(rest.strip())
+    return head.strip() in ANSWER_WORDS
+
+
 def _option_number(text: str, count: int) -> bool:
     """A 1-based option number in plain ASCII digits ("²", "①" and 5,000-digit numbers are just text)."""
     return text.isascii() and text.isdigit() and len(text) <= 4 and 1 <= int(text) <= count

@@ -11,7 +11,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from bot.inputs import first_open_input, match_text
+from bot.inputs import first_open_input, is_bare_answer, match_text
 from bot.parts import Parts
 from bot.principals import Principal
 from bot.protocol import utcnow
@@ -48,6 +48,19 @@ class Intake:
         if not await self.p.store.record_message(ref.session_id, message, message_id=message_id):
             return None
         return message
+
+    async def nothing_waiting(self, session_id: str, message: dict[str, Any]) -> bool:
+        """A bare answer ("approve", "cancel: …") typed while no turn runs and nothing else is queued: it
+        answers nothing and asks the model nothing (it would only get help text), so it leaves the queue
+        here and the person is told (``PostResult("nothing waiting")``). False: it goes on as a message."""
+        if message.get("automated") or not is_bare_answer(str(message.get("text") or "")):
+            return False
+        raw = await self.p.store.state(session_id)
+        if raw and SessionState.model_validate(raw).turn is not None:
+            return False  # a turn is running: its card may be on the way, the message steers or waits
+        if [m.get("id") for m in await self.p.store.inbox(session_id)] != [message.get("id")]:
+            return False  # something asked before it is still queued: it may bring the card it answers
+        return await self.p.store.take_inbox(session_id, message)  # False: another worker took it
 
     async def try_answer(
         self, session_id: str, message: dict[str, Any], state: SessionState | None = None, *,

@@ -49,7 +49,7 @@ FRONTEND = "frontend"
 
 @dataclass
 class PostResult:
-    state: Literal["duplicate", "answered", "queued"]
+    state: Literal["duplicate", "answered", "queued", "nothing waiting"]
     answer: AnswerResult | None = None
 
 
@@ -157,6 +157,8 @@ class Runtime:
             if answered.batch_complete:  # (a sub-agent's session, when it answered one of its requests)
                 await self.drive(answered.record.session_id)
             return PostResult("answered", answered)
+        if await self.intake.nothing_waiting(session_id, message):
+            return PostResult("nothing waiting")
         await self.drive(session_id)
         return PostResult("queued")
 

@@ -14,7 +14,7 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 
 from bot.admission import GUEST_REFUSAL, admits
-from bot.inputs import strip_mention
+from bot.inputs import NOTHING_WAITING, strip_mention
 from bot.principals import Principal
 from bot.session import SessionRef, slack_session_id
 from handlers.deps import SlackDeps
@@ -101,4 +101,17 @@ async def _handle(
                                                 message_id=f"{channel_id}:{ts}")
     if message is None:
         return  # a repeat: the mention's twin event or a Slack retry
-    deps.runtime.spawn(deps.runtime.process_message(sid, message), what=f"message {channel_id}:{ts} in {sid}")
+    deps.runtime.spawn(_process(deps, client, sid, message, principal.slack_user_id, channel_id, thread_ts),
+                       what=f"message {channel_id}:{ts} in {sid}")
+
+
+async def _process(deps: SlackDeps, client: Any, sid: str, message: dict[str, Any], user_id: str | None,
+                   channel_id: str, thread_ts: str | None) -> None:
+    """Answer, steer, queue or start a turn; a bare "approve" with nothing waiting is told so, privately."""
+    result = await deps.runtime.process_message(sid, message)
+    if result.state != "nothing waiting" or not user_id:
+        return
+    try:
+        await tell_privately(client, user_id, NOTHING_WAITING, channel=channel_id, thread_ts=thread_ts)
+    except SlackApiError as exc:  # a courtesy: Slack refusing it changes nothing
+        log.info("could not tell %s nothing is waiting: %s", user_id, exc.response.get("error"))

@@ -72,11 +72,13 @@ def test_console_approves_from_an_approver_list_and_the_announcement_is_posted(r
     """The console is a workspace: "bob" is on the refund approver list (seeded like the local demo),
     the requester is refused, bob's approval runs the refund; an approved announcement is printed."""
     result = run(["chat"], {"REDIS_URL": redis_url},
-                 stdin="refund ch_1001 40 dollars\napprove\n/as bob\napprove\nannounce standup moved\napprove\n/quit\n")
+                 stdin="approve\nrefund ch_1001 40 dollars\napprove\n/as bob\napprove\nannounce standup moved\n"
+                       "approve\n/quit\n")
     assert result.returncode == 0, result.stderr
     out = result.stdout
+    assert "(Nothing is waiting for an answer here.)" in out and "running **offline**" not in out
     assert "(waiting on @bob)" in out
-    assert "not accepted: You can't approve your own request" in out
+    assert "not accepted: Only @bob can approve `refund_charge`." in out  # who may, not "someone else"
     assert "approved by @bob" in out and "Refunded $40.00 on `ch_1001`" in out
     assert "  [#general] standup moved" in out and "Posted to #general" in out
 

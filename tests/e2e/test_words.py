@@ -10,7 +10,7 @@ from bot.approval import Approval, always
 from bot.governance import approvers
 from bot.models.scripted import ScriptedModel, call, say
 from bot.tools import tool
-from localslack.seed import ALICE, BOB, CAROL, GENERAL, TEAM_ID
+from localslack.seed import ALICE, BOB, BOT_USER_ID, CAROL, GENERAL, TEAM_ID
 from tests.e2e.test_approval_flow import button, mention_and_wait_for_card
 from tests.e2e.test_governance import governance
 
@@ -48,3 +48,19 @@ async def test_refusals_say_who_may_approve_and_who_may_cancel(local_slack, star
     assert f"Only <@{ALICE}> (who asked) or <@{BOB}> can cancel this request." in told.text
     assert "can approve" not in told.text and local_slack.open_views(CAROL) == []
     assert RAN == []
+
+
+async def test_approve_typed_with_nothing_waiting_is_told_so_and_starts_no_turn(local_slack, start_app):
+    from bot.models.demo import DemoModel
+
+    bot = await start_app(DemoModel(), [])
+    ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> hello")
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "offline" in m.text)
+    await bot.runtime.wait_idle()
+    before = len(local_slack.messages(GENERAL, ts))
+
+    await local_slack.post_message(ALICE, GENERAL, "approve", thread_ts=ts)
+    [told] = await local_slack.wait_for(lambda: local_slack.ephemerals(ALICE))
+    assert told.text == "Nothing is waiting for an answer here." and told.thread_ts == ts
+    await bot.runtime.wait_idle()
+    assert len(local_slack.messages(GENERAL, ts)) == before + 1  # alice's "approve": no help text after it
