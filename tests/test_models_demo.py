@@ -54,8 +54,20 @@ async def test_a_cancel_reason_is_relayed_as_the_approvers_words_without_their_i
                     {"id": "c1", "type": "function", "function": {"name": "refund_charge", "arguments": "{}"}}]},
                 {"role": "tool", "tool_call_id": "c1", "content": json.dumps(denied)}]
     response = await DemoModel().complete(messages, TOOLS)
-    assert response.text == ("I didn't do it: The refund was not approved. "
+    assert response.text == ("I didn't do it: it was not approved. "
                              'The approver wrote: "Refunds over $50 need a ticket."')
+
+
+async def test_a_denial_written_for_the_model_is_not_repeated_to_people():
+    denied = {"code": "TOOL_EXECUTION_DENIED", "tool": {"result": "not_run"},
+              "message": "The refund was not approved. Tell the customer it is under review; do not retry.",
+              "approval": {"requestId": "r1", "status": "denied"}}
+    messages = [{"role": "user", "content": "refund ch_1001 $75"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "refund_charge", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": json.dumps(denied)}]
+    response = await DemoModel().complete(messages, TOOLS)
+    assert response.text == "I didn't do it: it was not approved."
 
 
 async def test_every_demo_tools_example_prompt_makes_the_demo_call_that_tool():

@@ -126,6 +126,18 @@ def _summarize(messages: list[Message]) -> str:
     return "\n".join(lines) or "Done."
 
 
+_NOT_DONE = {"denied": "it was not approved.", "expired": "nobody answered in time.",
+             "cancelled": "the turn was stopped.", "ignored": "the request was set aside."}
+
+
+def _why_not(denied: dict) -> str:
+    """Why a call did not run, in words for people (an approval's outcome, or a rule that refused it)."""
+    status = (denied.get("approval") or {}).get("status") if isinstance(denied.get("approval"), dict) else None
+    if denied.get("note"):  # only a person who cancelled leaves a note
+        return _NOT_DONE["denied"]
+    return _NOT_DONE.get(str(status), "it isn't allowed here.")
+
+
 def _plain_value(value: object) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
@@ -144,7 +156,8 @@ def _describe(data: object) -> str:
     if data.get("code") == "TOOL_EXECUTION_DENIED":
         # the note names the canceller by principal id (for a model); a person reads "The approver wrote"
         note = " " + re.sub(r"^\S+ wrote:", "The approver wrote:", str(data["note"])) if data.get("note") else ""
-        return f"I didn't do it: {data.get('message', 'it was not approved')}{note}"
+        # its "message" is written for the model ("tell the customer…; do not retry"): people hear what happened
+        return f"I didn't do it: {_why_not(data)}{note}"
     if data.get("status") == "failed":
         return f"That failed: {data.get('error', 'unknown error')}"
     if data.get("status") == "answered" and isinstance(data.get("values"), dict):

@@ -64,3 +64,18 @@ async def test_approve_typed_with_nothing_waiting_is_told_so_and_starts_no_turn(
     assert told.text == "Nothing is waiting for an answer here." and told.thread_ts == ts
     await bot.runtime.wait_idle()
     assert len(local_slack.messages(GENERAL, ts)) == before + 1  # alice's "approve": no help text after it
+
+
+async def test_a_denial_written_for_the_model_never_reaches_the_thread(local_slack, start_app):
+    from bot.demo_tools import refund_charge
+    from bot.models.demo import DemoModel
+
+    bot = await start_app(DemoModel(), [refund_charge])
+    await governance(bot).policies.set_approvers(TEAM_ID, "tool:refund_charge", [BOB], actor="test")
+    ts, card = await mention_and_wait_for_card(local_slack, "refund ch_1001 $40")
+    await local_slack.click(BOB, GENERAL, card.ts, button(card, "Cancel"))
+    told = await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "didn't do it" in m.text)
+    assert told.text == "I didn't do it: it was not approved."
+    await bot.runtime.wait_idle()
+    thread = " ".join(m.text + str(m.blocks) for m in local_slack.messages(GENERAL, ts))
+    assert "under review" not in thread and "do not retry" not in thread
