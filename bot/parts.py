@@ -17,7 +17,7 @@ from bot.models.base import ChatModel
 from bot.outbox import Outbox, OutboxStore
 from bot.ports import LiveText, Workspace
 from bot.principals import Principal
-from bot.protocol import Event, Grant, RequestRecord, SessionSnapshot, SettleResult
+from bot.protocol import Event, Grant, RequestRecord, Responders, SessionSnapshot, SettleResult
 from bot.session import SessionRef
 from bot.tools import ToolRegistry
 
@@ -73,6 +73,9 @@ class TurnStore(OutboxStore, Protocol):
     async def timer_done(self, member: str, claim: int) -> None: ...
     async def remind_once(self, record: RequestRecord, event: Event) -> bool: ...
     async def escalate_once(self, record: RequestRecord, people: list[Principal], event: Event) -> bool: ...
+    async def pending_for_team(self, team_id: str | None, *, limit: int = 200) -> list[RequestRecord]: ...
+    async def change_responders(self, record: RequestRecord, responders: Responders, event: Event, *,
+                                version: int) -> bool: ...
 
 
 @dataclass

@@ -227,6 +227,16 @@ class InputEscalated(EventBase):
     people: list[Principal] = Field(default_factory=list)
 
 
+class InputRespondersChanged(EventBase):
+    """An approver list a request's rule reads changed while it waits: its ``responders`` were described
+    again (stored on the request). ``added`` may answer now and are told; ``removed`` no longer may."""
+
+    type: Literal["input.responders"] = "input.responders"
+    request_id: str
+    added: list[Principal] = Field(default_factory=list)
+    removed: list[Principal] = Field(default_factory=list)
+
+
 class TurnStarted(EventBase):
     type: Literal["turn.started"] = "turn.started"
     principal: Principal | None = None
@@ -318,6 +328,7 @@ Event = Annotated[
     | InputResolved
     | InputReminded
     | InputEscalated
+    | InputRespondersChanged
     | TurnCompleted
     | TurnFailed
     | TurnCancelled

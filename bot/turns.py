@@ -32,6 +32,7 @@ from bot.parts import Parts, RuntimeSettings, TurnStore
 from bot.ports import Channel, Workspace
 from bot.principals import Principal
 from bot.protocol import InputResponse, RequestRecord
+from bot.responders import refresh_responders
 from bot.schedules import ScheduleStorePort, parse_member
 from bot.schedules import fire as fire_schedule
 from bot.session import SessionRef
@@ -257,6 +258,11 @@ class Runtime:
     async def flush(self, session_id: str) -> bool:
         """Deliver a session's committed events now (tests, tools); True when nothing is left."""
         return await self.outbox.flush(session_id)
+
+    async def refresh_responders(self, team_id: str, resource: str, version: int) -> int:
+        """An approver list changed: the open requests whose rule reads it say who may answer now
+        (``bot.responders``); returns how many changed."""
+        return await refresh_responders(self.parts, team_id, resource, version)
 
     def spawn(self, coro: Any, *, what: str) -> asyncio.Task[Any]:
         """Run slow work after an ack; failures are logged with context, never lost silently."""

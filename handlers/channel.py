@@ -33,6 +33,7 @@ from bot.protocol import (
     InputEscalated,
     InputRequested,
     InputResolved,
+    InputRespondersChanged,
     MessageCompleted,
     RequestRecord,
     Resolution,
@@ -77,7 +78,7 @@ TRANSIENT_ERRORS = {"ratelimited", "internal_error", "fatal_error", "service_una
 GONE_ERRORS = {"channel_not_found", "is_archived", "not_in_channel", "account_inactive", "token_revoked",
                "invalid_auth", "team_access_not_granted", "missing_scope", "no_permission"}
 # what a sub-agent's session (bot.agents) shows in its parent's thread: its requests, not its text or status
-CHILD_SHOWN = {"approval.candidate", "input.resolved", "input.escalated"}
+CHILD_SHOWN = {"approval.candidate", "input.resolved", "input.escalated", "input.responders"}
 POST_MARK = "hitl_post"  # message metadata event type: lets a retry find a post whose answer was lost
 
 
@@ -152,6 +153,9 @@ class SlackChannel:
                 await self._resolved(event, session)
             case "input.escalated":
                 assert isinstance(event, InputEscalated)
+                await self._escalated(event, session)
+            case "input.responders":  # an approver list changed: the card names who may answer now
+                assert isinstance(event, InputRespondersChanged)
                 await self._escalated(event, session)
             case "turn.waiting" | "turn.completed" | "turn.cancelled":
                 await self.status.clear(session)
@@ -274,8 +278,9 @@ class SlackChannel:
             await client.chat_update(channel=card["channel"], ts=card["ts"], text=message["text"],
                                      blocks=message["blocks"])
 
-    async def _escalated(self, event: InputEscalated, session: SessionRef) -> None:
-        """The card says who else may answer now (their buttons already work: ``bot.settle``)."""
+    async def _escalated(self, event: InputEscalated | InputRespondersChanged, session: SessionRef) -> None:
+        """The card says who else may answer now (their buttons already work: ``bot.settle``), after an
+        escalation or a change of the approver list its rule reads."""
         record = await self.store.pass_request(session.session_id, event.request_id)
         card = await self._card(session, event.request_id)
         if record.status != "open" or card is None:

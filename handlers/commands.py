@@ -278,6 +278,7 @@ async def handle_submission(gov: Governance, ack: Any, body: dict[str, Any], vie
     errors: dict[str, str] = {}
     loop = asyncio.get_running_loop()
     deadline = loop.time() + PEOPLE_CHECK_SECONDS  # one budget for all lists: the ack carries the errors
+    listed = await gov.listed_before(team, [name for name, users in submitted.items() if not users])
     for name, users in submitted.items():
         problem = await gov.save_approvers(team, name, users, principal, within=deadline - loop.time())
         if problem:
@@ -285,5 +286,10 @@ async def handle_submission(gov: Governance, ack: Any, body: dict[str, Any], vie
     if errors:
         await ack(response_action="errors", errors=errors)
         return
-    await ack()
+    emptied = [gov.empty_list_warning(name) for name in listed]
+    if emptied:  # saved, and the editor's answer says what it means: nobody can approve those tools now
+        await ack(response_action="update", view=notice_modal("\n".join(["Saved.", *emptied]),
+                                                              block_id="approvers-saved-empty"))
+    else:
+        await ack()
     gov.deps.runtime.spawn(republish(gov, team, user), what=f"App Home of {user} after {COMMAND}")

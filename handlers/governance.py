@@ -291,7 +291,36 @@ class Governance(StorePolicySource):
         except (RedisError, PolicyUpdateConflict) as exc:
             log.warning("could not save the approvers of %s in %s: %r", resource, team_id, exc)
             return "the approver lists can't be saved right now. Try again in a minute."
+        self.deps.runtime.spawn(self._refresh_open_requests(team_id, resource),
+                                what=f"open requests after a change of {resource} in {team_id}")
         return None
+
+    async def _refresh_open_requests(self, team_id: str, resource: str) -> None:
+        """Open cards and their DM copies say who may answer now; people newly on the list are told."""
+        version = (await self.policies.get(team_id)).version  # at least the save's: a later save refreshes again
+        changed = await self.deps.runtime.refresh_responders(team_id, resource, version)
+        if changed:
+            log.info("%d open request(s) of %s in %s now name who may answer after the change", changed,
+                     resource, team_id)
+
+    async def listed_before(self, team_id: str, names: list[str]) -> list[str]:
+        """Those of the lists ``names`` that have people now (an editor that empties one says what it means;
+        one left empty is not news). Nothing when the lists can't be read: the save then says why."""
+        if not names:
+            return []
+        try:
+            policy = await self.policies.get(team_id)
+        except RedisError:
+            return []
+        return [n for n in names if policy.tool_policy(list_resource(n)) is not None]
+
+    def empty_list_warning(self, name: str) -> str:
+        """What saving ``name`` empty means, for the admin who did it."""
+        resource = list_resource(name)
+        readers = sorted(t.name for t in self.registry if needs_people(t) and resource in lists_read(t.approval.response))
+        tools = " or ".join(f"`{t}`" for t in readers) or f"what reads `{name}`"
+        return (f":warning: Nobody can approve {tools} now: requests wait until an admin adds someone to "
+                f"the list `{name}` again.")
 
     async def refuse(self, team_id: str, actor: Principal, what: str, **data: Any) -> None:
         """Audit an edit by someone who may not edit; the caller tells them."""

@@ -40,7 +40,14 @@ from bot.approval import (
 )
 from bot.governance import lists_read
 from bot.principals import Principal, slack_user
-from bot.protocol import ApprovalCandidate, Event, InputRequested, InputResolved, RequestRecord
+from bot.protocol import (
+    ApprovalCandidate,
+    Event,
+    InputRequested,
+    InputResolved,
+    InputRespondersChanged,
+    RequestRecord,
+)
 from bot.session import SessionRef
 from handlers.governance import (
     ADMIN_CHECK_FAILED,
@@ -186,7 +193,9 @@ async def _apply_edit(gov: Governance, edit: HomeEdit, admin: bool | None) -> st
             return f":warning: {ADMIN_CHECK_FAILED} Nothing was changed."
         return f":no_entry: {NOT_ADMIN} Nothing was changed."
     problem = await gov.save_approvers(edit.team, edit.list_name, edit.chosen, edit.principal)
-    return f":warning: The approver list `{edit.list_name}` was not changed: {problem}" if problem else None
+    if problem:
+        return f":warning: The approver list `{edit.list_name}` was not changed: {problem}"
+    return None if edit.chosen else gov.empty_list_warning(edit.list_name)  # saved empty: say what it means
 
 
 async def _after_edit(gov: Governance, edit: HomeEdit, note: str | None) -> None:
@@ -367,6 +376,8 @@ class HomeRefresh:
         elif isinstance(event, InputResolved):
             ids = [r.request_id for r in event.resolutions]
         elif isinstance(event, ApprovalCandidate) and event.outcome == "pending" and event.approvals > 0:
+            ids = [event.request_id]
+        elif isinstance(event, InputRespondersChanged):  # its approver list changed: the people on it now
             ids = [event.request_id]
         else:
             return

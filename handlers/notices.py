@@ -12,6 +12,8 @@ When a request needs someone other than the person who asked, they hear of it wh
 At the request's ``remind_at`` (``input.reminded``), the thread gets a reminder naming who may
 answer, and each approver told by DM gets it again by DM. At its ``escalate_at``
 (``input.escalated``), the thread says who it was escalated to and each of them gets a working copy.
+When an approver list the request's rule reads changes while it waits (``input.responders``), the copies
+already sent say who may answer now, and each person newly able to answer gets a working copy (once).
 
 Each message is claimed in Redis before it is sent (beside the session's card positions), so a
 repeat of an event never sends it twice; a send that failed after its claim is not repeated either
@@ -46,6 +48,7 @@ from bot.protocol import (
     InputRequest,
     InputRequested,
     InputResolved,
+    InputRespondersChanged,
     RequestRecord,
 )
 from bot.session import SessionRef
@@ -93,6 +96,8 @@ class ApproverNotices:
                 await self._reminded(event, session)
             elif isinstance(event, InputEscalated):
                 await self._escalated(event, session)
+            elif isinstance(event, InputRespondersChanged):
+                await self._responders_changed(event, session)
             elif isinstance(event, ApprovalCandidate) and event.outcome == "pending" and event.approvals > 0:
                 record = await self.store.pass_request(session.session_id, event.request_id)
                 approvals = [p.rsplit(":", 1)[-1] for p in record.approvals]
@@ -174,13 +179,38 @@ class ApproverNotices:
                                   approver_notice(req, channel_id=channel_id, link=link,
                                                   escalated=record.escalated_to), link=link)
 
+    async def _responders_changed(self, event: InputRespondersChanged, session: SessionRef) -> None:
+        record = await self.store.pass_request(session.session_id, event.request_id)
+        if record.status != "open":
+            return
+        req = record.request
+        approvals = [p.rsplit(":", 1)[-1] for p in record.approvals]
+        required = req.responders.required if req.responders else 1
+        waiting = render_waiting(req, approvals, required, record.escalated_to)
+        removed = [p.slack_user_id for p in event.removed if p.slack_user_id]
+        await self._update_copies(session, record, waiting["blocks"], waiting["text"], approvals=approvals,
+                                  required=required, also=removed)
+        mode, people = notified(req)  # the people the rule names now: outsiders were left out already
+        added = {p.slack_user_id for p in event.added}
+        new = [u for u in people if u in added] if mode == "dm" else []
+        if not new:
+            return
+        link = await self._thread_link(session)
+        channel_id = session.channel.get("channel_id")
+        for user in new:  # keyed like the first copies: someone told before is not told twice
+            await self._post_once(session, f"dm:{req.request_id}:{user}", DirectMessage(user),
+                                  approver_notice(req, channel_id=channel_id, link=link, approvals=approvals,
+                                                  required=required, escalated=record.escalated_to), link=link)
+
     # --- keeping copies current -------------------------------------------------------------------
 
     async def _update_copies(self, session: SessionRef, record: RequestRecord, card_blocks: list[dict], text: str,
-                             *, approvals: list[str] | None = None, required: int = 1) -> None:
+                             *, approvals: list[str] | None = None, required: int = 1,
+                             also: list[str] | None = None) -> None:
         req = record.request
         mode, people = notified(req)
         told = (people if mode == "dm" else []) + [p.slack_user_id for p in record.escalated_to if p.slack_user_id]
+        told += also or []  # e.g. people taken off the list: their copies show who may answer now
         if not told:
             return
         client = await self.client_for(session.team_id)

@@ -58,6 +58,7 @@ from bot.protocol import (
     MessageTaken,
     RequestRecord,
     Resolution,
+    Responders,
     SessionSnapshot,
     SettleResult,
     UnknownRequest,
@@ -244,6 +245,21 @@ keep(KEYS[3], KEYS[4], ARGV[5])
 return s
 """
 
+# A request's responders described again after an approver list changed (``change_responders``): only
+# while it is open, and only by a description made from a newer policy version than the stored one, so
+# two list edits in quick succession leave the later one's description. ARGV: responders json, version,
+# event json, events maxlen, retention ms.
+_CHANGE_RESPONDERS = _HOLD + """
+if redis.call('HGET', KEYS[1], 'status') ~= 'open' then return 0 end
+if tonumber(redis.call('HGET', KEYS[1], 'responders_v') or '-1') >= tonumber(ARGV[2]) then return 0 end
+redis.call('HSET', KEYS[1], 'responders', ARGV[1], 'responders_v', ARGV[2])
+local s = redis.call('INCR', KEYS[3])
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 's', s, 'e', ARGV[3])
+keep(KEYS[2], KEYS[4], ARGV[5])
+keep(KEYS[3], KEYS[4], ARGV[5])
+return s
+"""
+
 # Let a lease go, if it is still ours.
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -360,6 +376,7 @@ class SessionStore:
         self._release = redis.register_script(_RELEASE)
         self._timers_claim = redis.register_script(_TIMERS_CLAIM)
         self._mark_once_script = redis.register_script(replay_safe(_MARK_ONCE))
+        self._change_responders_script = redis.register_script(replay_safe(_CHANGE_RESPONDERS))
         self._outbox_begin = redis.register_script(_OUTBOX_BEGIN)
         self._outbox_save = redis.register_script(_OUTBOX_SAVE)
         self._forget_if_unchanged = redis.register_script(_FORGET_IF_UNCHANGED)
@@ -933,6 +950,19 @@ class SessionStore:
                                              [("zadd", (OUTBOX, {sid: _now_ms() + OUTBOX_GRACE_MS}))])
         return bool(first)
 
+    async def change_responders(self, record: RequestRecord, responders: Responders, event: Event, *,
+                                version: int) -> bool:
+        """Store who may settle an open request now (described from policy ``version``) and append ``event``
+        (an ``input.responders``); False when it was settled meanwhile or a newer description is stored."""
+        sid = record.session_id
+        keys = [self.request_key(record.request_id), self.key(sid, "events"), self.key(sid, "seq"),
+                self.key(sid, "open")]
+        args = [responders.model_dump_json(), version, event.model_dump_json(exclude_none=True), EVENTS_MAXLEN,
+                self.retention_ms]
+        changed, _ = await self._eval_pipelined(self._change_responders_script, keys, args,
+                                               [("zadd", (OUTBOX, {sid: _now_ms() + OUTBOX_GRACE_MS}))])
+        return bool(changed)
+
     async def mark_undeliverable(self, request_id: str, reason: str) -> None:
         """Note on a stored request that its card cannot be shown (never creates a request)."""
         await self.redis.eval(
@@ -1070,9 +1100,12 @@ def _record_fields(record: RequestRecord) -> dict[str, str]:
 
 def _record_from_fields(fields: dict[bytes, bytes]) -> RequestRecord:
     f = {k.decode(): v.decode() for k, v in fields.items()}
+    request = json.loads(f["request"])
+    if f.get("responders"):  # described again since it was made (an approver list changed)
+        request["responders"] = json.loads(f["responders"])
     return RequestRecord.model_validate(
         {
-            "request": json.loads(f["request"]),
+            "request": request,
             "session_id": f["session_id"],
             "turn_id": f["turn_id"],
             "team_id": f.get("team_id") or None,
