@@ -300,3 +300,29 @@ async def test_after_escalation_four_eyes_and_the_list_quorum_still_hold(redis, 
     assert (await approve(runtime, req.request_id, who=ALICE)).state == "rejected"
     assert (await approve(runtime, req.request_id, who=ERIN)).state == "rejected"
     assert (await approve(runtime, req.request_id, who=DAVE)).state == "settled" and len(runs) == 1
+
+
+async def test_a_list_change_describes_open_requests_again_once_and_the_newest_version_wins(redis, lists):
+    rotate, runs = recording_tool("rotate", approval=Approval(request=always(), response=approvers("tool:rotate")))
+    runtime, channel, store = make_runtime(redis, ScriptedModel([call("rotate"), model_say("ok")]), [rotate])
+    await say(runtime, "rotate the keys")
+    [req] = channel.requests()
+    assert [p.slack_user_id for p in req.responders.people] == ["UBOB", "UCAROL"]
+
+    await lists.set_approvers("T1", "tool:rotate", ["UCAROL", "UDAVE"], actor="admin")
+    version = (await lists.get("T1")).version
+    assert await runtime.refresh_responders("T1", "tool:rotate", version) == 1
+    await runtime.wait_idle()
+    [changed] = channel.of("input.responders")
+    assert ([p.slack_user_id for p in changed.added], [p.slack_user_id for p in changed.removed]) == (["UDAVE"], ["UBOB"])
+    stored = (await store.get_request(req.request_id)).request.responders
+    assert [p.slack_user_id for p in stored.people] == ["UCAROL", "UDAVE"]
+
+    assert await runtime.refresh_responders("T1", "tool:rotate", version) == 0  # nothing new: no event
+    await lists.set_approvers("T1", "tool:rotate", ["UBOB"], actor="admin")
+    assert await runtime.refresh_responders("T1", "tool:rotate", version - 1) == 0  # an older description loses
+    assert await runtime.refresh_responders("T1", "tool:other", version + 9) == 0  # a list its rule doesn't read
+    assert await approve(runtime, req.request_id, who=BOB)
+    await runtime.wait_idle()
+    assert len(runs) == 1 and await runtime.refresh_responders("T1", "tool:rotate", version + 9) == 0  # settled
+    assert len(channel.of("input.responders")) == 1
