@@ -55,3 +55,21 @@ async def test_saving_an_empty_list_warns_that_nobody_can_approve(local_slack, s
     note = await local_slack.wait_for_message(local_slack.dm_channel(CAROL),
                                               predicate=lambda m: "Nobody can approve" in m.text)
     assert "`pay_vendor`" in note.text
+
+
+async def test_someone_from_another_organisation_put_on_a_list_is_never_told(local_slack, start_app):
+    """A Slack Connect partner may not answer here: a list naming her (written past the editor, which
+    refuses her) tells her nothing, and the card does not name her."""
+    from localslack.seed import ERIN
+
+    bot = await start_app(script("pay_vendor", target="acme"), ALL_TOOLS)
+    policies = governance(bot).policies
+    await policies.set_approvers(TEAM_ID, "tool:pay_vendor", [BOB], actor="test")
+    _, card = await mention_and_wait_for_card(local_slack, "pay acme")
+    await policies.set_approvers(TEAM_ID, "tool:pay_vendor", [ERIN, DAVE], actor="test")
+    version = (await policies.get(TEAM_ID)).version
+    assert await bot.runtime.refresh_responders(TEAM_ID, "tool:pay_vendor", version) == 1
+    await local_slack.wait_for(lambda: len(_bot_dms(local_slack, DAVE)) == 1)
+    await bot.runtime.wait_idle()
+    assert f"<@{ERIN}>" not in json.dumps(local_slack.message(GENERAL, card.ts).blocks)
+    assert _bot_dms(local_slack, ERIN) == []
