@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from bot.admission import admits
 from bot.ports import Workspace, WorkspaceError
@@ -183,6 +183,14 @@ class ConfiguredSchedule(BaseModel):
     when: str  # every …, daily HH:MM or at …; not "in …" (relative to which start-up?)
     prompt: str
     on_behalf_of: str = Field(pattern=r"^[UW][A-Z0-9]{2,}$")  # a person of that workspace: approvals go to them
+    tz: str = "UTC"  # the zone its clock times (daily HH:MM, at …) are read in: an IANA name, e.g. Europe/Paris
+
+    @field_validator("tz")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        if known_zone(value) is None:
+            raise ValueError(f"{value!r} is not a time zone name like Europe/Paris or UTC")
+        return value
 
 
 class SchedulesFile(BaseModel):
@@ -219,9 +227,9 @@ def configured_schedule(entry: ConfiguredSchedule, now: datetime) -> Schedule:
         raise ScheduleError(f"BOT_SCHEDULES: {entry.id}: {entry.when!r} depends on when the bot starts; "
                             "use every …, daily HH:MM or at YYYY-MM-DD HH:MM")
     try:
-        first, every, spec = parse_when(entry.when, now)
+        first, every, spec = parse_when(entry.when, now, entry.tz)
         schedule = new_schedule(entry.team, entry.channel, entry.when, entry.prompt,
-                                slack_user(entry.team, entry.on_behalf_of), now)
+                                slack_user(entry.team, entry.on_behalf_of), now, tz=entry.tz)
     except ScheduleError as exc:
         raise ScheduleError(f"BOT_SCHEDULES: {entry.id}: {exc}") from None
     if every and head == "every":
@@ -233,8 +241,8 @@ def configured_schedule(entry: ConfiguredSchedule, now: datetime) -> Schedule:
 
 def same_definition(a: Schedule, b: Schedule) -> bool:
     """Whether two schedules say the same thing (ticks and creation times aside)."""
-    return (a.team_id, a.channel, a.prompt, a.owner.principal_id, a.when, a.every_s) == (
-        b.team_id, b.channel, b.prompt, b.owner.principal_id, b.when, b.every_s)
+    return (a.team_id, a.channel, a.prompt, a.owner.principal_id, a.when, a.every_s, a.tz) == (
+        b.team_id, b.channel, b.prompt, b.owner.principal_id, b.when, b.every_s, b.tz)
 
 
 def reconcile(wanted: list[Schedule], stored: list[Schedule]) -> tuple[list[Schedule], list[Schedule]]:

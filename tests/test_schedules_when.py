@@ -126,3 +126,14 @@ def test_a_schedule_line_names_its_zone_and_gives_the_next_time_as_a_slack_date(
     assert "every day at 09:00 Europe/Paris" in line
     assert f"<!date^{int(daily.next_at.timestamp())}^{{date_short_pretty}} at {{time}}|2026-12-05 08:00 UTC>" in line
     assert "· every 6h ·" in schedule_line(new_schedule("T1", "C1", "every 6h", "r", slack_user("T1", "U1"), NOW))
+
+
+def test_a_file_schedule_may_name_its_zone_and_a_zone_it_cannot_read_names_the_field(tmp_path) -> None:
+    paris = configured_schedule(_entry(when="daily 09:00", tz="Europe/Paris"), NOW)
+    assert paris.tz == "Europe/Paris" and paris.next_at == datetime(2026, 12, 5, 8, 0, tzinfo=UTC)
+    assert configured_schedule(_entry(when="daily 09:00"), NOW).tz == "UTC"  # files written before zones
+    path = tmp_path / "schedules.yml"
+    path.write_text("schedules:\n- {id: n, team: T0LOCAL, channel: C0GENERAL, when: daily 09:00, prompt: p,"
+                    " on_behalf_of: U0ALICE, tz: Mars/Olympus}\n")
+    with pytest.raises(ScheduleError, match=r"schedules\.0\.tz: .*Mars/Olympus"):
+        load_schedules_file(str(path))
