@@ -39,6 +39,7 @@ from slack_sdk.models.blocks import (
 from slack_sdk.models.views import View
 
 from blocks import actions as ids
+from blocks.forms import field_label, humanised
 from blocks.limits import (
     ACTIONS_ELEMENTS,
     BUTTON_TEXT,
@@ -57,6 +58,7 @@ from blocks.limits import (
     SECTION_FIELDS,
     SECTION_TEXT,
     SELECT_OPTIONS,
+    VIEW_TITLE,
     escape_keeping_mentions,
     escape_mrkdwn,
     mrkdwn,
@@ -651,7 +653,7 @@ def _external_controls(req: InputRequest, tag: str) -> list[Block]:
 def form_field_titles(req: InputRequest) -> dict[str, str]:
     """A form request's field names and the labels people see (its schema's titles)."""
     properties = (req.form or {}).get("properties") or {}
-    return {name: str((spec or {}).get("title") or name) if isinstance(spec, dict) else name
+    return {name: field_label(name, str(spec.get("title") or "")) if isinstance(spec, dict) else humanised(name)
             for name, spec in properties.items()}
 
 
@@ -1032,7 +1034,18 @@ def edit_modal(req: InputRequest, form: list[dict], channel_id: str, message_ts:
     return _modal(req, ids.EDIT_CALLBACK_ID, EDIT_TITLE, "Approve", channel_id, message_ts, [intro, *form])
 
 
-FORM_TITLE = "Fill in"
+FORM_TITLE = "Fill in the form"
+_GENERIC_FORM_NAMES = {"form", "requestedinfo", "model", "input", "inputs", "args", "arguments"}
+
+
+def form_title(req: InputRequest) -> str:
+    """What a form's modal is titled: its schema's title (a pydantic model's, or the one the model gave
+    ``request_info``), as words when it is a class name, within Slack's 24 characters; else "Fill in the form"."""
+    raw = (req.form or {}).get("title")
+    title = one_line(str(raw)) if isinstance(raw, str) else ""
+    if not title or title.replace("_", "").lower() in _GENERIC_FORM_NAMES:
+        return FORM_TITLE
+    return plain(field_label("", title), VIEW_TITLE)
 
 
 def form_modal(req: InputRequest, form: list[dict], channel_id: str, message_ts: str) -> dict:
@@ -1043,7 +1056,7 @@ def form_modal(req: InputRequest, form: list[dict], channel_id: str, message_ts:
         prompt = (f"What did {inline_code(one_line(tool_name_of(req)))} return? The agent carries on with it, "
                   "and the card and the audit log name you as its source.")
     else:
-        title = FORM_TITLE
+        title = form_title(req)
         prompt = decision_mrkdwn(req.prompt).strip() or "_(no question text)_"
     intro = SectionBlock(block_id=ids.block_id(req.request_id, "modal-form"),
                          text=_text(truncate_mrkdwn(prompt, SECTION_TEXT)))

@@ -26,6 +26,7 @@ Validation is pydantic's; its errors come back keyed by block id, the shape of S
 from __future__ import annotations
 
 import functools
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -96,10 +97,7 @@ class _Field:
 
     @property
     def block_label(self) -> str:
-        if self.info.title and self.info.title.strip():
-            return self.info.title
-        words = self.name.replace("_", " ").strip()
-        return words[:1].upper() + words[1:] if words else self.name  # "charge_id" -> "Charge id"
+        return field_label(self.name, self.info.title)
 
     def bound(self, kind: str) -> Any:
         for meta in self.metadata:
@@ -107,6 +105,34 @@ class _Field:
             if value is not None:
                 return value
         return None
+
+
+# words people write in capitals when a field name spells them in lower case ("charge_id" -> "Charge ID")
+_CAPITALS = {w: w.upper() for w in ("id", "url", "uri", "api", "ip", "sla", "uuid", "sku", "vat", "sso", "dns",
+                                     "http", "https", "json", "csv", "pdf", "ui", "eu", "us", "uk", "utc")}
+_CAPITALS |= {"ids": "IDs", "urls": "URLs", "apis": "APIs", "ips": "IPs", "skus": "SKUs"}
+_OPTIONAL_NOTE = re.compile(r"\s*[(\[]\s*optional\s*[)\]]\s*$", re.I)
+_IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+|[a-z]+(?:[A-Z][a-z0-9]*)+|(?:[A-Z][a-z0-9]+){2,}")
+
+
+def humanised(name: str) -> str:
+    """A field name as words: ``charge_id`` -> "Charge ID", ``customerEmail`` -> "Customer email"."""
+    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", name)
+    words = [w for w in re.split(r"[\s_\-]+", spaced) if w]
+    if not words:
+        return name
+    shown = [_CAPITALS.get(w.lower(), w.lower() if w[1:].islower() or w.islower() else w) for w in words]
+    return shown[0][:1].upper() + shown[0][1:] + "".join(" " + w for w in shown[1:])
+
+
+def field_label(name: str, title: str | None) -> str:
+    """What a form labels a field: its title, else its name as words. No backticks (a label is plain
+    text: they would show literally), no "(optional)" (Slack says that of an optional input itself), and
+    a title that is only the field's name again is read as words too."""
+    text = _OPTIONAL_NOTE.sub("", (title or "").replace("`", "")).strip()
+    if not text or text == name or _IDENTIFIER.fullmatch(text):
+        return humanised(text or name)
+    return text
 
 
 def check_form_model(model: type[BaseModel]) -> None:
@@ -336,8 +362,8 @@ def _element(field: _Field, value: Any) -> Any:
         return _text_element(field, value)
     if kind == "number":
         return _number_element(field, value)
-    if kind == "bool":
-        option = Option(value=CHECKED, text=PlainTextObject(text=truncate(field.block_label, OPTION_TEXT)))
+    if kind == "bool":  # "Yes" beside the box: the block's label already says what it is
+        option = Option(value=CHECKED, text=PlainTextObject(text="Yes"))
         return CheckboxesElement(action_id=VALUE_ACTION_ID, options=[option],
                                  initial_options=[option] if value is True else None)
     if kind == "choice":

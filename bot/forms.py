@@ -85,6 +85,8 @@ def model_from_schema(schema: dict[str, Any], *, name: str = "Form") -> type[Bas
                 annotation = annotation | None
         fields[field_name] = (annotation, Field(**{k: v for k, v in info.items() if v is not None or k == "default"}))
     config = ConfigDict(extra="ignore", populate_by_name=False)
+    if isinstance(schema.get("title"), str) and schema["title"].strip():  # what the form is for, kept on the way back
+        config["title"] = schema["title"].strip()
     try:
         return create_model(name, __config__=config, **fields)
     except Exception as exc:  # noqa: BLE001 - a schema pydantic cannot build is a schema we cannot show

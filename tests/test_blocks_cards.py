@@ -688,3 +688,25 @@ def test_the_cancel_reason_is_quoted_on_the_settled_card_and_cannot_ping_anyone(
     assert_valid_message(message)
     shown = texts(message["blocks"])
     assert "> Too much" in shown and "<!channel>" not in shown and "<@U0EVE>" not in shown
+
+
+def _form_request(form: dict) -> InputRequest:
+    return InputRequest(request_id="f-1", kind="user-input", prompt="Tell me about the incident.", form=form,
+                        principal=ALICE)
+
+
+def test_a_form_says_what_it_is_for_and_labels_its_fields_in_words() -> None:
+    from blocks.cards import form_modal, render_request
+
+    fields = {"type": "object", "properties": {"charge_id": {"type": "string"},
+                                               "what_happened": {"type": "string", "title": "What happened?"}}}
+    titled = form_modal(_form_request({**fields, "title": "Incident report"}), [], "C1", "1.2")
+    assert titled["title"]["text"] == "Incident report"
+    named = form_modal(_form_request({**fields, "title": "ShippingAddressForm"}), [], "C1", "1.2")
+    assert named["title"]["text"] == "Shipping address form"
+    long = form_modal(_form_request({**fields, "title": "A very long title for a form, really"}), [], "C1", "1.2")
+    assert len(long["title"]["text"]) <= 24
+    untitled = form_modal(_form_request(fields), [], "C1", "1.2")
+    assert untitled["title"]["text"] == "Fill in the form"
+    card = texts(render_request(_form_request(fields)))
+    assert "Charge ID · What happened?" in card and "charge_id" not in card

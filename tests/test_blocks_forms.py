@@ -125,7 +125,7 @@ def test_inputs_carry_labels_hints_bounds_and_what_is_optional() -> None:
     blocks = {b["block_id"]: b for b in form_blocks(Refund, {"charge_id": "ch_1", "amount": 40.0})}
     assert list(blocks) == ["form:charge_id", "form:amount", "form:plan", "form:notify"]
     charge = blocks["form:charge_id"]
-    assert charge["label"]["text"] == "Charge id" and charge["hint"]["text"] == "The Stripe charge, e.g. ch_1001"
+    assert charge["label"]["text"] == "Charge ID" and charge["hint"]["text"] == "The Stripe charge, e.g. ch_1001"
     assert charge["optional"] is False and charge["element"]["min_length"] == 3
     amount = blocks["form:amount"]["element"]
     assert (amount["type"], amount["is_decimal_allowed"], amount["initial_value"]) == ("number_input", True, "40")
@@ -318,3 +318,20 @@ def test_whatever_a_client_submits_the_parser_answers_with_a_model_or_errors_and
     assert (parsed is None) == bool(errors)
     assert set(errors) <= {"form:charge_id", "form:amount", "form:plan", "form:notify"}  # real blocks only
     assert all(0 < len(message) <= 150 for message in errors.values())
+
+
+class Labelled(BaseModel):
+    order_url: str = Field(title="`order_url` (optional)", default="")
+    api_key_id: str
+    customer_facing: bool = Field(title="Customers are affected")
+
+
+def test_labels_read_as_words_without_backticks_or_a_second_optional_or_a_repeated_yes_no() -> None:
+    blocks = {b["block_id"]: b for b in form_blocks(Labelled)}
+    url, key, facing = blocks["form:order_url"], blocks["form:api_key_id"], blocks["form:customer_facing"]
+    assert url["label"]["text"] == "Order URL" and url["optional"] is True  # Slack adds "(optional)" itself
+    assert key["label"]["text"] == "API key ID"
+    assert facing["label"]["text"] == "Customers are affected"
+    assert [o["text"]["text"] for o in facing["element"]["options"]] == ["Yes"]  # not the label again
+    assert_valid_view({"type": "modal", "title": {"type": "plain_text", "text": "x"},
+                       "submit": {"type": "plain_text", "text": "Send"}, "blocks": list(blocks.values())})

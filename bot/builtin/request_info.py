@@ -68,6 +68,8 @@ class InfoRequest(BaseModel):
     prompt: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=2000)] = Field(
         description="Why you need this, in a sentence; shown above the form")
     fields: list[InfoField] = Field(min_length=1, max_length=MAX_INFO_FIELDS)
+    title: Annotated[str, StringConstraints(strip_whitespace=True, max_length=24)] | None = Field(
+        default=None, description="A short name for the form, shown as its title, e.g. 'Incident report'")
     timeout_minutes: int | None = Field(
         default=None, ge=1, le=MAX_TIMEOUT_MINUTES,
         description="Only if the information is useless after a while: stop waiting after this many minutes.",
@@ -82,11 +84,14 @@ class InfoRequest(BaseModel):
 
     def form(self) -> dict[str, Any]:
         """The form as a flat JSON schema."""
-        return {
+        schema: dict[str, Any] = {
             "type": "object",
             "properties": {f.name: f.schema_of() for f in self.fields},
             "required": [f.name for f in self.fields if f.required and f.type != "yes_no"],
         }
+        if self.title:  # what the form is for: the modal's title
+            schema["title"] = self.title
+        return schema
 
 
 @tool

@@ -89,6 +89,7 @@ def _ask(m: re.Match[str]) -> tuple[str, dict]:
 def _incident(m: re.Match[str]) -> tuple[str, dict]:
     return "request_info", {
         "prompt": "Tell me about the incident and I'll write it up.",
+        "title": "Incident report",
         "fields": [
             {"name": "what_happened", "label": "What happened?", "type": "long_text"},
             {"name": "severity", "label": "Severity", "type": "choice", "options": ["SEV1", "SEV2", "SEV3"]},

@@ -79,3 +79,20 @@ async def test_a_denial_written_for_the_model_never_reaches_the_thread(local_sla
     await bot.runtime.wait_idle()
     thread = " ".join(m.text + str(m.blocks) for m in local_slack.messages(GENERAL, ts))
     assert "under review" not in thread and "do not retry" not in thread
+
+
+async def test_a_form_is_titled_for_what_it_is_and_labels_read_as_words(local_slack, start_app):
+    from bot.models.demo import DemoModel
+
+    await start_app(DemoModel(), [])
+    ts, card = await mention_and_wait_for_card(local_slack, "report an incident")
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Open form"))
+    [modal] = await local_slack.wait_for(lambda: local_slack.open_views(ALICE))
+    assert modal.title["text"] == "Incident report"
+    inputs = {b["block_id"].rsplit(":", 1)[-1]: b for b in modal.blocks if b["type"] == "input"}
+    labels = [b["label"]["text"] for b in inputs.values()]
+    assert labels == ["What happened?", "Severity", "Started at", "Customers are affected"]
+    assert not any("`" in label or "optional" in label.lower() for label in labels)
+    assert inputs["started_at"]["optional"] is True
+    yes_no = inputs["customer_facing"]["element"]
+    assert [o["text"]["text"] for o in yes_no["options"]] == ["Yes"]  # not "Customers are affected" twice
