@@ -34,6 +34,7 @@ lint: $(STAMP)
 
 # CLUSTER=1: the approve cycle on a real 3-master Valkey Cluster instead (latency, commands per master)
 bench: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[dev,bench]'  # the LangGraph peer's extra: here only, not in make test
 ifeq ($(CLUSTER),1)
 	$(BIN)/python -m tests.bench.cluster_keys
 else

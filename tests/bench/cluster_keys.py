@@ -29,7 +29,7 @@ from localslack.seed import ALICE, BOT_TOKEN
 from localslack.server import LocalSlack
 from tests.cluster import Node, ValkeyCluster
 
-from .cycle import CHANNELS, Contender, _script, _unpaced, one_cycle, refund_charge
+from .cycle import CHANNELS, Contender, _script, one_cycle, refund_charge, without_pacing
 
 SECRET = "bench-cluster-secret"
 TEAM = "T0LOCAL"
@@ -113,8 +113,8 @@ async def run(cycles: int, idle_s: float) -> list[str]:
                             SLACK_API_URL=slack.api_url, REDIS_URL=cluster.url, REDIS_CLUSTER=True, BOT_TOOLS="",
                             BOT_DATA_DIR=tempfile.mkdtemp(prefix="hitl-ckeys-"))
         # Slack's pacing off (as tests/bench/cycle.py's unpaced app): it only adds waiting, not commands
-        bot = await start_bot(settings, model=_script(), tools=[refund_charge], host="127.0.0.1", port=0,
-                              recovery_interval=0, channel_wrap=_unpaced)
+        bot = await start_bot(without_pacing(settings), model=_script(), tools=[refund_charge], host="127.0.0.1", port=0,
+                              recovery_interval=0)
         who = Contender("app", f"{bot.url}/slack/events")
         slack.set_bot_url(who.url)
         timed = Contender("app, timed", who.url)

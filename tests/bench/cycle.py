@@ -38,7 +38,6 @@ from bot.approval import always
 from bot.config import Settings
 from bot.models.scripted import ScriptedModel, call, say
 from bot.tools import tool
-from handlers.pacing import Pacer
 from localslack.seed import ALICE, BOT_TOKEN, BOT_USER_ID
 from localslack.server import LocalSlack
 
@@ -94,12 +93,10 @@ def bare_bolt(slack: LocalSlack) -> AsyncApp:
     return app
 
 
-def _unpaced(channel: Any) -> Any:
-    """The app's Slack frontend without Slack's pacing (a burst of 4 posts per channel, then one a second;
-    card updates 1/s per workspace after 20, as chat.update is Tier 3): what the app itself costs."""
-    channel.pacing.posts = Pacer(interval_s=0.001, burst=1_000_000)
-    channel.pacing.updates = Pacer(interval_s=0.001, burst=1_000_000)
-    return channel
+def without_pacing(settings: Settings) -> Settings:
+    """The app with SLACK_PACING=off (the setting for apps with raised limits): no waiting for Slack's rates
+    (a burst of 4 posts per channel, then one a second; chat.update Tier 3): what the app itself costs."""
+    return settings.model_copy(update={"slack_pacing": "off"})
 
 
 @dataclass
@@ -197,8 +194,8 @@ async def main(args: argparse.Namespace) -> list[str]:
                         SLACK_API_URL=slack.api_url, REDIS_URL=redis_url, BOT_TOOLS="", BOT_DATA_DIR=str(tmp))
     bot = await start_bot(settings, model=_script(), tools=[refund_charge], host="127.0.0.1", port=0,
                           recovery_interval=0)
-    fast = await start_bot(settings, model=_script(), tools=[refund_charge], host="127.0.0.1", port=0,
-                           recovery_interval=0, channel_wrap=_unpaced)
+    fast = await start_bot(without_pacing(settings), model=_script(), tools=[refund_charge], host="127.0.0.1", port=0,
+                           recovery_interval=0)
     runner = web.AppRunner(bare_bolt(slack).web_app(path="/slack/events"))
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

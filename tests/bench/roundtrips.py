@@ -77,8 +77,8 @@ async def main(args: argparse.Namespace) -> list[str]:
     settings = Settings(_env_file=None, SLACK_BOT_TOKEN=BOT_TOKEN, SLACK_SIGNING_SECRET=cycle.SECRET,  # type: ignore[call-arg]
                         SLACK_API_URL=slack.api_url, REDIS_URL=server.url, BOT_TOOLS="",
                         BOT_DATA_DIR=tempfile.mkdtemp(prefix="hitl-roundtrips-"))
-    bot = await start_bot(settings, model=cycle._script(), tools=[cycle.refund_charge], host="127.0.0.1", port=0,
-                          recovery_interval=0, channel_wrap=cycle._unpaced)
+    bot = await start_bot(cycle.without_pacing(settings), model=cycle._script(), tools=[cycle.refund_charge],
+                          host="127.0.0.1", port=0, recovery_interval=0)
     redis = Redis.from_url(server.url)
     who = cycle.Contender("app", f"{bot.url}/slack/events")
     slack.set_bot_url(who.url)

@@ -13,7 +13,8 @@ from tests.bench.http.__main__ import parse_args, run
 from tests.bench.http.report import DOC, END, START_PREFIX
 
 TINY = ["--clicks", "2", "--burst-clicks", "2", "--cycles", "2", "--concurrency", "2", "--restarts", "1",
-        "--parked", "5", "--batch", "2", "--slack-delay-ms", "0,20", "--model-delay-ms", "0,20"]
+        "--parked", "5", "--batch", "2", "--slack-delay-ms", "0,20", "--model-delay-ms", "0,20",
+        "--no-peer"]  # the LangGraph peer runs in make bench only (its own extra)
 FIGURES = [
     "Approve click → HTTP ack, p50, 5 clicks/s",
     "… p99, 5 clicks/s",

@@ -15,6 +15,7 @@ import logging
 import math
 import os
 import shutil
+import sqlite3
 import sys
 import tempfile
 import time
@@ -32,13 +33,24 @@ from localslack.server import LocalSlack
 from ..server import BenchServer, open_server, server_version
 from .bare import RAW_ACTION, approve_card
 from .drive import CHANNELS, Samples, Side, Thread, burst_batch, light_batch, throughput_batch
+from .langgraph_app import available as langgraph_available
 from .model import BenchModel
 from .procs import Child
 from .report import DOC, Condition, Restarts, Run, render, write_doc
-from .restart import ProjectRestarts, bolt_restarts, floor_launch, project_launch, raw_restarts
+from .restart import (
+    ProjectRestarts,
+    bolt_restarts,
+    floor_launch,
+    langgraph_launch,
+    project_launch,
+    raw_restarts,
+)
 from .trace import trace_cycle
 
 SECRET = "bench-http-signing-secret"
+# the project without pacing of its own (the setting for apps with raised limits): LocalSlack runs without
+# rate limits, so bare Bolt calls Slack as fast as it likes; paced, the project would be measured waiting
+UNPACED = {"SLACK_PACING": "off"}
 
 
 def _delays(text: str) -> list[float]:
@@ -60,6 +72,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=32, help="threads at once for the cycle rate (default 32)")
     parser.add_argument("--restarts", type=int, help="restarts per contender and population (default 5; quick 1)")
     parser.add_argument("--parked", default="0,1000", help="other parked turns at the restarts (default 0,1000)")
+    parser.add_argument("--no-peer", action="store_true",
+                        help="leave out the LangGraph peer (it runs when the bench extra is installed)")
     parser.add_argument("--batch", type=int, default=10, help="clicks at 5/s in a row per contender (default 10)")
     args = parser.parse_args(argv)
     quick = args.quick
@@ -111,11 +125,12 @@ async def open_slack() -> LocalSlack:
     return slack
 
 
-async def start_sides(model: BenchModel, redis_url: str, tmp: Path) -> list[Side]:
-    slacks = [await open_slack() for _ in range(4)]
+async def start_sides(model: BenchModel, redis_url: str, tmp: Path, peer: bool = True) -> list[Side]:
+    slacks = [await open_slack() for _ in range(5 if peer else 4)]
     project = await Child.start("tests.bench.http.project", [
         "--secret", SECRET, "--token", BOT_TOKEN, "--slack-url", slacks[0].api_url, "--model-url", model.base_url,
-        "--redis-url", redis_url, "--data-dir", str(tmp / "project"), "--unpaced"], tmp / "project.log")
+        "--redis-url", redis_url, "--data-dir", str(tmp / "project")], tmp / "project.log",
+        env=UNPACED)
     bolt = await Child.start("tests.bench.http.bare", [
         "bolt", "--secret", SECRET, "--token", BOT_TOKEN, "--slack-url", slacks[1].api_url,
         "--model-url", model.base_url], tmp / "bolt.log")
@@ -126,6 +141,14 @@ async def start_sides(model: BenchModel, redis_url: str, tmp: Path) -> list[Side
     sides = [Side("project", "p", slacks[0], project, Redis.from_url(redis_url), replies=True),
              Side("bare Bolt", "b", slacks[1], bolt), Side("raw aiohttp", "r", slacks[2], raw),
              Side("durable floor", "d", slacks[3], floor, Redis.from_url(redis_url), replies=True)]
+    if peer:
+        if langgraph_available():
+            graph = await Child.start("tests.bench.http.langgraph_app", [
+                "--secret", SECRET, "--token", BOT_TOKEN, "--slack-url", slacks[4].api_url,
+                "--model-url", model.base_url, "--data-dir", str(tmp / "langgraph")], tmp / "langgraph.log")
+            sides.append(Side("LangGraph", "l", slacks[4], graph, replies=True))
+        else:
+            _say("LangGraph peer skipped: the bench extra is not installed (pip install -e '.[dev,bench]'; make bench does)")
     for side in sides:
         side.slack.set_bot_url(side.child.url if side.child else None)
     sides[2].fixed = await raw_card(sides[2].slack)
@@ -206,14 +229,27 @@ async def measure_restarts(sides: list[Side], model: BenchModel, server: BenchSe
         await floor.prepare(0)  # the floor never looks at other parked turns: no copies of its own
         contenders = {"p": launches, "b": bolt_restarts(by_key["b"], SECRET, model.base_url, data),
                       "r": raw_restarts(by_key["r"], SECRET, model.base_url, data), "d": floor}
+        if "l" in by_key:  # like the floor, the peer never looks at other parked turns: its own one is parked
+            contenders["l"] = ProjectRestarts(langgraph_launch(by_key["l"], SECRET, model.base_url, data), redis)
+            await contenders["l"].prepare(0)
         _say(f"restarts with {parked:,} other turns parked: {args.restarts} per contender …")
         for turn in range(args.restarts):
-            for side in rotated(sides, turn):
+            for side in rotated([s for s in sides if s.key in contenders], turn):
                 took = await contenders[side.key].once()
                 restarts.seconds.setdefault((side.key, parked), []).append(took)
         restarts.pending_seen[parked] = await launches.parked()
         await redis.aclose()
     return restarts
+
+
+def langgraph_rows(db: Path, sides: list[Side]) -> float:
+    """Rows the LangGraph peer's checkpointer wrote per thread it ran (every thread ran a whole cycle)."""
+    peer = next((side for side in sides if side.key == "l"), None)
+    if peer is None or not peer.started or not db.exists():
+        return math.nan
+    with sqlite3.connect(db) as conn:
+        rows = sum(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] for table in ("checkpoints", "writes"))
+    return rows / peer.started
 
 
 # ---- the run -----------------------------------------------------------------------------------------------
@@ -231,12 +267,13 @@ async def run(args: argparse.Namespace, argv: list[str]) -> str:
         probe = Redis.from_url(redis_url)
         redis_name = f"{await server_version(probe)} ({server.describe()})"
         await probe.aclose()
-        sides = await start_sides(model, redis_url, tmp)
+        sides = await start_sides(model, redis_url, tmp, peer=not args.no_peer)
         for index, cond in enumerate(args.conditions):
             await measure_condition(sides, model, cond, args, first=index == 0)
         for side in sides:
             side.slack.api.answer_delay_s = 0.0
         model.delay_s = 0.0
+        sqlite_rows = langgraph_rows(tmp / "langgraph" / "langgraph.sqlite", sides)
         _say("one cycle under MONITOR …")
         trace = await trace_cycle(sides[0], redis_url, model)
         await stop_sides(sides)
@@ -256,7 +293,8 @@ async def run(args: argparse.Namespace, argv: list[str]) -> str:
     record = Run(command=" ".join([".venv/bin/python -m tests.bench.http", *argv]), started=started, load_at_start=load,
                  redis=redis_name, conditions=args.conditions, sides={s.key: s for s in sides}, restarts=restarts,
                  args={"clicks": args.clicks, "burst clicks": args.burst_clicks, "cycles": args.cycles,
-                       "restarts": args.restarts}, trace=trace, seconds=time.perf_counter() - began)
+                       "restarts": args.restarts}, trace=trace, seconds=time.perf_counter() - began,
+                 sqlite_rows=sqlite_rows)
     return render(record)
 
 

@@ -10,6 +10,7 @@ HTTP request it sent (``DeliveryResult.elapsed_s``).
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
@@ -71,6 +72,7 @@ class Samples:
 
     acks_light: list[float] = field(default_factory=list)
     acks_burst: list[float] = field(default_factory=list)
+    click_to_end: list[float] = field(default_factory=list)  # click sent → the cycle's last Slack call, 5 clicks/s
     to_model: list[float] = field(default_factory=list)  # mention sent → its first model request arrived
     to_card: list[float] = field(default_factory=list)  # mention sent → card seen in Slack
     cycles: int = 0
@@ -159,6 +161,12 @@ class Side:
             return True
         return any("Refunded" in m.text for m in self.slack.messages(thread.channel, thread.ts))
 
+    def last_call_at(self, thread: Thread, since: float) -> float:
+        """When LocalSlack answered the last call about ``thread`` (its card or a post in it) after ``since``."""
+        return max((c.at for c in self.slack.calls if c.at >= since and c.params.get("channel") == thread.channel
+                    and (c.params.get("thread_ts") == thread.ts or c.params.get("ts") == thread.card_ts)),
+                   default=math.nan)
+
     async def await_end(self, thread: Thread) -> None:
         if self.has_cycle:
             await self.slack.wait_for(lambda: self.cycle_ended(thread), CYCLE_TIMEOUT_S)
@@ -196,18 +204,27 @@ class Side:
 # ---- phases ------------------------------------------------------------------------------------------
 
 
-async def clicks_at(side: Side, threads: list[Thread], rate: float) -> list[float]:
+async def clicks_at(side: Side, threads: list[Thread], rate: float,
+                    click_to_end: list[float] | None = None) -> list[float]:
     """Click each thread's card, one every 1/rate s whatever the answers (open loop: a slow ack does not
-    slow the clicks, as people do not wait for each other); then wait for every cycle to end."""
+    slow the clicks, as people do not wait for each other); then wait for every cycle to end. With
+    ``click_to_end``, each cycle's time from its click until its last Slack call (the reply posted)."""
     loop = asyncio.get_running_loop()
     start = loop.time()
 
     async def one(index: int, thread: Thread) -> float:
         await asyncio.sleep(max(0.0, start + index / rate - loop.time()))
-        return await side.click(thread)
+        sent = time.time()  # wall clock, as LocalSlack stamps the calls it answers
+        ack = await side.click(thread)
+        await side.await_end(thread)
+        if click_to_end is not None and side.has_cycle:
+            # from the click to the cycle's last Slack call as LocalSlack answered it (this loop's own lag in
+            # seeing it does not count); not from the ack: Bolt sends its ack in 10 ms steps, often after
+            # its listener's calls, so "after the ack" would read negative for the Bolt-based contenders
+            click_to_end.append(side.last_call_at(thread, since=sent) - sent)
+        return ack
 
     acks = await asyncio.gather(*(one(i, t) for i, t in enumerate(threads)))
-    await asyncio.gather(*(side.await_end(t) for t in threads))
     await side.idle()
     return list(acks)
 
@@ -227,7 +244,7 @@ async def light_batch(side: Side, samples: Samples, model: BenchModel, size: int
             threads.append(thread)
         if not side.has_cycle:
             threads = threads * size
-        samples.acks_light += await clicks_at(side, threads, rate)
+        samples.acks_light += await clicks_at(side, threads, rate, samples.click_to_end)
 
     await side.measured(samples.light_counts, work)
     samples.light_cycles += size

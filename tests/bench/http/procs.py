@@ -36,10 +36,10 @@ class Child:
     _http: aiohttp.ClientSession
 
     @classmethod
-    async def start(cls, module: str, args: list[str], log_path: Path) -> Child:
+    async def start(cls, module: str, args: list[str], log_path: Path, env: dict[str, str] | None = None) -> Child:
         log = log_path.open("ab")
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", module, *args, cwd=log_path.parent, env=child_env(),
+            sys.executable, "-m", module, *args, cwd=log_path.parent, env=child_env(env),
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=log)
         assert process.stdout is not None
         try:

@@ -5,8 +5,9 @@ The real app, built by ``bot.app.start_bot`` as the end-to-end tests build it, w
 policy ``always()``). Its own process, so its CPU time is its own and its event loop serves nothing
 but the app.
 
-``--unpaced`` switches off the app's own pacing of Slack calls (one post a second per channel after a
-burst of 4; ``chat.update`` once a second per workspace after a burst of 20, Tier 3): the bench runs
+The bench starts it with ``SLACK_PACING=off`` in its environment (read by ``Settings``), the setting
+for apps with raised limits (no pacing of its own: by default one post a second per channel after a
+burst of 4, ``chat.update`` once a second per workspace after a burst of 20, Tier 3): the bench runs
 LocalSlack without rate limits, so the bare Bolt app may call Slack as fast as it likes, and with the
 pacing on, the project would be measured waiting out Slack's limits instead of doing work.
 """
@@ -16,18 +17,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-from typing import Any
 
 from .serve import serve_until_stopped
-
-
-def unpaced(channel: Any) -> Any:
-    from handlers.pacing import Pacer
-
-    # the same pacer objects the status lines share; only their rate changes
-    channel.pacing.posts = Pacer(interval_s=0.001, burst=1_000_000)
-    channel.pacing.updates = Pacer(interval_s=0.001, burst=1_000_000)
-    return channel
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -44,7 +35,7 @@ async def main(args: argparse.Namespace) -> None:
                         **({"BOT_MAX_ACTIVE_TURNS": v} if (v := os.environ.get("BOT_MAX_ACTIVE_TURNS")) else {}))
     model = OpenAIChatModel("bench-model", base_url=args.model_url, api_key="sk-bench")
     bot = await start_bot(settings, model=model, tools=[refund_charge], host="127.0.0.1", port=0,
-                          recovery_interval=0, channel_wrap=unpaced if args.unpaced else None)
+                          recovery_interval=0)
     try:
         await serve_until_stopped(f"{bot.url}/slack/events", bot.runtime.wait_idle)
     finally:
@@ -56,5 +47,4 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python -m tests.bench.http.project")
     for name in ("--secret", "--token", "--slack-url", "--model-url", "--redis-url", "--data-dir"):
         parser.add_argument(name, required=True)
-    parser.add_argument("--unpaced", action="store_true")
     asyncio.run(main(parser.parse_args()))

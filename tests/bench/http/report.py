@@ -56,6 +56,7 @@ class Run:
     args: dict[str, object]
     trace: Trace | None = None
     seconds: float = 0.0
+    sqlite_rows: float = math.nan  # the LangGraph peer: checkpoint + write rows per thread it ran
 
 
 def percentile_ms(values: list[float], q: float) -> float:
@@ -263,6 +264,39 @@ def durable_rows(run: Run) -> list[list[str]]:
     return rows
 
 
+PEERS = (("p", "project"), ("d", "durable floor"), ("b", "bare Bolt"), ("l", "LangGraph + SQLite"))
+
+
+def peer_rows(run: Run) -> list[list[str]]:
+    """Issue 26's table: the project beside the durable floor, bare Bolt and the LangGraph peer."""
+    keys = [k for k, _ in PEERS if k in run.sides]
+    base = run.conditions[0].label
+
+    def line(name: str, unit: str, of: Callable[[str, Samples], float]) -> list[str]:
+        return [name, *(_value(of(k, run.sides[k].samples[base]), unit) for k in keys)]
+
+    def redis(k: str, x: Samples) -> float:  # counted for the contenders that use Redis (project, floor)
+        return _per_cycle(x, x.counts.redis.total()) if x.counts.redis.total() else math.nan
+
+    rows = [
+        line("cycles/s, 32 threads at once", "/s", lambda k, x: _rate(x)),
+        line("CPU per cycle (the contender's process)", "ms", lambda k, x: 1000 * _per_cycle(x, x.counts.cpu_s)),
+        line("Redis commands per cycle", "", redis),
+        line("Slack calls per cycle", "", lambda k, x: _per_cycle(x, x.counts.slack.total())),
+        line("click → the cycle's last Slack call, the reply (p50, 5 clicks/s)", "ms",
+             lambda k, x: percentile_ms(x.click_to_end, 0.5)),
+        line("click → ack p99 at 50 clicks/s", "ms", lambda k, x: percentile_ms(x.acks_burst, 0.99)),
+        line("app_mention → first model request (p50)", "ms", lambda k, x: percentile_ms(x.to_model, 0.5)),
+    ]
+    for parked in sorted({n for _, n in run.restarts.seconds}):
+        rows.append([f"kill -9 → restart → first click acked (p50), {parked:,} parked in the project's Redis",
+                     *(_value(percentile_ms(run.restarts.seconds.get((k, parked), []), 0.5), "ms") for k in keys)])
+    if "l" in keys:
+        rows.append(["SQLite rows written per thread (checkpoints + writes)",
+                     *("" for _ in keys[:-1]), _value(run.sqlite_rows, "")])
+    return rows
+
+
 def _ratio(mine: float, theirs: float) -> str:
     return f"{mine / theirs:.2f}" if theirs and not math.isnan(theirs) and not math.isnan(mine) else "—"
 
@@ -312,7 +346,11 @@ def render(run: Run) -> str:
     floor = _markdown(["figure", "project", "bare Bolt", "raw aiohttp"], floor_rows(run), ["---", "---:", "---:", "---:"])
     durable = _markdown(["figure", "project", "durable floor", "bare Bolt", "project ÷ floor", "floor ÷ Bolt"],
                         durable_rows(run), ["---", "---:", "---:", "---:", "---:", "---:"])
-    return "\n".join([*head, *table, "", "For information:", "", *info, "", "The floor (raw aiohttp: "
+    names = dict(PEERS)
+    keys = [k for k, _ in PEERS if k in run.sides]
+    peers = _markdown(["per approve cycle", *(names[k] for k in keys)], peer_rows(run), ["---", *("---:" for _ in keys)])
+    return "\n".join([*head, "The approve cycle beside its peers (issue 26):", "", *peers, "", *table,
+                      "", "For information:", "", *info, "", "The floor (raw aiohttp: "
                       "signature check, 200):", "", *floor, "", "The durable floor (the project's cycle with the "
                       "least durability: `tests/bench/http/durable.py`):", "", *durable, "", *details(run)])
 

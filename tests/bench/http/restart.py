@@ -203,8 +203,16 @@ def project_launch(side: Side, secret: str, model_url: str, redis_url: str, data
     env = {"SLACK_BOT_TOKEN": BOT_TOKEN, "SLACK_SIGNING_SECRET": secret, "SLACK_API_URL": side.slack.api_url,
            "REDIS_URL": redis_url, "BOT_TOOLS": "tests.bench.http.tools", "BOT_DATA_DIR": str(data_dir),
            "OPENAI_API_KEY": "sk-bench", "OPENAI_BASE_URL": model_url, "MODEL": "bench-model",
-           "HOST": "127.0.0.1", "PORT": "{port}"}
+           "HOST": "127.0.0.1", "PORT": "{port}", "SLACK_PACING": "off"}
     return Launch(side, ["-m", "bot", "run"], env, data_dir / "project-restarts.log")
+
+
+def langgraph_launch(side: Side, secret: str, model_url: str, data_dir: Path) -> Launch:
+    """The LangGraph peer on its own SQLite file in ``data_dir`` (its parked turns live there, not in Redis)."""
+    args = ["-m", "tests.bench.http.langgraph_app", "--secret", secret, "--token", BOT_TOKEN,
+            "--slack-url", side.slack.api_url, "--model-url", model_url, "--data-dir", str(data_dir / "langgraph"),
+            "--port", "{port}"]
+    return Launch(side, args, {}, data_dir / "langgraph-restarts.log")
 
 
 def floor_launch(side: Side, secret: str, model_url: str, redis_url: str, data_dir: Path) -> Launch:
