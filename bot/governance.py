@@ -67,6 +67,9 @@ class PolicySource(Protocol):
         """Whether Slack Connect guests may talk to the agent in this channel (or the whole workspace)."""
     async def workspace_org(self, team_id: str) -> str | None:
         """The Enterprise Grid org a workspace belongs to, as verified requests said; None if unknown."""
+    async def is_admin(self, team_id: str, user_id: str) -> bool:
+        """Whether ``user_id`` administers the workspace ``team_id`` (Slack says so, or BOT_ADMINS); False
+        when it cannot be told in time (fail closed)."""
     async def decide(
         self, team_id: str, resource: str, tool_input: dict[str, Any] | None, user_id: str | None
     ) -> RuleVerdict | None: ...
@@ -242,6 +245,21 @@ async def _listed(ctx: AnswerersContext, resource: str, *, required: int, exclud
     return Responders(rule="people", people=[workspace_member(team, u) for u in users], required=need)
 
 
+async def workspace_admin(team_id: str | None, principal: Principal) -> bool:
+    """Whether ``principal`` administers the request's workspace ``team_id``: such an admin may cancel any
+    request there (a stuck one nobody else can), never approve one. A person of another workspace, an
+    outsider, or an answer that cannot be had in time is no admin here (fail closed)."""
+    user = principal.slack_user_id
+    check = getattr(_source, "is_admin", None)
+    if check is None or not team_id or not user or principal.team_id != team_id or is_external(principal):
+        return False
+    try:
+        return await check(team_id, user) is True
+    except Exception:  # noqa: BLE001 - unknown: not an admin
+        log.warning("could not tell whether %s administers %s", user, team_id, exc_info=True)
+        return False
+
+
 async def escalated_answer(policy: ResponsePolicy | None, ctx: ResponseContext) -> ResponseDecision:
     """The answer of someone a request was escalated to (``bot.timers``), whom ``policy`` itself refused.
 
@@ -301,9 +319,9 @@ def _named(resource: str) -> str:
     return f"`{list_name(resource)}`"
 
 
-def _mentions(user_ids: list[str], shown: int = 5) -> str:
+def _mentions(user_ids: list[str], joiner: str = " or ", shown: int = 5) -> str:
     """``<@U1> or <@U2>`` (and how many more on the list past ``shown``)."""
-    names = " or ".join(f"<@{u}>" for u in user_ids[:shown])
+    names = joiner.join(f"<@{u}>" for u in user_ids[:shown])
     return names + (f" (or {len(user_ids) - shown} more on its list)" if len(user_ids) > shown else "")
 
 
@@ -346,13 +364,14 @@ async def _check_list(ctx: ResponseContext, resource: str | None, *, required: i
         log.warning("approver list for %s in %s unreadable: %r", resource, team, exc)
         return rejected(STORE_DOWN)
     if (listing is None or not listing.approvers) and ctx.response.decision == "cancel":
-        return rejected(f"Only {_asker(requester)} can cancel this request.")
+        return rejected(f"Only {_asker(requester)} or a workspace admin can cancel this request.")
     if listing is None or not listing.approvers:
         return rejected(f"Nobody is set up to approve {_named(resource)} yet. A workspace admin can add "
                         "approvers in the app's Home tab or with /approvers.")
     if _user(responder) not in listing.approvers:
         if ctx.response.decision == "cancel":  # say who may do what was tried: cancel, not approve
-            return rejected(f"Only {_asker(requester)} or {_mentions(listing.approvers)} can cancel this request.")
+            return rejected(f"Only {_asker(requester)}, {_mentions(listing.approvers, ', ')} or a workspace admin "
+                            "can cancel this request.")
         return rejected(f"Only {_mentions(listing.approvers)} can approve {_named(resource)}.")
     # the stricter of the tool's own rule and the workspace's setting wins
     return allowed(required=max(required or 1, listing.required_approvals))

@@ -292,6 +292,7 @@ class ApprovalSettled(EventBase):
     responder: Principal | None = None
     note: str | None = None
     grants: list[Grant] = Field(default_factory=list)  # what approving granted ("don't ask again")
+    as_admin: bool = False  # a workspace admin cancelled it, past a rule that names others (never an approval)
 
 
 class InputResolved(EventBase):

@@ -21,6 +21,7 @@ from bot.approval import (
     ResponseContext,
     ResponseDecision,
     ResponseView,
+    allowed,
     delegation_responses,
     evaluate_request_policy,
     evaluate_response_policy,
@@ -28,7 +29,7 @@ from bot.approval import (
     requester_only,
 )
 from bot.forms import checked_values, validated_result
-from bot.governance import escalated_answer
+from bot.governance import escalated_answer, workspace_admin
 from bot.metrics import SETTLED
 from bot.parts import Parts
 from bot.principals import Principal
@@ -133,9 +134,17 @@ class Settler:
         decision, failure = await self._run_policy(
             policy, response_context(record, principal, decision_kind, note, edited=response.edited_input))
         if decision is None or decision.status == "rejected":
+            if await self._admin_cancels(record, principal, decision_kind):
+                return await self._settle(record, response, outcome, allowed(), custom, note, as_admin=True)
             reason = failure or (decision.reason if decision else None) or VERIFY_FAILED
             return await self._refuse(record, response, outcome, decision, reason, custom=custom)
         return await self._settle(record, response, outcome, decision, custom, note)
+
+    async def _admin_cancels(self, record: RequestRecord, principal: Principal, decision: str) -> bool:
+        """A workspace admin cancelling an approval its rule refuses them (a stuck request): allowed, and
+        audited as an admin's cancel. An admin never approves this way."""
+        return (decision == "cancel" and record.request.kind == "tool-approval"
+                and await workspace_admin(record.team_id, principal))
 
     def response_policy(self, req: InputRequest) -> tuple[Any, bool]:
         """The policy that decides who may settle ``req`` (None: cannot be known here), and whether
@@ -160,6 +169,8 @@ class Settler:
             return None
         policy = with_escalation(policy, record)
         decided, _ = await self._run_policy(policy, response_context(record, principal, decision, None), within_s=within_s)
+        if (decided is None or decided.status == "rejected") and await self._admin_cancels(record, principal, decision):
+            return allowed()
         return decided
 
     def _grant_refusal(self, record: RequestRecord, outcome: str, response: InputResponse) -> str | None:
@@ -276,7 +287,7 @@ class Settler:
 
     async def _settle(
         self, record: RequestRecord, response: InputResponse, outcome: str, decision: ResponseDecision,
-        custom: bool, note: str | None,
+        custom: bool, note: str | None, *, as_admin: bool = False,
     ) -> AnswerResult:
         req = record.request
         sid, tid, rid = record.session_id, record.turn_id, record.request_id
@@ -292,7 +303,8 @@ class Settler:
         if req.kind == "tool-approval":
             settled_events.append(ApprovalSettled(session_id=sid, turn_id=tid, request_id=rid,
                                                   outcome="approved" if outcome == "approved" else "cancelled",
-                                                  responder=principal, note=note, grants=grants))
+                                                  responder=principal, note=note, grants=grants,
+                                                  as_admin=as_admin))
         resolution = resolution_outcome(req, outcome)
         settled_events.append(InputResolved(session_id=sid, turn_id=tid, resolutions=[
             Resolution(request_id=rid, kind=req.kind, outcome=resolution, response=response)]))

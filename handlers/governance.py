@@ -149,6 +149,9 @@ class StorePolicySource:
         return RuleVerdict(effect=rule.effect, reason=rule.description or None)
 
 
+ADMIN_CHECK_S = 1.0  # users.info's wait when an admin cancels (Slack's ack budget is 3 s)
+
+
 def policy_source_for(redis: RedisClient) -> StorePolicySource:
     """A policy source for processes without Slack (``python -m bot chat``)."""
     return StorePolicySource(PolicyStore(redis, AuditLog(redis)))
@@ -184,6 +187,11 @@ class Governance(StorePolicySource):
         gov.workspaces = workspaces
         use_policy_source(gov)
         return gov
+
+    async def is_admin(self, team_id: str, user_id: str) -> bool:
+        """A workspace admin may cancel any request (``bot.governance.workspace_admin``): asked from the
+        settle path, before the click is acknowledged, so Slack gets a bounded wait; unknown is "no"."""
+        return await self.admins.admin_status(team_id, user_id, within=ADMIN_CHECK_S) is True
 
     # --- approver lists ---------------------------------------------------------------------
 

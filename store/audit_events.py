@@ -119,7 +119,7 @@ class AuditChannel:
             return [("candidate", _who(event.responder), event.request_id, data)]
         if isinstance(event, ApprovalSettled):
             entries = [("settlement", _who(event.responder), event.request_id,
-                        {**base, "outcome": event.outcome, "note": event.note})]
+                        {**base, "outcome": event.outcome, "note": event.note, "as_admin": event.as_admin})]
             for grant in event.grants:
                 entries.append(("grant", _who(event.responder), event.request_id, {
                     **base, "approval_key": grant.approval_key, "scope": grant.scope, "tool": grant.tool_name,

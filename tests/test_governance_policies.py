@@ -395,4 +395,4 @@ async def test_someone_off_the_list_cancelling_is_told_who_may_cancel(policies):
     await policies.set_approvers(T, "tool:refund", ["UBOB"], actor="admin")
     for policy in (approvers("tool:refund"), four_eyes("tool:refund"), n_of_m(2, "tool:refund")):
         refused = await decide(policy, answer(ALICE, CAROL, "cancel"))
-        assert refused.reason == "Only <@UALICE> (who asked) or <@UBOB> can cancel this request."
+        assert refused.reason == "Only <@UALICE> (who asked), <@UBOB> or a workspace admin can cancel this request."

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 from bot.approval import Approval, allowed, always, rejected
 from bot.models.scripted import ScriptedModel, call, say
 from bot.tools import ToolContext, money, tool
-from localslack.seed import ALICE, BOB, CAROL, GENERAL, TEAM_ID
+from localslack.seed import ALICE, BOB, DAVE, GENERAL, TEAM_ID
 from store.audit import AuditLog
 from tests.e2e.test_approval_flow import button, mention_and_wait_for_card
 
@@ -105,14 +105,14 @@ async def test_cancel_colon_reason_typed_in_the_thread_cancels_with_that_reason(
 async def test_someone_the_policy_refuses_gets_no_reason_form_and_is_told_why(local_slack, start_app):
     RAN.clear()
     await start_app(script("finance_refund"), [finance_refund])
-    ts, card = await mention_and_wait_for_card(local_slack)
-    await local_slack.click(CAROL, GENERAL, card.ts, button(card, "Cancel with reason"))
-    note = await local_slack.wait_for(lambda: local_slack.ephemerals(CAROL))
+    ts, card = await mention_and_wait_for_card(local_slack)  # dave: neither bob nor a workspace admin
+    await local_slack.click(DAVE, GENERAL, card.ts, button(card, "Cancel with reason"))
+    note = await local_slack.wait_for(lambda: local_slack.ephemerals(DAVE))
     assert "Only finance (bob) decides refunds." in note[-1].text
-    assert local_slack.open_views(CAROL) == []
-    await local_slack.click(CAROL, GENERAL, card.ts, button(card, "Edit & approve"))
-    await local_slack.wait_for(lambda: len(local_slack.ephemerals(CAROL)) == 2)
-    assert local_slack.open_views(CAROL) == []
+    assert local_slack.open_views(DAVE) == []
+    await local_slack.click(DAVE, GENERAL, card.ts, button(card, "Edit & approve"))
+    await local_slack.wait_for(lambda: len(local_slack.ephemerals(DAVE)) == 2)
+    assert local_slack.open_views(DAVE) == []
     assert any(b["type"] == "actions" for b in local_slack.message(GENERAL, card.ts).blocks)
 
 

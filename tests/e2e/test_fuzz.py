@@ -42,7 +42,7 @@ from blocks.actions import decode_action_id, modal_metadata
 from bot.models.base import ModelResponse
 from bot.models.scripted import call, say
 from bot.protocol import UnknownRequest
-from localslack.seed import ALICE, BOB, BOT_USER_ID, CAROL, DAVE, ERIN, FINANCE, GENERAL, OTHER_TEAM_ID
+from localslack.seed import ALICE, BOB, BOT_USER_ID, DAVE, ERIN, FINANCE, GENERAL, OTHER_TEAM_ID
 from tests.e2e.conftest import SIGNING_SECRET
 from tests.e2e.test_approval_flow import RUNS, button, card_in, finance_refund, refund_charge
 from tests.e2e.test_malformed import FORM, JSON, signature
@@ -53,7 +53,8 @@ CONCURRENCY = 8
 # make test replays one known run, so CI is repeatable; make soak (SOAK=1) explores new seeds
 DEFAULT_SEED = 20261203
 # people who may settle neither card: bob alone approves the first, alice alone the second
-OUTSIDERS = [(DAVE, None), (CAROL, None), (ERIN, OTHER_TEAM_ID), ("U0NOBODY", None), ("W0FORGED", OTHER_TEAM_ID)]
+# people who may settle neither card (carol, a workspace admin, may cancel any approval: DESIGN, "Who may cancel")
+OUTSIDERS = [(DAVE, None), (ERIN, OTHER_TEAM_ID), ("U0NOBODY", None), ("W0FORGED", OTHER_TEAM_ID)]
 TYPED_ANSWERS = ["approve", "yes", "1", "2", "cancel", "no", "¹", "①", "9" * 5000, "approve " * 500]
 
 

@@ -10,9 +10,9 @@ from bot.approval import Approval, always
 from bot.governance import approvers
 from bot.models.scripted import ScriptedModel, call, say
 from bot.tools import tool
-from localslack.seed import ALICE, BOB, BOT_USER_ID, CAROL, GENERAL, TEAM_ID
+from localslack.seed import ALICE, BOB, BOT_USER_ID, CAROL, DAVE, GENERAL, TEAM_ID
 from tests.e2e.test_approval_flow import button, mention_and_wait_for_card
-from tests.e2e.test_governance import governance
+from tests.e2e.test_governance import audit_entries, governance
 
 RAN: list[str] = []
 
@@ -43,11 +43,34 @@ async def test_refusals_say_who_may_approve_and_who_may_cancel(local_slack, star
     assert f"Only <@{BOB}> can approve `big_refund`." in told.text
     assert "someone else" not in told.text
 
-    await local_slack.click(CAROL, GENERAL, card.ts, button(card, "Cancel with reason"))
-    [told] = await local_slack.wait_for(lambda: local_slack.ephemerals(CAROL))
-    assert f"Only <@{ALICE}> (who asked) or <@{BOB}> can cancel this request." in told.text
-    assert "can approve" not in told.text and local_slack.open_views(CAROL) == []
+    await local_slack.click(DAVE, GENERAL, card.ts, button(card, "Cancel with reason"))
+    [told] = await local_slack.wait_for(lambda: local_slack.ephemerals(DAVE))
+    assert f"Only <@{ALICE}> (who asked), <@{BOB}> or a workspace admin can cancel this request." in told.text
+    assert "can approve" not in told.text and local_slack.open_views(DAVE) == []
     assert RAN == []
+
+
+async def test_a_workspace_admin_may_cancel_a_stuck_request_never_approve_it_and_the_audit_says_so(
+        local_slack, start_app):
+    RAN.clear()
+    bot = await start_app(_script(), [big_refund])
+    await governance(bot).policies.set_approvers(TEAM_ID, "tool:big_refund", [BOB], actor="test")
+    ts, card = await mention_and_wait_for_card(local_slack, "refund ch_1")  # carol is a workspace admin
+
+    await local_slack.click(CAROL, GENERAL, card.ts, button(card, "Approve"))
+    [told] = await local_slack.wait_for(lambda: local_slack.ephemerals(CAROL))
+    assert f"Only <@{BOB}> can approve `big_refund`." in told.text  # an admin cancels, never approves
+
+    await local_slack.click(CAROL, GENERAL, card.ts, button(card, "Cancel with reason"))
+    [modal] = await local_slack.wait_for(lambda: local_slack.open_views(CAROL))
+    [reason] = [b for b in modal.blocks if b["type"] == "input"]
+    await local_slack.submit_view(CAROL, modal.id, {reason["block_id"]: {reason["element"]["action_id"]: "Stuck"}})
+    await local_slack.wait_for(lambda: "Cancelled" in str(local_slack.message(GENERAL, card.ts).blocks))
+    await bot.runtime.wait_idle()
+    assert RAN == []
+    [settlement] = await audit_entries(bot, "settlement")
+    assert settlement.actor == f"slack:{TEAM_ID}:{CAROL}" and settlement.data["outcome"] == "cancelled"
+    assert settlement.data["as_admin"] is True and settlement.data["note"] == "Stuck"
 
 
 async def test_approve_typed_with_nothing_waiting_is_told_so_and_starts_no_turn(local_slack, start_app):
