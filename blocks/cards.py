@@ -385,8 +385,12 @@ def money_text(value: float | int, currency: str) -> str:
 EDITED_VALUE_CHARS = 300  # of the value an approver changed, shown under the one that ran
 
 
-def _field_text(key: Any, value: Any, shown_as: str | None = None, was: Any = _UNCHANGED) -> str:
-    name = truncate_mrkdwn(literal_mrkdwn(one_line(str(key))), FIELD_NAME_CHARS) or "_(no name)_"
+def _field_text(key: Any, value: Any, shown_as: str | None = None, was: Any = _UNCHANGED,
+                label: str | None = None) -> str:
+    # named by the title the tool's code gave it (``Field(title=…)``), else by its key exactly as the tool
+    # gets it: a key the model wrote is never reworded (two keys must not read alike)
+    shown = field_label(str(key), label) if label else str(key)
+    name = truncate_mrkdwn(literal_mrkdwn(one_line(shown)), FIELD_NAME_CHARS) or "_(no name)_"
     head = f"*{name}*\n"
     if was is _UNCHANGED:
         return head + _input_value_text(value, shown_as, FIELD_TEXT - len(head))
@@ -404,13 +408,14 @@ def _input_value_text(value: Any, shown_as: str | None, limit: int) -> str:
 
 
 def _field_texts(tool_input: dict[str, Any] | None, max_fields: int, shown_as: dict[str, str] | None = None,
-                 was: dict[str, Any] | None = None) -> list[str]:
+                 was: dict[str, Any] | None = None, labels: dict[str, str] | None = None) -> list[str]:
     """Each field as "*name*\nvalue"; with ``was`` (the proposed input of an edited call), a changed field
     also says what it was edited from."""
     items = list((tool_input or {}).items())
     shown = items if len(items) <= max_fields else items[: max_fields - 1]
     texts = [_field_text(key, value, (shown_as or {}).get(str(key)),
-                         _UNCHANGED if was is None or was.get(key) == value else was.get(key))
+                         _UNCHANGED if was is None or was.get(key) == value else was.get(key),
+                         (labels or {}).get(str(key)))
              for key, value in shown]
     if len(shown) < len(items):
         texts.append(f"*{ELLIPSIS}*\n_{len(items) - len(shown)} more fields not shown_")
@@ -731,7 +736,7 @@ def card_blocks(
     if req.agent and req.kind != "delegation":  # a sub-agent asks: say which one
         blocks.append(_context(rid, f"{tag}agent", subagent_text(req.agent)))
     if req.kind in ("tool-approval", "external-result") and req.action is not None:
-        fields = _field_texts(req.action.input, max_fields, req.action.shown_as, was)
+        fields = _field_texts(req.action.input, max_fields, req.action.shown_as, was, req.action.labels)
         for n, start in enumerate(range(0, len(fields), SECTION_FIELDS)):
             chunk = fields[start : start + SECTION_FIELDS]
             blocks.append(

@@ -42,9 +42,9 @@ async def lookup_customer(args: CustomerQuery, ctx: ToolContext) -> dict:
 
 
 class Refund(BaseModel):
-    charge_id: str = Field(description="The charge to refund, e.g. ch_1001")
-    amount: float = money("USD", gt=0, description="Amount in dollars")
-    reason: str = Field(default="requested by customer", max_length=500)
+    charge_id: str = Field(title="Charge ID", description="The charge to refund, e.g. ch_1001")
+    amount: float = money("USD", gt=0, title="Amount", description="Amount in dollars")
+    reason: str = Field(default="requested by customer", title="Reason", max_length=500)
 
 
 @tool(approval=Approval(request=always(), response=approvers("tool:refund_charge")),

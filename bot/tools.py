@@ -197,6 +197,13 @@ def money(currency: str = "USD", **field: Any) -> Any:
     return Field(json_schema_extra=ShownAs(f"money:{currency.upper()}"), **field)
 
 
+def _titles(model: type[BaseModel] | None) -> dict[str, str]:
+    """The input fields' titles (``Field(title=…)``), keyed as cards see the input: what cards name them by."""
+    if model is None:
+        return {}
+    return {info.alias or name: info.title for name, info in model.model_fields.items() if info.title}
+
+
 def _shown_as(model: type[BaseModel] | None) -> dict[str, str]:
     if model is None:  # a tool taking free-form arguments
         return {}
@@ -264,6 +271,7 @@ class Tool:
         self.result_model = result
         self.result_form = form_schema(result) if result is not None else None  # FormSchemaError names the field
         self.shown_as = _shown_as(self.input_model)
+        self.labels = _titles(self.input_model)
         self._wants_ctx = len(inspect.signature(fn).parameters) >= 2
         self.preview_fn = preview  # read-only: what the call would do, shown on its card (never runs the tool)
         limit = _duration(preview_timeout, "preview_timeout")

@@ -710,3 +710,10 @@ def test_a_form_says_what_it_is_for_and_labels_its_fields_in_words() -> None:
     assert untitled["title"]["text"] == "Fill in the form"
     card = texts(render_request(_form_request(fields)))
     assert "Charge ID · What happened?" in card and "charge_id" not in card
+
+
+def test_an_approval_card_names_its_fields_by_the_tools_titles_else_by_their_keys_exactly() -> None:
+    req = approval(tool_input={"charge_id": "ch_1", "amount": 40, "note": "x"})
+    req.action.labels = {"amount": "Refund amount", "note": "`note` (optional)"}
+    fields = [f["text"] for b in render_request(req) if b.get("fields") for f in b["fields"]]
+    assert fields == ["*charge_id*\nch_1", "*Refund amount*\n40", "*Note*\nx"]

@@ -119,3 +119,17 @@ async def test_a_form_is_titled_for_what_it_is_and_labels_read_as_words(local_sl
     assert inputs["started_at"]["optional"] is True
     yes_no = inputs["customer_facing"]["element"]
     assert [o["text"]["text"] for o in yes_no["options"]] == ["Yes"]  # not "Customers are affected" twice
+
+
+async def test_an_approval_card_names_the_tools_fields_by_their_titles(local_slack, start_app):
+    from bot.demo_tools import refund_charge
+    from bot.models.demo import DemoModel
+
+    bot = await start_app(DemoModel(), [refund_charge])
+    await governance(bot).policies.set_approvers(TEAM_ID, "tool:refund_charge", [BOB], actor="test")
+    _, card = await mention_and_wait_for_card(local_slack, "refund ch_1001 $40")
+    fields = [f["text"] for b in card.blocks if b.get("fields") for f in b["fields"]]
+    assert fields[:2] == ["*Charge ID*\nch_1001", "*Amount*\n$40.00"]
+    await local_slack.click(BOB, GENERAL, card.ts, button(card, "Edit & approve"))
+    [modal] = await local_slack.wait_for(lambda: local_slack.open_views(BOB))
+    assert [b["label"]["text"] for b in modal.blocks if b["type"] == "input"] == ["Charge ID", "Amount", "Reason"]
