@@ -54,7 +54,7 @@ class ActionRef(Contract):
     tool_name: str
     input: dict[str, Any] | None = None
     shown_as: dict[str, str] = Field(default_factory=dict)  # input field → how cards show it ("money:USD")
-    labels: dict[str, str] = Field(default_factory=dict)  # input field → its title (Field(title=…)); else in words
+    labels: dict[str, str] = Field(default_factory=dict)  # input field → its title (Field(title=…)); else its key
 
 
 class Responders(Contract):
