@@ -680,6 +680,9 @@ def test_a_card_approved_with_changes_leads_with_what_ran_and_shows_the_change_b
     assert shown.index("$300.00") < shown.index("Approved")  # what ran, then who approved it
     unchanged = render_settled(req, outcome_label="Approved", edited_input=dict(req.action.input))
     assert "edited from" not in texts(unchanged["blocks"]) and "Refund $400.00" in texts(unchanged["blocks"])
+    pinging = render_settled(req, outcome_label="Approved", edited_input={"charge_id": "<!channel>", "amount": 300},
+                             edited_prompt="Refund $300.00 on <!channel>?")
+    assert "<!channel>" not in json.dumps(pinging)  # what ran is shown as written, never as a ping
 
 
 def test_the_cancel_reason_is_quoted_on_the_settled_card_and_cannot_ping_anyone() -> None:
