@@ -161,7 +161,7 @@ def four_eyes(resource: str | None = None) -> ResponsePolicy:
             if requester is None or requester.same_as(responder):
                 return allowed()
             return await _check_list(ctx, resource, required=None) if resource else rejected(
-                "Only the requester can cancel this request."
+                f"Only {_asker(requester)} or a workspace admin can cancel this request."
             )
         if requester is not None and requester.same_as(responder):
             return rejected("Four-eyes rule: you can't approve your own request — someone else has to.")

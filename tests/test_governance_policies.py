@@ -396,3 +396,8 @@ async def test_someone_off_the_list_cancelling_is_told_who_may_cancel(policies):
     for policy in (approvers("tool:refund"), four_eyes("tool:refund"), n_of_m(2, "tool:refund")):
         refused = await decide(policy, answer(ALICE, CAROL, "cancel"))
         assert refused.reason == "Only <@UALICE> (who asked), <@UBOB> or a workspace admin can cancel this request."
+
+
+async def test_four_eyes_without_a_list_says_who_may_cancel(policies):
+    refused = await decide(four_eyes(), answer(ALICE, CAROL, "cancel"))
+    assert refused.reason == "Only <@UALICE> (who asked) or a workspace admin can cancel this request."
