@@ -90,7 +90,8 @@ async def test_mention_card_click_and_reply_over_socket_mode(socket_bot: SocketB
         GENERAL, thread_ts=ts, predicate=lambda m: "Posted to <" in m.text and "|#general>" in m.text, timeout_s=15
     )
     assert "lunch is here" in reply.text
-    assert [m.text for m in slack.messages(GENERAL) if m.user == BOT_USER_ID and not m.thread_ts] == ["lunch is here"]
+    assert [m.text for m in slack.messages(GENERAL) if m.user == BOT_USER_ID and not m.thread_ts] == [
+        "lunch is here\n_Posted for @alice, approved by @alice_"]  # signed with who asked and approved
     updated = await slack.wait_for(
         lambda: (m := slack.message(GENERAL, card.ts)) and all(b["type"] != "actions" for b in m.blocks or []) and m,
         timeout_s=10,
