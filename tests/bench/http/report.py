@@ -286,6 +286,7 @@ def peer_rows(run: Run) -> list[list[str]]:
         line("click → the cycle's last Slack call, the reply (p50, 5 clicks/s)", "ms",
              lambda k, x: percentile_ms(x.click_to_end, 0.5)),
         line("click → ack p99 at 50 clicks/s", "ms", lambda k, x: percentile_ms(x.acks_burst, 0.99)),
+        line("click → ack p99 at 5 clicks/s", "ms", lambda k, x: percentile_ms(x.acks_light, 0.99)),
         line("app_mention → first model request (p50)", "ms", lambda k, x: percentile_ms(x.to_model, 0.5)),
     ]
     for parked in sorted({n for _, n in run.restarts.seconds}):
