@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any
+from typing import Any, Literal
 
 from slack_sdk.errors import SlackApiError
 
@@ -43,6 +43,7 @@ from bot.session import SessionRef
 from handlers.deps import ClientFor
 from handlers.notes import tell_privately
 from handlers.pacing import SlackPacing
+from handlers.sessions import AgentSessions, title_of, waiting_title
 from handlers.status import StatusLines
 from handlers.streams import LiveAnswers, StreamPacing
 from store.sessions import SessionStore
@@ -97,6 +98,7 @@ class SlackChannel:
         self.client_for = client_for
         self.pacing = pacing or SlackPacing()
         self.status = StatusLines(store, client_for, self.pacing)
+        self.sessions = AgentSessions(store, client_for)  # the thread as a Slack agent session, where Slack has them
         # bot.ports.LiveText: answers streamed as they are written (a stream makes a pending status moot)
         self.live = LiveAnswers(store, client_for, on_stream=self.status.forget_pending, posts=self.pacing.posts,
                                 updates=self.pacing.updates, pacing=StreamPacing(self.pacing.mode))
@@ -111,6 +113,8 @@ class SlackChannel:
         try:
             if isinstance(event, InputRequested):
                 await self._post_cards(event, session)
+                if not session.parent:  # a sub-agent's cards show in its parent's thread, whose session waits
+                    await self.sessions.set(session, "suspended", waiting_title(event.requests))
             else:
                 await self._render(event, session)
         except SlackApiError as exc:
@@ -134,10 +138,13 @@ class SlackChannel:
         match event.type:
             case "turn.started":  # delivered up to bot.drive.DELIVER_UNHURRIED_S late: the wait counts from its time
                 self.status.show_later(session, status_text("thinking"), loading_messages("thinking"), since=event.at)
+                await self._session_status(session, "processing")
             case "action.started":
                 assert isinstance(event, ActionStarted)
                 self.status.show_later(session, status_text("running_tool", event.tool_name),
                                        loading_messages("running_tool", event.tool_name))
+                if self.sessions.available(session) and await self.sessions.current(session) == "suspended":
+                    await self._session_status(session, "processing")  # approved: it works again (stop shows)
             case "message.completed":
                 assert isinstance(event, MessageCompleted)
                 later = await self.live.finish(session, event)  # a streamed answer ends in its stream
@@ -159,14 +166,31 @@ class SlackChannel:
                 await self._escalated(event, session)
             case "turn.waiting" | "turn.completed" | "turn.cancelled":
                 await self.status.clear(session)
+                if event.type == "turn.completed":
+                    await self._session_status(session, "active")
                 if event.type == "turn.cancelled":
+                    await self.sessions.set(session, "closed")
                     await self._post(session, event.seq, ":octagonal_sign: Stopped. Nothing else from this turn will run.")
             case "turn.failed":
                 assert isinstance(event, TurnFailed)
                 await self.status.clear(session)
                 await self._post_once(session, f"post:{event.seq}:0", failure_message(event.reason))
+                await self._session_status(session, "active")  # it answered, with the failure: people may go on
             case _:
                 pass
+
+    async def _session_status(self, session: SessionRef, status: Literal["processing", "active"]) -> None:
+        """Processing or active, titled with the thread's first request (a suspended session's title said
+        whom it waited on)."""
+        if self.sessions.available(session):
+            await self.sessions.set(session, status, await self._first_request(session))
+
+    async def _first_request(self, session: SessionRef) -> str | None:
+        raw = (await self.store.snapshot(session.session_id)).state or {}
+        for message in raw.get("history") or []:
+            if message.get("role") == "user" and isinstance(message.get("content"), str):
+                return title_of(message["content"]) or None
+        return None
 
     # --- cards ---------------------------------------------------------------------------------
 

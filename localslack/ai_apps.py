@@ -37,6 +37,7 @@ LOADING_MESSAGES_MAX = 10  # setStatus: "Maximum of 10 messages"
 PROMPTS_MAX = 4  # setSuggestedPrompts: the split view shows up to four
 MARKDOWN_TEXT_MAX = 12_000  # chat.*Stream: "Limit this field to 12,000 characters"
 STATUS_TIMEOUT_S = 120.0
+SESSION_STATUSES = ("processing", "active", "suspended", "closed")  # agents.sessions.setStatus
 
 
 def thread_key(channel: str, thread_ts: str) -> str:
@@ -79,6 +80,8 @@ class AiAppMethods:
             "chat.startStream": self.start_stream,
             "chat.appendStream": self.append_stream,
             "chat.stopStream": self.stop_stream,
+            "agents.sessions.setStatus": self.session_set_status,
+            "agents.sessions.rename": self.session_rename,
         }
 
     # ---- assistant threads ---------------------------------------------------------------------------
@@ -140,6 +143,39 @@ class AiAppMethods:
         if title is None:
             raise _invalid("missing required field: title")
         assistant_thread(self.ws, channel.id, thread_ts).title = title
+        self.ws.touch()
+        return {}
+
+    # ---- agent sessions ------------------------------------------------------------------------------
+
+    def _session(self, p: Params) -> AssistantThread:
+        if self.ws.agent_sessions_refusal:  # e.g. the app is not declared as an agent
+            raise ApiError(self.ws.agent_sessions_refusal)
+        channel, thread_ts = self._thread(p)
+        return assistant_thread(self.ws, channel.id, thread_ts)
+
+    def session_set_status(self, p: Params) -> dict[str, Any]:
+        """Creates the session if needed; ``title`` names it (for recall), the status is one of four."""
+        status = p.text("status")
+        if status is None:
+            raise _invalid("missing required field: status")
+        if status not in SESSION_STATUSES:
+            raise _invalid(f"must be one of {', '.join(SESSION_STATUSES)} [json-pointer:/status]")
+        thread = self._session(p)
+        title = p.text("title")
+        if title is not None:
+            thread.session_title = title
+        thread.session_status = status
+        thread.session_log.append({"status": status, "title": title or ""})
+        self.ws.touch()
+        return {}
+
+    def session_rename(self, p: Params) -> dict[str, Any]:
+        title = p.text("title")
+        if not title:
+            raise _invalid("missing required field: title")
+        thread = self._session(p)
+        thread.session_title = title
         self.ws.touch()
         return {}
 
@@ -292,6 +328,22 @@ class AiAppActions:
                     }
                     return await self._send_action(user, target, action)  # type: ignore[attr-defined]
         raise ValueError(f"no feedback buttons on message {message_ts}")
+
+    async def stop_agent_session(self, user_id: str, channel_id: str, thread_ts: str) -> DeliveryResult | None:
+        """``user_id`` clicks the stop button Slack shows under a ``processing`` session: Slack sends
+        ``agent_session_stopped`` and leaves the status alone (the app moves it)."""
+        thread = self.ws.assistant_threads.get(thread_key(channel_id, thread_ts))
+        if thread is None or thread.session_status != "processing":
+            raise ValueError(f"no stop button: the session in {channel_id}:{thread_ts} is not processing")
+        channel = self.ws.channel(channel_id)
+        installation = self.ws.installation_for(channel)
+        if installation is None:
+            return None
+        event = {"type": "agent_session_stopped", "channel": channel_id, "thread_ts": thread_ts, "user": user_id,
+                 "streaming_message_ts": [m.ts for m in self.ws.thread(channel_id, thread_ts)
+                                          if m.streaming],
+                 "event_ts": self.ws.clock.next()}
+        return await self.deliverer.send_event(self._app_envelope(event, installation, channel))  # type: ignore[attr-defined]
 
     def _context(self, user_id: str, channel_id: str | None) -> dict[str, Any]:
         if channel_id is None:

@@ -73,6 +73,10 @@ METHODS: dict[str, MethodSpec] = {
     "chat.startStream": MethodSpec(tier=2, scopes=("chat:write",)),
     "chat.appendStream": MethodSpec(tier=4, scopes=("chat:write",)),
     "chat.stopStream": MethodSpec(tier=2, scopes=("chat:write",)),
+    # agent sessions (docs.slack.dev ai/agent-sessions: "The chat:write scope is required to manage
+    # thread-based sessions"; only apps declared as agents may create them)
+    "agents.sessions.setStatus": MethodSpec(tier=3, scopes=("chat:write",)),
+    "agents.sessions.rename": MethodSpec(tier=3, scopes=("chat:write",)),
     "oauth.v2.access": MethodSpec(tier=None),
 }
 

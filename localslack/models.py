@@ -330,6 +330,10 @@ class AssistantThread(BaseModel):
     loading_messages: list[str] = Field(default_factory=list)
     status_at: float = 0.0  # Slack drops a status after two minutes without a message
     context: dict[str, Any] = Field(default_factory=dict)
+    # the thread as an agent session (``agents.sessions.*``): its status, title and every status set, in order
+    session_status: str = ""
+    session_title: str = ""
+    session_log: list[dict[str, str]] = Field(default_factory=list)
 
 
 class Ephemeral(BaseModel):

@@ -204,6 +204,8 @@ class Workspace:
         self.revoked_tokens: set[str] = set()
         # AI apps: split-view title, prompts, live status per "<channel>:<thread_ts>" (localslack.ai_apps)
         self.assistant_threads: dict[str, AssistantThread] = {}
+        # set to Slack's error (e.g. "not_authorized": the app is not declared as an agent) to refuse agents.sessions.*
+        self.agent_sessions_refusal: str | None = None
         for team in self.teams.values():
             self._register_bot_token(team)
         self.version = 0

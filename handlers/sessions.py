@@ -1,0 +1,101 @@
+"""Each turn's thread as a Slack agent session (``agents.sessions.setStatus``, issue 28 item 1).
+
+The status follows the session's committed events, set by the outbox consumer (``handlers.channel``), so
+any replica sets it and a replica that dies mid-turn leaves it to the next delivery of the same events:
+``processing`` when a turn starts (titled with the thread's first request), ``suspended`` while the turn
+waits on a person (the title says on whom), ``active`` when it answered or failed, ``closed`` when it
+was stopped.
+
+Where Slack refuses the methods for the app (a workspace that does not know them, an app not declared as
+an agent, a token without the scope) the workspace is remembered and never asked again by this process:
+the thread keeps today's status line (``handlers.status``), and the refusal is logged once, at info.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Literal
+
+from slack_sdk.errors import SlackApiError
+
+from bot.ports import RetryLater
+from bot.protocol import InputRequest
+from bot.session import SessionRef
+from handlers.deps import ClientFor
+from store.sessions import SessionStore
+
+log = logging.getLogger(__name__)
+
+SessionStatus = Literal["processing", "suspended", "active", "closed"]
+STATUS_FIELD = "agent_session"  # the session's channel field that holds the status last set
+TITLE_MAX = 100  # a session's title is for recall in a list: short
+# Slack refuses the agent surface for this app or workspace: fall back, once per workspace
+REFUSED = {"unknown_method", "not_authorized", "missing_scope", "not_agent_app", "not_allowed_token_type",
+           "no_permission"}
+
+
+def title_of(text: str) -> str:
+    """A session title from a person's first request: its first line, shortened."""
+    line = " ".join((text or "").split())
+    return line if len(line) <= TITLE_MAX else line[: TITLE_MAX - 1] + "…"
+
+
+def _who(req: InputRequest) -> str:
+    responders = req.responders
+    people = [p.slack_user_id for p in (responders.people if responders else []) if p.slack_user_id]
+    if responders is None or responders.rule in ("anyone", "anyone_but", "custom") or not people:
+        return "an approver" if req.kind == "tool-approval" else "a person"
+    names = [f"@{u}" for u in people[:3]] + (["others"] if len(people) > 3 else [])
+    return " or ".join(names)
+
+
+def waiting_title(requests: list[InputRequest]) -> str:
+    """"Waiting for @U1 to approve refund_charge": whom the turn waits on, for what."""
+    req = requests[0]
+    if req.kind == "tool-approval" and req.action is not None:
+        what = f"approve {req.action.tool_name}"
+    else:
+        what = "answer"
+    more = f" (+{len(requests) - 1} more)" if len(requests) > 1 else ""
+    return title_of(f"Waiting for {_who(req)} to {what}{more}")
+
+
+class AgentSessions:
+    def __init__(self, store: SessionStore, client_for: ClientFor):
+        self.store = store
+        self.client_for = client_for
+        self._refused: set[str] = set()  # workspaces (team ids) where Slack refused the methods
+
+    def available(self, session: SessionRef) -> bool:
+        return bool(session.channel.get("thread_ts")) and (session.team_id or "") not in self._refused
+
+    async def current(self, session: SessionRef) -> str | None:
+        """The status last set (kept beside the session: any replica reads it)."""
+        return await self.store.channel_get(session.session_id, STATUS_FIELD)
+
+    async def set(self, session: SessionRef, status: SessionStatus, title: str | None = None) -> bool:
+        """Set the thread's session status; False when it has none here (refused: the status line serves).
+        A rate limit or Slack's 5xx raises (the outbox retries the event); other refusals are logged."""
+        if not self.available(session):
+            return False
+        client = await self.client_for(session.team_id)
+        try:
+            await client.agents_sessions_setStatus(
+                channel_id=session.channel["channel_id"], thread_ts=session.channel["thread_ts"], status=status,
+                title=title or None)
+        except SlackApiError as exc:
+            error = exc.response.get("error")
+            if exc.response.status_code == 429 or error == "ratelimited":
+                raise RetryLater(1.0, f"Slack rate limited agents.sessions.setStatus ({status})") from exc
+            if exc.response.status_code >= 500:
+                raise
+            if error in REFUSED:
+                if (session.team_id or "") not in self._refused:
+                    log.info("no agent sessions in workspace %s (%s): the status line instead", session.team_id,
+                             error)
+                self._refused.add(session.team_id or "")
+            else:
+                log.info("agent session %s not set to %s: %s", session.session_id, status, error)
+            return False
+        await self.store.channel_set(session.session_id, STATUS_FIELD, status)
+        return True

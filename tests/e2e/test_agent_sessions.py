@@ -1,0 +1,61 @@
+"""Each turn's thread is a Slack agent session (issue 28 items 1, 2 and 5): its status follows the turn,
+Slack's stop button stops it, and where Slack refuses the methods the status line serves instead."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from bot.approval import never
+from bot.models.scripted import ScriptedModel, call, say
+from bot.tools import tool
+from localslack.seed import ALICE, BOT_USER_ID, GENERAL
+from tests.e2e.test_approval_flow import button, mention_and_wait_for_card, refund_charge, refund_script
+
+SHOWN = ("chat.postMessage", "chat.update", "chat.delete", "agents.sessions.setStatus",
+         "assistant.threads.setStatus")
+
+
+def shown_calls(slack) -> list[str]:  # noqa: ANN001
+    """The Slack calls people see the result of, each session status by its value."""
+    return [c.method if c.method != "agents.sessions.setStatus" else f"session:{c.params.get('status')}"
+            for c in slack.calls if c.method in SHOWN]
+
+
+def session_log(slack, ts: str) -> list[dict[str, str]]:  # noqa: ANN001
+    return slack.assistant_state(GENERAL, ts).session_log
+
+
+async def test_a_turn_with_an_approval_is_processing_then_suspended_on_whom_then_active(local_slack, start_app):
+    bot = await start_app(refund_script(), [refund_charge])
+    ts, card = await mention_and_wait_for_card(local_slack)
+    await local_slack.wait_for(lambda: local_slack.assistant_state(GENERAL, ts).session_status == "suspended")
+    before_click = len(local_slack.calls)
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+    await local_slack.wait_for(lambda: local_slack.assistant_state(GENERAL, ts).session_status == "active")
+    await bot.runtime.wait_idle()
+
+    log = session_log(local_slack, ts)
+    assert [e["status"] for e in log] == ["processing", "suspended", "processing", "active"]
+    assert log[0]["title"] == "refund ch_1 please", "titled with the first request"
+    assert log[1]["title"] == f"Waiting for @{ALICE} to approve refund_charge", "suspended says on whom"
+    assert log[-1]["title"] == "refund ch_1 please", "answered: the title is the request again"
+    # the whole turn, in Slack calls: the session's statuses around the card, its update and the reply
+    assert shown_calls(local_slack) == ["session:processing", "chat.postMessage", "session:suspended",
+                                        "chat.update", "session:processing", "chat.postMessage", "session:active"]
+    cycle = [c.method for c in local_slack.calls[before_click:] if c.method in SHOWN]
+    assert len(cycle) <= 4, f"an approve cycle (click to reply) costs at most four Slack calls: {cycle}"
+
+
+async def test_where_slack_refuses_agent_sessions_it_asks_once_per_workspace_quietly(local_slack, start_app,
+                                                                                       caplog):
+    local_slack.ws.agent_sessions_refusal = "not_authorized"  # the app is not declared as an agent
+    caplog.set_level(logging.INFO)
+    bot = await start_app(ScriptedModel([say("First."), say("Second.")]), [])
+    for text in ("one", "two"):
+        ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> {text}")
+        await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: m.text.endswith("."))
+        await bot.runtime.wait_idle()
+    asked = [c for c in local_slack.calls if c.method == "agents.sessions.setStatus"]
+    assert [c.response.get("error") for c in asked] == ["not_authorized"], "asked once, then never again"
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and "agent" in r.getMessage().lower()]
