@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from slack_bolt.async_app import AsyncApp
 
-from handlers import answers, assistant, commands, events, fallback, feedback, home, installs, schedules
+from handlers import answers, assistant, commands, events, fallback, feedback, home, installs, schedules, stop
 from handlers.deps import SlackDeps
 
 
 def register(app: AsyncApp, deps: SlackDeps) -> None:
     assistant.register(app, deps)  # before events: assistant threads' messages go through Bolt's middleware
     events.register(app, deps)
+    stop.register(app, deps)  # Slack's stop button on an agent session
     feedback.register(app, deps)
     answers.register(app, deps)
     schedules.register(app, deps)

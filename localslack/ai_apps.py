@@ -329,11 +329,13 @@ class AiAppActions:
                     return await self._send_action(user, target, action)  # type: ignore[attr-defined]
         raise ValueError(f"no feedback buttons on message {message_ts}")
 
-    async def stop_agent_session(self, user_id: str, channel_id: str, thread_ts: str) -> DeliveryResult | None:
+    async def stop_agent_session(self, user_id: str, channel_id: str, thread_ts: str, *,
+                                 late: bool = False) -> DeliveryResult | None:
         """``user_id`` clicks the stop button Slack shows under a ``processing`` session: Slack sends
-        ``agent_session_stopped`` and leaves the status alone (the app moves it)."""
+        ``agent_session_stopped`` and leaves the status alone (the app moves it). ``late``: the click was
+        made while it was processing and the event arrives only now, after the app moved on."""
         thread = self.ws.assistant_threads.get(thread_key(channel_id, thread_ts))
-        if thread is None or thread.session_status != "processing":
+        if thread is None or (thread.session_status != "processing" and not late):
             raise ValueError(f"no stop button: the session in {channel_id}:{thread_ts} is not processing")
         channel = self.ws.channel(channel_id)
         installation = self.ws.installation_for(channel)

@@ -6,11 +6,14 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from pydantic import BaseModel
+
+from blocks.cards import NO_LONGER_NEEDED
 from bot.approval import never
 from bot.models.scripted import ScriptedModel, call, say
 from bot.tools import tool
 from localslack.seed import ALICE, BOT_USER_ID, GENERAL
-from tests.e2e.test_approval_flow import button, mention_and_wait_for_card, refund_charge, refund_script
+from tests.e2e.test_approval_flow import RUNS, button, mention_and_wait_for_card, refund_charge, refund_script
 
 SHOWN = ("chat.postMessage", "chat.update", "chat.delete", "agents.sessions.setStatus",
          "assistant.threads.setStatus")
@@ -59,3 +62,53 @@ async def test_where_slack_refuses_agent_sessions_it_asks_once_per_workspace_qui
     asked = [c for c in local_slack.calls if c.method == "agents.sessions.setStatus"]
     assert [c.response.get("error") for c in asked] == ["not_authorized"], "asked once, then never again"
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING and "agent" in r.getMessage().lower()]
+
+
+async def test_the_stop_button_mid_approval_ends_the_card_and_runs_nothing(local_slack, start_app):
+    """Clicked while the agent worked, delivered once the card was up: the card ends "no longer needed",
+    the thread says it stopped, the session is closed (its buttons are gone), and nothing runs."""
+    RUNS.clear()
+    bot = await start_app(refund_script(), [refund_charge])
+    ts, card = await mention_and_wait_for_card(local_slack)
+    delivered = await local_slack.stop_agent_session(ALICE, GENERAL, ts, late=True)
+    assert delivered is not None and delivered.status == 200
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Stopped" in m.text)
+    await local_slack.wait_for(lambda: local_slack.assistant_state(GENERAL, ts).session_status == "closed")
+    assert NO_LONGER_NEEDED in local_slack.message(GENERAL, card.ts).text
+    await bot.runtime.wait_idle()
+    assert RUNS == [], "nothing runs after the stop"
+    assert not [m for m in local_slack.messages(GENERAL, thread_ts=ts) if "Result:" in m.text]
+
+
+GATE: dict[str, asyncio.Event] = {}
+EXPORTS: list[str] = []
+
+
+class Export(BaseModel):
+    name: str
+
+
+@tool(approval=never())
+async def long_export(args: Export) -> dict:
+    """An export that takes a while."""
+    GATE["started"].set()
+    await GATE["release"].wait()
+    EXPORTS.append(args.name)
+    return {"exported": args.name}
+
+
+async def test_the_stop_button_mid_tool_stops_the_turn_after_the_running_call(local_slack, start_app):
+    GATE.update(started=asyncio.Event(), release=asyncio.Event())
+    EXPORTS.clear()
+    model = ScriptedModel([call("long_export", name="q3"), call("long_export", name="q4"), say("All exported.")])
+    bot = await start_app(model, [long_export])
+    ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> export q3 then q4")
+    await asyncio.wait_for(GATE["started"].wait(), 5)
+    await local_slack.wait_for(lambda: local_slack.assistant_state(GENERAL, ts).session_status == "processing")
+    await local_slack.stop_agent_session(ALICE, GENERAL, ts)
+    GATE["release"].set()
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Stopped" in m.text)
+    await bot.runtime.wait_idle()
+    assert EXPORTS == ["q3"], "the call under way ends; the next one never starts"
+    assert local_slack.assistant_state(GENERAL, ts).session_status == "closed"
+    assert not [m for m in local_slack.messages(GENERAL, thread_ts=ts) if "All exported" in m.text]

@@ -1,0 +1,60 @@
+"""Slack's stop button under a ``processing`` agent session (``agent_session_stopped``, issue 28 item 2).
+
+It stops the turn exactly as the runtime's cancel does for anyone else (``Runtime.cancel_turn``): open
+requests resolve as no longer needed, a running tool is told, nothing of the turn runs afterwards. The
+committed ``turn.cancelled`` then closes the session and says so in the thread (``handlers.channel``), on
+whichever replica delivers it. Slack does not move the status itself, so a click on a session with no turn
+left (a stale status) moves it to ``active`` here.
+
+Who: the clicker from the verified event; like a typed stop, only the person whose turn it is may stop it
+(``cancel_turn`` refuses anyone else: fail closed), and they are told privately.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError
+
+from bot.principals import Principal
+from bot.session import slack_session_id
+from bot.state import SessionState
+from handlers.deps import SlackDeps
+from handlers.identity import event_principal, installation_team
+from handlers.notes import tell_privately
+
+log = logging.getLogger(__name__)
+
+NOT_YOURS = "Only the person who asked can stop this. The agent goes on."
+
+
+def register(app: AsyncApp, deps: SlackDeps) -> None:
+    async def on_stopped(body: dict[str, Any], event: dict[str, Any], client: Any) -> None:
+        principal = event_principal(body, event)
+        team, channel_id, thread_ts = installation_team(body), event.get("channel"), event.get("thread_ts")
+        if principal is None or not team or not channel_id or not thread_ts:
+            return
+        sid = slack_session_id(team, channel_id, thread_ts)
+        # after the ack: cancelling drives the session, which may wait on its lease
+        deps.runtime.spawn(_stop(deps, client, sid, principal, channel_id, thread_ts),
+                           what=f"stop button in {sid}")
+
+    app.event("agent_session_stopped")(on_stopped)
+
+
+async def _stop(deps: SlackDeps, client: Any, sid: str, principal: Principal, channel_id: str,
+                thread_ts: str) -> None:
+    if await deps.runtime.cancel_turn(sid, principal):
+        return  # turn.cancelled, once committed, closes the session and says so in the thread
+    raw = (await deps.store.snapshot(sid)).state
+    turn = SessionState.model_validate(raw).turn if raw else None
+    try:
+        if turn is not None:  # someone else's turn: it goes on
+            await tell_privately(client, principal.slack_user_id or "", NOT_YOURS, channel=channel_id,
+                                 thread_ts=thread_ts)
+        else:  # nothing running: the status was stale
+            await client.agents_sessions_setStatus(channel_id=channel_id, thread_ts=thread_ts, status="active")
+    except SlackApiError as exc:  # a courtesy: the turn's state is what counts
+        log.info("stop button in %s: %s", sid, exc.response.get("error"))
