@@ -67,3 +67,9 @@ def test_group_dm_threads_are_heard_and_nothing_unused_is_asked_for():
     assert "reactions:write" not in scopes  # nothing adds reactions
     usage = next(c["usage_hint"] for c in manifest()["features"]["slash_commands"] if c["command"] == "/approvers")
     assert all(word in usage for word in ("list", "edit", "help"))
+
+
+def test_the_app_is_declared_as_an_agent_with_the_stop_buttons_event():
+    """Issue 28: agent sessions need the app declared as an agent; the stop button sends agent_session_stopped."""
+    assert manifest()["features"]["agent_view"]["agent_description"]
+    assert "agent_session_stopped" in manifest()["settings"]["event_subscriptions"]["bot_events"]
