@@ -112,3 +112,23 @@ async def test_the_stop_button_mid_tool_stops_the_turn_after_the_running_call(lo
     assert EXPORTS == ["q3"], "the call under way ends; the next one never starts"
     assert local_slack.assistant_state(GENERAL, ts).session_status == "closed"
     assert not [m for m in local_slack.messages(GENERAL, thread_ts=ts) if "All exported" in m.text]
+
+
+async def test_the_stop_button_reaching_another_replica_stops_the_turn_running_on_the_first(local_slack, start_app):
+    GATE.update(started=asyncio.Event(), release=asyncio.Event())
+    EXPORTS.clear()
+    first = await start_app(ScriptedModel([call("long_export", name="q3"), call("long_export", name="q4"),
+                                           say("All exported.")]), [long_export])
+    ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> export q3 then q4")
+    await asyncio.wait_for(GATE["started"].wait(), 5)
+    await local_slack.wait_for(lambda: local_slack.assistant_state(GENERAL, ts).session_status == "processing")
+    second = await start_app(ScriptedModel([say("The second replica's model is never asked.")]), [long_export])
+    await local_slack.stop_agent_session(ALICE, GENERAL, ts)  # delivered to the second replica
+    GATE["release"].set()
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Stopped" in m.text)
+    await first.runtime.wait_idle()
+    await second.runtime.wait_idle()
+    assert EXPORTS == ["q3"], "the call under way on the first replica ends; nothing runs after it"
+    await local_slack.wait_for(lambda: local_slack.assistant_state(GENERAL, ts).session_status == "closed")
+    assert not [m for m in local_slack.messages(GENERAL, thread_ts=ts) if "exported" in m.text.lower()
+                or "never asked" in m.text]
