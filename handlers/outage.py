@@ -18,19 +18,16 @@ import logging
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
-from redis.exceptions import ClusterDownError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 from slack_bolt.response import BoltResponse
 
 from bot.metrics import STORE_UNAVAILABLE
 from handlers.metering import payload_type
 from handlers.notes import tell_privately
+from store.client import UNREACHABLE
 
 log = logging.getLogger(__name__)
 
 TRY_AGAIN = "I couldn't record that — try again in a moment."
-STORE_DOWN = (RedisConnectionError, RedisTimeoutError, ClusterDownError)
 # Slack retries events (a 5xx makes it deliver them again); these it never retries
 PEOPLE = {"block_actions", "view_submission", "shortcut", "message_action", "slash_command"}
 
@@ -38,8 +35,11 @@ Spawn = Callable[..., Any]
 READ_BUDGET_S = 1.5  # a click's store reads before its ack, at most: Slack gives up on the ack at 3 s
 
 
-class StoreTooSlow(RedisTimeoutError):
+class StoreTooSlow(TimeoutError):
     """The store did not answer within a request's ack budget (a hung server, a network dropping packets)."""
+
+
+STORE_DOWN = (*UNREACHABLE, StoreTooSlow)
 
 
 @contextlib.asynccontextmanager

@@ -51,13 +51,16 @@ from urllib.parse import urlsplit
 import redis.asyncio as redis_asyncio
 from redis.asyncio.retry import Retry
 from redis.backoff import AbstractBackoff, EqualJitterBackoff
+from redis.exceptions import ClusterDownError, RedisError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from store.embedded import DataDirInUse, EmbeddedValkey, shared_server
 
 DEFAULT_DATA_DIR = Path(".data/redis")
+# The store cannot be reached (down, hung, a cluster without a master for a slot): what a caller may
+# answer "try again" to, as nothing was recorded
+UNREACHABLE: tuple[type[Exception], ...] = (RedisConnectionError, RedisTimeoutError, ClusterDownError)
 SUPPORTED_SCHEMES = ("redis", "rediss", "unix")
 _PASSWORD_IN_URL = re.compile(r"(//[^/@:]*:)[^@/]*@")
 
