@@ -83,6 +83,7 @@ from bot.protocol import (
     CONTINUE,
     PREVIEW_UNAVAILABLE,
     STOP,
+    Grant,
     GrantOffer,
     InputOption,
     InputRequest,
@@ -623,6 +624,20 @@ def granted_text(req: InputRequest, scope: str | None) -> str | None:
     if offer.scope == "conversation":
         return ":unlock: Won’t ask again in this conversation"
     return f":unlock: Won’t ask {mention(req.principal)} again for {offer.days} days"
+
+
+def standing_note(grant: Grant) -> dict[str, Any]:
+    """The thread's line for a call that runs without asking: whose standing approval let it, how far
+    it reaches, and where it is revoked (a call that skips its card is never silent)."""
+    whose = f"{mention(grant.granted_by)}’s standing approval" if grant.granted_by else "a standing approval"
+    if grant.scope == "conversation":
+        reach = "in this conversation"
+    else:
+        reach = f"for {mention(grant.requester)} in any conversation"
+        reach += f" (until {slack_date(grant.expires_at)})" if grant.expires_at else ""
+    text = (f":unlock: Ran without asking, under {whose} for {inline_code(one_line(grant.tool_name))} {reach}"
+            " — revoke it in App Home to be asked again.")
+    return {"text": text, "blocks": [ContextBlock(elements=[_text(mrkdwn(text, CONTEXT_TEXT))]).to_dict()]}
 
 
 FORM_LABEL = "Open form"

@@ -221,11 +221,26 @@ def grant_text(grant: Grant) -> str:
     if grant.scope == "requester":
         where = f"for {mention(grant.requester)} in any conversation"
     else:
-        where = f"in one conversation, where {mention(grant.requester)} asked"
+        where = f"in {_conversation(grant)}, where {mention(grant.requester)} asked"
     line = f"{tool}{key} runs without asking {where}"
     if grant.expires_at is not None:
         line += f" · until {slack_date(grant.expires_at)}"
     return line + f"\n_approved by {mention(grant.granted_by)} {slack_date(grant.granted_at)}_"
+
+
+def thread_url(channel: dict[str, str]) -> str | None:
+    """A thread's archive link (Slack's ``/archives/<channel>/p<ts without the dot>`` form): it opens the
+    thread for anyone in the channel, with no API call."""
+    channel_id, ts = channel.get("channel_id"), channel.get("thread_ts")
+    if not channel_id or not ts:
+        return None
+    return f"https://slack.com/archives/{channel_id}/p{ts.replace('.', '')}"
+
+
+def _conversation(grant: Grant) -> str:
+    """"one conversation", linked to its thread when the grant knows where that is (older grants do not)."""
+    url = thread_url(grant.channel)
+    return f"<{url}|one conversation>" if url else "one conversation"
 
 
 def _grant_row(grant: Grant, n: int) -> SectionBlock:

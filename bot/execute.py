@@ -33,6 +33,7 @@ from bot.protocol import (
     CANCEL,
     ActionRef,
     ActionStarted,
+    Grant,
     InputOption,
     InputRequest,
     RequestRecord,
@@ -86,16 +87,37 @@ class Executor:
         turn = state.turn
         assert turn is not None and turn.step is not None
         info = session_info(state)
-        grants = grants | await self._requester_grants(state)
-        await asyncio.gather(*(self._decide(call, info, grants, turn.owner, state.agent) for call in turn.step.calls))
+        held = await self._requester_grants(state)
+        everyone = grants | set(held)
+        await asyncio.gather(*(self._decide(call, info, everyone, turn.owner, state.agent) for call in turn.step.calls))
+        await asyncio.gather(*(self._standing(state, call, grants, held) for call in turn.step.calls))
 
-    async def _requester_grants(self, state: SessionState) -> set[str]:
+    async def _standing(self, state: SessionState, call: CallState, conversation: set[str],
+                        held: dict[str, Grant]) -> None:
+        """Note on a call that runs without asking which standing approval let it (its thread is told
+        whose it is and where to revoke it): a call its tool would otherwise ask about, whose approval
+        key is granted here (the record is read only then) or held by the requester."""
+        tool = self.p.tools.get(call.tool_name)
+        if call.status != "ready" or tool is None or not (records_grant(tool.approval) or grant_offers(tool.approval)):
+            return
+        try:
+            key = tool.approval_key(tool.parse(call.arguments))
+        except ValueError:
+            return
+        if key in conversation:
+            call.standing = await self.p.store.grants.in_conversation(state.ref.session_id, key) or Grant(
+                scope="conversation", approval_key=key, tool_name=tool.name, session_id=state.ref.session_id,
+                request_id="")  # granted before grants were recorded: whose it was is not known
+        elif key in held:
+            call.standing = held[key]
+
+    async def _requester_grants(self, state: SessionState) -> dict[str, Grant]:
         """The approval keys the turn's owner holds "don't ask me again" grants for, among the step's
         calls whose tools offer them (read only then: one command)."""
         turn = state.turn
         assert turn is not None and turn.step is not None
         if turn.owner is None:
-            return set()
+            return {}
         keys = []
         for call in turn.step.calls:
             tool = self.p.tools.get(call.tool_name)
@@ -106,7 +128,7 @@ class Executor:
             except ValueError:
                 continue  # _decide reports the bad arguments
         now = datetime.fromtimestamp(self.p.settings.clock(), UTC)
-        return await self.p.store.grants.for_requester(state.ref.team_id, turn.owner, keys, now) if keys else set()
+        return await self.p.store.grants.for_requester(state.ref.team_id, turn.owner, keys, now) if keys else {}
 
     async def _decide(self, call: CallState, info: SessionInfo, grants: set[str], owner: Any,
                       agent: str | None = None) -> None:
@@ -329,7 +351,8 @@ class Executor:
         turn = state.turn
         assert turn is not None and turn.step is not None
         return [ActionStarted(session_id=session_id, turn_id=turn.turn_id, call_id=c.call_id,
-                              tool_name=c.tool_name, input=safe_input(self.p.tools.get(c.tool_name), c))
+                              tool_name=c.tool_name, input=safe_input(self.p.tools.get(c.tool_name), c),
+                              standing=c.standing)
                 for c in turn.step.calls if c.status == "ready" and not c.asks]
 
     async def run_ready(self, session_id: str, token: str, state: SessionState) -> None:

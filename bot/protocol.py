@@ -86,6 +86,7 @@ class Grant(Contract):
     approval_key: str
     tool_name: str
     session_id: str | None = None  # conversation grants
+    channel: dict[str, str] = Field(default_factory=dict)  # a conversation grant's SessionRef.channel (its link)
     requester: Principal | None = None  # requester grants
     granted_by: Principal | None = None
     request_id: str
@@ -254,6 +255,7 @@ class ActionStarted(EventBase):
     call_id: str
     tool_name: str
     input: dict[str, Any] | None = None
+    standing: Grant | None = None  # it runs without asking under this standing approval ("don't ask again")
 
 
 class ActionResult(EventBase):

@@ -190,8 +190,8 @@ class Settler:
         return None
 
     def _grants(self, record: RequestRecord, response: InputResponse) -> list[Grant]:
-        """What approving ``record`` with ``response`` grants: the conversation (once(), custom rules, or
-        chosen), and/or the requester for some days (chosen)."""
+        """What approving ``record`` with ``response`` grants: the scope the approver chose (the
+        conversation, or the requester for some days), else the conversation for once() and custom rules."""
         req = record.request
         key = record.approval_key
         if req.kind != "tool-approval" or key is None or req.action is None:
@@ -201,8 +201,10 @@ class Settler:
                 "requester": req.principal, "granted_by": response.principal, "request_id": record.request_id,
                 "granted_at": now}
         grants = []
-        if record.grant_on_approve or response.grant == "conversation":
-            grants.append(Grant(scope="conversation", session_id=record.session_id, **base))
+        # one click, one standing approval: a chosen scope replaces once()'s implied conversation grant
+        # (a "don't ask this requester again" must not leave a second, unnamed one behind)
+        if response.grant == "conversation" or (record.grant_on_approve and response.grant is None):
+            grants.append(Grant(scope="conversation", session_id=record.session_id, channel=record.channel, **base))
         offer = next((o for o in req.grants if o.scope == "requester"), None)
         if response.grant == "requester" and offer is not None:
             grants.append(Grant(scope="requester", expires_at=now + timedelta(days=offer.days or DEFAULT_GRANT_DAYS),

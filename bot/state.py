@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from bot.models.base import Message
 from bot.principals import Principal
-from bot.protocol import Answer, utcnow
+from bot.protocol import Answer, Grant, utcnow
 from bot.session import SessionRef
 
 CallStatus = Literal["ready", "awaiting", "asking", "done"]
@@ -44,6 +44,7 @@ class CallState(BaseModel):
     reported: bool = False  # an action.result was emitted for it
     edited_from: str | None = None  # the arguments the model proposed, when an approver changed them
     edited_by: Principal | None = None
+    standing: Grant | None = None  # the standing approval it runs under instead of asking (its thread is told)
 
     def tool_message(self) -> str:
         """What the model reads for this call: its result, and that a person changed its arguments."""

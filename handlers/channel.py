@@ -23,6 +23,7 @@ from blocks.cards import (
     render_settled,
     render_waiting,
     resolution_label,
+    standing_note,
 )
 from blocks.messages import failure_message, loading_messages, status_text
 from bot.ports import RetryLater, Undeliverable
@@ -145,6 +146,9 @@ class SlackChannel:
                                        loading_messages("running_tool", event.tool_name))
                 if self.sessions.available(session) and await self.sessions.current(session) == "suspended":
                     await self._session_status(session, "processing")  # approved: it works again (stop shows)
+                if event.standing is not None:  # it skipped its card: say whose approval let it, once
+                    await self._post_once(session, f"standing:{event.turn_id}:{event.call_id}",
+                                          standing_note(event.standing))
             case "message.completed":
                 assert isinstance(event, MessageCompleted)
                 later = await self.live.finish(session, event)  # a streamed answer ends in its stream

@@ -41,19 +41,21 @@ class GrantStore:
         await self.redis.hset(self.key(grant.team_id), grant.grant_id, grant.model_dump_json())
 
     async def for_requester(self, team_id: str | None, requester: Principal, keys: Iterable[str],
-                            now: datetime) -> set[str]:
-        """The approval keys among ``keys`` this requester holds an unexpired grant for (one command)."""
+                            now: datetime) -> dict[str, Grant]:
+        """This requester's unexpired grants among ``keys``, by approval key (one command)."""
         wanted = sorted(set(keys))
         if not wanted:
-            return set()
+            return {}
         ids = [grant_id("requester", requester.principal_id, k) for k in wanted]
         raws = await self.redis.hmget(self.key(team_id), ids)
-        held = set()
-        for key, raw in zip(wanted, raws, strict=True):
-            grant = _parsed(raw)
-            if grant is not None and _live(grant, now):
-                held.add(key)
-        return held
+        grants = {key: _parsed(raw) for key, raw in zip(wanted, raws, strict=True)}
+        return {key: g for key, g in grants.items() if g is not None and _live(g, now)}
+
+    async def in_conversation(self, session_id: str, approval_key: str) -> Grant | None:
+        """The record of a conversation grant (who gave it, where), as its settle wrote it."""
+        raw = await self.redis.hget(self._session_key(session_id, "granted"),
+                                    grant_id("conversation", session_id, approval_key))
+        return _parsed(raw)
 
     async def list(self, team_id: str | None, now: datetime) -> list[Grant]:
         """Every grant of the workspace in force, newest first; the rest are dropped on the way."""

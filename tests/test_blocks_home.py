@@ -285,3 +285,26 @@ def test_a_read_only_home_card_still_says_who_may_answer() -> None:
     view = home_view("U0ME", [HomeRequest(request=req, can_settle=False)], [], None)
     assert_valid_view(view)
     assert "Waiting on <@U0BOB>" in texts(view) and "*Approval needed:*" in texts(view)
+
+
+def test_standing_approvals_link_their_thread_and_calls_under_them_say_whose_they_are():
+    """Issue 29 item 6: a conversation grant links its thread; the note a call under a grant leaves."""
+    from datetime import UTC, datetime
+
+    from blocks.cards import standing_note
+    from blocks.home import grant_text
+    from bot.protocol import Grant
+    from tests.blocks_validation import assert_valid_message
+
+    alice, bob = slack_user("T1", "U0ALICE"), slack_user("T1", "U0BOB")
+    here = Grant(scope="conversation", approval_key="refund_charge", tool_name="refund_charge", session_id="s1",
+                 channel={"channel_id": "C1", "thread_ts": "1700000000.000100"}, requester=alice, granted_by=bob,
+                 request_id="r1")
+    assert "<https://slack.com/archives/C1/p1700000000000100|one conversation>" in grant_text(here)
+    assert "in one conversation," in grant_text(here.model_copy(update={"channel": {}}))  # older grants: no link
+    note = standing_note(here)
+    assert_valid_message(note)
+    assert note["text"] == (":unlock: Ran without asking, under <@U0BOB>’s standing approval for `refund_charge` "
+                            "in this conversation — revoke it in App Home to be asked again.")
+    theirs = here.model_copy(update={"scope": "requester", "expires_at": datetime(2026, 12, 11, tzinfo=UTC)})
+    assert "for <@U0ALICE> in any conversation (until <!date^" in standing_note(theirs)["text"]

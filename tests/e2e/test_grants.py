@@ -9,7 +9,7 @@ from urllib.parse import quote
 
 from pydantic import BaseModel
 
-from bot.approval import always
+from bot.approval import always, once
 from bot.models.scripted import ScriptedModel, call, calls, say
 from bot.tools import ToolContext, tool
 from localslack.seed import ALICE, BOB, GENERAL, TEAM_ID
@@ -169,3 +169,58 @@ async def test_a_forged_grant_on_a_tool_that_offers_none_settles_nothing(local_s
     note = await local_slack.wait_for(lambda: local_slack.ephemerals(ALICE))
     assert "only be approved this once" in note[-1].text
     assert any(b["type"] == "actions" for b in local_slack.message(GENERAL, card.ts).blocks) and PLAIN_RUNS == []
+
+
+@tool(approval=once(grant_days=7))
+async def rotate_key(args: dict, ctx: ToolContext) -> dict:
+    """Rotate the API key."""
+    RUNS.append("rotate")
+    return {"rotated": True}
+
+
+def standing_notes(slack, ts) -> list[str]:
+    return [m.text for m in slack.messages(GENERAL, thread_ts=ts) if "standing approval" in (m.text or "")]
+
+
+async def test_one_dont_ask_again_click_grants_only_the_scope_it_named(local_slack, start_app):
+    """once(grant_days=…): "don't ask again for 7 days" is one standing approval (the requester's), not
+    that and a second one for the conversation (issue 29 item 6)."""
+    RUNS.clear()
+    await start_app(turns("rotate_key", 1), [rotate_key])
+    ts, card = await mention_and_wait_for_card(local_slack, "rotate the key")
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve, don’t ask again for 7 days"))
+    await replied(local_slack, ts)
+    home = json.dumps((await open_home(local_slack, ALICE)).blocks)
+    assert home.count('"grants:revoke"') == 1, home
+    assert "in any conversation" in home and "in one conversation" not in home
+
+
+async def test_conversation_grants_link_their_thread_and_calls_under_grants_say_so(local_slack, start_app):
+    """A conversation grant in App Home links its thread; each call that runs under a standing approval
+    says in its thread whose approval it was and where to revoke it (issue 29 item 6)."""
+    RUNS.clear()
+    steps = [call("clear_cache"), replying, call("clear_cache"), replying]
+    await start_app(ScriptedModel(steps), [clear_cache])
+    ts, card = await mention_and_wait_for_card(local_slack, "clear the cache")
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve, don’t ask again here"))
+    await replied(local_slack, ts)
+    assert standing_notes(local_slack, ts) == []  # approved on its card: no note
+    home = json.dumps((await open_home(local_slack, ALICE)).blocks)
+    assert f"https://slack.com/archives/{GENERAL}/p{ts.replace('.', '')}" in home, home
+
+    await local_slack.post_message(ALICE, GENERAL, "<@U0BOT> once more", thread_ts=ts)
+    [note] = await local_slack.wait_for(lambda: standing_notes(local_slack, ts))
+    assert RUNS == ["cache", "cache"]
+    assert f"<@{ALICE}>" in note and "`clear_cache`" in note and "in this conversation" in note
+    assert "App Home" in note
+
+
+async def test_a_call_under_a_requester_grant_says_so_in_its_thread(local_slack, start_app):
+    RUNS.clear()
+    await start_app(turns("restart_service", 2, service="api"), [restart_service])
+    ts, card = await mention_and_wait_for_card(local_slack, "restart api")
+    await local_slack.select(ALICE, GENERAL, card.ts, grant_select(card)["action_id"], "requester")
+    await replied(local_slack, ts)
+    reply = await ran_without_asking(local_slack, ALICE, "restart api again")
+    [note] = await local_slack.wait_for(lambda: standing_notes(local_slack, reply.thread_ts))
+    assert f"<@{ALICE}>" in note and "`restart_service`" in note and "until" in note and "App Home" in note
