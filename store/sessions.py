@@ -93,10 +93,18 @@ def slot_of_request(request_id: str) -> str:
 # Retention while a request is open (DESIGN §12): the session's ``P:open`` set holds the keys of its open
 # requests; while it exists, what those requests need (state, events and their counter, inbox, grants,
 # frontend data, outbox cursor) has no end; the settle that closes the last one gives them their end.
+# Cost (issue 26): ``held`` asks Redis once per script run (a script that adds to or removes from ``P:open``
+# says so with ``HELD = nil``), and ``keep`` does nothing while held: the commit that opens a session's
+# first request takes every end off (``PERSIST``), and no write while ``P:open`` exists gives one (the state
+# is then written without PX, every other end is set through ``keep``), so there is no end to take off again.
 _HOLD = """
-local function held(open) return redis.call('EXISTS', open) == 1 end
+local HELD = nil
+local function held(open)
+  if HELD == nil then HELD = redis.call('EXISTS', open) == 1 end
+  return HELD
+end
 local function keep(key, open, retention)
-  if held(open) then redis.call('PERSIST', key) else redis.call('PEXPIRE', key, retention) end
+  if not held(open) then redis.call('PEXPIRE', key, retention) end
 end
 """
 
@@ -120,6 +128,7 @@ for _, raw in ipairs(take) do
   if not redis.call('LPOS', KEYS[#KEYS], raw) then return -2 end
 end
 for _, raw in ipairs(take) do redis.call('LREM', KEYS[#KEYS], 1, raw) end
+local opening = n_requests > 0 and not held(KEYS[6])  -- the session's first open request: ends come off
 for i = 1, n_requests do
   local fields = cjson.decode(ARGV[4 + n_events + i])
   local flat = {}
@@ -127,11 +136,14 @@ for i = 1, n_requests do
   redis.call('HSET', KEYS[9 + i], unpack(flat))
   redis.call('SADD', KEYS[6], KEYS[9 + i])
 end
+if n_requests > 0 then HELD = true end
 if state_json ~= '' then
   if held(KEYS[6]) then redis.call('SET', KEYS[2], state_json) else redis.call('SET', KEYS[2], state_json, 'PX', retention) end
 end
-if n_requests > 0 then  -- what was written before with an end keeps no end while these are open
-  for _, i in ipairs({2, 3, 4, 5, 7, 8, 9, #KEYS}) do keep(KEYS[i], KEYS[6], retention) end
+if opening then  -- what was written before with an end keeps no end while these are open (the state just lost its)
+  for _, i in ipairs({2, 3, 4, 5, 7, 8, 9, #KEYS}) do
+    if i ~= 2 or state_json == '' then redis.call('PERSIST', KEYS[i]) end
+  end
 end
 if ref_json ~= '' then
   redis.call('HSET', KEYS[5], '_ref', ref_json)
@@ -186,6 +198,7 @@ local function close(status, closed_outcome)
   redis.call('PEXPIRE', req, retention)
   redis.call('PEXPIRE', oks, retention)
   redis.call('SREM', open, req)
+  HELD = nil
   if not held(open) then
     for i = 3, 11 do if i ~= 6 then redis.call('PEXPIRE', KEYS[i], retention) end end
   end
@@ -195,8 +208,9 @@ if not status then return {'missing', 0, 0, 0} end
 if status ~= 'open' then return {'stale', emit(ev_stale), 0, 0} end
 if redis.call('EXISTS', KEYS[7]) == 0 then  -- its turn is gone: nothing can resume, so nobody may approve it
   response, responder, note = '', '', ''
+  local first = emit(ev_gone)  -- before the close, which sets the ends (emit's own keep is then free)
   close('settled', 'cancelled')
-  return {'gone', emit(ev_gone), 0, complete()}
+  return {'gone', first, 0, complete()}
 end
 if mode == 'reject' then return {'rejected', emit(ev_rejected), 0, 0} end
 local count = 0
@@ -211,8 +225,8 @@ if grant_key ~= '' and outcome == 'approved' then
   redis.call('HSET', granted, grant_id, grant_json)
   redis.call('SADD', grants, grant_key)
 end
+local first = emit(ev_settled, count)  -- before the close, as above
 close('settled', outcome)
-local first = emit(ev_settled, count)
 return {'settled', first, count, complete()}
 """
 

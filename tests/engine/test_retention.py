@@ -103,3 +103,30 @@ async def test_9_a_request_whose_turn_is_gone_is_not_listed_as_waiting(redis):
     await redis.delete(store.key(session().session_id, "state"))
 
     assert await store.pending_for_team("T1") == []  # App Home and `bot pending` offer no button for it
+
+
+async def _calls(redis, *names: str) -> dict[str, int]:
+    stats = await redis.info("commandstats")
+    return {name: stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in names}
+
+
+async def test_26_the_open_request_rule_costs_one_look_per_script(redis):
+    """Issue 26: keeping what an open request needs costs one EXISTS of ``P:open`` per script, not one per
+    key kept, and nothing while it is held (no retained key has an end then); the rule itself still holds."""
+    deploy, runs = recording_tool("deploy", approval=always())
+    runtime, channel, store = _runtime(redis, ScriptedModel([call("deploy"), model_say("deployed")]), [deploy])
+    sid = session().session_id
+    before = await _calls(redis, "exists", "persist")
+
+    await say(runtime, "deploy")
+    [req] = channel.requests()
+    for name in ("state", "events", "seq", "out"):
+        assert await redis.pttl(store.key(sid, name)) == -1, name  # held: no end while the request is open
+    await approve(runtime, req.request_id)
+
+    after = await _calls(redis, "exists", "persist")
+    assert len(runs) == 1 and [e.text for e in channel.of("message.completed")] == ["deployed"]
+    assert 0 < await redis.pttl(store.key(sid, "state")) <= RETENTION_S * 1000  # its end, set at the settle
+    spent = {name: after[name] - before[name] for name in after}
+    assert spent["exists"] <= 13, spent  # was 38 (one per key kept); ~25 scripts ran, not all keep anything
+    assert spent["persist"] <= 7, spent  # was 12: once when the first request opens, not again on each write
