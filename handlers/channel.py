@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any, Literal
+from typing import Any
 
 from slack_sdk.errors import SlackApiError
 
@@ -44,7 +44,7 @@ from bot.session import SessionRef
 from handlers.deps import ClientFor
 from handlers.notes import tell_privately
 from handlers.pacing import SlackPacing
-from handlers.sessions import AgentSessions, title_of, waiting_title
+from handlers.sessions import AgentSessions, SessionStatus, title_of, waiting_title
 from handlers.status import StatusLines
 from handlers.streams import LiveAnswers, StreamPacing
 from store.sessions import SessionStore
@@ -98,8 +98,8 @@ class SlackChannel:
         self.store = store
         self.client_for = client_for
         self.pacing = pacing or SlackPacing()
-        self.status = StatusLines(store, client_for, self.pacing)
-        self.sessions = AgentSessions(store, client_for)  # the thread as a Slack agent session, where Slack has them
+        self.sessions = AgentSessions(store, client_for)
+        self.status = StatusLines(store, client_for, self.pacing, on_slow=self._slow_step)  # the thread as a Slack agent session, where Slack has them
         # bot.ports.LiveText: answers streamed as they are written (a stream makes a pending status moot)
         self.live = LiveAnswers(store, client_for, on_stream=self.status.forget_pending, posts=self.pacing.posts,
                                 updates=self.pacing.updates, pacing=StreamPacing(self.pacing.mode))
@@ -114,8 +114,10 @@ class SlackChannel:
         try:
             if isinstance(event, InputRequested):
                 await self._post_cards(event, session)
-                if not session.parent:  # a sub-agent's cards show in its parent's thread, whose session waits
-                    await self.sessions.set(session, "suspended", waiting_title(event.requests))
+                # a sub-agent's cards show in its parent's thread, whose session waits; the title says on whom
+                # (setStatus titles only a session it creates: an existing one is renamed)
+                if not session.parent and await self.sessions.set(session, "suspended"):
+                    await self.sessions.rename(session, waiting_title(event.requests))
             else:
                 await self._render(event, session)
         except SlackApiError as exc:
@@ -144,8 +146,6 @@ class SlackChannel:
                 assert isinstance(event, ActionStarted)
                 self.status.show_later(session, status_text("running_tool", event.tool_name),
                                        loading_messages("running_tool", event.tool_name))
-                if self.sessions.available(session) and await self.sessions.current(session) == "suspended":
-                    await self._session_status(session, "processing")  # approved: it works again (stop shows)
                 if event.standing is not None:  # it skipped its card: say whose approval let it, once
                     await self._post_once(session, f"standing:{event.turn_id}:{event.call_id}",
                                           standing_note(event.standing))
@@ -173,7 +173,7 @@ class SlackChannel:
                 if event.type == "turn.completed":
                     await self._session_status(session, "active")
                 if event.type == "turn.cancelled":
-                    await self.sessions.set(session, "closed")
+                    await self._session_status(session, "closed")
                     await self._post(session, event.seq, ":octagonal_sign: Stopped. Nothing else from this turn will run.")
             case "turn.failed":
                 assert isinstance(event, TurnFailed)
@@ -183,11 +183,25 @@ class SlackChannel:
             case _:
                 pass
 
-    async def _session_status(self, session: SessionRef, status: Literal["processing", "active"]) -> None:
-        """Processing or active, titled with the thread's first request (a suspended session's title said
-        whom it waited on)."""
-        if self.sessions.available(session):
-            await self.sessions.set(session, status, await self._first_request(session))
+    async def _session_status(self, session: SessionRef, status: SessionStatus) -> None:
+        """Set the thread's session status. Created now, it is titled with the thread's first request; leaving
+        ``suspended``, its title (whom it waited on) is given back."""
+        if not self.sessions.available(session):
+            return
+        current = await self.sessions.current(session)
+        if current == status:
+            return
+        first = await self._first_request(session) if current in (None, "suspended") else None
+        if current == "suspended" and first:
+            await self.sessions.rename(session, first)
+        await self.sessions.set(session, status, first)
+
+    async def _slow_step(self, session: SessionRef) -> None:
+        """A step still running after the status delay: an approved call at work moves its session from
+        ``suspended`` back to ``processing`` (Slack's stop button shows again). Only then: a quick approve
+        cycle pays no call for it."""
+        if self.sessions.available(session) and await self.sessions.current(session) == "suspended":
+            await self._session_status(session, "processing")
 
     async def _first_request(self, session: SessionRef) -> str | None:
         raw = (await self.store.snapshot(session.session_id)).state or {}

@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 SessionStatus = Literal["processing", "suspended", "active", "closed"]
 STATUS_FIELD = "agent_session"  # the session's channel field that holds the status last set
-TITLE_MAX = 100  # a session's title is for recall in a list: short
+TITLE_MAX = 200  # Slack's limit for a session's title
 # Slack refuses the agent surface for this app or workspace: fall back, once per workspace
 REFUSED = {"unknown_method", "not_authorized", "missing_scope", "not_agent_app", "not_allowed_token_type",
            "no_permission"}
@@ -74,19 +74,30 @@ class AgentSessions:
         return await self.store.channel_get(session.session_id, STATUS_FIELD)
 
     async def set(self, session: SessionRef, status: SessionStatus, title: str | None = None) -> bool:
-        """Set the thread's session status; False when it has none here (refused: the status line serves).
-        A rate limit or Slack's 5xx raises (the outbox retries the event); other refusals are logged."""
+        """Set the thread's session status (``title`` names a session created now; Slack ignores it for an
+        existing one); False when it has none here (refused: the status line serves)."""
+        ok = await self._call(session, "agents.sessions.setStatus", status=status, title=title or None)
+        if ok:
+            await self.store.channel_set(session.session_id, STATUS_FIELD, status)
+        return ok
+
+    async def rename(self, session: SessionRef, title: str) -> bool:
+        return await self._call(session, "agents.sessions.rename", title=title)
+
+    async def _call(self, session: SessionRef, method: str, **args: str | None) -> bool:
+        """Best effort: a rate limit or Slack's 5xx raises (the outbox retries the event); a refusal of the
+        agent surface is remembered for the workspace; anything else is logged."""
         if not self.available(session):
             return False
         client = await self.client_for(session.team_id)
+        payload = {"channel_id": session.channel["channel_id"], "thread_ts": session.channel["thread_ts"],
+                   **{k: v for k, v in args.items() if v is not None}}
         try:
-            await client.agents_sessions_setStatus(
-                channel_id=session.channel["channel_id"], thread_ts=session.channel["thread_ts"], status=status,
-                title=title or None)
+            await client.api_call(method, json=payload)
         except SlackApiError as exc:
             error = exc.response.get("error")
             if exc.response.status_code == 429 or error == "ratelimited":
-                raise RetryLater(1.0, f"Slack rate limited agents.sessions.setStatus ({status})") from exc
+                raise RetryLater(1.0, f"Slack rate limited {method}") from exc
             if exc.response.status_code >= 500:
                 raise
             if error in REFUSED:
@@ -95,7 +106,6 @@ class AgentSessions:
                              error)
                 self._refused.add(session.team_id or "")
             else:
-                log.info("agent session %s not set to %s: %s", session.session_id, status, error)
+                log.info("%s for %s refused: %s", method, session.session_id, error)
             return False
-        await self.store.channel_set(session.session_id, STATUS_FIELD, status)
         return True

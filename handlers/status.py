@@ -48,8 +48,9 @@ STATUS_REFUSED_EVERYWHERE = {"missing_scope", "unknown_method", "not_allowed_tok
 
 class StatusLines:
     def __init__(self, store: SessionStore, client_for: ClientFor, pacing: SlackPacing,
-                 delay_s: float = STATUS_DELAY_S):
+                 delay_s: float = STATUS_DELAY_S, on_slow: Callable[[SessionRef], Awaitable[None]] | None = None):
         self.store = store
+        self.on_slow = on_slow  # told first when a step turns out slow (the agent session's processing)
         self.client_for = client_for
         self.pacing = pacing
         self.delay_s = delay_s
@@ -114,6 +115,8 @@ class StatusLines:
         await asyncio.sleep(delay_s)
         self._posting.add(session.session_id)
         try:
+            if self.on_slow is not None:
+                await self.on_slow(session)
             if not await self._set_status(session, loading):
                 await self._show(session, text)
         except SlackApiError as exc:

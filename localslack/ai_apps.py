@@ -38,6 +38,7 @@ PROMPTS_MAX = 4  # setSuggestedPrompts: the split view shows up to four
 MARKDOWN_TEXT_MAX = 12_000  # chat.*Stream: "Limit this field to 12,000 characters"
 STATUS_TIMEOUT_S = 120.0
 SESSION_STATUSES = ("processing", "active", "suspended", "closed")  # agents.sessions.setStatus
+SESSION_TITLE_MAX = 200
 
 
 def thread_key(channel: str, thread_ts: str) -> str:
@@ -155,29 +156,36 @@ class AiAppMethods:
         return assistant_thread(self.ws, channel.id, thread_ts)
 
     def session_set_status(self, p: Params) -> dict[str, Any]:
-        """Creates the session if needed; ``title`` names it (for recall), the status is one of four."""
+        """Creates the session if needed; ``title`` (≤ 200) and ``initiator_user_id`` are "only used when
+        creating a new session; ignored if the session already exists" (rename changes a title)."""
         status = p.text("status")
         if status is None:
             raise _invalid("missing required field: status")
         if status not in SESSION_STATUSES:
             raise _invalid(f"must be one of {', '.join(SESSION_STATUSES)} [json-pointer:/status]")
-        thread = self._session(p)
         title = p.text("title")
-        if title is not None:
-            thread.session_title = title
+        if title is not None and len(title) > SESSION_TITLE_MAX:
+            raise _invalid(f"must be at most {SESSION_TITLE_MAX} characters [json-pointer:/title]")
+        thread = self._session(p)
+        if not thread.session_status:  # created now
+            thread.session_title = title or ""
         thread.session_status = status
-        thread.session_log.append({"status": status, "title": title or ""})
+        thread.session_log.append({"status": status, "title": thread.session_title})
         self.ws.touch()
-        return {}
+        return {"status": status, "title": thread.session_title}
 
     def session_rename(self, p: Params) -> dict[str, Any]:
         title = p.text("title")
         if not title:
             raise _invalid("missing required field: title")
+        if len(title) > SESSION_TITLE_MAX:
+            raise _invalid(f"must be at most {SESSION_TITLE_MAX} characters [json-pointer:/title]")
         thread = self._session(p)
+        if not thread.session_status:
+            raise ApiError("session_not_found")
         thread.session_title = title
         self.ws.touch()
-        return {}
+        return {"title": title}
 
     # ---- streamed messages ---------------------------------------------------------------------------
 

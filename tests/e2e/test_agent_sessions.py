@@ -9,13 +9,14 @@ import logging
 from pydantic import BaseModel
 
 from blocks.cards import NO_LONGER_NEEDED
-from bot.approval import never
+from bot.approval import always, never
 from bot.models.scripted import ScriptedModel, call, say
 from bot.tools import tool
+from handlers.status import STATUS_DELAY_S
 from localslack.seed import ALICE, BOT_USER_ID, GENERAL
 from tests.e2e.test_approval_flow import RUNS, button, mention_and_wait_for_card, refund_charge, refund_script
 
-SHOWN = ("chat.postMessage", "chat.update", "chat.delete", "agents.sessions.setStatus",
+SHOWN = ("chat.postMessage", "chat.update", "chat.delete", "agents.sessions.setStatus", "agents.sessions.rename",
          "assistant.threads.setStatus")
 
 
@@ -32,20 +33,22 @@ def session_log(slack, ts: str) -> list[dict[str, str]]:  # noqa: ANN001
 async def test_a_turn_with_an_approval_is_processing_then_suspended_on_whom_then_active(local_slack, start_app):
     bot = await start_app(refund_script(), [refund_charge])
     ts, card = await mention_and_wait_for_card(local_slack)
-    await local_slack.wait_for(lambda: local_slack.assistant_state(GENERAL, ts).session_status == "suspended")
+    state = lambda: local_slack.assistant_state(GENERAL, ts)  # noqa: E731
+    await local_slack.wait_for(lambda: state().session_title.startswith("Waiting"))
+    assert state().session_status == "suspended"
+    assert state().session_title == f"Waiting for @{ALICE} to approve refund_charge", "suspended says on whom"
     before_click = len(local_slack.calls)
     await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
-    await local_slack.wait_for(lambda: local_slack.assistant_state(GENERAL, ts).session_status == "active")
+    await local_slack.wait_for(lambda: state().session_status == "active")
     await bot.runtime.wait_idle()
 
-    log = session_log(local_slack, ts)
-    assert [e["status"] for e in log] == ["processing", "suspended", "processing", "active"]
-    assert log[0]["title"] == "refund ch_1 please", "titled with the first request"
-    assert log[1]["title"] == f"Waiting for @{ALICE} to approve refund_charge", "suspended says on whom"
-    assert log[-1]["title"] == "refund ch_1 please", "answered: the title is the request again"
+    assert [e["status"] for e in state().session_log] == ["processing", "suspended", "active"]
+    assert state().session_log[0]["title"] == "refund ch_1 please", "created titled with the first request"
+    assert state().session_title == "refund ch_1 please", "answered: the title is the request again"
     # the whole turn, in Slack calls: the session's statuses around the card, its update and the reply
-    assert shown_calls(local_slack) == ["session:processing", "chat.postMessage", "session:suspended",
-                                        "chat.update", "session:processing", "chat.postMessage", "session:active"]
+    assert shown_calls(local_slack) == [
+        "session:processing", "chat.postMessage", "session:suspended", "agents.sessions.rename",
+        "chat.update", "chat.postMessage", "agents.sessions.rename", "session:active"]
     cycle = [c.method for c in local_slack.calls[before_click:] if c.method in SHOWN]
     assert len(cycle) <= 4, f"an approve cycle (click to reply) costs at most four Slack calls: {cycle}"
 
@@ -132,3 +135,37 @@ async def test_the_stop_button_reaching_another_replica_stops_the_turn_running_o
     await local_slack.wait_for(lambda: local_slack.assistant_state(GENERAL, ts).session_status == "closed")
     assert not [m for m in local_slack.messages(GENERAL, thread_ts=ts) if "exported" in m.text.lower()
                 or "never asked" in m.text]
+
+
+@tool(approval=always())
+async def gated_export(args: Export) -> dict:
+    """An export that needs approval and takes a while."""
+    GATE["started"].set()
+    await GATE["release"].wait()
+    EXPORTS.append(args.name)
+    return {"exported": args.name}
+
+
+async def test_an_approved_call_that_runs_long_is_processing_again_and_the_stop_button_stops_the_turn(
+        local_slack, start_app):
+    GATE.update(started=asyncio.Event(), release=asyncio.Event())
+    EXPORTS.clear()
+    model = ScriptedModel([call("gated_export", name="q3"), call("gated_export", name="q4"), say("All exported.")])
+    bot = await start_app(model, [gated_export])
+    ts, card = await mention_and_wait_for_card(local_slack, text="export q3 then q4")
+    state = lambda: local_slack.assistant_state(GENERAL, ts)  # noqa: E731
+    await local_slack.wait_for(lambda: state().session_title.startswith("Waiting"))
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+    await asyncio.wait_for(GATE["started"].wait(), 5)
+    await local_slack.wait_for(lambda: state().session_status == "processing", timeout_s=STATUS_DELAY_S + 3)
+    assert state().session_title == "export q3 then q4", "working again: the title is the request again"
+    await local_slack.stop_agent_session(ALICE, GENERAL, ts)
+    GATE["release"].set()
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Stopped" in m.text)
+    await bot.runtime.wait_idle()
+    assert EXPORTS == ["q3"] and state().session_status == "closed"
+    assert sum(1 for m in local_slack.messages(GENERAL, thread_ts=ts) if card_in_blocks(m)) == 0, "no second card"
+
+
+def card_in_blocks(message) -> bool:  # noqa: ANN001
+    return any(b.get("type") == "actions" for b in message.blocks or [])
