@@ -76,7 +76,10 @@ class AgentSessions:
     async def set(self, session: SessionRef, status: SessionStatus, title: str | None = None) -> bool:
         """Set the thread's session status (``title`` names a session created now; Slack ignores it for an
         existing one); False when it has none here (refused: the status line serves)."""
-        ok = await self._call(session, "agents.sessions.setStatus", status=status, title=title or None)
+        # only an ending must land (no session left processing); a rate-limited processing or suspended is
+        # skipped rather than holding up the card or reply queued behind it
+        ok = await self._call(session, "agents.sessions.setStatus", must=status in ("active", "closed"),
+                              status=status, title=title or None)
         if ok:
             await self.store.channel_set(session.session_id, STATUS_FIELD, status)
         return ok
@@ -84,9 +87,10 @@ class AgentSessions:
     async def rename(self, session: SessionRef, title: str) -> bool:
         return await self._call(session, "agents.sessions.rename", title=title)
 
-    async def _call(self, session: SessionRef, method: str, **args: str | None) -> bool:
-        """Best effort: a rate limit or Slack's 5xx raises (the outbox retries the event); a refusal of the
-        agent surface is remembered for the workspace; anything else is logged."""
+    async def _call(self, session: SessionRef, method: str, *, must: bool = False, **args: str | None) -> bool:
+        """Best effort: a rate limit or Slack's 5xx raises when it ``must`` land (the outbox retries the
+        event), else it is logged and skipped; a refusal of the agent surface is remembered for the
+        workspace; anything else is logged."""
         if not self.available(session):
             return False
         client = await self.client_for(session.team_id)
@@ -96,10 +100,14 @@ class AgentSessions:
             await client.api_call(method, json=payload)
         except SlackApiError as exc:
             error = exc.response.get("error")
-            if exc.response.status_code == 429 or error == "ratelimited":
-                raise RetryLater(1.0, f"Slack rate limited {method}") from exc
-            if exc.response.status_code >= 500:
+            limited = exc.response.status_code == 429 or error == "ratelimited"
+            if must and limited:
+                raise RetryLater(_retry_after(exc), f"Slack rate limited {method}") from exc
+            if must and exc.response.status_code >= 500:
                 raise
+            if limited or exc.response.status_code >= 500:
+                log.info("%s for %s skipped: %s", method, session.session_id, error or exc.response.status_code)
+                return False
             if error in REFUSED:
                 if (session.team_id or "") not in self._refused:
                     log.info("no agent sessions in workspace %s (%s): the status line instead", session.team_id,
@@ -109,3 +117,12 @@ class AgentSessions:
                 log.info("%s for %s refused: %s", method, session.session_id, error)
             return False
         return True
+
+
+def _retry_after(exc: SlackApiError) -> float:
+    """Slack's Retry-After on a 429 (seconds), a second when missing or odd."""
+    raw = (exc.response.headers or {}).get("Retry-After") or (exc.response.headers or {}).get("retry-after")
+    try:
+        return min(max(float(raw[0] if isinstance(raw, list) else raw), 0.0), 3600.0) if raw else 1.0
+    except (TypeError, ValueError):
+        return 1.0
