@@ -4,8 +4,12 @@ Saved: teams, Grid orgs, people, channels (with archive state), every message an
 views (App Home tabs and open modals), response_urls, tokens (installs and their scopes, revoked ones) and
 the message clock. Not saved: trigger_ids (they live 3 s), Socket Mode connections, delivery and call logs.
 
-Writes are debounced (one write per ``save_delay_s`` however many changes) and atomic (a temp file in the
-same directory, fsync, ``os.replace``), so a crash leaves the previous or the new file, never half of one.
+Durable before acknowledged: every HTTP answer (Web API, UI, response_url) waits for ``Persister.durable()``,
+so a message Slack said ``ok`` to survives a ``kill -9`` the next instant. Writes are group commits (one
+write covers every change made while the previous one ran, however many callers wait), done off the event
+loop, and atomic (a temp file in the same directory, fsync, ``os.replace``), so a crash leaves the previous
+or the new file, never half of one. Changes made outside a request (in-process helpers) are saved
+``save_delay_s`` after the first one, and on stop.
 On load the saved state wins; what the seed has and the file lacks (a person added to the seed later) is
 kept. A file that cannot be read is moved aside (``localslack.json.unreadable-<time>``) and the seed used.
 ``reset(data_dir)`` (``python -m localslack reset``) deletes the file.
@@ -14,9 +18,11 @@ kept. A file that cannot be read is moved aside (``localslack.json.unreadable-<t
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import os
+import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -102,6 +108,11 @@ class Persister:
         self.saves = 0
         self._dirty = False
         self._handle: asyncio.TimerHandle | None = None
+        self._writing: asyncio.Future[None] | None = None  # the group commit running now
+        self._timer_tasks: set[asyncio.Future[None]] = set()
+        self._seq = itertools.count(1)  # snapshot order: a slow older write never replaces a newer file
+        self._on_disk = 0
+        self._lock = threading.Lock()
         ws.on_change.append(self.schedule)
 
     def load(self) -> bool:
@@ -120,7 +131,8 @@ class Persister:
         return True
 
     def schedule(self) -> None:
-        """Called on every change: save once, ``save_delay_s`` after the first unsaved change."""
+        """Called on every change: save once, ``save_delay_s`` after the first unsaved change (a request's
+        answer does not wait for this timer: it awaits ``durable()``)."""
         self._dirty = True
         if self._handle is not None:
             return
@@ -133,23 +145,64 @@ class Persister:
     def _flush(self) -> None:
         self._handle = None
         if self._dirty:
-            self.save()
+            task = asyncio.ensure_future(self.durable())
+            self._timer_tasks.add(task)
+            task.add_done_callback(self._timer_tasks.discard)
 
-    def save(self) -> None:
-        """Write now (atomically): temp file in the same directory, fsync, rename over the old file."""
+    async def durable(self) -> None:
+        """Return once every change made before the call is on disk. A write already running may have
+        snapshotted before our change, so wait for it and write again while anything is unsaved."""
+        while self._dirty or self._writing is not None:
+            if self._writing is None:
+                self._writing = asyncio.ensure_future(self._write_async())
+                self._writing.add_done_callback(self._written)
+            try:
+                await asyncio.shield(self._writing)
+            except Exception:  # noqa: BLE001 - logged by _written; a broken disk must not hang every answer
+                return
+            if not self._dirty:
+                return
+
+    def _written(self, task: asyncio.Future[None]) -> None:
+        if self._writing is task:
+            self._writing = None
+        if not task.cancelled() and task.exception() is not None:
+            self._dirty = True  # not on disk: the next caller tries again
+            log.error("could not save %s: %s", self.path, task.exception())
+
+    async def _write_async(self) -> None:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
+        seq, data = self._snapshot()
+        await asyncio.to_thread(self._write, seq, data)  # fsync off the loop: the UI and API stay live
+
+    def _snapshot(self) -> tuple[int, str]:
+        """The state as JSON, taken on the loop so it is one consistent moment; clears the dirty flag."""
         self._dirty = False
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        data = json.dumps(dump(self.ws), separators=(",", ":"))
-        with open(tmp, "w", encoding="utf-8") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, self.path)
-        self.saves += 1
+        return next(self._seq), json.dumps(dump(self.ws), separators=(",", ":"))
+
+    def _write(self, seq: int, data: str) -> None:
+        """Atomically: temp file in the same directory, fsync, rename; never an older snapshot over a newer."""
+        with self._lock:
+            if seq <= self._on_disk:
+                return
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+            with open(tmp, "w", encoding="utf-8") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, self.path)
+            self._on_disk = seq
+            self.saves += 1
+
+    def save(self) -> None:
+        """Write now, on this thread (stop, tests)."""
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        self._write(*self._snapshot())
 
 
 def reset(data_dir: str | Path) -> bool:

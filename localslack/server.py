@@ -123,7 +123,7 @@ class LocalSlack(UserActions, AiAppActions):
     # ---- lifecycle -----------------------------------------------------------------------------------
 
     def build_app(self) -> web.Application:
-        app = web.Application(client_max_size=8 * 1024 * 1024)
+        app = web.Application(client_max_size=8 * 1024 * 1024, middlewares=[self._durable_answers])
         app.router.add_route("*", "/api/{method}", self.api.handle)
         app.router.add_get(SOCKET_ROUTE, self.socket_mode.handle)
         app.router.add_post("/response_url/{hook_id}", self._response_url)
@@ -133,6 +133,15 @@ class LocalSlack(UserActions, AiAppActions):
         app.router.add_get("/healthz", self._healthz)
         ui.register(app, self)
         return app
+
+    @web.middleware
+    async def _durable_answers(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """Answer only once what the request changed is on disk: a post Slack said ``ok`` to survives a
+        kill -9 the next instant (else the bot's later reply finds no parent and lands at the top level)."""
+        response = await handler(request)
+        if self.persister is not None:
+            await self.persister.durable()
+        return response
 
     async def start(self) -> str:
         """Serve on host:port (port 0 = any free port); returns the base URL (``http://host:port``)."""

@@ -1,5 +1,5 @@
 """The local workspace survives a restart: ``LocalSlack(data_dir=...)`` keeps it in
-``<data_dir>/localslack.json`` (debounced, atomic); ``reset`` forgets it."""
+``<data_dir>/localslack.json`` (durable before the answer, group-committed, atomic); ``reset`` forgets it."""
 
 from __future__ import annotations
 
@@ -121,3 +121,37 @@ async def test_without_a_data_dir_nothing_is_written(tmp_path: Path, monkeypatch
     async with LocalSlack(bot_url=None, signing_secret=SECRET, seed=grid_seed()) as slack:
         assert slack.persister is None
     assert list(tmp_path.iterdir()) == []
+
+
+def _serve(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
+    """A real ``python -m localslack`` process on a free port; returns it and its Web API URL."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "localslack", "--port", "0", "--data-dir", str(data_dir), "--no-retry",
+         "--no-rate-limits", "--bot-url", "http://127.0.0.1:9/slack/events", "--signing-secret", SECRET],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT,
+    )
+    assert proc.stdout is not None
+    first = proc.stdout.readline()  # "Local Slack workspace: http://127.0.0.1:PORT/"
+    assert first.startswith("Local Slack workspace: "), first
+    return proc, first.split(": ", 1)[1].strip() + "api/"
+
+
+async def test_a_kill_9_right_after_an_acknowledged_post_loses_nothing(tmp_path: Path) -> None:
+    proc, api = _serve(tmp_path)
+    try:
+        client = AsyncWebClient(base_url=api, token=BOT_TOKEN)
+        root = await client.chat_postMessage(channel=GENERAL, text="Approval needed: refund ch_1001")
+    finally:
+        proc.kill()  # SIGKILL the moment the post is acknowledged: no clean stop, no timer
+        proc.wait()
+    proc, api = _serve(tmp_path)
+    try:
+        client = AsyncWebClient(base_url=api, token=BOT_TOKEN)
+        history = await client.conversations_history(channel=GENERAL)
+        assert [m["ts"] for m in history["messages"]] == [root["ts"]]
+        await client.chat_postMessage(channel=GENERAL, thread_ts=root["ts"], text="Refunded $40")
+        replies = await client.conversations_replies(channel=GENERAL, ts=root["ts"])
+        assert [m["text"] for m in replies["messages"]] == ["Approval needed: refund ch_1001", "Refunded $40"]
+    finally:
+        proc.kill()
+        proc.wait()
