@@ -255,6 +255,15 @@ async def _assistant(slack: LocalSlack, body: dict[str, Any]) -> dict[str, Any]:
     return {"channel": dm, "ts": ts, **_deliveries([result])}
 
 
+async def _stop(slack: LocalSlack, body: dict[str, Any]) -> dict[str, Any]:
+    """Slack's stop button under a processing agent session: ``agent_session_stopped``."""
+    try:
+        result = await slack.stop_agent_session(str(body["user"]), str(body["channel"]), str(body["ts"]))
+    except ValueError as exc:
+        raise LocalSlackError("The agent is not working on this thread now.") from exc
+    return _deliveries([result])
+
+
 async def _react(slack: LocalSlack, body: dict[str, Any]) -> dict[str, Any]:
     message = slack.ws.find_message(str(body["channel"]), str(body["ts"]))
     if message is None:
@@ -280,6 +289,7 @@ _ACTIONS: dict[str, UiHandler] = {
     "react": _react,
     "feedback": _feedback,
     "assistant": _assistant,
+    "stop": _stop,
 }
 
 
@@ -372,7 +382,7 @@ def _assistant_threads(slack: LocalSlack, channel_ids: set[str]) -> dict[str, An
         if thread.channel in channel_ids:
             state = slack.assistant_state(thread.channel, thread.thread_ts)
             out[key] = state.model_dump(include={"title", "prompts", "prompts_title", "status", "loading_messages",
-                                                 "context"})
+                                                 "context", "session_status", "session_title"})
     return out
 
 

@@ -424,15 +424,27 @@
   let loadingTimer = null;
   function renderAssistant(channel, ts, replies) {
     const state = (ui.data.assistant || {})[`${channel}:${ts}`] || null;
-    $("thread-title").textContent = state && state.title ? state.title : "Thread";
+    $("thread-title").textContent = state && (state.session_title || state.title) ? (state.session_title || state.title) : "Thread";
     const status = $("thread-status");
     clearInterval(loadingTimer);
-    status.hidden = !(state && state.status);
+    status.hidden = !(state && (state.status || state.session_status));
+    // an agent session: its status, and Slack's stop button while it is processing
+    const addStop = () => {
+      if (!(state && state.session_status === "processing")) return;
+      const stop = Object.assign(document.createElement("button"), { type: "button", className: "agent-stop", textContent: "■ Stop" });
+      stop.addEventListener("click", () => post("/ui/stop", { channel, ts }));
+      status.appendChild(stop);
+    };
+    if (state && state.session_status && !state.status) {
+      status.innerHTML = `<b>agent</b> session ${escapeHtml(state.session_status)} `;
+      addStop();
+    }
     if (state && state.status) {
       const loading = state.loading_messages.length ? state.loading_messages : [""];
       let turn = 0;
       const show = () => {
         status.innerHTML = `<span class="assistant-dots"><i></i><i></i><i></i></span> <b>agent</b> ${escapeHtml(state.status)} <span class="assistant-loading">${escapeHtml(loading[turn % loading.length])}</span>`;
+        addStop();
         turn += 1;
       };
       show();

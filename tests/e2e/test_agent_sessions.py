@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import httpx
 from pydantic import BaseModel
 
 from blocks.cards import NO_LONGER_NEEDED
@@ -126,7 +127,10 @@ async def test_the_stop_button_reaching_another_replica_stops_the_turn_running_o
     await asyncio.wait_for(GATE["started"].wait(), 5)
     await local_slack.wait_for(lambda: local_slack.assistant_state(GENERAL, ts).session_status == "processing")
     second = await start_app(ScriptedModel([say("The second replica's model is never asked.")]), [long_export])
-    await local_slack.stop_agent_session(ALICE, GENERAL, ts)  # delivered to the second replica
+    async with httpx.AsyncClient() as browser:  # the local workspace's stop button; delivered to the second replica
+        clicked = await browser.post(f"{local_slack.ui_url.rstrip('/')}/ui/stop",
+                                     json={"user": ALICE, "channel": GENERAL, "ts": ts})
+    assert clicked.json()["ok"], clicked.json()
     GATE["release"].set()
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Stopped" in m.text)
     await first.runtime.wait_idle()
