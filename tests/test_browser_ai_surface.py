@@ -47,6 +47,16 @@ async def test_the_split_view_shows_prompts_and_text_appearing_as_it_streams(
             prompt = page.locator(".assistant-prompt", has_text="Refund a charge")
             await expect(prompt).to_be_visible()
             await expect(page.locator("#thread-messages")).to_contain_text("Hi ")  # the greeting
+            # the pane opened beside the channel, not instead of it
+            await expect(page.locator("#conv-name")).to_have_text("# general")
+            await expect(page.locator("#messages")).to_be_visible()
+            # the chat lives in the agent's pane, not piled into the DM's Messages tab; the pane stays open
+            await page.locator("#nav-dms .nav-item", has_text="agent").click()
+            await expect(page.locator("#conv-name")).to_contain_text("agent")
+            await expect(page.locator("#messages .msg")).to_have_count(0)
+            await expect(page.locator("#messages")).not_to_contain_text("New chat")
+            await page.locator("#nav-channels .nav-item", has_text="general").click()
+            await expect(page.locator("#conv-name")).to_have_text("# general")
             await prompt.click()
 
             seen: list[str] = []  # the streaming message's text, each time it changed

@@ -159,7 +159,8 @@
     const data = ui.data;
     if (!ui.current || !channelById(ui.current)) ui.current = (data.channels.find((c) => c.id === "C0GENERAL") || data.channels[0]).id;
     if (!isDm(ui.current)) ui.tab = "messages";
-    if (ui.thread && ui.thread.channel !== ui.current) ui.thread = null;
+    // the agent's pane (an assistant thread in the app's DM) stays open beside any channel, as in Slack
+    if (ui.thread && !ui.thread.assistant && ui.thread.channel !== ui.current) ui.thread = null;
     document.title = `${data.team.name} — Slack`;
     renderTop();
     renderSidebar();
@@ -220,7 +221,7 @@
   function go(channelId, tab) {
     ui.current = channelId;
     ui.tab = tab;
-    if (!ui.thread || ui.thread.channel !== channelId) ui.thread = null;
+    if (!ui.thread || (!ui.thread.assistant && ui.thread.channel !== channelId)) ui.thread = null;
     history.replaceState(null, "", `#${encodeURIComponent(channelId)}`);
     render();
     if (tab !== "home") $("composer-input").focus();
@@ -250,7 +251,10 @@
     $("composer-input").placeholder = dm ? "Message agent" : `Message #${channel.name}`;
     const list = $("messages");
     const nearBottom = list.scrollHeight - list.scrollTop - list.clientHeight < 80;
-    const messages = (data.messages[channel.id] || []).filter((m) => !m.is_reply || m.subtype === "thread_broadcast");
+    // assistant chats live in the agent's pane (Slack lists them under History), not in the DM's Messages
+    const assistantChats = data.assistant || {};
+    const messages = (data.messages[channel.id] || []).filter((m) => (!m.is_reply || m.subtype === "thread_broadcast")
+      && m.subtype !== "assistant_app_thread" && !assistantChats[`${channel.id}:${m.ts}`]);
     const ephemerals = data.ephemerals.filter((e) => e.channel === channel.id && !e.thread_ts);
     const items = [...messages, ...ephemerals.map((e) => ({ ...e, ephemeral: true }))].sort((a, b) => parseFloat(a.ts) - parseFloat(b.ts));
     const scrollTop = list.scrollTop;
@@ -470,10 +474,7 @@
   $("open-assistant").addEventListener("click", async () => {
     const answer = await post("/ui/assistant", { channel: ui.current });
     if (!answer.ok || !answer.channel) return;
-    ui.current = answer.channel;
-    ui.tab = "messages";
-    ui.thread = { channel: answer.channel, ts: answer.ts };
-    history.replaceState(null, "", `#${encodeURIComponent(answer.channel)}`);
+    ui.thread = { channel: answer.channel, ts: answer.ts, assistant: true }; // beside the channel, not instead
     await refresh();
     $("thread-input").focus();
   });
