@@ -334,18 +334,23 @@ if low ~= nil then entries = redis.call('XRANGE', KEYS[2], '(' .. low, '+', 'COU
 return {stored[2 * n + 1] or '', cursors, holds, entries, redis.call('HGETALL', KEYS[4])}
 """
 
-# Save a pass's progress: move cursors, forget the failures of consumers that delivered again, keep the
-# cursors as long as the session; then renew the lock, or (ARGV[2] = 0) release it if still ours.
-# KEYS: out, lock, open; ARGV: token, lock ms (0 = release), retention ms, n cursors, consumer, cursor, …,
-# consumers to clear…
+# Save a pass's progress: move cursors, record where the pass's posts are (frontend data kept for the pass's
+# end), forget the failures of consumers that delivered again, keep the cursors and the frontend data as long
+# as the session (one look at P:open for both); then renew the lock, or (ARGV[2] = 0) release it if still
+# ours. KEYS: out, lock, open, chan; ARGV: token, lock ms (0 = release), retention ms, n cursors, m frontend
+# fields, consumer, cursor, … (n pairs), field, value, … (m pairs), consumers to clear…
 _OUTBOX_SAVE = _HOLD + """
-local n = tonumber(ARGV[4])
+local n, m = tonumber(ARGV[4]), tonumber(ARGV[5])
 if n > 0 then
-  redis.call('HSET', KEYS[1], unpack(ARGV, 5, 4 + 2 * n))
+  redis.call('HSET', KEYS[1], unpack(ARGV, 6, 5 + 2 * n))
   keep(KEYS[1], KEYS[3], ARGV[3])
 end
+if m > 0 then  -- written whether or not the lock is still ours: where a message was posted is a fact
+  redis.call('HSET', KEYS[4], unpack(ARGV, 6 + 2 * n, 5 + 2 * n + 2 * m))
+  keep(KEYS[4], KEYS[3], ARGV[3])
+end
 local gone = {}
-for i = 5 + 2 * n, #ARGV do gone[#gone + 1], gone[#gone + 2] = '_fails:' .. ARGV[i], '_hold:' .. ARGV[i] end
+for i = 6 + 2 * n + 2 * m, #ARGV do gone[#gone + 1], gone[#gone + 2] = '_fails:' .. ARGV[i], '_hold:' .. ARGV[i] end
 if #gone > 0 then redis.call('HDEL', KEYS[1], unpack(gone)) end
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 if ARGV[2] == '0' then redis.call('DEL', KEYS[2]) else redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
@@ -876,9 +881,9 @@ class SessionStore:
     async def outbox_checkpoint(self, session_id: str, token: str, cursors: dict[str, str],
                                 cleared: list[str]) -> None:
         """Save a long pass's progress and renew its lock (one round trip)."""
+        tidy, posts = self._recorded_in_pass(session_id, token, done=False)
         await self._pipelined(self._outbox_save, self._outbox_save_keys(session_id),
-                              self._outbox_save_args(token, self.lease_ms, cursors, cleared),
-                              before=self._recorded_in_pass(session_id, token, done=False))
+                              self._outbox_save_args(token, self.lease_ms, cursors, cleared, posts), before=tidy)
 
     async def outbox_end(self, session_id: str, token: str, cursors: dict[str, str], cleared: list[str], *,
                          claim: int, again_in_ms: int | None) -> None:
@@ -889,38 +894,38 @@ class SessionStore:
             after.append(("zadd", (OUTBOX, {session_id: _now_ms() + again_in_ms})))
         else:
             after.append(evalsha(self._forget_if_unchanged, [OUTBOX], [session_id, claim]))
+        tidy, posts = self._recorded_in_pass(session_id, token, done=True)
         await self._pipelined(self._outbox_save, self._outbox_save_keys(session_id),
-                              self._outbox_save_args(token, 0, cursors, cleared),
-                              before=self._recorded_in_pass(session_id, token, done=True), after=after,
+                              self._outbox_save_args(token, 0, cursors, cleared, posts), before=tidy, after=after,
                               scripts=[self._forget_if_unchanged])
 
-    def _recorded_in_pass(self, session_id: str, token: str, *, done: bool) -> list[Command]:
-        """The writes a pass kept for its end (``channel_set(..., in_pass=True)``, ``unindex_request(...,
-        in_pass=True)``), as commands; with ``done`` the pass's view is dropped. Written whether or not the
-        lock is still ours: where a message was posted is a fact, whoever delivers next."""
+    def _recorded_in_pass(self, session_id: str, token: str, *, done: bool) -> tuple[list[Command], dict[str, str]]:
+        """The writes a pass kept for its end: index clean-ups (``unindex_request(..., in_pass=True)``), as
+        commands, and where its posts are (``channel_set(..., in_pass=True)``), which the closing script
+        writes; with ``done`` the pass's view is dropped. Written whether or not the lock is still ours:
+        where a message was posted is a fact, whoever delivers next."""
         view = self._pass_views.get(session_id)
         if view is None or view.token != token:
-            return []
+            return [], {}
         if done:
             del self._pass_views[session_id]
         writes, view.pending = view.pending, {}
         commands, view.tidy = view.tidy, []
-        if writes:
-            key = self.key(session_id, "chan")
-            commands += [("hset", (key, None, None, None, [x for pair in writes.items() for x in pair])),
-                         self._keep_command(session_id, key)]
-        return commands
+        return commands, writes
 
     def _keep_command(self, session_id: str, key: str) -> Command:
         """Give ``key`` (of this session) its end, or none while the session has an open request."""
         return ("eval", (_KEEP, 2, key, self.key(session_id, "open"), self.retention_ms))
 
     def _outbox_save_keys(self, session_id: str) -> list[str]:
-        return [self.key(session_id, "out"), self.key(session_id, "outlock"), self.key(session_id, "open")]
+        return [self.key(session_id, "out"), self.key(session_id, "outlock"), self.key(session_id, "open"),
+                self.key(session_id, "chan")]
 
-    def _outbox_save_args(self, token: str, lock_ms: int, cursors: dict[str, str], cleared: list[str]) -> list[Any]:
+    def _outbox_save_args(self, token: str, lock_ms: int, cursors: dict[str, str], cleared: list[str],
+                          posts: dict[str, str]) -> list[Any]:
         pairs = [x for name, cursor in cursors.items() for x in (name, cursor)]
-        return [token, lock_ms, self.retention_ms, len(cursors), *pairs, *cleared]
+        fields = [x for pair in posts.items() for x in pair]
+        return [token, lock_ms, self.retention_ms, len(cursors), len(posts), *pairs, *fields, *cleared]
 
     async def outbox_failures(self, session_id: str, consumer: str, *, failed: bool) -> int:
         """Count consecutive delivery failures of a consumer (reset on success); returns the count."""

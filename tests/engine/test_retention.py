@@ -130,3 +130,29 @@ async def test_26_the_open_request_rule_costs_one_look_per_script(redis):
     spent = {name: after[name] - before[name] for name in after}
     assert spent["exists"] <= 13, spent  # was 38 (one per key kept); ~25 scripts ran, not all keep anything
     assert spent["persist"] <= 7, spent  # was 12: once when the first request opens, not again on each write
+
+
+async def test_26_a_pass_records_its_posts_in_its_closing_script(redis):
+    """Issue 26: where a pass's posts are (``channel_set(..., in_pass=True)``) is written by the pass's closing
+    script, which already knows whether a request is open, not by a separate ``EVAL`` of the retention rule;
+    the frontend data gets its end as before (none while a request is open)."""
+    store = SessionStore(redis, retention_s=RETENTION_S)  # type: ignore[arg-type]
+    sid = session().session_id
+    warm = await store.outbox_begin(sid, ["frontend"], "token")  # the scripts loaded: no NOSCRIPT resend counted
+    assert warm is not None
+    await store.outbox_end(sid, "token", {}, [], claim=warm.claim, again_in_ms=None)
+    for held in (False, True):
+        if held:
+            await redis.sadd(store.key(sid, "open"), "a request")  # as the commit that opens one does:
+            await redis.persist(store.key(sid, "chan"))  # the end set before comes off
+        before = await _calls(redis, "eval", "exists")
+        opened = await store.outbox_begin(sid, ["frontend"], "token")
+        assert opened is not None
+        await store.channel_set(sid, f"post:{held}", "1718000000.000100", in_pass=True)
+        await store.outbox_end(sid, "token", {"frontend": "1-0"}, [], claim=opened.claim, again_in_ms=None)
+        spent = {name: n - before[name] for name, n in (await _calls(redis, "eval", "exists")).items()}
+
+        assert await store.channel_get(sid, f"post:{held}") == "1718000000.000100"
+        ttl = await redis.pttl(store.key(sid, "chan"))
+        assert ttl == -1 if held else 0 < ttl <= RETENTION_S * 1000, (held, ttl)
+        assert spent == {"eval": 0, "exists": 1}, spent  # was an EVAL of its own and one more EXISTS
