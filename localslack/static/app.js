@@ -428,7 +428,7 @@
   let loadingTimer = null;
   function renderAssistant(channel, ts, replies) {
     const state = (ui.data.assistant || {})[`${channel}:${ts}`] || null;
-    $("thread-title").textContent = state && (state.session_title || state.title) ? (state.session_title || state.title) : "Thread";
+    $("thread-title").textContent = state && (state.title || state.session_title) ? (state.title || state.session_title) : "Thread";  // the split view's own title first
     const status = $("thread-status");
     clearInterval(loadingTimer);
     status.hidden = !(state && (state.status || state.session_status));
