@@ -36,7 +36,8 @@ REFUSED = {"unknown_method", "not_authorized", "missing_scope", "not_agent_app",
 
 def title_of(text: str) -> str:
     """A session title from a person's first request: its first line, shortened."""
-    line = " ".join((text or "").split())
+    first = next((line for line in (text or "").splitlines() if line.strip()), "")
+    line = " ".join(first.split())  # the first line only: what follows (context the app added) is not a title
     return line if len(line) <= TITLE_MAX else line[: TITLE_MAX - 1] + "…"
 
 
