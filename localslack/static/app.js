@@ -251,10 +251,10 @@
     $("composer-input").placeholder = dm ? "Message agent" : `Message #${channel.name}`;
     const list = $("messages");
     const nearBottom = list.scrollHeight - list.scrollTop - list.clientHeight < 80;
-    // assistant chats live in the agent's pane (Slack lists them under History), not in the DM's Messages
-    const assistantChats = data.assistant || {};
+    // assistant chats (the split view's threads) live in the agent's pane, not in the DM's Messages; a
+    // thread that is only an agent session (an @mention in a channel) stays where it was asked
     const messages = (data.messages[channel.id] || []).filter((m) => (!m.is_reply || m.subtype === "thread_broadcast")
-      && m.subtype !== "assistant_app_thread" && !assistantChats[`${channel.id}:${m.ts}`]);
+      && m.subtype !== "assistant_app_thread");
     const ephemerals = data.ephemerals.filter((e) => e.channel === channel.id && !e.thread_ts);
     const items = [...messages, ...ephemerals.map((e) => ({ ...e, ephemeral: true }))].sort((a, b) => parseFloat(a.ts) - parseFloat(b.ts));
     const scrollTop = list.scrollTop;
