@@ -54,7 +54,7 @@ def dump(ws: Workspace) -> dict[str, Any]:
         "ephemerals": [e.model_dump(mode="json") for e in ws.ephemerals],
         "views": [v.model_dump(mode="json") for v in ws.views.values()],
         "home_views": [[team, user, view] for (team, user), view in ws.home_views.items()],
-        "modal_stacks": ws.modal_stacks,
+        "modal_stacks": {user: list(stack) for user, stack in ws.modal_stacks.items()},  # a copy: see _snapshot
         "response_urls": {hook: asdict(ctx) for hook, ctx in ws.response_urls.items()},
         "tokens": [a.to_state() for a in ws.tokens.values()],
         "revoked_tokens": sorted(ws.revoked_tokens),
@@ -174,19 +174,22 @@ class Persister:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
-        seq, data = self._snapshot()
-        await asyncio.to_thread(self._write, seq, data)  # fsync off the loop: the UI and API stay live
+        seq, state = self._snapshot()
+        await asyncio.to_thread(self._write, seq, state)  # JSON and fsync off the loop: the UI stays live
 
-    def _snapshot(self) -> tuple[int, str]:
-        """The state as JSON, taken on the loop so it is one consistent moment; clears the dirty flag."""
+    def _snapshot(self) -> tuple[int, dict[str, Any]]:
+        """The state, taken on the loop so it is one consistent moment; clears the dirty flag. ``dump``
+        builds new containers throughout (model_dump, asdict, copies), so encoding it on another thread
+        cannot see a later change."""
         self._dirty = False
-        return next(self._seq), json.dumps(dump(self.ws), separators=(",", ":"))
+        return next(self._seq), dump(self.ws)
 
-    def _write(self, seq: int, data: str) -> None:
+    def _write(self, seq: int, state: dict[str, Any]) -> None:
         """Atomically: temp file in the same directory, fsync, rename; never an older snapshot over a newer."""
         with self._lock:
             if seq <= self._on_disk:
                 return
+            data = json.dumps(state, separators=(",", ":"))
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
             with open(tmp, "w", encoding="utf-8") as out:
