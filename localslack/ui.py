@@ -264,6 +264,20 @@ async def _stop(slack: LocalSlack, body: dict[str, Any]) -> dict[str, Any]:
     return _deliveries([result])
 
 
+async def _assistant_context(slack: LocalSlack, body: dict[str, Any]) -> dict[str, Any]:
+    """With the agent's pane open, the person looks at another channel: Slack tells the app."""
+    user, dm, ts = str(body["user"]), str(body["dm"]), str(body["ts"])
+    thread = slack.ws.assistant_threads.get(f"{dm}:{ts}")
+    if thread is None or thread.user != user:
+        raise LocalSlackError("That agent chat is not yours.")
+    channel = slack.ws.channel(str(body["channel"])) if body.get("channel") else None
+    context = channel.id if channel is not None and not channel.is_im else None
+    if context == (thread.context or {}).get("channel_id"):
+        return {}
+    result = await slack.change_assistant_context(user, dm, ts, context)
+    return _deliveries([result])
+
+
 async def _react(slack: LocalSlack, body: dict[str, Any]) -> dict[str, Any]:
     message = slack.ws.find_message(str(body["channel"]), str(body["ts"]))
     if message is None:
@@ -289,6 +303,7 @@ _ACTIONS: dict[str, UiHandler] = {
     "react": _react,
     "feedback": _feedback,
     "assistant": _assistant,
+    "assistant_context": _assistant_context,
     "stop": _stop,
 }
 

@@ -55,6 +55,14 @@ async def test_the_split_view_shows_prompts_and_text_appearing_as_it_streams(
             await expect(page.locator("#conv-name")).to_contain_text("agent")
             await expect(page.locator("#messages .msg")).to_have_count(0)
             await expect(page.locator("#messages")).not_to_contain_text("New chat")
+            # looking at another channel with the pane open tells the app (assistant_thread_context_changed)
+            await page.locator("#nav-channels .nav-item", has_text="finance").click()
+            await expect(page.locator("#thread")).to_be_visible()
+            [chat] = local_slack.ws.assistant_threads.values()
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and (chat.context or {}).get("channel_id") != "C0FINANCE":
+                await local_slack.ws.wait_changed(local_slack.ws.version, 0.5)
+            assert (chat.context or {}).get("channel_id") == "C0FINANCE"
             await page.locator("#nav-channels .nav-item", has_text="general").click()
             await expect(page.locator("#conv-name")).to_have_text("# general")
             await prompt.click()

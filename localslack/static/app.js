@@ -222,6 +222,9 @@
     ui.current = channelId;
     ui.tab = tab;
     if (!ui.thread || (!ui.thread.assistant && ui.thread.channel !== channelId)) ui.thread = null;
+    if (ui.thread && ui.thread.assistant && !isDm(channelId)) { // the pane is open: the app learns where we look
+      post("/ui/assistant_context", { dm: ui.thread.channel, ts: ui.thread.ts, channel: channelId });
+    }
     history.replaceState(null, "", `#${encodeURIComponent(channelId)}`);
     render();
     if (tab !== "home") $("composer-input").focus();
