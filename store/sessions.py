@@ -357,6 +357,16 @@ if ARGV[2] == '0' then redis.call('DEL', KEYS[2]) else redis.call('PEXPIRE', KEY
 return 1
 """
 
+# Claim a post before sending it: set the field only if unset, keep the frontend data only if this wrote
+# it (a lost claim wrote nothing). KEYS: chan, open; ARGV: field, value, retention ms → {1, value} | {0, held}
+_CLAIM = _HOLD + """
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then
+  keep(KEYS[1], KEYS[2], ARGV[3])
+  return {1, ARGV[2]}
+end
+return {0, redis.call('HGET', KEYS[1], ARGV[1])}
+"""
+
 # Take a member off a schedule (the outbox list, the timers) unless someone re-scheduled it meanwhile.
 _FORGET_IF_UNCHANGED = """
 if tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1])) == tonumber(ARGV[2]) then
@@ -398,6 +408,7 @@ class SessionStore:
         self._change_responders_script = redis.register_script(replay_safe(_CHANGE_RESPONDERS))
         self._outbox_begin = redis.register_script(_OUTBOX_BEGIN)
         self._outbox_save = redis.register_script(_OUTBOX_SAVE)
+        self._claim = redis.register_script(_CLAIM)
         self._forget_if_unchanged = redis.register_script(_FORGET_IF_UNCHANGED)
         self._pass_views: dict[str, _PassView] = {}  # session id → its frontend data, while this process delivers
 
@@ -1044,12 +1055,8 @@ class SessionStore:
 
     async def channel_claim(self, session_id: str, field: str, value: str) -> bool:
         """Set ``field`` only if it is not set yet (claim a post before sending it); True if we did."""
-        key = self.key(session_id, "chan")
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hsetnx(key, field, value)
-        _queue(pipe, [self._keep_command(session_id, key)])
-        pipe.hget(key, field)
-        claimed, _, now = await pipe.execute()
+        [(claimed, now)] = await self._pipelined(self._claim, [self.key(session_id, "chan"), self.key(session_id, "open")],
+                                                 [field, value, self.retention_ms])
         view = self._pass_views.get(session_id)
         if view is not None:  # what Redis holds now: ours, or whoever claimed it first
             if now is None:

@@ -156,3 +156,20 @@ async def test_26_a_pass_records_its_posts_in_its_closing_script(redis):
         ttl = await redis.pttl(store.key(sid, "chan"))
         assert ttl == -1 if held else 0 < ttl <= RETENTION_S * 1000, (held, ttl)
         assert spent == {"eval": 0, "exists": 1}, spent  # was an EVAL of its own and one more EXISTS
+
+
+async def test_26_a_claim_is_one_script_that_keeps_only_what_it_wrote(redis):
+    """Issue 26: claiming a post (``channel_claim``) is one script: the claim, and its keep only when it won
+    (a lost claim wrote nothing to keep); the winner is told, the loser sees the first claim."""
+    store = SessionStore(redis, retention_s=RETENTION_S)  # type: ignore[arg-type]
+    sid = session().session_id
+    await store.channel_claim(sid, "warm-up", "x")  # the script loaded: no NOSCRIPT resend counted
+    before = await _calls(redis, "eval", "exists", "pexpire", "hget")
+
+    assert await store.channel_claim(sid, "post:7:0", "first") is True
+    assert await store.channel_claim(sid, "post:7:0", "second") is False
+
+    spent = {name: n - before[name] for name, n in (await _calls(redis, "eval", "exists", "pexpire", "hget")).items()}
+    assert await store.channel_get(sid, "post:7:0") == "first"
+    assert 0 < await redis.pttl(store.key(sid, "chan")) <= RETENTION_S * 1000
+    assert spent == {"eval": 0, "exists": 1, "pexpire": 1, "hget": 1}, spent  # was 2 EVALs, 2 of each, 2 HGETs
