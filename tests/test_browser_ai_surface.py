@@ -83,3 +83,13 @@ async def test_the_split_view_shows_prompts_and_text_appearing_as_it_streams(
             assert all(ANSWER.startswith(t.strip().rstrip("▍").strip()[:20]) for t in partial)
             await expect(page.locator("#thread-title")).to_have_text("I'd like to refund a charge.")
             await expect(page.locator("#thread-messages .bk-feedback-button")).to_have_count(2)
+
+            # closed, the chat is found again under the DM's History tab (not Messages), and reopens in the pane
+            await page.locator("#thread-close").click()
+            await expect(page.locator("#thread")).to_be_hidden()
+            await page.locator("#nav-dms .nav-item", has_text="agent").click()
+            await page.locator("#conv-tabs .tab", has_text="History").click()
+            chats = page.locator("#messages .history-item")
+            await expect(chats).to_have_count(1)
+            await chats.first.click()
+            await expect(page.locator("#thread-messages")).to_contain_text(ANSWER[-40:])

@@ -251,6 +251,11 @@
       return;
     }
     ui.homeOpened = null;
+    $("composer").hidden = ui.tab === "history";
+    if (ui.tab === "history") {
+      renderHistory(channel);
+      return;
+    }
     $("composer-input").placeholder = dm ? "Message agent" : `Message #${channel.name}`;
     const list = $("messages");
     const nearBottom = list.scrollHeight - list.scrollTop - list.clientHeight < 80;
@@ -272,6 +277,26 @@
     }
     list.scrollTop = nearBottom || list.dataset.channel !== channel.id ? list.scrollHeight : scrollTop;
     list.dataset.channel = channel.id;
+  }
+
+  // The DM's History tab (as in Slack): the agent chats opened with ✦ Agent, newest first; one opens the pane.
+  function renderHistory(channel) {
+    const list = $("messages");
+    list.innerHTML = "";
+    list.dataset.channel = "";
+    const chats = (ui.data.messages[channel.id] || []).filter((m) => m.subtype === "assistant_app_thread").reverse();
+    if (!chats.length) {
+      list.appendChild(Object.assign(document.createElement("div"), { className: "empty", textContent: "No chats with the agent yet: open one with ✦ Agent." }));
+    }
+    for (const chat of chats) {
+      const state = (ui.data.assistant || {})[`${channel.id}:${chat.ts}`] || {};
+      const item = document.createElement("button");
+      item.type = "button";
+      item.className = "history-item";
+      item.innerHTML = `<b>${escapeHtml(state.title || "New chat")}</b><span>${escapeHtml(clock(chat.ts))} · ${chat.reply_count || 0} ${chat.reply_count === 1 ? "reply" : "replies"}</span>`;
+      item.addEventListener("click", () => { ui.thread = { channel: channel.id, ts: chat.ts, assistant: true }; renderThread(); });
+      list.appendChild(item);
+    }
   }
 
   function emptyChannel(channel) {
