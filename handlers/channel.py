@@ -44,7 +44,7 @@ from bot.session import SessionRef
 from handlers.deps import ClientFor
 from handlers.notes import tell_privately
 from handlers.pacing import SlackPacing
-from handlers.sessions import AgentSessions, SessionStatus, title_of, waiting_title
+from handlers.sessions import AgentSessions, SessionStatus, title_of, waiting_on, waiting_title
 from handlers.status import StatusLines
 from handlers.streams import LiveAnswers, StreamPacing
 from store.sessions import SessionStore
@@ -117,7 +117,8 @@ class SlackChannel:
                 # a sub-agent's cards show in its parent's thread, whose session waits; the title says on whom
                 # (setStatus titles only a session it creates: an existing one is renamed)
                 if not session.parent and await self.sessions.set(session, "suspended"):
-                    await self.sessions.rename(session, waiting_title(event.requests))
+                    names = await self.sessions.handles(session, waiting_on(event.requests))
+                    await self.sessions.rename(session, waiting_title(event.requests, names))
             else:
                 await self._render(event, session)
         except SlackApiError as exc:

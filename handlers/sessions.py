@@ -41,24 +41,32 @@ def title_of(text: str) -> str:
     return line if len(line) <= TITLE_MAX else line[: TITLE_MAX - 1] + "…"
 
 
-def _who(req: InputRequest) -> str:
+def _who(req: InputRequest, names: dict[str, str]) -> str:
     responders = req.responders
     people = [p.slack_user_id for p in (responders.people if responders else []) if p.slack_user_id]
     if responders is None or responders.rule in ("anyone", "anyone_but", "custom") or not people:
         return "an approver" if req.kind == "tool-approval" else "a person"
-    names = [f"@{u}" for u in people[:3]] + (["others"] if len(people) > 3 else [])
-    return " or ".join(names)
+    # a session title is plain text: a mention would show as a raw id, so people are named by handle
+    shown = [f"@{names[u]}" if u in names else "an approver" for u in people[:3]]
+    return " or ".join(dict.fromkeys(shown + (["others"] if len(people) > 3 else [])))
 
 
-def waiting_title(requests: list[InputRequest]) -> str:
-    """"Waiting for @U1 to approve refund_charge": whom the turn waits on, for what."""
+def waiting_on(requests: list[InputRequest]) -> list[str]:
+    """The Slack user ids the title of :func:`waiting_title` would name."""
+    responders = requests[0].responders
+    return [p.slack_user_id for p in (responders.people if responders else [])[:3] if p.slack_user_id]
+
+
+def waiting_title(requests: list[InputRequest], names: dict[str, str] | None = None) -> str:
+    """"Waiting for @bob to approve refund_charge": whom the turn waits on, for what. ``names``: Slack
+    user id → handle, for the people it names (an unknown one reads "an approver")."""
     req = requests[0]
     if req.kind == "tool-approval" and req.action is not None:
         what = f"approve {req.action.tool_name}"
     else:
         what = "answer"
     more = f" (+{len(requests) - 1} more)" if len(requests) > 1 else ""
-    return title_of(f"Waiting for {_who(req)} to {what}{more}")
+    return title_of(f"Waiting for {_who(req, names or {})} to {what}{more}")
 
 
 class AgentSessions:
@@ -66,6 +74,7 @@ class AgentSessions:
         self.store = store
         self.client_for = client_for
         self._refused: set[str] = set()  # workspaces (team ids) where Slack refused the methods
+        self._handles: dict[tuple[str, str], str] = {}  # (team, user) → handle, for titles; kept per process
 
     def available(self, session: SessionRef) -> bool:
         return bool(session.channel.get("thread_ts")) and (session.team_id or "") not in self._refused
@@ -81,12 +90,30 @@ class AgentSessions:
         # skipped rather than holding up the card or reply queued behind it
         ok = await self._call(session, "agents.sessions.setStatus", must=status in ("active", "closed"),
                               status=status, title=title or None)
-        if ok:
-            await self.store.channel_set(session.session_id, STATUS_FIELD, status)
+        if ok:  # with the delivery pass's closing write (and its cursor), not a round trip of its own
+            await self.store.channel_set(session.session_id, STATUS_FIELD, status, in_pass=True)
         return ok
 
     async def rename(self, session: SessionRef, title: str) -> bool:
         return await self._call(session, "agents.sessions.rename", title=title)
+
+    async def handles(self, session: SessionRef, user_ids: list[str]) -> dict[str, str]:
+        """Slack user id → handle (``users.info``, once per person per process); one Slack can't give is
+        left out, so the title says "an approver" rather than a raw id."""
+        team = session.team_id
+        client = await self.client_for(team)
+        for user in user_ids:
+            if (team, user) in self._handles:
+                continue
+            try:
+                info = (await client.users_info(user=user))["user"]
+            except SlackApiError as exc:
+                log.info("no name for %s in a session title: %s", user, exc.response.get("error"))
+                continue
+            handle = (info.get("profile") or {}).get("display_name") or info.get("name")
+            if isinstance(handle, str) and handle:
+                self._handles[(team, user)] = handle
+        return {u: self._handles[(team, u)] for u in user_ids if (team, u) in self._handles}
 
     async def _call(self, session: SessionRef, method: str, *, must: bool = False, **args: str | None) -> bool:
         """Best effort: a rate limit or Slack's 5xx raises when it ``must`` land (the outbox retries the

@@ -37,7 +37,7 @@ async def test_a_turn_with_an_approval_is_processing_then_suspended_on_whom_then
     state = lambda: local_slack.assistant_state(GENERAL, ts)  # noqa: E731
     await local_slack.wait_for(lambda: state().session_title.startswith("Waiting"))
     assert state().session_status == "suspended"
-    assert state().session_title == f"Waiting for @{ALICE} to approve refund_charge", "suspended says on whom"
+    assert state().session_title == "Waiting for @alice to approve refund_charge", "suspended names whom, by name"
     before_click = len(local_slack.calls)
     await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
     await local_slack.wait_for(lambda: state().session_status == "active")
