@@ -90,8 +90,8 @@ class AgentSessions:
         # skipped rather than holding up the card or reply queued behind it
         ok = await self._call(session, "agents.sessions.setStatus", must=status in ("active", "closed"),
                               status=status, title=title or None)
-        if ok:  # with the delivery pass's closing write (and its cursor), not a round trip of its own
-            await self.store.channel_set(session.session_id, STATUS_FIELD, status, in_pass=True)
+        if ok:  # at once, not with the pass's end: a redelivery after a crash finds it and sets nothing again
+            await self.store.channel_set(session.session_id, STATUS_FIELD, status)
         return ok
 
     async def rename(self, session: SessionRef, title: str) -> bool:
