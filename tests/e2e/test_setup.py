@@ -15,7 +15,11 @@ import pytest
 import yaml
 
 from bot.__main__ import main
+from bot.app import start_bot
+from bot.config import Settings
+from localslack.seed import ALICE, GENERAL
 from localslack.server import LocalSlack
+from tests.e2e.test_approval_flow import RUNS, button, mention_and_wait_for_card, refund_charge, refund_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "0123456789abcdef0123456789abcdef"
@@ -122,3 +126,26 @@ async def test_socket_mode_app_token_is_checked_with_apps_connections_open(in_pr
     written = env_file(tmp_path)
     assert written["SLACK_APP_TOKEN"] == local_slack.app_token and "SLACK_SIGNING_SECRET" not in written
     assert local_slack.calls_to("apps.connections.open")
+
+
+async def test_from_setup_to_a_first_approval_with_nothing_but_the_env_it_wrote(local_slack, tmp_path, redis_url):
+    """Issue 29's "a new person reaches a first approval with the README and setup alone": the local
+    workspace plays the person's Slack. `setup` gets the two tokens Slack's pages show, writes `.env`; the
+    bot started from that file alone (plus where Redis is) takes a mention to a card, and Alice's click to
+    the tool's run and the reply."""
+    code, out = await setup(local_slack, tmp_path, "--bot-token", local_slack.bot_token,
+                            "--signing-secret", local_slack.signing_secret, "--yes")
+    assert code == 0, out
+    settings = Settings(_env_file=str(tmp_path / ".env"), REDIS_URL=redis_url, BOT_TOOLS="",  # type: ignore[call-arg]
+                        BOT_DATA_DIR=str(tmp_path / "data"))
+    bot = await start_bot(settings, model=refund_script(), tools=[refund_charge], host="127.0.0.1", port=0,
+                          recovery_interval=0)
+    try:
+        local_slack.set_bot_url(f"{bot.url}/slack/events")
+        RUNS.clear()
+        ts, card = await mention_and_wait_for_card(local_slack)
+        assert (await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))).status == 200
+        await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
+        assert len(RUNS) == 1
+    finally:
+        await bot.close()
