@@ -8,17 +8,16 @@ A *response policy* runs when someone answers and says whether that answer count
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import inspect
 import json
 import logging
-import threading
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from bot.daemon_threads import DaemonThreads
 from bot.principals import Principal
 from bot.protocol import GrantOffer, GrantScope, Responders
 from bot.session import SessionInfo
@@ -96,61 +95,7 @@ _INLINE = "_runs_inline"  # set on built-in policies that only look at the conte
 MAX_POLICY_THREADS = 64
 
 
-class _PolicyThreads:
-    """Daemon threads for synchronous policies.
-
-    Not ``asyncio.to_thread``: a policy that hangs forever would keep a thread of the loop's default
-    executor, which also resolves host names for Redis connections, and would hold up interpreter
-    exit (executor threads are joined). A daemon thread per call avoids both; the cap stops a
-    policy that hangs on every call from piling up threads without end.
-    """
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._lock = threading.Lock()
-        self._alive = 0
-
-    async def run(self, fn: Callable[[Any], Any], arg: Any) -> Any:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-        context = contextvars.copy_context()  # like asyncio.to_thread: the policy sees our contextvars
-        with self._lock:
-            if self._alive >= self.limit:
-                raise RuntimeError(f"{self._alive} policy evaluations are still running; refusing another")
-            self._alive += 1
-        thread = threading.Thread(target=self._work, args=(loop, future, context, fn, arg),
-                                  name=f"policy:{getattr(fn, '__name__', type(fn).__name__)}", daemon=True)
-        thread.start()
-        return await future
-
-    def _work(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any],
-              context: contextvars.Context, fn: Callable[[Any], Any], arg: Any) -> None:
-        try:
-            outcome: tuple[bool, Any] = (True, context.run(fn, arg))
-        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting caller
-            if not isinstance(exc, Exception) or isinstance(exc, StopIteration):
-                # a future can't carry StopIteration, and SystemExit must not surface in the loop
-                exc = RuntimeError(f"the policy raised {exc!r}")
-            outcome = (False, exc)
-        finally:
-            with self._lock:
-                self._alive -= 1
-        try:
-            loop.call_soon_threadsafe(_deliver, future, *outcome)
-        except RuntimeError:
-            pass  # the loop closed while the policy ran: nobody waits for the answer any more
-
-
-def _deliver(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
-    if future.done():  # the caller timed out or was cancelled meanwhile
-        return
-    if ok:
-        future.set_result(value)
-    else:
-        future.set_exception(value)
-
-
-_threads = _PolicyThreads(MAX_POLICY_THREADS)
+_threads = DaemonThreads(MAX_POLICY_THREADS, "policy")
 
 
 def _is_async(fn: Any) -> bool:

@@ -14,7 +14,6 @@ import importlib
 import inspect
 import json
 import logging
-import threading
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any, Generic, Literal, TypeVar, get_type_hints
@@ -22,6 +21,7 @@ from typing import Any, Generic, Literal, TypeVar, get_type_hints
 from pydantic import BaseModel, Field, ValidationError
 
 from bot.approval import Approval, ApprovalContext, RequestPolicy, as_approval
+from bot.daemon_threads import DaemonThreads
 from bot.forms import form_schema
 from bot.models.base import ToolSpec
 from bot.ports import PostedMessage, Workspace
@@ -214,6 +214,8 @@ PreviewFn = Callable[..., Any]  # (args[, ctx]) -> str, sync or async
 PREVIEW_TIMEOUT_S = 2.0  # a preview's default bound: the card is never held up longer
 PREVIEW_TIMEOUT_MAX_S = 30.0  # a preview is a glance, not a job
 PREVIEW_CHARS = 300  # a preview is a line, not a report
+# sync previews: a stuck one is left behind (bounded by the caller), never holding an executor slot
+_preview_threads = DaemonThreads(64, "preview")
 Prompt = str | Callable[[Any], str]  # a format string over the arguments' fields, or a function of them
 
 
@@ -357,7 +359,7 @@ class Tool:
                 else:
                     # not asyncio.to_thread: a stuck thread must not keep the await (or the default
                     # executor's shutdown) waiting past the bound, so it gets a daemon thread of its own
-                    text = await _in_daemon_thread(fn, *call_args)
+                    text = await _preview_threads.run(fn, *call_args)
                 if inspect.isawaitable(text):
                     text = await text
         except Exception as exc:  # noqa: BLE001 - a broken or slow preview must not stop the request
@@ -378,31 +380,6 @@ class Tool:
 
 def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
-
-
-async def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)`` in a daemon thread; awaiting it may be cancelled (a timeout) while the thread runs on."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[Any] = loop.create_future()
-
-    def settle(ok: bool, value: Any) -> None:
-        if not done.done():
-            (done.set_result if ok else done.set_exception)(value)
-
-    def run() -> None:
-        try:
-            value = fn(*args)
-        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
-            ok, value = False, exc
-        else:
-            ok = True
-        try:
-            loop.call_soon_threadsafe(settle, ok, value)
-        except RuntimeError:  # the loop has closed: nobody waits any more
-            pass
-
-    threading.Thread(target=run, name="tool-preview", daemon=True).start()
-    return await done
 
 
 def as_dict(args: BaseModel | dict[str, Any]) -> dict[str, Any]:
