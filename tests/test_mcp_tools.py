@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -322,12 +322,13 @@ async def test_a_tool_that_requires_task_augmented_calls_is_left_out_and_said_on
     assert "task" in said[0] and "left out" in said[0]
 
 
-@pytest.fixture
-def sse_server(tmp_path) -> Iterator[str]:
-    """The same server over the old HTTP+SSE transport (FastMCP's sse_app): GET /sse, POST /messages/."""
+@contextmanager
+def serving(transport: str, runs_file: Path) -> Iterator[int]:
+    """The fixture server over ``transport`` ("http" or "sse") in a process of its own, on a free loopback
+    port (yielded) once it accepts connections; stopped afterwards."""
     port = free_port()
-    process = subprocess.Popen([sys.executable, str(SERVER), "sse", str(port)],
-                               env={**os.environ, "MCP_RUNS_FILE": str(tmp_path / "runs")},
+    process = subprocess.Popen([sys.executable, str(SERVER), transport, str(port)],
+                               env={**os.environ, "MCP_RUNS_FILE": str(runs_file)},
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 15
     while True:
@@ -335,11 +336,20 @@ def sse_server(tmp_path) -> Iterator[str]:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
             break
         except OSError:
-            assert process.poll() is None and time.monotonic() < deadline, "the SSE server did not start"
+            assert process.poll() is None and time.monotonic() < deadline, f"the MCP {transport} server did not start"
             time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    process.terminate()
-    process.wait(5)
+    try:
+        yield port
+    finally:
+        process.terminate()
+        process.wait(5)
+
+
+@pytest.fixture
+def sse_server(tmp_path) -> Iterator[str]:
+    """The same server over the old HTTP+SSE transport (FastMCP's sse_app): GET /sse, POST /messages/."""
+    with serving("sse", tmp_path / "runs") as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 @pytest.mark.parametrize("path", ["/sse", "/messages/"])

@@ -6,11 +6,6 @@ elicitation as a form card in the thread, both settled by clicks over signed HTT
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,31 +19,15 @@ from tests.e2e.conftest import app_starter
 from tests.e2e.test_approval_flow import button, mention_and_wait_for_card
 from tests.e2e.test_decisions import inputs, result_reply
 from tests.engine.harness import tool_results
-from tests.test_mcp_tools import SERVER, free_port, runs, write_config
+from tests.test_mcp_tools import free_port, runs, serving, write_config
 
 
 @pytest.fixture(scope="module")
 def http_server(tmp_path_factory) -> Iterator[tuple[str, Path]]:
     """The same server over streamable HTTP (uvicorn, in a process of its own) on a free loopback port."""
     ran = tmp_path_factory.mktemp("mcp-http") / "runs"
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, str(SERVER), "http", str(port)],
-        env={**os.environ, "MCP_RUNS_FILE": str(ran)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 15
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            assert process.poll() is None and time.monotonic() < deadline, "the MCP HTTP server did not start"
-            time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}/mcp", ran
-    process.terminate()
-    process.wait(5)
+    with serving("http", ran) as port:
+        yield f"http://127.0.0.1:{port}/mcp", ran
 
 
 async def test_over_http_through_slack_approve_then_fill_in_the_servers_form(
