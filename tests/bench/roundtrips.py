@@ -66,6 +66,12 @@ class RoundTrips:
         redis_client.Pipeline.execute = counted_pipeline  # type: ignore[method-assign]
 
 
+async def _by_name(redis: Redis) -> collections.Counter[str]:
+    stats = await redis.info("commandstats")
+    return collections.Counter({k.removeprefix("cmdstat_").upper(): v["calls"] for k, v in stats.items()
+                                if k != "cmdstat_info"})
+
+
 async def main(args: argparse.Namespace) -> list[str]:
     trips = RoundTrips(args.depth)
     trips.install()
@@ -88,12 +94,15 @@ async def main(args: argparse.Namespace) -> list[str]:
         await bot.runtime.wait_idle()
         await asyncio.sleep(0.6)  # anything deferred (bot.drive.DELIVER_UNHURRIED_S) is done
         before = await cycle._commands(redis)
+        before_by_name = await _by_name(redis)
         trips.on = True
         for n in range(args.cycles):
             await cycle.one_cycle(slack, who, 100 + n)
             await bot.runtime.wait_idle()
         trips.on = False
         commands = (await cycle._commands(redis) - before) / args.cycles
+        by_name = await _by_name(redis)
+        by_name.subtract(before_by_name)
     finally:
         await bot.close()
         await slack.stop()
@@ -101,7 +110,9 @@ async def main(args: argparse.Namespace) -> list[str]:
         await server.close()
     total = sum(trips.counts.values()) / args.cycles
     lines = [f"round trips per approve cycle: {total:.1f}; commands Redis ran per cycle (scripts' own included): "
-             f"{commands:.1f}", "", "| per cycle | sent | by |", "| ---: | --- | --- |"]
+             f"{commands:.1f}", "by command: " + ", ".join(
+                 f"{name} {count / args.cycles:.1f}" for name, count in by_name.most_common() if count > 0),
+             "", "| per cycle | sent | by |", "| ---: | --- | --- |"]
     for (caller, sent), count in trips.counts.most_common():
         lines.append(f"| {count / args.cycles:.1f} | {sent} | {caller} |")
     return lines
