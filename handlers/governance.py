@@ -177,6 +177,9 @@ class Governance(StorePolicySource):
         self.admins = admins
         self.client_for = client_for
         self.registry = registry
+        # workspaces where nobody looked at App Home lately, until when (monotonic): HomeRefresh asks Redis
+        # at most once a second per workspace; a home published by this process clears the entry
+        self.nobody_looking: dict[str, float] = {}
 
     @classmethod
     def create(cls, deps: SlackDeps, redis: RedisClient, client_for: ClientFor, registry: ToolRegistry,

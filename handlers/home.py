@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -66,6 +67,7 @@ DRY_RUN_TIMEOUT_SECONDS = 2.0
 MAX_PERMALINKS = 10
 MAX_REFRESHES = 20  # homes re-published per event, at most
 HOME_SEEN_SECONDS = 24 * 3600  # homes published this lately are kept current by HomeRefresh
+NOBODY_LOOKING_MEMO_S = 1.0  # "nobody looks at App Home here" is asked of Redis once a second at most
 # an admin's pick waits this long for users.info on people not looked up yet, then saves after the ack
 PEOPLE_BEFORE_ACK_SECONDS = 0.5
 
@@ -216,6 +218,7 @@ async def publish_home(gov: Governance, team: str, user_id: str) -> None:
     pipe.set(workspace_key(team, "home-seen", user_id), b"1", ex=HOME_SEEN_SECONDS)
     pipe.set(workspace_key(team, "home-seen-any"), b"1", ex=HOME_SEEN_SECONDS)  # lets _refresh skip at once
     await pipe.execute()
+    gov.nobody_looking.pop(team, None)
 
 
 async def republish(gov: Governance, team: str, user_id: str) -> None:
@@ -366,6 +369,7 @@ class HomeRefresh:
 
     def __init__(self, gov: Governance) -> None:
         self.gov = gov
+        self._asking: dict[str, asyncio.Future[int]] = {}
 
     async def deliver(self, event: Event, session: SessionRef) -> None:
         team = session.team_id
@@ -383,9 +387,24 @@ class HomeRefresh:
             return
         self.gov.deps.runtime.spawn(self._refresh(team, ids), what=f"refresh App Homes for {event.type}")
 
+    async def _anyone_looking(self, team: str) -> bool:
+        """Whether anyone in the workspace looked at their App Home lately: asked of Redis at most once a
+        second (refreshes spawned together share one question; another replica's visit waits that long)."""
+        if time.monotonic() < self.gov.nobody_looking.get(team, 0.0):
+            return False
+        asking = self._asking.get(team)
+        if asking is None:
+            asking = self._asking[team] = asyncio.ensure_future(
+                self.gov.redis.exists(workspace_key(team, "home-seen-any")))
+            asking.add_done_callback(lambda _: self._asking.pop(team, None))
+        if await asyncio.shield(asking):
+            return True
+        self.gov.nobody_looking[team] = time.monotonic() + NOBODY_LOOKING_MEMO_S
+        return False
+
     async def _refresh(self, team: str, request_ids: list[str]) -> None:
-        if not await self.gov.redis.exists(workspace_key(team, "home-seen-any")):
-            return  # nobody in the workspace looked at their App Home lately: one read, nothing to do
+        if not await self._anyone_looking(team):
+            return  # nobody in the workspace looked at their App Home lately: nothing to do
         records = await self.gov.deps.store.get_requests(request_ids)
         people: set[str] = set()
         for record in records:

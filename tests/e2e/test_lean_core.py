@@ -1,0 +1,78 @@
+"""What an approve cycle costs in Redis, as Redis sees it (issue 26, the lean core).
+
+Each test runs real approve cycles over signed HTTP through LocalSlack and records, with Redis's own
+``MONITOR``, every command the app sent or its scripts ran; it asserts on the commands a change removed,
+so the cost cannot creep back unnoticed. The figures per cycle are in docs/PERFORMANCE.md
+(``python -m tests.bench.roundtrips``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from redis.asyncio import Redis
+
+from localslack.seed import ALICE, GENERAL
+from tests.e2e.test_approval_flow import RUNS, button, mention_and_wait_for_card, refund_charge, refund_script
+
+
+class Monitored:
+    """The commands Redis ran while recording, each as a tuple of its words, and when (Redis's clock)."""
+
+    def __init__(self) -> None:
+        self.commands: list[tuple[str, ...]] = []
+        self.times: list[float] = []
+
+    def naming(self, fragment: str) -> list[tuple[str, ...]]:
+        return [c for c in self.commands if any(fragment in word for word in c[1:])]
+
+    def times_naming(self, fragment: str) -> list[float]:
+        return [t for c, t in zip(self.commands, self.times, strict=True) if any(fragment in w for w in c[1:])]
+
+
+@asynccontextmanager
+async def monitored(redis_url: str) -> AsyncIterator[Monitored]:
+    seen = Monitored()
+    client = Redis.from_url(redis_url)
+    ready = asyncio.Event()
+
+    async def listen() -> None:
+        async with client.monitor() as monitor:
+            ready.set()
+            async for command in monitor.listen():
+                seen.commands.append(tuple(str(command["command"]).split()))
+                seen.times.append(float(command["time"]))
+
+    task = asyncio.create_task(listen())
+    await asyncio.wait_for(ready.wait(), 5)
+    await asyncio.sleep(0.05)  # MONITOR is registered server-side
+    try:
+        yield seen
+    finally:
+        await asyncio.sleep(0.1)  # the last commands reach the monitor
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await client.aclose()
+
+
+async def approve_cycle(local_slack, text: str) -> None:
+    ts, card = await mention_and_wait_for_card(local_slack, text)
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
+
+
+async def test_26_nobody_looking_at_app_home_is_asked_at_most_once_a_second(local_slack, start_app, redis_url):
+    RUNS.clear()
+    bot = await start_app(refund_script(), [refund_charge])
+    async with monitored(redis_url) as seen:
+        for n in range(3):  # three quick cycles: each asks for fresh App Homes when its card comes and goes
+            await approve_cycle(local_slack, f"refund ch_{n} please")
+        await bot.runtime.wait_idle()
+
+    assert len(RUNS) == 3
+    looks = seen.times_naming("home-seen-any")
+    assert looks, "never asked whether anyone looks at App Home"
+    gaps = [b - a for a, b in zip(looks, looks[1:], strict=False)]
+    assert all(gap >= 0.95 for gap in gaps), f"asked {len(looks)} times, {gaps} s apart"
