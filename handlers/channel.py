@@ -225,7 +225,13 @@ class SlackChannel:
         """Post a message unless this post was made before; returns where it is."""
         sid, channel = session.session_id, session.channel["channel_id"]
         await self.pacing.posts.wait(channel)  # before the claim: no claim is held while we wait our turn
-        if not await self.store.channel_claim(sid, field, _claim()):
+        if self.store.pass_is_careful(sid) and await self.store.channel_get(sid, field) is None:
+            # the last deliverer died mid-pass, and claimed its posts in memory: look before posting
+            found = await self._find_post(session, field, request_id)
+            if found is not None:
+                await self.store.channel_set(sid, field, json.dumps(found), in_pass=True)
+                return found
+        if not await self.store.channel_claim(sid, field, _claim(), in_pass=True):
             existing = await self.store.channel_get(sid, field)
             if existing and not existing.startswith(CLAIMED):
                 return json.loads(existing)  # posted and recorded already

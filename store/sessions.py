@@ -77,6 +77,7 @@ OUTBOX = b"hitl:outbox"
 TIMERS = b"hitl:timers"  # deadlines: "<kind>:<request id>" by due epoch ms (DESIGN §12, Time)
 SETTLED_LOOK_AGAIN_MS = 0  # the next sweep; the answering process normally resumes it first
 OUTBOX_GRACE_MS = 2_000  # a committer delivers at once; the sweep steps in if it died
+CLAIM_MARGIN_S = 12.0  # a post is claimed in memory only while its pass's lock has this much life left
 
 
 def _prefix(slot: str) -> str:
@@ -304,15 +305,23 @@ return 1
 # for every consumer, its cursor and until when it holds off (epoch ms), and the events after the lowest
 # cursor of the consumers not holding off (a held consumer far behind must not starve the others).
 # The session's frontend data (where its cards and replies are) comes with it: the pass reads it from
-# there instead of asking once per event. KEYS: out, events, lock, chan; ARGV: token, lock ms, count,
-# consumers… → false (locked) | {ref, cursors, holds, entries, chan (flat field, value…)}. (A resent copy
-# finds the lock ours and reads again.)
+# there instead of asking once per event. The lock is "<token>|<deadline ms>" with no TTL: a lock whose
+# deadline passed tells the next deliverer that its holder died mid-pass, so that pass is careful (what the
+# dead one posted may be unrecorded: it looks in the thread before posting). KEYS: out, events, lock, chan;
+# ARGV: token, lock ms, count, consumers… → false (locked) | {ref, cursors, holds, entries, chan (flat
+# field, value…), careful}. (A resent copy finds the lock ours and reads again.)
 _OUTBOX_BEGIN = """
-local holder = redis.call('GET', KEYS[3])
-if holder and holder ~= ARGV[1] then return false end
-redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local holder, careful = redis.call('GET', KEYS[3]), 0
+if holder then
+  local who, deadline = string.match(holder, '^([^|]*)|(%d+)$')
+  if who ~= ARGV[1] then
+    if not deadline or tonumber(deadline) > now then return false end
+    careful = 1  -- its deliverer died mid-pass (the lock ran out): what it posted may be unrecorded
+  end
+end
+redis.call('SET', KEYS[3], ARGV[1] .. '|' .. (now + tonumber(ARGV[2])))
 local fields, n = {}, #ARGV - 3
 for i = 1, n do fields[i], fields[n + i] = ARGV[3 + i], '_hold:' .. ARGV[3 + i] end
 fields[2 * n + 1] = '_ref'
@@ -331,14 +340,15 @@ for i = 1, n do
 end
 local entries = {}
 if low ~= nil then entries = redis.call('XRANGE', KEYS[2], '(' .. low, '+', 'COUNT', ARGV[3]) end
-return {stored[2 * n + 1] or '', cursors, holds, entries, redis.call('HGETALL', KEYS[4])}
+return {stored[2 * n + 1] or '', cursors, holds, entries, redis.call('HGETALL', KEYS[4]), careful}
 """
 
 # Save a pass's progress: move cursors, record where the pass's posts are (frontend data kept for the pass's
 # end), forget the failures of consumers that delivered again, keep the cursors and the frontend data as long
 # as the session (one look at P:open for both); then renew the lock, or (ARGV[2] = 0) release it if still
 # ours. KEYS: out, lock, open, chan; ARGV: token, lock ms (0 = release), retention ms, n cursors, m frontend
-# fields, consumer, cursor, … (n pairs), field, value, … (m pairs), consumers to clear…
+# fields, consumer, cursor, … (n pairs), field, value, … (m pairs), consumers to clear… (lock ms -1: release,
+# marked as a pass that ended with work left after a careful one, so that the next pass is careful too)
 _OUTBOX_SAVE = _HOLD + """
 local n, m = tonumber(ARGV[4]), tonumber(ARGV[5])
 if n > 0 then
@@ -352,8 +362,12 @@ end
 local gone = {}
 for i = 6 + 2 * n + 2 * m, #ARGV do gone[#gone + 1], gone[#gone + 2] = '_fails:' .. ARGV[i], '_hold:' .. ARGV[i] end
 if #gone > 0 then redis.call('HDEL', KEYS[1], unpack(gone)) end
-if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
-if ARGV[2] == '0' then redis.call('DEL', KEYS[2]) else redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
+local holder = redis.call('GET', KEYS[2])
+if not holder or string.match(holder, '^([^|]*)') ~= ARGV[1] then return 0 end
+if ARGV[2] == '0' then redis.call('DEL', KEYS[2]) return 1 end
+if ARGV[2] == '-1' then redis.call('SET', KEYS[2], ARGV[1] .. '|0') return 1 end  -- let go, the next pass careful
+local t = redis.call('TIME')
+redis.call('SET', KEYS[2], ARGV[1] .. '|' .. (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2])))
 return 1
 """
 
@@ -380,10 +394,15 @@ return 0
 class _PassView:
     """A delivery pass's view of its session's frontend data (``chan``): what it read at its start, with its
     own writes since; ``pending``: those to write at its end; ``tidy``: index clean-ups to send then too;
-    ``requests``: the request records its consumers read (``pass_request``), read once per pass."""
+    ``requests``: the request records its consumers read (``pass_request``), read once per pass.
+    ``claimed``: posts claimed in the pass's memory (``channel_claim(..., in_pass=True)``) and neither
+    recorded nor given up yet: written as claims with the pass's next save (a post whose answer was lost)."""
 
     token: str
     fields: dict[str, str]
+    careful: bool = False  # the last deliverer died mid-pass: look in the thread before posting
+    lock_fresh_until: float = 0.0  # monotonic: until then no other deliverer can take the session over
+    claimed: dict[str, str] = field(default_factory=dict)  # posts claimed in memory, not yet recorded
     pending: dict[str, str] = field(default_factory=dict)
     tidy: list[Command] = field(default_factory=list)
     requests: dict[str, RequestRecord] = field(default_factory=dict)
@@ -866,6 +885,7 @@ class SessionStore:
         deliverer lock and read what the consumers have not handled yet. None when another deliverer
         holds the lock."""
         claim = _now_ms() + self.lease_ms
+        asked_at = time.monotonic()  # the lock's life counts from no later than this
         keys = [self.key(session_id, "out"), self.key(session_id, "events"), self.key(session_id, "outlock"),
                 self.key(session_id, "chan")]
         replies = await self._pipelined(self._outbox_begin, keys, [token, self.lease_ms, count, *consumers],
@@ -873,9 +893,10 @@ class SessionStore:
         reply = replies[1]
         if not reply:
             return None
-        raw_ref, cursors, holds, entries, chan = reply
-        self._pass_views[session_id] = _PassView(token, {k.decode(): v.decode() for k, v in zip(chan[::2], chan[1::2],
-                                                                                               strict=True)})
+        raw_ref, cursors, holds, entries, chan, careful = reply
+        self._pass_views[session_id] = _PassView(
+            token, {k.decode(): v.decode() for k, v in zip(chan[::2], chan[1::2], strict=True)},
+            careful=bool(careful), lock_fresh_until=asked_at + self._claim_margin_s())
         events: list[tuple[str, Event]] = []
         for entry_id, flat in entries:
             fields = dict(zip(flat[::2], flat[1::2], strict=True))
@@ -893,8 +914,11 @@ class SessionStore:
                                 cleared: list[str]) -> None:
         """Save a long pass's progress and renew its lock (one round trip)."""
         tidy, posts = self._recorded_in_pass(session_id, token, done=False)
+        renewed_at = time.monotonic()
         await self._pipelined(self._outbox_save, self._outbox_save_keys(session_id),
                               self._outbox_save_args(token, self.lease_ms, cursors, cleared, posts), before=tidy)
+        if (view := self._pass_views.get(session_id)) is not None and view.token == token:
+            view.lock_fresh_until = renewed_at + self._claim_margin_s()
 
     async def outbox_end(self, session_id: str, token: str, cursors: dict[str, str], cleared: list[str], *,
                          claim: int, again_in_ms: int | None) -> None:
@@ -905,10 +929,14 @@ class SessionStore:
             after.append(("zadd", (OUTBOX, {session_id: _now_ms() + again_in_ms})))
         else:
             after.append(evalsha(self._forget_if_unchanged, [OUTBOX], [session_id, claim]))
+        view = self._pass_views.get(session_id)
+        # a careful pass that leaves work behind hands its care on: the events it did not reach may have
+        # been posted by the deliverer that died
+        careful_next = view is not None and view.token == token and view.careful and again_in_ms is not None
         tidy, posts = self._recorded_in_pass(session_id, token, done=True)
         await self._pipelined(self._outbox_save, self._outbox_save_keys(session_id),
-                              self._outbox_save_args(token, 0, cursors, cleared, posts), before=tidy, after=after,
-                              scripts=[self._forget_if_unchanged])
+                              self._outbox_save_args(token, -1 if careful_next else 0, cursors, cleared, posts),
+                              before=tidy, after=after, scripts=[self._forget_if_unchanged])
 
     def _recorded_in_pass(self, session_id: str, token: str, *, done: bool) -> tuple[list[Command], dict[str, str]]:
         """The writes a pass kept for its end: index clean-ups (``unindex_request(..., in_pass=True)``), as
@@ -920,9 +948,22 @@ class SessionStore:
             return [], {}
         if done:
             del self._pass_views[session_id]
-        writes, view.pending = view.pending, {}
+        # a post claimed in memory and neither recorded nor given up: its answer was lost (it may be in the
+        # thread), so its claim goes to Redis and the next attempt looks before posting again
+        writes, view.pending = {**view.claimed, **view.pending}, {}
+        view.claimed = {}
         commands, view.tidy = view.tidy, []
         return commands, writes
+
+    def _claim_margin_s(self) -> float:
+        """How long after taking or renewing its lock a pass may still claim a post in memory: while more of
+        the lock's life is left than a post can take (CLAIM_MARGIN_S), no other deliverer can start."""
+        return max(self.lease_ms / 1000 - CLAIM_MARGIN_S, 0.0)
+
+    def pass_is_careful(self, session_id: str) -> bool:
+        """Whether this process's delivery pass over the session follows a deliverer that died mid-pass."""
+        view = self._pass_views.get(session_id)
+        return view is not None and view.careful
 
     def _keep_command(self, session_id: str, key: str) -> Command:
         """Give ``key`` (of this session) its end, or none while the session has an open request."""
@@ -1043,6 +1084,7 @@ class SessionStore:
         view = self._pass_views.get(session_id)
         if view is not None:
             view.fields[field] = value
+            view.claimed.pop(field, None)
             if in_pass:
                 view.pending[field] = value
                 return
@@ -1053,11 +1095,22 @@ class SessionStore:
         _queue(pipe, [self._keep_command(session_id, key)])
         await pipe.execute()
 
-    async def channel_claim(self, session_id: str, field: str, value: str) -> bool:
-        """Set ``field`` only if it is not set yet (claim a post before sending it); True if we did."""
+    async def channel_claim(self, session_id: str, field: str, value: str, *, in_pass: bool = False) -> bool:
+        """Set ``field`` only if it is not set yet (claim a post before sending it); True if we did.
+
+        ``in_pass``: a post made only by the session's delivery pass (a card, a reply). While the pass's lock
+        is fresh nobody else posts for the session, so the claim stays in the pass's memory (no round trip);
+        where the post landed is recorded with the pass's closing round trip, and a claim never recorded
+        (its answer was lost) is written then. A deliverer that dies first leaves its lock to run out, and the
+        next pass is careful (``pass_is_careful``): it looks in the thread before posting."""
+        view = self._pass_views.get(session_id)
+        if in_pass and view is not None and time.monotonic() < view.lock_fresh_until:
+            if field in view.fields:
+                return False
+            view.fields[field] = view.claimed[field] = value
+            return True
         [(claimed, now)] = await self._pipelined(self._claim, [self.key(session_id, "chan"), self.key(session_id, "open")],
                                                  [field, value, self.retention_ms])
-        view = self._pass_views.get(session_id)
         if view is not None:  # what Redis holds now: ours, or whoever claimed it first
             if now is None:
                 view.fields.pop(field, None)
@@ -1070,6 +1123,8 @@ class SessionStore:
         if view is not None:
             view.fields.pop(field, None)
             view.pending.pop(field, None)
+            if view.claimed.pop(field, None) is not None:
+                return  # claimed in memory only: nothing in Redis to take back
         await self.redis.hdel(self.key(session_id, "chan"), field)
 
     async def key_counts(self, *, limit: int = 1_000_000) -> dict[str, int]:

@@ -129,6 +129,60 @@ async def test_a_card_whose_deliverer_died_before_its_pass_ended_is_found_not_po
     assert json.loads(recorded)["ts"] == _cards_of(local_slack, ts, req.request_id)[0].ts
 
 
+async def test_26_a_card_claimed_in_a_dead_pass_memory_is_found_not_posted_again(local_slack, start_app):
+    bot = await start_app(refund_script(), [refund_charge])
+    ts, _ = await mention_and_wait_for_card(local_slack)
+    await bot.runtime.wait_idle()
+    sid = f"slack:T0LOCAL:{GENERAL}:{ts}"
+    [request_id] = [r.request_id for r in await bot.store.pending_for_team("T0LOCAL")]
+    req = (await bot.store.get_request(request_id)).request.model_copy(update={"request_id": new_request_id(sid)})
+    event = InputRequested(session_id=sid, turn_id="t", requests=[req])
+    ref = SessionRef(session_id=sid, team_id="T0LOCAL", channel={"channel_id": GENERAL, "thread_ts": ts})
+
+    # a deliverer with a fresh lock claims the card in its pass's memory, posts it and dies before its pass ends
+    dying = SessionStore(bot.store.redis)
+    assert await dying.outbox_begin(sid, ["frontend"], "dying-token") is not None
+    await SlackChannel(dying, lambda team: _client(bot)).deliver(event, ref)
+    assert len(_cards_of(local_slack, ts, req.request_id)) == 1
+    assert await bot.store.redis.hget(bot.store.key(sid, "chan"), f"card:{req.request_id}") is None  # nothing in Redis
+    await bot.store.redis.set(bot.store.key(sid, "outlock"), "dying-token|1")  # time passes: its lock runs out
+
+    successor = SessionStore(bot.store.redis)
+    assert await successor.outbox_begin(sid, ["frontend"], "next-token") is not None
+    assert successor.pass_is_careful(sid)
+    await SlackChannel(successor, lambda team: _client(bot)).deliver(event, ref)
+    await successor.outbox_end(sid, "next-token", {}, [], claim=0, again_in_ms=0)  # it left work behind
+    [card] = _cards_of(local_slack, ts, req.request_id)  # found in the thread, not posted again
+    # so the next pass is careful too: the events it did not reach may have been posted by the dead one
+    assert await successor.outbox_begin(sid, ["frontend"], "careful-again") is not None
+    assert successor.pass_is_careful(sid)
+    await successor.outbox_end(sid, "careful-again", {}, [], claim=0, again_in_ms=None)
+    recorded = await bot.store.redis.hget(bot.store.key(sid, "chan"), f"card:{req.request_id}")
+    assert json.loads(recorded)["ts"] == card.ts
+    # and the next pass is not careful: its predecessor ended its pass
+    assert await successor.outbox_begin(sid, ["frontend"], "third-token") is not None
+    assert not successor.pass_is_careful(sid)
+    await successor.outbox_end(sid, "third-token", {}, [], claim=0, again_in_ms=None)
+
+
+async def test_26_a_post_whose_answer_was_lost_leaves_its_claim_with_the_pass_end(local_slack, start_app):
+    bot = await start_app(refund_script(), [refund_charge])
+    ts, _ = await mention_and_wait_for_card(local_slack)
+    await bot.runtime.wait_idle()
+    sid = f"slack:T0LOCAL:{GENERAL}:{ts}"
+    store = SessionStore(bot.store.redis)
+    assert await store.outbox_begin(sid, ["frontend"], "token") is not None
+    assert await store.channel_claim(sid, "post:99:0", "claimed:5", in_pass=True)
+    assert not await store.channel_claim(sid, "post:99:0", "claimed:6", in_pass=True)  # once per pass
+    assert await store.channel_claim(sid, "post:98:0", "claimed:5", in_pass=True)
+    await store.channel_delete(sid, "post:98:0")  # Slack said no: nothing was posted, nothing kept
+    assert await bot.store.redis.hget(bot.store.key(sid, "chan"), "post:99:0") is None  # in memory so far
+    # the post's answer never came (neither recorded nor given up): its claim is written at the pass's end
+    await store.outbox_end(sid, "token", {}, [], claim=0, again_in_ms=None)
+    assert await bot.store.redis.hget(bot.store.key(sid, "chan"), "post:99:0") == b"claimed:5"
+    assert await bot.store.redis.hget(bot.store.key(sid, "chan"), "post:98:0") is None
+
+
 async def test_a_settled_request_leaves_the_pending_index_with_its_card_update_even_if_that_deliverer_dies(
         local_slack, start_app):
     bot = await start_app(refund_script(), [refund_charge])

@@ -76,3 +76,17 @@ async def test_26_nobody_looking_at_app_home_is_asked_at_most_once_a_second(loca
     assert looks, "never asked whether anyone looks at App Home"
     gaps = [b - a for a, b in zip(looks, looks[1:], strict=False)]
     assert all(gap >= 0.95 for gap in gaps), f"asked {len(looks)} times, {gaps} s apart"
+
+
+async def test_26_a_quick_cycle_claims_its_posts_without_a_round_trip_of_their_own(local_slack, start_app, redis_url):
+    RUNS.clear()
+    bot = await start_app(refund_script(), [refund_charge])
+    async with monitored(redis_url) as seen:
+        await approve_cycle(local_slack, "refund ch_1 please")
+        await bot.runtime.wait_idle()
+
+    assert len(RUNS) == 1
+    # the deliverer's lock makes it the session's only poster: a post is claimed in the pass's memory, and
+    # where it landed is written with the pass's closing round trip (crash safety: test_delivery_guarantees)
+    claims = [c for c in seen.commands if c[0] == "HSETNX" and ":chan" in c[1]]
+    assert claims == [], f"posts claimed one by one in Redis: {claims}"
