@@ -21,7 +21,10 @@ log = logging.getLogger("bot")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bot", description="An AI agent in Slack that stops and asks people.")
     sub = parser.add_subparsers(dest="command")
-    sub.add_parser("run", help="run the bot (default); without SLACK_BOT_TOKEN it starts a local Slack workspace")
+    run = sub.add_parser("run", help="run the bot (default); without SLACK_BOT_TOKEN it starts a local Slack workspace")
+    run.add_argument("--role", choices=("all", "web", "worker"), default=None,
+                     help="web: take Slack's requests (record, settle, ack); worker: drive turns, run tools, "
+                          "deliver to Slack; all: both (default: $BOT_ROLE, else all)")
     _add_setup_parser(sub)
     sub.add_parser("check", help="check the configuration and connections (Redis, Slack, model), then exit")
     pending = sub.add_parser("pending", help="list requests waiting for a person")
@@ -53,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     from store.embedded import DataDirInUse, EmbeddedServerError
 
     try:
-        settings = load_settings()
+        role = getattr(args, "role", None)
+        settings = load_settings(**({"BOT_ROLE": role} if role else {}))
         _configure_logging(settings)
         command = args.command or "run"
         if command == "run":
@@ -138,7 +142,9 @@ async def _run(settings: Settings) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    if settings.log_format == "json":  # one JSON object per line, the banner included
+    if settings.role == "worker":  # no Slack route: only health and metrics on the port
+        log.info("worker running (turns, tools, delivery to Slack; health and metrics at %s)", bot.url)
+    elif settings.log_format == "json":  # one JSON object per line, the banner included
         where = f"Local Slack workspace: {bot.localslack.ui_url} " if bot.localslack is not None else ""
         log.info("%s(the bot answers %s)", where,
                  "over Socket Mode" if settings.socket_mode else f"at {bot.url}/slack/events, metrics at /metrics")
@@ -147,9 +153,10 @@ async def _run(settings: Settings) -> int:
               flush=True)
     else:
         mode = "Socket Mode" if settings.socket_mode else f"HTTP on {bot.url}/slack/events"
-        print(f"bot running ({mode}; metrics at {bot.url}/metrics)", flush=True)
+        role = "" if settings.role == "all" else f"{settings.role} role, "
+        print(f"bot running ({role}{mode}; metrics at {bot.url}/metrics)", flush=True)
     socket = None
-    if settings.socket_mode:
+    if settings.socket_mode and settings.role != "worker":  # a worker takes no Slack requests
         from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
         socket = AsyncSocketModeHandler(bot.slack, settings.slack_app_token)

@@ -40,6 +40,7 @@ from bot.models.base import ChatModel
 from bot.observed import ObservedChannel
 from bot.ports import Channel, FanoutChannel
 from bot.result_tokens import token_key
+from bot.roles import NoModel, Wakeups, WebRuntime
 from bot.tools import Tool, ToolRegistry
 from bot.turns import Runtime, RuntimeSettings
 from handlers.channel import SlackChannel
@@ -55,6 +56,7 @@ from store.client import RedisHandle, open_redis, ping
 from store.gauges import GaugeReader
 from store.schedules import ScheduleStore
 from store.sessions import SessionStore
+from store.wakeups import WakeQueue
 
 log = logging.getLogger(__name__)
 
@@ -179,6 +181,7 @@ class BotApp:
     metrics: AppMetrics | None = None  # what GET /metrics shows
     _stack: AsyncExitStack = field(default_factory=AsyncExitStack)
     _recovery: asyncio.Task[Any] | None = None
+    _wakeups: asyncio.Task[Any] | None = None  # a worker taking hand-overs from web processes (bot.roles)
 
     async def close(self) -> None:
         """Stop taking requests, let running work finish briefly, then release everything.
@@ -186,8 +189,9 @@ class BotApp:
         Work still running after the grace period is abandoned safely: its lease lapses and another
         worker continues the turn from its last checkpoint.
         """
-        if self._recovery is not None:
-            self._recovery.cancel()
+        for loop in (self._recovery, self._wakeups):
+            if loop is not None:
+                loop.cancel()
         try:
             await asyncio.wait_for(self.runtime.wait_idle(), SHUTDOWN_GRACE_SECONDS)
         except TimeoutError:
@@ -312,7 +316,14 @@ async def _start(
     if channel_wrap is not None:
         channel = channel_wrap(channel)
     schedules = ScheduleStore(redis.client)
-    runtime = Runtime(
+    role = settings.role
+    # a web process drives no turn: it hands sessions to workers (bot.roles) and never builds a model client
+    runtime_class: Any = Runtime
+    handover: dict[str, Any] = {}
+    if role == "web":
+        runtime_class, handover, model = WebRuntime, {"wakeups": WakeQueue(redis.client)}, NoModel()
+    runtime = runtime_class(
+        **handover,
         store=store,
         model=metered(model or build_model(settings)),
         tools=registry,
@@ -333,12 +344,15 @@ async def _start(
     _wire_governance(deps, redis, client_for, registry, oauth.installation_store if oauth else None)
     # a line per turn event, delivery lag and ids in logs, around everything the frontend shows
     runtime.channel = ObservedChannel(runtime.channel, names=_local_names(local))
-    handlers.register(slack, deps)
+    takes_requests = role != "worker"  # a worker serves no Slack route: health and metrics only
+    if takes_requests:
+        handlers.register(slack, deps)
 
     app_metrics = AppMetrics(StoreGauges(GaugeReader(redis.client)))
-    web_app = handlers.http.web_app(slack, signing_secret=secret, ready=lambda: ping(redis.client),
-                                    metrics=app_metrics.exposition)
-    handlers.results.add_routes(web_app, deps, deps.result_key)
+    web_app = handlers.http.web_app(slack if takes_requests else None, signing_secret=secret,
+                                    ready=lambda: ping(redis.client), metrics=app_metrics.exposition)
+    if takes_requests:
+        handlers.results.add_routes(web_app, deps, deps.result_key)
     runner = web.AppRunner(web_app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
     await runner.setup()
     stack.push_async_callback(runner.cleanup)
@@ -356,6 +370,10 @@ async def _start(
 
     bot = BotApp(settings=settings, redis=redis, store=store, runtime=runtime, slack=slack, web=web_app,
                  deps=deps, localslack=local, url=url, metrics=app_metrics, _stack=stack)
+    if role == "web":
+        return bot  # workers sweep, fire timers and deliver
+    if role == "worker":
+        bot._wakeups = asyncio.create_task(Wakeups(runtime, WakeQueue(redis.client)).serve())
     if recovery_interval > 0:
         bot._recovery = asyncio.create_task(_recovery_loop(runtime, recovery_interval))
     # the first sweep: the turns it finds go on in the background (``Runtime.recover``), and a slow Slack or

@@ -67,6 +67,9 @@ class Settings(BaseSettings):
     # slack: keep inside Slack's per-method tiers (handlers/pacing.py); off: no waiting of our own, only a
     # 429's Retry-After (apps with raised limits, benchmarks)
     slack_pacing: Literal["slack", "off"] = Field(default="slack", alias="SLACK_PACING")
+    # web: receive Slack's requests, record, settle, ack; worker: drive turns, run tools, deliver to Slack,
+    # fire timers; all: both in one process (bot.roles)
+    role: Literal["web", "worker", "all"] = Field(default="all", alias="BOT_ROLE")
 
     @field_validator("port", "localslack_port")
     @classmethod
@@ -88,6 +91,13 @@ class Settings(BaseSettings):
         if isinstance(value, str) and value.strip().lower() in ("slack", "off"):
             return value.strip().lower()
         raise ValueError(f"{value!r} is not a pacing: use slack (the default: Slack's rate limits) or off")
+
+    @field_validator("role", mode="before")
+    @classmethod
+    def a_role(cls, value: object) -> object:
+        if isinstance(value, str) and value.strip().lower() in ("web", "worker", "all"):
+            return value.strip().lower()
+        raise ValueError(f"{value!r} is not a role: use all (the default), web or worker")
 
     @field_validator("slack_api_url")
     @classmethod
@@ -114,6 +124,9 @@ class Settings(BaseSettings):
     def check_slack(self) -> None:
         """Raise ConfigError naming the variable when Slack mode is misconfigured."""
         if self.local_mode:
+            if self.role != "all":  # each process would start its own local workspace
+                raise ConfigError(f"BOT_ROLE={self.role} needs a Slack both roles reach (SLACK_BOT_TOKEN): "
+                                  "the local workspace runs inside one process of role all")
             return
         if self.slack_bot_token and not self.slack_bot_token.startswith("xoxb-"):
             raise ConfigError("SLACK_BOT_TOKEN must be a bot token starting with xoxb-")

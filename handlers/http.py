@@ -42,7 +42,7 @@ def signed_by_slack(verifier: SignatureVerifier | None, body: bytes, headers: Ma
 
 
 def web_app(
-    slack: AsyncApp,
+    slack: AsyncApp | None,
     *,
     signing_secret: str | None,
     ready: Callable[[], Awaitable[bool]],
@@ -73,7 +73,8 @@ def web_app(
             return web.json_response({"ok": True, "redis": "up"})
         return web.json_response({"ok": False, "redis": "down"}, status=503)
 
-    app.router.add_post(EVENTS_PATH, events)
+    if slack is not None:  # None: a worker process (bot.roles) serves health and metrics only
+        app.router.add_post(EVENTS_PATH, events)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     if metrics is not None:
@@ -83,7 +84,7 @@ def web_app(
             return web.Response(body=await metrics(), headers={"Content-Type": CONTENT_TYPE})
 
         app.router.add_get(METRICS_PATH, scrape)
-    flow = slack.oauth_flow
+    flow = slack.oauth_flow if slack is not None else None
     if flow is not None:
 
         async def install(request: web.Request) -> web.Response:
