@@ -1,7 +1,8 @@
 """Messages in: mentions, DMs and replies in threads that have a session (DESIGN §10).
 
-Slack sends a mention twice (``app_mention`` and ``message``) and retries deliveries; the
-runtime drops repeats by message id (channel + ts), so each message reaches the agent once. A
+Slack sends a channel mention twice (``app_mention`` and ``message``): the ``message`` twin is
+dropped here, in memory; Slack also retries deliveries, and the runtime drops repeats by message id
+(channel + ts) in Redis, so each message reaches the agent once. A
 message is recorded in Redis before the ack, so one that Slack saw acknowledged is never lost.
 """
 
@@ -35,10 +36,19 @@ def register(app: AsyncApp, deps: SlackDeps) -> None:
         await _handle(deps, body, event, context, client, mentioned=True)
 
     async def on_message(body: dict[str, Any], event: dict[str, Any], context: dict[str, Any], client: Any) -> None:
+        if _twin_of_a_mention(event, context.get("bot_user_id")):
+            return  # its app_mention brings it: one record instead of two (issue 26)
         await _handle(deps, body, event, context, client, mentioned=False)
 
     app.event("app_mention")(on_mention)
     app.event("message")(on_message)
+
+
+def _twin_of_a_mention(event: dict[str, Any], bot_user: str | None) -> bool:
+    """A channel message that mentions the bot: Slack sends it as ``app_mention`` too (the manifest
+    subscribes both), and that event carries it. Not in a DM, where no ``app_mention`` comes."""
+    return (event.get("channel_type") != "im" and bool(bot_user) and f"<@{bot_user}>" in (event.get("text") or "")
+            and event.get("subtype") in PERSON_SUBTYPES)
 
 
 async def may_talk(deps: SlackDeps, principal: Principal, org: str | None, channel_id: str | None) -> bool:

@@ -90,3 +90,17 @@ async def test_26_a_quick_cycle_claims_its_posts_without_a_round_trip_of_their_o
     # where it landed is written with the pass's closing round trip (crash safety: test_delivery_guarantees)
     claims = [c for c in seen.commands if c[0] == "HSETNX" and ":chan" in c[1]]
     assert claims == [], f"posts claimed one by one in Redis: {claims}"
+
+
+async def test_26_a_mention_is_recorded_once_not_once_per_event_slack_sends(local_slack, start_app, redis_url):
+    RUNS.clear()
+    bot = await start_app(refund_script(), [refund_charge])
+    async with monitored(redis_url) as seen:
+        await approve_cycle(local_slack, "refund ch_1 please")
+        await bot.runtime.wait_idle()
+
+    assert len(RUNS) == 1
+    # Slack sends a channel mention twice (``app_mention`` and its ``message`` twin): the twin is left to
+    # the mention in memory; a Slack retry of either is still dropped in Redis by message id
+    records = [c for c in seen.commands if c[0] == "SET" and ":msg:" in c[1]]
+    assert len(records) == 1, f"the mention was recorded {len(records)} times: {records}"
