@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from bot.config import ConfigError, Settings, load_settings
 
 if TYPE_CHECKING:
+    from bot.approval import PolicySource
     from store.client import RedisHandle
 
 log = logging.getLogger("bot")
@@ -344,7 +345,7 @@ async def _chat(settings: Settings) -> int:
                           workspace=ConsoleWorkspace(),
                           settings=RuntimeSettings(step_budget=settings.step_budget, token_budget=settings.token_budget,
                                  history_window=settings.history_window))
-        await _use_policies(handle.client, seed_refunds=tools.get("refund_charge") is not None)
+        runtime.parts.policies = await _use_policies(handle.client, seed_refunds=tools.get("refund_charge") is not None)
         await cancel_leftovers(runtime, {r.session_id for r in await store.pending_for_team(CONSOLE_TEAM)})
         await chat_loop(runtime, new_console_session())
     finally:
@@ -352,21 +353,20 @@ async def _chat(settings: Settings) -> int:
     return 0
 
 
-async def _use_policies(redis: object, *, seed_refunds: bool) -> None:
+async def _use_policies(redis: object, *, seed_refunds: bool) -> PolicySource | None:
     """Approver lists for the console's workspace; like the local Slack demo, "bob" approves refunds
     until the console workspace's lists are edited."""
     try:
         from handlers.governance import policy_source_for
     except ImportError:
-        return
-    from bot.governance import use_policy_source
+        return None
     from bot.principals import CONSOLE_TEAM
 
     source = policy_source_for(redis)
-    use_policy_source(source)
     policy = await source.policies.get(CONSOLE_TEAM)
     if seed_refunds and policy.version == 0 and not policy.tools:
         await source.policies.set_approvers(CONSOLE_TEAM, "tool:refund_charge", ["bob"], actor="bot:console")
+    return source
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import logging
 
-from bot.governance import PolicySource, is_external, policy_source
+from bot.approval import PolicySource
+from bot.governance import is_external
 from bot.principals import Principal
 
 log = logging.getLogger(__name__)
@@ -24,15 +25,13 @@ GUEST_REFUSAL = ("Only people of this workspace can ask the agent here, so your 
                  "guests (`/approvers guests on`).")
 
 
-async def admits(principal: Principal | None, channel_id: str | None, *,
-                 source: PolicySource | None = None) -> bool:
-    """Whether ``principal`` may start or steer a turn in ``channel_id``. ``source``: the policy store
-    (defaults to the one the composition root connected to ``bot.governance``)."""
+async def admits(principal: Principal | None, channel_id: str | None, *, source: PolicySource | None) -> bool:
+    """Whether ``principal`` may start or steer a turn in ``channel_id``. ``source``: the policy store the
+    caller was given (None: guests are refused)."""
     if principal is None:
         return False
     if not is_external(principal):
         return True
-    source = source if source is not None else policy_source()
     team = principal.team_id
     if source is None or team is None:
         return False

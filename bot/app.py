@@ -115,6 +115,34 @@ def _workspace_recorder(installations: Any) -> Any:
     return remember_workspace
 
 
+class ModelOnFirstUse:
+    """The configured model client, built when a turn first asks it (issue 26 item 6, start fast): a
+    restarted process serves the first click, settles it and runs its tool without importing httpx or
+    loading TLS certificates for the model endpoint (about a tenth of its start)."""
+
+    def __init__(self, settings: Settings):
+        self._settings = settings
+        self._model: ChatModel | None = None
+        self.name = settings.model if settings.openai_api_key else "demo"
+
+    def built(self) -> ChatModel:
+        if self._model is None:
+            self._model = build_model(self._settings)
+        return self._model
+
+    async def complete(self, messages: Any, tools: Any, *, on_text: Any = None) -> Any:
+        return await self.built().complete(messages, tools, on_text=on_text)
+
+    async def aclose(self) -> None:
+        if self._model is not None and hasattr(self._model, "aclose"):
+            await self._model.aclose()
+
+    def __getattr__(self, name: str) -> Any:  # what tests look at on the model itself
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.built(), name)
+
+
 def build_model(settings: Settings) -> ChatModel:
     if settings.openai_api_key:
         from bot.models.openai import OpenAIChatModel
@@ -276,6 +304,9 @@ async def _start(
         oauth = oauth_settings(settings, redis.client)
         client = AsyncWebClient(base_url=api_url, session=http, retry_handlers=slack_retry_handlers())
     slack = MeteredApp(  # AsyncApp, timing each ack (hitl_slack_ack_seconds)
+        # named: without a name Bolt names the app after its caller's file with inspect.stack(), which reads
+        # the source of every frame (30-70 ms of each start: issue 26 item 6)
+        name="slack-hitl-bot",
         client=client,
         signing_secret=secret,
         oauth_settings=oauth,
@@ -325,7 +356,7 @@ async def _start(
     runtime = runtime_class(
         **handover,
         store=store,
-        model=metered(model or build_model(settings)),
+        model=metered(model or ModelOnFirstUse(settings)),
         tools=registry,
         channel=channel,
         settings=RuntimeSettings(step_budget=settings.step_budget, token_budget=settings.token_budget,
@@ -392,6 +423,7 @@ def _wire_governance(deps: SlackDeps, redis: RedisHandle, client_for: Any, regis
     except ImportError:
         return
     deps.governance = Governance.create(deps, redis.client, client_for, registry, workspaces)
+    deps.runtime.parts.policies = deps.governance  # the policies' approver lists, rules and admins (ctx.policies)
     if deps.settings.local_mode:  # the local workspace's finance approver (bob) approves the demo's refunds
         from localslack.seed import BOB, TEAM_ID
 

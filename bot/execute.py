@@ -147,7 +147,7 @@ class Executor:
             call.status, call.result = "done", CallResult(status="failed", error=str(exc))
             return
         ctx = tool.approval_context(args, session=info, call_id=call.call_id, reviewer=self.p.reviewer,
-                                    approved_tools=frozenset(grants))
+                                    approved_tools=frozenset(grants), policies=self.p.policies)
         try:
             status = await evaluate_request_policy(tool.approval.request, ctx,
                                                    timeout=self.p.settings.request_policy_timeout)
@@ -195,7 +195,8 @@ class Executor:
             view = RequestView(request_id=req.request_id, call_id=req.action.call_id, tool_name=tool.name,
                                tool_input=req.action.input, principal=req.principal)
             req.responders = await describe_responders(tool.approval.response,
-                                                       AnswerersContext(request=view, session=info))
+                                                       AnswerersContext(request=view, session=info,
+                                                                        policies=self.p.policies))
 
         await asyncio.gather(*(describe(r) for r in records))
 

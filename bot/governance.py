@@ -8,28 +8,31 @@ Users compose these on their tools::
     @tool(approval=tenant_policy("connection:billing__refund"))
 
 The approver lists and rules live in the policy store (edited by admins in App Home or
-``/approvers``); the composition root connects it with :func:`use_policy_source`. Everything here
-fails closed: a store that cannot be read rejects or denies, with a reason people can act on.
+``/approvers``); the runtime is given it (a ``PolicySource``) and hands it to each policy as
+``ctx.policies``. Everything here fails closed: a store that cannot be read rejects or denies, with a reason people can act on.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from typing import Any, Literal, Protocol
-
-from pydantic import BaseModel
+from typing import Any
 
 from bot.approval import (
     AnswerersContext,
     ApprovalContext,
-    PolicyStatus,
+    Decision,
+    Policy,
+    PolicySource,
     ResponseContext,
-    ResponseDecision,
     ResponsePolicy,
     allowed,
+    as_policy,
     describe_responders,
     rejected,
+)
+from bot.approval import (
+    ApproverList as ApproverList,  # re-exported: where the policy store's adapter has always found it
 )
 from bot.principals import Principal, workspace_member
 from bot.protocol import Responders
@@ -45,66 +48,22 @@ MAX_INPUT_DEPTH = 64
 MAX_INPUT_NODES = 10_000
 
 
-class ApproverList(BaseModel):
-    approvers: list[str]  # Slack user ids
-    required_approvals: int = 1
-
-
-class RuleVerdict(BaseModel):
-    effect: Literal["allow", "deny", "require_approval"]
-    reason: str | None = None
-
-
-class PolicySource(Protocol):
-    """Where approver lists and rules come from (``store.policies.PolicyStore`` via bot/app.py)."""
-
-    async def approver_list(self, team_id: str, resource: str) -> ApproverList | None: ...
-    async def allows_external(self, team_id: str) -> bool: ...
-    async def outsiders(self, team_id: str, user_ids: list[str]) -> set[str]:
-        """Who of ``user_ids`` is from another organisation while the workspace keeps outsiders out (their
-        approvals would be refused); raises when it cannot be known."""
-    async def admits_guests(self, team_id: str, channel_id: str | None) -> bool:
-        """Whether Slack Connect guests may talk to the agent in this channel (or the whole workspace)."""
-    async def workspace_org(self, team_id: str) -> str | None:
-        """The Enterprise Grid org a workspace belongs to, as verified requests said; None if unknown."""
-    async def is_admin(self, team_id: str, user_id: str) -> bool:
-        """Whether ``user_id`` administers the workspace ``team_id`` (Slack says so, or BOT_ADMINS); False
-        when it cannot be told in time (fail closed)."""
-    async def decide(
-        self, team_id: str, resource: str, tool_input: dict[str, Any] | None, user_id: str | None
-    ) -> RuleVerdict | None: ...
-
-
-_source: PolicySource | None = None
-
-
-def use_policy_source(source: PolicySource | None) -> None:
-    """Connect the helpers to the policy store (done once by the composition root)."""
-    global _source
-    _source = source
-
-
-def policy_source() -> PolicySource | None:
-    """The policy store the composition root connected (``bot.admission`` reads guest settings from it)."""
-    return _source
-
-
-async def listed_people(team_id: str, resource: str) -> list[Principal]:
+async def listed_people(source: PolicySource | None, team_id: str, resource: str) -> list[Principal]:
     """The people on a workspace's approver list for ``resource`` (escalation); [] when none or unset."""
-    if _source is None:
+    if source is None:
         raise LookupError("no policy source")
-    listing = await _source.approver_list(team_id, resource)
-    users = await _admissible(team_id, listing.approvers if listing else [])
+    listing = await source.approver_list(team_id, resource)
+    users = await _admissible(source, team_id, listing.approvers if listing else [])
     return [workspace_member(team_id, u) for u in users]
 
 
-async def _admissible(team_id: str, user_ids: list[str]) -> list[str]:
+async def _admissible(source: PolicySource | None, team_id: str, user_ids: list[str]) -> list[str]:
     """``user_ids`` without the outsiders among them (a list saved before the editor checked, or while the
     workspace let outsiders in): nobody is named as able to answer, or sent a request, who would be
     refused (issue 25, item 14). Raises when that cannot be known: then nobody is named or told."""
-    if _source is None or not user_ids:
+    if source is None or not user_ids:
         return user_ids
-    outside = await _source.outsiders(team_id, user_ids)
+    outside = await source.outsiders(team_id, user_ids)
     return [u for u in user_ids if u not in outside]
 
 
@@ -120,21 +79,21 @@ def is_external(principal: Principal | None) -> bool:
     return bool(own) and own != principal.team_id
 
 
-def requester_only() -> ResponsePolicy:
+def requester_only() -> Policy:
     from bot.approval import requester_only as default
 
     return default()
 
 
-def approvers(resource: str, *, allow_self: bool = False) -> ResponsePolicy:
+def approvers(resource: str, *, allow_self: bool = False) -> Policy:
     """Only people on the resource's approver list may approve; the requester or an approver may cancel.
 
     An approver who asked for the call cannot approve it themselves unless ``allow_self=True``."""
 
-    async def policy(ctx: ResponseContext) -> ResponseDecision:
+    async def rule(ctx: ResponseContext) -> Decision:
         requester, responder = ctx.request.principal, ctx.response.principal
         decision = await _check_list(ctx, resource, required=None)
-        if (decision.status == "allowed" and not allow_self and ctx.response.decision == "approve"
+        if (decision.type == "allowed" and not allow_self and ctx.response.decision == "approve"
                 and requester is not None and requester.same_as(responder)):
             # an approver who asked: say who else may (one not on the list heard who may, above)
             return await _own_request(ctx, resource)
@@ -143,19 +102,17 @@ def approvers(resource: str, *, allow_self: bool = False) -> ResponsePolicy:
     async def responders(ctx: AnswerersContext) -> Responders:
         return await _listed(ctx, resource, required=1, exclude_requester=not allow_self)
 
-    policy.policy_kind = f"approvers:{resource}"  # type: ignore[attr-defined]
-    policy.reads_lists = (resource,)  # type: ignore[attr-defined]
-    policy.responders = responders  # type: ignore[attr-defined]
-    return policy
+    return Policy(rule=rule, kind="approvers", label="anyone on the list approves",
+                  responders=responders, reads_lists=(resource,))
 
 
-def four_eyes(resource: str | None = None) -> ResponsePolicy:
+def four_eyes(resource: str | None = None) -> Policy:
     """Someone other than the requester must approve (from the approver list, if a resource is given).
 
     The requester may still cancel their own request.
     """
 
-    async def policy(ctx: ResponseContext) -> ResponseDecision:
+    async def rule(ctx: ResponseContext) -> Decision:
         requester, responder = ctx.request.principal, ctx.response.principal
         if ctx.response.decision == "cancel":
             if requester is None or requester.same_as(responder):
@@ -176,18 +133,18 @@ def four_eyes(resource: str | None = None) -> ResponsePolicy:
             return await _listed(ctx, resource, required=1, exclude_requester=True)
         return _anyone_but_requester(ctx, required=1)
 
-    policy.policy_kind = "four-eyes"  # type: ignore[attr-defined]
-    policy.reads_lists = (resource,) if resource else ()  # type: ignore[attr-defined]
-    policy.responders = responders  # type: ignore[attr-defined]
-    return policy
+    label = "anyone on the list but the person who asked approves" if resource else \
+        "anyone but the person who asked approves"
+    return Policy(rule=rule, kind="four-eyes", label=label,
+                  responders=responders, reads_lists=(resource,) if resource else ())
 
 
-def n_of_m(n: int, resource: str | None = None) -> ResponsePolicy:
+def n_of_m(n: int, resource: str | None = None) -> Policy:
     """The request stays pending until ``n`` distinct eligible people approved (the requester never counts)."""
     if n < 1:
         raise ValueError("n_of_m needs n >= 1")
 
-    async def policy(ctx: ResponseContext) -> ResponseDecision:
+    async def rule(ctx: ResponseContext) -> Decision:
         requester, responder = ctx.request.principal, ctx.response.principal
         if ctx.response.decision == "cancel":
             if requester is None or requester.same_as(responder):
@@ -210,16 +167,15 @@ def n_of_m(n: int, resource: str | None = None) -> ResponsePolicy:
             return await _listed(ctx, resource, required=n, exclude_requester=True)
         return _anyone_but_requester(ctx, required=n)
 
-    policy.policy_kind = f"{n}-of-m"  # type: ignore[attr-defined]
-    policy.reads_lists = (resource,) if resource else ()  # type: ignore[attr-defined]
-    policy.responders = responders  # type: ignore[attr-defined]
-    return policy
+    label = f"any {n} people {'on the list ' if resource else ''}other than the person who asked approve"
+    return Policy(rule=rule, kind="n-of-m", label=label,
+                  responders=responders, reads_lists=(resource,) if resource else (), required=n)
 
 
-def lists_read(policy: Any) -> tuple[str, ...]:
-    """The approver lists a response policy reads (the helpers here say; a custom function may set
-    ``reads_lists`` too). Admins are offered exactly these lists to edit: never one that does nothing."""
-    return tuple(getattr(policy, "reads_lists", ()) or ())
+def lists_read(policy: Policy | ResponsePolicy | None) -> tuple[str, ...]:
+    """The approver lists a response policy reads (``Policy.reads_lists``). Admins are offered exactly
+    these lists to edit: never one that does nothing."""
+    return as_policy(policy).reads_lists if policy is not None else ()
 
 
 def _anyone_but_requester(ctx: AnswerersContext, *, required: int) -> Responders:
@@ -231,13 +187,13 @@ def _anyone_but_requester(ctx: AnswerersContext, *, required: int) -> Responders
 
 async def _listed(ctx: AnswerersContext, resource: str, *, required: int, exclude_requester: bool) -> Responders:
     """The resource's approver list as people (raises when it cannot be read: no line on the card)."""
-    team = ctx.session.team_id
-    if _source is None or team is None:
+    team, source = ctx.session.team_id, ctx.policies
+    if source is None or team is None:
         raise LookupError("no policy source or no workspace")
-    listing = await _source.approver_list(team, resource)
+    listing = await source.approver_list(team, resource)
     requester = _user(ctx.request.principal)
     users = [u for u in (listing.approvers if listing else []) if not (exclude_requester and u == requester)]
-    users = await _admissible(team, users)
+    users = await _admissible(source, team, users)
     need = max(required, listing.required_approvals if listing else 1)  # said even with nobody listed (escalation)
     if not users:
         return Responders(rule="nobody", description=f"Nobody is set up to approve {_named(resource)} yet",
@@ -245,12 +201,12 @@ async def _listed(ctx: AnswerersContext, resource: str, *, required: int, exclud
     return Responders(rule="people", people=[workspace_member(team, u) for u in users], required=need)
 
 
-async def workspace_admin(team_id: str | None, principal: Principal) -> bool:
+async def workspace_admin(source: PolicySource | None, team_id: str | None, principal: Principal) -> bool:
     """Whether ``principal`` administers the request's workspace ``team_id``: such an admin may cancel any
     request there (a stuck one nobody else can), never approve one. A person of another workspace, an
     outsider, or an answer that cannot be had in time is no admin here (fail closed)."""
     user = principal.slack_user_id
-    check = getattr(_source, "is_admin", None)
+    check = getattr(source, "is_admin", None)
     if check is None or not team_id or not user or principal.team_id != team_id or is_external(principal):
         return False
     try:
@@ -260,7 +216,7 @@ async def workspace_admin(team_id: str | None, principal: Principal) -> bool:
         return False
 
 
-async def escalated_answer(policy: ResponsePolicy | None, ctx: ResponseContext) -> ResponseDecision:
+async def escalated_answer(policy: Policy | ResponsePolicy | None, ctx: ResponseContext) -> Decision:
     """The answer of someone a request was escalated to (``bot.timers``), whom ``policy`` itself refused.
 
     Escalation widens who may answer, never what is required: the requester still can't approve their
@@ -273,7 +229,8 @@ async def escalated_answer(policy: ResponsePolicy | None, ctx: ResponseContext) 
         return rejected("You can't approve your own request; someone else has to.")
     if await _outsider(ctx, responder):
         return rejected("People from other workspaces can't approve requests here.")
-    described = await describe_responders(policy, AnswerersContext(request=ctx.request, session=ctx.session))
+    described = await describe_responders(policy, AnswerersContext(request=ctx.request, session=ctx.session,
+                                                                    policies=ctx.policies))
     if described is None:
         return rejected(STORE_DOWN)
     return allowed(required=described.required)
@@ -290,20 +247,20 @@ async def _outsider(ctx: ResponseContext, responder: Principal) -> bool:
 
 
 async def _same_org(ctx: ResponseContext, home_team: str | None) -> bool:
-    org = ctx.session.enterprise_id
-    if _source is None or not org or not home_team:
+    org, source = ctx.session.enterprise_id, ctx.policies
+    if source is None or not org or not home_team:
         return False
     try:
-        return await _source.workspace_org(home_team) == org
+        return await source.workspace_org(home_team) == org
     except Exception:  # noqa: BLE001 - unknown: treated as outside the org (fail closed)
         return False
 
 
 async def _external_ok(ctx: ResponseContext) -> bool:
-    if _source is None or ctx.session.team_id is None:
+    if ctx.policies is None or ctx.session.team_id is None:
         return False
     try:
-        return await _source.allows_external(ctx.session.team_id)
+        return await ctx.policies.allows_external(ctx.session.team_id)
     except Exception:  # noqa: BLE001 - unreadable store: external people stay out
         return False
 
@@ -330,13 +287,13 @@ def _asker(requester: Principal | None) -> str:
     return f"<@{user}> (who asked)" if user else "the person who asked"
 
 
-async def _own_request(ctx: ResponseContext, resource: str) -> ResponseDecision:
+async def _own_request(ctx: ResponseContext, resource: str) -> Decision:
     """The refusal for an approver approving their own request: who else on the list may."""
-    requester = _user(ctx.request.principal)
+    requester, source, team = _user(ctx.request.principal), ctx.policies, ctx.session.team_id
     try:
-        listing = await _source.approver_list(ctx.session.team_id, resource) if _source and ctx.session.team_id else None
-        others = await _admissible(ctx.session.team_id or "", [u for u in (listing.approvers if listing else [])
-                                                               if u != requester])
+        listing = await source.approver_list(team, resource) if source and team else None
+        others = await _admissible(source, team or "", [u for u in (listing.approvers if listing else [])
+                                                        if u != requester])
     except Exception:  # noqa: BLE001 - the refusal stands; only the names are missing
         others = []
     if not others:
@@ -345,21 +302,21 @@ async def _own_request(ctx: ResponseContext, resource: str) -> ResponseDecision:
     return rejected(f"You can't approve your own request; only {_mentions(others)} can.")
 
 
-async def _check_list(ctx: ResponseContext, resource: str | None, *, required: int | None) -> ResponseDecision:
+async def _check_list(ctx: ResponseContext, resource: str | None, *, required: int | None) -> Decision:
     responder = ctx.response.principal
     requester = ctx.request.principal
     if ctx.response.decision == "cancel" and (requester is None or requester.same_as(responder)):
         return allowed()
-    team = ctx.session.team_id
-    if _source is None or team is None or resource is None:
-        return rejected(STORE_DOWN if _source is None else "This request has no workspace, so nobody can approve it.")
+    team, source = ctx.session.team_id, ctx.policies
+    if source is None or team is None or resource is None:
+        return rejected(STORE_DOWN if source is None else "This request has no workspace, so nobody can approve it.")
     org = ctx.session.enterprise_id
     if responder.team_id != team and not (org and responder.attributes.get("enterprise_id") == org):
         return rejected("You can only approve requests from your own workspace.")
     if await _outsider(ctx, responder):
         return rejected("People from other workspaces can't approve requests here.")
     try:
-        listing = await _source.approver_list(team, resource)
+        listing = await source.approver_list(team, resource)
     except Exception as exc:  # noqa: BLE001 - fail closed, visibly
         log.warning("approver list for %s in %s unreadable: %r", resource, team, exc)
         return rejected(STORE_DOWN)
@@ -380,7 +337,7 @@ async def _check_list(ctx: ResponseContext, resource: str | None, *, required: i
 # --- the tenant adapter (a request policy) ---------------------------------------------------
 
 
-def tenant_policy(resource: str | None = None) -> Any:
+def tenant_policy(resource: str | None = None) -> Policy:
     """Decide calls from the workspace's rules (seed 001's multi-tenant pattern).
 
     Denies when the session is not pinned to one workspace, when the input names another or an
@@ -389,32 +346,28 @@ def tenant_policy(resource: str | None = None) -> Any:
     is not finite asks a person.
     """
 
-    async def policy(ctx: ApprovalContext) -> PolicyStatus:
-        team = ctx.session.team_id
+    async def rule(ctx: ApprovalContext) -> Decision:
+        team, source = ctx.session.team_id, ctx.policies
         current, initiator = ctx.session.auth.current, ctx.session.auth.initiator
         if not team or not _pinned(team, current, initiator):
-            return PolicyStatus(type="denied", reason="This session is not tied to a single workspace.")
+            return Decision(type="denied", reason="This session is not tied to a single workspace.")
         problem = _tenant_problem(ctx.tool_input, team)
         if problem is not None:
-            return PolicyStatus(type="denied", reason=problem)
-        if _source is None:
-            return PolicyStatus(type="denied", reason="Workspace rules are not available.")
+            return Decision(type="denied", reason=problem)
+        if source is None:
+            return Decision(type="denied", reason="Workspace rules are not available.")
         try:
-            verdict = await _source.decide(team, resource or f"tool:{ctx.tool_name}", ctx.tool_input,
-                                           _user(current))
+            verdict = await source.decide(team, resource or f"tool:{ctx.tool_name}", ctx.tool_input, _user(current))
         except Exception as exc:  # noqa: BLE001
             log.warning("tenant rules for %s unreadable: %r", team, exc)
-            return PolicyStatus(type="denied", reason="Workspace rules can't be read right now.")
+            return Decision(type="denied", reason="Workspace rules can't be read right now.")
         if verdict is None:
-            return PolicyStatus(type="denied", reason=f"No rule in this workspace allows {ctx.tool_name}.")
-        if verdict.effect == "allow":
-            return PolicyStatus(type="not-applicable")
-        if verdict.effect == "require_approval":
-            return PolicyStatus(type="user-approval", reason=verdict.reason)
-        return PolicyStatus(type="denied", reason=verdict.reason or f"{ctx.tool_name} is not allowed here.")
+            return Decision(type="denied", reason=f"No rule in this workspace allows {ctx.tool_name}.")
+        if verdict.type == "denied" and not verdict.reason:
+            return Decision(type="denied", reason=f"{ctx.tool_name} is not allowed here.")
+        return verdict
 
-    policy.policy_kind = "tenant"  # type: ignore[attr-defined]
-    return policy
+    return Policy(rule=rule, kind="tenant", label="workspace rules", records_grant=False)
 
 
 def _pinned(team: str, *principals: Principal | None) -> bool:

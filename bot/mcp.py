@@ -44,7 +44,7 @@ import re
 from collections.abc import Iterable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import anyio
 import httpx
@@ -53,10 +53,10 @@ from jsonschema.exceptions import SchemaError
 from mcp import ClientSession, McpError, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from bot import logs
-from bot.approval import RequestPolicy, always, never, once
+from bot.approval import RequestPolicy, check_policy_name, policy_named
 from bot.forms import FormSchemaError, model_from_schema
 from bot.models.base import ToolSpec
 from bot.tool_names import model_safe_name
@@ -77,9 +77,8 @@ SSE_NOT_SUPPORTED = (
     "(MCP 2025-03-26 and later, often at /mcp) and put that URL in BOT_MCP_CONFIG"
 )
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_POLICIES = {"never": never, "always": always, "once": once}
-
-PolicyName = Literal["never", "always", "once"]
+# a policy a config file names, from the one registry of named policies (bot.approval.policy_named)
+PolicyName = Annotated[str, AfterValidator(check_policy_name)]
 
 
 class McpConfigError(ValueError):
@@ -502,7 +501,7 @@ class McpServer:
                                            "and the bot makes plain tool calls")
                 continue
             try:
-                made = McpTool(self, item, _POLICIES[self._policies.policy_name(self.name, item.name)](),
+                made = McpTool(self, item, policy_named(self._policies.policy_name(self.name, item.name)),
                                self._preview_of(item.name, by_name))
             except McpToolError as exc:
                 self._leave_out(item.name, str(exc))

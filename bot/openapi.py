@@ -41,17 +41,17 @@ import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
 import httpx
 import yaml
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 from bot import logs
-from bot.approval import RequestPolicy, always, never, once
+from bot.approval import RequestPolicy, check_policy_name, never, policy_named
 from bot.models.base import ToolSpec
 from bot.schema_refs import RefBundle
 from bot.tool_names import model_safe_name
@@ -60,7 +60,6 @@ from bot.tools import Tool, ToolContext
 CALL_TIMEOUT_S = 30.0
 RESULT_CHARS = 20_000  # of a response body handed to the model
 _METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
-_POLICIES = {"never": never, "always": always, "once": once}
 _TEMPLATE = re.compile(r"\{([^{}]+)\}")
 Where = Literal["path", "query", "header", "cookie"]
 
@@ -88,7 +87,7 @@ class Connection(BaseModel):
     operations: list[str] = Field(min_length=1)
     auth: Auth | None = None
     tenant_parameter: str | None = None
-    approval: dict[str, Literal["never", "always", "once"]] = Field(default_factory=dict)
+    approval: dict[str, Annotated[str, AfterValidator(check_policy_name)]] = Field(default_factory=dict)
     # a card's preview (``@tool(preview=…)``): operation → a GET operation of the same document, called
     # with the arguments it takes from the proposed call ({deletePet: getPetById}); need not be offered
     preview: dict[str, str] = Field(default_factory=dict)
@@ -571,7 +570,7 @@ def connection_tools(connection: Connection, *, relative_to: Path | None = None)
                                        "recursive schema of the request body, where it can't be filled in")
                 operation = operation.model_copy(update={"body": body, "body_tenant": slots})
             default = "never" if operation.method in ("GET", "HEAD") else "always"
-            policy = _POLICIES[connection.approval.get(operation_id, default)]()
+            policy = policy_named(connection.approval.get(operation_id, default))
             preview = _preview_tool(connection, document, index, operation_id, base_url)
             tool = OperationTool(connection, operation, base_url, policy, preview)
             Draft202012Validator.check_schema(tool.schema)

@@ -43,7 +43,8 @@ async def _describe(parts: Parts, record: RequestRecord, resource: str) -> Respo
     view = RequestView(request_id=req.request_id, call_id=req.action.call_id, tool_name=tool.name,
                        tool_input=req.action.input, principal=req.principal)
     info = SessionInfo.model_validate({"id": record.session_id, "team_id": record.team_id, **record.session_info})
-    return await describe_responders(tool.approval.response, AnswerersContext(request=view, session=info))
+    return await describe_responders(tool.approval.response,
+                                     AnswerersContext(request=view, session=info, policies=parts.policies))
 
 
 async def refresh_responders(parts: Parts, team_id: str, resource: str, version: int) -> int:

@@ -33,6 +33,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from bot.admission import admits
+from bot.approval import PolicySource
 from bot.ports import Workspace, WorkspaceError
 from bot.principals import Principal, slack_user
 from bot.protocol import utcnow
@@ -285,7 +286,7 @@ class StartsTurns(Protocol):
 
 
 async def fire(schedules: ScheduleStorePort, workspace: Workspace | None, runtime: StartsTurns,
-               team_id: str | None, schedule_id: str, tick_ms: int) -> None:
+               team_id: str | None, schedule_id: str, tick_ms: int, *, policies: PolicySource | None = None) -> None:
     """Start tick ``tick_ms`` of a schedule: its thread once, its turn once, then the next tick. Safe to
     run again for the same tick (after a crash, or by a second replica)."""
     schedule = await schedules.get(team_id, schedule_id)
@@ -301,7 +302,7 @@ async def fire(schedules: ScheduleStorePort, workspace: Workspace | None, runtim
         log.info("schedule %s: tick %d is no longer its current one (%s); dropped", schedule_id, tick_ms,
                  schedule.next_at.isoformat())
         return
-    if not await admits(schedule.owner, schedule.channel):
+    if not await admits(schedule.owner, schedule.channel, source=policies):
         # asked at every tick, not only when it was made: a guest whose channel was closed since gets no
         # turn run as them. The tick is skipped, the schedule kept (reopening the channel resumes it).
         log.warning("schedule %s: %s may no longer start turns in %s; tick skipped", schedule_id,

@@ -17,11 +17,12 @@ from bot import logs
 from bot.agents import delegation_live
 from bot.approval import (
     DEFAULT_GRANT_DAYS,
+    Decision,
     RequestView,
     ResponseContext,
-    ResponseDecision,
     ResponseView,
     allowed,
+    as_policy,
     delegation_responses,
     evaluate_request_policy,
     evaluate_response_policy,
@@ -132,8 +133,9 @@ class Settler:
         decision_kind = "cancel" if outcome in ("cancelled", "stop") else "approve"
         policy = with_escalation(policy, record)
         decision, failure = await self._run_policy(
-            policy, response_context(record, principal, decision_kind, note, edited=response.edited_input))
-        if decision is None or decision.status == "rejected":
+            policy, response_context(record, principal, decision_kind, note, edited=response.edited_input,
+                                     policies=self.p.policies))
+        if decision is None or decision.type == "rejected":
             if await self._admin_cancels(record, principal, decision_kind):
                 return await self._settle(record, response, outcome, allowed(), custom, note, as_admin=True)
             reason = failure or (decision.reason if decision else None) or VERIFY_FAILED
@@ -144,7 +146,7 @@ class Settler:
         """A workspace admin cancelling an approval its rule refuses them (a stuck request): allowed, and
         audited as an admin's cancel. An admin never approves this way."""
         return (decision == "cancel" and record.request.kind == "tool-approval"
-                and await workspace_admin(record.team_id, principal))
+                and await workspace_admin(self.p.policies, record.team_id, principal))
 
     def response_policy(self, req: InputRequest) -> tuple[Any, bool]:
         """The policy that decides who may settle ``req`` (None: cannot be known here), and whether
@@ -162,14 +164,15 @@ class Settler:
     async def check(
         self, record: RequestRecord, principal: Principal, decision: Literal["approve", "cancel"] = "approve",
         *, within_s: float | None = None,
-    ) -> ResponseDecision | None:
+    ) -> Decision | None:
         """Would this person's answer count? A dry run (no side effects); None when it cannot be known."""
         policy, _ = self.response_policy(record.request)
         if policy is None or not _same_workspace(record, principal, policy):
             return None
         policy = with_escalation(policy, record)
-        decided, _ = await self._run_policy(policy, response_context(record, principal, decision, None), within_s=within_s)
-        if (decided is None or decided.status == "rejected") and await self._admin_cancels(record, principal, decision):
+        decided, _ = await self._run_policy(policy, response_context(record, principal, decision, None,
+                                                                      policies=self.p.policies), within_s=within_s)
+        if (decided is None or decided.type == "rejected") and await self._admin_cancels(record, principal, decision):
             return allowed()
         return decided
 
@@ -246,7 +249,8 @@ class Settler:
         except ValueError as exc:
             return None, f"Those changes are not valid: {exc}"
         session = SessionInfo.model_validate(record.session_info or {"id": record.session_id})
-        ctx = tool.approval_context(args, session=session, call_id=action.call_id, reviewer=self.p.reviewer)
+        ctx = tool.approval_context(args, session=session, call_id=action.call_id, reviewer=self.p.reviewer,
+                                    policies=self.p.policies)
         try:
             status = await evaluate_request_policy(tool.approval.request, ctx,
                                                    timeout=self.p.settings.response_policy_timeout)
@@ -259,7 +263,7 @@ class Settler:
 
     async def _run_policy(
         self, policy: Any, ctx: ResponseContext, *, within_s: float | None = None
-    ) -> tuple[ResponseDecision | None, str | None]:
+    ) -> tuple[Decision | None, str | None]:
         try:
             decided = await evaluate_response_policy(policy, ctx, timeout=within_s or self.p.settings.response_policy_timeout)
             return decided, None
@@ -270,7 +274,7 @@ class Settler:
             return None, VERIFY_FAILED
 
     async def _refuse(
-        self, record: RequestRecord, response: InputResponse, outcome: str, decision: ResponseDecision | None,
+        self, record: RequestRecord, response: InputResponse, outcome: str, decision: Decision | None,
         reason: str, *, custom: bool,
     ) -> AnswerResult:
         sid, tid, rid = record.session_id, record.turn_id, record.request_id
@@ -288,7 +292,7 @@ class Settler:
         return AnswerResult(kind, record, reason=reason)
 
     async def _settle(
-        self, record: RequestRecord, response: InputResponse, outcome: str, decision: ResponseDecision,
+        self, record: RequestRecord, response: InputResponse, outcome: str, decision: Decision,
         custom: bool, note: str | None, *, as_admin: bool = False,
     ) -> AnswerResult:
         req = record.request
@@ -369,9 +373,9 @@ def with_escalation(policy: Any, record: RequestRecord) -> Any:
     if not people:
         return policy
 
-    async def escalated(ctx: ResponseContext) -> ResponseDecision:
+    async def escalated(ctx: ResponseContext) -> Decision:
         decided = await evaluate_response_policy(policy, ctx)
-        if decided.status == "allowed" or not any(p.same_as(ctx.response.principal) for p in people):
+        if decided.type == "allowed" or not any(p.same_as(ctx.response.principal) for p in people):
             return decided  # the rule's own answer (its quorum, its reasons) stands
         return await escalated_answer(policy, ctx)
 
@@ -380,8 +384,8 @@ def with_escalation(policy: Any, record: RequestRecord) -> Any:
 
 def _same_workspace(record: RequestRecord, principal: Principal, policy: Any) -> bool:
     """The answerer belongs to the request's installation (its Enterprise org counts too), unless the
-    response policy says it admits people from outside (``policy.admits_external = True``)."""
-    if record.team_id is None or getattr(policy, "admits_external", False):
+    response policy says it admits people from outside (``Policy.admits_external``)."""
+    if record.team_id is None or (policy is not None and as_policy(policy).admits_external):
         return True
     if principal.team_id == record.team_id:
         return True
@@ -390,7 +394,7 @@ def _same_workspace(record: RequestRecord, principal: Principal, policy: Any) ->
 
 
 def response_context(record: RequestRecord, principal: Principal, decision: str, note: str | None,
-                     *, edited: dict[str, Any] | None = None) -> ResponseContext:
+                     *, edited: dict[str, Any] | None = None, policies: Any = None) -> ResponseContext:
     req = record.request
     proposed = req.action.input if req.action else None
     return ResponseContext(
@@ -405,6 +409,7 @@ def response_context(record: RequestRecord, principal: Principal, decision: str,
         response=ResponseView(decision=decision, principal=principal, note=note),  # type: ignore[arg-type]
         session=SessionInfo.model_validate(record.session_info or {"id": record.session_id}),
         approvals=record.approvals,
+        policies=policies,
     )
 
 

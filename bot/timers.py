@@ -82,7 +82,7 @@ class Timers:
         req = record.request
         if not req.escalate_to or not record.team_id:
             return
-        people = await listed_people(record.team_id, req.escalate_to)  # raises: tried again next sweep
+        people = await listed_people(self.p.policies, record.team_id, req.escalate_to)  # raises: tried again next sweep
         asker = req.principal
         people = [p for p in people if asker is None or not p.same_as(asker)]
         if not people:

@@ -288,7 +288,7 @@ class Tool:
 
     @property
     def policy_kind(self) -> str:
-        return getattr(self.approval.request, "policy_kind", "custom")
+        return self.approval.request.kind
 
     def spec(self) -> ToolSpec:
         """What the model is told about the tool; built once (a JSON schema costs milliseconds)."""
@@ -335,11 +335,13 @@ class Tool:
         return str(text).strip() or None
 
     def approval_context(self, args: BaseModel | dict[str, Any], *, session: SessionInfo, call_id: str,
-                         reviewer: Any, approved_tools: frozenset[str] = frozenset()) -> ApprovalContext:
-        """What this tool's request policy is asked about one call with ``args``."""
+                         reviewer: Any, approved_tools: frozenset[str] = frozenset(),
+                         policies: Any = None) -> ApprovalContext:
+        """What this tool's request policy is asked about one call with ``args`` (``policies``: the
+        runtime's ``PolicySource``, for rules that read the workspace's lists)."""
         return ApprovalContext(session=session, tool_name=self.name, tool_input=as_dict(args), call_id=call_id,
                                approved_tools=approved_tools, approval_key=self.approval_key(args),
-                               tool_description=self.description, reviewer=reviewer)
+                               tool_description=self.description, reviewer=reviewer, policies=policies)
 
     def approval_key(self, args: BaseModel | dict[str, Any]) -> str:
         return self.approval_key_fn(args) if self.approval_key_fn else self.name

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from bot import logs
 from bot.agents import SubAgentRelay
-from bot.approval import ResponseDecision
+from bot.approval import Decision
 from bot.drive import Driver, model_view
 from bot.execute import Executor
 from bot.intake import Intake
@@ -140,7 +140,8 @@ class Runtime:
         if parsed is None or self.schedules is None:
             log.warning("a schedule's timer %r cannot be fired here; dropped", member)
             return
-        await fire_schedule(self.schedules, self.parts.workspace, _InBackground(self), *parsed)
+        await fire_schedule(self.schedules, self.parts.workspace, _InBackground(self), *parsed,
+                            policies=self.parts.policies)
 
     # --- entry points ----------------------------------------------------------------------------
 
@@ -200,7 +201,7 @@ class Runtime:
     async def check_response(
         self, record: RequestRecord, principal: Principal, decision: Literal["approve", "cancel"] = "approve",
         *, within_s: float | None = None,
-    ) -> ResponseDecision | None:
+    ) -> Decision | None:
         """Would this person's answer count? A dry run of the request's response policy (for "Waiting on
         you" lists); None when it cannot be known. Response policies must therefore have no side effects."""
         return await self.settler.check(record, principal, decision, within_s=within_s)
@@ -233,7 +234,9 @@ class Runtime:
 
     async def recover(self) -> int:
         """One sweep (any replica, at start-up and every few seconds): fire due deadlines, hand turns whose
-        worker died to background drives, deliver events nobody delivered. Returns how much it found.
+        worker died to background drives, deliver events nobody delivered, retire sessions whose end has
+        passed (DESIGN §12, Retention: their keys deleted; never one that something still holds). Returns how
+        much it found.
 
         It never waits on a tool or a model (issue 25, item 12): a turn it finds is continued in a tracked
         background task, so one slow tool cannot hold up every expiry, reminder, escalation, schedule and
@@ -242,6 +245,7 @@ class Runtime:
         for session_id in await self.store.due_sessions():
             count += self._continue_in_background(session_id)
         count += await self.outbox.sweep()
+        count += await self.store.retire_due()
         return count
 
     def _continue_in_background(self, session_id: str) -> bool:

@@ -139,7 +139,7 @@ async def _send_token(deps: SlackDeps, client: Any, body: dict[str, Any], princi
         await _tell(client, body, user_id, record, "Results can only be submitted from the card here.")
         return
     decision = await deps.runtime.check_response(record, principal, APPROVE, within_s=CHECK_BEFORE_FORM_S)
-    if decision is None or decision.status != "allowed":
+    if decision is None or decision.type != "allowed":
         await _tell(client, body, user_id, record, refused_text(decision.reason if decision else None))
         return
     now = deps.runtime.settings.clock()
@@ -183,7 +183,7 @@ async def _open_modal(deps: SlackDeps, client: Any, body: dict[str, Any], princi
     if control != "freeform":  # don't let someone fill in a form only to be refused at the end
         decision = await deps.runtime.check_response(record, principal, CANCEL if control == "reason" else APPROVE,
                                                      within_s=CHECK_BEFORE_FORM_S)
-        if decision is not None and decision.status == "rejected":
+        if decision is not None and decision.type == "rejected":
             await _tell(client, body, user_id, record, refused_text(decision.reason))
             return
     where = body.get("container") or {}

@@ -3,10 +3,13 @@
 :class:`Governance` is built once by ``bot/app.py`` (``Governance.create``). It holds the policy
 store, the audit log and the admin check, and is the ``bot.governance.PolicySource`` that the
 response-policy helpers (``approvers()``, ``four_eyes()``, ``n_of_m()``, ``tenant_policy()``) read.
+How a tool's policies read in App Home comes from the policies themselves (``Policy.label``,
+``Policy.reads_lists``, ``Policy.required``): a new policy needs nothing here.
 An approver list lives under a resource (``tool:<tool name>`` for a tool's own); admins edit the lists
 some tool's rule reads (``bot.governance.lists_read``) and the lists tools escalate to.
 
-The Slack surfaces built on it, App Home (``handlers/home.py``) and ``/approvers``
+``bot/app.py`` hands it to the runtime (``Parts.policies``), which passes it to every policy as
+``ctx.policies``: nothing is set on a module. The Slack surfaces built on it, App Home (``handlers/home.py``) and ``/approvers``
 (``handlers/commands.py``), import this module, never the other way round: ``handlers.register``
 registers their listeners and ``bot/app.py`` adds the App Home refresher to the outbox.
 """
@@ -15,14 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from typing import Any
 
 from redis.exceptions import RedisError
 
 from blocks.cards import duration_text
 from blocks.home import ApproverListView
-from bot.governance import ApproverList, RuleVerdict, list_name, lists_read, use_policy_source
+from bot.approval import CUSTOM_RESPONSE_LABEL, Decision, Policy, requester_only
+from bot.governance import ApproverList, list_name, lists_read
 from bot.logs import content
 from bot.principals import APP_PRINCIPAL, Principal
 from bot.tools import Tool, ToolRegistry
@@ -39,15 +42,6 @@ NOT_ADMIN = "Only workspace admins can change who approves. Ask an admin, or see
 ADMIN_CHECK_FAILED = "Couldn't check your admin rights just now; try again."
 # an editor's save waits this long for users.info on the people chosen (it answers within Slack's 3 s)
 PEOPLE_CHECK_SECONDS = 1.0
-_N_OF_M = re.compile(r"^(\d+)-of-m$")
-
-REQUEST_LABELS = {
-    "never": "runs without asking",
-    "always": "asks every time",
-    "once": "asks once per conversation",
-    "auto": "model review, then a person",
-    "tenant": "workspace rules",
-}
 
 
 def tool_resource(tool_name: str) -> str:
@@ -59,17 +53,9 @@ def list_resource(name: str) -> str:
     return name if ":" in name else tool_resource(name)
 
 
-def response_kind(t: Tool) -> str:
-    """The tool's response policy as the helpers name it (``requester-only`` when it has none)."""
-    if t.approval.response is None:
-        return "requester-only"
-    return getattr(t.approval.response, "policy_kind", "custom")
-
-
-def required_by_kind(kind: str) -> int:
-    """``n_of_m(n)`` needs n distinct approvals whatever the list says."""
-    match = _N_OF_M.match(kind)
-    return int(match.group(1)) if match else 1
+def response_policy(t: Tool) -> Policy:
+    """The rule that decides who may settle the tool's requests (``requester_only()`` when it has none)."""
+    return t.approval.response or requester_only()
 
 
 def needs_people(t: Tool) -> bool:
@@ -85,7 +71,8 @@ def list_uses(tools: list[Tool]) -> dict[str, list[str]]:
         if not needs_people(t):
             continue
         for resource in lists_read(t.approval.response):
-            uses.setdefault(resource, []).append(f"approves `{t.name}` ({REQUEST_LABELS.get(t.policy_kind, 'custom policy')})")
+            how = "; ".join(label for label in (t.approval.request.label, response_policy(t).label) if label)
+            uses.setdefault(resource, []).append(f"approves `{t.name}` ({how or 'custom policy'})")
         if t.escalate_to and t.escalate_after is not None:
             after = duration_text(t.escalate_after)
             uses.setdefault(t.escalate_to, []).append(f"`{t.name}` escalates to it after {after}")
@@ -96,14 +83,7 @@ def rule_without_list(t: Tool) -> str | None:
     """For a tool that can wait for a person but reads no list: who decides, in words; else None."""
     if not needs_people(t) or lists_read(t.approval.response):
         return None
-    kind = response_kind(t)
-    if kind == "requester-only":
-        return "the person who asked decides"
-    if kind == "four-eyes":
-        return "anyone but the person who asked approves"
-    if _N_OF_M.match(kind):
-        return f"any {required_by_kind(kind)} people other than the person who asked approve"
-    return "a custom rule in its code decides"
+    return response_policy(t).label or CUSTOM_RESPONSE_LABEL
 
 
 class StorePolicySource:
@@ -140,15 +120,18 @@ class StorePolicySource:
 
     async def decide(
         self, team_id: str, resource: str, tool_input: dict[str, Any] | None, user_id: str | None
-    ) -> RuleVerdict | None:
+    ) -> Decision | None:
         policy = await self.policies.get(team_id)
         roles = policy.roles_of(user_id) if user_id else set()
         rule = match_rule(policy, resource, tool_input, roles)
         if rule is None:
             return None
-        return RuleVerdict(effect=rule.effect, reason=rule.description or None)
+        if rule.effect == "allow":
+            return Decision(type="not-applicable")
+        return Decision(type=_DECIDED[rule.effect], reason=rule.description or None)
 
 
+_DECIDED = {"deny": "denied", "require_approval": "user-approval"}  # a stored rule's effect, as a decision
 ADMIN_CHECK_S = 1.0  # users.info's wait when an admin cancels (Slack's ack budget is 3 s)
 
 
@@ -188,7 +171,6 @@ class Governance(StorePolicySource):
         gov = cls(deps, PolicyStore(redis, audit), audit, AdminCheck(client_for, deps.settings.admins),
                   client_for, registry, redis)
         gov.workspaces = workspaces
-        use_policy_source(gov)
         return gov
 
     async def is_admin(self, team_id: str, user_id: str) -> bool:
@@ -247,7 +229,7 @@ class Governance(StorePolicySource):
         needed: dict[str, int] = {}
         for t in self.registry:
             for resource in lists_read(t.approval.response):
-                needed[resource] = max(needed.get(resource, 1), required_by_kind(response_kind(t)))
+                needed[resource] = max(needed.get(resource, 1), response_policy(t).required)
         return needed
 
     async def outsiders(self, team_id: str, user_ids: list[str]) -> set[str]:

@@ -5,7 +5,7 @@ Who sees a request under "Waiting on you" is decided by the request's *real* res
 as a dry run: a ``ResponseContext`` saying "this viewer approves" goes through exactly the function
 the runtime will run on a click (``approvers()``, ``four_eyes()``, ``n_of_m()``, a user's own
 policy, or the default requester-only). So the inbox can never disagree with what a click would do,
-including for custom policies whose ``policy_kind`` says nothing. Response policies must therefore
+including for custom policies that say nothing about themselves. Response policies must therefore
 be free of side effects (they normally are: they read and decide). A policy that fails or is slow
 hides the request (fail closed); the thread card still shows it.
 
@@ -36,9 +36,7 @@ from blocks.actions import (
     decode_approvers_action_id,
 )
 from blocks.home import HomeRequest, home_view
-from bot.approval import (
-    ResponseDecision,
-)
+from bot.approval import Decision
 from bot.governance import lists_read
 from bot.principals import Principal, slack_user
 from bot.protocol import (
@@ -55,8 +53,7 @@ from handlers.governance import (
     NOT_ADMIN,
     Governance,
     list_resource,
-    required_by_kind,
-    response_kind,
+    response_policy,
 )
 from handlers.identity import installation_team, interaction_principal
 from store.audit import workspace_key
@@ -279,7 +276,7 @@ async def _none() -> None:
     return None
 
 
-async def may_settle(gov: Governance, record: RequestRecord, viewer: Principal) -> ResponseDecision | None:
+async def may_settle(gov: Governance, record: RequestRecord, viewer: Principal) -> Decision | None:
     """Would ``viewer`` approving count? The runtime dry-runs the request's own response policy."""
     return await gov.deps.runtime.check_response(record, viewer, within_s=DRY_RUN_TIMEOUT_SECONDS)
 
@@ -288,7 +285,7 @@ async def _waiting_on(gov: Governance, records: list[RequestRecord], viewer: Pri
     decisions = await asyncio.gather(*(may_settle(gov, r, viewer) for r in records))
     items = []
     for record, decision in zip(records, decisions, strict=True):
-        if decision is None or decision.status != "allowed":
+        if decision is None or decision.type != "allowed":
             continue
         approvals: list[str] = []
         if decision.required > 1:
@@ -309,7 +306,7 @@ async def _requested_by(gov: Governance, records: list[RequestRecord], viewer: P
         tool = gov.registry.get(record.request.action.tool_name) if record.request.action else None
         required, waiting_for = 1, []
         if tool is not None and record.request.kind == "tool-approval":
-            required = required_by_kind(response_kind(tool))
+            required = response_policy(tool).required
             for resource in lists_read(tool.approval.response)[:1]:
                 listing = await _listing(gov, record.team_id, resource)
                 if listing is not None:

@@ -127,7 +127,7 @@ async def test_a_custom_sync_policy_runs_off_the_event_loop_thread():
         return {"status": "allowed"}
 
     assert (await evaluate_request_policy(request, call_ctx())).type == "user-approval"
-    assert (await evaluate_response_policy(response, answer_ctx())).status == "allowed"
+    assert (await evaluate_response_policy(response, answer_ctx())).type == "allowed"
     assert len(seen) == 2 and loop_thread not in seen
 
 
@@ -183,7 +183,7 @@ def test_builtin_policies_are_evaluated_inline():
     assert finish_without_suspending(evaluate_request_policy(always(), granted)).type == "user-approval"
     assert finish_without_suspending(evaluate_request_policy(once(), granted)).type == "not-applicable"
     decided = finish_without_suspending(evaluate_response_policy(requester_only(), answer_ctx()))
-    assert decided.status == "allowed"
+    assert decided.type == "allowed"
 
 
 # --- once() and approval keys ----------------------------------------------------------------------
@@ -214,6 +214,6 @@ def test_only_once_and_custom_policies_record_grants():
     assert records_grant(Approval(request=once()))
     assert records_grant(custom), "custom policies read approved_tools, so their approvals are granted"
     for policy in (always(), never(), auto(), tenant_policy("tool:deploy")):
-        assert not records_grant(policy), policy.policy_kind
-        assert not records_grant(Approval(request=policy)), policy.policy_kind
+        assert not records_grant(policy), policy.kind
+        assert not records_grant(Approval(request=policy)), policy.kind
 

@@ -23,7 +23,7 @@ from bot.approval import (
     rejected,
     requester_only,
 )
-from bot.governance import STORE_DOWN, approvers, four_eyes, n_of_m, tenant_policy, use_policy_source
+from bot.governance import STORE_DOWN, PolicySource, approvers, four_eyes, n_of_m, tenant_policy
 from bot.principals import APP_PRINCIPAL, Principal, slack_user
 from bot.session import SessionAuth, SessionInfo
 from handlers.governance import StorePolicySource, policy_source_for
@@ -33,14 +33,20 @@ from store.policies import Condition, PolicyStore, Rule
 T = "T1"
 ALICE, BOB, CAROL, DAVE = (slack_user(T, u) for u in ("UALICE", "UBOB", "UCAROL", "UDAVE"))
 PARTNER = slack_user(T, "UPARTNER", user_team_id="T2")  # Slack Connect: keyed by our installation
+# the policy source the fixtures give the policies: the runtime passes its own in every context (ctx.policies)
+SOURCE: list[PolicySource | None] = [None]
+
+
+def give_policies(source: PolicySource | None) -> None:
+    SOURCE[0] = source
 
 
 @pytest.fixture
 async def policies(redis) -> AsyncIterator[PolicyStore]:
     source = policy_source_for(redis)
-    use_policy_source(source)
+    give_policies(source)
     yield source.policies
-    use_policy_source(None)
+    give_policies(None)
 
 
 @pytest.fixture
@@ -51,9 +57,9 @@ async def dead_store() -> AsyncIterator[None]:
         port = probe.getsockname()[1]
     client = redis_asyncio.Redis(host="127.0.0.1", port=port, socket_connect_timeout=0.2, socket_timeout=0.2,
                                  retry=Retry(NoBackoff(), retries=0))
-    use_policy_source(StorePolicySource(PolicyStore(client, AuditLog(client))))
+    give_policies(StorePolicySource(PolicyStore(client, AuditLog(client))))
     yield
-    use_policy_source(None)
+    give_policies(None)
     await client.aclose()
 
 
@@ -62,6 +68,7 @@ def answer(requester: Principal | None, responder: Principal, decision: str = "a
         request=RequestView(request_id="r1", tool_name="refund", principal=requester),
         response=ResponseView(decision=decision, principal=responder),
         session=SessionInfo(id="s1", team_id=T, auth=SessionAuth(current=requester, initiator=requester)),
+        policies=SOURCE[0],
     )
 
 
@@ -75,20 +82,20 @@ async def decide(policy, ctx):
 async def test_approvers_allows_listed_people_only(policies):
     await policies.set_approvers(T, "tool:refund", ["UBOB", "UCAROL"], actor="admin")
     policy = approvers("tool:refund")
-    assert (await decide(policy, answer(ALICE, BOB))).status == "allowed"
+    assert (await decide(policy, answer(ALICE, BOB))).type == "allowed"
     refused = await decide(policy, answer(ALICE, DAVE))
-    assert refused.status == "rejected" and "<@UBOB>" in refused.reason
-    assert (await decide(policy, answer(ALICE, ALICE))).status == "rejected", "asking is not approving"
-    assert (await decide(policy, answer(ALICE, ALICE, "cancel"))).status == "allowed", "the requester may cancel"
+    assert refused.type == "rejected" and "<@UBOB>" in refused.reason
+    assert (await decide(policy, answer(ALICE, ALICE))).type == "rejected", "asking is not approving"
+    assert (await decide(policy, answer(ALICE, ALICE, "cancel"))).type == "allowed", "the requester may cancel"
 
 
 async def test_an_approver_cannot_approve_their_own_request_unless_allowed(policies):
     await policies.set_approvers(T, "tool:refund", ["UBOB", "UCAROL"], actor="admin")
     refused = await decide(approvers("tool:refund"), answer(BOB, BOB))
-    assert refused.status == "rejected" and "your own request" in refused.reason
-    assert (await decide(approvers("tool:refund"), answer(BOB, CAROL))).status == "allowed"
-    assert (await decide(approvers("tool:refund"), answer(BOB, BOB, "cancel"))).status == "allowed"
-    assert (await decide(approvers("tool:refund", allow_self=True), answer(BOB, BOB))).status == "allowed"
+    assert refused.type == "rejected" and "your own request" in refused.reason
+    assert (await decide(approvers("tool:refund"), answer(BOB, CAROL))).type == "allowed"
+    assert (await decide(approvers("tool:refund"), answer(BOB, BOB, "cancel"))).type == "allowed"
+    assert (await decide(approvers("tool:refund", allow_self=True), answer(BOB, BOB))).type == "allowed"
     shown = await describe_responders(approvers("tool:refund"), asked_by(BOB))
     assert ids(shown) == ["UCAROL"], "the card does not offer the requester as their own approver"
 
@@ -97,39 +104,39 @@ async def test_approvers_counts_group_members_and_required(policies):
     await policies.set_roles(T, "finance", ["UDAVE"], actor="admin")
     await policies.set_approvers(T, "tool:refund", ["UBOB"], groups=["finance"], required=2, actor="admin")
     decision = await decide(approvers("tool:refund"), answer(ALICE, DAVE))
-    assert decision.status == "allowed" and decision.required == 2
+    assert decision.type == "allowed" and decision.required == 2
 
 
 async def test_approvers_with_nobody_listed_says_what_to_do(policies):
     refused = await decide(approvers("tool:refund"), answer(ALICE, BOB))
-    assert refused.status == "rejected" and "/approvers" in refused.reason
+    assert refused.type == "rejected" and "/approvers" in refused.reason
 
 
 async def test_approvers_refuses_external_people_unless_allowed(policies):
     await policies.set_approvers(T, "tool:refund", ["UPARTNER"], actor="admin")
     refused = await decide(approvers("tool:refund"), answer(ALICE, PARTNER))
-    assert refused.status == "rejected" and "other workspaces" in refused.reason
+    assert refused.type == "rejected" and "other workspaces" in refused.reason
     await policies.set_allow_external(T, True, actor="admin")
-    assert (await decide(approvers("tool:refund"), answer(ALICE, PARTNER))).status == "allowed"
+    assert (await decide(approvers("tool:refund"), answer(ALICE, PARTNER))).type == "allowed"
 
 
 async def test_approvers_refuses_a_clicker_from_another_installation(policies):
     await policies.set_approvers(T, "tool:refund", ["UBOB"], actor="admin")
     elsewhere = slack_user("T9", "UBOB")
     refused = await decide(approvers("tool:refund"), answer(ALICE, elsewhere))
-    assert refused.status == "rejected" and "your own workspace" in refused.reason
+    assert refused.type == "rejected" and "your own workspace" in refused.reason
 
 
 async def test_store_down_rejects_with_store_down_never_allows(dead_store):
     for policy in (approvers("tool:refund"), n_of_m(2, "tool:refund"), four_eyes("tool:refund")):
         decision = await decide(policy, answer(ALICE, BOB))
-        assert decision.status == "rejected" and decision.reason == STORE_DOWN, policy
+        assert decision.type == "rejected" and decision.reason == STORE_DOWN, policy
 
 
 async def test_no_policy_source_rejects():
-    use_policy_source(None)
+    give_policies(None)
     decision = await decide(approvers("tool:refund"), answer(ALICE, BOB))
-    assert decision.status == "rejected" and decision.reason == STORE_DOWN
+    assert decision.type == "rejected" and decision.reason == STORE_DOWN
 
 
 # --- four_eyes / n_of_m ---------------------------------------------------------------------
@@ -138,22 +145,22 @@ async def test_no_policy_source_rejects():
 async def test_four_eyes(policies):
     policy = four_eyes()
     own = await decide(policy, answer(ALICE, ALICE))
-    assert own.status == "rejected" and "Four-eyes" in own.reason
-    assert (await decide(policy, answer(ALICE, BOB))).status == "allowed"
-    assert (await decide(policy, answer(ALICE, ALICE, "cancel"))).status == "allowed"
-    assert (await decide(policy, answer(ALICE, BOB, "cancel"))).status == "rejected"
-    assert (await decide(policy, answer(ALICE, PARTNER))).status == "rejected"
+    assert own.type == "rejected" and "Four-eyes" in own.reason
+    assert (await decide(policy, answer(ALICE, BOB))).type == "allowed"
+    assert (await decide(policy, answer(ALICE, ALICE, "cancel"))).type == "allowed"
+    assert (await decide(policy, answer(ALICE, BOB, "cancel"))).type == "rejected"
+    assert (await decide(policy, answer(ALICE, PARTNER))).type == "rejected"
 
 
 async def test_n_of_m_asks_for_n_listed_people_and_never_the_requester(policies):
     await policies.set_approvers(T, "tool:rotate", ["UBOB", "UCAROL", "UDAVE"], actor="admin")
     policy = n_of_m(2, "tool:rotate")
     decision = await decide(policy, answer(ALICE, BOB))
-    assert decision.status == "allowed" and decision.required == 2
-    assert (await decide(policy, answer(ALICE, ALICE))).status == "rejected"
-    assert (await decide(policy, answer(ALICE, slack_user(T, "USTRANGER")))).status == "rejected"
+    assert decision.type == "allowed" and decision.required == 2
+    assert (await decide(policy, answer(ALICE, ALICE))).type == "rejected"
+    assert (await decide(policy, answer(ALICE, slack_user(T, "USTRANGER")))).type == "rejected"
     unlisted = await decide(n_of_m(3), answer(ALICE, slack_user(T, "USTRANGER")))
-    assert unlisted.status == "allowed" and unlisted.required == 3
+    assert unlisted.type == "allowed" and unlisted.required == 3
 
 
 # --- tenant_policy --------------------------------------------------------------------------
@@ -163,7 +170,7 @@ def call_ctx(tool_input: dict | None, current: Principal | None = ALICE, initiat
              team: str | None = T) -> ApprovalContext:
     return ApprovalContext(
         session=SessionInfo(id="s1", team_id=team, auth=SessionAuth(current=current, initiator=initiator)),
-        tool_name="refund", tool_input=tool_input, call_id="c1",
+        tool_name="refund", tool_input=tool_input, call_id="c1", policies=SOURCE[0],
     )
 
 
@@ -291,6 +298,7 @@ def grid_answer(requester: Principal, responder: Principal) -> ResponseContext:
         response=ResponseView(decision="approve", principal=responder),
         session=SessionInfo(id="s1", team_id=SUPPORT, enterprise_id=ORG,
                             auth=SessionAuth(current=requester, initiator=requester)),
+        policies=SOURCE[0],
     )
 
 
@@ -304,21 +312,21 @@ async def grid(redis) -> AsyncIterator[PolicyStore]:
     await workspaces.async_remember_workspace(SUPPORT, ORG, True)
     await workspaces.async_remember_workspace(PARTNER_TEAM, "E2", False)
     source = StorePolicySource(PolicyStore(redis, AuditLog(redis)), workspaces)
-    use_policy_source(source)
+    give_policies(source)
     yield source.policies
-    use_policy_source(None)
+    give_policies(None)
 
 
 async def test_a_colleague_from_another_workspace_of_the_org_may_approve(grid):
     chi = slack_user(SUPPORT, "WCHI", enterprise_id=ORG)
     dev = slack_user(SUPPORT, "WDEV", user_team_id=SALES, enterprise_id=ORG)  # home: Sales; acting in Support
-    assert (await decide(four_eyes(), grid_answer(chi, dev))).status == "allowed"
-    assert (await decide(n_of_m(1), grid_answer(chi, dev))).status == "allowed"
+    assert (await decide(four_eyes(), grid_answer(chi, dev))).type == "allowed"
+    assert (await decide(n_of_m(1), grid_answer(chi, dev))).type == "allowed"
     await grid.set_approvers(SUPPORT, "tool:deploy", ["WDEV"], actor="admin")
-    assert (await decide(approvers("tool:deploy"), grid_answer(chi, dev))).status == "allowed"
+    assert (await decide(approvers("tool:deploy"), grid_answer(chi, dev))).type == "allowed"
     # an org-wide install: the click arrives under the colleague's own workspace
     dev_at_home = slack_user(SALES, "WDEV", enterprise_id=ORG)
-    assert (await decide(approvers("tool:deploy"), grid_answer(chi, dev_at_home))).status == "allowed"
+    assert (await decide(approvers("tool:deploy"), grid_answer(chi, dev_at_home))).type == "allowed"
 
 
 async def test_a_slack_connect_partner_of_another_org_is_still_an_outsider(grid):
@@ -326,18 +334,18 @@ async def test_a_slack_connect_partner_of_another_org_is_still_an_outsider(grid)
     for home in (PARTNER_TEAM, "T3UNSEEN"):  # another org, or a workspace nobody vouched for
         partner = slack_user(SUPPORT, "UPARTNER", user_team_id=home, enterprise_id=ORG)
         refused = await decide(four_eyes(), grid_answer(chi, partner))
-        assert refused.status == "rejected" and "other workspaces" in refused.reason, home
+        assert refused.type == "rejected" and "other workspaces" in refused.reason, home
     stranger = slack_user("T9", "UBOB", enterprise_id="E9")  # another installation, another org
     await grid.set_approvers(SUPPORT, "tool:deploy", ["UBOB"], actor="admin")
     refused = await decide(approvers("tool:deploy"), grid_answer(chi, stranger))
-    assert refused.status == "rejected" and "your own workspace" in refused.reason
+    assert refused.type == "rejected" and "your own workspace" in refused.reason
 
 
 # --- who may answer: the helpers describe themselves for the card -----------------------------------
 
 def asked_by(requester: Principal | None) -> AnswerersContext:
     return AnswerersContext(request=RequestView(request_id="r1", tool_name="refund", principal=requester),
-                            session=SessionInfo(id="s1", team_id=T))
+                            session=SessionInfo(id="s1", team_id=T), policies=SOURCE[0])
 
 
 def ids(responders) -> list[str]:  # noqa: ANN001

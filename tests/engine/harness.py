@@ -7,6 +7,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from bot.approval import PolicySource
 from bot.builtin import BUILTIN_TOOLS
 from bot.models.base import ChatModel, Message
 from bot.models.scripted import ScriptedModel
@@ -53,12 +54,15 @@ def make_runtime(
     channel: RecordingChannel | None = None,
     settings: RuntimeSettings | None = None,
     lease_ms: int = 30_000,
+    policies: PolicySource | None = None,
 ) -> tuple[Runtime, RecordingChannel, SessionStore]:
+    """``policies``: approver lists, rules and admins for the policies (the app gives its Governance)."""
     store = SessionStore(redis, lease_ms=lease_ms)
     channel = channel or RecordingChannel()
     registry = ToolRegistry([*BUILTIN_TOOLS, *tools])
     runtime = Runtime(store=store, model=model, tools=registry, channel=channel,
                       settings=settings or RuntimeSettings(system_prompt=""))
+    runtime.parts.policies = policies
     return runtime, channel, store
 
 

@@ -45,9 +45,11 @@ def script(name: str = "refund_charge") -> ScriptedModel:
 
 
 async def parked(redis, tool_obj: Tool, name: str | None = None):
+    from handlers.governance import policy_source_for
+
     RAN.clear()
     model = script(name or tool_obj.name)
-    runtime, channel, store = make_runtime(redis, model, [tool_obj])
+    runtime, channel, store = make_runtime(redis, model, [tool_obj], policies=policy_source_for(redis))
     await say(runtime, "refund ch_1")
     [req] = channel.requests()
     return runtime, channel, model, req
@@ -122,29 +124,22 @@ async def test_an_edit_attached_to_a_cancel_is_refused(redis):
 
 
 async def test_an_edit_is_refused_when_several_people_must_approve(redis):
-    from bot.governance import use_policy_source
-    from handlers.governance import policy_source_for
+    @tool(approval=Approval(request=always(), response=n_of_m(2)), editable=True)
+    async def two_person_refund(args: Refund, ctx: ToolContext) -> dict:
+        """Refund with two approvers."""
+        RAN.append(args.model_dump())
+        return {}
 
-    use_policy_source(policy_source_for(redis))
-    try:
-        @tool(approval=Approval(request=always(), response=n_of_m(2)), editable=True)
-        async def two_person_refund(args: Refund, ctx: ToolContext) -> dict:
-            """Refund with two approvers."""
-            RAN.append(args.model_dump())
-            return {}
-
-        runtime, channel, _, req = await parked(redis, two_person_refund)
-        result = await runtime.answer(InputResponse(request_id=req.request_id, option_id="approve", principal=BOB,
-                                                    edited_input={"charge_id": "ch_1", "amount": 5.0}))
-        assert result.state == "invalid" and "several approvals" in result.reason
-        first = await runtime.answer(InputResponse(request_id=req.request_id, option_id="approve", principal=BOB))
-        assert first.state == "partial"
-        second = await runtime.answer(InputResponse(request_id=req.request_id, option_id="approve", principal=CAROL,
-                                                    edited_input={"charge_id": "ch_1", "amount": 5.0}))
-        assert second.state == "invalid"
-        assert RAN == []
-    finally:
-        use_policy_source(None)
+    runtime, channel, _, req = await parked(redis, two_person_refund)
+    result = await runtime.answer(InputResponse(request_id=req.request_id, option_id="approve", principal=BOB,
+                                                edited_input={"charge_id": "ch_1", "amount": 5.0}))
+    assert result.state == "invalid" and "several approvals" in result.reason
+    first = await runtime.answer(InputResponse(request_id=req.request_id, option_id="approve", principal=BOB))
+    assert first.state == "partial"
+    second = await runtime.answer(InputResponse(request_id=req.request_id, option_id="approve", principal=CAROL,
+                                                edited_input={"charge_id": "ch_1", "amount": 5.0}))
+    assert second.state == "invalid"
+    assert RAN == []
 
 
 async def test_ctx_ask_style_reaches_the_request(redis):
@@ -227,25 +222,20 @@ async def test_a_requester_grant_expires_after_its_days_and_then_asks_again(redi
 
 
 async def test_dont_ask_again_is_refused_where_several_must_approve(redis):
-    from bot.governance import use_policy_source
     from handlers.governance import policy_source_for
 
-    use_policy_source(policy_source_for(redis))
-    try:
-        @tool(name="restart", approval=Approval(request=always(grantable=True), response=n_of_m(2)))
-        async def two_person_restart(args: dict, ctx: ToolContext) -> dict:
-            """Restart with two approvers."""
-            RAN.append({"restart": True})
-            return {}
+    @tool(name="restart", approval=Approval(request=always(grantable=True), response=n_of_m(2)))
+    async def two_person_restart(args: dict, ctx: ToolContext) -> dict:
+        """Restart with two approvers."""
+        RAN.append({"restart": True})
+        return {}
 
-        RAN.clear()
-        model = ScriptedModel([call("restart", call_id="r1"), model_say("ok")])
-        runtime, channel, _ = make_runtime(redis, model, [two_person_restart])
-        await say(runtime, "restart")
-        [req] = channel.requests()
-        result = await runtime.answer(InputResponse(request_id=req.request_id, option_id="approve", grant="requester",
-                                                    principal=BOB))
-        assert result.state == "invalid" and "several approvals" in result.reason
-        assert RAN == []
-    finally:
-        use_policy_source(None)
+    RAN.clear()
+    model = ScriptedModel([call("restart", call_id="r1"), model_say("ok")])
+    runtime, channel, _ = make_runtime(redis, model, [two_person_restart], policies=policy_source_for(redis))
+    await say(runtime, "restart")
+    [req] = channel.requests()
+    result = await runtime.answer(InputResponse(request_id=req.request_id, option_id="approve", grant="requester",
+                                                principal=BOB))
+    assert result.state == "invalid" and "several approvals" in result.reason
+    assert RAN == []
