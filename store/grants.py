@@ -4,8 +4,9 @@ A requester grant is one record here, its end (``expires_at``) in it: the grant 
 the same write, made once the settle counted (lost in a crash before it: not in force, not listed).
 
 A conversation grant is in force while its approval key is in its session's ``P:grants`` set (which
-the turn loop reads with the rest of the session); the settle script writes it together with its record
-``P:granted`` (what is listed), so both have the session's one lifetime (``store.sessions``). Since that
+the turn loop reads with the rest of the session) and the session has not ended; the settle script writes
+it together with its record ``P:granted`` (what is listed), so both have the session's one lifetime
+(``store.sessions``: a session whose end has passed is gone, whether or not it is retired yet). Since that
 slot is not the workspace's, the workspace keeps an index of them, written *before* the settle: an
 entry whose settle never came, or whose grant has lapsed or was revoked, is never shown — the listing
 is derived from the grants themselves and trimmed as it is read.
@@ -16,6 +17,7 @@ is derived from the grants themselves and trimmed as it is read.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
@@ -77,18 +79,20 @@ class GrantStore:
         return sorted(grants, key=lambda g: g.granted_at, reverse=True)
 
     async def _conversation_grants(self, indexed: list[Grant]) -> dict[str, Grant]:
-        """Those of ``indexed`` in force (their key in the session's grants), as their session recorded
-        them (one round trip). A grant without a record (written before records were) is listed as indexed."""
+        """Those of ``indexed`` in force (their key in the session's grants, the session not ended), as their
+        session recorded them (one round trip). A grant without a record (written before records were) is
+        listed as indexed."""
         if not indexed:
             return {}
         pipe = self.redis.pipeline(transaction=False)
         for g in indexed:
             pipe.sismember(self._session_key(g.session_id or "", "grants"), g.approval_key)
             pipe.hget(self._session_key(g.session_id or "", "granted"), g.grant_id)
+            pipe.get(self._session_key(g.session_id or "", "end"))
         replies = await pipe.execute()
         held: dict[str, Grant] = {}
-        for g, in_force, raw in zip(indexed, replies[::2], replies[1::2], strict=True):
-            if g.session_id and in_force:
+        for g, in_force, raw, ends in zip(indexed, replies[::3], replies[1::3], replies[2::3], strict=True):
+            if g.session_id and in_force and not session_ended(ends):
                 held[g.grant_id] = _parsed(raw) or g
         return held
 
@@ -115,6 +119,12 @@ def _parsed(raw: bytes | None) -> Grant | None:
     except ValueError:  # unreadable: no grant (asking again is the safe side)
         log.warning("ignoring an unreadable grant: %.200r", raw)
         return None
+
+
+def session_ended(raw_end: bytes | str | None) -> bool:
+    """Whether a session's end (``P:end``, epoch ms, as ``store.sessions`` writes it) has passed: the session
+    is then gone (the conversation over, its grants lapsed), retired or not yet."""
+    return raw_end is not None and int(raw_end) <= time.time() * 1000
 
 
 def _live(grant: Grant, now: datetime) -> bool:

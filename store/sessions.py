@@ -18,20 +18,32 @@ Keys of a session (``P = hitl:{slot}``):
   P:msg:<id>     seen inbound message ids (dedupe of Slack retries)
   P:chan         hash of frontend data (e.g. Slack card ts per request, post claims)
   P:out          hash consumer → id of the last stream entry that consumer has handled (the outbox cursor)
-  P:open         set of the keys of the session's open requests (while it exists, nothing above ends)
-  P:outlock:<c>  a consumer's short delivery lock for this session (one deliverer at a time keeps order)
+  P:open         set of the keys of the session's open requests (while it exists, the session has no end)
+  P:outlock      the session's delivery lock, "<token>|<deadline ms>" (one deliverer at a time keeps order)
+  P:cancel       the turn id someone asked to cancel;  P:fails  drive failures in a row
+  P:end          when the session ends (epoch ms), written once per unit of work by its owner
 Global, advisory indexes (outside any slot; readers re-check the records):
   hitl:active                 zset session_id → when it next needs a look (lease expiry)
   hitl:outbox                 zset session_id → when its committed events next need delivering
+  hitl:retire                 zset session_id → its end: the sweep retires it once that has passed
   hitl:{ws:<team>}:pending    zset request_id → created time, for "waiting on you" listings
 
-Retention (DESIGN §12): a session's keys live ``retention_s`` after its last write; a settled request
-lives ``retention_s`` after it settled; an open request never expires, and neither does what it needs
-(state, events and their counter, inbox, grants, frontend data, outbox cursor: no TTL while ``P:open``
-exists; the settle that closes the last open request gives them their end). A request whose state is
-gone anyway (removed, or parked before this rule) is closed "no longer needed" by the click that finds
-it, never approved. Execution markers live as long as a session. Indexes drop settled ids as the outbox
-delivers their resolution.
+Retention (DESIGN §12; issue 26 item 3), by owner, once. A session's own keys (``SESSION_KEYS``: all of
+the above but requests, execution markers and message marks) carry no TTL and are never renewed. When a
+unit of work ends, the script that ends it writes ``P:end`` = now + ``retention_s`` and the same round trip
+puts the session on ``hitl:retire``: the drive's last checkpoint that opens no request (the turn ended), a
+lease let go with no request open, the settle that completes its step's requests. A checkpoint that opens
+a request deletes ``P:end``: nothing an open request needs (state, events and their counter, inbox,
+grants, frontend data, outbox cursor) can end while it is open. Once the end has passed the session is
+gone to its readers (``exists``, the grants listing: a conversation grant lapses with its conversation),
+and its keys are deleted in one DEL by whoever comes first: the recovery sweep (``retire_due``) or the
+next message recorded into it (a revived thread starts afresh: new state, events numbered from 1); both
+re-check in the session's slot and leave alone a session with an open request, a lease, a queued message
+or a delivery pass under way. A request record and its approvals have no end while open and
+``retention_s`` from the settle that closes them; execution markers and message marks get theirs when
+created. A request whose state is gone anyway (removed, or parked before this rule) is closed "no longer
+needed" by the click that finds it, never approved. Indexes drop settled ids as the outbox delivers their
+resolution.
 """
 
 from __future__ import annotations
@@ -65,7 +77,7 @@ from bot.protocol import (
     event_from_json,
 )
 from bot.session import SessionRef, session_slot
-from store.grants import GrantStore
+from store.grants import GrantStore, session_ended
 from store.pipelined import Command, evalsha, pipelined
 from store.replay import REPLAY_MARK_MS, replay_mark, replay_safe
 
@@ -75,6 +87,7 @@ DEFAULT_RETENTION_SECONDS = 30 * 24 * 3600
 ACTIVE = b"hitl:active"
 OUTBOX = b"hitl:outbox"
 TIMERS = b"hitl:timers"  # deadlines: "<kind>:<request id>" by due epoch ms (DESIGN §12, Time)
+RETIRE = b"hitl:retire"  # sessions by their end (epoch ms): the sweep retires them once it has passed
 SETTLED_LOOK_AGAIN_MS = 0  # the next sweep; the answering process normally resumes it first
 OUTBOX_GRACE_MS = 2_000  # a committer delivers at once; the sweep steps in if it died
 CLAIM_MARGIN_S = 12.0  # a post is claimed in memory only while its pass's lock has this much life left
@@ -91,26 +104,40 @@ def slot_of_request(request_id: str) -> str:
     return slot
 
 
-# Retention while a request is open (DESIGN §12): the session's ``P:open`` set holds the keys of its open
-# requests; while it exists, what those requests need (state, events and their counter, inbox, grants,
-# frontend data, outbox cursor) has no end; the settle that closes the last one gives them their end.
-# Cost (issue 26): ``held`` asks Redis once per script run (a script that adds to or removes from ``P:open``
-# says so with ``HELD = nil``), and ``keep`` does nothing while held: the commit that opens a session's
-# first request takes every end off (``PERSIST``), and no write while ``P:open`` exists gives one (the state
-# is then written without PX, every other end is set through ``keep``), so there is no end to take off again.
-_HOLD = """
-local HELD = nil
-local function held(open)
-  if HELD == nil then HELD = redis.call('EXISTS', open) == 1 end
-  return HELD
-end
-local function keep(key, open, retention)
-  if not held(open) then redis.call('PEXPIRE', key, retention) end
+# Retention by owner, once (DESIGN §12; issue 26 item 3). A session's own keys (``SESSION_KEYS``) carry no
+# TTL: nothing renews an end on every write. The session's end (``P:end``, epoch ms) is written once per unit
+# of work by whoever ends it, in the script that ends it: the drive's last checkpoint when it opens no request
+# (the turn ended), a lease let go with no request open, the settle that completes its step's requests; the
+# same round trip puts the session on ``hitl:retire`` by that end. A checkpoint that opens a request takes the
+# end away: a session with an open request has none. Once its end has passed and nothing holds it (no open
+# request, no lease, no queued message, no delivery pass under way), ``retire`` deletes its keys in one DEL:
+# the sweep does (``retire_due``), or the first message recorded after the end (a revived thread starts
+# afresh). ``retire(base, now)``: the session's keys are KEYS[base..] in ``SESSION_KEYS`` order; returns
+# 0 (no end: in use, or gone), 1 (deleted), 2 and the end (not yet), 3 (held).
+SESSION_KEYS = ("state", "lease", "seq", "events", "inbox", "grants", "granted", "chan", "out", "open",
+                "outlock", "cancel", "fails", "end")
+_RETIRE_FN = """
+local SK = {""" + ", ".join(f"['{name}'] = {i}" for i, name in enumerate(SESSION_KEYS)) + """}
+local function retire(base, now)
+  local raw = redis.call('GET', KEYS[base + SK['end']])
+  if not raw then return 0, 0 end
+  local ends = tonumber(raw) or 0
+  if ends > now then return 2, ends end
+  if redis.call('EXISTS', KEYS[base + SK.lease], KEYS[base + SK.open], KEYS[base + SK.inbox]) > 0 then return 3, 0 end
+  local lock = redis.call('GET', KEYS[base + SK.outlock])
+  if lock and tonumber(string.match(lock, '|(%d+)$') or now + 1) > now then return 3, 0 end  -- a pass under way
+  local all = {}
+  for _, i in pairs(SK) do all[#all + 1] = KEYS[base + i] end
+  redis.call('DEL', unpack(all))
+  return 1, 0
 end
 """
 
-# The same, for a key written outside a script. KEYS: the key, open; ARGV: retention ms.
-_KEEP = _HOLD + "keep(KEYS[1], KEYS[2], ARGV[1])"
+# The sweep's step (``retire_due``). KEYS: the session's keys; ARGV: now ms → {verdict, end}
+_RETIRE = _RETIRE_FN + """
+local verdict, ends = retire(1, tonumber(ARGV[1]))
+return {verdict, ends}
+"""
 
 
 # Commit a checkpoint: verify the lease, write state, create requests, append events.
@@ -118,10 +145,12 @@ _KEEP = _HOLD + "keep(KEYS[1], KEYS[2], ARGV[1])"
 # always either queued or in the saved history, never in neither (-2: another worker took one first).
 # ``unless_cancelled`` (a turn id): write nothing if someone asked to cancel that turn (-3), so the
 # check and the checkpoint are one atomic step and cost no round trip of their own. ``release`` ('1'):
-# the lease goes with a checkpoint that was written (a drive's last), never with a refused one.
-_COMMIT = _HOLD + """
+# the lease goes with a checkpoint that was written (a drive's last), never with a refused one; opening no
+# request, it ends the turn and writes the session's end (ARGV ``ends``). Opening one takes the end away.
+# KEYS: lease, state, events, seq, out, open, end, the new requests…, cancel, inbox.
+_COMMIT = """
 local token, state_json, n_events, n_requests = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-local ref_json, retention = ARGV[#ARGV - 2], ARGV[#ARGV - 1]
+local ref_json, ends = ARGV[#ARGV - 2], ARGV[#ARGV - 1]
 local take, unless_cancelled, release = cjson.decode(ARGV[#ARGV - 3]), ARGV[#ARGV - 4], ARGV[#ARGV - 5]
 if token ~= '' and redis.call('GET', KEYS[1]) ~= token then return -1 end
 if unless_cancelled ~= '' and redis.call('GET', KEYS[#KEYS - 1]) == unless_cancelled then return -3 end
@@ -129,50 +158,40 @@ for _, raw in ipairs(take) do
   if not redis.call('LPOS', KEYS[#KEYS], raw) then return -2 end
 end
 for _, raw in ipairs(take) do redis.call('LREM', KEYS[#KEYS], 1, raw) end
-local opening = n_requests > 0 and not held(KEYS[6])  -- the session's first open request: ends come off
 for i = 1, n_requests do
   local fields = cjson.decode(ARGV[4 + n_events + i])
   local flat = {}
   for k, v in pairs(fields) do table.insert(flat, k); table.insert(flat, v) end
-  redis.call('HSET', KEYS[9 + i], unpack(flat))
-  redis.call('SADD', KEYS[6], KEYS[9 + i])
+  redis.call('HSET', KEYS[7 + i], unpack(flat))
+  redis.call('SADD', KEYS[6], KEYS[7 + i])
 end
-if n_requests > 0 then HELD = true end
-if state_json ~= '' then
-  if held(KEYS[6]) then redis.call('SET', KEYS[2], state_json) else redis.call('SET', KEYS[2], state_json, 'PX', retention) end
-end
-if opening then  -- what was written before with an end keeps no end while these are open (the state just lost its)
-  for _, i in ipairs({2, 3, 4, 5, 7, 8, 9, #KEYS}) do
-    if i ~= 2 or state_json == '' then redis.call('PERSIST', KEYS[i]) end
-  end
-end
-if ref_json ~= '' then
-  redis.call('HSET', KEYS[5], '_ref', ref_json)
-  keep(KEYS[5], KEYS[6], retention)
-end
+if n_requests > 0 then redis.call('DEL', KEYS[7]) end  -- open requests: the session has no end
+if state_json ~= '' then redis.call('SET', KEYS[2], state_json) end
+if ref_json ~= '' then redis.call('HSET', KEYS[5], '_ref', ref_json) end
 local first = 0
 if n_events > 0 then first = redis.call('INCRBY', KEYS[4], n_events) - n_events + 1 end
 for i = 1, n_events do
   redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[#ARGV], '*', 's', first + i - 1, 'e', ARGV[4 + i])
 end
-if n_events > 0 then
-  keep(KEYS[3], KEYS[6], retention)
-  keep(KEYS[4], KEYS[6], retention)
+if release == '1' then
+  redis.call('DEL', KEYS[1])
+  if n_requests == 0 then redis.call('SET', KEYS[7], ends) end  -- the turn ended: the session's end, once
 end
-if release == '1' then redis.call('DEL', KEYS[1]) end
 return first
 """
 
 # Settle one request. Modes: settle (the answer counts), reject (the policy refused this
-# responder), approve-n (counts once `required` distinct approvers agree). First writer wins.
-_SETTLE = _HOLD + """
+# responder), approve-n (counts once `required` distinct approvers agree). First writer wins. The settle
+# that completes its step's requests writes the session's end (ARGV ``ends``: nothing is open any more).
+# KEYS: request, its approvals, events, seq, grants, open, state, granted, end, the step's other requests…
+_SETTLE = """
 local req, oks, events, seq, grants, open = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local mode, now, outcome, response, responder, responder_id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local required, grant_key, note, maxlen = tonumber(ARGV[7]), ARGV[8], ARGV[9], ARGV[10]
 local ev_settled, ev_partial, ev_rejected, ev_stale = ARGV[11], ARGV[12], ARGV[13], ARGV[14]
-local retention, ev_gone, grant_id, grant_json = ARGV[15], ARGV[16], ARGV[17], ARGV[18]
-local granted = KEYS[11]
-local BATCH = 12  -- KEYS[7..11]: state, out, inbox, chan, granted; then the step's other requests
+local retention, ev_gone, grant_id, grant_json, ends = ARGV[15], ARGV[16], ARGV[17], ARGV[18], ARGV[19]
+local granted, session_end = KEYS[8], KEYS[9]
+local BATCH = 10  -- KEYS[7..9]: state, granted, end; then the step's other requests
 local function emit(list_json, approvals)
   if list_json == '' then return 0 end
   local first = 0
@@ -182,36 +201,28 @@ local function emit(list_json, approvals)
     if first == 0 then first = s end
     redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', 's', s, 'e', ev)
   end
-  keep(events, open, retention)
-  keep(seq, open, retention)
   return first
 end
-local function complete()
-  for i = BATCH, #KEYS do
-    if redis.call('HGET', KEYS[i], 'status') == 'open' then return 0 end
-  end
-  return 1
-end
--- closed: the session's last open request gives what it kept alive its end (set once, here)
+-- closed: the request's own end is set here, once; the step's last one writes the session's end
 local function close(status, closed_outcome)
   redis.call('HSET', req, 'status', status, 'outcome', closed_outcome, 'response', response,
              'responder', responder, 'settled_at', now, 'note', note)
   redis.call('PEXPIRE', req, retention)
   redis.call('PEXPIRE', oks, retention)
   redis.call('SREM', open, req)
-  HELD = nil
-  if not held(open) then
-    for i = 3, 11 do if i ~= 6 then redis.call('PEXPIRE', KEYS[i], retention) end end
+  for i = BATCH, #KEYS do
+    if redis.call('HGET', KEYS[i], 'status') == 'open' then return 0 end
   end
+  redis.call('SET', session_end, ends)
+  return 1
 end
 local status = redis.call('HGET', req, 'status')
 if not status then return {'missing', 0, 0, 0} end
 if status ~= 'open' then return {'stale', emit(ev_stale), 0, 0} end
 if redis.call('EXISTS', KEYS[7]) == 0 then  -- its turn is gone: nothing can resume, so nobody may approve it
   response, responder, note = '', '', ''
-  local first = emit(ev_gone)  -- before the close, which sets the ends (emit's own keep is then free)
-  close('settled', 'cancelled')
-  return {'gone', first, 0, complete()}
+  local first = emit(ev_gone)
+  return {'gone', first, 0, close('settled', 'cancelled')}
 end
 if mode == 'reject' then return {'rejected', emit(ev_rejected), 0, 0} end
 local count = 0
@@ -226,9 +237,8 @@ if grant_key ~= '' and outcome == 'approved' then
   redis.call('HSET', granted, grant_id, grant_json)
   redis.call('SADD', grants, grant_key)
 end
-local first = emit(ev_settled, count)  -- before the close, as above
-close('settled', outcome)
-return {'settled', first, count, complete()}
+local first = emit(ev_settled, count)
+return {'settled', first, count, close('settled', outcome)}
 """
 
 
@@ -248,37 +258,38 @@ return out
 """
 
 # Mark an open request once (reminded, escalated) and append the event that says so; a request
-# answered meanwhile, or marked before, changes nothing. KEYS: request, events, seq, open;
-# ARGV: field, value, event json, max stream length, retention ms → seq | 0
-_MARK_ONCE = _HOLD + """
+# answered meanwhile, or marked before, changes nothing. KEYS: request, events, seq;
+# ARGV: field, value, event json, max stream length → seq | 0
+_MARK_ONCE = """
 if redis.call('HGET', KEYS[1], 'status') ~= 'open' then return 0 end
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
 local s = redis.call('INCR', KEYS[3])
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 's', s, 'e', ARGV[3])
-keep(KEYS[2], KEYS[4], ARGV[5])
-keep(KEYS[3], KEYS[4], ARGV[5])
 return s
 """
 
 # A request's responders described again after an approver list changed (``change_responders``): only
 # while it is open, and only by a description made from a newer policy version than the stored one, so
 # two list edits in quick succession leave the later one's description. ARGV: responders json, version,
-# event json, events maxlen, retention ms.
-_CHANGE_RESPONDERS = _HOLD + """
+# event json, events maxlen. KEYS: request, events, seq.
+_CHANGE_RESPONDERS = """
 if redis.call('HGET', KEYS[1], 'status') ~= 'open' then return 0 end
 if tonumber(redis.call('HGET', KEYS[1], 'responders_v') or '-1') >= tonumber(ARGV[2]) then return 0 end
 redis.call('HSET', KEYS[1], 'responders', ARGV[1], 'responders_v', ARGV[2])
 local s = redis.call('INCR', KEYS[3])
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 's', s, 'e', ARGV[3])
-keep(KEYS[2], KEYS[4], ARGV[5])
-keep(KEYS[3], KEYS[4], ARGV[5])
 return s
 """
 
-# Let a lease go, if it is still ours.
+# Let a lease go, if it is still ours; with ARGV[2] (an end, epoch ms) the unit of work is over: a session
+# that has a state and no open request gets that end. KEYS: lease, open, state, end.
 _RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+if ARGV[2] ~= '' and redis.call('EXISTS', KEYS[2]) == 0 and redis.call('EXISTS', KEYS[3]) == 1 then
+  redis.call('SET', KEYS[4], ARGV[2])
+end
+return 1
 """
 
 # Take one queued message off the inbox (the taker then owns it).
@@ -293,11 +304,13 @@ if redis.call('SET', KEYS[2], 'started', 'NX', 'PX', ARGV[2]) then return {1, fa
 return {0, redis.call('GET', KEYS[2])}
 """
 
-# Record an incoming message durably, once: the dedupe mark and the queue entry are one write.
-_RECORD_MESSAGE = _HOLD + """
+# Record an incoming message durably, once: the dedupe mark and the queue entry are one write. A session
+# whose end has passed is retired first, so a thread used again starts afresh. KEYS: the mark, then the
+# session's keys; ARGV: message id, message, mark seconds, now ms.
+_RECORD_MESSAGE = _RETIRE_FN + """
 if ARGV[1] ~= '' and not redis.call('SET', KEYS[1], 1, 'NX', 'EX', ARGV[3]) then return 0 end
-redis.call('RPUSH', KEYS[2], ARGV[2])
-keep(KEYS[2], KEYS[3], ARGV[4])
+retire(2, tonumber(ARGV[4]))
+redis.call('RPUSH', KEYS[2 + SK.inbox], ARGV[2])
 return 1
 """
 
@@ -349,15 +362,13 @@ return {stored[2 * n + 1] or '', cursors, holds, entries, redis.call('HGETALL', 
 # ours. KEYS: out, lock, open, chan; ARGV: token, lock ms (0 = release), retention ms, n cursors, m frontend
 # fields, consumer, cursor, … (n pairs), field, value, … (m pairs), consumers to clear… (lock ms -1: release,
 # marked as a pass that ended with work left after a careful one, so that the next pass is careful too)
-_OUTBOX_SAVE = _HOLD + """
+_OUTBOX_SAVE = """
 local n, m = tonumber(ARGV[4]), tonumber(ARGV[5])
 if n > 0 then
   redis.call('HSET', KEYS[1], unpack(ARGV, 6, 5 + 2 * n))
-  keep(KEYS[1], KEYS[3], ARGV[3])
 end
 if m > 0 then  -- written whether or not the lock is still ours: where a message was posted is a fact
   redis.call('HSET', KEYS[4], unpack(ARGV, 6 + 2 * n, 5 + 2 * n + 2 * m))
-  keep(KEYS[4], KEYS[3], ARGV[3])
 end
 local gone = {}
 for i = 6 + 2 * n + 2 * m, #ARGV do gone[#gone + 1], gone[#gone + 2] = '_fails:' .. ARGV[i], '_hold:' .. ARGV[i] end
@@ -373,9 +384,8 @@ return 1
 
 # Claim a post before sending it: set the field only if unset, keep the frontend data only if this wrote
 # it (a lost claim wrote nothing). KEYS: chan, open; ARGV: field, value, retention ms → {1, value} | {0, held}
-_CLAIM = _HOLD + """
+_CLAIM = """
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then
-  keep(KEYS[1], KEYS[2], ARGV[3])
   return {1, ARGV[2]}
 end
 return {0, redis.call('HGET', KEYS[1], ARGV[1])}
@@ -422,6 +432,7 @@ class SessionStore:
         self._record_message = redis.register_script(replay_safe(_RECORD_MESSAGE))
         self._take = redis.register_script(replay_safe(_TAKE))
         self._release = redis.register_script(_RELEASE)
+        self._retire = redis.register_script(_RETIRE)
         self._timers_claim = redis.register_script(_TIMERS_CLAIM)
         self._mark_once_script = redis.register_script(replay_safe(_MARK_ONCE))
         self._change_responders_script = redis.register_script(replay_safe(_CHANGE_RESPONDERS))
@@ -435,6 +446,15 @@ class SessionStore:
 
     def key(self, session_id: str, name: str) -> str:
         return f"{_prefix(session_slot(session_id))}:{name}"
+
+    def session_keys_of(self, session_id: str) -> list[str]:
+        """The session's own keys (``SESSION_KEYS``, in that order): what retirement deletes."""
+        prefix = _prefix(session_slot(session_id))
+        return [f"{prefix}:{name}" for name in SESSION_KEYS]
+
+    def _ends_at(self) -> int:
+        """A session's end if its unit of work ended now (epoch ms)."""
+        return _now_ms() + self.retention_ms
 
     @staticmethod
     def request_key(request_id: str) -> str:
@@ -490,7 +510,13 @@ class SessionStore:
         return json.loads(raw) if raw else None
 
     async def exists(self, session_id: str) -> bool:
-        return bool(await self.redis.exists(self.key(session_id, "state")))
+        """Whether the session is alive: it has a state and its end, if any, has not passed (an ended session
+        not yet retired is gone already)."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.exists(self.key(session_id, "state"))
+        pipe.get(self.key(session_id, "end"))
+        there, ends = await pipe.execute()
+        return bool(there) and not session_ended(ends)
 
     async def cancel_requested(self, session_id: str) -> str | None:
         """The turn id someone asked to cancel, if any."""
@@ -498,7 +524,7 @@ class SessionStore:
         return raw.decode() if raw else None
 
     async def request_cancel(self, session_id: str, turn_id: str) -> None:
-        await self.redis.set(self.key(session_id, "cancel"), turn_id, px=self.retention_ms)
+        await self.redis.set(self.key(session_id, "cancel"), turn_id)
 
     async def acquire_lease(self, session_id: str) -> str | None:
         token, _ = await self._acquire_lease(session_id, read=False)
@@ -539,13 +565,16 @@ class SessionStore:
         self, session_id: str, token: str, *, still_active: bool, retry_after_ms: int = 0, read: bool = False
     ) -> SessionSnapshot | None:
         """Let the turn lease go; with ``read``, then read the snapshot in the same round trip (what arrived
-        while we held the lease, whose own attempt to drive found it taken)."""
-        index: Command = (("zadd", (ACTIVE, {session_id: _now_ms() + retry_after_ms})) if still_active
-                          else ("zrem", (ACTIVE, session_id)))
+        while we held the lease, whose own attempt to drive found it taken). Not ``still_active``: the unit of
+        work is over, and a session with no open request gets its end (and a place on ``hitl:retire``)."""
+        ends = self._ends_at()
+        index: list[Command] = ([("zadd", (ACTIVE, {session_id: _now_ms() + retry_after_ms}))] if still_active
+                                else [("zrem", (ACTIVE, session_id)), ("zadd", (RETIRE, {session_id: ends}))])
         reads = self._snapshot_reads(session_id, None) if read else []
-        _, _, *snapshot = await self._pipelined(self._release, [self.key(session_id, "lease")], [token],
-                                                after=[index, *reads])
-        return self._snapshot_from(snapshot, None) if read else None
+        keys = [self.key(session_id, name) for name in ("lease", "open", "state", "end")]
+        _, *rest = await self._pipelined(self._release, keys, [token, "" if still_active else ends],
+                                         after=[*index, *reads])
+        return self._snapshot_from(rest[len(index):], None) if read else None
 
     async def drive_failures(self, session_id: str, *, failed: bool) -> int:
         """Count a session's unexpected drive failures in a row (reset on success); returns the count."""
@@ -553,11 +582,7 @@ class SessionStore:
         if not failed:
             await self.redis.delete(key)
             return 0
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.incr(key)
-        pipe.pexpire(key, self.retention_ms)
-        count, _ = await pipe.execute()
-        return int(count)
+        return int(await self.redis.incr(key))
 
     async def mark_active(self, session_id: str, *, delay_ms: int = 0) -> None:
         await self.redis.zadd(ACTIVE, {session_id: _now_ms() + delay_ms})
@@ -614,13 +639,12 @@ class SessionStore:
             self.key(session_id, "seq"),
             self.key(session_id, "out"),
             self.key(session_id, "open"),
-            self.key(session_id, "grants"),
-            self.key(session_id, "chan"),
-            self.key(session_id, "granted"),
+            self.key(session_id, "end"),
             *[self.request_key(r.request_id) for r in requests],
             self.key(session_id, "cancel"),
             self.key(session_id, "inbox"),
         ]
+        ends = self._ends_at()  # written by the script only if this checkpoint ends the turn
         args: list[Any] = [
             token or "",
             json.dumps(state, separators=(",", ":")) if state is not None else "",
@@ -632,7 +656,7 @@ class SessionStore:
             unless_cancelled or "",
             json.dumps([json.dumps(m, separators=(",", ":")) for m in take]) if take else "[]",
             ref.model_dump_json(exclude_none=True) if ref is not None else "",
-            self.retention_ms,
+            ends,
             EVENTS_MAXLEN,
         ]
         # the outbox entry travels in the same write as the commit, so committed events are never
@@ -649,6 +673,8 @@ class SessionStore:
                     extra.append(("zadd", (TIMERS, {f"{kind}:{r.request_id}": int(due.timestamp() * 1000)})))
         if release:  # the lease is no longer ours: read everything, state too
             extra.append(("zrem", (ACTIVE, session_id)))
+            if token and not requests:  # the turn ended: the script wrote the session's end
+                extra.append(("zadd", (RETIRE, {session_id: ends})))
         reads = (self._snapshot_reads(session_id, None if release else state)
                  if read and (release or state is not None) else [])
         first, *rest = await self._eval_pipelined(self._commit, keys, args, [*extra, *reads])
@@ -761,7 +787,7 @@ class SessionStore:
             self.key(record.session_id, "events"),
             self.key(record.session_id, "seq"),
             self.key(record.session_id, "grants"),
-            *[self.key(record.session_id, name) for name in ("open", "state", "out", "inbox", "chan", "granted")],
+            *[self.key(record.session_id, name) for name in ("open", "state", "granted", "end")],
             *[self.request_key(b) for b in batch if b != rid],
         ]
         responder = response.principal if response else None
@@ -780,14 +806,17 @@ class SessionStore:
         ]
         gone = [InputResolved(session_id=record.session_id, turn_id=record.turn_id, resolutions=[
             Resolution(request_id=rid, kind=record.request.kind, outcome="cancelled")])]
+        ends = self._ends_at()
         args += [self.retention_ms, _events_json(gone), grant.grant_id if grant is not None else "",
-                 grant.model_dump_json() if grant is not None else ""]
+                 grant.model_dump_json() if grant is not None else "", ends]
         # in the same round trip: have the sweep look at the session soon, so a turn whose last answer
         # this was resumes even if this process dies before it drives it, and the outbox delivers what
         # the settle appended (the card update) even then
         extra: list[Command] = [("zadd", (OUTBOX, {record.session_id: _now_ms() + OUTBOX_GRACE_MS}))]
         if mode == "settle":
             extra.append(("zadd", (ACTIVE, {record.session_id: _now_ms() + SETTLED_LOOK_AGAIN_MS})))
+        if mode != "reject":  # a settle that completes its step writes the session's end
+            extra.append(("zadd", (RETIRE, {record.session_id: ends})))
         (state, first, count, complete), *_ = await self._eval_pipelined(self._settle, keys, args, extra)
         state = state.decode() if isinstance(state, bytes) else state
         if state == "missing":
@@ -832,10 +861,8 @@ class SessionStore:
         list in the same round trip: a message acknowledged to Slack is never lost, even if this process
         dies right after.
         """
-        keys = [self.key(session_id, f"msg:{message_id or '-'}"), self.key(session_id, "inbox"),
-                self.key(session_id, "open")]
-        args = [message_id or "", json.dumps(message, separators=(",", ":")), MESSAGE_DEDUPE_SECONDS,
-                self.retention_ms]
+        keys = [self.key(session_id, f"msg:{message_id or '-'}"), *self.session_keys_of(session_id)]
+        args = [message_id or "", json.dumps(message, separators=(",", ":")), MESSAGE_DEDUPE_SECONDS, _now_ms()]
         extra = [("zadd", (ACTIVE, {session_id: _now_ms() + OUTBOX_GRACE_MS}))]
         recorded, _ = await self._eval_pipelined(self._record_message, keys, args, extra)
         return bool(recorded)
@@ -965,10 +992,6 @@ class SessionStore:
         view = self._pass_views.get(session_id)
         return view is not None and view.careful
 
-    def _keep_command(self, session_id: str, key: str) -> Command:
-        """Give ``key`` (of this session) its end, or none while the session has an open request."""
-        return ("eval", (_KEEP, 2, key, self.key(session_id, "open"), self.retention_ms))
-
     def _outbox_save_keys(self, session_id: str) -> list[str]:
         return [self.key(session_id, "out"), self.key(session_id, "outlock"), self.key(session_id, "open"),
                 self.key(session_id, "chan")]
@@ -998,6 +1021,30 @@ class SessionStore:
         raw = await self._timers_claim(keys=[TIMERS], args=[now_ms, limit, self.lease_ms])
         return [(raw[i].decode(), int(raw[i + 1])) for i in range(0, len(raw), 2)]
 
+    async def retire_due(self, *, limit: int = 100) -> int:
+        """Retire sessions whose end has passed (the recovery sweep; three round trips for up to ``limit``):
+        claim them from ``hitl:retire`` as timers are claimed, so two sweeping replicas never race; one
+        script per session re-checks and deletes its keys in one DEL; then each leaves the schedule, or goes
+        back on it by its new end (it was used again), or a retention later (something still holds it: its
+        owner writes its end when that ends). Returns how many were retired."""
+        now = _now_ms()
+        raw = await self._timers_claim(keys=[RETIRE], args=[now, limit, self.lease_ms])
+        claimed = [(raw[i].decode(), int(raw[i + 1])) for i in range(0, len(raw), 2)]
+        if not claimed:
+            return 0
+        verdicts = await pipelined(self.redis, [evalsha(self._retire, self.session_keys_of(sid), [now])
+                                                for sid, _ in claimed], [self._retire])
+        after: list[Command] = []
+        for (sid, claim), (verdict, ends) in zip(claimed, verdicts, strict=True):
+            if verdict == 2:
+                after.append(("zadd", (RETIRE, {sid: int(ends)})))
+            elif verdict == 3:
+                after.append(("zadd", (RETIRE, {sid: now + self.retention_ms})))
+            else:
+                after.append(evalsha(self._forget_if_unchanged, [RETIRE], [sid, claim]))
+        await pipelined(self.redis, after, [self._forget_if_unchanged])
+        return sum(1 for verdict, _ in verdicts if verdict == 1)
+
     async def timer_done(self, member: str, claim: int) -> None:
         """Forget a fired timer, unless it was claimed again meanwhile (we were too slow)."""
         await self._pipelined(self._forget_if_unchanged, [TIMERS], [member, claim])
@@ -1014,9 +1061,8 @@ class SessionStore:
 
     async def _mark_once(self, record: RequestRecord, field: str, value: str, event: Event) -> bool:
         sid = record.session_id
-        keys = [self.request_key(record.request_id), self.key(sid, "events"), self.key(sid, "seq"),
-                self.key(sid, "open")]
-        args = [field, value, event.model_dump_json(exclude_none=True), EVENTS_MAXLEN, self.retention_ms]
+        keys = [self.request_key(record.request_id), self.key(sid, "events"), self.key(sid, "seq")]
+        args = [field, value, event.model_dump_json(exclude_none=True), EVENTS_MAXLEN]
         first, _ = await self._eval_pipelined(self._mark_once_script, keys, args,
                                              [("zadd", (OUTBOX, {sid: _now_ms() + OUTBOX_GRACE_MS}))])
         return bool(first)
@@ -1026,10 +1072,8 @@ class SessionStore:
         """Store who may settle an open request now (described from policy ``version``) and append ``event``
         (an ``input.responders``); False when it was settled meanwhile or a newer description is stored."""
         sid = record.session_id
-        keys = [self.request_key(record.request_id), self.key(sid, "events"), self.key(sid, "seq"),
-                self.key(sid, "open")]
-        args = [responders.model_dump_json(), version, event.model_dump_json(exclude_none=True), EVENTS_MAXLEN,
-                self.retention_ms]
+        keys = [self.request_key(record.request_id), self.key(sid, "events"), self.key(sid, "seq")]
+        args = [responders.model_dump_json(), version, event.model_dump_json(exclude_none=True), EVENTS_MAXLEN]
         changed, _ = await self._eval_pipelined(self._change_responders_script, keys, args,
                                                [("zadd", (OUTBOX, {sid: _now_ms() + OUTBOX_GRACE_MS}))])
         return bool(changed)
@@ -1092,7 +1136,6 @@ class SessionStore:
         key = self.key(session_id, "chan")
         pipe = self.redis.pipeline(transaction=False)
         pipe.hset(key, field, value)
-        _queue(pipe, [self._keep_command(session_id, key)])
         await pipe.execute()
 
     async def channel_claim(self, session_id: str, field: str, value: str, *, in_pass: bool = False) -> bool:

@@ -22,10 +22,13 @@ import pytest
 from slack_sdk.oauth.installation_store.models.installation import Installation
 
 from bot.approval import always
+from bot.builtin import BUILTIN_TOOLS
 from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
 from bot.protocol import InputResponse
 from bot.session import session_slot
+from bot.tools import ToolRegistry
+from bot.turns import Runtime, RuntimeSettings
 from localslack.seed import ALICE as SLACK_ALICE
 from localslack.seed import GENERAL
 from localslack.server import LocalSlack
@@ -42,6 +45,7 @@ from tests.e2e.conftest import (
 from tests.e2e.test_approval_flow import RUNS, button, mention_and_wait_for_card, refund_charge, refund_script
 from tests.engine.harness import (
     ALICE,
+    RecordingChannel,
     approve,
     make_runtime,
     recording_tool,
@@ -126,6 +130,27 @@ async def test_due_timers_are_claimed_once_and_forgotten(cluster_redis: RedisCli
     assert member == "expire:x" and await store.timers_due(int(time.time() * 1000)) == []
     await store.timer_done(member, claim)
     assert await cluster_redis.zcard(b"hitl:timers") == 0
+
+
+async def test_an_ended_session_is_retired_on_the_cluster(cluster_redis: RedisClient) -> None:
+    """Retention (issue 26 item 3): the schedule is claimed in its own slot and each session retired by a
+    script in the session's slot, by the sweep or by the message that uses the thread again."""
+    store = SessionStore(cluster_redis, retention_s=0.2)  # type: ignore[arg-type]
+    model = ScriptedModel([model_say("one"), model_say("two"), model_say("three")], by_turn_position=False)
+    runtime = Runtime(store=store, model=model, tools=ToolRegistry(list(BUILTIN_TOOLS)), channel=RecordingChannel(),
+                      settings=RuntimeSettings(system_prompt=""))
+    sid = session().session_id
+    await say(runtime, "first")
+    await asyncio.sleep(0.4)
+    assert not await store.exists(sid) and await store.retire_due() == 1  # the sweep
+    assert await cluster_redis.exists(_state_key(sid)) == 0
+
+    await say(runtime, "second")
+    await asyncio.sleep(0.4)
+    await say(runtime, "third")  # no sweep: the message retires the ended second life first
+
+    assert [m["content"] for m in shown(model) if m["role"] == "user"] == ["third"]
+    assert await store.exists(sid)
 
 
 # --- failover --------------------------------------------------------------------------------------------

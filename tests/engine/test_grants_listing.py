@@ -74,7 +74,7 @@ async def test_13_a_grant_whose_listing_cannot_be_written_is_not_in_force(redis)
 
 
 async def test_13_a_lapsed_conversation_grant_leaves_app_home(redis):
-    runtime, channel, store, runs = _runtime(redis)
+    runtime, channel, store, runs = _runtime(redis, turns=2)
     await say(runtime, "restart it")
     [req] = channel.requests()
     assert (await _grant_here(runtime, req.request_id)).state == "settled"
@@ -83,9 +83,10 @@ async def test_13_a_lapsed_conversation_grant_leaves_app_home(redis):
 
     await asyncio.sleep(RETENTION_S * 2)  # the conversation's retention passes: the grant lapses
 
-    assert not await _in_force(store)
     assert await _listed(store) == [], "a lapsed conversation grant is still listed"
     assert await redis.hlen(store.grants.key("T1")) == 0  # trimmed on read
+    await say(runtime, "restart it")  # the thread used again: a new conversation, asked again
+    assert len(channel.requests()) == 2 and len(runs) == 1, "the lapsed grant still approved a call"
 
 
 async def test_13_a_click_that_did_not_count_lists_no_grant(redis):

@@ -1,6 +1,7 @@
 """Retention never takes what an open request needs, and never hides a revived thread from the audit
-log (issue 25, items 9 and 11). Real Valkey; the retention is shortened to a fraction of a second in
-the store's settings instead of waiting 30 days.
+log (issue 25, items 9 and 11); a session's end is written once by its owner and its keys are retired
+when it has passed, by the sweep or by the next message (issue 26 item 3). Real Valkey; the retention is
+shortened to a fraction of a second in the store's settings instead of waiting 30 days.
 """
 
 from __future__ import annotations
@@ -15,8 +16,17 @@ from bot.tools import ToolRegistry
 from bot.turns import Runtime, RuntimeSettings
 from store.audit import AuditLog
 from store.audit_events import AuditChannel
-from store.sessions import SessionStore
-from tests.engine.harness import RecordingChannel, approve, recording_tool, request_status, say, session
+from store.sessions import RETIRE, SESSION_KEYS, SessionStore
+from tests.engine.harness import (
+    RecordingChannel,
+    approve,
+    recording_tool,
+    request_status,
+    say,
+    session,
+    shown,
+    user_texts,
+)
 
 RETENTION_S = 0.4  # "BOT_RETENTION_DAYS", shortened
 
@@ -31,22 +41,54 @@ def _runtime(redis, model, tools, *, audited: bool = False):
     return runtime, channel, store
 
 
+async def _own_keys(store: SessionStore, session_id: str) -> set[str]:
+    """Which of the session's own keys (``SESSION_KEYS``) Redis still holds."""
+    prefix = store.key(session_id, "")
+    return {k.decode()[len(prefix):] for k in await store.session_keys(session_id)} & set(SESSION_KEYS)
+
+
 async def test_9_a_parked_turn_outlives_the_retention_while_its_request_is_open(redis):
     deploy, runs = recording_tool("deploy", approval=always())
-    runtime, channel, store = _runtime(redis, ScriptedModel([call("deploy"), model_say("deployed")]), [deploy])
+    model = ScriptedModel([model_say("hi"), call("deploy"), model_say("deployed")])
+    runtime, channel, store = _runtime(redis, model, [deploy])
+    sid = session().session_id
+    await say(runtime, "hello")  # a first turn ends: the session gets its end, and a place on the schedule
+    assert await redis.zscore(RETIRE, sid) is not None
     await say(runtime, "deploy")
     [req] = channel.requests()
-    sid = session().session_id
-    for name in ("state", "events", "seq", "out"):  # nothing the open request needs has an end yet
-        assert await redis.pttl(store.key(sid, name)) == -1, name
     await asyncio.sleep(RETENTION_S * 2)  # the retention passes while the card waits
+    await runtime.recover()  # the sweep (every few seconds in production) finds the session due
+    await runtime.wait_idle()
+    assert await store.exists(sid) and "state" in await _own_keys(store, sid)
 
     result = await approve(runtime, req.request_id)
 
     assert result.state == "settled"
-    assert len(runs) == 1, "the approved call never ran: its turn's state expired under the open request"
-    assert [e.text for e in channel.of("message.completed")] == ["deployed"]
-    assert 0 < await redis.pttl(store.key(sid, "state")) <= RETENTION_S * 1000  # its end is set once it settles
+    assert len(runs) == 1, "the approved call never ran: its turn's state was retired under the open request"
+    assert [e.text for e in channel.of("message.completed")] == ["hi", "deployed"]
+
+
+async def test_26_the_sweep_retires_an_ended_session_once_and_never_a_held_one(redis):
+    """Issue 26 item 3: once a session's end has passed, the sweep deletes its own keys (one DEL) and takes it
+    off the schedule; while something holds it (here a turn under way: the lease) it is left alone and looked
+    at again later, and the unit of work that held it writes its new end when it ends."""
+    runtime, channel, store = _runtime(redis, ScriptedModel([model_say("hi")]), [])
+    sid = session().session_id
+    await say(runtime, "hello")
+    assert {"state", "events", "seq", "end"} <= await _own_keys(store, sid)
+    token = await store.acquire_lease(sid)  # a replica starts work on it just as its end passes
+    assert token is not None
+    await asyncio.sleep(RETENTION_S * 1.5)
+
+    assert await store.retire_due() == 0
+    assert "state" in await _own_keys(store, sid)
+    await store.release_lease(sid, token, still_active=False)  # its work ends: a new end, written once
+    assert await store.exists(sid) and await store.retire_due() == 0  # not due yet
+    await asyncio.sleep(RETENTION_S * 1.5)
+
+    assert await store.retire_due() == 1
+    assert await _own_keys(store, sid) == set() and not await store.exists(sid)
+    assert await redis.zscore(RETIRE, sid) is None and await store.retire_due() == 0
 
 
 async def test_9_a_request_whose_turn_is_gone_is_no_longer_available(redis):
@@ -83,7 +125,8 @@ async def test_11_a_thread_revived_after_the_retention_is_audited_again(redis):
     await asyncio.sleep(RETENTION_S * 2)  # the session's keys (its sequence counter too) lapse
     assert not await store.exists(session().session_id)
 
-    await say(runtime, "second life")  # the same thread, used again
+    await say(runtime, "second life")  # the same thread, used again (no sweep ran: the message retires it)
+    assert user_texts(shown(model)) == ["second life"], "the revived thread did not start afresh"
     second = channel.requests()[-1]
     await approve(runtime, second.request_id)
 
@@ -110,57 +153,30 @@ async def _calls(redis, *names: str) -> dict[str, int]:
     return {name: stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in names}
 
 
-async def test_26_the_open_request_rule_costs_one_look_per_script(redis):
-    """Issue 26: keeping what an open request needs costs one EXISTS of ``P:open`` per script, not one per
-    key kept, and nothing while it is held (no retained key has an end then); the rule itself still holds."""
-    deploy, runs = recording_tool("deploy", approval=always())
-    runtime, channel, store = _runtime(redis, ScriptedModel([call("deploy"), model_say("deployed")]), [deploy])
-    sid = session().session_id
-    before = await _calls(redis, "exists", "persist")
-
-    await say(runtime, "deploy")
-    [req] = channel.requests()
-    for name in ("state", "events", "seq", "out"):
-        assert await redis.pttl(store.key(sid, name)) == -1, name  # held: no end while the request is open
-    await approve(runtime, req.request_id)
-
-    after = await _calls(redis, "exists", "persist")
-    assert len(runs) == 1 and [e.text for e in channel.of("message.completed")] == ["deployed"]
-    assert 0 < await redis.pttl(store.key(sid, "state")) <= RETENTION_S * 1000  # its end, set at the settle
-    spent = {name: after[name] - before[name] for name in after}
-    assert spent["exists"] <= 13, spent  # was 38 (one per key kept); ~25 scripts ran, not all keep anything
-    assert spent["persist"] <= 7, spent  # was 12: once when the first request opens, not again on each write
-
-
 async def test_26_a_pass_records_its_posts_in_its_closing_script(redis):
     """Issue 26: where a pass's posts are (``channel_set(..., in_pass=True)``) is written by the pass's closing
-    script, which already knows whether a request is open, not by a separate ``EVAL`` of the retention rule;
-    the frontend data gets its end as before (none while a request is open)."""
+    script, not by a separate write and ``EVAL`` of a retention rule; the frontend data has no end of its own
+    (it ends with its session, issue 26 item 3), so nothing asks whether a request is open."""
     store = SessionStore(redis, retention_s=RETENTION_S)  # type: ignore[arg-type]
     sid = session().session_id
     warm = await store.outbox_begin(sid, ["frontend"], "token")  # the scripts loaded: no NOSCRIPT resend counted
     assert warm is not None
     await store.outbox_end(sid, "token", {}, [], claim=warm.claim, again_in_ms=None)
-    for held in (False, True):
-        if held:
-            await redis.sadd(store.key(sid, "open"), "a request")  # as the commit that opens one does:
-            await redis.persist(store.key(sid, "chan"))  # the end set before comes off
-        before = await _calls(redis, "eval", "exists")
-        opened = await store.outbox_begin(sid, ["frontend"], "token")
-        assert opened is not None
-        await store.channel_set(sid, f"post:{held}", "1718000000.000100", in_pass=True)
-        await store.outbox_end(sid, "token", {"frontend": "1-0"}, [], claim=opened.claim, again_in_ms=None)
-        spent = {name: n - before[name] for name, n in (await _calls(redis, "eval", "exists")).items()}
+    before = await _calls(redis, "eval", "exists", "pexpire")
+    opened = await store.outbox_begin(sid, ["frontend"], "token")
+    assert opened is not None
+    await store.channel_set(sid, "post:1", "1718000000.000100", in_pass=True)
+    await store.outbox_end(sid, "token", {"frontend": "1-0"}, [], claim=opened.claim, again_in_ms=None)
+    spent = {name: n - before[name] for name, n in (await _calls(redis, "eval", "exists", "pexpire")).items()}
 
-        assert await store.channel_get(sid, f"post:{held}") == "1718000000.000100"
-        ttl = await redis.pttl(store.key(sid, "chan"))
-        assert ttl == -1 if held else 0 < ttl <= RETENTION_S * 1000, (held, ttl)
-        assert spent == {"eval": 0, "exists": 1}, spent  # was an EVAL of its own and one more EXISTS
+    assert await store.channel_get(sid, "post:1") == "1718000000.000100"
+    assert await redis.pttl(store.key(sid, "chan")) == -1
+    assert spent == {"eval": 0, "exists": 0, "pexpire": 0}, spent  # was an EVAL, 2 EXISTS and a PEXPIRE
 
 
 async def test_26_a_claim_is_one_script_that_keeps_only_what_it_wrote(redis):
-    """Issue 26: claiming a post (``channel_claim``) is one script: the claim, and its keep only when it won
-    (a lost claim wrote nothing to keep); the winner is told, the loser sees the first claim."""
+    """Issue 26: claiming a post (``channel_claim``) is one script that reads back only when it lost; the
+    winner is told, the loser sees the first claim; nothing gives the frontend data an end (its session's)."""
     store = SessionStore(redis, retention_s=RETENTION_S)  # type: ignore[arg-type]
     sid = session().session_id
     await store.channel_claim(sid, "warm-up", "x")  # the script loaded: no NOSCRIPT resend counted
@@ -171,5 +187,28 @@ async def test_26_a_claim_is_one_script_that_keeps_only_what_it_wrote(redis):
 
     spent = {name: n - before[name] for name, n in (await _calls(redis, "eval", "exists", "pexpire", "hget")).items()}
     assert await store.channel_get(sid, "post:7:0") == "first"
-    assert 0 < await redis.pttl(store.key(sid, "chan")) <= RETENTION_S * 1000
-    assert spent == {"eval": 0, "exists": 1, "pexpire": 1, "hget": 1}, spent  # was 2 EVALs, 2 of each, 2 HGETs
+    assert await redis.pttl(store.key(sid, "chan")) == -1
+    assert spent == {"eval": 0, "exists": 0, "pexpire": 0, "hget": 1}, spent  # was 2 EVALs, 2 of each, 2 HGETs
+
+
+async def test_26_an_approve_cycle_renews_no_end_and_asks_no_retention_question(redis, redis_url):
+    """Issue 26 item 3: a session's end is written once per unit of work by its owner, not renewed on every
+    write. In one approve cycle no session key gets an end (``PEXPIRE``) or loses one (``PERSIST``) but the
+    settled request's own record, and no script asks whether a request is open (``EXISTS P:open``); the
+    settle's one look at whether its turn is still there stays (it decides "approved" from "no longer
+    needed"). What the user sees is unchanged: the approved call runs and the turn answers."""
+    from tests.e2e.test_lean_core import monitored
+
+    deploy, runs = recording_tool("deploy", approval=always())
+    runtime, channel, store = _runtime(redis, ScriptedModel([call("deploy"), model_say("deployed")]), [deploy])
+    async with monitored(redis_url) as seen:
+        await say(runtime, "deploy")
+        [req] = channel.requests()
+        await approve(runtime, req.request_id)
+
+    assert len(runs) == 1 and [e.text for e in channel.of("message.completed")] == ["deployed"]
+    renewed = [c for c in seen.commands if c[0].upper() in ("PEXPIRE", "PERSIST", "EXPIRE")
+               and not c[1].strip('"').endswith((f":req:{req.request_id}", f":req:{req.request_id}:ok"))]
+    assert renewed == [], renewed
+    asked = [c for c in seen.commands if c[0].upper() == "EXISTS"]
+    assert all(c[1].strip('"').endswith(":state") for c in asked) and len(asked) <= 1, asked
