@@ -219,9 +219,11 @@ def responders_text(req: InputRequest) -> str | None:
             return f"Only {mention(r.people[0])} (who asked) can {verb}"
         return f"Only {mention(r.people[0])} can {verb}"
     if r.rule == "people" and r.people:
+        # what else the rule asks of them, in its own words ("one of them a manager")
+        more = f", {truncate_mrkdwn(literal_mrkdwn(one_line(r.description)), 100)}" if r.description else ""
         if r.required > 1:
-            return f"Needs {r.required} of {_people(r.people, 'and')}"
-        return f"Waiting on {_people(r.people, 'or')}"
+            return f"Needs {r.required} of {_people(r.people, 'and')}{more}"
+        return f"Waiting on {_people(r.people, 'or')}{more}"
     if r.rule == "anyone_but" and r.people:
         if r.required > 1:
             return f"Needs {r.required} people other than {_people(r.people, 'and')}"

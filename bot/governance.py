@@ -92,7 +92,7 @@ def approvers(resource: str, *, allow_self: bool = False) -> Policy:
 
     async def rule(ctx: ResponseContext) -> Decision:
         requester, responder = ctx.request.principal, ctx.response.principal
-        decision = await _check_list(ctx, resource, required=None)
+        decision = await check_list(ctx, resource, required=None)
         if (decision.type == "allowed" and not allow_self and ctx.response.decision == "approve"
                 and requester is not None and requester.same_as(responder)):
             # an approver who asked: say who else may (one not on the list heard who may, above)
@@ -100,7 +100,7 @@ def approvers(resource: str, *, allow_self: bool = False) -> Policy:
         return decision
 
     async def responders(ctx: AnswerersContext) -> Responders:
-        return await _listed(ctx, resource, required=1, exclude_requester=not allow_self)
+        return await listed_responders(ctx, resource, required=1, exclude_requester=not allow_self)
 
     return Policy(rule=rule, kind="approvers", label="anyone on the list approves",
                   responders=responders, reads_lists=(resource,))
@@ -117,7 +117,7 @@ def four_eyes(resource: str | None = None) -> Policy:
         if ctx.response.decision == "cancel":
             if requester is None or requester.same_as(responder):
                 return allowed()
-            return await _check_list(ctx, resource, required=None) if resource else rejected(
+            return await check_list(ctx, resource, required=None) if resource else rejected(
                 f"Only {_asker(requester)} or a workspace admin can cancel this request."
             )
         if requester is not None and requester.same_as(responder):
@@ -126,11 +126,11 @@ def four_eyes(resource: str | None = None) -> Policy:
             return rejected("People from other workspaces can't approve requests here.")
         if resource is None:
             return allowed()
-        return await _check_list(ctx, resource, required=None)
+        return await check_list(ctx, resource, required=None)
 
     async def responders(ctx: AnswerersContext) -> Responders:
         if resource is not None:
-            return await _listed(ctx, resource, required=1, exclude_requester=True)
+            return await listed_responders(ctx, resource, required=1, exclude_requester=True)
         return _anyone_but_requester(ctx, required=1)
 
     label = "anyone on the list but the person who asked approves" if resource else \
@@ -150,7 +150,7 @@ def n_of_m(n: int, resource: str | None = None) -> Policy:
             if requester is None or requester.same_as(responder):
                 return allowed()
             if resource:
-                return await _check_list(ctx, resource, required=1)
+                return await check_list(ctx, resource, required=1)
             if await _outsider(ctx, responder):
                 return rejected("People from other workspaces can't answer requests here.")
             return allowed()
@@ -160,11 +160,11 @@ def n_of_m(n: int, resource: str | None = None) -> Policy:
             if await _outsider(ctx, responder):
                 return rejected("People from other workspaces can't approve requests here.")
             return allowed(required=n)
-        return await _check_list(ctx, resource, required=n)
+        return await check_list(ctx, resource, required=n)
 
     async def responders(ctx: AnswerersContext) -> Responders:
         if resource is not None:
-            return await _listed(ctx, resource, required=n, exclude_requester=True)
+            return await listed_responders(ctx, resource, required=n, exclude_requester=True)
         return _anyone_but_requester(ctx, required=n)
 
     label = f"any {n} people {'on the list ' if resource else ''}other than the person who asked approve"
@@ -185,8 +185,10 @@ def _anyone_but_requester(ctx: AnswerersContext, *, required: int) -> Responders
     return Responders(rule="anyone_but", people=[requester], required=required)
 
 
-async def _listed(ctx: AnswerersContext, resource: str, *, required: int, exclude_requester: bool) -> Responders:
-    """The resource's approver list as people (raises when it cannot be read: no line on the card)."""
+async def listed_responders(ctx: AnswerersContext, resource: str, *, required: int,
+                            exclude_requester: bool) -> Responders:
+    """The resource's approver list as people, for a policy's ``responders`` (a building block of response
+    policies, like :func:`check_list`). Raises when it cannot be read: the card then has no line."""
     team, source = ctx.session.team_id, ctx.policies
     if source is None or team is None:
         raise LookupError("no policy source or no workspace")
@@ -302,7 +304,11 @@ async def _own_request(ctx: ResponseContext, resource: str) -> Decision:
     return rejected(f"You can't approve your own request; only {_mentions(others)} can.")
 
 
-async def _check_list(ctx: ResponseContext, resource: str | None, *, required: int | None) -> Decision:
+async def check_list(ctx: ResponseContext, resource: str | None, *, required: int | None) -> Decision:
+    """Whether the answerer is on the approver list ``resource`` of the request's workspace (a building block
+    of response policies): the requester may cancel; people of another workspace or organisation, a list
+    that can't be read or is empty, and anyone off it are refused, saying who may. Allowed answers need the
+    stricter of ``required`` and the list's own setting."""
     responder = ctx.response.principal
     requester = ctx.request.principal
     if ctx.response.decision == "cancel" and (requester is None or requester.same_as(responder)):
