@@ -21,6 +21,7 @@ from bot.agents import delegation_live, delegation_result, out_of_time
 from bot.execute import Executor, ToolUnavailable, denied_output
 from bot.intake import Intake
 from bot.models.base import ModelError, TextCallback
+from bot.outbox import DELIVER_UNHURRIED_S
 from bot.parts import Parts
 from bot.ports import LiveText
 from bot.principals import Principal
@@ -57,7 +58,6 @@ FAILED_RETRY_BASE_MS = 1_000
 FAILED_RETRY_MAX_MS = 60_000
 RENEW_RETRY_S = 0.1
 STOP_WAIT_S = 1.0
-DELIVER_UNHURRIED_S = 0.5  # well under the frontends' status-line delay, which counts from the event's time
 
 
 class LeaseKeeper:

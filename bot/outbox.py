@@ -37,6 +37,7 @@ from bot.session import SessionRef
 
 log = logging.getLogger(__name__)
 
+DELIVER_UNHURRIED_S = 0.5  # well under the frontends' status-line delay, which counts from the event's time
 RETRY_BASE_MS = 500
 RETRY_MAX_MS = 5 * 60_000
 BUSY_RECHECK_MS = 1_000  # another deliverer holds the session: look again soon, in case it just finished
@@ -167,7 +168,8 @@ class Outbox:
         # events); it leaves only if nobody re-scheduled it meanwhile (a commit after our last look)
         while True:
             token = secrets.token_hex(8)
-            names = list(self.consumers)
+            # consumers that ask to be first (the audit log: what people see is audited by then), then the rest
+            names = sorted(self.consumers, key=lambda name: not getattr(self.consumers[name], "deliver_first", False))
             begun = await self.store.outbox_begin(session_id, names, token)
             if begun is None:
                 await self.store.outbox_schedule(session_id, delay_ms=BUSY_RECHECK_MS)

@@ -32,6 +32,7 @@ from bot.approval import (
 from bot.forms import checked_values, validated_result
 from bot.governance import escalated_answer, workspace_admin
 from bot.metrics import SETTLED
+from bot.outbox import DELIVER_UNHURRIED_S
 from bot.parts import Parts
 from bot.principals import Principal
 from bot.protocol import (
@@ -338,7 +339,12 @@ class Settler:
             # counted; lost in a crash here, it is simply not there (the requester is asked again). A
             # conversation grant was written by the settle itself, with its listing (store.settle)
             await asyncio.gather(*(self.p.store.grants.add(g) for g in grants if g.scope == "requester"))
-        self.p.outbox.kick(sid)
+        if result.state == "settled" and result.batch_complete and result.events:
+            # the turn resumes now: a quick resume's answer takes the settled card along in one delivery pass;
+            # a slow one (a long tool) lets it go out on its own within DELIVER_UNHURRIED_S
+            self.p.outbox.kick_later(sid, result.events[-1].seq or 0, DELIVER_UNHURRIED_S)
+        else:
+            self.p.outbox.kick(sid)
         if result.state in ("stale", "gone"):  # gone: its turn expired or was removed; the card now says so
             return AnswerResult("stale", await self.p.store.get_request(rid))
         if result.state == "partial":

@@ -72,6 +72,10 @@ def _digest(value: Any) -> str:
 class AuditChannel:
     """Appends requests, candidates, settlements, grants, resolutions and executions to the audit log."""
 
+    # first in each delivery pass: what people are shown (a settled card, the answer that follows) has been
+    # audited by then, also when one pass carries a settle and the answer after it (bot.outbox)
+    deliver_first = True
+
     def __init__(self, audit: AuditLog) -> None:
         self.audit = audit
 

@@ -14,8 +14,17 @@ from contextlib import asynccontextmanager
 
 from redis.asyncio import Redis
 
+from bot.approval import always
+from bot.tools import ToolContext, tool
 from localslack.seed import ALICE, GENERAL
-from tests.e2e.test_approval_flow import RUNS, button, mention_and_wait_for_card, refund_charge, refund_script
+from tests.e2e.test_approval_flow import (
+    RUNS,
+    Refund,
+    button,
+    mention_and_wait_for_card,
+    refund_charge,
+    refund_script,
+)
 
 
 class Monitored:
@@ -104,3 +113,37 @@ async def test_26_a_mention_is_recorded_once_not_once_per_event_slack_sends(loca
     # the mention in memory; a Slack retry of either is still dropped in Redis by message id
     records = [c for c in seen.commands if c[0] == "SET" and ":msg:" in c[1]]
     assert len(records) == 1, f"the mention was recorded {len(records)} times: {records}"
+
+
+async def test_26_a_quick_resume_delivers_the_settled_card_with_the_answer_in_one_pass(local_slack, start_app,
+                                                                                         redis_url):
+    RUNS.clear()
+    bot = await start_app(refund_script(), [refund_charge])
+    async with monitored(redis_url) as seen:
+        await approve_cycle(local_slack, "refund ch_1 please")
+        await bot.runtime.wait_idle()
+
+    assert len(RUNS) == 1
+    passes = [c for c in seen.commands if c[0] == "XRANGE" and c[1].endswith(":events")]
+    # one pass brings the card; one brings the settled card and the answer (the settle waits for the quick
+    # resume's answer instead of a pass of its own)
+    assert len(passes) == 2, f"{len(passes)} delivery passes in one approve cycle"
+
+
+async def test_26_a_slow_tool_does_not_hold_up_the_settled_card(local_slack, start_app):
+    release = asyncio.Event()
+
+    @tool(name="refund_charge", approval=always())
+    async def slow_refund(args: Refund, ctx: ToolContext) -> dict:
+        """Refund a charge."""
+        await asyncio.wait_for(release.wait(), 10)
+        return {"refunded": args.charge_id}
+
+    await start_app(refund_script(), [slow_refund])
+    ts, card = await mention_and_wait_for_card(local_slack)
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+    try:  # the tool is still running: the card already says who approved it
+        await local_slack.wait_for(lambda: "Approved" in str(local_slack.message(GENERAL, card.ts).blocks), timeout_s=2)
+    finally:
+        release.set()
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)

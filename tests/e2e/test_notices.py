@@ -210,6 +210,8 @@ async def test_escalation_lets_the_managers_answer_tells_them_once_and_not_befor
     await local_slack.click(DAVE, dm, copy.ts, button(copy, "Approve"))  # now dave's answer counts
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Done." in m.text)
     assert RUNS == ["acme"]
+    await bot.runtime.wait_idle()  # the copies follow in the same delivery pass as the answer
+    await second.runtime.wait_idle()
     assert card_in(local_slack, ts) is None and card_in(local_slack, None, dm) is None
     assert card_in(local_slack, None, local_slack.dm_channel(BOB)) is None  # bob's copy followed too
 
