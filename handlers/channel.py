@@ -32,6 +32,7 @@ from bot.protocol import (
     ApprovalCandidate,
     Event,
     InputEscalated,
+    InputRequest,
     InputRequested,
     InputResolved,
     InputRespondersChanged,
@@ -44,7 +45,7 @@ from bot.session import SessionRef
 from handlers.deps import ClientFor
 from handlers.notes import tell_privately
 from handlers.pacing import SlackPacing
-from handlers.sessions import AgentSessions, SessionStatus, title_of, waiting_on, waiting_title
+from handlers.sessions import TITLE_FIELD, AgentSessions, SessionStatus, title_of, waiting_on, waiting_title
 from handlers.status import StatusLines
 from handlers.streams import LiveAnswers, StreamPacing
 from store.sessions import SessionStore
@@ -106,6 +107,7 @@ class SlackChannel:
 
     async def close(self) -> None:
         await self.status.close()
+        await self.sessions.close()
         await self.live.close()
 
     async def deliver(self, event: Event, session: SessionRef) -> None:
@@ -114,11 +116,14 @@ class SlackChannel:
         try:
             if isinstance(event, InputRequested):
                 await self._post_cards(event, session)
-                # a sub-agent's cards show in its parent's thread, whose session waits; the title says on whom
-                # (setStatus titles only a session it creates: an existing one is renamed)
-                if not session.parent and await self.sessions.set(session, "suspended"):
-                    names = await self.sessions.handles(session, waiting_on(event.requests))
-                    await self.sessions.rename(session, waiting_title(event.requests, names))
+                # a sub-agent's cards show in its parent's thread, whose session waits
+                if not session.parent and self.sessions.available(session):
+                    self.sessions.waits_on(session, [r.request_id for r in event.requests])
+                    if await self.sessions.current(session) == "processing":  # it showed the agent working
+                        await self._suspend(session, event.requests)
+                    else:  # a card answered within the delay costs no session call
+                        self.sessions.suspend_later(session, lambda: self._suspend(session, event.requests,
+                                                                                   unless_answered=True))
             else:
                 await self._render(event, session)
         except SlackApiError as exc:
@@ -140,9 +145,9 @@ class SlackChannel:
         if session.parent and event.type not in CHILD_SHOWN:
             return  # a sub-agent's session: its cards show in the thread; its words reach people through the parent
         match event.type:
-            case "turn.started":  # delivered up to bot.drive.DELIVER_UNHURRIED_S late: the wait counts from its time
+            case "turn.started":  # delivered up to bot.outbox.DELIVER_UNHURRIED_S late: the wait counts from its time
+                # (the session shows processing only once the step is slow: _slow_step)
                 self.status.show_later(session, status_text("thinking"), loading_messages("thinking"), since=event.at)
-                await self._session_status(session, "processing")
             case "action.started":
                 assert isinstance(event, ActionStarted)
                 self.status.show_later(session, status_text("running_tool", event.tool_name),
@@ -187,24 +192,47 @@ class SlackChannel:
     async def _session_status(self, session: SessionRef, status: SessionStatus) -> None:
         """Set the thread's session status. Created now, it is titled with the thread's first request; leaving
         ``suspended``, its title (whom it waited on) is given back."""
+        if status != "processing":
+            await self.sessions.ended(session)
         if not self.sessions.available(session):
             return
         current = await self.sessions.current(session)
         if current == status:
             return
-        first = await self._first_request(session) if current in (None, "suspended") else None
-        if current == "suspended" and first:
+        if current is None:
+            await self.sessions.set(session, status, await self._first_request(session))
+            return
+        if current == "suspended" and (first := await self._first_request(session)):
             await self.sessions.rename(session, first)
-        await self.sessions.set(session, status, first)
+        await self.sessions.set(session, status)
+
+    async def _suspend(self, session: SessionRef, requests: list[InputRequest], *,
+                       unless_answered: bool = False) -> None:
+        """The turn waits on people: ``suspended``, the title saying on whom (setStatus titles only a session it
+        creates: an existing one is renamed). ``unless_answered``: set late, so not if all were answered."""
+        if unless_answered and not await self.sessions.still_waiting(session):
+            return
+        current = await self.sessions.current(session)
+        if current == "suspended":
+            return
+        title = waiting_title(requests, await self.sessions.handles(session, waiting_on(requests)))
+        if current is None:
+            await self.sessions.set(session, "suspended", title)
+        elif await self.sessions.set(session, "suspended"):
+            await self.sessions.rename(session, title)
 
     async def _slow_step(self, session: SessionRef) -> None:
-        """A step still running after the status delay: an approved call at work moves its session from
-        ``suspended`` back to ``processing`` (Slack's stop button shows again). Only then: a quick approve
-        cycle pays no call for it."""
-        if self.sessions.available(session) and await self.sessions.current(session) == "suspended":
+        """A step still running after the status delay: the session shows ``processing`` (Slack's stop button
+        with it), created now if it was not shown yet; an approved call at work moves it back from
+        ``suspended``. Only then: a quick step pays no call for it. Not while the turn waits on people."""
+        if self.sessions.available(session) and not await self.sessions.still_waiting(session):
             await self._session_status(session, "processing")
 
     async def _first_request(self, session: SessionRef) -> str | None:
+        """The session's title: its first request's, carried by its frontend data (``handlers.events``)."""
+        if title := session.channel.get(TITLE_FIELD):
+            return title
+        # a session begun before its data carried it (or not by a person's message): read it from the state
         raw = (await self.store.snapshot(session.session_id)).state or {}
         for message in raw.get("history") or []:
             if message.get("role") == "user" and isinstance(message.get("content"), str):

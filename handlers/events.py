@@ -21,6 +21,7 @@ from bot.session import SessionRef, slack_session_id
 from handlers.deps import SlackDeps
 from handlers.identity import event_principal, installation_enterprise, installation_team
 from handlers.notes import tell_privately
+from handlers.sessions import TITLE_FIELD, title_of
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,9 @@ async def _handle(
     else:
         root = thread_ts or ts
         sid = slack_session_id(team, channel_id, root)
-        ref = SessionRef(session_id=sid, team_id=team, enterprise_id=org, channel={"channel_id": channel_id, "thread_ts": root})
+        # the agent session's title, its first request's (a session keeps the ref of its first message)
+        ref = SessionRef(session_id=sid, team_id=team, enterprise_id=org, channel={
+            "channel_id": channel_id, "thread_ts": root, TITLE_FIELD: title_of(strip_mention(text, bot_user))})
         if event.get("channel_type") != "im" and not mentioned and not await deps.store.exists(sid):
             return  # a thread the agent is not part of
     if not await may_talk(deps, principal, org, channel_id):

@@ -2,9 +2,18 @@
 
 The status follows the session's committed events, set by the outbox consumer (``handlers.channel``), so
 any replica sets it and a replica that dies mid-turn leaves it to the next delivery of the same events:
-``processing`` when a turn starts (titled with the thread's first request), ``suspended`` while the turn
-waits on a person (the title says on whom), ``active`` when it answered or failed, ``closed`` when it
+``processing`` while the agent works (titled with the thread's first request), ``suspended`` while the
+turn waits on a person (the title says on whom), ``active`` when it answered or failed, ``closed`` when it
 was stopped.
+
+Like the status line (``handlers.status``), a status that would last less than the status delay is not
+shown: issue 28 allows one session call in a quick approve cycle (card, update, reply: four in all).
+``processing`` comes only once a step is still running after the delay (Slack's stop button with it);
+``suspended`` at once only when the session showed the agent working, else once the card has waited the
+delay (:meth:`AgentSessions.suspend_later`, in this process: a kill -9 meanwhile leaves the session as it
+was, never ``processing``). Slack titles a session only when a status creates it, so a session created
+``suspended`` is titled with whom it waits on, and one that exists is renamed; leaving ``suspended`` gives
+the request's title back.
 
 Where Slack refuses the methods for the app (a workspace that does not know them, an app not declared as
 an agent, a token without the scope) the workspace is remembered and never asked again by this process:
@@ -13,7 +22,10 @@ the thread keeps today's status line (``handlers.status``), and the refusal is l
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Literal
 
 from slack_sdk.errors import SlackApiError
@@ -22,12 +34,16 @@ from bot.ports import RetryLater
 from bot.protocol import InputRequest
 from bot.session import SessionRef
 from handlers.deps import ClientFor
+from handlers.status import STATUS_DELAY_S
 from store.sessions import SessionStore
 
 log = logging.getLogger(__name__)
 
 SessionStatus = Literal["processing", "suspended", "active", "closed"]
 STATUS_FIELD = "agent_session"  # the session's channel field that holds the status last set
+TITLE_FIELD = "title"  # SessionRef.channel: the first request's title (handlers.events; a session keeps its first ref)
+WAITS_KEPT = 10_000  # sessions whose waits this process remembers
+SUSPENDING_GRACE_S = 5.0  # how long an ending waits for a suspended being set right now
 TITLE_MAX = 200  # Slack's limit for a session's title
 # Slack refuses the agent surface for this app or workspace: fall back, once per workspace
 REFUSED = {"unknown_method", "not_authorized", "missing_scope", "not_agent_app", "not_allowed_token_type",
@@ -70,17 +86,21 @@ def waiting_title(requests: list[InputRequest], names: dict[str, str] | None = N
 
 
 class AgentSessions:
-    def __init__(self, store: SessionStore, client_for: ClientFor):
+    def __init__(self, store: SessionStore, client_for: ClientFor, delay_s: float = STATUS_DELAY_S):
         self.store = store
         self.client_for = client_for
+        self.delay_s = delay_s
         self._refused: set[str] = set()  # workspaces (team ids) where Slack refused the methods
         self._handles: dict[tuple[str, str], str] = {}  # (team, user) → handle, for titles; kept per process
+        self._waits: dict[str, list[str]] = {}  # session → the requests its turn waits on (its last cards)
+        self._later: dict[str, asyncio.Task[None]] = {}  # session → its suspended, not shown yet
+        self._suspending: set[str] = set()  # sessions whose suspended is being set now
 
     def available(self, session: SessionRef) -> bool:
         return bool(session.channel.get("thread_ts")) and (session.team_id or "") not in self._refused
 
     async def current(self, session: SessionRef) -> str | None:
-        """The status last set (kept beside the session: any replica reads it)."""
+        """The status last set (kept beside the session: any replica reads it; a delivery pass has it)."""
         return await self.store.channel_get(session.session_id, STATUS_FIELD)
 
     async def set(self, session: SessionRef, status: SessionStatus, title: str | None = None) -> bool:
@@ -90,9 +110,68 @@ class AgentSessions:
         # skipped rather than holding up the card or reply queued behind it
         ok = await self._call(session, "agents.sessions.setStatus", must=status in ("active", "closed"),
                               status=status, title=title or None)
-        if ok:  # at once, not with the pass's end: a redelivery after a crash finds it and sets nothing again
-            await self.store.channel_set(session.session_id, STATUS_FIELD, status)
+        if ok:  # with the pass's closing round trip (at once outside a pass): a kill -9 before it makes the
+            # next deliverer tell Slack the same status again, which changes nothing there
+            await self.store.channel_set(session.session_id, STATUS_FIELD, status, in_pass=True)
         return ok
+
+    def waits_on(self, session: SessionRef, request_ids: list[str]) -> None:
+        """The turn waits on these requests (its cards are up)."""
+        self._waits.pop(session.session_id, None)
+        self._waits[session.session_id] = list(request_ids)
+        if len(self._waits) > WAITS_KEPT:  # turns that ended on another replica: forget the oldest
+            self._waits.pop(next(iter(self._waits)))
+
+    async def still_waiting(self, session: SessionRef) -> bool:
+        """Whether a request the turn waited on (:meth:`waits_on`) is still open: one read, on slow steps only."""
+        ids = self._waits.get(session.session_id)
+        if not ids:
+            return False
+        if any(r.status == "open" for r in await self.store.get_requests(ids)):
+            return True
+        self._waits.pop(session.session_id, None)
+        return False
+
+    def suspend_later(self, session: SessionRef, suspend: Callable[[], Awaitable[None]]) -> None:
+        """Run ``suspend`` once the status delay has passed, unless the turn ends first (:meth:`ended`);
+        it replaces one not run yet. Best effort, like the status line."""
+        self._cancel_later(session.session_id)
+        task = asyncio.create_task(self._after_delay(session, suspend))
+        self._later[session.session_id] = task
+        task.add_done_callback(lambda t, sid=session.session_id: self._later.pop(sid, None)
+                               if self._later.get(sid) is t else None)
+
+    async def ended(self, session: SessionRef) -> None:
+        """The turn answered, failed or stopped: it waits on nobody, and a suspended not shown yet never is
+        (one being set right now is let finish first, so the ending is the status set last)."""
+        sid = session.session_id
+        self._waits.pop(sid, None)
+        task = self._later.get(sid)
+        if task is not None and sid in self._suspending:
+            with contextlib.suppress(Exception, TimeoutError):
+                await asyncio.wait_for(asyncio.shield(task), SUSPENDING_GRACE_S)
+        self._cancel_later(sid)
+
+    async def close(self) -> None:
+        tasks = list(self._later.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _cancel_later(self, sid: str) -> None:
+        task = self._later.pop(sid, None)
+        if task is not None and sid not in self._suspending:
+            task.cancel()
+
+    async def _after_delay(self, session: SessionRef, suspend: Callable[[], Awaitable[None]]) -> None:
+        await asyncio.sleep(self.delay_s)
+        self._suspending.add(session.session_id)
+        try:
+            await suspend()
+        except Exception:  # noqa: BLE001 - cosmetic: the card says whom it waits on anyway
+            log.info("suspended not shown for %s", session.session_id, exc_info=True)
+        finally:
+            self._suspending.discard(session.session_id)
 
     async def rename(self, session: SessionRef, title: str) -> bool:
         return await self._call(session, "agents.sessions.rename", title=title)
