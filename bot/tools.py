@@ -15,12 +15,13 @@ import inspect
 import json
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, fields, replace
 from datetime import timedelta
 from typing import Any, Generic, Literal, TypeVar, get_type_hints
 
 from pydantic import BaseModel, Field, ValidationError
 
-from bot.approval import Approval, ApprovalContext, RequestPolicy, as_approval
+from bot.approval import Approval, ApprovalContext, Policy, RequestPolicy, as_approval
 from bot.daemon_threads import DaemonThreads
 from bot.forms import form_schema
 from bot.models.base import ToolSpec
@@ -219,8 +220,83 @@ _preview_threads = DaemonThreads(64, "preview")
 Prompt = str | Callable[[Any], str]  # a format string over the arguments' fields, or a function of them
 
 
+@dataclass(frozen=True)
+class Card:
+    """How a call that needs a person reads, and what an approver may do on its card.
+
+    ``prompt``: the card's question, a format string over the arguments (``"Refund ${amount:,.2f} on
+    {charge_id}?"``) or a function of them. ``denied_message``: what the model is told when a person cancels
+    (their reason, if they gave one, is added as theirs). ``editable=True``: "Edit & approve", a form
+    generated from the arguments model (the call runs with the edit; the card and audit show both).
+    ``preview``: a read-only function ``(args[, ctx]) -> str`` (sync or async) run with the proposed
+    arguments when the card is made; its short text ("47 records will be deleted") is shown on the card;
+    past ``preview_timeout`` seconds (default 2) or on an error the card says "preview unavailable".
+    ``notify``: how the people who may approve are told ("dm": a direct message with a working copy of the
+    card, "thread": a mention in the thread, "none"; by default a DM when the policy names approvers).
+    ``example``: a request a person might type ("Refund $30 on ch_1001"), offered as a suggested prompt in
+    assistant threads."""
+
+    prompt: Prompt | None = None
+    denied_message: str | None = None
+    editable: bool = False
+    preview: PreviewFn | None = None
+    preview_timeout: timedelta | float = PREVIEW_TIMEOUT_S
+    notify: Notify | None = None
+    example: str | None = None
+
+
+@dataclass(frozen=True)
+class Deadlines:
+    """When a request nobody answers moves on (seconds or a timedelta): ``remind_after``, the people who
+    may approve are reminded once; ``expires_after``, it resolves "expired" and the model is told nobody
+    answered in time; ``escalate_after`` with ``escalate_to`` (an approver list, e.g.
+    "tool:refund_managers"), the people on that list may answer too, and are told as approvers are."""
+
+    expires_after: timedelta | float | None = None
+    remind_after: timedelta | float | None = None
+    escalate_after: timedelta | float | None = None
+    escalate_to: str | None = None
+
+
+@dataclass(frozen=True)
+class Execution:
+    """How the call runs. ``idempotent``: safe to run again after a crash mid-call. ``dangerous``: marked so
+    on its card. ``external=True`` with ``result=<a pydantic model>``: a person runs it elsewhere and submits
+    its result, from the card (a form of ``result``) or by a system posting it to
+    ``POST /hitl/requests/<id>/result`` with a token only people the response policy admits get; the
+    function itself never runs (its request policy still may deny a call)."""
+
+    dangerous: bool = False
+    idempotent: bool = False
+    external: bool = False
+    result: type[BaseModel] | None = None
+
+
+_GROUPS: tuple[type[Card] | type[Deadlines] | type[Execution], ...] = (Card, Deadlines, Execution)
+_GROUP_OF = {f.name: group for group in _GROUPS for f in fields(group)}
+
+
+def _grouped(card: Card | None, deadlines: Deadlines | None, execution: Execution | None,
+             flat: dict[str, Any]) -> tuple[Card, Deadlines, Execution]:
+    """The option groups, with any flat keyword (``prompt=``, ``expires_after=``…) put in its group."""
+    unknown = sorted(set(flat) - set(_GROUP_OF))
+    if unknown:
+        raise TypeError(f"unknown tool option(s) {', '.join(unknown)}; the options are name, description, "
+                        f"approval, approval_key and those of Card, Deadlines and Execution")
+    given = {Card: card or Card(), Deadlines: deadlines or Deadlines(), Execution: execution or Execution()}
+    for group in _GROUPS:
+        mine = {k: v for k, v in flat.items() if _GROUP_OF[k] is group}
+        if mine:
+            given[group] = replace(given[group], **mine)  # type: ignore[type-var]
+    return given[Card], given[Deadlines], given[Execution]  # type: ignore[return-value]
+
+
 class Tool:
-    """A callable the model may use, with its input model and approval policy."""
+    """A callable the model may use, with its input model and approval policy.
+
+    Options come in groups: ``card=Card(...)`` (how the request reads), ``deadlines=Deadlines(...)`` (when an
+    unanswered one moves on), ``execution=Execution(...)`` (how the call runs); each group's fields may
+    also be given as flat keywords (``prompt="..."``, ``expires_after=3600``)."""
 
     def __init__(
         self,
@@ -228,58 +304,50 @@ class Tool:
         *,
         name: str | None = None,
         description: str | None = None,
-        approval: Approval | RequestPolicy | None = None,
+        approval: Approval | Policy | RequestPolicy | None = None,
         approval_key: Callable[[Any], str] | None = None,
-        dangerous: bool = False,
-        idempotent: bool = False,
-        notify: Notify | None = None,
-        expires_after: timedelta | float | None = None,
-        remind_after: timedelta | float | None = None,
-        escalate_after: timedelta | float | None = None,
-        escalate_to: str | None = None,
-        editable: bool = False,
-        prompt: Prompt | None = None,
-        denied_message: str | None = None,
-        external: bool = False,
-        result: type[BaseModel] | None = None,
-        example: str | None = None,
-        preview: PreviewFn | None = None,
-        preview_timeout: timedelta | float = PREVIEW_TIMEOUT_S,
+        card: Card | None = None,
+        deadlines: Deadlines | None = None,
+        execution: Execution | None = None,
+        **flat: Any,
     ):
+        card, deadlines, execution = _grouped(card, deadlines, execution, flat)
+        self.card, self.deadlines, self.execution = card, deadlines, execution
         self.fn = fn
-        self.example = example  # a request a person might type: a suggested prompt in assistant threads
+        self.example = card.example  # a request a person might type: a suggested prompt in assistant threads
         self.name = name or fn.__name__
         self.description = (description or inspect.getdoc(fn) or "").strip()
         self.approval = as_approval(approval)
         self.approval_key_fn = approval_key
-        self.dangerous = dangerous
-        self.idempotent = idempotent
-        self.notify = notify
-        self.expires_after = _duration(expires_after, "expires_after")
-        self.remind_after = _duration(remind_after, "remind_after")
-        self.escalate_after = _duration(escalate_after, "escalate_after")
-        if (escalate_after is None) != (escalate_to is None):
+        self.dangerous = execution.dangerous
+        self.idempotent = execution.idempotent
+        self.notify = card.notify
+        self.expires_after = _duration(deadlines.expires_after, "expires_after")
+        self.remind_after = _duration(deadlines.remind_after, "remind_after")
+        self.escalate_after = _duration(deadlines.escalate_after, "escalate_after")
+        if (deadlines.escalate_after is None) != (deadlines.escalate_to is None):
             raise ValueError("escalate_after and escalate_to go together (after how long, to which approver list)")
-        self.escalate_to = escalate_to
+        self.escalate_to = deadlines.escalate_to
         self.input_model = _input_model(fn)
-        if editable and self.input_model is None:
+        if card.editable and self.input_model is None:
             raise ValueError(f"{self.name}: editable=True needs a pydantic model as the tool's first parameter")
-        self.editable = editable  # approvers may change the arguments first ("Edit & approve")
-        self.prompt = prompt
-        self.denied_message = denied_message  # what the model is told when a person does not approve
-        if external != (result is not None):
+        self.editable = card.editable  # approvers may change the arguments first ("Edit & approve")
+        self.prompt = card.prompt
+        self.denied_message = card.denied_message  # what the model is told when a person does not approve
+        if execution.external != (execution.result is not None):
             raise ValueError(f"{self.name}: external=True and result=<a pydantic model> go together")
-        self.external = external  # a person runs it elsewhere and submits its result (the function never runs)
-        self.result_model = result
-        self.result_form = form_schema(result) if result is not None else None  # FormSchemaError names the field
+        self.external = execution.external  # a person runs it elsewhere and submits its result
+        self.result_model = execution.result
+        self.result_form = form_schema(execution.result) if execution.result is not None else None
         self.shown_as = _shown_as(self.input_model)
         self.labels = _titles(self.input_model)
         self._wants_ctx = len(inspect.signature(fn).parameters) >= 2
-        self.preview_fn = preview  # read-only: what the call would do, shown on its card (never runs the tool)
-        limit = _duration(preview_timeout, "preview_timeout")
+        self.preview_fn = card.preview  # read-only: what the call would do, shown on its card (never runs the tool)
+        limit = _duration(card.preview_timeout, "preview_timeout")
         assert limit is not None
         if limit.total_seconds() > PREVIEW_TIMEOUT_MAX_S:  # it holds up the card (and the turn's pass) that long
-            raise ValueError(f"{self.name}: preview_timeout is at most {PREVIEW_TIMEOUT_MAX_S:g} s, not {preview_timeout!r}")
+            raise ValueError(f"{self.name}: preview_timeout is at most {PREVIEW_TIMEOUT_MAX_S:g} s, "
+                             f"not {card.preview_timeout!r}")
         self.preview_timeout = limit.total_seconds()
         self._spec: ToolSpec | None = None
 
@@ -409,84 +477,27 @@ def _validation_message(exc: ValidationError) -> str:
     return "invalid arguments: " + "; ".join(parts)
 
 
-def tool(
-    fn: ToolFn | None = None,
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    approval: Approval | RequestPolicy | None = None,
-    approval_key: Callable[[Any], str] | None = None,
-    dangerous: bool = False,
-    idempotent: bool = False,
-    notify: Notify | None = None,
-    expires_after: timedelta | float | None = None,
-    remind_after: timedelta | float | None = None,
-    escalate_after: timedelta | float | None = None,
-    escalate_to: str | None = None,
-    editable: bool = False,
-    prompt: Prompt | None = None,
-    denied_message: str | None = None,
-    external: bool = False,
-    result: type[BaseModel] | None = None,
-    example: str | None = None,
-    preview: PreviewFn | None = None,
-    preview_timeout: timedelta | float = PREVIEW_TIMEOUT_S,
-) -> Any:
-    """Turn a function ``(args: Model, ctx: ToolContext)`` into a Tool. Sync functions work too.
+def tool(fn: ToolFn | None = None, /, **options: Any) -> Any:
+    """Turn a function ``(args: Model, ctx: ToolContext)`` into a :class:`Tool` (sync functions work too),
+    as ``@tool`` or ``@tool(...)``. ``options`` are :class:`Tool`'s: ``name``, ``description``, ``approval``,
+    ``approval_key``, and the groups ``card=Card(...)``, ``deadlines=Deadlines(...)``,
+    ``execution=Execution(...)`` (see each for what its options do), whose fields may also be given flat::
 
-    How the approval reads: ``prompt`` is the card's question, a format string over the arguments
-    (``"Refund ${amount:,.2f} on {charge_id}?"``) or a function of them; ``denied_message`` is what the
-    model is told when a person cancels (their reason, if they gave one, is added as theirs).
-    ``editable=True`` lets an approver change the arguments before approving ("Edit & approve": a form
-    generated from the arguments model; the call runs with the edit, the card and audit show both).
-
-    For calls that need a person: ``notify`` says how the people who may approve are told ("dm": a
-    direct message with a working copy of the card, "thread": a mention in the thread, "none"; by
-    default a DM when the policy names approvers). ``remind_after`` (seconds or a timedelta): still
-    open then, they are reminded once. ``expires_after``: unanswered then, the request resolves
-    "expired", the card says so, and the model is told nobody answered in time. ``escalate_after`` with
-    ``escalate_to`` (an approver list, e.g. "tool:refund_managers"): still open then, the people on that
-    list may answer too, and are told as approvers are.
-
-    ``external=True`` with ``result=<a pydantic model>``: the agent proposes the call, and a person runs
-    it elsewhere and submits its result — from the card (a form of ``result``) or by a system posting
-    it to ``POST /hitl/requests/<id>/result`` with a token only people the response policy admits get.
-    The function itself never runs; its request policy still may deny a call or let nobody see it.
-
-    ``example``: a request a person might type to get this tool used ("Refund $30 on ch_1001"); assistant
-    threads offer it as a suggested prompt (otherwise one is made from the description).
-
-    ``preview``: a read-only function ``(args[, ctx]) -> str`` (sync or async) run with the proposed
-    arguments when a card is made, before anyone decides; its short text ("47 records will be deleted")
-    is shown on the card and the approvers' copies. It must not change anything (the tool runs only once
-    approved). Past ``preview_timeout`` seconds (default 2) or on an error the card says "preview
-    unavailable" and is posted all the same."""
+        @tool(approval=always(), card=Card(prompt="Refund ${amount:,.2f}?", editable=True),
+              deadlines=Deadlines(expires_after=timedelta(hours=8)))
+        async def refund_charge(args: Refund, ctx: ToolContext) -> dict: ...
+    """
 
     def wrap(f: ToolFn) -> Tool:
-        return Tool(
-            f,
-            name=name,
-            description=description,
-            approval=approval,
-            approval_key=approval_key,
-            dangerous=dangerous,
-            idempotent=idempotent,
-            notify=notify,
-            expires_after=expires_after,
-            remind_after=remind_after,
-            escalate_after=escalate_after,
-            escalate_to=escalate_to,
-            editable=editable,
-            prompt=prompt,
-            denied_message=denied_message,
-            external=external,
-            result=result,
-            example=example,
-            preview=preview,
-            preview_timeout=preview_timeout,
-        )
+        return Tool(f, **options)
 
-    return wrap(fn) if fn is not None else wrap
+    if fn is not None:
+        return wrap(fn)
+    _grouped(None, None, None, {k: v for k, v in options.items() if k not in _TOOL_OWN})  # a misspelt option fails here
+    return wrap
+
+
+_TOOL_OWN = frozenset(inspect.signature(Tool.__init__).parameters) - {"self", "fn", "flat"}
 
 
 def _duration(value: timedelta | float | None, name: str) -> timedelta | None:

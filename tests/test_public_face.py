@@ -1,0 +1,64 @@
+"""The public face (issue 27 item 2): a tool author imports from ``bot`` only, and ``import bot`` stays cheap."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import bot
+
+ROOT = Path(__file__).resolve().parents[1]
+PUBLIC = ("tool", "ToolContext", "never", "once", "always", "auto", "approvers", "four_eyes", "n_of_m", "Approval",
+          "Decision", "SubAgent", "WorkspaceError")
+
+
+def readme_python_blocks() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    return [textwrap.dedent(block) for block in re.findall(r"^ *```python\n(.*?)^ *```", text, re.S | re.M)]
+
+
+def imported_modules(code: str) -> set[str]:
+    modules: set[str] = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.ImportFrom):
+            modules.add(node.module or "")
+        elif isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names)
+    return modules
+
+
+def test_the_readmes_tool_examples_import_only_from_bot():
+    blocks = [b for b in readme_python_blocks() if "@tool" in b or "SubAgent(" in b]
+    assert blocks, "the README shows no tool"
+    for block in blocks:
+        ours = {m for m in imported_modules(block) if m == "bot" or m.startswith("bot.")}
+        assert ours <= {"bot"}, f"a README tool example imports {sorted(ours - {'bot'})}:\n{block}"
+
+
+def test_the_readmes_first_tool_file_runs_as_written():
+    first = next(b for b in readme_python_blocks() if "@tool" in b and "import" in b)
+    namespace: dict[str, object] = {}
+    exec(compile(first, "README.md", "exec"), namespace)  # noqa: S102 - our own README
+    assert any(type(v).__name__ == "Tool" for v in namespace.values())
+
+
+def test_the_demo_tools_import_only_from_bot():
+    ours = {m for m in imported_modules((ROOT / "bot" / "demo_tools.py").read_text()) if m.startswith("bot")}
+    assert ours == {"bot"}
+
+
+def test_the_public_names_come_from_bot():
+    for name in PUBLIC:
+        assert getattr(bot, name) is not None, name
+        assert name in bot.__all__
+
+
+def test_import_bot_loads_no_slack_library_and_no_http_client():
+    probe = ("import sys, bot; from bot import tool, always, Approval; "
+             "print(sorted({m.split('.')[0] for m in sys.modules} & {'slack_sdk', 'slack_bolt', 'httpx', 'aiohttp'}))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "[]"
