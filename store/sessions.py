@@ -447,7 +447,7 @@ class SessionStore:
     def key(self, session_id: str, name: str) -> str:
         return f"{_prefix(session_slot(session_id))}:{name}"
 
-    def session_keys_of(self, session_id: str) -> list[str]:
+    def own_keys(self, session_id: str) -> list[str]:
         """The session's own keys (``SESSION_KEYS``, in that order): what retirement deletes."""
         prefix = _prefix(session_slot(session_id))
         return [f"{prefix}:{name}" for name in SESSION_KEYS]
@@ -861,7 +861,7 @@ class SessionStore:
         list in the same round trip: a message acknowledged to Slack is never lost, even if this process
         dies right after.
         """
-        keys = [self.key(session_id, f"msg:{message_id or '-'}"), *self.session_keys_of(session_id)]
+        keys = [self.key(session_id, f"msg:{message_id or '-'}"), *self.own_keys(session_id)]
         args = [message_id or "", json.dumps(message, separators=(",", ":")), MESSAGE_DEDUPE_SECONDS, _now_ms()]
         extra = [("zadd", (ACTIVE, {session_id: _now_ms() + OUTBOX_GRACE_MS}))]
         recorded, _ = await self._eval_pipelined(self._record_message, keys, args, extra)
@@ -1032,7 +1032,7 @@ class SessionStore:
         claimed = [(raw[i].decode(), int(raw[i + 1])) for i in range(0, len(raw), 2)]
         if not claimed:
             return 0
-        verdicts = await pipelined(self.redis, [evalsha(self._retire, self.session_keys_of(sid), [now])
+        verdicts = await pipelined(self.redis, [evalsha(self._retire, self.own_keys(sid), [now])
                                                 for sid, _ in claimed], [self._retire])
         after: list[Command] = []
         for (sid, claim), (verdict, ends) in zip(claimed, verdicts, strict=True):
