@@ -58,7 +58,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from bot import logs
 from bot.approval import RequestPolicy, check_policy_name, policy_named
 from bot.forms import FormSchemaError, model_from_schema
-from bot.models.base import ToolSpec
+from bot.schema_tools import SchemaTool
 from bot.tool_names import model_safe_name
 from bot.tools import AskParked, Tool, ToolContext, ToolRegistry
 
@@ -222,7 +222,7 @@ def tool_name(server: str, tool: str) -> str:
 # --- tools -----------------------------------------------------------------------------------------
 
 
-class McpTool(Tool):
+class McpTool(SchemaTool):
     """One tool of an MCP server: its arguments checked against its ``inputSchema``, then called."""
 
     def __init__(self, server: McpServer, listed: types.Tool, policy: RequestPolicy, preview: str | None = None):
@@ -232,36 +232,21 @@ class McpTool(Tool):
         schema = dict(listed.inputSchema or {})
         schema.setdefault("type", "object")
         schema.setdefault("properties", {})
-        self.schema = schema
         try:
             Draft202012Validator.check_schema(schema)
         except SchemaError as exc:
             raise McpToolError(f"its input schema is not valid JSON Schema: {exc.message}") from None
-        self.validator = Draft202012Validator(schema)
         about = (listed.description or listed.title or "").strip() or f"{listed.name} (an MCP tool)"
         destructive = bool(listed.annotations and listed.annotations.destructiveHint is True)
         super().__init__(
             self._call,
+            schema,
             name=tool_name(server.name, listed.name),
             description=f"{about}\n(MCP server {server.name!r}, tool {listed.name!r})",
             approval=policy,
             dangerous=destructive,
             preview=self._preview if preview else None,
         )
-
-    def spec(self) -> ToolSpec:
-        return ToolSpec(name=self.name, description=self.description, parameters=self.schema)
-
-    def parse(self, arguments: str | dict[str, Any] | None) -> dict[str, Any]:
-        data = super().parse(arguments)
-        assert isinstance(data, dict)
-        problems = [
-            f"{'.'.join(str(p) for p in e.absolute_path) or 'arguments'}: {e.message}"
-            for e in self.validator.iter_errors(data)
-        ]
-        if problems:
-            raise ValueError("invalid arguments: " + "; ".join(sorted(problems)[:10]))
-        return data
 
     async def _call(self, args: dict[str, Any], ctx: ToolContext) -> Any:
         return await self.server.call(self.remote_name, args, ctx)

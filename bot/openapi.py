@@ -52,8 +52,8 @@ from pydantic import AfterValidator, BaseModel, Field
 
 from bot import logs
 from bot.approval import RequestPolicy, check_policy_name, never, policy_named
-from bot.models.base import ToolSpec
 from bot.schema_refs import RefBundle
+from bot.schema_tools import SchemaTool
 from bot.tool_names import model_safe_name
 from bot.tools import Tool, ToolContext
 
@@ -324,7 +324,7 @@ def _mentions(node: Any, name: str) -> bool:
     return any(_mentions(v, name) for v in node.values() if isinstance(v, dict | list))
 
 
-class OperationTool(Tool):
+class OperationTool(SchemaTool):
     """One OpenAPI operation, called with httpx."""
 
     def __init__(self, connection: Connection, operation: Operation, base_url: str, policy: RequestPolicy,
@@ -333,24 +333,14 @@ class OperationTool(Tool):
         self.operation = operation
         self.base_url = base_url.rstrip("/")
         self.credential = connection.auth.slot() if connection.auth else None
-        self.schema = operation.arguments_schema(connection.tenant_parameter,
-                                                 [self.credential] if self.credential else [])
-        self.validator = Draft202012Validator(self.schema)
+        schema = operation.arguments_schema(connection.tenant_parameter, [self.credential] if self.credential else [])
         description = operation.summary or f"{operation.method} {operation.path}"
-        super().__init__(self._call, name=tool_name(connection.name, operation.operation_id),
+        super().__init__(self._call, schema, name=tool_name(connection.name, operation.operation_id),
                          description=f"{description} ({connection.name} API: {operation.method} {operation.path})",
                          approval=policy, preview=preview.answer_as_preview if preview else None)
 
-    def spec(self) -> ToolSpec:
-        return ToolSpec(name=self.name, description=self.description, parameters=self.schema)
-
     def parse(self, arguments: str | dict[str, Any] | None) -> dict[str, Any]:
-        data = super().parse(arguments)
-        assert isinstance(data, dict)
-        problems = [f"{'.'.join(str(p) for p in e.absolute_path) or 'arguments'}: {e.message}"
-                    for e in self.validator.iter_errors(data)]
-        if problems:
-            raise ValueError("invalid arguments: " + "; ".join(sorted(problems)[:10]))
+        data = super().parse(arguments)  # checked against the operation's schema
         for p in self.operation.parameters:  # refused before any policy, like any invalid argument
             if p.where == "path" and p.name in data and _simple(p, data[p.name]) in ("", ".", ".."):
                 raise ValueError(f"invalid arguments: path parameter {p.name!r} can't be "
