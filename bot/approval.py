@@ -3,6 +3,9 @@
 A *request policy* runs when the model asks for a call and returns a status: run it
 (``not-applicable``/``approved``), refuse it (``denied``) or ask a person (``user-approval``).
 A *response policy* runs when someone answers and says whether that answer counts.
+
+Every policy is a :class:`Policy`, which also says what cards, App Home, MCP and OpenAPI need to know
+about it; every verdict is a :class:`Decision`. A plain function is a custom policy, wrapped once.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import asyncio
 import inspect
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -56,11 +59,6 @@ class Decision(BaseModel):
             del data["status"]
         return data
 
-    @property
-    def runs(self) -> bool:
-        """A request policy let the call run without asking."""
-        return self.type in ("not-applicable", "approved")
-
 
 def Approved(reason: str | None = None) -> Decision:  # noqa: N802 - public API spelled like eve
     return Decision(type="approved", reason=reason)
@@ -84,7 +82,7 @@ def normalize_status(value: Any) -> Decision:
         return Decision(type="not-applicable")
     if value is True:
         return Decision(type="user-approval")
-    if isinstance(value, str | dict) and not isinstance(value, Decision):
+    if isinstance(value, str | dict):
         value = Decision.model_validate({"type": value} if isinstance(value, str) else value)
     if isinstance(value, Decision) and value.type in REQUEST_DECISIONS:
         return value
@@ -574,5 +572,3 @@ def as_approval(value: Approval | Policy | RequestPolicy | None) -> Approval:
         return value
     return Approval(request=value)
 
-
-PolicyFn = Callable[..., Awaitable[Any] | Any]

@@ -13,6 +13,9 @@ from bot.approval import (
     MAX_POLICY_THREADS,
     Approval,
     ApprovalContext,
+    Decision,
+    Denied,
+    Policy,
     RequestView,
     ResponseContext,
     ResponseView,
@@ -23,6 +26,8 @@ from bot.approval import (
     evaluate_response_policy,
     never,
     once,
+    policy_named,
+    policy_names,
     records_grant,
     requester_only,
 )
@@ -217,3 +222,34 @@ def test_only_once_and_custom_policies_record_grants():
         assert not records_grant(policy), policy.kind
         assert not records_grant(Approval(request=policy)), policy.kind
 
+
+
+# --- typed policies (issue 27) ---------------------------------------------------------------------
+
+
+def test_a_plain_function_is_wrapped_once_as_a_custom_policy():
+    def mine(ctx: ApprovalContext) -> str:
+        return "user-approval"
+
+    approval = Approval(request=mine, response=lambda ctx: allowed())
+    assert isinstance(approval.request, Policy) and approval.request.kind == "custom"
+    assert approval.request.rule is mine and not approval.request.inline
+    assert approval.request.label == "custom policy"
+    assert approval.response is not None and approval.response.label == "a custom rule in its code decides"
+    assert Approval(request=approval.request).request is approval.request  # a Policy is not wrapped again
+
+
+async def test_decisions_are_one_type_and_each_side_refuses_the_others_words():
+    assert await evaluate_request_policy(lambda ctx: Denied("no"), call_ctx()) == Decision(type="denied", reason="no")
+    assert (await evaluate_response_policy(lambda ctx: {"type": "rejected", "reason": "no"}, answer_ctx())).reason == "no"
+    with pytest.raises(TypeError):
+        await evaluate_request_policy(lambda ctx: allowed(), call_ctx())
+    with pytest.raises(TypeError):
+        await evaluate_response_policy(lambda ctx: "approved", answer_ctx())
+
+
+def test_config_files_name_policies_from_one_registry():
+    assert {"never", "always", "once"} <= set(policy_names())
+    assert policy_named("once").kind == "once" and policy_named("never").label == "runs without asking"
+    with pytest.raises(ValueError, match="sometimes"):
+        policy_named("sometimes")
