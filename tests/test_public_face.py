@@ -9,11 +9,17 @@ import sys
 import textwrap
 from pathlib import Path
 
+from pydantic import BaseModel
+
 import bot
 
 ROOT = Path(__file__).resolve().parents[1]
 PUBLIC = ("tool", "ToolContext", "never", "once", "always", "auto", "approvers", "four_eyes", "n_of_m", "Approval",
           "Decision", "SubAgent", "WorkspaceError")
+
+
+class Refund(BaseModel):
+    amount: float
 
 
 def readme_python_blocks() -> list[str]:
@@ -62,3 +68,24 @@ def test_import_bot_loads_no_slack_library_and_no_http_client():
              "print(sorted({m.split('.')[0] for m in sys.modules} & {'slack_sdk', 'slack_bolt', 'httpx', 'aiohttp'}))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_tool_options_come_in_groups_and_flat_keywords_still_work():
+    from datetime import timedelta
+
+    import pytest
+
+    from bot import Card, Deadlines, Execution, always, tool
+
+    async def refund(args: Refund) -> dict:
+        """Refund."""
+        return {}
+
+    grouped = tool(approval=always(), card=Card(prompt="Refund {amount}?", editable=True),
+                   deadlines=Deadlines(expires_after=timedelta(hours=1)), execution=Execution(idempotent=True))(refund)
+    flat = tool(approval=always(), prompt="Refund {amount}?", editable=True, expires_after=3600, idempotent=True)(refund)
+    for made in (grouped, flat):
+        assert (made.prompt, made.editable, made.expires_after, made.idempotent) == (
+            "Refund {amount}?", True, timedelta(hours=1), True)
+    with pytest.raises(TypeError, match="promt"):
+        tool(promt="Refund?")  # a misspelt option fails where it is written
