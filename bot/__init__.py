@@ -16,9 +16,9 @@ _WHERE = {
     # tools
     "tool": "bot.tools",
     "ToolContext": "bot.tools",
-    "Card": "bot.tools",
-    "Deadlines": "bot.tools",
-    "Execution": "bot.tools",
+    "Card": "bot.tool_options",
+    "Deadlines": "bot.tool_options",
+    "Execution": "bot.tool_options",
     "money": "bot.tools",
     "SubAgent": "bot.agents",
     "WorkspaceError": "bot.ports",
@@ -79,4 +79,5 @@ if TYPE_CHECKING:  # what type checkers and editors see (the names above, import
     )
     from bot.governance import approvers, four_eyes, n_of_m, tenant_policy  # noqa: F401
     from bot.ports import WorkspaceError  # noqa: F401
-    from bot.tools import Card, Deadlines, Execution, ToolContext, money, tool  # noqa: F401
+    from bot.tool_options import Card, Deadlines, Execution  # noqa: F401
+    from bot.tools import ToolContext, money, tool  # noqa: F401

@@ -15,7 +15,6 @@ import inspect
 import json
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, fields, replace
 from datetime import timedelta
 from typing import Any, Generic, Literal, TypeVar, get_type_hints
 
@@ -29,6 +28,7 @@ from bot.ports import PostedMessage, Workspace
 from bot.principals import Principal
 from bot.protocol import PREVIEW_UNAVAILABLE, Answer, ChoiceStyle, InputOption
 from bot.session import SessionInfo
+from bot.tool_options import Card, Deadlines, Execution, grouped
 
 log = logging.getLogger(__name__)
 
@@ -210,85 +210,10 @@ def _shown_as(model: type[BaseModel] | None) -> dict[str, str]:
         return {}
     return {name: info.json_schema_extra.how for name, info in model.model_fields.items()
             if isinstance(info.json_schema_extra, ShownAs)}
-Notify = Literal["dm", "thread", "none"]
-PreviewFn = Callable[..., Any]  # (args[, ctx]) -> str, sync or async
-PREVIEW_TIMEOUT_S = 2.0  # a preview's default bound: the card is never held up longer
 PREVIEW_TIMEOUT_MAX_S = 30.0  # a preview is a glance, not a job
 PREVIEW_CHARS = 300  # a preview is a line, not a report
 # sync previews: a stuck one is left behind (bounded by the caller), never holding an executor slot
 _preview_threads = DaemonThreads(64, "preview")
-Prompt = str | Callable[[Any], str]  # a format string over the arguments' fields, or a function of them
-
-
-@dataclass(frozen=True)
-class Card:
-    """How a call that needs a person reads, and what an approver may do on its card.
-
-    ``prompt``: the card's question, a format string over the arguments (``"Refund ${amount:,.2f} on
-    {charge_id}?"``) or a function of them. ``denied_message``: what the model is told when a person cancels
-    (their reason, if they gave one, is added as theirs). ``editable=True``: "Edit & approve", a form
-    generated from the arguments model (the call runs with the edit; the card and audit show both).
-    ``preview``: a read-only function ``(args[, ctx]) -> str`` (sync or async) run with the proposed
-    arguments when the card is made; its short text ("47 records will be deleted") is shown on the card;
-    past ``preview_timeout`` seconds (default 2) or on an error the card says "preview unavailable".
-    ``notify``: how the people who may approve are told ("dm": a direct message with a working copy of the
-    card, "thread": a mention in the thread, "none"; by default a DM when the policy names approvers).
-    ``example``: a request a person might type ("Refund $30 on ch_1001"), offered as a suggested prompt in
-    assistant threads."""
-
-    prompt: Prompt | None = None
-    denied_message: str | None = None
-    editable: bool = False
-    preview: PreviewFn | None = None
-    preview_timeout: timedelta | float = PREVIEW_TIMEOUT_S
-    notify: Notify | None = None
-    example: str | None = None
-
-
-@dataclass(frozen=True)
-class Deadlines:
-    """When a request nobody answers moves on (seconds or a timedelta): ``remind_after``, the people who
-    may approve are reminded once; ``expires_after``, it resolves "expired" and the model is told nobody
-    answered in time; ``escalate_after`` with ``escalate_to`` (an approver list, e.g.
-    "tool:refund_managers"), the people on that list may answer too, and are told as approvers are."""
-
-    expires_after: timedelta | float | None = None
-    remind_after: timedelta | float | None = None
-    escalate_after: timedelta | float | None = None
-    escalate_to: str | None = None
-
-
-@dataclass(frozen=True)
-class Execution:
-    """How the call runs. ``idempotent``: safe to run again after a crash mid-call. ``dangerous``: marked so
-    on its card. ``external=True`` with ``result=<a pydantic model>``: a person runs it elsewhere and submits
-    its result, from the card (a form of ``result``) or by a system posting it to
-    ``POST /hitl/requests/<id>/result`` with a token only people the response policy admits get; the
-    function itself never runs (its request policy still may deny a call)."""
-
-    dangerous: bool = False
-    idempotent: bool = False
-    external: bool = False
-    result: type[BaseModel] | None = None
-
-
-_GROUPS: tuple[type[Card] | type[Deadlines] | type[Execution], ...] = (Card, Deadlines, Execution)
-_GROUP_OF = {f.name: group for group in _GROUPS for f in fields(group)}
-
-
-def _grouped(card: Card | None, deadlines: Deadlines | None, execution: Execution | None,
-             flat: dict[str, Any]) -> tuple[Card, Deadlines, Execution]:
-    """The option groups, with any flat keyword (``prompt=``, ``expires_after=``…) put in its group."""
-    unknown = sorted(set(flat) - set(_GROUP_OF))
-    if unknown:
-        raise TypeError(f"unknown tool option(s) {', '.join(unknown)}; the options are name, description, "
-                        f"approval, approval_key and those of Card, Deadlines and Execution")
-    given = {Card: card or Card(), Deadlines: deadlines or Deadlines(), Execution: execution or Execution()}
-    for group in _GROUPS:
-        mine = {k: v for k, v in flat.items() if _GROUP_OF[k] is group}
-        if mine:
-            given[group] = replace(given[group], **mine)  # type: ignore[type-var]
-    return given[Card], given[Deadlines], given[Execution]  # type: ignore[return-value]
 
 
 class Tool:
@@ -311,7 +236,7 @@ class Tool:
         execution: Execution | None = None,
         **flat: Any,
     ):
-        card, deadlines, execution = _grouped(card, deadlines, execution, flat)
+        card, deadlines, execution = grouped(card, deadlines, execution, flat)
         self.card, self.deadlines, self.execution = card, deadlines, execution
         self.fn = fn
         self.example = card.example  # a request a person might type: a suggested prompt in assistant threads
@@ -493,7 +418,7 @@ def tool(fn: ToolFn | None = None, /, **options: Any) -> Any:
 
     if fn is not None:
         return wrap(fn)
-    _grouped(None, None, None, {k: v for k, v in options.items() if k not in _TOOL_OWN})  # a misspelt option fails here
+    grouped(None, None, None, {k: v for k, v in options.items() if k not in _TOOL_OWN})  # a misspelt option fails here
     return wrap
 
 
