@@ -189,17 +189,25 @@ class AiAppMethods:
 
     # ---- streamed messages ---------------------------------------------------------------------------
 
-    @staticmethod
-    def _markdown(p: Params, *, required: bool) -> str:
-        """markdown_text, or the text of ``markdown_text`` chunks (both at once: refused)."""
+    def _markdown(self, p: Params, *, required: bool, message: Message | None = None) -> str:
+        """markdown_text, or the text of ``markdown_text`` chunks (both at once: refused); ``task_update`` and
+        ``plan_update`` chunks are applied to ``message``."""
         text, chunks = p.text("markdown_text"), p.get("chunks")
         if text is not None and chunks:
             raise ApiError("cannot_provide_both_markdown_text_and_chunks")
         if chunks:
             if not isinstance(chunks, list) or not all(isinstance(c, dict) and c.get("type") for c in chunks):
                 raise ApiError("invalid_chunks")
+            for i, chunk in enumerate(chunks):
+                _check_chunk(chunk, i)
+            if self.ws.stream_tasks_refusal and any(c["type"] in TASK_CHUNKS for c in chunks):
+                raise ApiError(self.ws.stream_tasks_refusal)
             text = "".join(str(c.get("text") or "") for c in chunks if c.get("type") == "markdown_text")
-        if required and not text:
+            if message is not None:
+                for chunk in chunks:
+                    _apply_chunk(message, chunk)
+        has_tasks = any(c.get("type") in TASK_CHUNKS for c in chunks or [])
+        if required and not text and not has_tasks:
             raise ApiError("markdown_text_or_chunks_required")
         if text and len(text) > MARKDOWN_TEXT_MAX:
             raise _invalid(
@@ -222,16 +230,22 @@ class AiAppMethods:
             if not p.text("recipient_team_id"):
                 raise ApiError("missing_recipient_team_id")
             self.ws.user(p.text("recipient_user_id"))
+        mode = p.text("task_display_mode")
+        if mode is not None and mode not in DISPLAY_MODES:
+            raise _invalid("must be one of timeline, plan [json-pointer:/task_display_mode]")
+        if mode is not None and self.ws.stream_tasks_refusal:
+            raise ApiError(self.ws.stream_tasks_refusal)
         message = Message(
             channel=channel.id,
             ts=self.ws.clock.next(),
             user=p.auth.user_id,
             team=self.api._author_team(p, channel),
-            text=self._markdown(p, required=False),
             bot_id=p.auth.bot_id,
             thread_ts=thread_ts,
             streaming=True,
+            task_display_mode=mode or "timeline",
         )
+        message.text = self._markdown(p, required=False, message=message)
         self.ws.add_message(message)  # a message from the app: its status under the thread goes
         return {"channel": channel.id, "ts": message.ts}
 
@@ -246,27 +260,93 @@ class AiAppMethods:
 
     def append_stream(self, p: Params) -> dict[str, Any]:
         message = self._streaming(p)
-        message.text += self._markdown(p, required=True)
+        message.text += self._markdown(p, required=True, message=message)
         self.ws.touch()
         return {"channel": message.channel, "ts": message.ts}
 
     def stop_stream(self, p: Params) -> dict[str, Any]:
         message = self._streaming(p)
-        message.text += self._markdown(p, required=False)
+        message.text += self._markdown(p, required=False, message=message)
         extra = self.api._check_blocks(p) or []
-        # what was streamed stays first; blocks given at the stop are "rendered after" it
-        shown = (
-            [{"type": "markdown", "block_id": f"stream-{message.ts}", "text": message.text}]
-            if message.text and len(message.text) <= MARKDOWN_TEXT_MAX
-            else []
-        )
-        message.blocks = (shown + extra) or None
+        # what was streamed stays first (its tasks, then its text); blocks given at the stop are "rendered after" it
+        message.blocks = (stream_blocks(message) + extra) or None
         if p.get("metadata"):
             message.metadata = p.get("metadata")
         message.streaming = False
+        # the app's reply is complete: its status under the thread goes, as when it posts one
+        thread = self.ws.assistant_threads.get(thread_key(message.channel, message.thread_ts or ""))
+        if thread is not None:
+            thread.status, thread.loading_messages = "", []
         self.ws.touch()
         rendered = message.to_slack(self.api._bot_profile(p.auth))
         return {"channel": message.channel, "ts": message.ts, "message": rendered}
+
+
+TASK_CHUNKS = ("task_update", "plan_update")
+CHUNK_TYPES = ("markdown_text", "task_update", "plan_update", "blocks")
+TASK_STATUSES = ("pending", "in_progress", "complete", "error")
+DISPLAY_MODES = ("timeline", "plan")
+
+
+def _check_chunk(chunk: dict[str, Any], i: int) -> None:
+    """A chunk as Slack's reference describes it (``markdown_text`` {text}, ``task_update`` {id, title, status,
+    details?, output?, sources?}, ``plan_update`` {title}, ``blocks`` {blocks})."""
+    where = f"/chunks/{i}"
+    kind = chunk.get("type")
+    if kind not in CHUNK_TYPES:
+        raise _invalid(f"unsupported chunk type [json-pointer:{where}/type]")
+    required = {"markdown_text": ("text",), "task_update": ("id", "title", "status"), "plan_update": ("title",),
+                "blocks": ()}[kind]
+    for name in required:
+        if not isinstance(chunk.get(name), str) or not chunk[name]:
+            raise _invalid(f"missing required field: {name} [json-pointer:{where}/{name}]")
+    if kind == "task_update":
+        if chunk["status"] not in TASK_STATUSES:
+            raise _invalid(f"must be one of {', '.join(TASK_STATUSES)} [json-pointer:{where}/status]")
+        for name in ("details", "output"):
+            if chunk.get(name) is not None and not isinstance(chunk[name], str):
+                raise _invalid(f"must be a string [json-pointer:{where}/{name}]")
+    if kind == "markdown_text" and len(chunk["text"]) > MARKDOWN_TEXT_MAX:
+        raise _invalid(f"must be less than {MARKDOWN_TEXT_MAX + 1} characters [json-pointer:{where}/text]")
+
+
+def _apply_chunk(message: Message, chunk: dict[str, Any]) -> None:
+    if chunk["type"] == "plan_update":
+        message.plan_title = chunk["title"]
+    elif chunk["type"] == "task_update":
+        task = {k: chunk[k] for k in ("id", "title", "status", "details", "output", "sources") if chunk.get(k)}
+        for i, known in enumerate(message.tasks):
+            if known["id"] == task["id"]:
+                message.tasks[i] = task  # the same id: its new state
+                return
+        message.tasks.append(task)
+
+
+def _rich_text(text: str) -> dict[str, Any]:
+    return {"type": "rich_text", "elements": [{"type": "rich_text_section", "elements": [{"type": "text", "text": text}]}]}
+
+
+def task_card(task: dict[str, Any]) -> dict[str, Any]:
+    """A task as Slack's ``task_card`` block shows it."""
+    card: dict[str, Any] = {"type": "task_card", "task_id": task["id"], "title": task["title"], "status": task["status"]}
+    for name in ("details", "output"):
+        if task.get(name):
+            card[name] = _rich_text(task[name])
+    return card
+
+
+def stream_blocks(message: Message) -> list[dict[str, Any]]:
+    """What a streamed message shows: its tasks (one ``plan`` block, or a ``task_card`` each in a timeline), then
+    its text."""
+    blocks: list[dict[str, Any]] = []
+    if message.tasks and message.task_display_mode == "plan":
+        blocks.append({"type": "plan", "title": message.plan_title or "Plan",
+                       "tasks": [task_card(t) for t in message.tasks]})
+    else:
+        blocks.extend(task_card(t) for t in message.tasks)
+    if message.text and len(message.text) <= MARKDOWN_TEXT_MAX:
+        blocks.append({"type": "markdown", "block_id": f"stream-{message.ts}", "text": message.text})
+    return blocks
 
 
 class AiAppActions:

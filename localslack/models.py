@@ -269,6 +269,10 @@ class Message(BaseModel):
     reactions: list[Reaction] = Field(default_factory=list)
     # chat.startStream: the message grows with chat.appendStream until chat.stopStream ends it
     streaming: bool = False
+    # its task_update chunks (by id, in order of first appearance), as "timeline" or "plan" (plan_update: its title)
+    tasks: list[dict[str, Any]] = Field(default_factory=list)
+    task_display_mode: str | None = None
+    plan_title: str | None = None
     # Thread bookkeeping, kept on the parent like Slack does.
     reply_count: int = 0
     reply_users: list[str] = Field(default_factory=list)

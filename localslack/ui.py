@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from localslack.actions import LocalSlackError
+from localslack.ai_apps import stream_blocks
 from localslack.models import DeliveryResult, User
 from localslack.workspace import ApiError
 
@@ -387,6 +388,8 @@ def _message(slack: LocalSlack, message: Any) -> dict[str, Any]:
     out["channel"] = message.channel
     out["is_reply"] = message.is_reply
     out["streaming"] = message.streaming  # chat.startStream: the text grows until chat.stopStream
+    if message.streaming:  # its tasks so far (live states), then its text
+        out["stream_blocks"] = stream_blocks(message)
     return out
 
 

@@ -206,6 +206,8 @@ class Workspace:
         self.assistant_threads: dict[str, AssistantThread] = {}
         # set to Slack's error (e.g. "not_authorized": the app is not declared as an agent) to refuse agents.sessions.*
         self.agent_sessions_refusal: str | None = None
+        # set to Slack's error (e.g. "invalid_arguments": an older workspace) to refuse task chunks in chat.*Stream
+        self.stream_tasks_refusal: str | None = None
         for team in self.teams.values():
             self._register_bot_token(team)
         self.version = 0

@@ -256,3 +256,66 @@ async def test_a_restart_keeps_titles_prompts_and_a_stream_in_progress(tmp_path)
         await client.chat_appendStream(channel=dm, ts=started["ts"], markdown_text="wer.")
         await client.chat_stopStream(channel=dm, ts=started["ts"])
         assert second.message(dm, started["ts"]).text == "Half an answer."
+
+
+async def test_a_stream_carries_tasks_and_a_plan_with_slacks_chunks(slack: LocalSlack, client: AsyncWebClient):
+    """Issue 28 items 3 and 6: ``task_update`` / ``plan_update`` chunks, ``task_display_mode``; a task is
+    replaced by the next update with its id; the stopped message holds them as a plan block of task cards."""
+    ts = await thread_in_general(slack)
+    started = await client.chat_startStream(
+        channel=GENERAL, thread_ts=ts, recipient_user_id=ALICE, recipient_team_id=TEAM_ID, task_display_mode="plan",
+        chunks=[{"type": "plan_update", "title": "Tool calls"},
+                {"type": "task_update", "id": "c1", "title": "refund_charge", "status": "pending",
+                 "details": "waiting for @alice"},
+                {"type": "task_update", "id": "c2", "title": "notify", "status": "pending"}],
+    )
+    message = slack.message(GENERAL, started["ts"])
+    assert message.streaming and message.task_display_mode == "plan" and message.plan_title == "Tool calls"
+    assert [(t["id"], t["status"]) for t in message.tasks] == [("c1", "pending"), ("c2", "pending")]
+    await client.chat_appendStream(channel=GENERAL, ts=started["ts"], chunks=[
+        {"type": "task_update", "id": "c1", "title": "refund_charge", "status": "in_progress",
+         "details": "approved by @alice"}])
+    assert slack.message(GENERAL, started["ts"]).tasks[0]["details"] == "approved by @alice"
+    await client.chat_stopStream(channel=GENERAL, ts=started["ts"], blocks=[feedback_block()], chunks=[
+        {"type": "task_update", "id": "c1", "title": "refund_charge", "status": "complete", "output": "refunded"},
+        {"type": "task_update", "id": "c2", "title": "notify", "status": "error", "details": "cancelled: no"},
+        {"type": "markdown_text", "text": "Refunded."}])
+    done = slack.message(GENERAL, started["ts"])
+    assert done.text == "Refunded." and not done.streaming
+    assert [b["type"] for b in done.blocks] == ["plan", "markdown", "context_actions"]
+    plan = done.blocks[0]
+    assert plan["title"] == "Tool calls"
+    assert [(t["type"], t["task_id"], t["status"]) for t in plan["tasks"]] == [
+        ("task_card", "c1", "complete"), ("task_card", "c2", "error")]
+    assert "refunded" in str(plan["tasks"][0]["output"]) and "cancelled: no" in str(plan["tasks"][1]["details"])
+
+
+async def test_tasks_in_a_timeline_are_task_cards_before_the_text(slack: LocalSlack, client: AsyncWebClient):
+    ts = await thread_in_general(slack)
+    started = await client.chat_startStream(
+        channel=GENERAL, thread_ts=ts, recipient_user_id=ALICE, recipient_team_id=TEAM_ID,
+        chunks=[{"type": "task_update", "id": "c1", "title": "refund_charge", "status": "in_progress"}])
+    await client.chat_stopStream(channel=GENERAL, ts=started["ts"], markdown_text="Done.")
+    assert [b["type"] for b in slack.message(GENERAL, started["ts"]).blocks] == ["task_card", "markdown"]
+
+
+async def test_task_chunks_refuse_what_slack_refuses(slack: LocalSlack, client: AsyncWebClient):
+    ts = await thread_in_general(slack)
+    start = {"channel": GENERAL, "thread_ts": ts, "recipient_user_id": ALICE, "recipient_team_id": TEAM_ID}
+    bad = [
+        {"type": "task_update", "id": "c1", "title": "t", "status": "done"},  # not one of Slack's four
+        {"type": "task_update", "title": "t", "status": "pending"},  # no id
+        {"type": "task_update", "id": "c1", "status": "pending"},  # no title
+        {"type": "plan_update"},  # no title
+        {"type": "sparkles", "text": "x"},
+    ]
+    for chunk in bad:
+        assert await error_of(client.api_call("chat.startStream", json={**start, "chunks": [chunk]})) \
+            == "invalid_arguments", chunk
+    assert await error_of(client.api_call("chat.startStream", json={**start, "task_display_mode": "list"})) \
+        == "invalid_arguments"
+    # an older workspace, or an app Slack does not let stream tasks: the chunks are refused, text still streams
+    slack.ws.stream_tasks_refusal = "invalid_arguments"
+    assert await error_of(client.chat_startStream(**start, task_display_mode="plan", chunks=[
+        {"type": "task_update", "id": "c1", "title": "t", "status": "pending"}])) == "invalid_arguments"
+    await client.chat_startStream(**start, markdown_text="text still streams")

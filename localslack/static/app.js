@@ -333,7 +333,8 @@
     if (m.subtype === "tombstone") {
       body.innerHTML = `<span class="tombstone">This message was deleted.</span>`;
     } else if (m.streaming) {  // chat.startStream: the text grows as the agent writes it
-      body.appendChild(BlockKit.render([{ type: "markdown", text: m.text || " " }], blockContext({ channel: m.channel, ts: m.ts })));
+      const shown = (m.stream_blocks || []).filter((b) => b.type !== "markdown");
+      body.appendChild(BlockKit.render([...shown, { type: "markdown", text: m.text || " " }], blockContext({ channel: m.channel, ts: m.ts })));
       body.firstChild.classList.add("streaming");
     } else if (isBot && m.blocks && m.blocks.length) {
       body.appendChild(BlockKit.render(m.blocks, blockContext({ channel: m.channel, ts: m.ts })));

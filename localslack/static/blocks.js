@@ -467,6 +467,22 @@
     return node;
   }
 
+  const TASK_ICONS = { pending: "○", in_progress: "◔", complete: "✓", error: "✕" };
+
+  // A task_card block (a streamed answer's task): its status icon, title, details and output.
+  function taskCard(task, ctx) {
+    const node = el("div", `bk-task task-${escapeHtml(task.status || "pending")}`);
+    node.dataset.taskId = task.task_id || "";
+    node.dataset.status = task.status || "pending";
+    const head = el("div", "bk-task-head",
+      `<span class="bk-task-icon" title="${escapeHtml(task.status || "")}">${TASK_ICONS[task.status] || "○"}</span>` +
+      `<span class="bk-task-title">${escapeHtml(task.title || "")}</span>`);
+    node.appendChild(head);
+    if (task.details) node.appendChild(Object.assign(richText(task.details, ctx), { className: "bk-task-details" }));
+    if (task.output) node.appendChild(Object.assign(richText(task.output, ctx), { className: "bk-task-output" }));
+    return node;
+  }
+
   function block(blockObj, ctx) {
     if (!blockObj || typeof blockObj !== "object") return unsupported("block", String(blockObj));
     switch (blockObj.type) {
@@ -495,6 +511,13 @@
       }
       case "rich_text": return richText(blockObj, ctx);
       case "markdown": return el("div", "bk-text", markdown(blockObj.text, ctx.mctx));
+      case "task_card": return taskCard(blockObj, ctx);
+      case "plan": {  // chat.startStream(task_display_mode="plan"): the tasks together, under the plan's title
+        const node = el("div", "bk-plan");
+        node.appendChild(el("div", "bk-plan-title", escapeHtml(blockObj.title || "")));
+        for (const task of blockObj.tasks || []) node.appendChild(taskCard(task, ctx));
+        return node;
+      }
       default: return unsupported("block", blockObj.type);
     }
   }
