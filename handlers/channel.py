@@ -48,6 +48,7 @@ from handlers.pacing import SlackPacing
 from handlers.sessions import TITLE_FIELD, AgentSessions, SessionStatus, title_of, waiting_on, waiting_title
 from handlers.status import StatusLines
 from handlers.streams import LiveAnswers, StreamPacing
+from handlers.tasks import TaskStreams
 from store.sessions import SessionStore
 
 log = logging.getLogger(__name__)
@@ -102,18 +103,24 @@ class SlackChannel:
         self.sessions = AgentSessions(store, client_for)
         self.status = StatusLines(store, client_for, self.pacing, on_slow=self._slow_step)  # the thread as a Slack agent session, where Slack has them
         # bot.ports.LiveText: answers streamed as they are written (a stream makes a pending status moot)
+        # the turn's tool calls as tasks of its streamed answer (issue 28 item 3), fed by deliver()
+        stream_pacing = StreamPacing(self.pacing.mode)
+        self.tasks = TaskStreams(store, client_for, names=self.sessions.handles, starts=stream_pacing.starts,
+                                 appends=stream_pacing.appends, on_stream=self.status.forget_pending)
         self.live = LiveAnswers(store, client_for, on_stream=self.status.forget_pending, posts=self.pacing.posts,
-                                updates=self.pacing.updates, pacing=StreamPacing(self.pacing.mode))
+                                updates=self.pacing.updates, pacing=stream_pacing, tasks=self.tasks)
 
     async def close(self) -> None:
         await self.status.close()
         await self.sessions.close()
         await self.live.close()
+        await self.tasks.close()
 
     async def deliver(self, event: Event, session: SessionRef) -> None:
         if not session.channel.get("channel_id"):
             return  # not a Slack session (console, benchmarks)
         try:
+            await self.tasks.see(event, session)  # before it is shown: a task's state follows every event
             if isinstance(event, InputRequested):
                 await self._post_cards(event, session)
                 # a sub-agent's cards show in its parent's thread, whose session waits

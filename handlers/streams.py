@@ -39,11 +39,13 @@ from slack_sdk.errors import SlackApiError
 from blocks.answers import MARKDOWN_TEXT, answer_messages, feedback_block
 from blocks.limits import MESSAGE_TEXT, truncate_mrkdwn
 from blocks.messages import markdown_to_mrkdwn, no_pings, streamable
+from blocks.tasks import markdown_chunk
 from bot.principals import Principal
 from bot.protocol import MessageCompleted
 from bot.session import SessionRef
 from handlers.deps import ClientFor
 from handlers.pacing import Pacer, PacingMode, pacer
+from handlers.tasks import Taken, TaskStreams
 from store.sessions import SessionStore
 
 log = logging.getLogger(__name__)
@@ -94,6 +96,7 @@ class _Live:
     session: SessionRef
     field: str
     owner: Principal | None
+    turn_id: str = ""
     text: str = ""  # the whole text so far
     sent: str = ""  # what Slack has of it (startStream + appends)
     channel: str = ""
@@ -119,7 +122,9 @@ class LiveAnswers:
         posts: Pacer | None = None,
         updates: Pacer | None = None,
         pacing: StreamPacing | None = None,
+        tasks: TaskStreams | None = None,
     ):
+        self.tasks = tasks  # the turn's tool calls as tasks (handlers.tasks): a step's text joins their stream
         self.on_stream = on_stream  # a stream is starting: the answer itself now shows that work goes on
         self.pacing = pacing or StreamPacing()
         self.posts = posts or Pacer(interval_s=1.0, burst=4)  # the fallback's post: SlackPacing.posts
@@ -143,7 +148,7 @@ class LiveAnswers:
         key = f"{session.session_id}|{stream_field(turn_id, step)}"
         live = self._live.get(key)
         if live is None:
-            live = _Live(session=session, field=stream_field(turn_id, step), owner=owner)
+            live = _Live(session=session, field=stream_field(turn_id, step), owner=owner, turn_id=turn_id)
             self._live[key] = live
             live.task = asyncio.create_task(self._pump(live))
             live.task.add_done_callback(lambda t, k=key: self._done(k, t))
@@ -205,8 +210,9 @@ class LiveAnswers:
             await self.store.channel_delete(sid, live.field)
             live.dead = True
             return False
-        live.channel, live.ts, live.sent = resp.get("channel") or channel["channel_id"], resp["ts"], text
-        where = {"channel": live.channel, "ts": live.ts, "mode": live.mode}
+        live.channel, live.ts = resp.get("channel") or channel["channel_id"], resp["ts"]
+        live.sent = "" if resp.get("tasks") else text  # a task stream taken over: its text is appended next
+        where = {"channel": live.channel, "ts": live.ts, "mode": live.mode, **({"tasks": True} if resp.get("tasks") else {})}
         await self.store.channel_set(sid, live.field, json.dumps(where))
         return True
 
@@ -214,6 +220,8 @@ class LiveAnswers:
         """startStream where Slack streams; else (no thread to stream into, or refused) post the text so
         far, to be edited as more comes. None when the workspace's budget for either is spent."""
         channel, team = live.session.channel, live.session.team_id or ""
+        if self.tasks is not None and (tasks := self.tasks.open_stream(live.session, live.turn_id)):
+            return {"channel": tasks[0], "ts": tasks[1], "tasks": True}  # the turn's tasks are streaming: below them
         if channel.get("thread_ts") and STREAM not in self._unavailable:
             if self.pacing.starts.reserve(team, max_wait_s=0) > 0:
                 return None  # the workspace's Tier 2 budget is spent
@@ -282,13 +290,20 @@ class LiveAnswers:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(asyncio.shield(live.task), FINISH_WAIT_S)
         raw = await self.store.channel_get(sid, name)
-        if not raw:
-            return None
-        if raw.startswith(DONE):  # this step's answer was shown already
+        # this answer ends the turn's task stream, if one is open (handlers.tasks)
+        taken = await self.tasks.take(session, event) if self.tasks is not None else None
+        if raw and raw.startswith(DONE):  # this step's answer was shown already
             # the same event again (a repeat delivery) shows nothing; a later step reusing the number (a
             # session-limit "continue" restarts the count) is posted whole
             return [] if raw == f"{DONE}:{event.seq}" else None
-        where = json.loads(raw)
+        where = json.loads(raw) if raw else {}
+        if taken is not None and where.get("ts") != taken.ts:  # the text did not stream into the tasks' message
+            if not where:  # nor anywhere: the answer ends the tasks' stream
+                return await self._finish_tasks(session, event, taken)
+            await self._stop_tasks(session, taken)
+            taken = None
+        if not raw:
+            return None
         if where.get("state") == STARTING:
             # a worker died between startStream and recording where: its message cannot be found, so the
             # answer is posted whole (the claim expires with the session)
@@ -305,11 +320,14 @@ class LiveAnswers:
         ended = False  # Slack said the stream is over: no second stopStream
         if mine and final.startswith(live.sent) and len(final) <= MARKDOWN_TEXT:  # type: ignore[union-attr]
             rest = final[len(live.sent) :]  # type: ignore[union-attr]
+            # the tasks' last states go with it (chunks and markdown_text are not taken together)
+            chunks = [*taken.chunks, *([markdown_chunk(rest)] if rest else [])] if taken and taken.chunks else None
             try:
                 await client.chat_stopStream(
                     channel=where["channel"],
                     ts=where["ts"],
-                    markdown_text=rest or None,
+                    markdown_text=None if chunks else rest or None,
+                    chunks=chunks,
                     blocks=[feedback_block()],
                 )
                 mine, later = True, []
@@ -325,7 +343,8 @@ class LiveAnswers:
             # message the answer
             if where.get("mode", STREAM) == STREAM and not ended:
                 with contextlib.suppress(SlackApiError):
-                    await client.chat_stopStream(channel=where["channel"], ts=where["ts"])
+                    await client.chat_stopStream(channel=where["channel"], ts=where["ts"],
+                                                 chunks=taken.chunks if taken and taken.chunks else None)
             first, *later = messages or [{"text": event.text}]
             try:
                 await client.chat_update(
@@ -340,3 +359,33 @@ class LiveAnswers:
                 return None
         await self.store.channel_set(sid, name, f"{DONE}:{event.seq}", in_pass=True)
         return later  # type: ignore[return-value]
+
+    async def _finish_tasks(
+        self, session: SessionRef, event: MessageCompleted, taken: Taken
+    ) -> list[dict[str, object]] | None:
+        """The answer, not streamed, ends the turn's task stream: one ``stopStream`` with the tasks' last
+        states and the whole text (in place of the post a quick answer gets). Too long for one stream
+        message, or the message gone: the tasks are stopped and the answer is posted whole."""
+        final = no_pings(event.text)
+        if len(final) > MARKDOWN_TEXT:
+            await self._stop_tasks(session, taken)
+            return None
+        client = await self.client_for(session.team_id)
+        try:
+            await client.chat_stopStream(channel=taken.channel, ts=taken.ts,
+                                         chunks=[*taken.chunks, markdown_chunk(final)], blocks=[feedback_block()])
+        except SlackApiError as exc:
+            if exc.response.get("error") not in MESSAGE_GONE:
+                raise
+            log.info("the tasks' message in %s is gone (%s): posting the answer", session.session_id,
+                     exc.response.get("error"))
+            return None
+        await self.store.channel_set(session.session_id, stream_field(event.turn_id, event.step),
+                                     f"{DONE}:{event.seq}", in_pass=True)
+        return []
+
+    async def _stop_tasks(self, session: SessionRef, taken: Taken) -> None:
+        """End the tasks' stream with their last states; the answer goes elsewhere."""
+        client = await self.client_for(session.team_id)
+        with contextlib.suppress(SlackApiError):
+            await client.chat_stopStream(channel=taken.channel, ts=taken.ts, chunks=taken.chunks or None)
