@@ -126,3 +126,28 @@ async def test_where_slack_refuses_task_chunks_the_answer_is_posted_as_before(lo
         await bot.runtime.wait_idle()
     starts = [c for c in local_slack.calls if c.method == "chat.startStream"]
     assert [c.response.get("error") for c in starts] == ["invalid_arguments"], "asked once, then never again"
+
+
+async def test_an_answer_written_slowly_streams_below_its_tasks_in_one_message(local_slack, start_app):
+    """The tasks' stream is up (the card waited), the model then writes slowly: its text is appended to the
+    same message (no second stream), and the answer's stopStream ends it with the task complete."""
+    from bot.models.openai import OpenAIChatModel
+    from tests.e2e.test_ai_surface import ANSWER, WORD_DELAY_S
+    from tests.fakes.openai_server import FakeOpenAI
+
+    async with FakeOpenAI(api_key="sk-test") as fake:
+        fake.reply_tool_call("refund_charge", {"charge_id": "ch_1", "amount": 5.0})
+        fake.reply_text(ANSWER, chunk_delay_s=WORD_DELAY_S)
+        await start_app(OpenAIChatModel("gpt-4o-mini", base_url=fake.base_url, api_key="sk-test", max_retries=0),
+                        [refund_charge])
+        ts, card = await mention_and_wait_for_card(local_slack)
+        await local_slack.wait_for(lambda: tasks_message(local_slack, ts), timeout_s=STATUS_DELAY_S + 3)
+        await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+        grew = await local_slack.wait_for(
+            lambda: (m := tasks_message(local_slack, ts)) is not None and m.streaming and m.text and m, timeout_s=10)
+        assert ANSWER.startswith(grew.text) and grew.text != ANSWER, "the text grows in the tasks' message"
+        done = await final_tasks(local_slack, ts)
+    assert done.text == ANSWER and [t["status"] for t in done.tasks] == ["complete"]
+    assert [c.method for c in local_slack.calls if "Stream" in c.method].count("chat.startStream") == 1
+    assert not [m for m in local_slack.messages(GENERAL, thread_ts=ts) if m.bot_id and m is not done
+                and ANSWER[:20] in m.text]
