@@ -268,6 +268,12 @@ class TaskStreams:
         if team in self._refused or self.starts.reserve(team, max_wait_s=0) > 0:
             turn.state = OFF  # refused meanwhile, or the workspace's Tier 2 budget is spent: the answer is posted
             return
+        # another replica may have delivered the answer meanwhile (the click landed there): no stream then
+        raw = await self.store.channel_get(sid, tasks_field(turn.turn_id))
+        with contextlib.suppress(ValueError, TypeError, KeyError):
+            if raw and int(json.loads(raw)["gen"]) != turn.gen:
+                turn.state = OFF
+                return
         # one stream per turn and answer, across replicas
         claim = f"{tasks_field(turn.turn_id)}:{turn.gen}"
         if not await self.store.channel_claim(sid, claim, str(time.time())):
