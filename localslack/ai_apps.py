@@ -13,7 +13,13 @@ pages on docs.slack.dev (``reference/methods/<method>``; tiers and scopes in ``l
 - ``chat.startStream`` (channel, thread_ts, markdown_text ≤ 12,000, recipient_user_id / recipient_team_id
   "required when streaming to channels"), ``chat.appendStream`` (channel, ts, markdown_text ≤ 12,000) and
   ``chat.stopStream`` (channel, ts, markdown_text, blocks, metadata): a message that grows as the model
-  writes; appends to a stopped one answer ``message_not_in_streaming_state``.
+  writes; appends to a stopped one answer ``message_not_in_streaming_state``. ``chunks`` instead of
+  ``markdown_text`` (both: ``cannot_provide_both_markdown_text_and_chunks``): ``markdown_text`` {text},
+  ``task_update`` {id, title, status: pending | in_progress | complete | error, details, output, sources} (the
+  same id replaces the task), ``plan_update`` {title}, ``blocks``; a bad one is ``invalid_arguments`` with a
+  json-pointer. ``startStream``'s ``task_display_mode`` is ``timeline`` (default) or ``plan``; the stopped
+  message holds its tasks as one ``plan`` block or a ``task_card`` block each, before its text.
+  ``Workspace.stream_tasks_refusal`` plays a workspace that refuses task chunks (an older one).
 
 What people do (``AiAppActions``, mixed into ``LocalSlack``): open the assistant split view (Slack sends
 ``assistant_thread_started``), look at another channel with it open (``assistant_thread_context_changed``),
