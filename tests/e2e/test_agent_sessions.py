@@ -12,7 +12,6 @@ import logging
 
 import httpx
 from pydantic import BaseModel
-from redis.asyncio import Redis
 
 from blocks.cards import NO_LONGER_NEEDED
 from bot.approval import always, never
@@ -20,6 +19,7 @@ from bot.models.scripted import ScriptedModel, call, say
 from bot.tools import tool
 from handlers.status import STATUS_DELAY_S
 from localslack.seed import ALICE, BOT_USER_ID, GENERAL
+from tests.e2e.redis_monitor import monitored
 from tests.e2e.test_approval_flow import RUNS, button, mention_and_wait_for_card, refund_charge, refund_script
 
 SHOWN = ("chat.postMessage", "chat.update", "chat.delete", "agents.sessions.setStatus", "agents.sessions.rename",
@@ -82,27 +82,10 @@ async def test_a_quick_cycle_records_its_session_status_with_the_pass_closing_ro
     """The status last set (what keeps a redelivery from setting it again) is written by the delivery pass's
     closing script, not by a round trip of its own (``channel_set(..., in_pass=True)``)."""
     bot = await start_app(refund_script(), [refund_charge])
-    seen: list[tuple[str, str]] = []  # (client type: "lua" run by a script, else sent by the app; command)
-    client = Redis.from_url(redis_url)
-    ready = asyncio.Event()
-
-    async def listen() -> None:
-        async with client.monitor() as monitor:
-            ready.set()
-            async for command in monitor.listen():
-                seen.append((command["client_type"], str(command["command"])))
-
-    listening = asyncio.create_task(listen())
-    await asyncio.wait_for(ready.wait(), 5)
-    await asyncio.sleep(0.05)  # MONITOR is registered server-side
-    try:
+    async with monitored(redis_url) as monitor:
         await quick_approve_cycle(local_slack, "refund ch_1 please")
         await bot.runtime.wait_idle()
-        await asyncio.sleep(0.1)  # the last commands reach the monitor
-    finally:
-        listening.cancel()
-        await asyncio.gather(listening, return_exceptions=True)
-        await client.aclose()
+    seen = monitor.by_kind()  # (client type: "lua" run by a script, else sent by the app; command)
 
     writes = [(kind, command) for kind, command in seen if command.startswith("HSET") and "agent_session" in command]
     assert writes, "the session's status was never recorded"

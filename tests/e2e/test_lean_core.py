@@ -9,14 +9,11 @@ so the cost cannot creep back unnoticed. The figures per cycle are in docs/PERFO
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-
-from redis.asyncio import Redis
 
 from bot.approval import always
 from bot.tools import ToolContext, tool
 from localslack.seed import ALICE, GENERAL
+from tests.e2e.redis_monitor import Monitored, monitored
 from tests.e2e.test_approval_flow import (
     RUNS,
     Refund,
@@ -27,43 +24,15 @@ from tests.e2e.test_approval_flow import (
 )
 
 
-class Monitored:
-    """The commands Redis ran while recording, each as a tuple of its words, and when (Redis's clock)."""
-
-    def __init__(self) -> None:
-        self.commands: list[tuple[str, ...]] = []
-        self.times: list[float] = []
-
-    def naming(self, fragment: str) -> list[tuple[str, ...]]:
-        return [c for c in self.commands if any(fragment in word for word in c[1:])]
-
-    def times_naming(self, fragment: str) -> list[float]:
-        return [t for c, t in zip(self.commands, self.times, strict=True) if any(fragment in w for w in c[1:])]
-
-
-@asynccontextmanager
-async def monitored(redis_url: str) -> AsyncIterator[Monitored]:
-    seen = Monitored()
-    client = Redis.from_url(redis_url)
-    ready = asyncio.Event()
-
-    async def listen() -> None:
-        async with client.monitor() as monitor:
-            ready.set()
-            async for command in monitor.listen():
-                seen.commands.append(tuple(str(command["command"]).split()))
-                seen.times.append(float(command["time"]))
-
-    task = asyncio.create_task(listen())
-    await asyncio.wait_for(ready.wait(), 5)
-    await asyncio.sleep(0.05)  # MONITOR is registered server-side
-    try:
-        yield seen
-    finally:
-        await asyncio.sleep(0.1)  # the last commands reach the monitor
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        await client.aclose()
+async def one_cycle_seen(local_slack, start_app, redis_url: str) -> Monitored:
+    """One approve cycle of a fresh app, with every command Redis ran meanwhile."""
+    RUNS.clear()
+    bot = await start_app(refund_script(), [refund_charge])
+    async with monitored(redis_url) as seen:
+        await approve_cycle(local_slack, "refund ch_1 please")
+        await bot.runtime.wait_idle()
+    assert len(RUNS) == 1
+    return seen
 
 
 async def approve_cycle(local_slack, text: str) -> None:
@@ -88,13 +57,7 @@ async def test_26_nobody_looking_at_app_home_is_asked_at_most_once_a_second(loca
 
 
 async def test_26_a_quick_cycle_claims_its_posts_without_a_round_trip_of_their_own(local_slack, start_app, redis_url):
-    RUNS.clear()
-    bot = await start_app(refund_script(), [refund_charge])
-    async with monitored(redis_url) as seen:
-        await approve_cycle(local_slack, "refund ch_1 please")
-        await bot.runtime.wait_idle()
-
-    assert len(RUNS) == 1
+    seen = await one_cycle_seen(local_slack, start_app, redis_url)
     # the deliverer's lock makes it the session's only poster: a post is claimed in the pass's memory, and
     # where it landed is written with the pass's closing round trip (crash safety: test_delivery_guarantees)
     claims = [c for c in seen.commands if c[0] == "HSETNX" and ":chan" in c[1]]
@@ -102,13 +65,7 @@ async def test_26_a_quick_cycle_claims_its_posts_without_a_round_trip_of_their_o
 
 
 async def test_26_a_mention_is_recorded_once_not_once_per_event_slack_sends(local_slack, start_app, redis_url):
-    RUNS.clear()
-    bot = await start_app(refund_script(), [refund_charge])
-    async with monitored(redis_url) as seen:
-        await approve_cycle(local_slack, "refund ch_1 please")
-        await bot.runtime.wait_idle()
-
-    assert len(RUNS) == 1
+    seen = await one_cycle_seen(local_slack, start_app, redis_url)
     # Slack sends a channel mention twice (``app_mention`` and its ``message`` twin): the twin is left to
     # the mention in memory; a Slack retry of either is still dropped in Redis by message id
     records = [c for c in seen.commands if c[0] == "SET" and ":msg:" in c[1]]
@@ -117,13 +74,7 @@ async def test_26_a_mention_is_recorded_once_not_once_per_event_slack_sends(loca
 
 async def test_26_a_quick_resume_delivers_the_settled_card_with_the_answer_in_one_pass(local_slack, start_app,
                                                                                          redis_url):
-    RUNS.clear()
-    bot = await start_app(refund_script(), [refund_charge])
-    async with monitored(redis_url) as seen:
-        await approve_cycle(local_slack, "refund ch_1 please")
-        await bot.runtime.wait_idle()
-
-    assert len(RUNS) == 1
+    seen = await one_cycle_seen(local_slack, start_app, redis_url)
     passes = [c for c in seen.commands if c[0] == "XRANGE" and c[1].endswith(":events")]
     # one pass brings the card; one brings the settled card and the answer (the settle waits for the quick
     # resume's answer instead of a pass of its own)
