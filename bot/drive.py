@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,17 +59,27 @@ FAILED_RETRY_BASE_MS = 1_000
 FAILED_RETRY_MAX_MS = 60_000
 RENEW_RETRY_S = 0.1
 STOP_WAIT_S = 1.0
+# while a tool runs, the lease is renewed this often: each renewal reads the cancel key, so a stop asked
+# on another replica reaches the running tool within about this long (same process: at once)
+STOP_POLL_S = 1.0
 
 
 class LeaseKeeper:
     """Renews a turn lease while work runs. Redis errors are retried until the lease would lapse; a
-    lost lease is remembered. Stopped by a flag, never by cancellation alone, with bounded waits."""
+    lost lease is remembered. Stopped by a flag, never by cancellation alone, with bounded waits.
 
-    def __init__(self, store: Any, session_id: str, token: str, lease_ms: int):
+    Each renewal also reads the session's cancel key (same script): a requested cancel is passed to
+    ``told`` (the executor tells the turn's running tools). While ``busy()`` (a tool runs) it renews every
+    :data:`STOP_POLL_S`, else every third of the lease; work shorter than that never renews."""
+
+    def __init__(self, store: Any, session_id: str, token: str, lease_ms: int, *,
+                 told: Callable[[str], None] | None = None, busy: Callable[[], bool] | None = None):
         self.store, self.session_id, self.token = store, session_id, token
         self.interval = max(lease_ms / 3000, 0.05)
         self.lease_s = lease_ms / 1000
         self.lost = False
+        self._told = told
+        self._busy = busy or (lambda: False)
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -90,13 +101,16 @@ class LeaseKeeper:
         renewed_at = loop.time()
         while not self._stop.is_set():
             try:
-                await asyncio.wait_for(self._stop.wait(), self.interval)
+                await asyncio.wait_for(self._stop.wait(), min(self.interval, STOP_POLL_S))
                 return
             except TimeoutError:
                 pass
+            if loop.time() - renewed_at < self.interval and not self._busy():
+                continue  # (a wake-up without Redis: only to notice a tool started)
             while not self._stop.is_set():
                 try:
-                    ok = await asyncio.wait_for(self.store.renew_lease(self.session_id, self.token), self.interval)
+                    ok, cancel = await asyncio.wait_for(self.store.renew_lease(self.session_id, self.token),
+                                                        self.interval)
                 except Exception as exc:  # noqa: BLE001 - a blip: retry until the lease would lapse
                     if loop.time() - renewed_at > self.lease_s:
                         log.warning("could not renew the lease of %s (%r); it lapsed", self.session_id, exc)
@@ -108,6 +122,8 @@ class LeaseKeeper:
                     self.lost = True
                     return
                 renewed_at = loop.time()
+                if cancel is not None and self._told is not None:
+                    self._told(cancel)
                 break
 
 
@@ -153,7 +169,9 @@ class Driver:
             token, snap = await store.acquire_lease_and_read(session_id)
             if token is None:
                 return  # another worker drives it and re-checks for work before letting go
-            keeper = LeaseKeeper(store, session_id, token, int(getattr(store, "lease_ms", 30_000)))
+            keeper = LeaseKeeper(store, session_id, token, int(getattr(store, "lease_ms", 30_000)),
+                                 told=lambda turn_id: self.exec.stop_running(session_id, turn_id),
+                                 busy=lambda: self.exec.runs_tools(session_id))
             keeper.start()
             failed = False
             work = _Pass(session_id, token, read=snap)

@@ -77,9 +77,31 @@ def marker_of(turn_id: str, step: StepState, call: CallState) -> str:
     return f"{turn_id}:{step.step_id or step.index}:{call.call_id}:{len(call.asks)}"
 
 
+STOPPED = "The turn was stopped while this call ran: the tool was told (cancelled) and did not finish."
+
+
 class Executor:
     def __init__(self, parts: Parts):
         self.p = parts
+        # the calls running in this process, per session: (turn id, its context, the tool's task to cancel;
+        # None for a sync tool: its thread cannot be stopped, so it is only told and its result kept)
+        self._running: dict[str, list[tuple[str, ToolContext, asyncio.Task[Any] | None]]] = {}
+
+    # --- a stopped turn's running tools -------------------------------------------------------------
+
+    def runs_tools(self, session_id: str) -> bool:
+        """Is a tool of this session running here? (Its lease renewal then looks for a stop every second.)"""
+        return bool(self._running.get(session_id))
+
+    def stop_running(self, session_id: str, turn_id: str) -> None:
+        """Tell the tools running here for this turn that it was stopped: ``ctx.stopped`` is set and an async
+        tool's task cancelled. Idempotent: a stop seen again (each renewal reads it) tells nobody twice."""
+        for running_turn, ctx, task in self._running.get(session_id, []):
+            if running_turn == turn_id and not ctx.stopped:
+                log.info("turn %s stopped: telling its running call %s", turn_id, ctx.call_id)
+                ctx.stop()
+                if task is not None:
+                    task.cancel()
 
     # --- request policies ------------------------------------------------------------------------
 
@@ -386,15 +408,31 @@ class Executor:
             workspace=self.p.workspace,
         )
         started = time.perf_counter()
+        task = asyncio.create_task(tool.invoke(tool.parse(call.arguments), ctx))
+        running = (turn.turn_id, ctx, task if tool.cancellable else None)
+        self._running.setdefault(session_id, []).append(running)
         try:
-            output = await tool.invoke(tool.parse(call.arguments), ctx)
+            output = await task
         except AskParked:
             pass
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if not ctx.stopped or (current is not None and current.cancelling()):
+                raise  # not our stop (e.g. shutdown): the marker stays "started", reported on recovery
+            # recorded like any result, so the marker says "done": a successor never runs it again
+            call.status, call.result = "done", CallResult(status="rejected",
+                                                          output={"code": "TURN_CANCELLED", "message": STOPPED})
         except Exception as exc:  # noqa: BLE001 - a tool error is the model's to handle
             log.info("tool %s raised %s: %s", tool.name, type(exc).__name__, logs.content(exc))  # may quote its input
             call.status, call.result = "done", CallResult(status="failed", error=f"{type(exc).__name__}: {exc}")
         else:
             call.status, call.result = "done", CallResult(status="completed", output=jsonable(output))
+        finally:
+            runs = self._running.get(session_id, [])
+            if running in runs:
+                runs.remove(running)
+            if not runs:
+                self._running.pop(session_id, None)
         asked = ctx.parked is not None or call.result is None
         observe_tool_run(tool.name, "asked" if asked else call.result.status, time.perf_counter() - started)
         if ctx.parked is not None:  # the tool asked (even if it caught the park signal): the turn parks

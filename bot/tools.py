@@ -111,6 +111,23 @@ class ToolContext:
         self._asked = 0
         self._can_ask = can_ask
         self.parked: AskRequest | None = None  # the unanswered ask, even if the tool swallowed AskParked
+        self._stopped = asyncio.Event()
+
+    @property
+    def stopped(self) -> bool:
+        """True once the turn was stopped (a person's "stop", Slack's stop button, on any replica). An async
+        tool's task is cancelled at that moment too (``CancelledError`` at its next await); this flag serves
+        what cancellation cannot reach: a sync tool or work in a thread (``asyncio.to_thread``) polls it, and
+        a ``finally`` can tell a stop from other errors."""
+        return self._stopped.is_set()
+
+    async def wait_stopped(self) -> None:
+        """Return once the turn is stopped (e.g. to race a long wait against it)."""
+        await self._stopped.wait()
+
+    def stop(self) -> None:
+        """Tell the tool its turn was stopped (called by the executor, not by tools)."""
+        self._stopped.set()
 
     @property
     def tenant(self) -> str | None:
@@ -363,6 +380,11 @@ class Tool:
             return PREVIEW_UNAVAILABLE
         shown = " ".join(str(text).split()) if text is not None else ""
         return _cut(shown, PREVIEW_CHARS) or None
+
+    @property
+    def cancellable(self) -> bool:
+        """Can a stop cancel a run? Not a sync tool's: its thread would go on after a recorded stop."""
+        return inspect.iscoroutinefunction(self.fn)
 
     async def invoke(self, args: BaseModel | dict[str, Any], ctx: ToolContext) -> Any:
         call_args = (args, ctx) if self._wants_ctx else (args,)

@@ -218,6 +218,8 @@ class Runtime:
         if turn.owner is not None and principal is not None and not turn.owner.same_as(principal):
             return False
         await self.store.request_cancel(session_id, turn.turn_id)
+        # a tool of this turn running in this process is told now; on another replica, by its lease renewal
+        self.executor.stop_running(session_id, turn.turn_id)
         open_ids = list(turn.step.request_ids if turn.step else [])
         if turn.limit_request_id:
             open_ids.append(turn.limit_request_id)

@@ -547,19 +547,22 @@ class SessionStore:
             return None, None
         return token, self._snapshot_from(snapshot, None) if read else None
 
-    async def renew_lease(self, session_id: str, token: str) -> bool:
-        key = self.key(session_id, "lease")
-        ok = await self.redis.eval(
-            "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end "
-            "return 0",
-            1,
-            key,
+    async def renew_lease(self, session_id: str, token: str) -> tuple[bool, str | None]:
+        """Extend the lease if still held; returns (held, the turn id someone asked to cancel), the cancel
+        read in the same script, so a replica running a tool learns of a stop without a round trip more."""
+        held, cancel = await self.redis.eval(
+            "local held = 0 "
+            "if redis.call('GET', KEYS[1]) == ARGV[1] then held = redis.call('PEXPIRE', KEYS[1], ARGV[2]) end "
+            "return {held, redis.call('GET', KEYS[2]) or ''}",
+            2,
+            self.key(session_id, "lease"),
+            self.key(session_id, "cancel"),
             token,
             self.lease_ms,
         )
-        if ok:
+        if held:
             await self.redis.zadd(ACTIVE, {session_id: _now_ms() + self.lease_ms})
-        return bool(ok)
+        return bool(held), (cancel.decode() if isinstance(cancel, bytes) else cancel) or None
 
     async def release_lease(
         self, session_id: str, token: str, *, still_active: bool, retry_after_ms: int = 0, read: bool = False

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from blocks.cards import NO_LONGER_NEEDED
 from bot.approval import always, never
 from bot.models.scripted import ScriptedModel, call, say
-from bot.tools import tool
+from bot.tools import ToolContext, tool
 from handlers.status import STATUS_DELAY_S
 from localslack.seed import ALICE, BOT_USER_ID, GENERAL
 from tests.e2e.redis_monitor import monitored
@@ -173,35 +173,53 @@ class Export(BaseModel):
     name: str
 
 
+TOLD: list[str] = []  # how each running export learned of the stop
+TOLD_WITHIN_S = 3.0  # same replica: at once; another replica: its next renewal (1 s while a tool runs)
+
+
 @tool(approval=never())
-async def long_export(args: Export) -> dict:
-    """An export that takes a while."""
+async def long_export(args: Export, ctx: ToolContext) -> dict:
+    """An export that takes a while (until released), and would finish unless told to stop."""
     GATE["started"].set()
-    await GATE["release"].wait()
+    try:
+        await GATE["release"].wait()
+    except asyncio.CancelledError:
+        TOLD.append(f"cancelled, stopped={ctx.stopped}")
+        GATE["told"].set()
+        raise
     EXPORTS.append(args.name)
     return {"exported": args.name}
 
 
-async def test_the_stop_button_mid_tool_stops_the_turn_after_the_running_call(local_slack, start_app):
-    GATE.update(started=asyncio.Event(), release=asyncio.Event())
+async def told_of_the_stop() -> None:
+    """The running export was told (cancelled, ``ctx.stopped`` set) within the bound, without being released."""
+    await asyncio.wait_for(GATE["told"].wait(), TOLD_WITHIN_S)
+    assert TOLD == ["cancelled, stopped=True"]
+
+
+async def test_the_stop_button_mid_tool_tells_the_running_call_and_stops_the_turn(local_slack, start_app):
+    GATE.update(started=asyncio.Event(), release=asyncio.Event(), told=asyncio.Event())
     EXPORTS.clear()
+    TOLD.clear()
     model = ScriptedModel([call("long_export", name="q3"), call("long_export", name="q4"), say("All exported.")])
     bot = await start_app(model, [long_export])
     ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> export q3 then q4")
     await asyncio.wait_for(GATE["started"].wait(), 5)
     await local_slack.wait_for(lambda: local_slack.assistant_state(GENERAL, ts).session_status == "processing")
     await local_slack.stop_agent_session(ALICE, GENERAL, ts)
+    await told_of_the_stop()
     GATE["release"].set()
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Stopped" in m.text)
     await bot.runtime.wait_idle()
-    assert EXPORTS == ["q3"], "the call under way ends; the next one never starts"
+    assert EXPORTS == [], "the call under way is told and stops before its side effect; the next never starts"
     assert local_slack.assistant_state(GENERAL, ts).session_status == "closed"
     assert not [m for m in local_slack.messages(GENERAL, thread_ts=ts) if "All exported" in m.text]
 
 
 async def test_the_stop_button_reaching_another_replica_stops_the_turn_running_on_the_first(local_slack, start_app):
-    GATE.update(started=asyncio.Event(), release=asyncio.Event())
+    GATE.update(started=asyncio.Event(), release=asyncio.Event(), told=asyncio.Event())
     EXPORTS.clear()
+    TOLD.clear()
     first = await start_app(ScriptedModel([call("long_export", name="q3"), call("long_export", name="q4"),
                                            say("All exported.")]), [long_export])
     ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> export q3 then q4")
@@ -212,11 +230,12 @@ async def test_the_stop_button_reaching_another_replica_stops_the_turn_running_o
         clicked = await browser.post(f"{local_slack.ui_url.rstrip('/')}/ui/stop",
                                      json={"user": ALICE, "channel": GENERAL, "ts": ts})
     assert clicked.json()["ok"], clicked.json()
+    await told_of_the_stop()  # the first replica learns it from Redis, with its lease renewal
     GATE["release"].set()
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Stopped" in m.text)
     await first.runtime.wait_idle()
     await second.runtime.wait_idle()
-    assert EXPORTS == ["q3"], "the call under way on the first replica ends; nothing runs after it"
+    assert EXPORTS == [], "the call under way on the first replica is told and stops; nothing runs after it"
     await local_slack.wait_for(lambda: local_slack.assistant_state(GENERAL, ts).session_status == "closed")
     assert not [m for m in local_slack.messages(GENERAL, thread_ts=ts) if "exported" in m.text.lower()
                 or "never asked" in m.text]

@@ -353,6 +353,64 @@ async def test_cancel_while_the_model_is_thinking_runs_nothing_it_asks_for(redis
     assert len(model.requests) == 1
 
 
+@pytest.mark.parametrize("where", ["same replica", "another replica"])
+async def test_cancel_while_a_tool_runs_tells_it_and_records_the_call_stopped(redis, where):
+    # the running tool learns of the stop (at once here; from its lease renewal on another replica), its
+    # side effect after the stop point never happens, the call is recorded stopped and never run again
+    entered, release, seen = asyncio.Event(), asyncio.Event(), []
+
+    async def build(args: dict, ctx: ToolContext) -> dict:
+        seen.append("entered")
+        entered.set()
+        try:
+            await release.wait()
+        except asyncio.CancelledError:
+            seen.append(f"cancelled, stopped={ctx.stopped}")
+            raise
+        seen.append("built")
+        return {"built": True}
+
+    model = ScriptedModel([call("build", call_id="b1"), model_say("never")])
+    runtime, channel, _ = make_runtime(redis, model, [Tool(build, name="build", idempotent=True)], lease_ms=300)
+    worker = asyncio.create_task(say(runtime, "build it"))
+    await asyncio.wait_for(entered.wait(), 2)
+    stopper = runtime if where == "same replica" else make_runtime(redis, ScriptedModel([]), [], lease_ms=300)[0]
+    assert await stopper.cancel_turn(session().session_id, ALICE) is True
+    await asyncio.wait_for(worker, 3)
+    release.set()
+    assert seen == ["entered", "cancelled, stopped=True"]
+    [result] = channel.of("action.result")
+    assert result.status == "rejected" and result.output["code"] == "TURN_CANCELLED"
+    assert channel.types()[-2:] == ["turn.cancelled", "session.waiting"]
+    assert len(model.requests) == 1
+    await runtime.drive(session().session_id)  # a successor finds the call recorded: nothing runs again
+    assert seen == ["entered", "cancelled, stopped=True"]
+
+
+async def test_cancel_while_a_sync_tool_runs_tells_it_through_ctx_stopped_and_keeps_its_result(redis):
+    # a thread cannot be cancelled: the sync tool polls ctx.stopped, and what it returns is what happened
+    entered = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def copy_rows(args: dict, ctx: ToolContext) -> dict:
+        loop.call_soon_threadsafe(entered.set)
+        copied = 0
+        while not ctx.stopped and copied < 500:
+            copied += 1
+            time.sleep(0.01)
+        return {"copied": copied, "stopped": ctx.stopped}
+
+    runtime, channel, _ = make_runtime(redis, ScriptedModel([call("copy_rows", call_id="c1"), model_say("never")]),
+                                       [Tool(copy_rows, name="copy_rows")])
+    worker = asyncio.create_task(say(runtime, "copy"))
+    await asyncio.wait_for(entered.wait(), 2)
+    assert await runtime.cancel_turn(session().session_id, ALICE) is True
+    await asyncio.wait_for(worker, 3)
+    [result] = channel.of("action.result")
+    assert result.status == "completed" and result.output["stopped"] is True and result.output["copied"] < 500
+    assert channel.types()[-2:] == ["turn.cancelled", "session.waiting"]
+
+
 async def test_cancel_while_the_model_writes_its_answer_says_nothing_of_it(redis):
     # the stop must win over an answer that arrives after it: no reply, the turn ends cancelled
     thinking, release = asyncio.Event(), asyncio.Event()
