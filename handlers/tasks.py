@@ -218,9 +218,11 @@ class TaskStreams:
                 task.update(status="complete", output=result_summary(event.status, event.output, event.error))
             elif event.status == "failed":
                 task.update(status="error", output=result_summary(event.status, event.output, event.error))
-            else:  # not run: a cancel said why already; else the policy refused it
+            else:  # not run: a cancel said why already; a stopped turn (TURN_CANCELLED); else the policy refused it
                 task["status"] = "error"
-                if not task.get("request_id"):
+                if isinstance(event.output, dict) and event.output.get("code") == "TURN_CANCELLED":
+                    task["details"] = "stopped"
+                elif not task.get("request_id"):
                     reason = refused_reason(event.output)
                     task["details"] = f"refused: {reason}" if reason else "refused by the approval policy"
             changed.add(task["id"])

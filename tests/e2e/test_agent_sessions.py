@@ -212,6 +212,9 @@ async def test_the_stop_button_mid_tool_tells_the_running_call_and_stops_the_tur
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Stopped" in m.text)
     await bot.runtime.wait_idle()
     assert EXPORTS == [], "the call under way is told and stops before its side effect; the next never starts"
+    [task] = next(m for m in local_slack.messages(GENERAL, thread_ts=ts) if m.bot_id and m.tasks).tasks
+    assert (task["title"], task["status"], task.get("details")) == ("long_export", "error", "stopped"), \
+        "the running call's task says it was stopped (not refused)"
     assert local_slack.assistant_state(GENERAL, ts).session_status == "closed"
     assert not [m for m in local_slack.messages(GENERAL, thread_ts=ts) if "All exported" in m.text]
 
