@@ -165,6 +165,26 @@ async def test_the_stop_button_mid_approval_ends_the_card_and_runs_nothing(local
     assert not [m for m in local_slack.messages(GENERAL, thread_ts=ts) if "Result:" in m.text]
 
 
+async def test_the_stop_button_mid_approval_on_another_replica_ends_the_card_and_runs_nothing(local_slack,
+                                                                                             start_app):
+    """The card was posted by one replica; the stop reaches another. The card ends "no longer needed", the
+    session closes, and nothing runs."""
+    RUNS.clear()
+    first = await start_app(slow_refund_script(), [refund_charge])
+    ts, card = await mention_and_wait_for_card(local_slack)
+    await first.runtime.wait_idle()
+    second = await start_app(refund_script(), [refund_charge])  # Slack now delivers to the second replica
+    delivered = await local_slack.stop_agent_session(ALICE, GENERAL, ts, late=True)
+    assert delivered is not None and delivered.status == 200
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Stopped" in m.text)
+    await local_slack.wait_for(lambda: local_slack.assistant_state(GENERAL, ts).session_status == "closed")
+    await first.runtime.wait_idle()
+    await second.runtime.wait_idle()
+    assert NO_LONGER_NEEDED in local_slack.message(GENERAL, card.ts).text
+    assert RUNS == [], "nothing runs after the stop"
+    assert not [m for m in local_slack.messages(GENERAL, thread_ts=ts) if "Result:" in m.text]
+
+
 GATE: dict[str, asyncio.Event] = {}
 EXPORTS: list[str] = []
 
