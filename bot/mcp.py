@@ -326,7 +326,8 @@ class McpServer:
 
     @property
     def connected(self) -> bool:
-        return self._session is not None
+        # a session a call found broken is not connected, though its loop may not have let it go yet
+        return self._session is not None and not self._broken
 
     @property
     def tools(self) -> list[str]:
@@ -551,7 +552,7 @@ class McpServer:
         started = False
         try:
             async with asyncio.timeout(timeout), self._call_lock:
-                session = self._session
+                session = self._session if not self._broken else None
                 if session is None:
                     why = f" ({self._last_problem})" if self._last_problem else ""
                     raise McpToolError(f"MCP server {self.name!r} is not connected{why}; try again later")
