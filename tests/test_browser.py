@@ -67,7 +67,7 @@ async def approve_refund_as(ws: WorkspacePage, user_id: str, name: str, charge: 
     await ws.act_as(user_id)
     await ws.open_channel("general")
     await ws.open_thread_of(f"refund {charge}")
-    card = ws.thread_message("refund_charge")
+    card = ws.thread_message("Requested by")  # the card (a task of the answer names the tool too)
     await card.get_by_role("button", name="Approve", exact=True).click()
     await expect(ws.thread_message(f"Refunded ${amount} on {charge}")).to_be_visible()
     await expect(card).to_contain_text(f"Approved by @{name}")
@@ -81,7 +81,7 @@ async def test_a_refund_is_approved_by_the_finance_approver(
     ws = workspace
     async with artifacts_on_failure(ws.page, "browser-refund-approved-by-bob", product):
         await request_refund(ws, "ch_1001", "40")
-        card = ws.thread_message("refund_charge")
+        card = ws.thread_message("Requested by")  # the card (a task of the answer names the tool too)
         await expect(card).to_contain_text("ch_1001")
 
         await approve_refund_as(ws, BOB, "bob", "ch_1001", "40.00")
@@ -98,7 +98,7 @@ async def test_the_finance_approver_edits_the_amount_before_approving(
         await ws.act_as(BOB)
         await ws.open_channel("general")
         await ws.open_thread_of("refund ch_1002")
-        card = ws.thread_message("refund_charge")
+        card = ws.thread_message("Requested by")  # the card (a task of the answer names the tool too)
         await expect(card).to_contain_text("Refund $40.00 on ch_1002")  # the tool's prompt= template
         await card.get_by_role("button", name="Edit & approve").click()
 
