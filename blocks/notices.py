@@ -1,4 +1,4 @@
-"""Messages that tell people a request waits on them (pure builders; handlers/notices.py sends them).
+"""Messages that tell people a request waits on them (pure builders; handlers/delivery/notices.py sends them).
 
 - :func:`approver_notice` — the direct message an approver gets: who asked, where (a link to the
   thread), and a working copy of the card, so they can decide without looking for it.

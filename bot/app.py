@@ -29,8 +29,8 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 from slack_sdk.web.async_client import AsyncWebClient
 
 import handlers
-import handlers.http
-import handlers.results
+import handlers.routes.http
+import handlers.routes.results
 from blocks.forms import FormUnsupported, check_form_model
 from bot import tracing
 from bot.builtin import BUILTIN_TOOLS
@@ -43,13 +43,13 @@ from bot.result_tokens import token_key
 from bot.roles import NoModel, Wakeups, WebRuntime
 from bot.tools import Tool, ToolRegistry
 from bot.turns import Runtime, RuntimeSettings
-from handlers.channel import SlackChannel
+from handlers.delivery.channel import SlackChannel
+from handlers.delivery.notices import ApproverNotices
+from handlers.delivery.pacing import SlackPacing
+from handlers.delivery.workspace import SlackWorkspace
 from handlers.deps import SlackDeps
 from handlers.identity import installation_team
 from handlers.metering import MeteredApp, SlackApiMeter
-from handlers.notices import ApproverNotices
-from handlers.pacing import SlackPacing
-from handlers.workspace import SlackWorkspace
 from store.audit import AuditLog
 from store.audit_events import AuditChannel
 from store.client import RedisHandle, open_redis, ping
@@ -63,7 +63,7 @@ log = logging.getLogger(__name__)
 RECOVERY_INTERVAL_SECONDS = 2.0  # dead workers' turns and undelivered events are picked up this often
 START_SWEEP_WAIT_SECONDS = 5.0  # start-up waits this long at most for its first sweep (it never waits on a tool)
 SHUTDOWN_GRACE_SECONDS = 5.0  # in-flight requests get this long; parked turns need nothing at all
-# a delivery's Slack call gives up after this (slack_sdk's default is 30 s); handlers.channel waits this
+# a delivery's Slack call gives up after this (slack_sdk's default is 30 s); handlers.delivery.channel waits this
 # long (plus a margin, CLAIM_IN_FLIGHT_S) before it treats an unrecorded post as never made
 DELIVERY_TIMEOUT_S = 10
 
@@ -299,7 +299,7 @@ async def _start(
     client = AsyncWebClient(token=token, base_url=api_url, session=http, retry_handlers=slack_retry_handlers())
     oauth = None
     if settings.slack_client_id:
-        from handlers.oauth import oauth_settings
+        from handlers.routes.oauth import oauth_settings
 
         oauth = oauth_settings(settings, redis.client)
         client = AsyncWebClient(base_url=api_url, session=http, retry_handlers=slack_retry_handlers())
@@ -313,7 +313,7 @@ async def _start(
         # a listener's ack goes out when it returns: listeners record what must not be lost, ack,
         # and hand slow work to runtime.spawn — so an acknowledged message is always in Redis
         process_before_response=True,
-        # handlers.http checks every signature on the raw bytes before anything is parsed
+        # handlers.routes.http checks every signature on the raw bytes before anything is parsed
         request_verification_enabled=False,
         # a request no listener matches goes to handlers.fallback.on_error: answered 200, logged without content
         raise_error_for_unhandled_request=True,
@@ -380,10 +380,10 @@ async def _start(
         handlers.register(slack, deps)
 
     app_metrics = AppMetrics(StoreGauges(GaugeReader(redis.client)))
-    web_app = handlers.http.web_app(slack if takes_requests else None, signing_secret=secret,
+    web_app = handlers.routes.http.web_app(slack if takes_requests else None, signing_secret=secret,
                                     ready=lambda: ping(redis.client), metrics=app_metrics.exposition)
     if takes_requests:
-        handlers.results.add_routes(web_app, deps, deps.result_key)
+        handlers.routes.results.add_routes(web_app, deps, deps.result_key)
     runner = web.AppRunner(web_app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
     await runner.setup()
     stack.push_async_callback(runner.cleanup)

@@ -64,7 +64,7 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = Field(default="text", alias="LOG_FORMAT")  # bot.logs
     log_content: bool = Field(default=False, alias="LOG_CONTENT")  # message text in logs (off: lengths only)
     otel_endpoint: str | None = Field(default=None, alias="OTEL_EXPORTER_OTLP_ENDPOINT")  # traces (bot.tracing)
-    # slack: keep inside Slack's per-method tiers (handlers/pacing.py); off: no waiting of our own, only a
+    # slack: keep inside Slack's per-method tiers (handlers/delivery/pacing.py); off: no waiting of our own, only a
     # 429's Retry-After (apps with raised limits, benchmarks)
     slack_pacing: Literal["slack", "off"] = Field(default="slack", alias="SLACK_PACING")
     # web: receive Slack's requests, record, settle, ack; worker: drive turns, run tools, deliver to Slack,

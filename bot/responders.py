@@ -5,7 +5,7 @@ themselves always check the list as it reads at the click (``bot.governance``). 
 list, the open requests of that workspace whose rule reads it are described again: where the answer
 differs, the new description is stored on the request and an ``input.responders`` event is appended in
 the same write, so the frontend updates the card and its copies and tells the people newly able to
-answer (once each: ``handlers.notices``). Bounded: at most ``MAX_REFRESHED`` open requests per change.
+answer (once each: ``handlers.delivery.notices``). Bounded: at most ``MAX_REFRESHED`` open requests per change.
 """
 
 from __future__ import annotations

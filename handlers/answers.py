@@ -56,11 +56,11 @@ from bot.protocol import APPROVE, CANCEL, InputResponse, RequestRecord, UnknownR
 from bot.result_tokens import TOKEN_TTL_S, issue_token
 from bot.settle import NOT_EDITABLE
 from bot.turns import AnswerResult
+from handlers.delivery.notes import tell_privately
 from handlers.deps import SlackDeps
 from handlers.identity import interaction_principal
-from handlers.notes import tell_privately
 from handlers.outage import read_in_time
-from handlers.results import RESULT_PATH
+from handlers.routes.results import RESULT_PATH
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 The installation (or just its bot token) is removed from the installation store, so nothing is
 posted there any more: the outbox's deliveries for that workspace find no installation and are
-skipped as undeliverable (``handlers.channel``), and its requests stay open in Redis, answerable again
+skipped as undeliverable (``handlers.delivery.channel``), and its requests stay open in Redis, answerable again
 if the app is reinstalled. Without OAuth (one workspace, one token from the environment) there is no
 store to clean: the event is logged so an operator knows why Slack refuses our calls.
 """

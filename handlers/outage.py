@@ -21,8 +21,8 @@ from typing import Any
 from slack_bolt.response import BoltResponse
 
 from bot.metrics import STORE_UNAVAILABLE
+from handlers.delivery.notes import tell_privately
 from handlers.metering import payload_type
-from handlers.notes import tell_privately
 from store.client import UNREACHABLE
 
 log = logging.getLogger(__name__)

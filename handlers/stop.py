@@ -2,7 +2,7 @@
 
 It stops the turn exactly as the runtime's cancel does for anyone else (``Runtime.cancel_turn``): open
 requests resolve as no longer needed, a running tool is told, nothing of the turn runs afterwards. The
-committed ``turn.cancelled`` then closes the session and says so in the thread (``handlers.channel``), on
+committed ``turn.cancelled`` then closes the session and says so in the thread (``handlers.delivery.channel``), on
 whichever replica delivers it. Slack does not move the status itself, so a click on a session with no turn
 left (a stale status) moves it to ``active`` here.
 
@@ -21,9 +21,9 @@ from slack_sdk.errors import SlackApiError
 from bot.principals import Principal
 from bot.session import slack_session_id
 from bot.state import SessionState
+from handlers.delivery.notes import tell_privately
 from handlers.deps import SlackDeps
 from handlers.identity import event_principal, installation_team
-from handlers.notes import tell_privately
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import pytest
 from playwright.async_api import expect
 
 from bot.models.scripted import ScriptedModel, calls, say
-from handlers.status import STATUS_DELAY_S
+from handlers.delivery.status import STATUS_DELAY_S
 from localslack.seed import ALICE, BOT_USER_ID, GENERAL
 from tests.browser_helpers import CHROMIUM, STEP_TIMEOUT_MS, chromium_page
 from tests.e2e.conftest import app_starter

@@ -1,5 +1,6 @@
 """The handlers import one another one way only (issue 8): App Home and ``/approvers`` build on
-``handlers.governance``, which imports neither. Every import counts: top level, inside functions and
+``handlers.governance``, which imports neither; the outbound room (``handlers.delivery``) imports no
+listener (issue 27 item 3). Every import counts: top level, inside functions and
 under ``TYPE_CHECKING``, and module names in strings (``importlib.import_module("handlers.home")``)."""
 
 from __future__ import annotations
@@ -10,28 +11,54 @@ from pathlib import Path
 HANDLERS = Path(__file__).resolve().parent.parent / "handlers"
 
 
+def _path(module: str) -> Path:
+    """``delivery.channel`` → handlers/delivery/channel.py."""
+    return HANDLERS.joinpath(*module.split(".")).with_suffix(".py")
+
+
 def handlers_imported_by(module: str) -> set[str]:
-    """The ``handlers`` modules that ``handlers/<module>.py`` imports, anywhere in the file."""
-    tree = ast.parse((HANDLERS / f"{module}.py").read_text(), filename=f"handlers/{module}.py")
+    """The ``handlers`` modules (dotted below ``handlers``) that ``handlers/<module>.py`` imports, anywhere."""
+    tree = ast.parse(_path(module).read_text(), filename=str(_path(module)))
     names: list[str] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.extend(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
-            if node.level:  # relative: from . import x / from .x import y
-                base = "handlers" + (f".{base}" if base else "")
+            if node.level:  # relative: from . import x / from .x import y (within this module's package)
+                package = ["handlers", *module.split(".")[:-1]][: max(1, len(module.split(".")) + 1 - node.level)]
+                base = ".".join([*package, *([base] if base else [])])
             names.append(base)
             names.extend(f"{base}.{alias.name}" for alias in node.names)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             names.append(node.value)
-    found = {name.split(".")[1] for name in names if name.startswith("handlers.") and name.count(".") >= 1}
-    return {m for m in found if (HANDLERS / f"{m}.py").exists()} - {module}
+    found: set[str] = set()
+    for name in names:
+        parts = name.split(".")
+        if parts[0] != "handlers":
+            continue
+        # the longest prefix that is a module file: handlers.delivery.channel.SlackChannel → delivery.channel
+        for end in range(len(parts), 1, -1):
+            if _path(".".join(parts[1:end])).exists():
+                found.add(".".join(parts[1:end]))
+                break
+    return found - {module}
 
 
 def import_graph() -> dict[str, set[str]]:
-    modules = sorted(p.stem for p in HANDLERS.glob("*.py") if p.stem != "__init__")
+    modules = sorted(".".join(p.relative_to(HANDLERS).with_suffix("").parts) for p in HANDLERS.rglob("*.py")
+                     if p.stem != "__init__")
     return {m: handlers_imported_by(m) for m in modules}
+
+
+def test_delivery_imports_no_listener():
+    graph = import_graph()
+    delivery = [m for m in graph if m.startswith("delivery.")]
+    assert "delivery.channel" in delivery and "delivery.sessions" in graph["delivery.channel"]  # the parser sees them
+    listeners = {m for m in graph if "." not in m and (HANDLERS / f"{m}.py").read_text().count("def register(")}
+    assert "answers" in listeners
+    for module in delivery:
+        assert graph[module].isdisjoint(listeners), (module, graph[module] & listeners)
 
 
 def test_governance_imports_neither_app_home_nor_the_command():

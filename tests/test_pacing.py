@@ -1,11 +1,11 @@
-"""Pacing Slack calls (handlers/pacing.py): bursts go at once, then one per interval, per key."""
+"""Pacing Slack calls (handlers/delivery/pacing.py): bursts go at once, then one per interval, per key."""
 
 from __future__ import annotations
 
 import pytest
 
 from bot.ports import RetryLater
-from handlers.pacing import Pacer
+from handlers.delivery.pacing import Pacer
 
 
 class Clock:

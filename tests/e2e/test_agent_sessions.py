@@ -17,7 +17,7 @@ from blocks.cards import NO_LONGER_NEEDED
 from bot.approval import always, never
 from bot.models.scripted import ScriptedModel, call, say
 from bot.tools import ToolContext, tool
-from handlers.status import STATUS_DELAY_S
+from handlers.delivery.status import STATUS_DELAY_S
 from localslack.seed import ALICE, BOT_USER_ID, GENERAL
 from tests.e2e.redis_monitor import monitored
 from tests.e2e.test_approval_flow import RUNS, button, mention_and_wait_for_card, refund_charge, refund_script

@@ -19,7 +19,7 @@ import pytest
 from blocks.answers import FEEDBACK_ACTION
 from bot.models.openai import OpenAIChatModel
 from bot.models.scripted import ScriptedModel, call, say
-from handlers.status import STATUS_DELAY_S
+from handlers.delivery.status import STATUS_DELAY_S
 from localslack.seed import ALICE, BOB, BOT_USER_ID, GENERAL, TEAM_ID
 from store.audit import AuditLog
 from tests.e2e.test_approval_flow import RUNS, button, card_in, refund_charge, refund_script

@@ -19,7 +19,7 @@ from blocks.actions import request_id_of_block
 from bot.models.scripted import ScriptedModel, say
 from bot.protocol import InputRequested, InputResolved, MessageCompleted
 from bot.session import SessionRef, new_request_id
-from handlers.channel import PostInFlight, SlackChannel
+from handlers.delivery.channel import PostInFlight, SlackChannel
 from localslack.seed import ALICE, BOT_USER_ID, GENERAL
 from store.audit import AuditLog
 from store.sessions import OUTBOX, SessionStore

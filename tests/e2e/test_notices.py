@@ -14,7 +14,7 @@ from bot.approval import Approval, always
 from bot.governance import approvers
 from bot.models.scripted import ScriptedModel, call, say
 from bot.tools import ToolContext, tool
-from handlers.pacing import Pacer
+from handlers.delivery.pacing import Pacer
 from localslack.seed import ALICE, BOB, CAROL, DAVE, GENERAL, TEAM_ID
 from tests.e2e.test_approval_flow import button, card_in, mention_and_wait_for_card
 from tests.e2e.test_governance import audit_entries, governance

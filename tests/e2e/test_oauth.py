@@ -9,7 +9,7 @@ import aiohttp
 from slack_sdk.oauth.installation_store.models.installation import Installation
 
 from bot.models.scripted import ScriptedModel, say
-from handlers.oauth import authorize_url
+from handlers.routes.oauth import authorize_url
 from localslack.seed import ALICE, BOT_TOKEN, BOT_USER_ID, GENERAL, TEAM_ID
 from localslack.server import DEFAULT_CLIENT_ID, DEFAULT_CLIENT_SECRET
 from store.installations import RedisInstallationStore

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from bot.approval import Denied, Policy
 from bot.models.scripted import ScriptedModel, call, say
 from bot.tools import tool
-from handlers.status import STATUS_DELAY_S
+from handlers.delivery.status import STATUS_DELAY_S
 from localslack.seed import ALICE, BOT_USER_ID, GENERAL
 from tests.e2e.test_approval_flow import button, mention_and_wait_for_card, refund_charge
 

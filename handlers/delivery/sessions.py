@@ -1,12 +1,12 @@
 """Each turn's thread as a Slack agent session (``agents.sessions.setStatus``, issue 28 item 1).
 
-The status follows the session's committed events, set by the outbox consumer (``handlers.channel``), so
+The status follows the session's committed events, set by the outbox consumer (``handlers.delivery.channel``), so
 any replica sets it and a replica that dies mid-turn leaves it to the next delivery of the same events:
 ``processing`` while the agent works (titled with the thread's first request), ``suspended`` while the
 turn waits on a person (the title says on whom), ``active`` when it answered or failed, ``closed`` when it
 was stopped.
 
-Like the status line (``handlers.status``), a status that would last less than the status delay is not
+Like the status line (``handlers.delivery.status``), a status that would last less than the status delay is not
 shown: issue 28 allows one session call in a quick approve cycle (card, update, reply: four in all).
 ``processing`` comes only once a step is still running after the delay (Slack's stop button with it);
 ``suspended`` at once only when the session showed the agent working, else once the card has waited the
@@ -17,7 +17,7 @@ the request's title back.
 
 Where Slack refuses the methods for the app (a workspace that does not know them, an app not declared as
 an agent, a token without the scope) the workspace is remembered and never asked again by this process:
-the thread keeps today's status line (``handlers.status``), and the refusal is logged once, at info.
+the thread keeps today's status line (``handlers.delivery.status``), and the refusal is logged once, at info.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from slack_sdk.errors import SlackApiError
 from bot.ports import RetryLater
 from bot.protocol import InputRequest
 from bot.session import SessionRef
+from handlers.delivery.status import STATUS_DELAY_S
 from handlers.deps import ClientFor
-from handlers.status import STATUS_DELAY_S
 from store.sessions import SessionStore
 
 log = logging.getLogger(__name__)

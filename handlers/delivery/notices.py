@@ -52,8 +52,8 @@ from bot.protocol import (
     RequestRecord,
 )
 from bot.session import SessionRef
-from handlers.channel import ClientFor, settled_card, slack_failure
-from handlers.pacing import SlackPacing
+from handlers.delivery.channel import ClientFor, settled_card, slack_failure
+from handlers.delivery.pacing import SlackPacing
 from store.sessions import SessionStore
 
 log = logging.getLogger(__name__)

@@ -43,9 +43,9 @@ from blocks.tasks import markdown_chunk
 from bot.principals import Principal
 from bot.protocol import MessageCompleted
 from bot.session import SessionRef
+from handlers.delivery.pacing import Pacer, PacingMode, pacer
+from handlers.delivery.tasks import Taken, TaskStreams
 from handlers.deps import ClientFor
-from handlers.pacing import Pacer, PacingMode, pacer
-from handlers.tasks import Taken, TaskStreams
 from store.sessions import SessionStore
 
 log = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ class LiveAnswers:
         pacing: StreamPacing | None = None,
         tasks: TaskStreams | None = None,
     ):
-        self.tasks = tasks  # the turn's tool calls as tasks (handlers.tasks): a step's text joins their stream
+        self.tasks = tasks  # the turn's tool calls as tasks (handlers.delivery.tasks): a step's text joins their stream
         self.on_stream = on_stream  # a stream is starting: the answer itself now shows that work goes on
         self.pacing = pacing or StreamPacing()
         self.posts = posts or Pacer(interval_s=1.0, burst=4)  # the fallback's post: SlackPacing.posts
@@ -290,7 +290,7 @@ class LiveAnswers:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(asyncio.shield(live.task), FINISH_WAIT_S)
         raw = await self.store.channel_get(sid, name)
-        # this answer ends the turn's task stream, if one is open (handlers.tasks)
+        # this answer ends the turn's task stream, if one is open (handlers.delivery.tasks)
         taken = await self.tasks.take(session, event) if self.tasks is not None else None
         if raw and raw.startswith(DONE):  # this step's answer was shown already
             # the same event again (a repeat delivery) shows nothing; a later step reusing the number (a

@@ -8,10 +8,10 @@ says "approved by @bob" or makes it ``error`` ("cancelled: reason", "expired…"
 raised; the policy refused it: "refused: reason").
 
 Calls are kept low: a stream that would last under the status delay is not started (like the session status,
-``handlers.sessions``). A quick cycle (card, click, answer within the delay) starts none: its answer is posted
+``handlers.delivery.sessions``). A quick cycle (card, click, answer within the delay) starts none: its answer is posted
 whole, as before, and it costs no Slack call more. A turn whose call is still waiting or running after the delay
 gets its stream then (one ``startStream`` with its tasks); changes are batched (one ``appendStream`` a second at
-most) and the last of them ride in the ``stopStream`` that ends the answer (``handlers.streams``). A step's answer
+most) and the last of them ride in the ``stopStream`` that ends the answer (``handlers.delivery.streams``). A step's answer
 text that streams while the turn's task stream is open goes into it (the same message).
 
 Each step's answer ends the stream; calls that a later step makes start another (below that answer). The tasks
@@ -60,9 +60,9 @@ from bot.protocol import (
     TurnStarted,
 )
 from bot.session import SessionRef
+from handlers.delivery.pacing import Pacer
+from handlers.delivery.status import STATUS_DELAY_S
 from handlers.deps import ClientFor
-from handlers.pacing import Pacer
-from handlers.status import STATUS_DELAY_S
 from store.sessions import SessionStore
 
 log = logging.getLogger(__name__)

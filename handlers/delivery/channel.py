@@ -42,13 +42,20 @@ from bot.protocol import (
     TurnFailed,
 )
 from bot.session import SessionRef
+from handlers.delivery.notes import tell_privately
+from handlers.delivery.pacing import SlackPacing
+from handlers.delivery.sessions import (
+    TITLE_FIELD,
+    AgentSessions,
+    SessionStatus,
+    title_of,
+    waiting_on,
+    waiting_title,
+)
+from handlers.delivery.status import StatusLines
+from handlers.delivery.streams import LiveAnswers, StreamPacing
+from handlers.delivery.tasks import TaskStreams
 from handlers.deps import ClientFor
-from handlers.notes import tell_privately
-from handlers.pacing import SlackPacing
-from handlers.sessions import TITLE_FIELD, AgentSessions, SessionStatus, title_of, waiting_on, waiting_title
-from handlers.status import StatusLines
-from handlers.streams import LiveAnswers, StreamPacing
-from handlers.tasks import TaskStreams
 from store.sessions import SessionStore
 
 log = logging.getLogger(__name__)

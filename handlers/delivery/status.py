@@ -25,7 +25,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.ports import RetryLater
 from bot.session import SessionRef
-from handlers.pacing import SlackPacing
+from handlers.delivery.pacing import SlackPacing
 from store.sessions import SessionStore
 
 log = logging.getLogger(__name__)
