@@ -38,7 +38,7 @@ from bot.config import ConfigError, Settings
 from bot.metrics import AppMetrics, MeteredModel, StoreGauges
 from bot.models.base import ChatModel
 from bot.observed import ObservedChannel
-from bot.ports import Channel, FanoutChannel
+from bot.ports import Channel
 from bot.result_tokens import token_key
 from bot.roles import NoModel, Wakeups, WebRuntime
 from bot.tools import Tool, ToolRegistry
@@ -418,8 +418,8 @@ def _wire_governance(deps: SlackDeps, redis: RedisHandle, client_for: Any, regis
                      workspaces: Any = None) -> None:
     """App Home, /approvers, approver lists and the audit log, when that part is installed."""
     try:
+        from handlers.delivery.home import HomeRefresh
         from handlers.governance import Governance
-        from handlers.home import HomeRefresh
     except ImportError:
         return
     deps.governance = Governance.create(deps, redis.client, client_for, registry, workspaces)
@@ -428,8 +428,9 @@ def _wire_governance(deps: SlackDeps, redis: RedisHandle, client_for: Any, regis
         from localslack.seed import BOB, TEAM_ID
 
         deps.runtime.spawn(deps.governance.seed_demo(TEAM_ID, BOB), what="seed the demo approver list")
-    # open App Homes follow requests as they appear and settle
-    deps.runtime.channel = FanoutChannel(deps.runtime.channel, HomeRefresh(deps.governance))
+    # open App Homes follow requests as they appear and settle: a consumer with its own cursor, so a refresh
+    # that fails is retried alone and never makes Slack delivery repeat
+    deps.runtime.add_consumer("home", HomeRefresh(deps.governance))
 
 
 async def _apply_schedules_file(path: str, schedules: ScheduleStore, clock: float) -> None:

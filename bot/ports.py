@@ -91,24 +91,3 @@ class NullChannel:
 
     async def deliver(self, event: Event, session: SessionRef) -> None:
         return None
-
-
-class FanoutChannel:
-    """Several frontends at once, in order (e.g. Slack and the audit log).
-
-    Every channel sees every event even when an earlier one fails; the first failure is raised
-    afterwards, so the runtime still offers an undelivered request again.
-    """
-
-    def __init__(self, *channels: Channel):
-        self.channels = list(channels)
-
-    async def deliver(self, event: Event, session: SessionRef) -> None:
-        failure: Exception | None = None
-        for channel in self.channels:
-            try:
-                await channel.deliver(event, session)
-            except Exception as exc:  # noqa: BLE001 - re-raised below, after the others ran
-                failure = failure or exc
-        if failure is not None:
-            raise failure

@@ -37,8 +37,8 @@ from blocks.approvers import (
 )
 from blocks.home import ApproverListView, without_lists_text
 from bot.principals import Principal
+from handlers.delivery.home import republish
 from handlers.governance import ADMIN_CHECK_FAILED, PEOPLE_CHECK_SECONDS, Governance
-from handlers.home import republish
 from handlers.identity import command_principal, interaction_principal
 from store.policies import PolicyUpdateConflict
 

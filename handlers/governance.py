@@ -11,7 +11,8 @@ some tool's rule reads (``bot.governance.lists_read``) and the lists tools escal
 ``bot/app.py`` hands it to the runtime (``Parts.policies``), which passes it to every policy as
 ``ctx.policies``: nothing is set on a module. The Slack surfaces built on it, App Home (``handlers/home.py``) and ``/approvers``
 (``handlers/commands.py``), import this module, never the other way round: ``handlers.register``
-registers their listeners and ``bot/app.py`` adds the App Home refresher to the outbox.
+registers their listeners and ``bot/app.py`` adds the App Home refresher (``handlers.delivery.home``) as an
+outbox consumer.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The engine's events, recorded in the workspace's audit log (a ``bot.ports.Channel``).
 
-``bot/app.py`` puts :class:`AuditChannel` beside the Slack channel (``FanoutChannel``), so every
+``bot/app.py`` adds :class:`AuditChannel` as an outbox consumer of its own (``audit``), so every
 governance-relevant event of a Slack session becomes one hash-chained entry in
 ``hitl:{ws:<team>}:audit`` (see :mod:`store.audit`). Kinds written here:
 

@@ -20,6 +20,7 @@ from bot.models.scripted import ScriptedModel, say
 from bot.protocol import InputRequested, InputResolved, MessageCompleted
 from bot.session import SessionRef, new_request_id
 from handlers.delivery.channel import PostInFlight, SlackChannel
+from handlers.delivery.home import HomeRefresh
 from localslack.seed import ALICE, BOT_USER_ID, GENERAL
 from store.audit import AuditLog
 from store.sessions import OUTBOX, SessionStore
@@ -293,3 +294,29 @@ async def test_a_rate_limited_card_waits_as_slack_asked_and_holds_up_no_one_else
              any(b.get("type") == "actions" for b in m.blocks or [])]
     assert [m.ts for m in cards] == [card.ts]  # posted once
     assert card_in(local_slack, second_ts) is not None
+
+
+async def test_a_failing_app_home_refresh_never_makes_slack_delivery_repeat(local_slack, start_app, monkeypatch):
+    # App Home refresh down for good (every card it should follow fails): Slack delivery is a consumer of its
+    # own, so the card is posted once, the answer goes on, and only the refresh is offered its event again
+    refreshes: list[str] = []
+
+    async def refresh_down(self, event, session):  # noqa: ANN001 - the Channel protocol
+        if isinstance(event, InputRequested):
+            refreshes.append(event.type)
+            raise RuntimeError("App Home refresh is down")
+
+    monkeypatch.setattr(HomeRefresh, "deliver", refresh_down)
+    RUNS.clear()
+    await start_app(refund_script(), [refund_charge], recovery_interval=0.2)  # the sweep retries what failed
+    ts, card = await mention_and_wait_for_card(local_slack)
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
+    await local_slack.wait_for(lambda: len(refreshes) >= 3)  # the refresh alone is offered its event again
+    [request_id] = {request_id_of_block(b.get("block_id")) for b in card.blocks} - {None}
+    card_posts = [c for c in local_slack.calls_to("chat.postMessage")
+                  if request_id in json.dumps(c.params.get("blocks") or "")]
+    assert len(card_posts) == 1, card_posts
+    replies = [c for c in local_slack.calls_to("chat.postMessage") if "Result:" in str(c.params.get("text"))]
+    assert len(replies) == 1 and RUNS == [{"charge": "ch_1", "principal": "slack:T0LOCAL:U0ALICE"}]
+    assert "Approved" in str(local_slack.message(GENERAL, card.ts).blocks)
