@@ -41,7 +41,8 @@ from bot.observed import ObservedChannel
 from bot.ports import Channel
 from bot.result_tokens import token_key
 from bot.roles import NoModel, Wakeups, WebRuntime
-from bot.tools import Tool, ToolRegistry
+from bot.tool_registry import ToolRegistry
+from bot.tools import Tool
 from bot.turns import Runtime, RuntimeSettings
 from handlers.delivery.channel import SlackChannel
 from handlers.delivery.notices import ApproverNotices

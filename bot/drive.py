@@ -49,7 +49,7 @@ from bot.protocol import (
 from bot.session import SessionRef, new_request_id
 from bot.settle import Settler
 from bot.state import CallResult, CallState, SessionState, StepState, TurnState
-from bot.tools import ToolRegistry
+from bot.tool_registry import ToolRegistry
 
 log = logging.getLogger(__name__)
 

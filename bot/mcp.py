@@ -60,7 +60,8 @@ from bot.approval import RequestPolicy, check_policy_name, policy_named
 from bot.forms import FormSchemaError, model_from_schema
 from bot.schema_tools import SchemaTool
 from bot.tool_names import model_safe_name
-from bot.tools import AskParked, Tool, ToolContext, ToolRegistry
+from bot.tool_registry import ToolRegistry
+from bot.tools import AskParked, Tool, ToolContext
 
 log = logging.getLogger(__name__)
 

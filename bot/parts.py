@@ -20,7 +20,7 @@ from bot.ports import LiveText, Workspace
 from bot.principals import Principal
 from bot.protocol import Event, Grant, RequestRecord, Responders, SessionSnapshot, SettleResult
 from bot.session import SessionRef
-from bot.tools import ToolRegistry
+from bot.tool_registry import ToolRegistry
 
 RESPONSE_POLICY_TIMEOUT = 10.0
 REQUEST_POLICY_TIMEOUT = 30.0  # auto() asks a model and bounds itself at 30 s; a hung custom policy denies

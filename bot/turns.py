@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from bot import logs
-from bot.agents import SubAgentRelay
 from bot.approval import Decision
 from bot.drive import Driver, model_view
 from bot.execute import Executor
@@ -38,8 +37,9 @@ from bot.schedules import fire as fire_schedule
 from bot.session import SessionRef
 from bot.settle import AnswerResult, Settler
 from bot.state import SessionState
+from bot.subagent_relay import SubAgentRelay
 from bot.timers import Timers
-from bot.tools import ToolRegistry
+from bot.tool_registry import ToolRegistry
 
 __all__ = ["AnswerResult", "PostResult", "Runtime", "RuntimeSettings", "TurnStore", "model_view"]
 

@@ -29,7 +29,8 @@ from bot.approval import CUSTOM_RESPONSE_LABEL, Decision, Policy, requester_only
 from bot.governance import ApproverList, list_name, lists_read
 from bot.logs import content
 from bot.principals import APP_PRINCIPAL, Principal
-from bot.tools import Tool, ToolRegistry
+from bot.tool_registry import ToolRegistry
+from bot.tools import Tool
 from handlers.admins import AdminCheck, ClientFor
 from handlers.deps import SlackDeps
 from store.audit import AuditLog

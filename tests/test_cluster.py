@@ -27,7 +27,7 @@ from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
 from bot.protocol import InputResponse
 from bot.session import session_slot
-from bot.tools import ToolRegistry
+from bot.tool_registry import ToolRegistry
 from bot.turns import Runtime, RuntimeSettings
 from localslack.seed import ALICE as SLACK_ALICE
 from localslack.seed import GENERAL

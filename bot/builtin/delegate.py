@@ -1,6 +1,6 @@
 """``delegate``: hand a task to a named sub-agent and wait for its answer (``bot.agents``).
 
-Registered by ``ToolRegistry`` as soon as it holds a sub-agent; its description lists them. Like an
+Registered by ``bot.tool_registry.ToolRegistry`` as soon as it holds a sub-agent; its description lists them. Like an
 ``external=True`` tool its function never runs: the executor turns the call into a ``delegation``
 request, and the call's result is the sub-agent's final answer.
 """
@@ -8,14 +8,11 @@ request, and the call's result is the sub-agent's final answer.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
+from bot.agents import DELEGATE, SubAgent
 from bot.tools import Tool, ToolContext
-
-if TYPE_CHECKING:
-    from bot.agents import SubAgent
 
 LEAD = (
     "Hand a task to one of your sub-agents and wait for its answer. It works on its own, with its "
@@ -40,7 +37,7 @@ def describe(agents: Iterable[SubAgent]) -> str:
 
 def delegate_tool() -> Tool:
     """A fresh ``delegate`` for one registry (its description lists that registry's sub-agents)."""
-    made = Tool(_delegate, name="delegate", description=LEAD, prompt="{task}")
+    made = Tool(_delegate, name=DELEGATE, description=LEAD, prompt="{task}")
     made.delegates = True  # type: ignore[attr-defined] - what the executor makes a delegation request of
     return made
 

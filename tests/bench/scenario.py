@@ -21,7 +21,8 @@ from bot.models.scripted import ScriptedModel, call, say
 from bot.principals import slack_user
 from bot.protocol import Event, InputResponse
 from bot.session import SessionRef, slack_session_id
-from bot.tools import ToolContext, ToolRegistry, tool
+from bot.tool_registry import ToolRegistry
+from bot.tools import ToolContext, tool
 from bot.turns import AnswerResult, Runtime, RuntimeSettings
 from store.sessions import SessionStore
 

@@ -14,7 +14,8 @@ from bot.models.scripted import ScriptedModel
 from bot.principals import Principal, slack_user
 from bot.protocol import Event, InputResponse
 from bot.session import SessionRef
-from bot.tools import Tool, ToolContext, ToolRegistry
+from bot.tool_registry import ToolRegistry
+from bot.tools import Tool, ToolContext
 from bot.turns import AnswerResult, Runtime, RuntimeSettings
 from store.sessions import SessionStore
 

@@ -17,7 +17,7 @@ from bot.builtin import BUILTIN_TOOLS
 from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
 from bot.protocol import InputResponse
-from bot.tools import ToolRegistry
+from bot.tool_registry import ToolRegistry
 from bot.turns import Runtime, RuntimeSettings
 from store.sessions import SessionStore
 from tests.engine.harness import (

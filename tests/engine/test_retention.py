@@ -12,7 +12,7 @@ from bot.approval import always
 from bot.builtin import BUILTIN_TOOLS
 from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
-from bot.tools import ToolRegistry
+from bot.tool_registry import ToolRegistry
 from bot.turns import Runtime, RuntimeSettings
 from store.audit import AuditLog
 from store.audit_events import AuditChannel
