@@ -10,17 +10,18 @@ bounded number of times; then the turn fails visibly and the session takes new m
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import secrets
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from bot import logs
-from bot.agents import delegation_live, delegation_result, out_of_time
-from bot.execute import Executor, ToolUnavailable, denied_output
+from bot.agents import delegation_live
+from bot.call_outcomes import apply_resolutions, unreported_results
+from bot.execute import Executor, ToolUnavailable, make_record
+from bot.history import compact, model_view, user_message
 from bot.intake import Intake
+from bot.lease_keeper import LeaseKeeper
 from bot.models.base import ModelError, TextCallback
 from bot.outbox import DELIVER_UNHURRIED_S
 from bot.parts import Parts
@@ -28,7 +29,6 @@ from bot.ports import LiveText
 from bot.principals import Principal
 from bot.protocol import (
     CONTINUE,
-    Answer,
     CancelRequested,
     Event,
     InputRequest,
@@ -49,82 +49,11 @@ from bot.protocol import (
 from bot.session import SessionRef, new_request_id
 from bot.settle import Settler
 from bot.state import CallResult, CallState, SessionState, StepState, TurnState
-from bot.tool_registry import ToolRegistry
 
 log = logging.getLogger(__name__)
 
-IGNORED_MESSAGE = "Ignored because the user continued without responding."
-DENIED_MESSAGE = "Tool execution was denied."
 FAILED_RETRY_BASE_MS = 1_000
 FAILED_RETRY_MAX_MS = 60_000
-RENEW_RETRY_S = 0.1
-STOP_WAIT_S = 1.0
-# while a tool runs, the lease is renewed this often: each renewal reads the cancel key, so a stop asked
-# on another replica reaches the running tool within about this long (same process: at once)
-STOP_POLL_S = 1.0
-
-
-class LeaseKeeper:
-    """Renews a turn lease while work runs. Redis errors are retried until the lease would lapse; a
-    lost lease is remembered. Stopped by a flag, never by cancellation alone, with bounded waits.
-
-    Each renewal also reads the session's cancel key (same script): a requested cancel is passed to
-    ``told`` (the executor tells the turn's running tools). While ``busy()`` (a tool runs) it renews every
-    :data:`STOP_POLL_S`, else every third of the lease; work shorter than that never renews."""
-
-    def __init__(self, store: Any, session_id: str, token: str, lease_ms: int, *,
-                 told: Callable[[str], None] | None = None, busy: Callable[[], bool] | None = None):
-        self.store, self.session_id, self.token = store, session_id, token
-        self.interval = max(lease_ms / 3000, 0.05)
-        self.lease_s = lease_ms / 1000
-        self.lost = False
-        self._told = told
-        self._busy = busy or (lambda: False)
-        self._stop = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
-
-    async def stop(self) -> None:
-        self._stop.set()
-        task = self._task
-        if task is None:
-            return
-        done, _ = await asyncio.wait({task}, timeout=STOP_WAIT_S)
-        if not done:
-            task.cancel()
-            await asyncio.wait({task}, timeout=STOP_WAIT_S)
-
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        renewed_at = loop.time()
-        while not self._stop.is_set():
-            try:
-                await asyncio.wait_for(self._stop.wait(), min(self.interval, STOP_POLL_S))
-                return
-            except TimeoutError:
-                pass
-            if loop.time() - renewed_at < self.interval and not self._busy():
-                continue  # (a wake-up without Redis: only to notice a tool started)
-            while not self._stop.is_set():
-                try:
-                    ok, cancel = await asyncio.wait_for(self.store.renew_lease(self.session_id, self.token),
-                                                        self.interval)
-                except Exception as exc:  # noqa: BLE001 - a blip: retry until the lease would lapse
-                    if loop.time() - renewed_at > self.lease_s:
-                        log.warning("could not renew the lease of %s (%r); it lapsed", self.session_id, exc)
-                        self.lost = True
-                        return
-                    await asyncio.sleep(RENEW_RETRY_S)
-                    continue
-                if not ok:
-                    self.lost = True
-                    return
-                renewed_at = loop.time()
-                if cancel is not None and self._told is not None:
-                    self._told(cancel)
-                break
 
 
 @dataclass
@@ -300,7 +229,7 @@ class Driver:
         if turn.step is not None:
             return await self._resume_step(p, state, snap.grants, owner_message)
         for message in [m for m in inbox if _same(m, turn.owner)]:
-            state.history.append(_user_message(message))
+            state.history.append(user_message(message))
             p.taking.append(message)  # steering: it leaves the queue with the next checkpoint
         if turn.steps >= turn.step_budget or turn.tokens >= turn.token_budget:
             await self._park_on_limit(p, state)
@@ -325,7 +254,7 @@ class Driver:
         system_prompt = agent.instructions if agent is not None else self.p.settings.system_prompt
         if not state.history and system_prompt:
             state.history.append({"role": "system", "content": system_prompt})
-        state.history.append(_user_message(message))
+        state.history.append(user_message(message))
         state.turn = TurnState(
             turn_id=f"turn_{secrets.token_hex(6)}",
             number=state.turns,
@@ -394,14 +323,14 @@ class Driver:
             open_ids = [rid for rid, r in records.items() if r.status == "open"]
         if open_ids:
             return False  # still waiting on people
-        _apply_resolutions(step, records, self.p.tools)
+        apply_resolutions(step, records, self.p.tools)
         step.request_ids = []
         self.exec.ensure_tools(state)  # a replica without a ready call's tool leaves the step to one that has it
         started = self.exec.started_events(p.session_id, state)
         if started:  # nothing starts once a cancel is asked: this checkpoint is refused then
             await self._commit(p, state, started, unless_cancelled=turn.turn_id, no_hurry=True)
         await self.exec.run_ready(p.session_id, p.token, state)
-        results = _unreported_results(p.session_id, turn)
+        results = unreported_results(p.session_id, turn)
         new_requests = self.exec.requests_for(state)
         await asyncio.gather(self.exec.describe_responders(state, new_requests),
                              self.exec.preview_requests(state, new_requests))  # both bounded, side by side
@@ -425,8 +354,6 @@ class Driver:
         return True
 
     async def _park_on_limit(self, p: _Pass, state: SessionState) -> None:
-        from bot.execute import make_record
-
         turn = state.turn
         assert turn is not None
         req = InputRequest(
@@ -476,7 +403,7 @@ class Driver:
             if call.status != "done" or call.result is None:
                 call.status, call.result = "done", CallResult(status="rejected", output={"code": code, "message": message})
             state.history.append({"role": "tool", "tool_call_id": call.call_id, "content": call.result.content()})
-        return _unreported_results(p.session_id, turn)
+        return unreported_results(p.session_id, turn)
 
     async def _end_orphaned(self, p: _Pass, state: SessionState) -> None:
         """A sub-agent's turn whose delegation ended: nothing more of it runs. Its open requests end "no
@@ -535,45 +462,6 @@ class Driver:
 # --- helpers -------------------------------------------------------------------------------------
 
 
-def _apply_resolutions(step: StepState, records: dict[str, RequestRecord], tools: ToolRegistry) -> None:
-    for call in step.calls:
-        if call.status == "awaiting" and call.request_id in records:
-            record = records[call.request_id]
-            call.request_id = None
-            if record.request.kind == "delegation" and record.outcome == "answered" and record.response:
-                call.status, call.result = "done", delegation_result(record.response.values)  # the sub-agent's answer
-            elif record.request.kind == "external-result" and record.outcome == "answered" and record.response:
-                # run elsewhere: what the person (or their system) sent is the call's result
-                call.status, call.principal = "done", record.responder or call.principal
-                call.result = CallResult(status="completed", output=record.response.values)
-            elif record.outcome == "approved":
-                call.status = "ready"
-                call.principal = record.responder or call.principal
-                edited = record.response.edited_input if record.response else None
-                if edited is not None:  # "Edit & approve": it runs with what the approver submitted
-                    call.edited_from, call.arguments = call.arguments, json.dumps(edited)
-                    call.edited_by = record.responder
-            else:
-                call.status = "done"
-                tool = tools.get(call.tool_name)
-                call.result = CallResult(status="rejected",
-                                         output=_rejection(record, tool.denied_message if tool else None))
-        elif call.status == "asking" and call.ask_request_id in records:
-            record = records[call.ask_request_id]
-            call.ask_request_id = None
-            if record.outcome == "answered" and record.response is not None:
-                call.asks.append(Answer(status="answered", option_id=record.response.option_id,
-                                        text=record.response.text, values=record.response.values,
-                                        responder=record.responder))
-                call.status = "ready"
-            elif record.outcome in ("ignored", "expired"):  # the tool goes on without an answer
-                call.asks.append(Answer(status="interrupted" if record.outcome == "ignored" else "expired"))
-                call.status = "ready"
-            else:
-                call.status = "done"
-                call.result = CallResult(status="rejected", output={"status": "cancelled"})
-
-
 # What the thread says when the model fails: a channel may be shared with another company, so no URL,
 # status body or exception name; the details go to the log (#29 item 4).
 MODEL_UNREACHABLE = "I couldn't reach the AI model just now — try again in a minute; details are in the bot's logs."
@@ -609,67 +497,8 @@ def _live_text(live: LiveText | None, state: SessionState, step: int) -> TextCal
     return on_text
 
 
-def _unreported_results(session_id: str, turn: TurnState) -> list[Event]:
-    """An ``action.result`` for every call of the step that ended and was not reported yet."""
-    from bot.protocol import ActionResult
-
-    assert turn.step is not None
-    events: list[Event] = []
-    for c in turn.step.calls:
-        if c.status == "done" and c.result is not None and not c.reported:
-            c.reported = True
-            events.append(ActionResult(session_id=session_id, turn_id=turn.turn_id, call_id=c.call_id,
-                                       tool_name=c.tool_name, status=c.result.status, output=c.result.output,
-                                       error=c.result.error))
-    return events
-
-
-def _rejection(record: RequestRecord, denied_message: str | None = None) -> dict[str, Any]:
-    if record.outcome == "ignored":
-        return denied_output(IGNORED_MESSAGE, status="ignored", request_id=record.request_id)
-    if record.outcome == "cancelled":
-        return denied_output("The turn was cancelled.", status="cancelled", request_id=record.request_id)
-    if record.outcome == "expired" and record.request.kind == "delegation":
-        return denied_output(out_of_time(record.request.agent), status="expired", request_id=record.request_id)
-    if record.outcome == "expired":
-        return denied_output("Nobody answered in time.", status="expired", request_id=record.request_id)
-    output = denied_output(denied_message or DENIED_MESSAGE, status="denied", request_id=record.request_id)
-    if record.note:
-        who = record.responder.principal_id if record.responder else "the person who cancelled"
-        output["note"] = f'{who} wrote: "{record.note}"'
-    return output
-
-
-def model_view(history: list[dict[str, Any]], window: int) -> list[dict[str, Any]]:
-    """What the model is shown: system messages, then the newest ``window`` messages, starting at a
-    user message so no tool result is cut from the call that asked for it. The stored history keeps
-    everything."""
-    if window <= 0 or len(history) <= window:
-        return history
-    system = [m for m in history if m.get("role") == "system"]
-    rest = [m for m in history if m.get("role") != "system"]
-    tail = rest[-window:]
-    start = next((i for i, m in enumerate(tail) if m.get("role") == "user"), None)
-    if start is None:  # one very long turn: keep it whole rather than break a call from its results
-        start = max((i for i, m in enumerate(rest) if m.get("role") == "user"), default=0)
-        return system + rest[start:]
-    return system + tail[start:]
-
-
-def compact(history: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
-    """Bound a long session's stored history (a DM is one endless session): keep the system messages
-    and the newest ``limit`` messages, cut at a user message so calls keep their results."""
-    if limit <= 0 or len(history) <= limit:
-        return history
-    return model_view(history, limit)
-
-
 def _same(message: dict[str, Any], owner: Principal | None) -> bool:
     if owner is None:
         return True
     raw = message.get("principal")
     return raw is not None and owner.same_as(Principal.model_validate(raw))
-
-
-def _user_message(message: dict[str, Any]) -> dict[str, Any]:
-    return {"role": "user", "content": message["text"]}

@@ -21,8 +21,9 @@ from typing import Any, Literal
 
 from bot import logs
 from bot.approval import Decision
-from bot.drive import Driver, model_view
+from bot.drive import Driver
 from bot.execute import Executor
+from bot.history import model_view
 from bot.intake import Intake
 from bot.metrics import ANSWERS, SETTLE
 from bot.models.base import ChatModel

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from bot.approval import Approval, allowed, always, once, rejected
-from bot.drive import LeaseKeeper
+from bot.lease_keeper import LeaseKeeper
 from bot.models.scripted import ScriptedModel, call, calls
 from bot.models.scripted import say as model_say
 from bot.principals import slack_user

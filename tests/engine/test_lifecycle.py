@@ -10,7 +10,7 @@ import pytest
 import redis.asyncio as redis_asyncio
 
 from bot.approval import Denied, always
-from bot.drive import IGNORED_MESSAGE
+from bot.call_outcomes import IGNORED_MESSAGE
 from bot.models.scripted import ScriptedModel, call, calls
 from bot.models.scripted import say as model_say
 from bot.protocol import InputResponse

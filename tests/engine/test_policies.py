@@ -20,7 +20,7 @@ from bot.approval import (
     never,
     once,
 )
-from bot.drive import DENIED_MESSAGE
+from bot.call_outcomes import DENIED_MESSAGE
 from bot.models.scripted import ScriptedModel, call, calls
 from bot.models.scripted import say as model_say
 from bot.tools import ToolContext, tool

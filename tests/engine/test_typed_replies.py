@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from bot.approval import always
-from bot.drive import DENIED_MESSAGE
+from bot.call_outcomes import DENIED_MESSAGE
 from bot.inputs import first_open_input, match_text
 from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
