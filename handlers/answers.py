@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -118,14 +119,9 @@ async def _on_action(deps: SlackDeps, ack: Any, body: dict[str, Any], action: di
     raw_value = action.get("value") if action.get("type") == "button" else (action.get("selected_option") or {}).get("value")
     response = _clicked(record, decoded.control, raw_value, principal).model_copy(
         update={"reply_to": where_clicked(body)})
-    task = deps.runtime.spawn(
-        deps.runtime.answer(response, resume=False, record=record), what=f"answer {record.request_id}"
-    )
     # the ack budget counts from the click's arrival, the read above included
-    await asyncio.wait({task}, timeout=max(ACK_BUDGET_SECONDS - (time.monotonic() - started), 0.1))
-    await ack()
-    deps.runtime.spawn(_finish(deps, client, body, principal.slack_user_id, task),
-                       what=f"after answer {record.request_id}")
+    await settle_ack_spawn(deps, ack, client, body, response, record, what="answer",
+                           budget_s=max(ACK_BUDGET_SECONDS - (time.monotonic() - started), 0.1))
 
 
 async def _send_token(deps: SlackDeps, client: Any, body: dict[str, Any], principal: Principal,
@@ -337,22 +333,42 @@ async def _submit(deps: SlackDeps, ack: Any, body: dict[str, Any], view: dict[st
             await ack(response_action="errors", errors={error_block: not_found_text()})
             return
     response = InputResponse(principal=principal, **response_fields(record.request_id))
-    task = deps.runtime.spawn(
-        deps.runtime.answer(response, resume=False, record=record), what=f"modal answer {record.request_id}"
-    )
-    done, _ = await asyncio.wait({task}, timeout=ACK_BUDGET_SECONDS)
-    if done:
-        result = task.result()
-        if result.state in ("rejected", "failed", "forbidden"):
-            await ack(response_action="errors", errors={error_block: refused_text(result.reason)})
-            return
-        if result.state in ("stale", "invalid"):
-            reason = result.reason if result.state == "invalid" and result.reason else _settled_text(result.record)
-            await ack(response_action="errors", errors={error_block: reason})
-            return
+    await settle_ack_spawn(deps, ack, client, body, response, record, what="modal answer",
+                           budget_s=ACK_BUDGET_SECONDS, refusal=lambda result: _modal_refusal(result, error_block))
+
+
+def _modal_refusal(result: AnswerResult, error_block: str) -> dict[str, str] | None:
+    """The modal's inline error for an answer that did not count (None: it counted, or is pending)."""
+    if result.state in ("rejected", "failed", "forbidden"):
+        return {error_block: refused_text(result.reason)}
+    if result.state in ("stale", "invalid"):
+        return {error_block: result.reason if result.state == "invalid" and result.reason
+                else _settled_text(result.record)}
+    return None
+
+
+async def settle_ack_spawn(
+    deps: SlackDeps, ack: Any, client: Any, body: dict[str, Any], response: InputResponse, record: RequestRecord,
+    *, what: str, budget_s: float, refusal: Callable[[AnswerResult], dict[str, str] | None] | None = None,
+) -> None:
+    """Settle, ack, then spawn: the order every answer from Slack follows (DESIGN §10).
+
+    The answer is settled in Redis first, waited for at most ``budget_s`` (the response policy may be
+    slow; the settle goes on in the background either way), so a click acknowledged is a click recorded.
+    With ``refusal`` (a modal), a refusal known in time is the ack itself: the modal shows it under its
+    input, and is not told again after the ack. Then the ack, then what needs Slack or the turn (notes
+    to the clicker, resuming the turn) in a tracked background task.
+    """
+    rid = record.request_id
+    task = deps.runtime.spawn(deps.runtime.answer(response, resume=False, record=record), what=f"{what} {rid}")
+    done, _ = await asyncio.wait({task}, timeout=budget_s)
+    if done and refusal is not None and (errors := refusal(task.result())):
+        await ack(response_action="errors", errors=errors)
+        return
     await ack()
-    deps.runtime.spawn(_finish(deps, client, body, principal.slack_user_id, task, quiet_refusals=bool(done)),
-                       what=f"after modal answer {record.request_id}")
+    quiet = bool(done) and refusal is not None  # the modal already showed any refusal inline
+    deps.runtime.spawn(_finish(deps, client, body, response.principal.slack_user_id, task, quiet_refusals=quiet),
+                       what=f"after {what} {rid}")
 
 
 async def _after_answer(
