@@ -179,10 +179,7 @@ class Driver:
         return not parked_now and await self._all_settled(turn)
 
     async def _all_settled(self, turn: TurnState) -> bool:
-        ids = list(turn.step.request_ids if turn.step else [])
-        if turn.limit_request_id:
-            ids.append(turn.limit_request_id)
-        return all(r.status != "open" for r in await self.p.store.get_requests(ids))
+        return all(r.status != "open" for r in await self.p.store.get_requests(turn.open_request_ids()))
 
     async def _drive_locked(self, p: _Pass) -> None:
         while True:
@@ -415,10 +412,7 @@ class Driver:
     async def _close_open_requests(self, turn: TurnState, outcome: str) -> None:
         """End the turn's requests still open (its step's and a session-limit prompt) as ``outcome``: their
         cards are updated and a late click settles nothing."""
-        open_ids = list(turn.step.request_ids if turn.step else [])
-        if turn.limit_request_id:
-            open_ids.append(turn.limit_request_id)
-        for record in await self.p.store.get_requests(open_ids):
+        for record in await self.p.store.get_requests(turn.open_request_ids()):
             if record.status == "open":
                 await self.settler.resolve_unanswered(record, outcome)
 

@@ -76,10 +76,7 @@ class Intake:
         if state is None or state.turn is None:
             return None
         turn = state.turn
-        ids = list(turn.step.request_ids if turn.step else [])
-        if turn.limit_request_id:
-            ids.append(turn.limit_request_id)
-        records = [r for r in await self.p.store.get_requests(ids) if r.status == "open"]
+        records = [r for r in await self.p.store.get_requests(turn.open_request_ids()) if r.status == "open"]
         first = first_open_input([r.request for r in records])
         if first is None:
             return None

@@ -78,6 +78,14 @@ class TurnState(BaseModel):
     started_at: datetime = Field(default_factory=utcnow)
     automated: bool = False  # started by the app (a schedule), on behalf of ``owner``
 
+    def open_request_ids(self) -> list[str]:
+        """The requests the turn waits on: its parked step's, then a session-limit prompt's. Some may have
+        settled since they were asked (read their records for the status)."""
+        ids = list(self.step.request_ids if self.step else [])
+        if self.limit_request_id:
+            ids.append(self.limit_request_id)
+        return ids
+
 
 class SessionState(BaseModel):
     ref: SessionRef

@@ -221,10 +221,7 @@ class Runtime:
         await self.store.request_cancel(session_id, turn.turn_id)
         # a tool of this turn running in this process is told now; on another replica, by its lease renewal
         self.executor.stop_running(session_id, turn.turn_id)
-        open_ids = list(turn.step.request_ids if turn.step else [])
-        if turn.limit_request_id:
-            open_ids.append(turn.limit_request_id)
-        for record in await self.store.get_requests(open_ids):
+        for record in await self.store.get_requests(turn.open_request_ids()):
             await self.settler.resolve_unanswered(record, "cancelled")
         if resume:
             await self.drive(session_id)
