@@ -67,6 +67,12 @@ CLAIM_IN_FLIGHT_S = 12.0
 NOTE_FRESH_S = 60.0  # a private note this late would only confuse: it is dropped
 
 
+def card_field(request_id: str) -> str:
+    """The session's frontend-data field that says where a request's card is (``{"channel", "ts"}``): written
+    when the card is posted, read to update it, to copy it into approvers' DMs and to link it from App Home."""
+    return f"card:{request_id}"
+
+
 class PostInFlight(RetryLater):
     """Another worker claimed this post moments ago: look again when its post would have ended, rather
     than post it twice (a wait, not a failure)."""
@@ -259,7 +265,7 @@ class SlackChannel:
         # one card per message, so updating one card never touches another
         for req in event.requests:
             for message in render_requests([req]):
-                await self._post_once(session, f"card:{req.request_id}", message, request_id=req.request_id)
+                await self._post_once(session, card_field(req.request_id), message, request_id=req.request_id)
 
     async def _post_once(
         self, session: SessionRef, field: str, message: dict[str, Any], *, request_id: str | None = None
@@ -322,7 +328,7 @@ class SlackChannel:
         return None
 
     async def _card(self, session: SessionRef, request_id: str) -> dict[str, Any] | None:
-        field = f"card:{request_id}"
+        field = card_field(request_id)
         raw = await self.store.channel_get(session.session_id, field)
         if not raw:
             return None

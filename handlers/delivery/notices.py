@@ -52,7 +52,7 @@ from bot.protocol import (
     RequestRecord,
 )
 from bot.session import SessionRef
-from handlers.delivery.channel import ClientFor, settled_card, slack_failure
+from handlers.delivery.channel import ClientFor, card_field, settled_card, slack_failure
 from handlers.delivery.pacing import SlackPacing
 from store.sessions import SessionStore
 
@@ -150,7 +150,7 @@ class ApproverNotices:
         req = record.request
         # as long as the tool said to wait before reminding (the event's own time may be a sweep later)
         waited = ((req.remind_at or event.at) - req.created_at).total_seconds()
-        card = await self.store.channel_get(session.session_id, f"card:{req.request_id}")
+        card = await self.store.channel_get(session.session_id, card_field(req.request_id))
         link = await self._permalink(session, json.loads(card)) if card and card.startswith("{") else None
         await self._post_once(session, f"remind:{req.request_id}", session.channel["channel_id"],
                               reminder_message(req, now_waiting_s=waited),

@@ -19,7 +19,7 @@ from blocks.actions import request_id_of_block
 from bot.models.scripted import ScriptedModel, say
 from bot.protocol import InputRequested, InputResolved, MessageCompleted
 from bot.session import SessionRef, new_request_id
-from handlers.delivery.channel import PostInFlight, SlackChannel
+from handlers.delivery.channel import PostInFlight, SlackChannel, card_field
 from handlers.delivery.home import HomeRefresh
 from localslack.seed import ALICE, BOT_USER_ID, GENERAL
 from store.audit import AuditLog
@@ -103,7 +103,7 @@ async def test_a_card_whose_deliverer_died_before_its_pass_ended_is_found_not_po
     sid = f"slack:T0LOCAL:{GENERAL}:{ts}"
     [request_id] = [r.request_id for r in await bot.store.pending_for_team("T0LOCAL")]
     # a finished pass left where its card is in Redis, and lets go of what it had read
-    where = await bot.store.redis.hget(bot.store.key(sid, "chan"), f"card:{request_id}")
+    where = await bot.store.redis.hget(bot.store.key(sid, "chan"), card_field(request_id))
     assert json.loads(where)["ts"] == first.ts
     await bot.store.redis.hset(bot.store.key(sid, "chan"), "elsewhere", "changed after the pass")
     assert await bot.store.channel_get(sid, "elsewhere") == "changed after the pass"
@@ -117,7 +117,7 @@ async def test_a_card_whose_deliverer_died_before_its_pass_ended_is_found_not_po
     await SlackChannel(dying, lambda team: _client(bot)).deliver(event, ref)
     assert len(_cards_of(local_slack, ts, req.request_id)) == 1
     # where the card is was to be written with the pass's end: Redis holds only the claim
-    assert (await bot.store.redis.hget(bot.store.key(sid, "chan"), f"card:{req.request_id}")).startswith(b"claimed")
+    assert (await bot.store.redis.hget(bot.store.key(sid, "chan"), card_field(req.request_id))).startswith(b"claimed")
     await asyncio.sleep(0.3)  # its deliverer lock lapses
 
     # the next deliverer (another process: its own store) delivers the event again
@@ -126,7 +126,7 @@ async def test_a_card_whose_deliverer_died_before_its_pass_ended_is_found_not_po
     await SlackChannel(successor, lambda team: _client(bot)).deliver(event, ref)
     await successor.outbox_end(sid, "next-token", {}, [], claim=0, again_in_ms=None)
     assert len(_cards_of(local_slack, ts, req.request_id)) == 1  # found in the thread, not posted again
-    recorded = await bot.store.redis.hget(bot.store.key(sid, "chan"), f"card:{req.request_id}")
+    recorded = await bot.store.redis.hget(bot.store.key(sid, "chan"), card_field(req.request_id))
     assert json.loads(recorded)["ts"] == _cards_of(local_slack, ts, req.request_id)[0].ts
 
 
@@ -145,7 +145,7 @@ async def test_26_a_card_claimed_in_a_dead_pass_memory_is_found_not_posted_again
     assert await dying.outbox_begin(sid, ["frontend"], "dying-token") is not None
     await SlackChannel(dying, lambda team: _client(bot)).deliver(event, ref)
     assert len(_cards_of(local_slack, ts, req.request_id)) == 1
-    assert await bot.store.redis.hget(bot.store.key(sid, "chan"), f"card:{req.request_id}") is None  # nothing in Redis
+    assert await bot.store.redis.hget(bot.store.key(sid, "chan"), card_field(req.request_id)) is None  # nothing in Redis
     await bot.store.redis.set(bot.store.key(sid, "outlock"), "dying-token|1")  # time passes: its lock runs out
 
     successor = SessionStore(bot.store.redis)
@@ -158,7 +158,7 @@ async def test_26_a_card_claimed_in_a_dead_pass_memory_is_found_not_posted_again
     assert await successor.outbox_begin(sid, ["frontend"], "careful-again") is not None
     assert successor.pass_is_careful(sid)
     await successor.outbox_end(sid, "careful-again", {}, [], claim=0, again_in_ms=None)
-    recorded = await bot.store.redis.hget(bot.store.key(sid, "chan"), f"card:{req.request_id}")
+    recorded = await bot.store.redis.hget(bot.store.key(sid, "chan"), card_field(req.request_id))
     assert json.loads(recorded)["ts"] == card.ts
     # and the next pass is not careful: its predecessor ended its pass
     assert await successor.outbox_begin(sid, ["frontend"], "third-token") is not None
