@@ -275,9 +275,9 @@ def _redis_source(settings: Settings, handle: RedisHandle) -> str:
 
 async def data_report(client: object, *, retention_days: float) -> list[str]:
     """How much the bot keeps, and how old its oldest data is (retention: BOT_RETENTION_DAYS)."""
-    from store.sessions import SessionStore
+    from store.turns import RedisTurns
 
-    store = SessionStore(client)  # type: ignore[arg-type]
+    store = RedisTurns(client)  # type: ignore[arg-type]
     counts = await store.key_counts()
     lines = [", ".join(f"{n} {kind}" for kind, n in counts.items()) or "no keys yet",
              f"retention: {retention_days:g} days after the last write (settled requests, finished sessions)"]
@@ -308,12 +308,12 @@ async def memory_hints(client: object) -> list[str]:
 
 async def _pending(settings: Settings, team: str | None) -> int:
     from store.client import open_redis
-    from store.sessions import SessionStore
+    from store.turns import RedisTurns
 
     handle = await open_redis(settings.redis_url, cluster=settings.redis_cluster,
                               data_dir=Path(settings.data_dir) / "redis", join=True)
     try:
-        store = SessionStore(handle.client)
+        store = RedisTurns(handle.client)
         teams = [team] if team else await store.teams_with_pending()
         records = [r for t in teams for r in await store.pending_for_team(t)]
         if not records:

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from store.client import RedisClient
-from store.sessions import DEFAULT_RETENTION_SECONDS
+from store.session_keys import DEFAULT_RETENTION_SECONDS
 
 PREFIX = "hitl:assistant"
 

@@ -29,7 +29,7 @@ Values in the URL's query string win over these defaults (``?max_connections=128
 Retried writes. When a connection fails after a command was sent and before its reply was read, the
 whole command (or pipeline) is sent again, so a write may reach the server twice. The engine's writes
 that would change meaning when repeated (commit, settle, tool start, message record, inbox take) are
-``replay_safe`` scripts (store/sessions.py): a resent copy gets the first answer back and applies
+``replay_safe`` scripts (store/turn_scripts.py): a resent copy gets the first answer back and applies
 nothing (tests/test_store_replay.py loses a reply on purpose). The rest are idempotent on replay
 (SET/HSET/ZADD/ZREM/DEL/PEXPIRE, token-checked lease renew/release and outbox unlock) or only delay
 work when repeated (a lease or post claim's SET NX answers "taken", which lapses with its TTL); failure

@@ -1,7 +1,7 @@
 """The gauges of ``/metrics`` read from Redis at scrape time (``bot.metrics.StoreGauges`` caches them).
 
 Nothing on the hot path writes anything for them: they are sizes of indexes that already exist
-(``store.sessions``). A read costs, at most every ``bot.metrics.GAUGE_CACHE_S`` per replica:
+(store/session_keys.py). A read costs, at most every ``bot.metrics.GAUGE_CACHE_S`` per replica:
 
 - every ``WORKSPACES_TTL_S``, one SCAN pass for the workspaces' pending indexes (``hitl:{ws:*}:pending``;
   O(keyspace) on the server, so it is kept rare; a workspace new since then shows at the next pass);
@@ -23,7 +23,7 @@ from typing import Any
 from redis.asyncio import Redis, RedisCluster
 
 from bot.metrics import StoreCounts
-from store.sessions import ACTIVE, OUTBOX, TIMERS, SessionStore
+from store.session_keys import ACTIVE, OUTBOX, TIMERS, SessionRedis
 
 WORKSPACES_TTL_S = 300.0
 READ_LIMIT = 1000
@@ -85,7 +85,7 @@ class GaugeReader:
             return by_kind, turns
         pipe = self.redis.pipeline(transaction=False)
         for rid in ids:
-            pipe.hmget(SessionStore.request_key(rid), "status", "session_id", "turn_id", "request")
+            pipe.hmget(SessionRedis.request_key(rid), "status", "session_id", "turn_id", "request")
         for status, session_id, turn_id, request in await pipe.execute():
             if request is None or status not in (None, b"open"):
                 continue  # settled (or gone) since the index saw it

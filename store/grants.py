@@ -6,7 +6,7 @@ the same write, made once the settle counted (lost in a crash before it: not in 
 A conversation grant is in force while its approval key is in its session's ``P:grants`` set (which
 the turn loop reads with the rest of the session) and the session has not ended; the settle script writes
 it together with its record ``P:granted`` (what is listed), so both have the session's one lifetime
-(``store.sessions``: a session whose end has passed is gone, whether or not it is retired yet). Since that
+(``store.turns``: a session whose end has passed is gone, whether or not it is retired yet). Since that
 slot is not the workspace's, the workspace keeps an index of them, written *before* the settle: an
 entry whose settle never came, or whose grant has lapsed or was revoked, is never shown — the listing
 is derived from the grants themselves and trimmed as it is read.
@@ -122,7 +122,7 @@ def _parsed(raw: bytes | None) -> Grant | None:
 
 
 def session_ended(raw_end: bytes | str | None) -> bool:
-    """Whether a session's end (``P:end``, epoch ms, as ``store.sessions`` writes it) has passed: the session
+    """Whether a session's end (``P:end``, epoch ms, as ``store.turns`` writes it) has passed: the session
     is then gone (the conversation over, its grants lapsed), retired or not yet."""
     return raw_end is not None and int(raw_end) <= time.time() * 1000
 

@@ -6,7 +6,7 @@
   hitl:configured-schedules           set of workspaces holding schedules from BOT_SCHEDULES
 
 A tick's timer is written with its schedule and replaced by the next one when it fires; the recovery
-sweep of any replica claims it (``store.sessions``'s timer claim: one claimer at a time). Moving a
+sweep of any replica claims it (``store.turns``'s timer claim: one claimer at a time). Moving a
 schedule on is a compare-and-set on its stored JSON (``advance``), so an edit made while a tick was
 held is never overwritten, and the held tick's next timer (put in first) finds it is not current.
 """

@@ -3,7 +3,7 @@
   hitl:wake   list of wake-ups, pushed on the left, taken from the right (oldest first)
 
 A wake-up only says "look at this session now": the sorted sets ``hitl:active`` and ``hitl:outbox``
-(``store.sessions``) stay the source of truth of what is due, and every record or settle already put its
+(``store.turns``) stay the source of truth of what is due, and every record or settle already put its
 session there in its own round trip. So a wake-up that is lost (a web process dies before it pushes, a
 worker after it took one) only delays the work until a worker's sweep; it never loses it. One worker
 takes each wake-up (a list, not pub/sub: N workers do not all race for the same lease).

@@ -1,4 +1,4 @@
-"""A write whose reply is lost is resent by the client; it must still apply once (store.sessions.replay_safe).
+"""A write whose reply is lost is resent by the client; it must still apply once (store.replay.replay_safe).
 
 A proxy between the store and a real valkey-server forwards a command to the server, then throws the
 reply away and closes the client's connection, exactly once: the server applied the write, the client

@@ -35,7 +35,7 @@ from bot.protocol import InputRequest
 from bot.session import SessionRef
 from handlers.delivery.status import STATUS_DELAY_S
 from handlers.deps import ClientFor
-from store.sessions import SessionStore
+from store.outbox import RedisOutbox
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +86,9 @@ def waiting_title(requests: list[InputRequest], names: dict[str, str] | None = N
 
 
 class AgentSessions:
-    def __init__(self, store: SessionStore, client_for: ClientFor, delay_s: float = STATUS_DELAY_S):
+    def __init__(self, store: RedisOutbox, client_for: ClientFor, delay_s: float = STATUS_DELAY_S):
         self.store = store
+        self.ledger = store.posts  # where the session's posts are
         self.client_for = client_for
         self.delay_s = delay_s
         self._refused: set[str] = set()  # workspaces (team ids) where Slack refused the methods
@@ -101,7 +102,7 @@ class AgentSessions:
 
     async def current(self, session: SessionRef) -> str | None:
         """The status last set (kept beside the session: any replica reads it; a delivery pass has it)."""
-        return await self.store.channel_get(session.session_id, STATUS_FIELD)
+        return await self.ledger.channel_get(session.session_id, STATUS_FIELD)
 
     async def set(self, session: SessionRef, status: SessionStatus, title: str | None = None) -> bool:
         """Set the thread's session status (``title`` names a session created now; Slack ignores it for an
@@ -112,7 +113,7 @@ class AgentSessions:
                               status=status, title=title or None)
         if ok:  # with the pass's closing round trip (at once outside a pass): a kill -9 before it makes the
             # next deliverer tell Slack the same status again, which changes nothing there
-            await self.store.channel_set(session.session_id, STATUS_FIELD, status, in_pass=True)
+            await self.ledger.channel_set(session.session_id, STATUS_FIELD, status, in_pass=True)
         return ok
 
     def waits_on(self, session: SessionRef, request_ids: list[str]) -> None:

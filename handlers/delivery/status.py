@@ -26,7 +26,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.ports import RetryLater
 from bot.session import SessionRef
 from handlers.delivery.pacing import SlackPacing
-from store.sessions import SessionStore
+from store.post_ledger import PostLedger
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +47,9 @@ STATUS_REFUSED_EVERYWHERE = {"missing_scope", "unknown_method", "not_allowed_tok
 
 
 class StatusLines:
-    def __init__(self, store: SessionStore, client_for: ClientFor, pacing: SlackPacing,
+    def __init__(self, ledger: PostLedger, client_for: ClientFor, pacing: SlackPacing,
                  delay_s: float = STATUS_DELAY_S, on_slow: Callable[[SessionRef], Awaitable[None]] | None = None):
-        self.store = store
+        self.ledger = ledger
         self.on_slow = on_slow  # told first when a step turns out slow (the agent session's processing)
         self.client_for = client_for
         self.pacing = pacing
@@ -84,10 +84,10 @@ class StatusLines:
             with contextlib.suppress(Exception, TimeoutError):
                 await asyncio.wait_for(asyncio.shield(task), POSTING_GRACE_S)
         self._forget_waiting(sid)
-        existing = await self.store.channel_get(sid, "status")
+        existing = await self.ledger.channel_get(sid, "status")
         if not existing:
             return
-        await self.store.channel_delete(sid, "status")
+        await self.ledger.channel_delete(sid, "status")
         status = json.loads(existing)
         client = await self.client_for(session.team_id)
         try:
@@ -153,7 +153,7 @@ class StatusLines:
 
     async def _show(self, session: SessionRef, text: str) -> None:
         client = await self.client_for(session.team_id)
-        existing = await self.store.channel_get(session.session_id, "status")
+        existing = await self.ledger.channel_get(session.session_id, "status")
         if existing:
             status = json.loads(existing)
             try:
@@ -166,6 +166,6 @@ class StatusLines:
         resp = await client.chat_postMessage(
             channel=session.channel["channel_id"], thread_ts=session.channel.get("thread_ts") or None, text=text
         )
-        await self.store.channel_set(
+        await self.ledger.channel_set(
             session.session_id, "status", json.dumps({"channel": resp.get("channel"), "ts": resp["ts"]})
         )

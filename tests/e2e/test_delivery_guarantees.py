@@ -23,7 +23,8 @@ from handlers.delivery.channel import PostInFlight, SlackChannel, card_field
 from handlers.delivery.home import HomeRefresh
 from localslack.seed import ALICE, BOT_USER_ID, GENERAL
 from store.audit import AuditLog
-from store.sessions import OUTBOX, SessionStore
+from store.session_keys import OUTBOX
+from store.sessions import SessionStore
 from tests.e2e.test_approval_flow import (
     RUNS,
     button,
@@ -88,7 +89,7 @@ async def test_a_reply_whose_answer_was_lost_is_found_not_posted_again(local_sla
     sid = f"slack:T0LOCAL:{GENERAL}:{ts}"
     [(field, _)] = [(f, v) for f, v in (await bot.store.redis.hgetall(bot.store.key(sid, "chan"))).items()
                     if f.startswith(b"post:")]
-    await bot.store.channel_set(sid, field.decode(), "claimed:1")  # posted long ago; the worker died before recording it
+    await bot.store.posts.channel_set(sid, field.decode(), "claimed:1")  # posted long ago; the worker died before recording it
     ref = SessionRef(session_id=sid, team_id="T0LOCAL", channel={"channel_id": GENERAL, "thread_ts": ts})
     seq = int(field.decode().split(":")[1])
     await SlackChannel(bot.store, lambda team: _client(bot)).deliver(
@@ -106,7 +107,7 @@ async def test_a_card_whose_deliverer_died_before_its_pass_ended_is_found_not_po
     where = await bot.store.redis.hget(bot.store.key(sid, "chan"), card_field(request_id))
     assert json.loads(where)["ts"] == first.ts
     await bot.store.redis.hset(bot.store.key(sid, "chan"), "elsewhere", "changed after the pass")
-    assert await bot.store.channel_get(sid, "elsewhere") == "changed after the pass"
+    assert await bot.store.posts.channel_get(sid, "elsewhere") == "changed after the pass"
 
     # a deliverer posts a card in its pass and dies before the pass ends (nothing after the post runs)
     req = (await bot.store.get_request(request_id)).request.model_copy(update={"request_id": new_request_id(sid)})
@@ -150,19 +151,19 @@ async def test_26_a_card_claimed_in_a_dead_pass_memory_is_found_not_posted_again
 
     successor = SessionStore(bot.store.redis)
     assert await successor.outbox_begin(sid, ["frontend"], "next-token") is not None
-    assert successor.pass_is_careful(sid)
+    assert successor.posts.pass_is_careful(sid)
     await SlackChannel(successor, lambda team: _client(bot)).deliver(event, ref)
     await successor.outbox_end(sid, "next-token", {}, [], claim=0, again_in_ms=0)  # it left work behind
     [card] = _cards_of(local_slack, ts, req.request_id)  # found in the thread, not posted again
     # so the next pass is careful too: the events it did not reach may have been posted by the dead one
     assert await successor.outbox_begin(sid, ["frontend"], "careful-again") is not None
-    assert successor.pass_is_careful(sid)
+    assert successor.posts.pass_is_careful(sid)
     await successor.outbox_end(sid, "careful-again", {}, [], claim=0, again_in_ms=None)
     recorded = await bot.store.redis.hget(bot.store.key(sid, "chan"), card_field(req.request_id))
     assert json.loads(recorded)["ts"] == card.ts
     # and the next pass is not careful: its predecessor ended its pass
     assert await successor.outbox_begin(sid, ["frontend"], "third-token") is not None
-    assert not successor.pass_is_careful(sid)
+    assert not successor.posts.pass_is_careful(sid)
     await successor.outbox_end(sid, "third-token", {}, [], claim=0, again_in_ms=None)
 
 
@@ -173,10 +174,10 @@ async def test_26_a_post_whose_answer_was_lost_leaves_its_claim_with_the_pass_en
     sid = f"slack:T0LOCAL:{GENERAL}:{ts}"
     store = SessionStore(bot.store.redis)
     assert await store.outbox_begin(sid, ["frontend"], "token") is not None
-    assert await store.channel_claim(sid, "post:99:0", "claimed:5", in_pass=True)
-    assert not await store.channel_claim(sid, "post:99:0", "claimed:6", in_pass=True)  # once per pass
-    assert await store.channel_claim(sid, "post:98:0", "claimed:5", in_pass=True)
-    await store.channel_delete(sid, "post:98:0")  # Slack said no: nothing was posted, nothing kept
+    assert await store.posts.channel_claim(sid, "post:99:0", "claimed:5", in_pass=True)
+    assert not await store.posts.channel_claim(sid, "post:99:0", "claimed:6", in_pass=True)  # once per pass
+    assert await store.posts.channel_claim(sid, "post:98:0", "claimed:5", in_pass=True)
+    await store.posts.channel_delete(sid, "post:98:0")  # Slack said no: nothing was posted, nothing kept
     assert await bot.store.redis.hget(bot.store.key(sid, "chan"), "post:99:0") is None  # in memory so far
     # the post's answer never came (neither recorded nor given up): its claim is written at the pass's end
     await store.outbox_end(sid, "token", {}, [], claim=0, again_in_ms=None)

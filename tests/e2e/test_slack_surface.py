@@ -8,7 +8,7 @@ from urllib.parse import quote
 
 from bot.models.scripted import ScriptedModel, call, say
 from localslack.seed import ALICE, BOT_USER_ID, ERIN, GENERAL
-from store.sessions import OUTBOX
+from store.session_keys import OUTBOX
 from tests.e2e.test_approval_flow import (
     RUNS,
     button,

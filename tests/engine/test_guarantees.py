@@ -21,7 +21,7 @@ from bot.principals import slack_user
 from bot.protocol import InputResponse, LeaseLost, MessageTaken
 from bot.tools import Tool, ToolContext
 from bot.turns import RuntimeSettings
-from store.sessions import OUTBOX, RETIRE
+from store.session_keys import OUTBOX, RETIRE
 from tests.engine.harness import (
     ALICE,
     BOB,

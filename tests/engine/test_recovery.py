@@ -15,7 +15,7 @@ from bot.models.openai import OpenAIChatModel
 from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
 from bot.tools import Tool, ToolContext
-from store.sessions import OUTBOX
+from store.session_keys import OUTBOX
 from tests.engine.harness import (
     RecordingChannel,
     approve,

@@ -16,7 +16,8 @@ from bot.tool_registry import ToolRegistry
 from bot.turns import Runtime, RuntimeSettings
 from store.audit import AuditLog
 from store.audit_events import AuditChannel
-from store.sessions import RETIRE, SESSION_KEYS, SessionStore
+from store.session_keys import RETIRE, SESSION_KEYS
+from store.sessions import SessionStore
 from tests.engine.harness import (
     RecordingChannel,
     approve,
@@ -165,11 +166,11 @@ async def test_26_a_pass_records_its_posts_in_its_closing_script(redis):
     before = await _calls(redis, "eval", "exists", "pexpire")
     opened = await store.outbox_begin(sid, ["frontend"], "token")
     assert opened is not None
-    await store.channel_set(sid, "post:1", "1718000000.000100", in_pass=True)
+    await store.posts.channel_set(sid, "post:1", "1718000000.000100", in_pass=True)
     await store.outbox_end(sid, "token", {"frontend": "1-0"}, [], claim=opened.claim, again_in_ms=None)
     spent = {name: n - before[name] for name, n in (await _calls(redis, "eval", "exists", "pexpire")).items()}
 
-    assert await store.channel_get(sid, "post:1") == "1718000000.000100"
+    assert await store.posts.channel_get(sid, "post:1") == "1718000000.000100"
     assert await redis.pttl(store.key(sid, "chan")) == -1
     assert spent == {"eval": 0, "exists": 0, "pexpire": 0}, spent  # was an EVAL, 2 EXISTS and a PEXPIRE
 
@@ -179,14 +180,14 @@ async def test_26_a_claim_is_one_script_that_keeps_only_what_it_wrote(redis):
     winner is told, the loser sees the first claim; nothing gives the frontend data an end (its session's)."""
     store = SessionStore(redis, retention_s=RETENTION_S)  # type: ignore[arg-type]
     sid = session().session_id
-    await store.channel_claim(sid, "warm-up", "x")  # the script loaded: no NOSCRIPT resend counted
+    await store.posts.channel_claim(sid, "warm-up", "x")  # the script loaded: no NOSCRIPT resend counted
     before = await _calls(redis, "eval", "exists", "pexpire", "hget")
 
-    assert await store.channel_claim(sid, "post:7:0", "first") is True
-    assert await store.channel_claim(sid, "post:7:0", "second") is False
+    assert await store.posts.channel_claim(sid, "post:7:0", "first") is True
+    assert await store.posts.channel_claim(sid, "post:7:0", "second") is False
 
     spent = {name: n - before[name] for name, n in (await _calls(redis, "eval", "exists", "pexpire", "hget")).items()}
-    assert await store.channel_get(sid, "post:7:0") == "first"
+    assert await store.posts.channel_get(sid, "post:7:0") == "first"
     assert await redis.pttl(store.key(sid, "chan")) == -1
     assert spent == {"eval": 0, "exists": 0, "pexpire": 0, "hget": 1}, spent  # was 2 EVALs, 2 of each, 2 HGETs
 

@@ -387,7 +387,7 @@ async def test_stopping_a_sub_agent_never_holds_up_the_sweep_behind_busy_turns(r
     from bot.protocol import InputResponse as Response
     from bot.tools import Tool
     from bot.turns import RuntimeSettings
-    from store.sessions import OUTBOX
+    from store.session_keys import OUTBOX
 
     RAN.clear()
     entered, release = asyncio.Event(), asyncio.Event()

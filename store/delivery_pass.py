@@ -1,0 +1,36 @@
+"""What this process knows of a session while it delivers the session's events (one delivery pass).
+
+Between ``outbox_begin`` and ``outbox_end`` (store/outbox.py) the deliverer lock makes this process the only
+one posting for the session, so the pass reads where the session's posts are (store/post_ledger.py) from
+what it read at its start, kept current by its own writes, and keeps some writes for its closing round trip.
+The outbox opens and closes a pass's view; the post ledger reads and writes through it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from bot.protocol import RequestRecord
+from store.pipelined import Command
+
+CLAIM_MARGIN_S = 12.0  # a post is claimed in memory only while its pass's lock has this much life left
+
+@dataclass
+class PassView:
+    """A delivery pass's view of its session's frontend data (``chan``): what it read at its start, with its
+    own writes since; ``pending``: those to write at its end; ``tidy``: index clean-ups to send then too;
+    ``requests``: the request records its consumers read (``pass_request``), read once per pass.
+    ``claimed``: posts claimed in the pass's memory (``channel_claim(..., in_pass=True)``) and neither
+    recorded nor given up yet: written as claims with the pass's next save (a post whose answer was lost)."""
+
+    token: str
+    fields: dict[str, str]
+    careful: bool = False  # the last deliverer died mid-pass: look in the thread before posting
+    lock_fresh_until: float = 0.0  # monotonic: until then no other deliverer can take the session over
+    claimed: dict[str, str] = field(default_factory=dict)  # posts claimed in memory, not yet recorded
+    pending: dict[str, str] = field(default_factory=dict)
+    tidy: list[Command] = field(default_factory=list)
+    requests: dict[str, RequestRecord] = field(default_factory=dict)
+
+
+PassViews = dict[str, PassView]  # session id → its pass's view, while this process delivers it

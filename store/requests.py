@@ -1,0 +1,87 @@
+"""A parked request's record in Redis (``P:req:<rid>`` and its approvals ``P:req:<rid>:ok``): its fields
+and how they are read. The turns write records (store/turns.py); the turns and the delivery read them.
+"""
+
+from __future__ import annotations
+
+import json
+
+from bot.protocol import RequestRecord, UnknownRequest
+from store.session_keys import SessionRedis
+
+
+class RequestReads(SessionRedis):
+    """Reading stored request records with who approved so far."""
+
+    async def get_request(self, request_id: str) -> RequestRecord:
+        """The stored record with its approvers; UnknownRequest if there is none."""
+        key = self.request_key(request_id)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(key)
+        pipe.smembers(f"{key}:ok")
+        fields, oks = await pipe.execute()
+        if not fields:
+            raise UnknownRequest(request_id)
+        record = record_from_fields(fields)
+        record.approvals = sorted(o.decode() for o in oks)
+        return record
+
+    async def get_requests(self, request_ids: list[str]) -> list[RequestRecord]:
+        if not request_ids:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for rid in request_ids:
+            key = self.request_key(rid)
+            pipe.hgetall(key)
+            pipe.smembers(f"{key}:ok")
+        found = await pipe.execute()
+        records = []
+        for fields, oks in zip(found[::2], found[1::2], strict=True):
+            if fields:
+                record = record_from_fields(fields)
+                record.approvals = sorted(o.decode() for o in oks)
+                records.append(record)
+        return records
+
+
+def record_fields(record: RequestRecord) -> dict[str, str]:
+    return {
+        "request": record.request.model_dump_json(exclude_none=True),
+        "session_id": record.session_id,
+        "turn_id": record.turn_id,
+        "team_id": record.team_id or "",
+        "channel": json.dumps(record.channel, separators=(",", ":")),
+        "session_info": json.dumps(record.session_info, separators=(",", ":")),
+        "approval_key": record.approval_key or "",
+        "grant_on_approve": "1" if record.grant_on_approve else "0",
+        "status": record.status,
+        "batch": json.dumps(record.batch),
+    }
+
+
+def record_from_fields(fields: dict[bytes, bytes]) -> RequestRecord:
+    f = {k.decode(): v.decode() for k, v in fields.items()}
+    request = json.loads(f["request"])
+    if f.get("responders"):  # described again since it was made (an approver list changed)
+        request["responders"] = json.loads(f["responders"])
+    return RequestRecord.model_validate(
+        {
+            "request": request,
+            "session_id": f["session_id"],
+            "turn_id": f["turn_id"],
+            "team_id": f.get("team_id") or None,
+            "channel": json.loads(f.get("channel") or "{}"),
+            "session_info": json.loads(f.get("session_info") or "{}"),
+            "approval_key": f.get("approval_key") or None,
+            "grant_on_approve": f.get("grant_on_approve", "1") != "0",  # records from before it: once() only
+            "status": f.get("status", "open"),
+            "outcome": f.get("outcome") or None,
+            "response": json.loads(f["response"]) if f.get("response") else None,
+            "responder": json.loads(f["responder"]) if f.get("responder") else None,
+            "note": f.get("note") or None,
+            "settled_at": f.get("settled_at") or None,
+            "batch": json.loads(f.get("batch") or "[]"),
+            "undeliverable": f.get("undeliverable") or None,
+            "escalated_to": json.loads(f.get("escalated_to") or "[]"),
+        }
+    )

@@ -1,0 +1,204 @@
+"""The Lua scripts of a session's turns (store/turns.py): one atomic step each, in the session's hash slot.
+
+``RETIRE_FN`` is the retention rule's shared part (store/session_keys.py: ``SESSION_KEYS``, and the rule).
+"""
+
+from __future__ import annotations
+
+from store.session_keys import SESSION_KEYS
+
+RETIRE_FN = """
+local SK = {""" + ", ".join(f"['{name}'] = {i}" for i, name in enumerate(SESSION_KEYS)) + """}
+local function retire(base, now)
+  local raw = redis.call('GET', KEYS[base + SK['end']])
+  if not raw then return 0, 0 end
+  local ends = tonumber(raw) or 0
+  if ends > now then return 2, ends end
+  if redis.call('EXISTS', KEYS[base + SK.lease], KEYS[base + SK.open], KEYS[base + SK.inbox]) > 0 then return 3, 0 end
+  local lock = redis.call('GET', KEYS[base + SK.outlock])
+  if lock and tonumber(string.match(lock, '|(%d+)$') or now + 1) > now then return 3, 0 end  -- a pass under way
+  local all = {}
+  for _, i in pairs(SK) do all[#all + 1] = KEYS[base + i] end
+  redis.call('DEL', unpack(all))
+  return 1, 0
+end
+"""
+
+# The sweep's step (``retire_due``). KEYS: the session's keys; ARGV: now ms → {verdict, end}
+RETIRE = RETIRE_FN + """
+local verdict, ends = retire(1, tonumber(ARGV[1]))
+return {verdict, ends}
+"""
+
+# Commit a checkpoint: verify the lease, write state, create requests, append events.
+# Queued messages the new state takes in (``take``) leave the inbox in the same write, so a message is
+# always either queued or in the saved history, never in neither (-2: another worker took one first).
+# ``unless_cancelled`` (a turn id): write nothing if someone asked to cancel that turn (-3), so the
+# check and the checkpoint are one atomic step and cost no round trip of their own. ``release`` ('1'):
+# the lease goes with a checkpoint that was written (a drive's last), never with a refused one; opening no
+# request, it ends the turn and writes the session's end (ARGV ``ends``). Opening one takes the end away.
+# KEYS: lease, state, events, seq, out, open, end, the new requests…, cancel, inbox.
+COMMIT = """
+local token, state_json, n_events, n_requests = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local ref_json, ends = ARGV[#ARGV - 2], ARGV[#ARGV - 1]
+local take, unless_cancelled, release = cjson.decode(ARGV[#ARGV - 3]), ARGV[#ARGV - 4], ARGV[#ARGV - 5]
+if token ~= '' and redis.call('GET', KEYS[1]) ~= token then return -1 end
+if unless_cancelled ~= '' and redis.call('GET', KEYS[#KEYS - 1]) == unless_cancelled then return -3 end
+for _, raw in ipairs(take) do
+  if not redis.call('LPOS', KEYS[#KEYS], raw) then return -2 end
+end
+for _, raw in ipairs(take) do redis.call('LREM', KEYS[#KEYS], 1, raw) end
+for i = 1, n_requests do
+  local fields = cjson.decode(ARGV[4 + n_events + i])
+  local flat = {}
+  for k, v in pairs(fields) do table.insert(flat, k); table.insert(flat, v) end
+  redis.call('HSET', KEYS[7 + i], unpack(flat))
+  redis.call('SADD', KEYS[6], KEYS[7 + i])
+end
+if n_requests > 0 then redis.call('DEL', KEYS[7]) end  -- open requests: the session has no end
+if state_json ~= '' then redis.call('SET', KEYS[2], state_json) end
+if ref_json ~= '' then redis.call('HSET', KEYS[5], '_ref', ref_json) end
+local first = 0
+if n_events > 0 then first = redis.call('INCRBY', KEYS[4], n_events) - n_events + 1 end
+for i = 1, n_events do
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[#ARGV], '*', 's', first + i - 1, 'e', ARGV[4 + i])
+end
+if release == '1' then
+  redis.call('DEL', KEYS[1])
+  if n_requests == 0 then redis.call('SET', KEYS[7], ends) end  -- the turn ended: the session's end, once
+end
+return first
+"""
+
+# Settle one request. Modes: settle (the answer counts), reject (the policy refused this
+# responder), approve-n (counts once `required` distinct approvers agree). First writer wins. The settle
+# that completes its step's requests writes the session's end (ARGV ``ends``: nothing is open any more).
+# KEYS: request, its approvals, events, seq, grants, open, state, granted, end, the step's other requests…
+SETTLE = """
+local req, oks, events, seq, grants, open = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local mode, now, outcome, response, responder, responder_id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local required, grant_key, note, maxlen = tonumber(ARGV[7]), ARGV[8], ARGV[9], ARGV[10]
+local ev_settled, ev_partial, ev_rejected, ev_stale = ARGV[11], ARGV[12], ARGV[13], ARGV[14]
+local retention, ev_gone, grant_id, grant_json, ends = ARGV[15], ARGV[16], ARGV[17], ARGV[18], ARGV[19]
+local granted, session_end = KEYS[8], KEYS[9]
+local BATCH = 10  -- KEYS[7..9]: state, granted, end; then the step's other requests
+local function emit(list_json, approvals)
+  if list_json == '' then return 0 end
+  local first = 0
+  for _, ev in ipairs(cjson.decode(list_json)) do
+    if approvals then ev = string.gsub(ev, '"approvals":%-1', '"approvals":' .. approvals) end
+    local s = redis.call('INCR', seq)
+    if first == 0 then first = s end
+    redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', 's', s, 'e', ev)
+  end
+  return first
+end
+-- closed: the request's own end is set here, once; the step's last one writes the session's end
+local function close(status, closed_outcome)
+  redis.call('HSET', req, 'status', status, 'outcome', closed_outcome, 'response', response,
+             'responder', responder, 'settled_at', now, 'note', note)
+  redis.call('PEXPIRE', req, retention)
+  redis.call('PEXPIRE', oks, retention)
+  redis.call('SREM', open, req)
+  for i = BATCH, #KEYS do
+    if redis.call('HGET', KEYS[i], 'status') == 'open' then return 0 end
+  end
+  redis.call('SET', session_end, ends)
+  return 1
+end
+local status = redis.call('HGET', req, 'status')
+if not status then return {'missing', 0, 0, 0} end
+if status ~= 'open' then return {'stale', emit(ev_stale), 0, 0} end
+if redis.call('EXISTS', KEYS[7]) == 0 then  -- its turn is gone: nothing can resume, so nobody may approve it
+  response, responder, note = '', '', ''
+  local first = emit(ev_gone)
+  return {'gone', first, 0, close('settled', 'cancelled')}
+end
+if mode == 'reject' then return {'rejected', emit(ev_rejected), 0, 0} end
+local count = 0
+if required > 1 and outcome == 'approved' then
+  redis.call('SADD', oks, responder_id)
+  count = redis.call('SCARD', oks)
+  if count < required then return {'partial', emit(ev_partial, count), count, 0} end
+end
+if grant_key ~= '' and outcome == 'approved' then
+  -- the grant and what App Home lists of it: one write, one lifetime (the listing's own write comes first,
+  -- so a failed one leaves nothing settled and nothing granted)
+  redis.call('HSET', granted, grant_id, grant_json)
+  redis.call('SADD', grants, grant_key)
+end
+local first = emit(ev_settled, count)
+return {'settled', first, count, close('settled', outcome)}
+"""
+
+# Claim due timers: each due member is pushed one lease into the future and returned, atomically, so
+# two sweeping replicas never get the same one; the claimer removes it when it has fired (if it dies
+# first, the timer is due again a lease later, and firing is idempotent).
+# KEYS[1] timers; ARGV: now ms, limit, lease ms → {member, claim, …}
+TIMERS_CLAIM = """
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
+local out, claim = {}, tonumber(ARGV[1]) + tonumber(ARGV[3])
+for _, member in ipairs(due) do
+  redis.call('ZADD', KEYS[1], claim, member)
+  out[#out + 1] = member
+  out[#out + 1] = claim
+end
+return out
+"""
+
+# Mark an open request once (reminded, escalated) and append the event that says so; a request
+# answered meanwhile, or marked before, changes nothing. KEYS: request, events, seq;
+# ARGV: field, value, event json, max stream length → seq | 0
+MARK_ONCE = """
+if redis.call('HGET', KEYS[1], 'status') ~= 'open' then return 0 end
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
+local s = redis.call('INCR', KEYS[3])
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 's', s, 'e', ARGV[3])
+return s
+"""
+
+# A request's responders described again after an approver list changed (``change_responders``): only
+# while it is open, and only by a description made from a newer policy version than the stored one, so
+# two list edits in quick succession leave the later one's description. ARGV: responders json, version,
+# event json, events maxlen. KEYS: request, events, seq.
+CHANGE_RESPONDERS = """
+if redis.call('HGET', KEYS[1], 'status') ~= 'open' then return 0 end
+if tonumber(redis.call('HGET', KEYS[1], 'responders_v') or '-1') >= tonumber(ARGV[2]) then return 0 end
+redis.call('HSET', KEYS[1], 'responders', ARGV[1], 'responders_v', ARGV[2])
+local s = redis.call('INCR', KEYS[3])
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 's', s, 'e', ARGV[3])
+return s
+"""
+
+# Let a lease go, if it is still ours; with ARGV[2] (an end, epoch ms) the unit of work is over: a session
+# that has a state and no open request gets that end. KEYS: lease, open, state, end.
+RELEASE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+if ARGV[2] ~= '' and redis.call('EXISTS', KEYS[2]) == 0 and redis.call('EXISTS', KEYS[3]) == 1 then
+  redis.call('SET', KEYS[4], ARGV[2])
+end
+return 1
+"""
+
+# Take one queued message off the inbox (the taker then owns it).
+TAKE = """
+return redis.call('LREM', KEYS[1], 1, ARGV[1])
+"""
+
+# Start a tool call: only the lease holder may (fencing), and only once per marker.
+BEGIN = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, false} end
+if redis.call('SET', KEYS[2], 'started', 'NX', 'PX', ARGV[2]) then return {1, false} end
+return {0, redis.call('GET', KEYS[2])}
+"""
+
+# Record an incoming message durably, once: the dedupe mark and the queue entry are one write. A session
+# whose end has passed is retired first, so a thread used again starts afresh. KEYS: the mark, then the
+# session's keys; ARGV: message id, message, mark seconds, now ms.
+RECORD_MESSAGE = RETIRE_FN + """
+if ARGV[1] ~= '' and not redis.call('SET', KEYS[1], 1, 'NX', 'EX', ARGV[3]) then return 0 end
+retire(2, tonumber(ARGV[4]))
+redis.call('RPUSH', KEYS[2 + SK.inbox], ARGV[2])
+return 1
+"""

@@ -1,0 +1,576 @@
+"""A session's turns in Redis (DESIGN §7, §9, §12): state, the turn lease, events, parked requests and their
+settle, the inbox, execution markers, deadlines and retirement. Key names: store/session_keys.py; the
+scripts: store/turn_scripts.py; a request record's fields: store/requests.py.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from redis.asyncio import Redis
+
+from bot.principals import Principal
+from bot.protocol import (
+    EVENT_ADAPTER,
+    CancelRequested,
+    Event,
+    Grant,
+    InputResolved,
+    InputResponse,
+    LeaseLost,
+    MessageTaken,
+    RequestRecord,
+    Resolution,
+    Responders,
+    SessionSnapshot,
+    SettleResult,
+    UnknownRequest,
+    event_from_json,
+)
+from bot.session import SessionRef, session_slot
+from store import turn_scripts as lua
+from store.grants import GrantStore, session_ended
+from store.pipelined import Command, evalsha, pipelined
+from store.replay import replay_safe
+from store.requests import RequestReads, record_fields
+from store.session_keys import (
+    ACTIVE,
+    DEFAULT_RETENTION_SECONDS,
+    EVENTS_MAXLEN,
+    FORGET_IF_UNCHANGED,
+    MESSAGE_DEDUPE_SECONDS,
+    OUTBOX,
+    OUTBOX_GRACE_MS,
+    RETIRE,
+    SETTLED_LOOK_AGAIN_MS,
+    TIMERS,
+    now_ms,
+    prefix,
+    queue,
+)
+
+
+class RedisTurns(RequestReads):
+    """What the turn loop needs of Redis (bot.parts.TurnStore but the outbox). Methods are small and mostly
+    one round trip each."""
+
+    def __init__(self, redis: Redis, *, lease_ms: int = 30_000, retention_s: int = DEFAULT_RETENTION_SECONDS):
+        super().__init__(redis, lease_ms=lease_ms, retention_s=retention_s)
+        self.grants = GrantStore(redis, self.key)  # standing approvals, listed per workspace
+        self._commit = redis.register_script(replay_safe(lua.COMMIT))
+        self._settle = redis.register_script(replay_safe(lua.SETTLE))
+        self._begin = redis.register_script(replay_safe(lua.BEGIN))
+        self._record_message = redis.register_script(replay_safe(lua.RECORD_MESSAGE))
+        self._take = redis.register_script(replay_safe(lua.TAKE))
+        self._release = redis.register_script(lua.RELEASE)
+        self._retire = redis.register_script(lua.RETIRE)
+        self._timers_claim = redis.register_script(lua.TIMERS_CLAIM)
+        self._mark_once_script = redis.register_script(replay_safe(lua.MARK_ONCE))
+        self._change_responders_script = redis.register_script(replay_safe(lua.CHANGE_RESPONDERS))
+        self._forget_if_unchanged = redis.register_script(FORGET_IF_UNCHANGED)
+
+    # state and lease -------------------------------------------------------------------------
+
+    async def load(self, session_id: str) -> tuple[dict[str, Any] | None, set[str], str | None]:
+        """The session state (None if new), its granted once() keys and a requested cancel."""
+        snapshot = await self.snapshot(session_id)
+        return snapshot.state, snapshot.grants, snapshot.cancel
+
+    async def snapshot(self, session_id: str, *, known_state: dict[str, Any] | None = None) -> SessionSnapshot:
+        """Everything the turn loop reads before it moves a session forward, in one round trip.
+
+        ``known_state``: the state this lease holder committed last (nobody else can have written it
+        since), so it is not read again; nor is the failure count, read once per pass."""
+        pipe = self.redis.pipeline(transaction=False)
+        queue(pipe, self._snapshot_reads(session_id, known_state))
+        return self._snapshot_from(await pipe.execute(), known_state)
+
+    def _snapshot_reads(self, session_id: str, known_state: dict[str, Any] | None) -> list[Command]:
+        reads: list[Command] = [("get", (self.key(session_id, "state"),))] if known_state is None else []
+        reads += [("smembers", (self.key(session_id, "grants"),)), ("get", (self.key(session_id, "cancel"),)),
+                  ("lrange", (self.key(session_id, "inbox"), 0, -1))]
+        if known_state is None:
+            reads.append(("get", (self.key(session_id, "fails"),)))
+        return reads
+
+    @staticmethod
+    def _snapshot_from(replies: list[Any], known_state: dict[str, Any] | None) -> SessionSnapshot:
+        if known_state is not None:
+            grants, cancel, inbox = replies
+            return SessionSnapshot(state=known_state, grants={g.decode() for g in grants},
+                                   cancel=cancel.decode() if cancel else None,
+                                   inbox=[json.loads(m) for m in inbox])
+        raw, grants, cancel, inbox, fails = replies
+        return SessionSnapshot(
+            state=json.loads(raw) if raw else None,
+            grants={g.decode() for g in grants},
+            cancel=cancel.decode() if cancel else None,
+            inbox=[json.loads(m) for m in inbox],
+            failures=int(fails or 0),
+        )
+
+    async def state(self, session_id: str) -> dict[str, Any] | None:
+        """The saved session state alone (one command), for callers that need nothing else."""
+        raw = await self.redis.get(self.key(session_id, "state"))
+        return json.loads(raw) if raw else None
+
+    async def exists(self, session_id: str) -> bool:
+        """Whether the session is alive: it has a state and its end, if any, has not passed (an ended session
+        not yet retired is gone already)."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.exists(self.key(session_id, "state"))
+        pipe.get(self.key(session_id, "end"))
+        there, ends = await pipe.execute()
+        return bool(there) and not session_ended(ends)
+
+    async def cancel_requested(self, session_id: str) -> str | None:
+        """The turn id someone asked to cancel, if any."""
+        raw = await self.redis.get(self.key(session_id, "cancel"))
+        return raw.decode() if raw else None
+
+    async def request_cancel(self, session_id: str, turn_id: str) -> None:
+        await self.redis.set(self.key(session_id, "cancel"), turn_id)
+
+    async def acquire_lease(self, session_id: str) -> str | None:
+        token, _ = await self._acquire_lease(session_id, read=False)
+        return token
+
+    async def acquire_lease_and_read(self, session_id: str) -> tuple[str | None, SessionSnapshot | None]:
+        """Take the turn lease and read the session's snapshot (one round trip); (None, None) when another
+        worker holds the lease. Once the lease is ours nobody else commits, so the read is current."""
+        return await self._acquire_lease(session_id, read=True)
+
+    async def _acquire_lease(self, session_id: str, *, read: bool) -> tuple[str | None, SessionSnapshot | None]:
+        token = secrets.token_hex(8)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.set(self.key(session_id, "lease"), token, nx=True, px=self.lease_ms)
+        pipe.zadd(ACTIVE, {session_id: now_ms() + self.lease_ms})
+        if read:
+            queue(pipe, self._snapshot_reads(session_id, None))
+        got, _, *snapshot = await pipe.execute()
+        if not got:
+            return None, None
+        return token, self._snapshot_from(snapshot, None) if read else None
+
+    async def renew_lease(self, session_id: str, token: str) -> tuple[bool, str | None]:
+        """Extend the lease if still held; returns (held, the turn id someone asked to cancel), the cancel
+        read in the same script, so a replica running a tool learns of a stop without a round trip more."""
+        held, cancel = await self.redis.eval(
+            "local held = 0 "
+            "if redis.call('GET', KEYS[1]) == ARGV[1] then held = redis.call('PEXPIRE', KEYS[1], ARGV[2]) end "
+            "return {held, redis.call('GET', KEYS[2]) or ''}",
+            2,
+            self.key(session_id, "lease"),
+            self.key(session_id, "cancel"),
+            token,
+            self.lease_ms,
+        )
+        if held:
+            await self.redis.zadd(ACTIVE, {session_id: now_ms() + self.lease_ms})
+        return bool(held), (cancel.decode() if isinstance(cancel, bytes) else cancel) or None
+
+    async def release_lease(
+        self, session_id: str, token: str, *, still_active: bool, retry_after_ms: int = 0, read: bool = False
+    ) -> SessionSnapshot | None:
+        """Let the turn lease go; with ``read``, then read the snapshot in the same round trip (what arrived
+        while we held the lease, whose own attempt to drive found it taken). Not ``still_active``: the unit of
+        work is over, and a session with no open request gets its end (and a place on ``hitl:retire``)."""
+        ends = self._ends_at()
+        index: list[Command] = ([("zadd", (ACTIVE, {session_id: now_ms() + retry_after_ms}))] if still_active
+                                else [("zrem", (ACTIVE, session_id)), ("zadd", (RETIRE, {session_id: ends}))])
+        reads = self._snapshot_reads(session_id, None) if read else []
+        keys = [self.key(session_id, name) for name in ("lease", "open", "state", "end")]
+        _, *rest = await self._pipelined(self._release, keys, [token, "" if still_active else ends],
+                                         after=[*index, *reads])
+        return self._snapshot_from(rest[len(index):], None) if read else None
+
+    async def drive_failures(self, session_id: str, *, failed: bool) -> int:
+        """Count a session's unexpected drive failures in a row (reset on success); returns the count."""
+        key = self.key(session_id, "fails")
+        if not failed:
+            await self.redis.delete(key)
+            return 0
+        return int(await self.redis.incr(key))
+
+    async def mark_active(self, session_id: str, *, delay_ms: int = 0) -> None:
+        await self.redis.zadd(ACTIVE, {session_id: now_ms() + delay_ms})
+
+    async def due_sessions(self, *, limit: int = 100) -> list[str]:
+        """Sessions whose lease lapsed while a turn still needed work (a dead worker's turns)."""
+        raw = await self.redis.zrangebyscore(ACTIVE, 0, now_ms(), start=0, num=limit)
+        return [r.decode() for r in raw]
+
+    async def commit(
+        self, session_id: str, token: str | None, state: dict[str, Any] | None,
+        events: list[Event] = (), requests: list[RequestRecord] = (),  # type: ignore[assignment]
+        **options: Any,
+    ) -> list[Event]:
+        """Atomically checkpoint state, create requests and append events; returns events with seq. The
+        ``options`` (``ref``, ``take``, ``unless_cancelled``) are :meth:`commit_then_read`'s."""
+        committed, _ = await self.commit_then_read(session_id, token, state, events, requests, read=False, **options)
+        return committed
+
+    async def commit_then_read(
+        self,
+        session_id: str,
+        token: str | None,
+        state: dict[str, Any] | None,
+        events: list[Event] = (),  # type: ignore[assignment]
+        requests: list[RequestRecord] = (),  # type: ignore[assignment]
+        *,
+        ref: SessionRef | None = None,
+        take: list[dict[str, Any]] = (),  # type: ignore[assignment]
+        unless_cancelled: str | None = None,
+        read: bool = True,
+        release: bool = False,
+    ) -> tuple[list[Event], SessionSnapshot | None]:
+        """Atomically checkpoint state, create requests and append events; returns events with seq.
+
+        ``ref`` (the frontend's routing data) is kept beside the outbox cursor for the deliverer.
+        ``take``: queued messages this state has taken in; they leave the inbox in the same write.
+
+        With a token, fails with LeaseLost unless this worker still holds the turn lease; fails with
+        MessageTaken, writing nothing, if another worker took one of ``take`` first; with
+        ``unless_cancelled`` (a turn id), fails with CancelRequested, writing nothing, if someone asked
+        to cancel that turn.
+
+        ``read``: then read the session's snapshot in the same round trip, the committed ``state`` taken
+        as known (what the lease holder's next step starts from); else the snapshot is None.
+        ``release``: the drive ends with this checkpoint: the lease goes with it (only if it is written)
+        and, with ``read``, the snapshot is read after (what arrived while the lease was held), as
+        :meth:`release_lease` does.
+        """
+        keys = [
+            self.key(session_id, "lease"),
+            self.key(session_id, "state"),
+            self.key(session_id, "events"),
+            self.key(session_id, "seq"),
+            self.key(session_id, "out"),
+            self.key(session_id, "open"),
+            self.key(session_id, "end"),
+            *[self.request_key(r.request_id) for r in requests],
+            self.key(session_id, "cancel"),
+            self.key(session_id, "inbox"),
+        ]
+        ends = self._ends_at()  # written by the script only if this checkpoint ends the turn
+        args: list[Any] = [
+            token or "",
+            json.dumps(state, separators=(",", ":")) if state is not None else "",
+            len(events),
+            len(requests),
+            *[e.model_dump_json(exclude_none=True) for e in events],
+            *[json.dumps(record_fields(r), separators=(",", ":")) for r in requests],
+            "1" if release and token else "",
+            unless_cancelled or "",
+            json.dumps([json.dumps(m, separators=(",", ":")) for m in take]) if take else "[]",
+            ref.model_dump_json(exclude_none=True) if ref is not None else "",
+            ends,
+            EVENTS_MAXLEN,
+        ]
+        # the outbox entry travels in the same write as the commit, so committed events are never
+        # left without someone to deliver them (the committer normally delivers them at once)
+        extra: list[Command] = []
+        if events:
+            extra.append(("zadd", (OUTBOX, {session_id: now_ms() + OUTBOX_GRACE_MS})))
+        now = time.time()
+        for r in requests:
+            extra.append(("zadd", (self.pending_key(r.team_id), {r.request_id: now})))
+            for kind, due in (("expire", r.request.expires_at), ("remind", r.request.remind_at),
+                              ("escalate", r.request.escalate_at)):
+                if due is not None:
+                    extra.append(("zadd", (TIMERS, {f"{kind}:{r.request_id}": int(due.timestamp() * 1000)})))
+        if release:  # the lease is no longer ours: read everything, state too
+            extra.append(("zrem", (ACTIVE, session_id)))
+            if token and not requests:  # the turn ended: the script wrote the session's end
+                extra.append(("zadd", (RETIRE, {session_id: ends})))
+        reads = (self._snapshot_reads(session_id, None if release else state)
+                 if read and (release or state is not None) else [])
+        first, *rest = await self._eval_pipelined(self._commit, keys, args, [*extra, *reads])
+        if first == -1:
+            raise LeaseLost(session_id)
+        if first == -2:
+            raise MessageTaken(session_id)
+        if first == -3:
+            raise CancelRequested(session_id)
+        snapshot = self._snapshot_from(rest[len(extra):], None if release else state) if reads else None
+        return _with_seq(events, int(first)), snapshot
+
+    # events ----------------------------------------------------------------------------------
+
+    async def emit(self, session_id: str, events: list[Event]) -> list[Event]:
+        """Append events without touching state (no lease needed)."""
+        if not events:
+            return []
+        return await self.commit(session_id, None, None, events)
+
+    async def events(self, session_id: str, *, after_seq: int = 0, count: int = 1000) -> list[Event]:
+        entries = await self.redis.xrange(self.key(session_id, "events"), count=count)
+        out: list[Event] = []
+        for _id, fields in entries:
+            seq = int(fields[b"s"])
+            if seq <= after_seq:
+                continue
+            event = event_from_json(fields[b"e"])
+            event.seq = seq
+            out.append(event)
+        return out
+
+    # requests --------------------------------------------------------------------------------
+
+    async def settle(
+        self,
+        record: RequestRecord,
+        *,
+        mode: str,
+        outcome: str,
+        response: InputResponse | None,
+        responder_id: str = "",
+        required: int = 1,
+        grant: Grant | None = None,
+        note: str | None = None,
+        batch: list[str] = (),  # type: ignore[assignment]
+        on_settled: list[Event] = (),  # type: ignore[assignment]
+        on_partial: list[Event] = (),  # type: ignore[assignment]
+        on_rejected: list[Event] = (),  # type: ignore[assignment]
+        on_stale: list[Event] = (),  # type: ignore[assignment]
+    ) -> SettleResult:
+        """One atomic settle attempt (one round trip). ``batch``: the other requests of the step.
+
+        ``grant``: the conversation grant approving records. It is listed for the workspace first (its own
+        round trip; a failure raises and nothing is settled), then the settle writes the grant and its
+        record together. The listing is an index: ``GrantStore.list`` shows only grants in force, so an
+        entry whose settle never came (a crash, a click that did not count) is dropped, never shown."""
+        if grant is not None:
+            await self.grants.add(grant)
+        rid = record.request_id
+        key = self.request_key(rid)
+        keys = [
+            key,
+            f"{key}:ok",
+            self.key(record.session_id, "events"),
+            self.key(record.session_id, "seq"),
+            self.key(record.session_id, "grants"),
+            *[self.key(record.session_id, name) for name in ("open", "state", "granted", "end")],
+            *[self.request_key(b) for b in batch if b != rid],
+        ]
+        responder = response.principal if response else None
+        args = [
+            mode,
+            datetime.now(UTC).isoformat(),
+            outcome,
+            response.model_dump_json() if response else "",
+            responder.model_dump_json() if responder else "",
+            responder_id,
+            required,
+            grant.approval_key if grant is not None else "",
+            note or "",
+            EVENTS_MAXLEN,
+            *[_events_json(evs) for evs in (on_settled, on_partial, on_rejected, on_stale)],
+        ]
+        gone = [InputResolved(session_id=record.session_id, turn_id=record.turn_id, resolutions=[
+            Resolution(request_id=rid, kind=record.request.kind, outcome="cancelled")])]
+        ends = self._ends_at()
+        args += [self.retention_ms, _events_json(gone), grant.grant_id if grant is not None else "",
+                 grant.model_dump_json() if grant is not None else "", ends]
+        # in the same round trip: have the sweep look at the session soon, so a turn whose last answer
+        # this was resumes even if this process dies before it drives it, and the outbox delivers what
+        # the settle appended (the card update) even then
+        extra: list[Command] = [("zadd", (OUTBOX, {record.session_id: now_ms() + OUTBOX_GRACE_MS}))]
+        if mode == "settle":
+            extra.append(("zadd", (ACTIVE, {record.session_id: now_ms() + SETTLED_LOOK_AGAIN_MS})))
+        if mode != "reject":  # a settle that completes its step writes the session's end
+            extra.append(("zadd", (RETIRE, {record.session_id: ends})))
+        (state, first, count, complete), *_ = await self._eval_pipelined(self._settle, keys, args, extra)
+        state = state.decode() if isinstance(state, bytes) else state
+        if state == "missing":
+            raise UnknownRequest(rid)
+        chosen = {"settled": on_settled, "partial": on_partial, "rejected": on_rejected, "stale": on_stale,
+                  "gone": gone}[state]
+        events = _with_seq([_fill_approvals(e, int(count)) for e in chosen], int(first))
+        return SettleResult(
+            state=state, batch_complete=bool(complete), approvals=int(count), record=record, events=events
+        )
+
+    async def pending_for_team(self, team_id: str | None, *, limit: int = 200) -> list[RequestRecord]:
+        """Open requests of a workspace, oldest first; drops index entries that are settled."""
+        key = self.pending_key(team_id)
+        ids = [r.decode() for r in await self.redis.zrange(key, 0, limit - 1)]
+        records = [r for r in await self.get_requests(ids) if r.status == "open"]
+        # a request whose turn is gone cannot be approved (its click closes it): never offer it
+        pipe = self.redis.pipeline(transaction=False)
+        for r in records:
+            pipe.exists(self.key(r.session_id, "state"))
+        alive = await pipe.execute() if records else []
+        open_records = [r for r, live in zip(records, alive, strict=True) if live]
+        stale = set(ids) - {r.request_id for r in records}
+        if stale:
+            await self.redis.zrem(key, *stale)
+        return open_records
+
+    async def teams_with_pending(self) -> list[str | None]:
+        """Workspaces that have a pending-requests index (None: sessions without a workspace)."""
+        teams: set[str | None] = set()
+        async for key in self.redis.scan_iter(match="hitl:{ws:*}:pending", count=1000):
+            team = key.decode()[len("hitl:{ws:") : -len("}:pending")]
+            teams.add(None if team == "-" else team)
+        return sorted(teams, key=lambda t: t or "")
+
+    # inbox -----------------------------------------------------------------------------------
+
+    async def record_message(self, session_id: str, message: dict[str, Any], *, message_id: str | None) -> bool:
+        """Queue a message durably, once per ``message_id`` (Slack sends some twice); False for a repeat.
+
+        The dedupe mark and the queue entry are one atomic write, and the session is put on the sweep's
+        list in the same round trip: a message acknowledged to Slack is never lost, even if this process
+        dies right after.
+        """
+        keys = [self.key(session_id, f"msg:{message_id or '-'}"), *self.own_keys(session_id)]
+        args = [message_id or "", json.dumps(message, separators=(",", ":")), MESSAGE_DEDUPE_SECONDS, now_ms()]
+        extra = [("zadd", (ACTIVE, {session_id: now_ms() + OUTBOX_GRACE_MS}))]
+        recorded, _ = await self._eval_pipelined(self._record_message, keys, args, extra)
+        return bool(recorded)
+
+    async def inbox(self, session_id: str) -> list[dict[str, Any]]:
+        return [json.loads(m) for m in await self.redis.lrange(self.key(session_id, "inbox"), 0, -1)]
+
+    async def take_inbox(self, session_id: str, message: dict[str, Any]) -> bool:
+        """Remove one queued message; False if another worker already took it."""
+        raw = json.dumps(message, separators=(",", ":"))
+        taken, *_ = await self._eval_pipelined(self._take, [self.key(session_id, "inbox")], [raw], [])
+        return bool(taken)
+
+    # exactly-once execution ------------------------------------------------------------------
+
+    async def begin_execution(self, session_id: str, marker: str, token: str) -> tuple[bool, str | None]:
+        """(True, None) if this worker may run the call; else (False, recorded value).
+
+        The lease token fences it: a worker that lost the turn lease gets LeaseLost and starts nothing.
+        """
+        keys = [self.key(session_id, "lease"), self.key(session_id, f"exec:{marker}")]
+        (got, value), *_ = await self._eval_pipelined(self._begin, keys, [token, self.retention_ms], [])
+        if got == -1:
+            raise LeaseLost(session_id)
+        return got == 1, (value.decode() if isinstance(value, bytes) else None)
+
+    async def finish_execution(self, session_id: str, marker: str, result_json: str) -> None:
+        """Record what a started call did. Not fenced: it is a fact about the world, and a successor
+        that finds it uses the real result instead of reporting the call as interrupted."""
+        await self.redis.set(self.key(session_id, f"exec:{marker}"), result_json, px=self.retention_ms)
+
+    # deadlines ---------------------------------------------------------------------------------
+
+    async def timers_due(self, now_ms: int, *, limit: int = 100) -> list[tuple[str, int]]:
+        """Claim up to ``limit`` timers due at ``now_ms``: (member, claim) pairs, each to one caller only."""
+        raw = await self._timers_claim(keys=[TIMERS], args=[now_ms, limit, self.lease_ms])
+        return [(raw[i].decode(), int(raw[i + 1])) for i in range(0, len(raw), 2)]
+
+    async def retire_due(self, *, limit: int = 100) -> int:
+        """Retire sessions whose end has passed (the recovery sweep; three round trips for up to ``limit``):
+        claim them from ``hitl:retire`` as timers are claimed, so two sweeping replicas never race; one
+        script per session re-checks and deletes its keys in one DEL; then each leaves the schedule, or goes
+        back on it by its new end (it was used again), or a retention later (something still holds it: its
+        owner writes its end when that ends). Returns how many were retired."""
+        now = now_ms()
+        raw = await self._timers_claim(keys=[RETIRE], args=[now, limit, self.lease_ms])
+        claimed = [(raw[i].decode(), int(raw[i + 1])) for i in range(0, len(raw), 2)]
+        if not claimed:
+            return 0
+        verdicts = await pipelined(self.redis, [evalsha(self._retire, self.own_keys(sid), [now])
+                                                for sid, _ in claimed], [self._retire])
+        after: list[Command] = []
+        for (sid, claim), (verdict, ends) in zip(claimed, verdicts, strict=True):
+            if verdict == 2:
+                after.append(("zadd", (RETIRE, {sid: int(ends)})))
+            elif verdict == 3:
+                after.append(("zadd", (RETIRE, {sid: now + self.retention_ms})))
+            else:
+                after.append(evalsha(self._forget_if_unchanged, [RETIRE], [sid, claim]))
+        await pipelined(self.redis, after, [self._forget_if_unchanged])
+        return sum(1 for verdict, _ in verdicts if verdict == 1)
+
+    async def timer_done(self, member: str, claim: int) -> None:
+        """Forget a fired timer, unless it was claimed again meanwhile (we were too slow)."""
+        await self._pipelined(self._forget_if_unchanged, [TIMERS], [member, claim])
+
+    async def remind_once(self, record: RequestRecord, event: Event) -> bool:
+        """Append ``event`` (an ``input.reminded``) if the request is still open and was never reminded."""
+        return await self._mark_once(record, "reminded", "1", event)
+
+    async def escalate_once(self, record: RequestRecord, people: list[Principal], event: Event) -> bool:
+        """Let ``people`` answer too and append ``event`` (an ``input.escalated``), if the request is still
+        open and was never escalated."""
+        value = json.dumps([p.model_dump(mode="json") for p in people], separators=(",", ":"))
+        return await self._mark_once(record, "escalated_to", value, event)
+
+    async def _mark_once(self, record: RequestRecord, field: str, value: str, event: Event) -> bool:
+        sid = record.session_id
+        keys = [self.request_key(record.request_id), self.key(sid, "events"), self.key(sid, "seq")]
+        args = [field, value, event.model_dump_json(exclude_none=True), EVENTS_MAXLEN]
+        first, _ = await self._eval_pipelined(self._mark_once_script, keys, args,
+                                             [("zadd", (OUTBOX, {sid: now_ms() + OUTBOX_GRACE_MS}))])
+        return bool(first)
+
+    async def change_responders(self, record: RequestRecord, responders: Responders, event: Event, *,
+                                version: int) -> bool:
+        """Store who may settle an open request now (described from policy ``version``) and append ``event``
+        (an ``input.responders``); False when it was settled meanwhile or a newer description is stored."""
+        sid = record.session_id
+        keys = [self.request_key(record.request_id), self.key(sid, "events"), self.key(sid, "seq")]
+        args = [responders.model_dump_json(), version, event.model_dump_json(exclude_none=True), EVENTS_MAXLEN]
+        changed, _ = await self._eval_pipelined(self._change_responders_script, keys, args,
+                                               [("zadd", (OUTBOX, {sid: now_ms() + OUTBOX_GRACE_MS}))])
+        return bool(changed)
+
+    # inspection --------------------------------------------------------------------------------
+
+    async def key_counts(self, *, limit: int = 1_000_000) -> dict[str, int]:
+        """Keys by kind (state, events, requests, markers, …), by SCAN: for `bot check`, not for hot paths."""
+        counts: dict[str, int] = {}
+        seen = 0
+        async for key in self.redis.scan_iter(match="hitl:{*}:*", count=1000):
+            parts = key.decode(errors="replace").split(":")
+            kind = parts[2] if len(parts) > 2 and not parts[1].startswith("{ws:") else "workspace"
+            counts[kind] = counts.get(kind, 0) + 1
+            seen += 1
+            if seen >= limit:
+                break
+        return dict(sorted(counts.items()))
+
+    async def oldest_pending(self) -> datetime | None:
+        """When the oldest request still in a pending index was asked."""
+        oldest: float | None = None
+        async for key in self.redis.scan_iter(match="hitl:{ws:*}:pending", count=1000):
+            first = await self.redis.zrange(key, 0, 0, withscores=True)
+            if first and (oldest is None or first[0][1] < oldest):
+                oldest = first[0][1]
+        return datetime.fromtimestamp(oldest, UTC) if oldest is not None else None
+
+    async def session_keys(self, session_id: str) -> list[bytes]:
+        """Every key of a session (for measurements and tests; uses SCAN)."""
+        pattern = f"{prefix(session_slot(session_id))}:*"
+        return [k async for k in self.redis.scan_iter(match=pattern, count=1000)]
+
+
+def _events_json(events: list[Event]) -> str:
+    if not events:
+        return ""
+    return json.dumps([e.model_dump_json(exclude_none=True) for e in events])
+
+
+def _fill_approvals(event: Event, count: int) -> Event:
+    if getattr(event, "approvals", None) == -1:
+        return event.model_copy(update={"approvals": count})
+    return event
+
+
+def _with_seq(events: list[Event], first: int) -> list[Event]:
+    out = []
+    for i, event in enumerate(events):
+        copy = EVENT_ADAPTER.validate_python(event.model_dump())
+        copy.seq = first + i
+        out.append(copy)
+    return out
