@@ -21,25 +21,21 @@ from blocks.actions import (
 )
 from blocks.approvers import approvers_list_text, approvers_modal
 from blocks.cards import (
-    already_settled_text,
     card_blocks,
-    freeform_answer,
-    freeform_modal,
-    mention,
-    not_found_text,
-    refused_text,
     render_request,
     render_requests,
     render_settled,
     render_waiting,
     replace_request_blocks,
     request_summary,
-    resolution_label,
-    settlement_label,
-    user_mention,
 )
+from blocks.ephemeral import already_settled_text, not_found_text, refused_text
 from blocks.home import ApproverListView, HomeRequest, home_view
-from blocks.messages import Message, markdown_to_mrkdwn, reply_messages, split_message, status_text
+from blocks.messages import Message, markdown_to_mrkdwn, reply_messages, split_message
+from blocks.modals import freeform_answer, freeform_modal
+from blocks.outcomes import resolution_label, settlement_label
+from blocks.status import status_text
+from blocks.text import mention, user_mention
 
 __all__ = [
     "ACTION_ID_PATTERN",

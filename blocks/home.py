@@ -27,7 +27,8 @@ from slack_sdk.models.blocks import (
 from slack_sdk.models.views import View
 
 from blocks import actions as ids
-from blocks.cards import card_blocks, inline_code, mention, schedule_text, slack_date, user_mention
+from blocks.cards import card_blocks
+from blocks.deadlines import schedule_text
 from blocks.limits import (
     BUTTON_VALUE,
     ELLIPSIS,
@@ -42,6 +43,7 @@ from blocks.limits import (
     truncate,
 )
 from blocks.schedules import schedule_line
+from blocks.text import inline_code, mention, slack_date, user_mention
 from bot.principals import Principal
 from bot.protocol import Grant, InputRequest
 from bot.schedules import Schedule

@@ -14,17 +14,12 @@ from datetime import timedelta
 
 from slack_sdk.models.blocks import ContextBlock, MarkdownTextObject
 
-from blocks.cards import (
-    duration_text,
-    mention,
-    render_request,
-    request_summary,
-    responders_text,
-    slack_date,
-    user_mention,
-)
+from blocks.cards import render_request, request_summary
+from blocks.deadlines import duration_text
 from blocks.limits import MESSAGE_TEXT, escape_mrkdwn, truncate_mrkdwn
 from blocks.messages import Message
+from blocks.people import responders_text
+from blocks.text import mention, slack_date, user_mention
 from bot.principals import Principal
 from bot.protocol import InputRequest
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from blocks.cards import inline_code, mention, slack_date
 from blocks.limits import escape_mrkdwn, one_line, truncate
+from blocks.text import inline_code, mention, slack_date
 from bot.schedules import Schedule
 
 

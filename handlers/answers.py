@@ -36,20 +36,10 @@ from blocks.actions import (
     decode_modal_metadata,
     decode_option_value,
 )
-from blocks.cards import (
-    already_settled_text,
-    edit_modal,
-    form_modal,
-    freeform_answer,
-    freeform_modal,
-    not_found_text,
-    reason_modal,
-    reason_text,
-    refused_text,
-    resolution_label,
-    result_token_text,
-)
+from blocks.ephemeral import already_settled_text, not_found_text, refused_text, result_token_text
 from blocks.forms import form_blocks, parse_form_state, unshowable_fields
+from blocks.modals import edit_modal, form_modal, freeform_answer, freeform_modal, reason_modal, reason_text
+from blocks.outcomes import resolution_label
 from bot.forms import FormSchemaError, model_from_schema
 from bot.logs import content
 from bot.principals import Principal

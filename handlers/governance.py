@@ -23,7 +23,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from blocks.cards import duration_text
+from blocks.deadlines import duration_text
 from blocks.home import ApproverListView
 from bot.approval import CUSTOM_RESPONSE_LABEL, Decision, Policy, requester_only
 from bot.governance import ApproverList, list_name, lists_read

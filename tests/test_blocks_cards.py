@@ -30,8 +30,9 @@ from blocks import (
     settlement_label,
 )
 from blocks.actions import button_action_id, freeform_action_id, select_action_id
-from blocks.cards import duration_text, outcome_emoji
+from blocks.deadlines import duration_text
 from blocks.limits import truncate, truncate_mrkdwn
+from blocks.outcomes import outcome_emoji
 from bot.principals import APP_PRINCIPAL, slack_bot, slack_user
 from bot.protocol import (
     ActionRef,
@@ -628,7 +629,7 @@ def test_a_money_field_stays_a_plain_number_for_the_model() -> None:
 
 
 def test_schedule_text_names_each_deadline_and_puts_past_ones_in_the_past_tense():
-    from blocks.cards import schedule_text
+    from blocks.deadlines import schedule_text
 
     start = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
     req = question(labels=["A", "B"]).model_copy(update={
@@ -649,7 +650,7 @@ def test_schedule_text_names_each_deadline_and_puts_past_ones_in_the_past_tense(
 
 def test_the_reason_modal_belongs_to_its_card_and_an_empty_reason_reads_as_none() -> None:
     from blocks.actions import REASON_ACTION_ID, REASON_BLOCK_ID, REASON_CALLBACK_ID
-    from blocks.cards import reason_modal, reason_text
+    from blocks.modals import reason_modal, reason_text
 
     view = reason_modal(approval("req-9"), "C1", "1.5")
     assert_valid_view(view)
@@ -699,7 +700,8 @@ def _form_request(form: dict) -> InputRequest:
 
 
 def test_a_form_says_what_it_is_for_and_labels_its_fields_in_words() -> None:
-    from blocks.cards import form_modal, render_request
+    from blocks.cards import render_request
+    from blocks.modals import form_modal
 
     fields = {"type": "object", "properties": {"charge_id": {"type": "string"},
                                                "what_happened": {"type": "string", "title": "What happened?"}}}

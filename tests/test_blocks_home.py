@@ -291,7 +291,7 @@ def test_standing_approvals_link_their_thread_and_calls_under_them_say_whose_the
     """Issue 29 item 6: a conversation grant links its thread; the note a call under a grant leaves."""
     from datetime import UTC, datetime
 
-    from blocks.cards import standing_note
+    from blocks.grants import standing_note
     from blocks.home import grant_text
     from bot.protocol import Grant
     from tests.blocks_validation import assert_valid_message

@@ -28,7 +28,8 @@ from blocks import (
     render_waiting,
 )
 from blocks.cards import request_summary
-from blocks.messages import decision_mrkdwn, decision_plain, failure_message, literal_mrkdwn
+from blocks.messages import decision_mrkdwn, decision_plain, literal_mrkdwn
+from blocks.status import failure_message
 from bot.principals import slack_user
 from bot.protocol import ActionRef, InputOption, InputRequest, approval_options
 from tests.blocks_validation import (
@@ -607,9 +608,10 @@ def every_builder_output(hostile_text: str) -> dict[str, object]:
     """What every builder that carries someone's or the model's words sends to Slack, for ``hostile_text``."""
     from blocks.answers import answer_messages
     from blocks.approvers import approvers_list_text, approvers_modal
-    from blocks.cards import changes_text, edit_modal, reason_modal
+    from blocks.fields import changes_text
     from blocks.home import ApproverListView, HomeRequest, home_view
     from blocks.messages import reply_messages
+    from blocks.modals import edit_modal, reason_modal
     from blocks.notices import (
         approver_notice,
         escalation_message,
@@ -667,7 +669,7 @@ def test_no_builder_lets_typed_or_model_text_ping_anyone(hostile_text: str) -> N
 
 
 def test_a_refusal_names_the_people_its_rule_names_but_broadcasts_nothing() -> None:
-    from blocks.cards import refused_text
+    from blocks.ephemeral import refused_text
 
     # a refusal's reason comes from a response policy (code), which names who may answer: those stay
     # mentions; it is shown only to the person refused (an ephemeral), and nothing in it broadcasts

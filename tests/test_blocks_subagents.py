@@ -65,7 +65,7 @@ def test_a_sub_agents_request_is_labelled_with_its_name_on_cards_and_in_app_home
 
 
 def test_a_delegation_whose_sub_agent_failed_reads_not_finished_with_the_reason():
-    from blocks.cards import delegation_detail, resolution_label
+    from blocks.outcomes import delegation_detail, resolution_label
 
     failed = {"error": "the sub-agent's turn failed"}
     label = resolution_label(delegation(), "answered", values=failed)

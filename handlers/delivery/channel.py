@@ -15,17 +15,11 @@ from slack_sdk.errors import SlackApiError
 
 from blocks.actions import request_id_of_block
 from blocks.answers import answer_messages
-from blocks.cards import (
-    NO_LONGER_NEEDED,
-    delegation_detail,
-    refused_text,
-    render_requests,
-    render_settled,
-    render_waiting,
-    resolution_label,
-    standing_note,
-)
-from blocks.messages import failure_message, loading_messages, status_text
+from blocks.cards import render_requests, render_settled, render_waiting
+from blocks.ephemeral import refused_text
+from blocks.grants import standing_note
+from blocks.outcomes import NO_LONGER_NEEDED, delegation_detail, resolution_label
+from blocks.status import failure_message, loading_messages, status_text
 from bot.ports import RetryLater, Undeliverable
 from bot.protocol import (
     ActionStarted,

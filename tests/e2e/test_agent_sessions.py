@@ -13,7 +13,7 @@ import logging
 import httpx
 from pydantic import BaseModel
 
-from blocks.cards import NO_LONGER_NEEDED
+from blocks.outcomes import NO_LONGER_NEEDED
 from bot.approval import always, never
 from bot.models.scripted import ScriptedModel, call, say
 from bot.tools import ToolContext, tool

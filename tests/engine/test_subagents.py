@@ -311,7 +311,8 @@ class RelayDown:
 
 
 async def test_approving_a_cancelled_delegations_card_runs_nothing_and_says_it_is_no_longer_needed(redis):
-    from blocks.cards import already_settled_text, resolution_label
+    from blocks.ephemeral import already_settled_text
+    from blocks.outcomes import resolution_label
 
     runtime, channel, store, parent, _, delegation, ask = await delegated(redis, parent_then=model_say("Stopped."))
     runtime.outbox.consumers["subagents"] = RelayDown()
@@ -376,7 +377,7 @@ async def test_a_delegation_past_its_deadline_stops_the_sub_agent_and_the_parent
     assert (await store.get_request(ask.request_id)).outcome == "cancelled"  # its card: no longer needed
     assert said(channel) == ["Told: researcher did not finish in time and was stopped; its work is not done."]
     assert (await approve(runtime, ask.request_id)).state == "stale" and RAN == []
-    from blocks.cards import resolution_label
+    from blocks.outcomes import resolution_label
 
     assert resolution_label(delegation, "expired") == "Stopped after 10 min — the sub-agent ran out of time"
 

@@ -1,0 +1,233 @@
+"""The interactive part of a pending card: Approve / Cancel buttons (with a confirm for dangerous tools),
+Edit & approve, Cancel with reason, the question's select menu, radio buttons or buttons, "Type your own
+answer", and the buttons of forms and external results. Labels a model wrote go through
+:func:`blocks.messages.decision_plain`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slack_sdk.models.blocks import (
+    ActionsBlock,
+    Block,
+    ButtonElement,
+    ConfirmObject,
+    Option,
+    PlainTextObject,
+    RadioButtonsElement,
+    StaticSelectElement,
+)
+
+from blocks import actions as ids
+from blocks.grants import grant_control
+from blocks.limits import (
+    ACTIONS_ELEMENTS,
+    BUTTON_TEXT,
+    CONFIRM_BUTTON,
+    CONFIRM_TEXT,
+    CONFIRM_TITLE,
+    OPTION_DESCRIPTION,
+    OPTION_TEXT,
+    PLACEHOLDER,
+    SELECT_OPTIONS,
+    one_line,
+    plain,
+    truncate,
+    truncate_mrkdwn,
+)
+from blocks.messages import decision_plain
+from blocks.text import inline_code, request_context, tool_name_of, verbatim
+from bot.protocol import (
+    APPROVE,
+    CANCEL,
+    CONTINUE,
+    STOP,
+    InputOption,
+    InputRequest,
+    approval_options,
+    session_limit_options,
+)
+
+RADIO_MAX_OPTIONS = 5  # style="radio" takes up to this many options; more go into a select menu
+FREEFORM_LABEL = "Type your own answer"
+
+
+def _options_of(req: InputRequest) -> list[InputOption]:
+    displayed = req.displayed_options()
+    if displayed:
+        return displayed
+    if req.kind == "tool-approval":
+        return approval_options()
+    if req.kind == "session-limit":
+        return session_limit_options()
+    return []
+
+
+def _button_style(req: InputRequest, option: InputOption) -> str | None:
+    if option.id in (APPROVE, CONTINUE) and req.kind in ("tool-approval", "session-limit"):
+        return "primary"
+    if option.id == STOP and req.kind == "session-limit":
+        return "danger"
+    return option.style
+
+
+def _confirm_for(req: InputRequest) -> ConfirmObject:
+    tool = one_line(tool_name_of(req))
+    return ConfirmObject(
+        title=PlainTextObject(text=plain(f"Run {tool}?", CONFIRM_TITLE)),
+        text=verbatim(
+            truncate_mrkdwn(
+                f"{inline_code(tool)} is marked as dangerous. It will run with the input shown on the card.",
+                CONFIRM_TEXT,
+            )
+        ),
+        confirm=PlainTextObject(text=plain("Run it", CONFIRM_BUTTON)),
+        deny=PlainTextObject(text=plain("Not yet", CONFIRM_BUTTON)),
+        style="danger",
+    )
+
+
+def _buttons(req: InputRequest, options: list[InputOption]) -> list[ButtonElement]:
+    buttons: list[ButtonElement] = []
+    primary_used = False
+    for index, option in enumerate(options[:ACTIONS_ELEMENTS]):
+        style = _button_style(req, option)
+        if style == "primary":  # Slack: primary "should only be used for one button within a set"
+            style = None if primary_used else style
+            primary_used = True
+        confirm = _confirm_for(req) if req.dangerous and option.id == APPROVE else None
+        buttons.append(
+            ButtonElement(
+                text=PlainTextObject(text=plain(decision_plain(option.label, BUTTON_TEXT), BUTTON_TEXT)),
+                action_id=ids.button_action_id(req.request_id, index),
+                value=ids.button_value(index, option),
+                style=style,
+                confirm=confirm,
+            )
+        )
+    return buttons
+
+
+def _choice_options(options: list[InputOption]) -> list[Option]:
+    result = []
+    for index, option in enumerate(options[:SELECT_OPTIONS]):
+        description = decision_plain(option.description or "", OPTION_DESCRIPTION)
+        result.append(
+            Option(
+                value=ids.option_value(index, option),
+                text=PlainTextObject(text=plain(decision_plain(option.label, OPTION_TEXT), OPTION_TEXT)),
+                description=PlainTextObject(text=truncate(description, OPTION_DESCRIPTION))
+                if description
+                else None,
+            )
+        )
+    return result
+
+
+def _freeform_button(req: InputRequest, *, primary: bool) -> ButtonElement:
+    return ButtonElement(
+        text=PlainTextObject(text=FREEFORM_LABEL),
+        action_id=ids.freeform_action_id(req.request_id),
+        value=req.request_id,
+        style="primary" if primary else None,
+    )
+
+
+EDIT_LABEL = "Edit & approve"
+REASON_LABEL = "Cancel with reason"
+
+
+def _modal_button(req: InputRequest, label: str, action_id: str) -> ButtonElement:
+    return ButtonElement(text=PlainTextObject(text=label), action_id=action_id, value=req.request_id)
+
+
+def _approval_controls(req: InputRequest, options: list[InputOption]) -> list[Any]:
+    """Approve, [Edit & approve], [don't ask again], Cancel, Cancel with reason (the modal ones open modals)."""
+    buttons: list[Any] = _buttons(req, options)
+    if req.kind != "tool-approval":
+        return buttons
+    extras: list[Any] = []
+    if req.editable:
+        extras.append(_modal_button(req, EDIT_LABEL, ids.edit_action_id(req.request_id)))
+    if req.grants:
+        extras.append(grant_control(req))
+    buttons[1:1] = extras
+    buttons.append(_modal_button(req, REASON_LABEL, ids.reason_action_id(req.request_id)))
+    return buttons
+
+
+FORM_LABEL = "Open form"
+FORM_ONLY_NOTE = "Typed replies don’t answer a form: use *Open form*."
+
+
+def _form_controls(req: InputRequest, tag: str) -> list[Block]:
+    button = ButtonElement(text=PlainTextObject(text=FORM_LABEL), action_id=ids.modal_action_id(req.request_id, "form"),
+                           value=req.request_id, style="primary")
+    return [ActionsBlock(block_id=ids.block_id(req.request_id, f"{tag}actions"), elements=[button]),
+            request_context(req.request_id, f"{tag}formnote", FORM_ONLY_NOTE)]
+
+
+RESULT_LABEL = "Submit result"
+TOKEN_LABEL = "Get a result token"
+EXTERNAL_NOTE = ("Run it yourself, then *Submit result* with what it returned. A system can post the result "
+                 "instead: *Get a result token*.")
+
+
+def _external_controls(req: InputRequest, tag: str) -> list[Block]:
+    """Submit result (a form of the tool's result model), Get a result token, Cancel, Cancel with reason."""
+    rid = req.request_id
+    submit = ButtonElement(text=PlainTextObject(text=RESULT_LABEL), action_id=ids.modal_action_id(rid, "form"),
+                           value=rid, style="primary")
+    token = ButtonElement(text=PlainTextObject(text=TOKEN_LABEL), action_id=ids.token_action_id(rid), value=rid)
+    cancel = [o for o in req.displayed_options() if o.id == CANCEL]
+    elements: list[Any] = [submit, token, *_buttons(req, cancel),
+                           _modal_button(req, REASON_LABEL, ids.reason_action_id(rid))]
+    return [ActionsBlock(block_id=ids.block_id(rid, f"{tag}actions"), elements=elements),
+            request_context(rid, f"{tag}extnote", EXTERNAL_NOTE)]
+
+
+def controls(req: InputRequest, tag: str) -> list[Block]:
+    options = _options_of(req)
+    actions_id = ids.block_id(req.request_id, f"{tag}actions")
+    if req.kind in ("tool-approval", "session-limit"):
+        return [ActionsBlock(block_id=actions_id, elements=_approval_controls(req, options))]
+    if req.kind == "user-input":
+        return _form_controls(req, tag)
+    if req.kind == "external-result":
+        return _external_controls(req, tag)
+    if req.kind == "delegation":  # the sub-agent answers it; people may only stop it
+        return [ActionsBlock(block_id=actions_id, elements=_buttons(req, options))]
+    elements: list[Any] = []
+    if options and req.style == "buttons" and len(options) < ACTIONS_ELEMENTS:
+        elements.extend(_buttons(req, options))
+        if req.allow_free_text:
+            elements.append(_freeform_button(req, primary=False))
+    elif options:
+        choices = _choice_options(options)
+        if req.style == "radio" and len(options) <= RADIO_MAX_OPTIONS:
+            elements.append(
+                RadioButtonsElement(action_id=ids.select_action_id(req.request_id), options=choices)
+            )
+        else:
+            elements.append(
+                StaticSelectElement(
+                    action_id=ids.select_action_id(req.request_id),
+                    placeholder=PlainTextObject(text=plain("Choose an answer", PLACEHOLDER)),
+                    options=choices,
+                )
+            )
+        if req.allow_free_text:
+            elements.append(_freeform_button(req, primary=False))
+    else:  # an open question: typing is the only way to answer
+        elements.append(_freeform_button(req, primary=True))
+    blocks: list[Block] = [ActionsBlock(block_id=actions_id, elements=elements)]
+    if len(options) > SELECT_OPTIONS:
+        blocks.append(
+            request_context(
+                req.request_id,
+                f"{tag}more",
+                f"Showing the first {SELECT_OPTIONS} of {len(options)} options. "
+                "To pick another, reply in the thread with its number.",
+            )
+        )
+    return blocks
