@@ -341,11 +341,11 @@ async def _chat(settings: Settings) -> int:
     try:
         store = SessionStore(handle.client)
         tools = build_tools(settings)
+        policies = await _use_policies(handle.client, seed_refunds=tools.get("refund_charge") is not None)
         runtime = Runtime(store=store, model=build_model(settings), tools=tools, channel=ConsoleChannel(),
-                          workspace=ConsoleWorkspace(),
+                          workspace=ConsoleWorkspace(), policies=policies,
                           settings=RuntimeSettings(step_budget=settings.step_budget, token_budget=settings.token_budget,
                                  history_window=settings.history_window))
-        runtime.parts.policies = await _use_policies(handle.client, seed_refunds=tools.get("refund_charge") is not None)
         await cancel_leftovers(runtime, {r.session_id for r in await store.pending_for_team(CONSOLE_TEAM)})
         await chat_loop(runtime, new_console_session())
     finally:

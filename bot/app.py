@@ -365,8 +365,8 @@ async def _start(
                                  max_active_turns=settings.max_active_turns),
         workspace=SlackWorkspace(client_for),  # ctx.workspace: tools post in their session's workspace
         schedules=schedules,  # /agent schedule
+        live=slack_channel.live,  # answers stream into Slack as the model writes them
     )
-    runtime.parts.live = slack_channel.live  # answers stream into Slack as the model writes them
     if settings.schedules_config:
         await _apply_schedules_file(settings.schedules_config, schedules, runtime.settings.clock())
     runtime.add_consumer("audit", AuditChannel(AuditLog(redis.client)))

@@ -23,6 +23,8 @@ from typing import Any, Literal, Protocol
 
 from bot.models.base import Message, ModelError, ModelResponse, TextCallback, ToolSpec
 from bot.outbox import Outbox
+from bot.parts import TurnStore
+from bot.ports import Channel
 from bot.turns import Runtime
 
 log = logging.getLogger(__name__)
@@ -82,10 +84,12 @@ class WebRuntime(Runtime):
     its events are handed over to workers (``drive`` pushes a wake-up and returns)."""
 
     def __init__(self, *, wakeups: WakePort, **kwargs: Any):
+        self.wakeups = wakeups  # first: the outbox the runtime builds hands over through it
         super().__init__(**kwargs)
-        self.wakeups = wakeups
-        # settle, intake and the timers reach the outbox through the shared parts
-        self.outbox = self.parts.outbox = HandedOverOutbox(self.outbox, self.spawn, self._hand_over)
+
+    def _outbox(self, store: TurnStore, channel: Channel) -> Outbox:
+        # settle, intake and the timers reach it through the shared parts: none of them delivers here
+        return HandedOverOutbox(super()._outbox(store, channel), self.spawn, self._hand_over)
 
     def _hand_over(self, kind: str, session_id: str) -> None:
         self.spawn(self._push(kind, session_id), what=f"hand {session_id} to a worker ({kind})")

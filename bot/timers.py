@@ -35,10 +35,11 @@ TIMER_KINDS = frozenset({"expire", "remind", "escalate", "schedule"})
 
 
 class Timers:
-    def __init__(self, parts: Parts, settler: Settler):
+    def __init__(self, parts: Parts, settler: Settler, *,
+                 on_schedule: Callable[[str], Awaitable[None]] | None = None):
         self.p = parts
         self.settler = settler
-        self.on_schedule: Callable[[str], Awaitable[None]] | None = None  # fires a schedule's tick
+        self.on_schedule = on_schedule  # fires a schedule's tick
 
     async def sweep(self, *, limit: int = 100) -> int:
         """Fire the timers that are due; returns how many fired (or were found moot)."""

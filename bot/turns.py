@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from bot import logs
-from bot.approval import Decision
+from bot.approval import Decision, PolicySource
 from bot.drive import Driver
 from bot.execute import Executor
 from bot.history import model_view
@@ -29,7 +29,7 @@ from bot.metrics import ANSWERS, SETTLE
 from bot.models.base import ChatModel
 from bot.outbox import Outbox
 from bot.parts import Parts, RuntimeSettings, TurnStore
-from bot.ports import Channel, Workspace
+from bot.ports import Channel, LiveText, Workspace
 from bot.principals import Principal
 from bot.protocol import InputResponse, RequestRecord
 from bot.responders import refresh_responders
@@ -86,25 +86,33 @@ class Runtime:
         reviewer: ChatModel | None = None,
         workspace: Workspace | None = None,
         schedules: ScheduleStorePort | None = None,
+        live: LiveText | None = None,
+        policies: PolicySource | None = None,
     ):
+        """``live``: where answers are shown while the model writes them (``bot.ports.LiveText``);
+        ``policies``: the approver lists, workspace rules and admins the policies read (``ctx.policies``;
+        None: those rules fail closed)."""
         self._tasks: set[asyncio.Task[Any]] = set()
         self._recovering: set[str] = set()  # sessions the sweep is driving in the background (``recover``)
-        self.outbox = Outbox(store, {FRONTEND: channel}, self.spawn)
+        self.outbox = self._outbox(store, channel)
         self.parts = Parts(store=store, model=model, reviewer=reviewer or model, tools=tools,
                            settings=settings or RuntimeSettings(), outbox=self.outbox, spawn=self.spawn,
-                           workspace=workspace)
+                           workspace=workspace, live=live, policies=policies)
         self.settler = Settler(self.parts)
         self.intake = Intake(self.parts, self.settler)
         self.executor = Executor(self.parts)
         self.driver = Driver(self.parts, self.settler, self.intake, self.executor)
-        self.timers = Timers(self.parts, self.settler)
+        self.timers = Timers(self.parts, self.settler, on_schedule=self._fire_schedule)
         self.schedules = schedules  # scheduled turns (``bot.schedules``), where the frontend offers them
-        self.timers.on_schedule = self._fire_schedule
         # sub-agents: delegations start, report and stop through committed events. Every replica relays,
         # also one without sub-agents loaded: a consumer missing from the replica that happens to deliver
         # a session's events would never be offered them again (the session leaves the outbox list), and
         # the parent would wait forever. Without delegations it only looks at each event's type.
         self.add_consumer("subagents", SubAgentRelay(self))
+
+    def _outbox(self, store: TurnStore, channel: Channel) -> Outbox:
+        """The outbox every part delivers through (``bot.roles.WebRuntime`` hands its deliveries over)."""
+        return Outbox(store, {FRONTEND: channel}, self.spawn)
 
     # the parts' shared objects, for callers that held them before the split
     @property

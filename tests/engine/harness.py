@@ -11,6 +11,7 @@ from bot.approval import PolicySource
 from bot.builtin import BUILTIN_TOOLS
 from bot.models.base import ChatModel, Message
 from bot.models.scripted import ScriptedModel
+from bot.ports import LiveText
 from bot.principals import Principal, slack_user
 from bot.protocol import Event, InputResponse
 from bot.session import SessionRef
@@ -56,14 +57,15 @@ def make_runtime(
     settings: RuntimeSettings | None = None,
     lease_ms: int = 30_000,
     policies: PolicySource | None = None,
+    live: LiveText | None = None,
 ) -> tuple[Runtime, RecordingChannel, SessionStore]:
-    """``policies``: approver lists, rules and admins for the policies (the app gives its Governance)."""
+    """``policies``: approver lists, rules and admins for the policies (the app gives its Governance);
+    ``live``: where answers are shown while the model writes them (the app gives Slack's streams)."""
     store = SessionStore(redis, lease_ms=lease_ms)
     channel = channel or RecordingChannel()
     registry = ToolRegistry([*BUILTIN_TOOLS, *tools])
     runtime = Runtime(store=store, model=model, tools=registry, channel=channel,
-                      settings=settings or RuntimeSettings(system_prompt=""))
-    runtime.parts.policies = policies
+                      settings=settings or RuntimeSettings(system_prompt=""), policies=policies, live=live)
     return runtime, channel, store
 
 

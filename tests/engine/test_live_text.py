@@ -24,9 +24,8 @@ class RecordingLive:
 
 async def test_each_steps_text_is_handed_over_as_it_grows_with_the_steps_number(redis):
     model = ScriptedModel([model_say("Let me look at that charge: it was refunded once already.")])
-    runtime, channel, _ = make_runtime(redis, model, [refund_charge])
     live = RecordingLive()
-    runtime.parts.live = live
+    runtime, channel, _ = make_runtime(redis, model, [refund_charge], live=live)
     await say(runtime, "is ch_1 fine?")
     await runtime.wait_idle()
     [completed] = channel.of("message.completed")
@@ -39,8 +38,8 @@ async def test_each_steps_text_is_handed_over_as_it_grows_with_the_steps_number(
 
 async def test_a_later_step_has_its_own_number(redis):
     model = ScriptedModel([call("refund_charge", charge_id="ch_1", amount=5), model_say("Refunded.")])
-    runtime, channel, _ = make_runtime(redis, model, [refund_charge])
-    runtime.parts.live = live = RecordingLive()
+    live = RecordingLive()
+    runtime, channel, _ = make_runtime(redis, model, [refund_charge], live=live)
     await say(runtime, "refund ch_1")
     [req] = channel.requests()
     await approve(runtime, req.request_id)
