@@ -29,15 +29,13 @@ and click an answer's feedback buttons (a ``block_actions`` with a ``feedback_bu
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from localslack import payloads
+from localslack.api_base import MethodGroup
+from localslack.api_request import Handler, Params
 from localslack.models import AssistantThread, Channel, DeliveryResult, Message
-from localslack.workspace import ApiError, error_messages
-
-if TYPE_CHECKING:
-    from localslack.webapi import Handler, Params, WebApi
-    from localslack.workspace import Workspace
+from localslack.workspace import ApiError, Workspace, error_messages
 
 LOADING_MESSAGES_MAX = 10  # setStatus: "Maximum of 10 messages"
 PROMPTS_MAX = 4  # setSuggestedPrompts: the split view shows up to four
@@ -72,12 +70,8 @@ def _invalid(*lines: str) -> ApiError:
     return ApiError("invalid_arguments", extra=error_messages(*lines))
 
 
-class AiAppMethods:
+class AiAppMethods(MethodGroup):
     """The Web API methods of assistant threads and streamed messages, on ``WebApi``'s workspace."""
-
-    def __init__(self, api: WebApi) -> None:
-        self.api = api
-        self.ws = api.ws
 
     def handlers(self) -> dict[str, Handler]:
         return {
@@ -96,7 +90,7 @@ class AiAppMethods:
     def _thread(self, p: Params, *, required: bool = True) -> tuple[Channel, str]:
         if p.text("channel_id") is None:
             raise _invalid("missing required field: channel_id")
-        channel = self.api._resolve_channel(p, "channel_id")
+        channel = self._resolve_channel(p, "channel_id")
         thread_ts = p.text("thread_ts")
         if thread_ts is None:
             if required:
@@ -222,7 +216,7 @@ class AiAppMethods:
         return text or ""
 
     def start_stream(self, p: Params) -> dict[str, Any]:
-        channel = self.api._resolve_channel(p)
+        channel = self._resolve_channel(p)
         thread_ts = p.text("thread_ts")
         if thread_ts is None:
             raise _invalid("missing required field: thread_ts")
@@ -245,7 +239,7 @@ class AiAppMethods:
             channel=channel.id,
             ts=self.ws.clock.next(),
             user=p.auth.user_id,
-            team=self.api._author_team(p, channel),
+            team=self._author_team(p, channel),
             bot_id=p.auth.bot_id,
             thread_ts=thread_ts,
             streaming=True,
@@ -256,8 +250,8 @@ class AiAppMethods:
         return {"channel": channel.id, "ts": message.ts}
 
     def _streaming(self, p: Params) -> Message:
-        channel = self.api._resolve_channel(p)
-        message = self.api._message(p, channel.id, p.text("ts"))
+        channel = self._resolve_channel(p)
+        message = self._message(p, channel.id, p.text("ts"))
         if message.bot_id != p.auth.bot_id or message.user != p.auth.user_id:
             raise ApiError("message_not_owned_by_app")
         if not message.streaming:
@@ -273,7 +267,7 @@ class AiAppMethods:
     def stop_stream(self, p: Params) -> dict[str, Any]:
         message = self._streaming(p)
         message.text += self._markdown(p, required=False, message=message)
-        extra = self.api._check_blocks(p) or []
+        extra = self._check_blocks(p) or []
         # what was streamed stays first (its tasks, then its text); blocks given at the stop are "rendered after" it
         message.blocks = (stream_blocks(message) + extra) or None
         if p.get("metadata"):
@@ -284,7 +278,7 @@ class AiAppMethods:
         if thread is not None:
             thread.status, thread.loading_messages = "", []
         self.ws.touch()
-        rendered = message.to_slack(self.api._bot_profile(p.auth))
+        rendered = message.to_slack(self._bot_profile(p.auth))
         return {"channel": message.channel, "ts": message.ts, "message": rendered}
 
 
