@@ -51,10 +51,13 @@ from handlers.delivery.workspace import SlackWorkspace
 from handlers.deps import SlackDeps
 from handlers.identity import installation_team
 from handlers.metering import MeteredApp, SlackApiMeter
+from store.assistant_threads import AssistantThreads
 from store.audit import AuditLog
 from store.audit_events import AuditChannel
 from store.client import RedisHandle, open_redis, ping
 from store.gauges import GaugeReader
+from store.home_views import HomeViews
+from store.policies import PolicyStore
 from store.schedules import ScheduleStore
 from store.sessions import SessionStore
 from store.wakeups import WakeQueue
@@ -371,7 +374,9 @@ async def _start(
         await _apply_schedules_file(settings.schedules_config, schedules, runtime.settings.clock())
     runtime.add_consumer("audit", AuditChannel(AuditLog(redis.client)))
     runtime.add_consumer("notify", ApproverNotices(store, delivery_client_for, slack_channel.pacing))
-    deps = SlackDeps(runtime=runtime, store=store, settings=settings, result_key=token_key(secret),
+    # handlers get built stores, never a Redis client (issue 27 item 4)
+    deps = SlackDeps(runtime=runtime, store=store, settings=settings, audit=AuditLog(redis.client),
+                     assistant_threads=AssistantThreads(redis.client), result_key=token_key(secret),
                      public_url=settings.public_url)
     _wire_governance(deps, redis, client_for, registry, oauth.installation_store if oauth else None)
     # a line per turn event, delivery lag and ids in logs, around everything the frontend shows
@@ -423,7 +428,8 @@ def _wire_governance(deps: SlackDeps, redis: RedisHandle, client_for: Any, regis
         from handlers.governance import Governance
     except ImportError:
         return
-    deps.governance = Governance.create(deps, redis.client, client_for, registry, workspaces)
+    deps.governance = Governance.create(deps, PolicyStore(redis.client, deps.audit), HomeViews(redis.client),
+                                        client_for, registry, workspaces)
     deps.runtime.parts.policies = deps.governance  # the policies' approver lists, rules and admins (ctx.policies)
     if deps.settings.local_mode:  # the local workspace's finance approver (bob) approves the demo's refunds
         from localslack.seed import BOB, TEAM_ID

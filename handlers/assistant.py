@@ -49,7 +49,7 @@ class RedisThreadContexts(AsyncAssistantThreadContextStore):
 
 
 def register(app: AsyncApp, deps: SlackDeps) -> None:
-    threads = AssistantThreads(deps.store.redis)
+    threads = deps.assistant_threads
     assistant = AsyncAssistant(thread_context_store=RedisThreadContexts(threads))
 
     async def started(payload: dict[str, Any], client: Any) -> None:

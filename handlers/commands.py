@@ -23,7 +23,6 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from redis.exceptions import RedisError
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 
@@ -40,6 +39,7 @@ from bot.principals import Principal
 from handlers.delivery.home import republish
 from handlers.governance import ADMIN_CHECK_FAILED, PEOPLE_CHECK_SECONDS, Governance
 from handlers.identity import command_principal, interaction_principal
+from store.client import StoreError
 from store.policies import PolicyUpdateConflict
 
 log = logging.getLogger(__name__)
@@ -139,7 +139,7 @@ async def set_guests(gov: Governance, run: Invocation, *, admitted: bool) -> Non
         return
     try:
         await gov.policies.set_guest_channel(run.team, channel, admitted, actor=run.principal.principal_id)
-    except (RedisError, PolicyUpdateConflict) as exc:
+    except (StoreError, PolicyUpdateConflict) as exc:
         log.warning("could not save the guest setting of %s in %s: %r", channel, run.team, exc)
         await reply(run, ":warning: The setting can't be saved right now. Try again in a minute.")
         return

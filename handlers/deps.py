@@ -1,4 +1,4 @@
-"""What the Slack listeners share: the runtime, the store and the settings."""
+"""What the Slack listeners share: the runtime, the stores and the settings (built by ``bot/app.py``)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.config import Settings
 from bot.turns import Runtime
+from store.assistant_threads import AssistantThreads
+from store.audit import AuditLog
 from store.sessions import SessionStore
 
 ClientFor = Callable[[str | None], Awaitable[AsyncWebClient]]  # the Web API client of a workspace
@@ -20,6 +22,8 @@ class SlackDeps:
     runtime: Runtime
     store: SessionStore
     settings: Settings
+    audit: AuditLog  # the workspaces' audit logs (feedback, approver-list edits)
+    assistant_threads: AssistantThreads  # what the bot remembers of Slack's assistant threads
     governance: Any = None  # handlers.governance.Governance, when wired (App Home, /approvers)
     result_key: bytes | None = None  # signs result tokens for external calls (None: that API is off)
     public_url: str = ""  # where this bot is reached over HTTP, for the result API's address on cards

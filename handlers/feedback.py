@@ -23,7 +23,7 @@ FEEDBACK_KIND = "feedback"
 
 
 def register(app: AsyncApp, deps: SlackDeps) -> None:
-    audit = deps.governance.audit if deps.governance is not None else AuditLog(deps.store.redis)
+    audit = deps.audit
 
     async def on_feedback(ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
         await record_feedback(audit, body, action)

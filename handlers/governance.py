@@ -21,8 +21,6 @@ import asyncio
 import logging
 from typing import Any
 
-from redis.exceptions import RedisError
-
 from blocks.deadlines import duration_text
 from blocks.home import ApproverListView
 from bot.approval import CUSTOM_RESPONSE_LABEL, Decision, Policy, requester_only
@@ -34,7 +32,8 @@ from bot.tools import Tool
 from handlers.admins import AdminCheck, ClientFor
 from handlers.deps import SlackDeps
 from store.audit import AuditLog
-from store.client import RedisClient
+from store.client import RedisClient, StoreError
+from store.home_views import HomeViews
 from store.policies import PolicyStore, PolicyUpdateConflict, match_rule
 
 log = logging.getLogger(__name__)
@@ -153,10 +152,10 @@ class Governance(StorePolicySource):
         admins: AdminCheck,
         client_for: ClientFor,
         registry: ToolRegistry,
-        redis: RedisClient,
+        home_views: HomeViews,
     ) -> None:
         super().__init__(policies)
-        self.redis = redis
+        self.home_views = home_views  # who looked at their App Home lately (handlers.delivery.home)
         self.deps = deps
         self.audit = audit
         self.admins = admins
@@ -167,11 +166,11 @@ class Governance(StorePolicySource):
         self.nobody_looking: dict[str, float] = {}
 
     @classmethod
-    def create(cls, deps: SlackDeps, redis: RedisClient, client_for: ClientFor, registry: ToolRegistry,
-               workspaces: Any = None) -> Governance:
-        audit = AuditLog(redis)
-        gov = cls(deps, PolicyStore(redis, audit), audit, AdminCheck(client_for, deps.settings.admins),
-                  client_for, registry, redis)
+    def create(cls, deps: SlackDeps, policies: PolicyStore, home_views: HomeViews, client_for: ClientFor,
+               registry: ToolRegistry, workspaces: Any = None) -> Governance:
+        """Built by ``bot/app.py`` from the stores it opened; the audit log is the app's (``deps.audit``)."""
+        gov = cls(deps, policies, deps.audit, AdminCheck(client_for, deps.settings.admins), client_for, registry,
+                  home_views)
         gov.workspaces = workspaces
         return gov
 
@@ -283,7 +282,7 @@ class Governance(StorePolicySource):
                 await self.policies.remove_approvers(team_id, resource, actor=actor.principal_id)
         except ValueError as exc:
             return str(exc)
-        except (RedisError, PolicyUpdateConflict) as exc:
+        except (StoreError, PolicyUpdateConflict) as exc:
             log.warning("could not save the approvers of %s in %s: %r", resource, team_id, exc)
             return "the approver lists can't be saved right now. Try again in a minute."
         self.deps.runtime.spawn(self._refresh_open_requests(team_id, resource),
@@ -305,7 +304,7 @@ class Governance(StorePolicySource):
             return []
         try:
             policy = await self.policies.get(team_id)
-        except RedisError:
+        except StoreError:
             return []
         return [n for n in names if policy.tool_policy(list_resource(n)) is not None]
 

@@ -61,6 +61,9 @@ DEFAULT_DATA_DIR = Path(".data/redis")
 # The store cannot be reached (down, hung, a cluster without a master for a slot): what a caller may
 # answer "try again" to, as nothing was recorded
 UNREACHABLE: tuple[type[Exception], ...] = (RedisConnectionError, RedisTimeoutError, ClusterDownError)
+# Any error a store call may raise (Redis's own, UNREACHABLE's among them): what code outside store/ catches,
+# so that it imports no Redis library (issue 27 item 4)
+StoreError = RedisError
 SUPPORTED_SCHEMES = ("redis", "rediss", "unix")
 _PASSWORD_IN_URL = re.compile(r"(//[^/@:]*:)[^@/]*@")
 

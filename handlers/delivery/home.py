@@ -38,14 +38,12 @@ from bot.protocol import (
 from bot.session import SessionRef
 from handlers.delivery.channel import card_field
 from handlers.governance import Governance, response_policy
-from store.audit import workspace_key
 
 log = logging.getLogger(__name__)
 
 DRY_RUN_TIMEOUT_SECONDS = 2.0
 MAX_PERMALINKS = 10
 MAX_REFRESHES = 20  # homes re-published per event, at most
-HOME_SEEN_SECONDS = 24 * 3600  # homes published this lately are kept current by HomeRefresh
 NOBODY_LOOKING_MEMO_S = 1.0  # "nobody looks at App Home here" is asked of Redis once a second at most
 
 
@@ -57,10 +55,7 @@ async def publish_home(gov: Governance, team: str, user_id: str) -> None:
     view = await build_home(gov, team, user_id)
     client = await gov.client_for(team)
     await client.views_publish(user_id=user_id, view=view)
-    pipe = gov.redis.pipeline(transaction=False)
-    pipe.set(workspace_key(team, "home-seen", user_id), b"1", ex=HOME_SEEN_SECONDS)
-    pipe.set(workspace_key(team, "home-seen-any"), b"1", ex=HOME_SEEN_SECONDS)  # lets _refresh skip at once
-    await pipe.execute()
+    await gov.home_views.mark_seen(team, user_id)
     gov.nobody_looking.pop(team, None)
 
 
@@ -74,10 +69,7 @@ async def republish(gov: Governance, team: str, user_id: str) -> None:
 
 async def homes_seen(gov: Governance, team: str, user_ids: list[str]) -> list[str]:
     """Those of ``user_ids`` whose App Home we published lately (so it is worth keeping current)."""
-    if not user_ids:
-        return []
-    seen = await gov.redis.mget([workspace_key(team, "home-seen", u) for u in user_ids])
-    return [u for u, mark in zip(user_ids, seen, strict=True) if mark is not None]
+    return await gov.home_views.seen(team, user_ids)
 
 
 # --- building the view ------------------------------------------------------------------------
@@ -237,8 +229,7 @@ class HomeRefresh:
             return False
         asking = self._asking.get(team)
         if asking is None:
-            asking = self._asking[team] = asyncio.ensure_future(
-                self.gov.redis.exists(workspace_key(team, "home-seen-any")))
+            asking = self._asking[team] = asyncio.ensure_future(self.gov.home_views.anyone_looking(team))
             asking.add_done_callback(lambda _: self._asking.pop(team, None))
         if await asyncio.shield(asking):
             return True
