@@ -12,25 +12,104 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
-from localslack.actions import LocalSlackError
+from localslack.actions import LocalSlackError, Surface
 from localslack.ai_apps import stream_blocks
-from localslack.models import DeliveryResult, User
-from localslack.workspace import ApiError
-
-if TYPE_CHECKING:
-    from localslack.server import LocalSlack
+from localslack.models import AssistantThread, DeliveryResult, User, View
+from localslack.workspace import ApiError, Workspace
 
 STATIC_DIR = Path(__file__).parent / "static"
 _log = logging.getLogger("localslack.ui")
 
-UiHandler = Callable[["LocalSlack", dict[str, Any]], Awaitable[dict[str, Any]]]
+
+class DrivenSlack(Protocol):
+    """What the page drives: the part of ``LocalSlack``'s Python API a person's clicks map to (the same calls
+    tests make), and what the page shows of the workspace. ``LocalSlack`` is one; the UI does not import it,
+    so ``localslack.server`` can register these routes without a circle."""
+
+    ws: Workspace
+
+    @property
+    def bot_url(self) -> str | None: ...
+
+    @property
+    def socket_connected(self) -> bool: ...
+
+    @property
+    def deliveries(self) -> list[DeliveryResult]: ...
+
+    def dm_channel(self, user_id: str, team_id: str | None = None) -> str: ...
+
+    def view(self, view_id: str) -> View | None: ...
+
+    def assistant_state(self, dm_id: str, thread_ts: str) -> AssistantThread: ...
+
+    async def post_message(
+        self, user_id: str, channel_id: str, text: str, thread_ts: str | None = None
+    ) -> tuple[str, list[DeliveryResult]]: ...
+
+    async def slash_command(
+        self, user_id: str, command: str, text: str = "", channel_id: str = "C0GENERAL"
+    ) -> DeliveryResult: ...
+
+    async def click(
+        self, user_id: str, channel_id: str, message_ts: str, action_id: str, *, value: str | None = None,
+        block_id: str | None = None,
+    ) -> DeliveryResult: ...
+
+    async def click_in_view(
+        self, user_id: str, view_id: str, action_id: str, value: str | None = None, *, block_id: str | None = None
+    ) -> DeliveryResult: ...
+
+    async def select(
+        self, user_id: str, channel_id: str, message_ts: str, action_id: str, option_value: str | list[str], *,
+        block_id: str | None = None,
+    ) -> DeliveryResult: ...
+
+    async def select_in_view(
+        self, user_id: str, view_id: str, action_id: str, option_value: str | list[str], *,
+        block_id: str | None = None,
+    ) -> DeliveryResult | None: ...
+
+    async def select_users(
+        self, user_id: str, surface: Surface, action_id: str, user_ids: list[str], *, block_id: str | None = None
+    ) -> DeliveryResult | None: ...
+
+    async def set_input(
+        self, user_id: str, view_id: str, block_id: str, action_id: str, value: Any
+    ) -> DeliveryResult | None: ...
+
+    async def submit_view(
+        self, user_id: str, view_id: str, values: dict[str, dict[str, Any]] | None = None
+    ) -> DeliveryResult: ...
+
+    async def close_view(self, user_id: str, view_id: str) -> DeliveryResult | None: ...
+
+    async def open_home(self, user_id: str) -> DeliveryResult: ...
+
+    async def open_assistant(
+        self, user_id: str, *, context_channel: str | None = None
+    ) -> tuple[str, str, DeliveryResult | None]: ...
+
+    async def change_assistant_context(
+        self, user_id: str, dm_id: str, thread_ts: str, context_channel: str | None
+    ) -> DeliveryResult | None: ...
+
+    async def click_feedback(
+        self, user_id: str, channel_id: str, message_ts: str, *, positive: bool = True
+    ) -> DeliveryResult: ...
+
+    async def stop_agent_session(
+        self, user_id: str, channel_id: str, thread_ts: str, *, late: bool = False
+    ) -> DeliveryResult | None: ...
+
+UiHandler = Callable[[DrivenSlack, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
-def register(app: web.Application, slack: LocalSlack) -> None:
+def register(app: web.Application, slack: DrivenSlack) -> None:
     streams: set[asyncio.Task[Any]] = set()
     slack._ui_streams = streams  # type: ignore[attr-defined]  # so stop() can end open event streams
 
@@ -76,7 +155,7 @@ def register(app: web.Application, slack: LocalSlack) -> None:
         app.router.add_post(f"/ui/{name}", _action_endpoint(slack, handler))
 
 
-async def close_streams(slack: LocalSlack) -> None:
+async def close_streams(slack: DrivenSlack) -> None:
     streams: set[asyncio.Task[Any]] = getattr(slack, "_ui_streams", set())
     for task in list(streams):
         task.cancel()
@@ -85,7 +164,7 @@ async def close_streams(slack: LocalSlack) -> None:
 
 
 async def _event_stream(
-    request: web.Request, slack: LocalSlack, streams: set[asyncio.Task[Any]]
+    request: web.Request, slack: DrivenSlack, streams: set[asyncio.Task[Any]]
 ) -> web.StreamResponse:
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await response.prepare(request)
@@ -110,7 +189,7 @@ async def _event_stream(
 
 
 def _action_endpoint(
-    slack: LocalSlack, handler: UiHandler
+    slack: DrivenSlack, handler: UiHandler
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def endpoint(request: web.Request) -> web.Response:
         try:
@@ -154,7 +233,7 @@ def _surface(body: dict[str, Any]) -> str | tuple[str, str]:
     return str(body["channel"]), str(body["ts"])
 
 
-async def _post(slack: LocalSlack, body: dict[str, Any]) -> dict[str, Any]:
+async def _post(slack: DrivenSlack, body: dict[str, Any]) -> dict[str, Any]:
     user, channel, text = str(body["user"]), str(body["channel"]), str(body.get("text") or "")
     if not text.strip():
         raise LocalSlackError("Type a message first.")
@@ -168,7 +247,7 @@ async def _post(slack: LocalSlack, body: dict[str, Any]) -> dict[str, Any]:
     return {"ts": ts, **_deliveries(list(results))}
 
 
-def _encode_mentions(slack: LocalSlack, text: str) -> str:
+def _encode_mentions(slack: DrivenSlack, text: str) -> str:
     """``@agent`` / ``@bob`` typed in the composer become ``<@U…>`` like Slack's client does."""
     by_name = {u.name: u.id for u in slack.ws.users.values() if not u.deleted}
     out = []
@@ -182,7 +261,7 @@ def _encode_mentions(slack: LocalSlack, text: str) -> str:
     return " ".join(out)
 
 
-async def _click(slack: LocalSlack, body: dict[str, Any]) -> dict[str, Any]:
+async def _click(slack: DrivenSlack, body: dict[str, Any]) -> dict[str, Any]:
     surface = _surface(body)
     user, action_id, block_id = str(body["user"]), str(body["action_id"]), body.get("block_id")
     value = body.get("value")
@@ -193,7 +272,7 @@ async def _click(slack: LocalSlack, body: dict[str, Any]) -> dict[str, Any]:
     return _deliveries([result])
 
 
-async def _select(slack: LocalSlack, body: dict[str, Any]) -> dict[str, Any]:
+async def _select(slack: DrivenSlack, body: dict[str, Any]) -> dict[str, Any]:
     surface = _surface(body)
     user, action_id, block_id = str(body["user"]), str(body["action_id"]), body.get("block_id")
     if "users" in body:
@@ -209,7 +288,7 @@ async def _select(slack: LocalSlack, body: dict[str, Any]) -> dict[str, Any]:
     return _deliveries([result])
 
 
-async def _input(slack: LocalSlack, body: dict[str, Any]) -> dict[str, Any]:
+async def _input(slack: DrivenSlack, body: dict[str, Any]) -> dict[str, Any]:
     result = await slack.set_input(
         str(body["user"]),
         str(body["view_id"]),
@@ -220,43 +299,43 @@ async def _input(slack: LocalSlack, body: dict[str, Any]) -> dict[str, Any]:
     return _deliveries([result])
 
 
-async def _submit(slack: LocalSlack, body: dict[str, Any]) -> dict[str, Any]:
+async def _submit(slack: DrivenSlack, body: dict[str, Any]) -> dict[str, Any]:
     result = await slack.submit_view(str(body["user"]), str(body["view_id"]), body.get("values") or {})
     view = slack.view(str(body["view_id"]))
     return {**_deliveries([result]), "errors": view.errors if view else {}}
 
 
-async def _close(slack: LocalSlack, body: dict[str, Any]) -> dict[str, Any]:
+async def _close(slack: DrivenSlack, body: dict[str, Any]) -> dict[str, Any]:
     result = await slack.close_view(str(body["user"]), str(body["view_id"]))
     return _deliveries([result])
 
 
-async def _home(slack: LocalSlack, body: dict[str, Any]) -> dict[str, Any]:
+async def _home(slack: DrivenSlack, body: dict[str, Any]) -> dict[str, Any]:
     result = await slack.open_home(str(body["user"]))
     return _deliveries([result])
 
 
-async def _dismiss(slack: LocalSlack, body: dict[str, Any]) -> dict[str, Any]:
+async def _dismiss(slack: DrivenSlack, body: dict[str, Any]) -> dict[str, Any]:
     ephemeral = slack.ws.find_ephemeral(str(body["user"]), str(body["channel"]), str(body["ts"]))
     if ephemeral is not None:
         slack.ws.remove_ephemeral(ephemeral)
     return {}
 
 
-async def _feedback(slack: LocalSlack, body: dict[str, Any]) -> dict[str, Any]:
+async def _feedback(slack: DrivenSlack, body: dict[str, Any]) -> dict[str, Any]:
     result = await slack.click_feedback(str(body["user"]), str(body["channel"]), str(body["ts"]),
                                         positive=bool(body.get("positive")))
     return _deliveries([result])
 
 
-async def _assistant(slack: LocalSlack, body: dict[str, Any]) -> dict[str, Any]:
+async def _assistant(slack: DrivenSlack, body: dict[str, Any]) -> dict[str, Any]:
     """The agent's split view: a new assistant thread, with the channel being looked at as its context."""
     context = str(body["channel"]) if body.get("channel") and not slack.ws.channel(str(body["channel"])).is_im else None
     dm, ts, result = await slack.open_assistant(str(body["user"]), context_channel=context)
     return {"channel": dm, "ts": ts, **_deliveries([result])}
 
 
-async def _stop(slack: LocalSlack, body: dict[str, Any]) -> dict[str, Any]:
+async def _stop(slack: DrivenSlack, body: dict[str, Any]) -> dict[str, Any]:
     """Slack's stop button under a processing agent session: ``agent_session_stopped``."""
     try:
         result = await slack.stop_agent_session(str(body["user"]), str(body["channel"]), str(body["ts"]))
@@ -265,7 +344,7 @@ async def _stop(slack: LocalSlack, body: dict[str, Any]) -> dict[str, Any]:
     return _deliveries([result])
 
 
-async def _assistant_context(slack: LocalSlack, body: dict[str, Any]) -> dict[str, Any]:
+async def _assistant_context(slack: DrivenSlack, body: dict[str, Any]) -> dict[str, Any]:
     """With the agent's pane open, the person looks at another channel: Slack tells the app."""
     user, dm, ts = str(body["user"]), str(body["dm"]), str(body["ts"])
     thread = slack.ws.assistant_threads.get(f"{dm}:{ts}")
@@ -279,7 +358,7 @@ async def _assistant_context(slack: LocalSlack, body: dict[str, Any]) -> dict[st
     return _deliveries([result])
 
 
-async def _react(slack: LocalSlack, body: dict[str, Any]) -> dict[str, Any]:
+async def _react(slack: DrivenSlack, body: dict[str, Any]) -> dict[str, Any]:
     message = slack.ws.find_message(str(body["channel"]), str(body["ts"]))
     if message is None:
         raise LocalSlackError("That message is gone.")
@@ -312,7 +391,7 @@ _ACTIONS: dict[str, UiHandler] = {
 # ---- state -------------------------------------------------------------------------------------------
 
 
-def ui_state(slack: LocalSlack, user_id: str) -> dict[str, Any]:
+def ui_state(slack: DrivenSlack, user_id: str) -> dict[str, Any]:
     """Everything the page needs to draw the workspace as ``user_id`` sees it."""
     ws = slack.ws
     me = ws.user(user_id)
@@ -360,14 +439,14 @@ def ui_state(slack: LocalSlack, user_id: str) -> dict[str, Any]:
     }
 
 
-def _last_delivery(slack: LocalSlack) -> dict[str, Any] | None:
+def _last_delivery(slack: DrivenSlack) -> dict[str, Any] | None:
     if not slack.deliveries:
         return None
     last = slack.deliveries[-1]
     return {"ok": last.ok, "kind": last.kind, "problem": last.friendly_error()}
 
 
-def _person(slack: LocalSlack, user: User, installation_id: str) -> dict[str, Any]:
+def _person(slack: DrivenSlack, user: User, installation_id: str) -> dict[str, Any]:
     return {
         "id": user.id,
         "name": user.name,
@@ -383,7 +462,7 @@ def _person(slack: LocalSlack, user: User, installation_id: str) -> dict[str, An
     }
 
 
-def _message(slack: LocalSlack, message: Any) -> dict[str, Any]:
+def _message(slack: DrivenSlack, message: Any) -> dict[str, Any]:
     out = message.to_slack()
     out["channel"] = message.channel
     out["is_reply"] = message.is_reply
@@ -393,7 +472,7 @@ def _message(slack: LocalSlack, message: Any) -> dict[str, Any]:
     return out
 
 
-def _assistant_threads(slack: LocalSlack, channel_ids: set[str]) -> dict[str, Any]:
+def _assistant_threads(slack: DrivenSlack, channel_ids: set[str]) -> dict[str, Any]:
     """Title, suggested prompts and live status of the threads the viewer can see ("<channel>:<ts>")."""
     out: dict[str, Any] = {}
     for key, thread in slack.ws.assistant_threads.items():
