@@ -20,7 +20,6 @@ from bot.models.scripted import ScriptedModel, say
 from bot.protocol import InputRequested, InputResolved, MessageCompleted
 from bot.session import SessionRef, new_request_id
 from handlers.delivery.channel import PostInFlight, SlackChannel, card_field
-from handlers.delivery.home import HomeRefresh
 from localslack.seed import ALICE, BOT_USER_ID, GENERAL
 from store.audit import AuditLog
 from store.session_keys import OUTBOX
@@ -297,19 +296,21 @@ async def test_a_rate_limited_card_waits_as_slack_asked_and_holds_up_no_one_else
     assert card_in(local_slack, second_ts) is not None
 
 
-async def test_a_failing_app_home_refresh_never_makes_slack_delivery_repeat(local_slack, start_app, monkeypatch):
-    # App Home refresh down for good (every card it should follow fails): Slack delivery is a consumer of its
-    # own, so the card is posted once, the answer goes on, and only the refresh is offered its event again
+async def test_a_failing_consumer_never_makes_slack_delivery_repeat(local_slack, start_app):
+    # one fan-out: every reader of committed events (Slack, App Home, notices, audit, or a team's own) is
+    # an outbox consumer with its own cursor. One that is down for good is offered its events again on its
+    # own; the card is posted once, the answer goes on
     refreshes: list[str] = []
 
-    async def refresh_down(self, event, session):  # noqa: ANN001 - the Channel protocol
-        if isinstance(event, InputRequested):
-            refreshes.append(event.type)
-            raise RuntimeError("App Home refresh is down")
+    class DownForGood:  # a consumer a team added (the ``bot.ports.Channel`` extension point)
+        async def deliver(self, event, session):  # noqa: ANN001 - the Channel protocol
+            if isinstance(event, InputRequested):
+                refreshes.append(event.type)
+                raise RuntimeError("our dashboard is down")
 
-    monkeypatch.setattr(HomeRefresh, "deliver", refresh_down)
     RUNS.clear()
-    await start_app(refund_script(), [refund_charge], recovery_interval=0.2)  # the sweep retries what failed
+    bot = await start_app(refund_script(), [refund_charge], recovery_interval=0.2)  # the sweep retries
+    bot.runtime.add_consumer("dashboard", DownForGood())
     ts, card = await mention_and_wait_for_card(local_slack)
     await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
