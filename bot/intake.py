@@ -14,7 +14,7 @@ from typing import Any
 from bot.inputs import first_open_input, is_bare_answer, match_text
 from bot.parts import Parts
 from bot.principals import Principal
-from bot.protocol import utcnow
+from bot.protocol import SessionSnapshot, utcnow
 from bot.session import SessionRef
 from bot.settle import AnswerResult, Settler
 from bot.state import SessionState
@@ -34,6 +34,25 @@ def new_message(ref: SessionRef, principal: Principal | None, text: str, message
     return message
 
 
+class QueuedMessage(dict[str, Any]):
+    """A message as it was queued (the dict, stored as is), and ``seen``: its session's inbox and state read
+    in the same round trip as its record, at least as new as the message. Trying it as an answer reads
+    them from here; a turn that changes the state after it is still refused by the settle script's own
+    checks (a settled request, a closed turn), as a read a moment later would be."""
+
+    def __init__(self, message: dict[str, Any], session_id: str, seen: SessionSnapshot):
+        super().__init__(message)
+        self.session_id = session_id
+        self.seen = seen
+
+    @staticmethod
+    def seen_in(message: dict[str, Any], session_id: str) -> SessionSnapshot | None:
+        """What was read with ``message``'s record in ``session_id``, if it was recorded here."""
+        if isinstance(message, QueuedMessage) and message.session_id == session_id:
+            return message.seen
+        return None
+
+
 class Intake:
     def __init__(self, parts: Parts, settler: Settler):
         self.p = parts
@@ -45,9 +64,10 @@ class Intake:
     ) -> dict[str, Any] | None:
         """Queue the message durably; None when this message id was seen before (Slack repeats some)."""
         message = new_message(ref, principal, text, message_id, automated=automated)
-        if not await self.p.store.record_message(ref.session_id, message, message_id=message_id):
+        seen = await self.p.store.record_message_and_read(ref.session_id, message, message_id=message_id)
+        if seen is None:
             return None
-        return message
+        return QueuedMessage(message, ref.session_id, seen)
 
     async def nothing_waiting(self, session_id: str, message: dict[str, Any]) -> bool:
         """A bare answer ("approve", "cancel: …") typed while no turn runs and nothing else is queued: it
@@ -55,10 +75,12 @@ class Intake:
         here and the person is told (``PostResult("nothing waiting")``). False: it goes on as a message."""
         if message.get("automated") or not is_bare_answer(str(message.get("text") or "")):
             return False
-        raw = await self.p.store.state(session_id)
-        if raw and SessionState.model_validate(raw).turn is not None:
+        seen = QueuedMessage.seen_in(message, session_id)
+        if seen is None:
+            seen = SessionSnapshot(inbox=await self.p.store.inbox(session_id), state=await self.p.store.state(session_id))
+        if seen.state and SessionState.model_validate(seen.state).turn is not None:
             return False  # a turn is running: its card may be on the way, the message steers or waits
-        if [m.get("id") for m in await self.p.store.inbox(session_id)] != [message.get("id")]:
+        if [m.get("id") for m in seen.inbox] != [message.get("id")]:
             return False  # something asked before it is still queued: it may bring the card it answers
         return await self.p.store.take_inbox(session_id, message)  # False: another worker took it
 
@@ -71,7 +93,8 @@ class Intake:
         stays queued. While the first open request is a delegation, the sub-agent's requests (shown in
         the same thread) are the ones a typed reply answers."""
         if state is None:
-            raw = await self.p.store.state(session_id)
+            seen = QueuedMessage.seen_in(message, session_id)
+            raw = seen.state if seen is not None else await self.p.store.state(session_id)
             state = SessionState.model_validate(raw) if raw else None
         if state is None or state.turn is None:
             return None

@@ -428,11 +428,25 @@ class RedisTurns(RequestReads):
         list in the same round trip: a message acknowledged to Slack is never lost, even if this process
         dies right after.
         """
+        return await self.record_message_and_read(session_id, message, message_id=message_id, read=False) is not None
+
+    async def record_message_and_read(self, session_id: str, message: dict[str, Any], *, message_id: str | None,
+                                      read: bool = True) -> SessionSnapshot | None:
+        """:meth:`record_message`, then (``read``) the session's inbox and state in the same round trip; None
+        for a repeat. Read after the record, so at least as new as the message; the inbox before the state,
+        so a message that a turn took since is seen with that turn (the take and the state are one write)."""
         keys = [self.key(session_id, f"msg:{message_id or '-'}"), *self.own_keys(session_id)]
         args = [message_id or "", json.dumps(message, separators=(",", ":")), MESSAGE_DEDUPE_SECONDS, now_ms()]
-        extra = [("zadd", (ACTIVE, {session_id: now_ms() + OUTBOX_GRACE_MS}))]
-        recorded, _ = await self._eval_pipelined(self._record_message, keys, args, extra)
-        return bool(recorded)
+        extra: list[Command] = [("zadd", (ACTIVE, {session_id: now_ms() + OUTBOX_GRACE_MS}))]
+        if read:
+            extra += [("lrange", (self.key(session_id, "inbox"), 0, -1)), ("get", (self.key(session_id, "state"),))]
+        recorded, _, *seen = await self._eval_pipelined(self._record_message, keys, args, extra)
+        if not recorded:
+            return None
+        if not read:
+            return SessionSnapshot()
+        inbox, raw = seen
+        return SessionSnapshot(state=json.loads(raw) if raw else None, inbox=[json.loads(m) for m in inbox])
 
     async def inbox(self, session_id: str) -> list[dict[str, Any]]:
         return [json.loads(m) for m in await self.redis.lrange(self.key(session_id, "inbox"), 0, -1)]

@@ -16,6 +16,8 @@ import collections
 import logging
 import tempfile
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +66,29 @@ class RoundTrips:
 
         redis_client.Redis.execute_command = counted_command  # type: ignore[method-assign]
         redis_client.Pipeline.execute = counted_pipeline  # type: ignore[method-assign]
+        self._originals = (execute_command, execute)
+
+    def uninstall(self) -> None:
+        redis_client.Redis.execute_command, redis_client.Pipeline.execute = self._originals  # type: ignore[method-assign]
+
+    def sent_by(self, *functions: str) -> int:
+        """Round trips sent from inside every one of ``functions`` (within ``depth`` frames of the send)."""
+        def inside(caller: str, function: str) -> bool:
+            return any(frame.endswith(f" {function}") for frame in caller.split(" < "))
+        return sum(n for (caller, _), n in self.counts.items() if all(inside(caller, f) for f in functions))
+
+
+@contextmanager
+def counting(depth: int = 6) -> Iterator[RoundTrips]:
+    """Count this process's round trips by caller while the block runs (tests assert on them)."""
+    trips = RoundTrips(depth)
+    trips.install()
+    trips.on = True
+    try:
+        yield trips
+    finally:
+        trips.on = False
+        trips.uninstall()
 
 
 async def _by_name(redis: Redis) -> collections.Counter[str]:

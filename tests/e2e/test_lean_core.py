@@ -13,6 +13,7 @@ import asyncio
 from bot.approval import always
 from bot.tools import ToolContext, tool
 from localslack.seed import ALICE, GENERAL
+from tests.bench.roundtrips import RoundTrips, counting
 from tests.e2e.redis_monitor import Monitored, monitored
 from tests.e2e.test_approval_flow import (
     RUNS,
@@ -33,6 +34,23 @@ async def one_cycle_seen(local_slack, start_app, redis_url: str) -> Monitored:
         await bot.runtime.wait_idle()
     assert len(RUNS) == 1
     return seen
+
+
+async def one_cycle_counted(local_slack, start_app, *, typed: bool = False) -> RoundTrips:
+    """One approve cycle of a fresh app (the card approved by a click, or ``typed`` in the thread), with the
+    app's round trips to Redis by the lines that sent them (tests.bench.roundtrips)."""
+    RUNS.clear()
+    bot = await start_app(refund_script(), [refund_charge])
+    with counting() as trips:
+        ts, card = await mention_and_wait_for_card(local_slack, "refund ch_1 please")
+        if typed:
+            await local_slack.post_message(ALICE, GENERAL, "approve", thread_ts=ts)
+        else:
+            await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+        await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
+        await bot.runtime.wait_idle()
+    assert len(RUNS) == 1
+    return trips
 
 
 async def approve_cycle(local_slack, text: str) -> None:
@@ -98,3 +116,11 @@ async def test_26_a_slow_tool_does_not_hold_up_the_settled_card(local_slack, sta
     finally:
         release.set()
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
+
+
+async def test_26_a_new_message_reads_its_session_with_its_record(local_slack, start_app):
+    # the mention, and a typed "approve" that answers the card: each message's record reads the session's
+    # state in its own round trip, so trying it as an answer reads nothing alone
+    for typed in (False, True):
+        trips = await one_cycle_counted(local_slack, start_app, typed=typed)
+        assert trips.sent_by("state") == 0, trips.counts
