@@ -53,7 +53,7 @@ from handlers.identity import installation_team
 from handlers.metering import MeteredApp, SlackApiMeter
 from store.assistant_threads import AssistantThreads
 from store.audit import AuditLog
-from store.audit_events import AuditChannel
+from store.audit_events import PassAudit
 from store.client import RedisHandle, open_redis, ping
 from store.gauges import GaugeReader
 from store.home_views import HomeViews
@@ -343,8 +343,8 @@ async def _start(
     async def delivery_client_for(team_id: str | None) -> AsyncWebClient:
         return await client_for(team_id, delivery=True)
 
-    # Slack and the audit log are separate consumers of the committed events (each its own cursor),
-    # so neither a slow Slack nor the audit log holds up the other, or the turn.
+    # Slack is a consumer of the committed events (its own cursor), so a slow Slack never holds up the turn;
+    # the audit log rides each delivery pass's round trips (store/audit_events.py)
     slack_channel = SlackChannel(store, delivery_client_for, SlackPacing(settings.slack_pacing))
     stack.push_async_callback(slack_channel.close)  # its pending status lines and streams
     channel: Channel = slack_channel
@@ -372,7 +372,7 @@ async def _start(
     )
     if settings.schedules_config:
         await _apply_schedules_file(settings.schedules_config, schedules, runtime.settings.clock())
-    runtime.add_consumer("audit", AuditChannel(AuditLog(redis.client)))
+    store.audit = PassAudit(AuditLog(redis.client))
     runtime.add_consumer("notify", ApproverNotices(store, delivery_client_for, slack_channel.pacing))
     # handlers get built stores, never a Redis client (issue 27 item 4)
     deps = SlackDeps(runtime=runtime, store=store, settings=settings, audit=AuditLog(redis.client),

@@ -1,4 +1,4 @@
-"""The outbox (DESIGN §12): frontends and the audit log consume the events a turn committed.
+"""The outbox (DESIGN §12): frontends consume the events a turn committed; the audit log rides along.
 
 A turn never waits on Slack. Every event is appended to the session's Redis stream inside the
 commit (or settle) script, and the session is put on the outbox list in the same round trip. A
@@ -7,13 +7,15 @@ or any replica's sweep if that process died — hands the events to each consume
 that consumer's cursor past each one it handled. So:
 
 - an event is delivered at least once (a crash between delivering and moving the cursor repeats
-  only that event, and consumers make repeats harmless: Slack posts are claimed and looked up, audit
-  entries are keyed by event);
+  only that event, and consumers make repeats harmless: Slack posts are claimed and looked up);
 - order is kept per session and consumer (one deliverer at a time holds a short lock);
 - a pass over a session costs two round trips whatever the number of consumers and events: one reads
   every consumer's cursor and the events after them, one saves the cursors and lets go (a long backlog
   also saves every third of the lock's life). A consumer that can take several events at once
-  (:class:`bot.ports.BatchChannel`, the audit log) gets them in one call;
+  (:class:`bot.ports.BatchChannel`) gets them in one call;
+- the audit log is no consumer: the store reads the session's audit progress with the begin and appends
+  the pass's auditable events in the round trip of its end (store/audit_events.py), so it lands a few ms
+  after what the pass showed, and a pass with nothing to audit sends nothing for it;
 - a consumer that fails (Slack down) is retried with per-session backoff, so one dead channel never
   delays another session's cards; a rate-limited one (:class:`bot.ports.RetryLater`) waits exactly as
   long as it was asked to, and only that session waits;
@@ -94,7 +96,7 @@ class _Progress:
 
 
 class Outbox:
-    """Delivers committed events to named consumers ("frontend", "audit", …)."""
+    """Delivers committed events to named consumers ("frontend", "notify", …)."""
 
     def __init__(self, store: OutboxStore, consumers: dict[str, Channel], spawn: Spawn):
         self.store = store
@@ -168,9 +170,7 @@ class Outbox:
         # events); it leaves only if nobody re-scheduled it meanwhile (a commit after our last look)
         while True:
             token = secrets.token_hex(8)
-            # consumers that ask to be first (the audit log: what people see is audited by then), then the rest
-            names = sorted(self.consumers, key=lambda name: not getattr(self.consumers[name], "deliver_first", False))
-            begun = await self.store.outbox_begin(session_id, names, token)
+            begun = await self.store.outbox_begin(session_id, list(self.consumers), token)
             if begun is None:
                 await self.store.outbox_schedule(session_id, delay_ms=BUSY_RECHECK_MS)
                 return False

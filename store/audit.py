@@ -41,6 +41,7 @@ from pydantic_core import to_jsonable_python
 from redis.exceptions import ResponseError
 
 from store.client import RedisClient
+from store.pipelined import Command, evalsha, pipelined
 from store.replay import REPLAY_MARK_MS, replay_mark, replay_safe
 
 GENESIS_HASH = "0" * 64
@@ -50,7 +51,7 @@ _MAX_APPEND_ATTEMPTS = 500
 _READ_BATCH = 500
 _MAX_REPORTED_PROBLEMS = 200
 _TEAM_ID = re.compile(r"^[A-Za-z0-9_.:-]+$")
-AUDITED_MARK_SECONDS = 30 * 24 * 3600  # a group's "already audited" mark: longer than any outbox retry
+AUDIT_PROGRESS_SECONDS = 30 * 24 * 3600  # a session's audit progress: renewed with each of its appends
 
 
 class AuditError(RuntimeError):
@@ -335,32 +336,40 @@ return {'ok'}
 )
 
 
-# Several entries at once, each group of them at most once (a group carries a mark key, set with it),
-# against the head the caller believes current and with an ``at`` it estimated from the server's clock.
-# KEYS[1] stream, KEYS[2] head, KEYS[3…] marks of the groups
-# ARGV: expected head seq, mark seconds, allowed clock skew ms, then per entry: seq, hash, at ms, json
-# → {'ok'} | {'seen', group index…} | {'head', seq, hash, ms, sec, usec}
-_APPEND_BATCH_LUA = (
+# A session's audited events at once, each at most once: ``KEYS[3]`` is the session's audit progress (the
+# stream id of its last audited event, in the workspace's slot), read and moved by this script, so a batch
+# that starts at or before it (offered again after a crash, or by a stale reader) is refused whole and
+# re-offered without what is in. A thread revived after its retention has a new events stream whose ids (the
+# server's clock) come after the old one's, so its events are past the old progress. The batch goes against
+# the head the caller believes current, with an ``at`` it estimated from the server's clock.
+# KEYS[1] stream, KEYS[2] head, KEYS[3] progress
+# ARGV: expected head seq, progress seconds, allowed clock skew ms, first event id, last event id, then per
+# entry: seq, hash, at ms, json → {'ok'} | {'seen', progress} | {'head', seq, hash, ms, sec, usec}
+_APPEND_SESSION_LUA = (
     _HEAD_LUA
     + """
-local seen = {}
-for i = 3, #KEYS do
-  if redis.call('EXISTS', KEYS[i]) == 1 then seen[#seen + 1] = i - 2 end
+local function after(a, b)
+  local am, as = string.match(a, '^(%d+)-(%d+)$')
+  local bm, bs = string.match(b, '^(%d+)-(%d+)$')
+  if not bm then return true end
+  am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)
+  return am > bm or (am == bm and as > bs)
 end
-if #seen > 0 then return {'seen', unpack(seen)} end
+local upto = redis.call('GET', KEYS[3])
+if upto and not after(ARGV[4], upto) then return {'seen', upto} end
 local seq, hash, ms = current_head()
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local at, skew = tonumber(ARGV[6]), tonumber(ARGV[3])
+local at, skew = tonumber(ARGV[8]), tonumber(ARGV[3])
 -- never before the last entry (a server clock stepped back is waited out), else near the server's clock
 if seq ~= ARGV[1] or at < tonumber(ms) or at > math.max(now, tonumber(ms)) + skew or at < now - skew then
   return {'head', seq, hash, ms, t[1], t[2]}
 end
-for i = 4, #ARGV, 4 do
+for i = 6, #ARGV, 4 do
   redis.call('XADD', KEYS[1], ARGV[i + 2] .. '-' .. ARGV[i], 'seq', ARGV[i], 'hash', ARGV[i + 1], 'e', ARGV[i + 3])
 end
 redis.call('HSET', KEYS[2], 'seq', ARGV[#ARGV - 3], 'hash', ARGV[#ARGV - 2], 'ms', ARGV[#ARGV - 1])
-for i = 3, #KEYS do redis.call('SET', KEYS[i], 1, 'EX', ARGV[2]) end
+redis.call('SET', KEYS[3], ARGV[5], 'EX', ARGV[2])
 return {'ok'}
 """
 )
@@ -369,12 +378,35 @@ return {'ok'}
 _BATCH_CLOCK_SKEW_MS = 500
 
 
-class AuditGroup(BaseModel):
-    """Entries that are audited together or not at all, once: ``mark`` (a key in the workspace's slot)
-    is set with them, and a group whose mark is already set is skipped (a repeat after a crash)."""
+def stream_id_after(a: str, b: str | None) -> bool:
+    """Whether stream id ``a`` ("<ms>-<n>") comes after ``b`` (None: nothing, so yes)."""
+    if b is None:
+        return True
+    (am, _, an), (bm, _, bn) = a.partition("-"), b.partition("-")
+    return (int(am), int(an or 0)) > (int(bm), int(bn or 0))
 
-    mark: str | None = None
+
+class AuditGroup(BaseModel):
+    """The entries of one session event, audited together or not at all, once: ``event_id`` (the event's
+    id in its session's stream) orders it; the session's audit progress moves past it with them."""
+
+    event_id: str
     entries: list[tuple[str, str | None, str | None, dict[str, Any]]]  # kind, actor, subject, data
+
+
+class SessionAppend(BaseModel):
+    """A session's groups, chained after the head this process knows, as the one command that appends them
+    (:meth:`AuditLog.session_append`); it rides a pipeline of the caller's, and :meth:`AuditLog.settle`
+    reads its reply."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    team_id: str
+    session_id: str
+    groups: list[AuditGroup]
+    entries: list[AuditEntry]
+    offset_ms: float
+    command: tuple[str, tuple[Any, ...]]
 
 
 class _Head(BaseModel):
@@ -413,7 +445,8 @@ class AuditLog:
         self._redis = redis
         self._read_head = redis.register_script(_READ_HEAD_LUA)
         self._append = redis.register_script(replay_safe(_APPEND_LUA))
-        self._append_batch = redis.register_script(replay_safe(_APPEND_BATCH_LUA))
+        # not replay_safe: a resent copy finds the session's progress moved and is refused ('seen')
+        self._append_session = redis.register_script(_APPEND_SESSION_LUA)
         self._locks: dict[str, asyncio.Lock] = {}
         # team → (the head after this process's last batch, server clock minus ours in ms): a batch in a
         # quiet workspace then needs no read first; another writer's entry costs one retry
@@ -455,47 +488,97 @@ class AuditLog:
         async with self._lock_for(team_id):
             return await self._append_cas(team_id, kind, actor, subject, jsonable, keys, guarded_write)
 
-    async def append_groups(self, team_id: str, groups: list[AuditGroup]) -> list[AuditEntry]:
-        """Append groups of entries in one write (usually one round trip), skipping groups whose mark is
-        set; returns the entries written. All or nothing: on an error none is written."""
-        for group in groups:
-            if group.mark is not None and workspace_tag(team_id) not in group.mark:
-                raise ValueError(f"{group.mark} is not in the hash slot of team {team_id}")
-        stream, head_key = self.stream_key(team_id), self.head_key(team_id)
-        pending = [g.model_copy(update={"entries": [(k, a, s, _jsonable_data(d)) for k, a, s, d in g.entries]})
-                   for g in groups if g.entries]
-        async with self._lock_for(team_id):
-            known = self._known_heads.get(team_id)
-            if known is None:
-                known = self._remember(team_id, await self._read_head(keys=[stream, head_key]))
-            for attempt in range(_MAX_APPEND_ATTEMPTS):
-                if not pending:
+    @staticmethod
+    def progress_key(team_id: str, session_id: str) -> str:
+        """Where a session's audit has got to: the stream id of its last audited event."""
+        return workspace_key(team_id, "audit", "upto", session_id)
+
+    def lock(self, team_id: str) -> asyncio.Lock:
+        """Held around a session append and its reply: this process's appends to a workspace then chain
+        one after another, and only another replica's entry can make one retry."""
+        return self._lock_for(team_id)
+
+    def progress_reads(self, team_id: str, session_id: str) -> list[Command]:
+        """Commands for a caller's pipeline that read a session's audit progress, and the workspace's head
+        when this process knows none yet; :meth:`progress_from` reads their replies."""
+        reads: list[Command] = [("get", (self.progress_key(team_id, session_id),))]
+        if team_id not in self._known_heads:
+            reads.append(evalsha(self._read_head, [self.stream_key(team_id), self.head_key(team_id)], []))
+        return reads
+
+    def progress_from(self, team_id: str, replies: list[Any]) -> str | None:
+        """The progress read by :meth:`progress_reads` (None: nothing audited yet, or forgotten)."""
+        if len(replies) > 1 and not isinstance(replies[1], BaseException):
+            self._remember(team_id, replies[1])
+        progress = replies[0]
+        return None if progress is None or isinstance(progress, BaseException) else _text(progress)
+
+    async def session_append(self, team_id: str, session_id: str, groups: list[AuditGroup]) -> SessionAppend | None:
+        """The command appending a session's groups (in event order) after the head this process knows,
+        reading the head first only if it knows none; None when no group has entries. Hold :meth:`lock`
+        until :meth:`settle` has read the reply."""
+        groups = [g.model_copy(update={"entries": [(k, a, s, _jsonable_data(d)) for k, a, s, d in g.entries]})
+                  for g in groups if g.entries]
+        if not groups:
+            return None
+        if team_id not in self._known_heads:
+            self._remember(team_id, await self._read_head(keys=[self.stream_key(team_id), self.head_key(team_id)]))
+        return self._prepare(team_id, session_id, groups)
+
+    def _prepare(self, team_id: str, session_id: str, groups: list[AuditGroup]) -> SessionAppend:
+        head, offset_ms = self._known_heads[team_id]
+        server = _Head(seq=head.seq, hash=head.hash, ms=head.ms, server_ms=int(time.time() * 1000 + offset_ms))
+        entries = self._chain(server, team_id, [e for g in groups for e in g.entries])
+        args: list[Any] = [str(head.seq), AUDIT_PROGRESS_SECONDS, _BATCH_CLOCK_SKEW_MS,
+                           groups[0].event_id, groups[-1].event_id]
+        for entry in entries:
+            args += [str(entry.seq), entry.hash, str(_floor_ms(entry.at)), entry.model_dump_json()]
+        keys = [self.stream_key(team_id), self.head_key(team_id), self.progress_key(team_id, session_id)]
+        return SessionAppend(team_id=team_id, session_id=session_id, groups=groups, entries=entries,
+                             offset_ms=offset_ms, command=evalsha(self._append_session, keys, args))
+
+    @property
+    def scripts(self) -> list[Any]:
+        """The scripts the commands of :meth:`progress_reads` and :meth:`session_append` run."""
+        return [self._read_head, self._append_session]
+
+    async def settle(self, pending: SessionAppend, reply: Any) -> list[AuditEntry]:
+        """Read the reply to ``pending``'s command; when another replica appended first (or a stale read
+        offered events already in), append again in round trips of its own. Returns the entries written
+        (none: all were in already); raises what the write raised, or :class:`AuditContention`."""
+        team_id = pending.team_id
+        for attempt in range(_MAX_APPEND_ATTEMPTS):
+            if isinstance(reply, BaseException):
+                raise reply
+            status, groups = _text(reply[0]), pending.groups
+            if status == "ok":
+                last = pending.entries[-1]
+                at_ms = _floor_ms(last.at)
+                self._known_heads[team_id] = (_Head(seq=last.seq, hash=last.hash, ms=at_ms, server_ms=at_ms),
+                                              pending.offset_ms)
+                return pending.entries
+            if status == "seen":  # some (or all: a resent copy of our own) are in: offer the rest
+                progress = _text(reply[1])
+                groups = [g for g in groups if stream_id_after(g.event_id, progress)]
+                if not groups:
                     return []
-                head, offset_ms = known
-                server_ms = _Head(seq=head.seq, hash=head.hash, ms=head.ms,
-                                  server_ms=int(time.time() * 1000 + offset_ms))
-                entries = self._chain(server_ms, team_id, [e for g in pending for e in g.entries])
-                marks = [g.mark for g in pending if g.mark is not None]
-                args: list[Any] = [str(head.seq), AUDITED_MARK_SECONDS, _BATCH_CLOCK_SKEW_MS]
-                for entry in entries:
-                    args += [str(entry.seq), entry.hash, str(_floor_ms(entry.at)), entry.model_dump_json()]
-                keys = [stream, head_key, *marks]
-                reply = await self._append_batch(keys=[*keys, replay_mark(keys)], args=[*args, REPLAY_MARK_MS])
-                status = _text(reply[0])
-                if status == "ok":
-                    last = entries[-1]
-                    at_ms = _floor_ms(last.at)
-                    self._known_heads[team_id] = (_Head(seq=last.seq, hash=last.hash, ms=at_ms, server_ms=at_ms),
-                                                  offset_ms)
-                    return entries
-                if status == "seen":
-                    seen = {marks[int(_text(i)) - 1] for i in reply[1:]}
-                    pending = [g for g in pending if g.mark not in seen]
-                    continue
-                known = self._remember(team_id, reply[1:])
-                if attempt >= 8:
+            else:
+                self._remember(team_id, reply[1:])
+                if attempt >= 8:  # heavy contention: spread the retries out a little
                     await asyncio.sleep(random.uniform(0, 0.001 * min(attempt, 50)))
-        raise AuditContention(f"could not append to {stream} after {_MAX_APPEND_ATTEMPTS} attempts")
+            pending = self._prepare(team_id, pending.session_id, groups)
+            [reply] = await pipelined(self._redis, [pending.command], [self._append_session], raise_on_error=False)
+        raise AuditContention(f"could not append to {self.stream_key(team_id)} after {_MAX_APPEND_ATTEMPTS} attempts")
+
+    async def append_groups(self, team_id: str, session_id: str, groups: list[AuditGroup]) -> list[AuditEntry]:
+        """Append a session's groups (in event order) in one write (usually one round trip), skipping those
+        at or before the session's audit progress; returns the entries written. All or nothing."""
+        async with self.lock(team_id):
+            pending = await self.session_append(team_id, session_id, groups)
+            if pending is None:
+                return []
+            [reply] = await pipelined(self._redis, [pending.command], [self._append_session], raise_on_error=False)
+            return await self.settle(pending, reply)
 
     def _remember(self, team_id: str, raw: list[Any]) -> tuple[_Head, float]:
         head = _Head.parse(raw)

@@ -1,7 +1,7 @@
-"""The engine's events, recorded in the workspace's audit log (a ``bot.ports.Channel``).
+"""The engine's events, recorded in the workspace's audit log by the delivery pass that reads them.
 
-``bot/app.py`` adds :class:`AuditChannel` as an outbox consumer of its own (``audit``), so every
-governance-relevant event of a Slack session becomes one hash-chained entry in
+``bot/app.py`` gives the outbox store a :class:`PassAudit`, so every governance-relevant event of a Slack
+session becomes one hash-chained entry in
 ``hitl:{ws:<team>}:audit`` (see :mod:`store.audit`). Kinds written here:
 
 ==============  ==========================  ==========================================================
@@ -18,12 +18,22 @@ kind            from event                  actor / subject / data
 
 Policy changes and refused edits are written by ``store.policies.PolicyStore`` itself.
 
-It is a consumer of the outbox (``bot.outbox``) with a cursor of its own, so it audits what was
-*committed*, whether or not Slack showed it, and never holds Slack up. Each event is audited once:
-a repeat after a crash is recognised by the event's session, sequence number and time (a mark written
-with its entries; the time too, because a thread revived after its retention numbers its events from 1
-again). A turn's run of events is one write (``AuditLog.append_groups``). A failure raises, so the
-outbox retries it later. Sessions without a workspace (the console) are skipped.
+It is no consumer of the outbox with a cursor of its own: it rides the delivery pass (``bot.outbox``,
+store/outbox.py). The pass reads the session's audit progress (``hitl:{ws:<team>}:audit:upto:<session>``,
+the stream id of its last audited event, in the workspace's hash slot) beside its begin, and appends the
+session's new auditable events in the same pipeline as its close, before the close's own script: one
+round trip on one server, and on a Redis Cluster each slot's command in turn. The append script refuses a
+batch that starts at or before the progress and moves the progress with its entries, so each event is
+audited once, also when two replicas' passes offer the same events or a pass is offered them again after a
+crash (a thread revived after its retention has a new events stream, whose ids come after the old one's).
+When another replica appended first (the chain's compare-and-set), the append is retried in round trips of
+its own; if it fails in the end, the session keeps where its audit may lag (``_audit`` in its outbox hash,
+written by the pass's close whenever it offers events and dropped once the progress is past it), so the
+next pass reads from there and offers them again. A pass with nothing to audit sends nothing for it.
+
+What people see comes first: a pass posts to Slack, then its close audits what it delivered, a few
+milliseconds later. A reader who has just seen a reply and reads the audit at once may be that early:
+wait briefly (tests poll). Sessions without a workspace (the console) are not audited.
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bot.principals import Principal
@@ -43,21 +54,18 @@ from bot.protocol import (
     InputResolved,
 )
 from bot.session import SessionRef
-from store.audit import AuditGroup, AuditLog, workspace_key
+from store.audit import AuditGroup, AuditLog, stream_id_after
+from store.pipelined import Command
 
 log = logging.getLogger(__name__)
 
 
 
-def _mark(team: str, session: SessionRef, event: Event) -> str | None:
-    """The "already audited" mark of one event. A sequence number alone is not enough: a session's
-    counter ends with its retention, so a thread used again after that counts from 1 again, and its new
-    events would find the old marks; the event's own time (kept with it in the stream, so a repeat
-    after a crash carries the same one) tells the two lives apart."""
-    if event.seq is None:
-        return None
-    at_us = int(event.at.timestamp() * 1_000_000)
-    return workspace_key(team, "audited", f"{session.session_id}:{event.seq}:{at_us}")
+def team_of(session_id: str) -> str | None:
+    """The workspace of a Slack session, from its id (``slack:<team>:<channel>:<thread>``), else None."""
+    kind, _, rest = session_id.partition(":")
+    team = rest.partition(":")[0]
+    return team if kind == "slack" and team else None
 
 
 def _who(principal: Principal | None) -> str | None:
@@ -69,36 +77,66 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-class AuditChannel:
-    """Appends requests, candidates, settlements, grants, resolutions and executions to the audit log."""
+Run = Callable[[list[Command]], Awaitable[list[Any]]]
 
-    # first in each delivery pass: what people are shown (a settled card, the answer that follows) has been
-    # audited by then, also when one pass carries a settle and the answer after it (bot.outbox)
-    deliver_first = True
+
+class PassAudit:
+    """Audits requests, candidates, settlements, grants, resolutions and executions with a delivery pass."""
 
     def __init__(self, audit: AuditLog) -> None:
         self.audit = audit
 
-    async def deliver(self, event: Event, session: SessionRef) -> None:
-        await self.deliver_batch([event], session)
+    @property
+    def scripts(self) -> list[Any]:
+        return self.audit.scripts
 
-    async def deliver_batch(self, events: list[Event], session: SessionRef) -> None:
-        """Audit a run of a session's events in one write (``bot.ports.BatchChannel``)."""
-        team = session.team_id
-        if not team:
-            return
+    def begin_reads(self, session_id: str, team_id: str | None) -> list[Command]:
+        """What the pass's begin reads beside its script: the session's audit progress."""
+        return self.audit.progress_reads(team_id, session_id) if team_id else []
+
+    def progress_from(self, team_id: str, replies: list[Any]) -> str | None:
+        return self.audit.progress_from(team_id, replies)
+
+    def groups(self, entries: list[tuple[str, Event]], session: SessionRef, progress: str | None) -> list[AuditGroup]:
+        """The audit entries of the pass's events past ``progress`` (stream ids), one group per event."""
+        if not session.team_id:
+            return []
         groups = []
-        for event in events:
-            entries = await self._entries(event, session)
-            if not entries:
+        for entry_id, event in entries:
+            if not stream_id_after(entry_id, progress):
                 continue
-            mark = _mark(team, session, event)
-            groups.append(AuditGroup(mark=mark, entries=[(kind, actor, subject, {**data, "event_seq": event.seq})
-                                                         for kind, actor, subject, data in entries]))
-        if groups:
-            await self.audit.append_groups(team, groups)
+            if items := self._entries(event, session):
+                groups.append(AuditGroup(event_id=entry_id, entries=[
+                    (kind, actor, subject, {**data, "event_seq": event.seq}) for kind, actor, subject, data in items]))
+        return groups
 
-    async def _entries(self, event: Event, session: SessionRef) -> list[tuple[str, str | None, str | None, dict]]:
+    async def close(self, session: SessionRef, groups: list[AuditGroup], run: Run) -> tuple[list[Any], bool]:
+        """Run the pass's closing pipeline (``run``: it sends the commands it is given first, then its own)
+        with the append of ``groups`` in it; returns the replies to the pass's own commands and whether the
+        groups are audited (else the pass's close kept where the audit lags, and a later pass offers them)."""
+        team = session.team_id
+        if not groups or not team:
+            return await run([]), True
+        async with self.audit.lock(team):
+            try:
+                pending = await self.audit.session_append(team, session.session_id, groups)
+            except Exception as exc:  # noqa: BLE001 - the close still runs; a later pass audits them
+                log.warning("could not audit session %s's events now (%s: %s); a later pass will",
+                            session.session_id, type(exc).__name__, exc)
+                return await run([]), False
+            if pending is None:
+                return await run([]), True
+            replies = await run([pending.command])
+            try:
+                await self.audit.settle(pending, replies[0])
+            except Exception as exc:  # noqa: BLE001 - as above
+                log.warning("could not audit session %s's events now (%s: %s); a later pass will",
+                            session.session_id, type(exc).__name__, exc)
+                return replies[1:], False
+            return replies[1:], True
+
+    @staticmethod
+    def _entries(event: Event, session: SessionRef) -> list[tuple[str, str | None, str | None, dict]]:
         base = {"session_id": session.session_id, "turn_id": event.turn_id}
         if isinstance(event, InputRequested):
             return [

@@ -33,8 +33,8 @@ that would change meaning when repeated (commit, settle, tool start, message rec
 nothing (tests/test_store_replay.py loses a reply on purpose). The rest are idempotent on replay
 (SET/HSET/ZADD/ZREM/DEL/PEXPIRE, token-checked lease renew/release and outbox unlock) or only delay
 work when repeated (a lease or post claim's SET NX answers "taken", which lapses with its TTL); failure
-counters (INCR/HINCRBY) may count one extra failure, and a resent audit append is caught by its
-per-event dedupe mark (store/audit_events.py).
+counters (INCR/HINCRBY) may count one extra failure, and a resent audit append finds its session's audit
+progress moved and is refused (store/audit_events.py).
 """
 
 from __future__ import annotations

@@ -10,10 +10,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from bot.protocol import RequestRecord
+from bot.protocol import Event, RequestRecord
+from bot.session import SessionRef
 from store.pipelined import Command
 
 CLAIM_MARGIN_S = 12.0  # a post is claimed in memory only while its pass's lock has this much life left
+
+UNREAD: str = "?unread"  # the session's audit progress was not read with the begin
+
+
+@dataclass
+class PassAuditView:
+    """What the audit's part of a pass works from (store/audit_events.py): the session, the events the pass
+    read and the id it read after, the audit's floor as the begin read it ('' none) and the session's audit
+    progress (None: nothing audited; ``UNREAD``: not read)."""
+
+    ref: SessionRef
+    read: list[tuple[str, Event]]
+    read_after: str
+    floor: str
+    progress: str | None
+    full: bool  # the read stopped at its count: there may be more
+
 
 @dataclass
 class PassView:
@@ -31,6 +49,7 @@ class PassView:
     pending: dict[str, str] = field(default_factory=dict)
     tidy: list[Command] = field(default_factory=list)
     requests: dict[str, RequestRecord] = field(default_factory=dict)
+    audit: PassAuditView | None = None
 
 
 PassViews = dict[str, PassView]  # session id → its pass's view, while this process delivers it

@@ -17,8 +17,10 @@ from redis.asyncio import Redis
 from bot.outbox import OutboxPass
 from bot.protocol import Event, RequestRecord, event_from_json
 from bot.session import SessionRef
-from store.delivery_pass import CLAIM_MARGIN_S, PassView, PassViews
-from store.pipelined import Command, evalsha
+from store.audit import AuditGroup, stream_id_after
+from store.audit_events import PassAudit, team_of
+from store.delivery_pass import CLAIM_MARGIN_S, UNREAD, PassAuditView, PassView, PassViews
+from store.pipelined import Command, evalsha, pipelined
 from store.post_ledger import PostLedger
 from store.requests import RequestReads
 from store.session_keys import DEFAULT_RETENTION_SECONDS, FORGET_IF_UNCHANGED, OUTBOX, now_ms
@@ -31,7 +33,9 @@ from store.session_keys import DEFAULT_RETENTION_SECONDS, FORGET_IF_UNCHANGED, O
 # deadline passed tells the next deliverer that its holder died mid-pass, so that pass is careful (what the
 # dead one posted may be unrecorded: it looks in the thread before posting). KEYS: out, events, lock, chan;
 # ARGV: token, lock ms, count, consumers… → false (locked) | {ref, cursors, holds, entries, chan (flat
-# field, value…), careful}. (A resent copy finds the lock ours and reads again.)
+# field, value…), careful, the audit's floor ('' none), the id read after ('' nothing read)}. The audit's floor
+# (``_audit``) counts like a cursor: the audit may lack the events after it. (A resent copy finds the lock
+# ours and reads again.)
 _OUTBOX_BEGIN = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -46,50 +50,78 @@ end
 redis.call('SET', KEYS[3], ARGV[1] .. '|' .. (now + tonumber(ARGV[2])))
 local fields, n = {}, #ARGV - 3
 for i = 1, n do fields[i], fields[n + i] = ARGV[3 + i], '_hold:' .. ARGV[3 + i] end
-fields[2 * n + 1] = '_ref'
+fields[2 * n + 1], fields[2 * n + 2] = '_ref', '_audit'
 local stored = redis.call('HMGET', KEYS[1], unpack(fields))
 local cursors, holds, low, low_ms, low_seq = {}, {}, nil, 0, 0
+local function lower(cursor)
+  local ms, seq = string.match(cursor, '^(%d+)-(%d+)$')
+  ms, seq = tonumber(ms), tonumber(seq)
+  if low == nil or ms < low_ms or (ms == low_ms and seq < low_seq) then
+    low, low_ms, low_seq = cursor, ms, seq
+  end
+end
 for i = 1, n do
   local cursor, hold = stored[i] or '0-0', stored[n + i] or '0'
   cursors[i], holds[i] = cursor, hold
-  if tonumber(hold) <= now then
-    local ms, seq = string.match(cursor, '^(%d+)-(%d+)$')
-    ms, seq = tonumber(ms), tonumber(seq)
-    if low == nil or ms < low_ms or (ms == low_ms and seq < low_seq) then
-      low, low_ms, low_seq = cursor, ms, seq
-    end
-  end
+  if tonumber(hold) <= now then lower(cursor) end
 end
+local floor = stored[2 * n + 2]
+if floor then lower(floor) end  -- the audit may lack the events after it (store/audit_events.py)
 local entries = {}
 if low ~= nil then entries = redis.call('XRANGE', KEYS[2], '(' .. low, '+', 'COUNT', ARGV[3]) end
-return {stored[2 * n + 1] or '', cursors, holds, entries, redis.call('HGETALL', KEYS[4]), careful}
+return {stored[2 * n + 1] or '', cursors, holds, entries, redis.call('HGETALL', KEYS[4]), careful, floor or '',
+        low or ''}
 """
 
 # Save a pass's progress: move cursors, record where the pass's posts are (frontend data kept for the pass's
 # end), forget the failures of consumers that delivered again, keep the cursors and the frontend data as long
 # as the session (one look at P:open for both); then renew the lock, or (ARGV[2] = 0) release it if still
 # ours. KEYS: out, lock, open, chan; ARGV: token, lock ms (0 = release), retention ms, n cursors, m frontend
-# fields, consumer, cursor, … (n pairs), field, value, … (m pairs), consumers to clear… (lock ms -1: release,
+# fields, the audit's floor as read and as left ('' none), consumer, cursor, … (n pairs), field, value, …
+# (m pairs), consumers to clear… (lock ms -1: release,
 # marked as a pass that ended with work left after a careful one, so that the next pass is careful too)
 _OUTBOX_SAVE = """
 local n, m = tonumber(ARGV[4]), tonumber(ARGV[5])
 if n > 0 then
-  redis.call('HSET', KEYS[1], unpack(ARGV, 6, 5 + 2 * n))
+  redis.call('HSET', KEYS[1], unpack(ARGV, 8, 7 + 2 * n))
 end
 if m > 0 then  -- written whether or not the lock is still ours: where a message was posted is a fact
-  redis.call('HSET', KEYS[4], unpack(ARGV, 6 + 2 * n, 5 + 2 * n + 2 * m))
+  redis.call('HSET', KEYS[4], unpack(ARGV, 8 + 2 * n, 7 + 2 * n + 2 * m))
+end
+local holder = redis.call('GET', KEYS[2])
+local ours = holder and string.match(holder, '^([^|]*)') == ARGV[1]
+if ARGV[6] ~= '' or ARGV[7] ~= '' then  -- the audit's floor: as the pass read it, and as it leaves it
+  local new = ARGV[7]
+  if ours then  -- nobody else wrote it since this pass read it: it knows what it covers
+    if new == '' then redis.call('HDEL', KEYS[1], '_audit') else redis.call('HSET', KEYS[1], '_audit', new) end
+  elseif new ~= '' then  -- another pass took over (this one's lock ran out): keep the lower
+    local cur = redis.call('HGET', KEYS[1], '_audit')
+    local nm, ns = string.match(new, '^(%d+)-(%d+)$')
+    local cm, cs = string.match(cur or new, '^(%d+)-(%d+)$')
+    nm, ns, cm, cs = tonumber(nm), tonumber(ns), tonumber(cm), tonumber(cs)
+    if not cur or nm < cm or (nm == cm and ns < cs) then redis.call('HSET', KEYS[1], '_audit', new) end
+  end
 end
 local gone = {}
-for i = 6 + 2 * n + 2 * m, #ARGV do gone[#gone + 1], gone[#gone + 2] = '_fails:' .. ARGV[i], '_hold:' .. ARGV[i] end
+for i = 8 + 2 * n + 2 * m, #ARGV do gone[#gone + 1], gone[#gone + 2] = '_fails:' .. ARGV[i], '_hold:' .. ARGV[i] end
 if #gone > 0 then redis.call('HDEL', KEYS[1], unpack(gone)) end
-local holder = redis.call('GET', KEYS[2])
-if not holder or string.match(holder, '^([^|]*)') ~= ARGV[1] then return 0 end
+if not ours then return 0 end
 if ARGV[2] == '0' then redis.call('DEL', KEYS[2]) return 1 end
 if ARGV[2] == '-1' then redis.call('SET', KEYS[2], ARGV[1] .. '|0') return 1 end  -- let go, the next pass careful
 local t = redis.call('TIME')
 redis.call('SET', KEYS[2], ARGV[1] .. '|' .. (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2])))
 return 1
 """
+
+
+AUDIT_RETRY_MS = 5_000  # an audit append that failed in the end: the next pass offers its events then
+_AUDIT_TEAMS_KEPT = 10_000
+
+
+def _raise_first(replies: list[Any]) -> None:
+    for reply in replies:
+        if isinstance(reply, BaseException):
+            raise reply
 
 
 class RedisOutbox(RequestReads):
@@ -102,6 +134,9 @@ class RedisOutbox(RequestReads):
         self._outbox_save = redis.register_script(_OUTBOX_SAVE)
         self._forget_if_unchanged = redis.register_script(FORGET_IF_UNCHANGED)
         self._pass_views: PassViews = {}  # session id → its post ledger's view, while this process delivers
+        # the audit log rides the passes (store/audit_events.py): bot/app.py gives one; None: nothing audited
+        self.audit: PassAudit | None = None
+        self._audit_teams: dict[str, str] = {}  # session id → its workspace, as its last pass here read it
         self.posts = PostLedger(redis, self._pass_views, lease_ms=lease_ms, retention_s=retention_s)
 
     async def outbox_due(self, *, limit: int = 100) -> list[str]:
@@ -123,23 +158,36 @@ class RedisOutbox(RequestReads):
         asked_at = time.monotonic()  # the lock's life counts from no later than this
         keys = [self.key(session_id, "out"), self.key(session_id, "events"), self.key(session_id, "outlock"),
                 self.key(session_id, "chan")]
-        replies = await self._pipelined(self._outbox_begin, keys, [token, self.lease_ms, count, *consumers],
-                                        before=[("zadd", (OUTBOX, {session_id: claim}))])
+        team = self._audit_teams.get(session_id) or team_of(session_id)
+        reads = self.audit.begin_reads(session_id, team) if self.audit is not None and team else []
+        replies = await pipelined(
+            self.redis, [("zadd", (OUTBOX, {session_id: claim})), evalsha(self._outbox_begin, keys,
+                                                                         [token, self.lease_ms, count, *consumers]),
+                         *reads], [self._outbox_begin, *(self.audit.scripts if reads else [])], raise_on_error=False)
+        _raise_first(replies[:2])  # the audit's read may fail alone: the pass then offers its events unread
         reply = replies[1]
         if not reply:
             return None
-        raw_ref, cursors, holds, entries, chan, careful = reply
-        self._pass_views[session_id] = PassView(
-            token, {k.decode(): v.decode() for k, v in zip(chan[::2], chan[1::2], strict=True)},
-            careful=bool(careful), lock_fresh_until=asked_at + self._claim_margin_s())
+        raw_ref, cursors, holds, entries, chan, careful, floor, read_after = reply
+        ref = SessionRef.model_validate_json(raw_ref) if raw_ref else SessionRef(session_id=session_id)
         events: list[tuple[str, Event]] = []
         for entry_id, flat in entries:
             fields = dict(zip(flat[::2], flat[1::2], strict=True))
             event = event_from_json(fields[b"e"])
             event.seq = int(fields[b"s"])
             events.append((entry_id.decode(), event))
+        progress = UNREAD
+        if reads and team == ref.team_id and not any(isinstance(r, BaseException) for r in replies[2:]):
+            progress = self.audit.progress_from(team, replies[2:])  # type: ignore[union-attr]
+        if ref.team_id:
+            self._note_team(session_id, ref.team_id)
+        self._pass_views[session_id] = PassView(
+            token, {k.decode(): v.decode() for k, v in zip(chan[::2], chan[1::2], strict=True)},
+            careful=bool(careful), lock_fresh_until=asked_at + self._claim_margin_s(),
+            audit=PassAuditView(ref=ref, read=events, read_after=read_after.decode(), floor=floor.decode(),
+                                progress=progress, full=len(entries) >= count))
         return OutboxPass(
-            ref=SessionRef.model_validate_json(raw_ref) if raw_ref else SessionRef(session_id=session_id),
+            ref=ref,
             cursors={name: c.decode() for name, c in zip(consumers, cursors, strict=True)},
             holds={name: int(h) for name, h in zip(consumers, holds, strict=True)},
             entries=events, claim=claim, full=len(entries) >= count,
@@ -150,8 +198,11 @@ class RedisOutbox(RequestReads):
         """Save a long pass's progress and renew its lock (one round trip)."""
         tidy, posts = self._recorded_in_pass(session_id, token, done=False)
         renewed_at = time.monotonic()
+        # the cursors may move past events the audit has not written yet (it goes with the pass's end)
+        floor = self._audit_floor(session_id, token, keep=True)[1]
         await self._pipelined(self._outbox_save, self._outbox_save_keys(session_id),
-                              self._outbox_save_args(token, self.lease_ms, cursors, cleared, posts), before=tidy)
+                              self._outbox_save_args(token, self.lease_ms, cursors, cleared, posts, floor),
+                              before=tidy)
         if (view := self._pass_views.get(session_id)) is not None and view.token == token:
             view.lock_fresh_until = renewed_at + self._claim_margin_s()
 
@@ -168,10 +219,50 @@ class RedisOutbox(RequestReads):
         # a careful pass that leaves work behind hands its care on: the events it did not reach may have
         # been posted by the deliverer that died
         careful_next = view is not None and view.token == token and view.careful and again_in_ms is not None
+        groups, floor = self._audit_floor(session_id, token, keep=False)
         tidy, posts = self._recorded_in_pass(session_id, token, done=True)
-        await self._pipelined(self._outbox_save, self._outbox_save_keys(session_id),
-                              self._outbox_save_args(token, -1 if careful_next else 0, cursors, cleared, posts),
-                              before=tidy, after=after, scripts=[self._forget_if_unchanged])
+        save = evalsha(self._outbox_save, self._outbox_save_keys(session_id),
+                       self._outbox_save_args(token, -1 if careful_next else 0, cursors, cleared, posts, floor))
+        scripts = [self._outbox_save, self._forget_if_unchanged, *(self.audit.scripts if self.audit else [])]
+
+        async def close(audit_first: list[Command]) -> list[Any]:
+            # the audit's append first: a process that dies before the rest is sent has written it or nothing
+            replies = await pipelined(self.redis, [*audit_first, *tidy, save, *after], scripts,
+                                      raise_on_error=not audit_first)
+            _raise_first(replies[len(audit_first):])
+            return replies
+
+        if self.audit is None or view is None or view.audit is None or not groups:
+            await close([])
+            return
+        _, audited = await self.audit.close(view.audit.ref, groups, close)
+        if not audited:  # the floor the close left makes the next pass offer them again: let one come
+            await self.outbox_schedule(session_id, delay_ms=AUDIT_RETRY_MS)
+
+    def _audit_floor(self, session_id: str, token: str, *, keep: bool) -> tuple[list[AuditGroup], tuple[str, str]]:
+        """The audit groups of the pass's events past the session's audit progress, and the audit's floor
+        in the session as the pass read it and as its save leaves it: just before the first event it offers
+        (the audit may lack what follows, until its append is known written), else forward to the end of
+        what it read when there may be more to read, else none. ``keep``: a checkpoint; the floor it
+        writes is then the one the end compares with."""
+        view = self._pass_views.get(session_id)
+        if self.audit is None or view is None or view.token != token or view.audit is None:
+            return [], ("", "")
+        audit = view.audit
+        progress = None if audit.progress is UNREAD else audit.progress
+        groups = self.audit.groups(audit.read, audit.ref, progress)  # type: ignore[arg-type]
+        if groups:
+            ids = [audit.read_after, *(entry_id for entry_id, _ in audit.read)]
+            new = ids[ids.index(groups[0].event_id) - 1]
+        elif audit.floor and audit.full:  # a long way behind: what this pass read is covered, more may follow
+            last = audit.read[-1][0]
+            new = last if stream_id_after(last, audit.floor) else audit.floor
+        else:
+            new = ""
+        floor = (audit.floor, new)
+        if keep:
+            audit.floor = new
+        return groups, floor
 
     def _recorded_in_pass(self, session_id: str, token: str, *, done: bool) -> tuple[list[Command], dict[str, str]]:
         """The writes a pass kept for its end: index clean-ups (``unindex_request(..., in_pass=True)``), as
@@ -200,10 +291,17 @@ class RedisOutbox(RequestReads):
                 self.key(session_id, "chan")]
 
     def _outbox_save_args(self, token: str, lock_ms: int, cursors: dict[str, str], cleared: list[str],
-                          posts: dict[str, str]) -> list[Any]:
+                          posts: dict[str, str], floor: tuple[str, str] = ("", "")) -> list[Any]:
         pairs = [x for name, cursor in cursors.items() for x in (name, cursor)]
         fields = [x for pair in posts.items() for x in pair]
-        return [token, lock_ms, self.retention_ms, len(cursors), len(posts), *pairs, *fields, *cleared]
+        return [token, lock_ms, self.retention_ms, len(cursors), len(posts), *floor, *pairs, *fields, *cleared]
+
+    def _note_team(self, session_id: str, team_id: str) -> None:
+        """Remember a session's workspace, so that its next pass reads its audit progress with its begin."""
+        self._audit_teams.pop(session_id, None)
+        self._audit_teams[session_id] = team_id
+        if len(self._audit_teams) > _AUDIT_TEAMS_KEPT:
+            del self._audit_teams[next(iter(self._audit_teams))]
 
     async def outbox_failures(self, session_id: str, consumer: str, *, failed: bool) -> int:
         """Count consecutive delivery failures of a consumer (reset on success); returns the count."""

@@ -21,7 +21,7 @@ from typing import Any, TypeAlias
 
 from redis.asyncio import RedisCluster
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, RedisError
 
 from store.client import RedisClient
 
@@ -33,30 +33,44 @@ def evalsha(script: AsyncScript, keys: Sequence[Any], args: Sequence[Any]) -> Co
     return ("evalsha", (script.sha, len(keys), *keys, *args))
 
 
-async def pipelined(client: RedisClient, commands: Sequence[Command], scripts: Sequence[AsyncScript]) -> list[Any]:
-    """Run ``commands`` in order and return their replies; ``scripts``: those their EVALSHAs run.
+async def pipelined(client: RedisClient, commands: Sequence[Command], scripts: Sequence[AsyncScript], *,
+                    raise_on_error: bool = True) -> list[Any]:
+    """Run ``commands`` in order and return their replies; ``scripts``: those their EVALSHAs run. With
+    ``raise_on_error`` False a command's error is its reply (the exception) and the others still run.
 
     A redis-py ``Script`` in a pipeline would first send SCRIPT EXISTS on every execute (one more round
     trip), so scripts are loaded only when the server says it lacks them (first use, a flush, a
     failover to a replica that never saw them)."""
     if isinstance(client, RedisCluster):
-        return [await _one_by_one(client, command, scripts) for command in commands]
-    return await _one_round_trip(client, commands, scripts)
+        replies = []
+        for command in commands:
+            try:
+                replies.append(await _one_by_one(client, command, scripts))
+            except RedisError as exc:
+                if raise_on_error:
+                    raise
+                replies.append(exc)
+        return replies
+    return await _one_round_trip(client, commands, scripts, raise_on_error)
 
 
-async def _one_round_trip(client: RedisClient, commands: Sequence[Command], scripts: Sequence[AsyncScript]) -> list[Any]:
+async def _one_round_trip(client: RedisClient, commands: Sequence[Command], scripts: Sequence[AsyncScript],
+                          raise_on_error: bool) -> list[Any]:
     for attempt in (1, 2):
         pipe = client.pipeline(transaction=False)
         for name, args in commands:
             getattr(pipe, name)(*args)
         try:
-            return await pipe.execute()
+            replies = await pipe.execute(raise_on_error=raise_on_error)
         except NoScriptError:
-            # the other commands ran; resending them is harmless (the callers send idempotent ones)
-            if attempt == 2:
-                raise
-            for script in scripts:
-                await client.script_load(script.script)
+            replies = None
+        if replies is not None and not any(isinstance(r, NoScriptError) for r in replies):
+            return replies
+        # the other commands ran; resending them is harmless (the callers send idempotent ones)
+        if attempt == 2:
+            raise NoScriptError("a script stayed unknown to the server after loading it")
+        for script in scripts:
+            await client.script_load(script.script)
     raise AssertionError("unreachable")
 
 

@@ -33,7 +33,7 @@ from localslack.seed import ALICE as SLACK_ALICE
 from localslack.seed import GENERAL
 from localslack.server import LocalSlack
 from store.audit import AuditLog
-from store.audit_events import AuditChannel
+from store.audit_events import PassAudit
 from store.client import RedisClient
 from store.installations import RedisInstallationStore
 from store.sessions import SessionStore
@@ -71,7 +71,7 @@ async def test_an_approved_tool_runs_once_and_the_turn_completes(cluster_redis: 
     model = ScriptedModel([call("refund", charge_id="ch_1"), model_say("Done, refunded.")])
     runtime, channel, store = make_runtime(cluster_redis, model, [refund])
     audit = AuditLog(cluster_redis)
-    runtime.add_consumer("audit", AuditChannel(audit))
+    store.audit = PassAudit(audit)
 
     await say(runtime, "refund ch_1")
     assert channel.types()[-2:] == ["input.requested", "turn.waiting"]

@@ -23,7 +23,6 @@ from store.audit import (
     AuditLog,
     read_jsonl,
     verify_entries,
-    workspace_key,
 )
 
 TEAM = "T0001"
@@ -91,8 +90,9 @@ async def test_fifty_concurrent_appends_from_several_replicas_make_one_valid_cha
     assert (report.entries, report.last_seq, report.last_hash) == (50, 50, stored[-1].hash)
 
 
-def _group(n: int, *, mark: bool = True) -> AuditGroup:
-    return AuditGroup(mark=workspace_key(TEAM, "audited", f"s1:{n}") if mark else None,
+def _group(n: int, *, at_ms: int = 1_000) -> AuditGroup:
+    """The audit entries of a session's event ``n`` (its stream id: ``<at_ms>-<n>``)."""
+    return AuditGroup(event_id=f"{at_ms}-{n}",
                       entries=[("settlement", "slack:T0001:U1", f"req-{n}", {"n": n}),
                                ("grant", "slack:T0001:U1", f"req-{n}", {"n": n})])
 
@@ -106,9 +106,9 @@ async def test_groups_from_replicas_writing_in_turns_make_one_valid_chain(
     try:
         mine, theirs = AuditLog(redis), AuditLog(other)
         for n in range(6):
-            await (mine if n % 2 else theirs).append_groups(TEAM, [_group(n)])
+            await (mine if n % 2 else theirs).append_groups(TEAM, "s1", [_group(n)])
         await mine.append(TEAM, "policy.change", subject="refund_charge")  # the single-entry path too
-        await asyncio.gather(*(log.append_groups(TEAM, [_group(10 + i)]) for i, log in
+        await asyncio.gather(*(log.append_groups(TEAM, f"s{i + 2}", [_group(10 + i)]) for i, log in
                                enumerate([mine, theirs, mine, theirs])))
     finally:
         await other.aclose()
@@ -121,24 +121,54 @@ async def test_groups_from_replicas_writing_in_turns_make_one_valid_chain(
     assert report.ok, report.problems
 
 
-async def test_a_group_already_audited_is_skipped_and_the_rest_written(redis: redis_asyncio.Redis) -> None:
+async def test_events_already_audited_are_skipped_and_the_rest_written(redis: redis_asyncio.Redis) -> None:
     log = AuditLog(redis)
-    await log.append_groups(TEAM, [_group(1)])
-    # a crash after the write but before the outbox cursor moved: the same events come again, with one more
-    written = await AuditLog(redis).append_groups(TEAM, [_group(1), _group(2), _group(3, mark=False)])
+    await log.append_groups(TEAM, "s1", [_group(1)])
+    # a crash after the write but before the outbox cursor moved: the same events come again, with more
+    written = await AuditLog(redis).append_groups(TEAM, "s1", [_group(1), _group(2), _group(3)])
     assert [(e.subject, e.seq) for e in written] == [("req-2", 3), ("req-2", 4), ("req-3", 5), ("req-3", 6)]
     stored = await log.entries(TEAM, limit=None)
     assert [e.subject for e in stored] == ["req-1", "req-1", "req-2", "req-2", "req-3", "req-3"]
     assert (await log.verify(TEAM)).ok
-    assert await log.append_groups(TEAM, [_group(1), _group(2)]) == []
+    assert await log.append_groups(TEAM, "s1", [_group(1), _group(2)]) == []
+    # another session's events are its own: the same ids are not "already audited" there
+    assert len(await log.append_groups(TEAM, "s2", [_group(1)])) == 2
+    assert await redis.get(AuditLog.progress_key(TEAM, "s1")) == b"1000-3"
 
 
-async def test_a_group_is_written_whole_or_not_at_all(redis: redis_asyncio.Redis) -> None:
+async def test_a_revived_threads_events_are_audited_although_their_numbers_start_again(
+    redis: redis_asyncio.Redis,
+) -> None:
     log = AuditLog(redis)
-    bad = AuditGroup(mark=workspace_key("T0002", "audited", "s1:1"), entries=[("settlement", None, "r", {})])
-    with pytest.raises(ValueError, match="hash slot"):
-        await log.append_groups(TEAM, [_group(1), bad])
+    await log.append_groups(TEAM, "s1", [_group(7, at_ms=1_000)])
+    # the session's keys lapsed and its thread was used again: a new events stream, later ids, seq from 1
+    written = await log.append_groups(TEAM, "s1", [_group(1, at_ms=5_000)])
+    assert [e.subject for e in written] == ["req-1", "req-1"]
+
+
+async def test_two_replicas_offering_the_same_events_at_once_audit_them_once(
+    redis: redis_asyncio.Redis, redis_url: str
+) -> None:
+    other = redis_asyncio.Redis.from_url(redis_url, decode_responses=False)
+    try:
+        logs = [AuditLog(redis), AuditLog(other)]
+        await logs[1].append(TEAM, "policy.change", subject="warm")  # both know a head, which then moves
+        for n in range(1, 6):
+            await asyncio.gather(*(log.append_groups(TEAM, "s1", [_group(2 * n), _group(2 * n + 1)]) for log in logs))
+    finally:
+        await other.aclose()
+    stored = await AuditLog(redis).entries(TEAM, kind="settlement", limit=None)
+    assert sorted(e.data["n"] for e in stored) == list(range(2, 12))
+    assert (await AuditLog(redis).verify(TEAM)).ok
+
+
+async def test_a_batch_is_written_whole_or_not_at_all(redis: redis_asyncio.Redis) -> None:
+    log = AuditLog(redis)
+    bad = AuditGroup(event_id="1000-2", entries=[("settlement", None, "r", {"x": float("nan")})])
+    with pytest.raises(ValueError):
+        await log.append_groups(TEAM, "s1", [_group(1), bad])
     assert await log.entries(TEAM) == []
+    assert await redis.get(AuditLog.progress_key(TEAM, "s1")) is None
 
 
 async def test_workspaces_have_separate_chains_in_one_slot_each(redis: redis_asyncio.Redis) -> None:

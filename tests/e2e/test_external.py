@@ -15,7 +15,7 @@ from bot.approval import Approval, allowed, always, rejected
 from bot.models.scripted import ScriptedModel, call, say
 from bot.tools import ToolContext, tool
 from localslack.seed import ALICE, BOB, CAROL, GENERAL, TEAM_ID
-from store.audit import AuditLog
+from tests.audit_polling import audit_entries
 from tests.e2e.test_approval_flow import button, mention_and_wait_for_card
 from tests.e2e.test_decisions import inputs, result_reply
 
@@ -67,7 +67,7 @@ async def test_the_dba_submits_the_result_from_the_card_and_the_turn_resumes_wit
     assert told == {"rows_changed": 1200, "log_url": None}
     settled = json.dumps(local_slack.message(GENERAL, card.ts).blocks)
     assert "Result submitted" in settled and f"<@{BOB}>" in settled and "1200" in settled
-    [resolution] = await AuditLog(bot.redis.client).entries(TEAM_ID, kind="resolution", limit=None)
+    [resolution] = await audit_entries(bot.redis.client, TEAM_ID, kind="resolution")
     assert resolution.actor.endswith(BOB) and resolution.data["values"]["rows_changed"] == 1200
 
 
@@ -110,7 +110,7 @@ async def test_a_system_posts_the_result_with_a_token_only_the_admitted_get(loca
     assert told == {"rows_changed": 7, "log_url": "https://ci.example.com/run/9"}
     settled = json.dumps(local_slack.message(GENERAL, card.ts).blocks)
     assert "Sent from another system" in settled and f"<@{BOB}>" in settled
-    [resolution] = await AuditLog(bot.redis.client).entries(TEAM_ID, kind="resolution", limit=None)
+    [resolution] = await audit_entries(bot.redis.client, TEAM_ID, kind="resolution")
     assert resolution.actor.endswith(BOB) and resolution.data["via"] == "api"
 
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 from bot.models.scripted import ScriptedModel, call, say
 from bot.tools import ToolContext, tool
 from localslack.seed import ALICE, BOB, GENERAL, TEAM_ID
-from store.audit import AuditLog
+from tests.audit_polling import audit_entries
 from tests.e2e.test_approval_flow import button, mention_and_wait_for_card
 from tests.e2e.test_decisions import inputs, result_reply
 
@@ -88,7 +88,7 @@ async def test_a_tool_form_is_filled_in_checked_inline_and_resumes_the_tool_once
     shown = json.dumps(settled.blocks)
     assert "Filled in" in shown and "1 Main St, Springfield" in shown and "Ship on" in shown
     assert not any(b["type"] == "actions" for b in settled.blocks)
-    [resolution] = await AuditLog(bot.redis.client).entries(TEAM_ID, kind="resolution", limit=None)
+    [resolution] = await audit_entries(bot.redis.client, TEAM_ID, kind="resolution")
     assert resolution.data["values"] == shipped
 
 

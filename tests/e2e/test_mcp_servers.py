@@ -14,7 +14,7 @@ import pytest
 from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
 from localslack.seed import ALICE, GENERAL, TEAM_ID
-from store.audit import AuditLog
+from tests.audit_polling import audit_entries
 from tests.e2e.conftest import app_starter
 from tests.e2e.test_approval_flow import button, mention_and_wait_for_card
 from tests.e2e.test_decisions import inputs, result_reply
@@ -87,5 +87,6 @@ async def test_over_http_through_slack_approve_then_fill_in_the_servers_form(
         assert "s3cret" not in json.dumps(told)
         assert "shipped o7 to 9 Elm Road in 2 boxes" in told["s1"]
         assert runs(ran) == ["shipped o7 to 9 Elm Road x2"]  # approved once, asked once, shipped once
-        resolutions = await AuditLog(bot.redis.client).entries(TEAM_ID, kind="resolution", limit=None)
+        resolutions = await audit_entries(bot.redis.client, TEAM_ID, kind="resolution",
+                                          until=lambda found: len(found) >= 2)
         assert len(resolutions) == 2  # the approval and the form, in the one audit log

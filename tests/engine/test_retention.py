@@ -15,7 +15,7 @@ from bot.models.scripted import say as model_say
 from bot.tool_registry import ToolRegistry
 from bot.turns import Runtime, RuntimeSettings
 from store.audit import AuditLog
-from store.audit_events import AuditChannel
+from store.audit_events import PassAudit
 from store.session_keys import RETIRE, SESSION_KEYS
 from store.sessions import SessionStore
 from tests.engine.harness import (
@@ -38,7 +38,7 @@ def _runtime(redis, model, tools, *, audited: bool = False):
     runtime = Runtime(store=store, model=model, tools=ToolRegistry([*BUILTIN_TOOLS, *tools]), channel=channel,
                       settings=RuntimeSettings(system_prompt=""))
     if audited:
-        runtime.add_consumer("audit", AuditChannel(AuditLog(redis)))
+        store.audit = PassAudit(AuditLog(redis))
     return runtime, channel, store
 
 
