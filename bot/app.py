@@ -303,9 +303,11 @@ async def _start(
     client = AsyncWebClient(token=token, base_url=api_url, session=http, retry_handlers=slack_retry_handlers())
     oauth = None
     if settings.slack_client_id:
-        from handlers.routes.oauth import oauth_settings
+        from handlers.routes.oauth import STATE_SECONDS, oauth_settings
+        from store.installations import RedisInstallationStore, RedisOAuthStateStore
 
-        oauth = oauth_settings(settings, redis.client)
+        oauth = oauth_settings(settings, RedisInstallationStore(redis.client, client_id=settings.slack_client_id),
+                               RedisOAuthStateStore(redis.client, expiration_seconds=STATE_SECONDS))
         client = AsyncWebClient(base_url=api_url, session=http, retry_handlers=slack_retry_handlers())
     slack = MeteredApp(  # AsyncApp, timing each ack (hitl_slack_ack_seconds)
         # named: without a name Bolt names the app after its caller's file with inspect.stack(), which reads

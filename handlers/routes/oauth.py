@@ -18,7 +18,6 @@ from urllib.parse import urlsplit
 from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
 
 from bot.config import ConfigError, Settings
-from store.client import RedisClient
 from store.installations import RedisInstallationStore, RedisOAuthStateStore
 
 INSTALL_PATH = "/slack/install"
@@ -39,7 +38,9 @@ def scopes_of(settings: Settings) -> list[str]:
     return [s.strip() for s in settings.slack_scopes.split(",") if s.strip()]
 
 
-def oauth_settings(settings: Settings, redis: RedisClient) -> AsyncOAuthSettings:
+def oauth_settings(settings: Settings, installations: RedisInstallationStore,
+                   states: RedisOAuthStateStore) -> AsyncOAuthSettings:
+    """Bolt's OAuth settings over the stores ``bot/app.py`` built (``states`` lasting ``STATE_SECONDS``)."""
     if not settings.slack_client_id or not settings.slack_client_secret:
         raise ConfigError("set both SLACK_CLIENT_ID and SLACK_CLIENT_SECRET for multi-workspace OAuth")
     return AsyncOAuthSettings(
@@ -47,8 +48,8 @@ def oauth_settings(settings: Settings, redis: RedisClient) -> AsyncOAuthSettings
         client_secret=settings.slack_client_secret,
         scopes=scopes_of(settings),
         user_scopes=[],
-        installation_store=RedisInstallationStore(redis, client_id=settings.slack_client_id),
-        state_store=RedisOAuthStateStore(redis, expiration_seconds=STATE_SECONDS),
+        installation_store=installations,
+        state_store=states,
         state_expiration_seconds=STATE_SECONDS,
         install_path=INSTALL_PATH,
         redirect_uri_path=REDIRECT_PATH,
