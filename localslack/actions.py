@@ -1,7 +1,8 @@
 """What people do in the workspace, and what Slack then sends the bot.
 
 ``UserActions`` is the Python API that tests and the browser UI share: post a message, click a button,
-pick an option, submit a modal, open App Home, run a slash command. Each stores what Slack would store,
+pick an option; ``localslack.view_actions`` adds submitting a modal and opening App Home,
+``localslack.command_actions`` slash commands and response_urls. Each stores what Slack would store,
 delivers the signed request, and applies the bot's HTTP answer (ack bodies of commands and view
 submissions) the way Slack does.
 """
@@ -9,14 +10,16 @@ submissions) the way Slack does.
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from localslack import blockkit, payloads
+from localslack.composer import new_client_msg_id, rich_text_blocks
+from localslack.credentials import ResponseUrl
 from localslack.delivery import Deliverer
+from localslack.errors import ApiError
 from localslack.models import Channel, DeliveryResult, Ephemeral, Message, Team, User, View
-from localslack.workspace import ApiError, ResponseUrl, Workspace, new_client_msg_id, rich_text_blocks
+from localslack.workspace import Workspace
 
 Surface = str | tuple[str, str]  # a view id ("V…") or (channel_id, message_ts)
 
@@ -410,221 +413,3 @@ class UserActions:
             action["placeholder"] = element["placeholder"]
         action["action_ts"] = payloads.action_ts()
         return await self._send_action(user, target, action)
-
-    # ---- views ---------------------------------------------------------------------------------------
-
-    async def submit_view(
-        self, user_id: str, view_id: str, values: dict[str, dict[str, Any]] | None = None
-    ) -> DeliveryResult:
-        """Press Submit on an open modal. ``values`` = {block_id: {action_id: value}} where a value is
-        Slack's state dict (``{"type": "plain_text_input", "value": "…"}``) or a plain value (string,
-        option value, list of user ids). Then applies the bot's ack: ``response_action`` errors / update /
-        push / clear; an empty ack closes the modal."""
-        user = self._user(user_id)
-        target = self._target(user, view_id)
-        view = target.view
-        if view is None or view.type != "modal":
-            raise LocalSlackError(f"{view_id!r} is not an open modal")
-        for block_id, actions in (values or {}).items():
-            for action_id, answer in actions.items():
-                block, element = self._element(target, action_id, block_id)
-                view.state_values.setdefault(block_id, {})[action_id] = blockkit.state_value(element, answer)
-        self._fill_untouched_inputs(view)
-        view.errors = {}
-        trigger_id = self.ws.issue_trigger(user.id, target.installation.id)
-        payload = payloads.view_submission(
-            user=user,
-            installation=target.installation,
-            view=view,
-            trigger_id=trigger_id,
-            org=self.ws.enterprise_of(target.installation.id),
-        )
-        result = await self.deliverer.send_interaction(payload)
-        if result.ok:
-            self._apply_submission_ack(user, view, target.installation, result)
-        self.ws.touch()
-        return result
-
-    def _fill_untouched_inputs(self, view: View) -> None:
-        """Slack reports every input block on submission, typed or not (empty ones as null values)."""
-        for block in view.blocks:
-            if block.get("type") != "input" or not isinstance(block.get("element"), dict):
-                continue
-            element = block["element"]
-            block_state = view.state_values.setdefault(str(block.get("block_id")), {})
-            action_id = str(element.get("action_id"))
-            if action_id not in block_state:
-                block_state[action_id] = blockkit.initial_state_value(element) or blockkit.state_value(
-                    element, None
-                )
-
-    def _apply_submission_ack(
-        self, user: User, view: View, installation: Team, result: DeliveryResult
-    ) -> None:
-        ack = result.ack_json()
-        action = ack.get("response_action") if isinstance(ack, dict) else None
-        if action == "errors":
-            view.errors = {str(k): str(v) for k, v in (ack.get("errors") or {}).items()}
-        elif action == "update" and isinstance(ack.get("view"), dict):
-            self.ws.replace_view(view, ack["view"], installation)
-        elif action == "push" and isinstance(ack.get("view"), dict):
-            pushed = self.ws.new_view(ack["view"], user_id=user.id, team=installation)
-            try:
-                self.ws.push_modal(user.id, pushed)
-            except ApiError:
-                result.detail = "push_limit_reached"
-        elif action == "clear":
-            self.ws.clear_modals(user.id)
-        else:
-            self.ws.pop_modal(user.id, view.id)
-
-    async def close_view(self, user_id: str, view_id: str) -> DeliveryResult | None:
-        """Press Cancel/close on a modal; delivers ``view_closed`` when the view asked (notify_on_close)."""
-        user = self._user(user_id)
-        target = self._target(user, view_id)
-        view = target.view
-        assert view is not None
-        if view.clear_on_close:
-            self.ws.clear_modals(user.id)
-        else:
-            self.ws.pop_modal(user.id, view.id)
-        if not view.notify_on_close:
-            return None
-        payload = payloads.view_closed(
-            user=user, installation=target.installation, view=view, org=self.ws.enterprise_of(target.installation.id)
-        )
-        return await self.deliverer.send_interaction(payload)
-
-    async def open_home(self, user_id: str) -> DeliveryResult:
-        """``user_id`` opens the bot's App Home tab → ``app_home_opened`` (tab "home")."""
-        user = self._user(user_id)
-        dm = self.ws.channel(self.dm_channel(user.id))
-        installation = self.ws.team(dm.team_id)
-        event: dict[str, Any] = {
-            "type": "app_home_opened",
-            "user": user.id,
-            "channel": dm.id,
-            "tab": "home",
-            "event_ts": f"{time.time():.6f}",
-        }
-        home = self.ws.home_view(user.id, installation.id)
-        if home is not None:
-            event["view"] = home.to_slack()
-        return await self.deliverer.send_event(self._app_envelope(event, installation, None))
-
-    # ---- slash commands and response_url ------------------------------------------------------------
-
-    async def slash_command(
-        self, user_id: str, command: str, text: str = "", channel_id: str = "C0GENERAL"
-    ) -> DeliveryResult:
-        """``user_id`` runs ``command`` (e.g. "/approvers") in ``channel_id``; the ack body is shown to them
-        (ephemeral unless response_type is in_channel); a failed delivery shows Slackbot's error."""
-        user = self._user(user_id)
-        channel = self._channel(channel_id)
-        command = command if command.startswith("/") else f"/{command}"
-        installation = self._installation(channel, user)
-        response_url = self.ws.issue_response_url(
-            ResponseUrl(team_id=installation.id, user_id=user.id, channel_id=channel.id)
-        )
-        fields = payloads.slash_command(
-            user=user,
-            installation=installation,
-            channel=channel,
-            command=command,
-            text=text,
-            response_url=response_url,
-            trigger_id=self.ws.issue_trigger(user.id, installation.id),
-            org=self.ws.enterprise_of(installation.id),
-        )
-        result = await self.deliverer.send_command(fields)
-        if not result.ok:
-            reason = "operation_timeout" if result.error == "http_timeout" else "dispatch_failed"
-            self._slackbot_notice(user.id, channel.id, f'{command} failed with the error "{reason}"')
-            return result
-        ack = result.ack_json()
-        if isinstance(ack, dict) and (ack.get("text") or ack.get("blocks")):
-            self.apply_response(
-                ResponseUrl(team_id=installation.id, user_id=user.id, channel_id=channel.id), ack
-            )
-        elif ack is None and result.body.strip():
-            self.apply_response(
-                ResponseUrl(team_id=installation.id, user_id=user.id, channel_id=channel.id),
-                {"text": result.body},
-            )
-        return result
-
-    def _slackbot_notice(self, user_id: str, channel_id: str, text: str) -> None:
-        notice = Ephemeral(
-            channel=channel_id,
-            ts=self.ws.clock.next(),
-            user=user_id,
-            text=text,
-            sender="USLACKBOT",
-            sender_name="Slackbot",
-        )
-        self.ws.add_ephemeral(notice)
-
-    def apply_response(self, context: ResponseUrl, body: dict[str, Any]) -> None:
-        """Apply a response_url / command-ack body: delete_original, replace_original, in_channel or ephemeral."""
-        blocks = body.get("blocks")
-        if blocks is not None:
-            errors = blockkit.validate_blocks(blocks)
-            if errors:
-                raise ApiError("invalid_blocks", status=400, extra={"errors": errors})
-        installation = self.ws.team(context.team_id)
-        original_message = (
-            self.ws.find_message(context.channel_id, context.message_ts)
-            if context.channel_id and context.message_ts and not context.is_ephemeral
-            else None
-        )
-        original_ephemeral = (
-            self.ws.find_ephemeral(context.user_id, context.channel_id, context.message_ts)
-            if context.channel_id and context.is_ephemeral
-            else None
-        )
-        if _flag(body.get("delete_original")):
-            if original_ephemeral is not None:
-                self.ws.remove_ephemeral(original_ephemeral)
-            elif original_message is not None:
-                self.ws.delete_message(original_message)
-            return
-        if _flag(body.get("replace_original")) and (original_ephemeral or original_message):
-            original = original_ephemeral or original_message
-            assert original is not None
-            original.text = str(body.get("text") or "")
-            original.blocks = blocks
-            if body.get("attachments") is not None:
-                original.attachments = body.get("attachments")
-            self.ws.touch()
-            return
-        thread_ts = body.get("thread_ts") or context.thread_ts
-        if body.get("response_type") == "in_channel" and context.channel_id:
-            message = Message(
-                channel=context.channel_id,
-                ts=self.ws.clock.next(),
-                user=installation.bot_user_id or "",
-                team=installation.id,
-                text=str(body.get("text") or ""),
-                blocks=blocks,
-                attachments=body.get("attachments"),
-                bot_id=installation.bot_id,
-                thread_ts=thread_ts,
-            )
-            self.ws.add_message(message)
-            return
-        ephemeral = Ephemeral(
-            channel=context.channel_id or self.dm_channel(context.user_id),
-            ts=self.ws.clock.next(),
-            user=context.user_id,
-            text=str(body.get("text") or ""),
-            blocks=blocks,
-            attachments=body.get("attachments"),
-            thread_ts=thread_ts,
-            bot_id=installation.bot_id,
-            sender=installation.bot_user_id,
-        )
-        self.ws.add_ephemeral(ephemeral)
-
-
-def _flag(value: Any) -> bool:
-    return value is True or str(value).lower() in ("true", "1")

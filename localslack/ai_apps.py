@@ -34,8 +34,9 @@ from typing import Any
 from localslack import payloads
 from localslack.api_base import MethodGroup
 from localslack.api_request import Handler, Params
+from localslack.errors import ApiError, error_messages
 from localslack.models import AssistantThread, Channel, DeliveryResult, Message
-from localslack.workspace import ApiError, Workspace, error_messages
+from localslack.workspace import Workspace
 
 LOADING_MESSAGES_MAX = 10  # setStatus: "Maximum of 10 messages"
 PROMPTS_MAX = 4  # setSuggestedPrompts: the split view shows up to four

@@ -10,8 +10,10 @@ from typing import Any
 
 from localslack import blockkit, methods
 from localslack.api_request import Handler, MessageHook, Params, require_scope
+from localslack.credentials import Auth
+from localslack.errors import ApiError, error_messages
 from localslack.models import Channel, Message, Team
-from localslack.workspace import ApiError, Auth, Workspace, error_messages
+from localslack.workspace import Workspace
 
 
 class MethodGroup:

@@ -8,8 +8,8 @@ from typing import Any
 
 from localslack.api_base import MethodGroup
 from localslack.api_request import Handler, Params
+from localslack.errors import ApiError
 from localslack.models import Ephemeral, Message
-from localslack.workspace import ApiError
 
 POST_TEXT_MAX = 40_000
 UPDATE_TEXT_MAX = 4_000

@@ -10,8 +10,8 @@ from typing import Any
 from localslack import methods
 from localslack.api_base import MethodGroup
 from localslack.api_request import Handler, Params, require_scope
+from localslack.errors import ApiError
 from localslack.models import Channel, Message
-from localslack.workspace import ApiError
 
 
 class ConversationMethods(MethodGroup):

@@ -12,8 +12,9 @@ from typing import Any
 
 from aiohttp import web
 
+from localslack.credentials import Auth
+from localslack.errors import ApiError, error_messages
 from localslack.models import Message
-from localslack.workspace import ApiError, Auth, error_messages
 
 _JSON_FIELDS = ("blocks", "attachments", "view", "metadata")
 

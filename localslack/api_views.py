@@ -8,7 +8,7 @@ from typing import Any
 from localslack import blockkit
 from localslack.api_base import MethodGroup
 from localslack.api_request import Handler, Params
-from localslack.workspace import ApiError, error_messages
+from localslack.errors import ApiError, error_messages
 
 
 class ViewMethods(MethodGroup):

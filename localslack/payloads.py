@@ -14,8 +14,8 @@ import json
 import time
 from typing import Any
 
+from localslack.ids import random_id
 from localslack.models import APP_ID, VERIFICATION_TOKEN, Channel, Enterprise, Message, Team, User, View
-from localslack.workspace import random_id
 
 
 def _org_install(org: Enterprise | None) -> bool:

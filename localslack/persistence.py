@@ -28,8 +28,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from localslack.credentials import Auth, ResponseUrl
 from localslack.models import AssistantThread, Channel, Enterprise, Ephemeral, Message, Team, User, View
-from localslack.workspace import Auth, ResponseUrl, Workspace
+from localslack.workspace import Workspace
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,12 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from localslack import manifest, payloads, ui
-from localslack.actions import LocalSlackError, UserActions
+from localslack.actions import LocalSlackError
 from localslack.ai_apps import AiAppActions
+from localslack.command_actions import CommandActions
+from localslack.credentials import RESPONSE_URL_MAX_USES, RESPONSE_URL_TTL_S, TRIGGER_TTL_S
 from localslack.delivery import RETRY_DELAYS_S, SLACK_TIMEOUT_S, Deliverer
+from localslack.errors import ApiError
 from localslack.models import (
     ApiCall,
     Channel,
@@ -31,8 +34,9 @@ from localslack.persistence import DEFAULT_SAVE_DELAY_S, Persister
 from localslack.ratelimit import RateLimits
 from localslack.seed import TEAM_ID, Seed
 from localslack.socket_mode import SOCKET_ROUTE, DisconnectReason, SocketModeServer
+from localslack.view_actions import ViewActions
 from localslack.webapi import Hold, WebApi
-from localslack.workspace import RESPONSE_URL_MAX_USES, RESPONSE_URL_TTL_S, TRIGGER_TTL_S, ApiError, Workspace
+from localslack.workspace import Workspace
 
 T = TypeVar("T")
 DEFAULT_CLIENT_ID = "1111111111.2222222222"
@@ -40,7 +44,7 @@ DEFAULT_CLIENT_SECRET = "localslack-client-secret"
 DEFAULT_APP_TOKEN = "xapp-local-A0LOCAL"
 
 
-class LocalSlack(UserActions, AiAppActions):
+class LocalSlack(ViewActions, CommandActions, AiAppActions):
     """A local Slack workspace: Web API at ``api_url``, signed delivery to ``bot_url``, browser UI at ``ui_url``.
 
     Use as ``async with LocalSlack(bot_url=..., signing_secret=...) as slack:`` or ``start()``/``stop()``.

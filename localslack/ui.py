@@ -18,8 +18,9 @@ from aiohttp import web
 
 from localslack.actions import LocalSlackError, Surface
 from localslack.ai_apps import stream_blocks
+from localslack.errors import ApiError
 from localslack.models import AssistantThread, DeliveryResult, User, View
-from localslack.workspace import ApiError, Workspace
+from localslack.workspace import Workspace
 
 STATIC_DIR = Path(__file__).parent / "static"
 _log = logging.getLogger("localslack.ui")

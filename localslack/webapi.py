@@ -21,9 +21,10 @@ from localslack.api_chat import ChatMethods
 from localslack.api_conversations import ConversationMethods
 from localslack.api_request import Handler, MessageHook, Params, read_params, require_scope
 from localslack.api_views import ViewMethods
+from localslack.errors import ApiError
 from localslack.models import APP_ID, ApiCall
 from localslack.ratelimit import RateLimits
-from localslack.workspace import ApiError, Workspace
+from localslack.workspace import Workspace
 
 APP_TOKEN_METHODS = frozenset({"apps.connections.open"})  # the only methods an app-level token may call
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 import asyncio
 import re
 import secrets
-import string
 import time
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from localslack.blockkit import block_elements
+from localslack.credentials import TRIGGER_TTL_S, Auth, OAuthCode, ResponseUrl, Trigger
+from localslack.errors import ApiError, error_messages
+from localslack.ids import TsClock, random_id
 from localslack.models import (
     APP_ID,
     AssistantThread,
@@ -32,140 +32,7 @@ from localslack.models import (
 )
 from localslack.seed import Seed, default_seed
 
-TRIGGER_TTL_S = 3.0
 MODAL_STACK_MAX = 3
-RESPONSE_URL_MAX_USES = 5
-RESPONSE_URL_TTL_S = 30 * 60
-_MENTION = re.compile(r"<([@#!])([^>|]+)(?:\|([^>]*))?>|<(https?://[^>|]+)(?:\|([^>]*))?>")
-
-
-class ApiError(Exception):
-    """A Slack Web API error: ``{"ok": false, "error": error, **extra}`` with HTTP ``status``."""
-
-    def __init__(
-        self,
-        error: str,
-        *,
-        status: int = 200,
-        extra: dict[str, Any] | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(error)
-        self.error = error
-        self.status = status
-        self.extra = extra or {}
-        self.headers = headers or {}
-
-
-@dataclass
-class Auth:
-    """Who a token belongs to, where it reaches and what it may do.
-
-    An org-wide token (``is_enterprise_install``) has ``team_id`` = the org's ``E…`` id and reaches every
-    workspace in ``teams``; a workspace token reaches its own workspace. ``scopes`` None = not checked.
-    """
-
-    token: str
-    team_id: str
-    user_id: str
-    bot_id: str | None
-    scopes: list[str] | None = None
-    enterprise_id: str | None = None
-    is_enterprise_install: bool = False
-    teams: list[str] = field(default_factory=list)
-
-    @property
-    def is_bot(self) -> bool:
-        return self.bot_id is not None
-
-    def reaches(self, team_id: str | None) -> bool:
-        return team_id is not None and (team_id == self.team_id or team_id in self.teams)
-
-    def to_state(self) -> dict[str, Any]:
-        return {
-            "token": self.token,
-            "team_id": self.team_id,
-            "user_id": self.user_id,
-            "bot_id": self.bot_id,
-            "scopes": self.scopes,
-            "enterprise_id": self.enterprise_id,
-            "is_enterprise_install": self.is_enterprise_install,
-            "teams": list(self.teams),
-        }
-
-
-@dataclass
-class Trigger:
-    user_id: str
-    team_id: str
-    expires_at: float
-    used: bool = False
-
-
-@dataclass
-class ResponseUrl:
-    """Where a response_url posts: the interaction's channel, user and (for actions) original message."""
-
-    team_id: str
-    user_id: str
-    channel_id: str | None
-    message_ts: str | None = None
-    is_ephemeral: bool = False
-    thread_ts: str | None = None
-    created_at: float = field(default_factory=time.time)  # wall clock: it survives a restart
-    uses: int = 0
-
-
-@dataclass
-class OAuthCode:
-    team_id: str
-    user_id: str | None
-    scopes: list[str]
-    redirect_uri: str | None = None
-
-
-class TsClock:
-    """Slack-style message timestamps: ``"<unix seconds>.<6 digits>"``, strictly increasing."""
-
-    def __init__(self) -> None:
-        self._last_us = 0
-
-    def next(self) -> str:
-        now_us = max(int(time.time() * 1_000_000), self._last_us + 1)
-        self._last_us = now_us
-        return f"{now_us // 1_000_000}.{now_us % 1_000_000:06d}"
-
-
-def random_id(prefix: str, length: int = 10) -> str:
-    alphabet = string.ascii_uppercase + string.digits
-    return prefix + "".join(secrets.choice(alphabet) for _ in range(length))
-
-
-def rich_text_blocks(text: str) -> list[dict[str, Any]]:
-    """The rich_text block Slack's composer attaches to a typed message (mentions, links, text)."""
-    elements: list[dict[str, Any]] = []
-    position = 0
-    for match in _MENTION.finditer(text):
-        if match.start() > position:
-            elements.append({"type": "text", "text": text[position : match.start()]})
-        sigil, target, label, url, url_label = match.groups()
-        if url:
-            link: dict[str, Any] = {"type": "link", "url": url}
-            if url_label:
-                link["text"] = url_label
-            elements.append(link)
-        elif sigil == "@":
-            elements.append({"type": "user", "user_id": target})
-        elif sigil == "#":
-            elements.append({"type": "channel", "channel_id": target})
-        else:
-            elements.append({"type": "broadcast", "range": target})
-        position = match.end()
-    if position < len(text):
-        elements.append({"type": "text", "text": text[position:]})
-    section = {"type": "rich_text_section", "elements": elements}
-    return [{"type": "rich_text", "block_id": secrets.token_hex(3), "elements": [section]}]
-
 
 
 def agent_user(user_id: str, team_id: str, bot_id: str | None, **org: str) -> User:
@@ -711,10 +578,3 @@ class Workspace:
         return stored
 
 
-def error_messages(*lines: str) -> dict[str, Any]:
-    """Slack's ``response_metadata.messages`` explaining an ``invalid_arguments`` error."""
-    return {"response_metadata": {"messages": [f"[ERROR] {line}" for line in lines]}}
-
-
-def new_client_msg_id() -> str:
-    return str(uuid.uuid4())
