@@ -324,9 +324,10 @@ class Driver:
         step.request_ids = []
         self.exec.ensure_tools(state)  # a replica without a ready call's tool leaves the step to one that has it
         started = self.exec.started_events(p.session_id, state)
+        begun: dict[str, tuple[bool, str | None]] = {}
         if started:  # nothing starts once a cancel is asked: this checkpoint is refused then
-            await self._commit(p, state, started, unless_cancelled=turn.turn_id, no_hurry=True)
-        await self.exec.run_ready(p.session_id, p.token, state)
+            begun = await self._commit_and_begin(p, state, started, self.exec.ready_markers(state))
+        await self.exec.run_ready(p.session_id, p.token, state, begun)
         results = unreported_results(p.session_id, turn)
         new_requests = self.exec.requests_for(state)
         await asyncio.gather(self.exec.describe_responders(state, new_requests),
@@ -428,6 +429,20 @@ class Driver:
         state.history = compact(state.history, self.p.settings.history_limit)
         await self._commit(p, state, [*before, final, SessionWaiting(session_id=p.session_id)],
                            unless_cancelled=unless_cancelled, last=last)
+
+    async def _commit_and_begin(self, p: _Pass, state: SessionState, events: list[Event],
+                                markers: list[str]) -> dict[str, tuple[bool, str | None]]:
+        """The checkpoint that makes calls ready (more work follows: a tool run), starting them in its own
+        fenced script (``TurnStore.commit_and_begin``); refused, like any, if a cancel was asked."""
+        assert state.turn is not None
+        saved = state.model_dump(mode="json")
+        committed, begun = await self.p.store.commit_and_begin(p.session_id, p.token, saved, events, markers=markers,
+                                                               ref=state.ref, take=p.taking,
+                                                               unless_cancelled=state.turn.turn_id)
+        p.taking, p.committed, p.read = [], saved, None
+        if committed:
+            self.p.outbox.kick_later(p.session_id, committed[-1].seq, DELIVER_UNHURRIED_S)
+        return begun
 
     async def _commit(
         self, p: _Pass, state: SessionState, events: list[Event], requests: list[RequestRecord] = (),  # type: ignore[assignment]

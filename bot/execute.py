@@ -378,20 +378,34 @@ class Executor:
                               standing=c.standing)
                 for c in turn.step.calls if c.status == "ready" and not c.asks]
 
-    async def run_ready(self, session_id: str, token: str, state: SessionState) -> None:
+    def ready_markers(self, state: SessionState) -> list[str]:
+        """The execution markers of the calls ready to run (a checkpoint may start them: ``run_ready``'s
+        ``begun``)."""
+        turn = state.turn
+        assert turn is not None and turn.step is not None
+        return [marker_of(turn.turn_id, turn.step, c) for c in turn.step.calls if c.status == "ready"]
+
+    async def run_ready(self, session_id: str, token: str, state: SessionState,
+                        begun: dict[str, tuple[bool, str | None]] | None = None) -> None:
+        """Run the calls that are ready; ``begun``: markers the last checkpoint started already, with its
+        answer (a call not in it starts itself)."""
         turn = state.turn
         assert turn is not None and turn.step is not None
         ready = [c for c in turn.step.calls if c.status == "ready"]
         self.ensure_tools(state)
-        await asyncio.gather(*(self.run_call(session_id, token, state, c) for c in ready))
+        begun = begun or {}
+        await asyncio.gather(*(self.run_call(session_id, token, state, c,
+                                             begun.get(marker_of(turn.turn_id, turn.step, c))) for c in ready))
 
-    async def run_call(self, session_id: str, token: str, state: SessionState, call: CallState) -> None:
-        """Run one call at most once per approval (markers survive crashes and rival workers)."""
+    async def run_call(self, session_id: str, token: str, state: SessionState, call: CallState,
+                       begun: tuple[bool, str | None] | None = None) -> None:
+        """Run one call at most once per approval (markers survive crashes and rival workers). ``begun``:
+        its marker was started by the checkpoint that made it ready (that script's answer, fenced alike)."""
         tool = self.require(call.tool_name)
         turn = state.turn
         assert turn is not None and turn.step is not None
         marker = marker_of(turn.turn_id, turn.step, call)
-        fresh, recorded = await self.p.store.begin_execution(session_id, marker, token)  # fenced: LeaseLost
+        fresh, recorded = begun or await self.p.store.begin_execution(session_id, marker, token)  # fenced: LeaseLost
         if not fresh:
             if recorded and recorded != "started":
                 apply_recorded(call, json.loads(recorded))

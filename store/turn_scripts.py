@@ -37,17 +37,22 @@ return {verdict, ends}
 # check and the checkpoint are one atomic step and cost no round trip of their own. ``release`` ('1'):
 # the lease goes with a checkpoint that was written (a drive's last), never with a refused one; opening no
 # request, it ends the turn and writes the session's end (ARGV ``ends``). Opening one takes the end away.
-# KEYS: lease, state, events, seq, out, open, end, the new requests…, cancel, inbox.
+# ``begin``: execution markers of the calls this checkpoint makes ready, started in the same fenced step, as
+# ``BEGIN`` starts one (SET NX with their own end): per marker '' (started now, run it) or what was there.
+# KEYS: lease, state, events, seq, out, open, end, the new requests…, cancel, inbox, the markers…;
+# ARGV ends with: …, maxlen, markers' lifetime ms, number of markers → {first seq, {per marker}} | -1/-2/-3
 COMMIT = """
+local n_begin, begin_ms = tonumber(ARGV[#ARGV]), ARGV[#ARGV - 1]
+local A, K = #ARGV - 2, #KEYS - n_begin  -- the last of the checkpoint's own ARGV and KEYS
 local token, state_json, n_events, n_requests = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-local ref_json, ends = ARGV[#ARGV - 2], ARGV[#ARGV - 1]
-local take, unless_cancelled, release = cjson.decode(ARGV[#ARGV - 3]), ARGV[#ARGV - 4], ARGV[#ARGV - 5]
+local ref_json, ends = ARGV[A - 2], ARGV[A - 1]
+local take, unless_cancelled, release = cjson.decode(ARGV[A - 3]), ARGV[A - 4], ARGV[A - 5]
 if token ~= '' and redis.call('GET', KEYS[1]) ~= token then return -1 end
-if unless_cancelled ~= '' and redis.call('GET', KEYS[#KEYS - 1]) == unless_cancelled then return -3 end
+if unless_cancelled ~= '' and redis.call('GET', KEYS[K - 1]) == unless_cancelled then return -3 end
 for _, raw in ipairs(take) do
-  if not redis.call('LPOS', KEYS[#KEYS], raw) then return -2 end
+  if not redis.call('LPOS', KEYS[K], raw) then return -2 end
 end
-for _, raw in ipairs(take) do redis.call('LREM', KEYS[#KEYS], 1, raw) end
+for _, raw in ipairs(take) do redis.call('LREM', KEYS[K], 1, raw) end
 for i = 1, n_requests do
   local fields = cjson.decode(ARGV[4 + n_events + i])
   local flat = {}
@@ -61,13 +66,18 @@ if ref_json ~= '' then redis.call('HSET', KEYS[5], '_ref', ref_json) end
 local first = 0
 if n_events > 0 then first = redis.call('INCRBY', KEYS[4], n_events) - n_events + 1 end
 for i = 1, n_events do
-  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[#ARGV], '*', 's', first + i - 1, 'e', ARGV[4 + i])
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[A], '*', 's', first + i - 1, 'e', ARGV[4 + i])
 end
 if release == '1' then
   redis.call('DEL', KEYS[1])
   if n_requests == 0 then redis.call('SET', KEYS[7], ends) end  -- the turn ended: the session's end, once
 end
-return first
+local begun = {}
+for i = 1, n_begin do
+  if redis.call('SET', KEYS[K + i], 'started', 'NX', 'PX', begin_ms) then begun[i] = ''
+  else begun[i] = redis.call('GET', KEYS[K + i]) or 'started' end
+end
+return {first, begun}
 """
 
 # Settle one request. Modes: settle (the answer counts), reject (the policy refused this

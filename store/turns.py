@@ -228,6 +228,39 @@ class RedisTurns(RequestReads):
         read: bool = True,
         release: bool = False,
     ) -> tuple[list[Event], SessionSnapshot | None]:
+        """Atomically checkpoint state, create requests and append events; returns events with seq
+        (:meth:`_checkpoint`)."""
+        committed, snapshot, _ = await self._checkpoint(session_id, token, state, events, requests, ref=ref, take=take,
+                                                        unless_cancelled=unless_cancelled, read=read, release=release)
+        return committed, snapshot
+
+    async def commit_and_begin(
+        self, session_id: str, token: str, state: dict[str, Any], events: list[Event], *, markers: list[str],
+        ref: SessionRef | None = None, take: list[dict[str, Any]] = (),  # type: ignore[assignment]
+        unless_cancelled: str | None = None,
+    ) -> tuple[list[Event], dict[str, tuple[bool, str | None]]]:
+        """Checkpoint the calls made ready and start them in the same fenced script: per execution marker,
+        :meth:`begin_execution`'s answer ((True, None): run it; else (False, what was recorded)). A marker
+        already there is never started again; a refused checkpoint starts nothing."""
+        committed, _, begun = await self._checkpoint(session_id, token, state, events, ref=ref, take=take, read=False,
+                                                     unless_cancelled=unless_cancelled, markers=markers)
+        return committed, begun
+
+    async def _checkpoint(
+        self,
+        session_id: str,
+        token: str | None,
+        state: dict[str, Any] | None,
+        events: list[Event] = (),  # type: ignore[assignment]
+        requests: list[RequestRecord] = (),  # type: ignore[assignment]
+        *,
+        ref: SessionRef | None = None,
+        take: list[dict[str, Any]] = (),  # type: ignore[assignment]
+        unless_cancelled: str | None = None,
+        read: bool = True,
+        release: bool = False,
+        markers: list[str] = (),  # type: ignore[assignment]
+    ) -> tuple[list[Event], SessionSnapshot | None, dict[str, tuple[bool, str | None]]]:
         """Atomically checkpoint state, create requests and append events; returns events with seq.
 
         ``ref`` (the frontend's routing data) is kept beside the outbox cursor for the deliverer.
@@ -243,6 +276,7 @@ class RedisTurns(RequestReads):
         ``release``: the drive ends with this checkpoint: the lease goes with it (only if it is written)
         and, with ``read``, the snapshot is read after (what arrived while the lease was held), as
         :meth:`release_lease` does.
+        ``markers``: execution markers to start with the checkpoint (:meth:`commit_and_begin`).
         """
         keys = [
             self.key(session_id, "lease"),
@@ -255,6 +289,7 @@ class RedisTurns(RequestReads):
             *[self.request_key(r.request_id) for r in requests],
             self.key(session_id, "cancel"),
             self.key(session_id, "inbox"),
+            *[self.key(session_id, f"exec:{marker}") for marker in markers],
         ]
         ends = self._ends_at()  # written by the script only if this checkpoint ends the turn
         args: list[Any] = [
@@ -270,6 +305,8 @@ class RedisTurns(RequestReads):
             ref.model_dump_json(exclude_none=True) if ref is not None else "",
             ends,
             EVENTS_MAXLEN,
+            self.retention_ms,
+            len(markers),
         ]
         # the outbox entry travels in the same write as the commit, so committed events are never
         # left without someone to deliver them (the committer normally delivers them at once)
@@ -289,15 +326,17 @@ class RedisTurns(RequestReads):
                 extra.append(("zadd", (RETIRE, {session_id: ends})))
         reads = (self._snapshot_reads(session_id, None if release else state)
                  if read and (release or state is not None) else [])
-        first, *rest = await self._eval_pipelined(self._commit, keys, args, [*extra, *reads])
-        if first == -1:
+        written, *rest = await self._eval_pipelined(self._commit, keys, args, [*extra, *reads])
+        if written == -1:
             raise LeaseLost(session_id)
-        if first == -2:
+        if written == -2:
             raise MessageTaken(session_id)
-        if first == -3:
+        if written == -3:
             raise CancelRequested(session_id)
+        first, started = written
+        begun = {m: (v == b"", None if v == b"" else v.decode()) for m, v in zip(markers, started, strict=True)}
         snapshot = self._snapshot_from(rest[len(extra):], None if release else state) if reads else None
-        return _with_seq(events, int(first)), snapshot
+        return _with_seq(events, int(first)), snapshot, begun
 
     # events ----------------------------------------------------------------------------------
 

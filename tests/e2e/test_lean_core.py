@@ -124,3 +124,10 @@ async def test_26_a_new_message_reads_its_session_with_its_record(local_slack, s
     for typed in (False, True):
         trips = await one_cycle_counted(local_slack, start_app, typed=typed)
         assert trips.sent_by("state") == 0, trips.counts
+
+
+async def test_26_the_checkpoint_that_makes_a_call_ready_starts_it(local_slack, start_app):
+    # the approved call's execution marker is written by the checkpoint that announces it (fenced by the
+    # lease in the same script), not by a round trip of its own before the tool runs
+    trips = await one_cycle_counted(local_slack, start_app)
+    assert trips.sent_by("begin_execution") == 0, trips.counts

@@ -132,6 +132,30 @@ async def test_6_a_worker_that_lost_its_lease_cannot_start_a_call(redis):
     assert (await store.begin_execution(sid, "turn_x:step:call_1:0", fresh)) == (True, None)
 
 
+async def test_6_a_checkpoint_that_starts_calls_is_fenced_and_never_starts_one_twice(redis):
+    # the checkpoint that makes approved calls ready starts them in its own script (issue 26 item 1): the
+    # same fence and the same "once" as begin_execution
+    runtime, _, store = make_runtime(redis, ScriptedModel([]), [])
+    sid = session().session_id
+    stale = await store.acquire_lease(sid)
+    await redis.delete(store.key(sid, "lease"))
+    fresh = await store.acquire_lease(sid)
+    with contextlib.suppress(LeaseLost):
+        await store.commit_and_begin(sid, stale, {"turns": 0}, [], markers=["turn_x:s:call_1:0"])
+        raise AssertionError("a fenced checkpoint must raise LeaseLost")
+    assert not await redis.exists(store.key(sid, "exec:turn_x:s:call_1:0"))
+    # one marker already there from an earlier run (interrupted, or done): it is reported, not started again
+    await redis.set(store.key(sid, "exec:turn_x:s:call_2:0"), "started")
+    await redis.set(store.key(sid, "exec:turn_x:s:call_3:0"), '{"status":"completed","output":1}')
+    _, begun = await store.commit_and_begin(sid, fresh, {"turns": 0}, [],
+                                            markers=["turn_x:s:call_1:0", "turn_x:s:call_2:0", "turn_x:s:call_3:0"])
+    assert begun == {"turn_x:s:call_1:0": (True, None), "turn_x:s:call_2:0": (False, "started"),
+                     "turn_x:s:call_3:0": (False, '{"status":"completed","output":1}')}
+    assert await redis.get(store.key(sid, "exec:turn_x:s:call_1:0")) == b"started"
+    assert 0 < await redis.pttl(store.key(sid, "exec:turn_x:s:call_1:0"))  # its own end, as begin_execution's
+    assert await store.begin_execution(sid, "turn_x:s:call_1:0", fresh) == (False, "started")
+
+
 async def test_6_lease_renewal_survives_a_redis_blip(redis):
     _, _, store = make_runtime(redis, ScriptedModel([]), [], lease_ms=600)
     sid = session().session_id
