@@ -4,7 +4,9 @@ Every governance event of a workspace (requests, candidates, settlements, grants
 refused edits, executions) is one :class:`AuditEntry`. Each entry carries the sha256 of its own
 canonical JSON (every field but ``hash``, including ``prev_hash``), and ``prev_hash`` is the hash of
 the entry before it (``"0" * 64`` for the first), so editing, removing or reordering entries breaks the
-chain and :func:`verify_entries` reports where.
+chain and :func:`verify_entries` reports where. What an entry is and how the chain verifies:
+store/audit_chain.py; reading, export and verification of a stored log: store/audit_read.py (both named
+here too, so ``from store.audit import …`` keeps working).
 
 Keys (all of one workspace in one Cluster hash slot, tagged ``{ws:<team>}``):
 
@@ -27,30 +29,45 @@ export the log (or note :meth:`AuditLog.head`) somewhere else to anchor it.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import random
-import re
 import time
-from collections.abc import AsyncIterator, Iterable
-from datetime import UTC, datetime, timedelta
-from typing import Any, TextIO
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 from pydantic_core import to_jsonable_python
 from redis.exceptions import ResponseError
 
+from store.audit_chain import (
+    GENESIS_HASH,
+    KEY_PREFIX,
+    AuditEntry,
+    AuditHead,
+    VerifyReport,
+    _floor_ms,
+    _ms_to_datetime,
+    _text,
+    canonical_body,
+    entry_hash,
+    read_jsonl,
+    verify_entries,
+    workspace_key,
+    workspace_tag,
+)
+from store.audit_read import AuditReader
 from store.client import RedisClient
 from store.pipelined import Command, evalsha, pipelined
 from store.replay import REPLAY_MARK_MS, replay_mark, replay_safe
 
-GENESIS_HASH = "0" * 64
-KEY_PREFIX = "hitl"
+__all__ = [
+    "AUDIT_PROGRESS_SECONDS", "GENESIS_HASH", "KEY_PREFIX", "AuditContention", "AuditEntry", "AuditError",
+    "AuditGroup", "AuditHead", "AuditLog", "GuardedWrite", "SessionAppend", "VerifyReport", "VersionConflict",
+    "canonical_body", "entry_hash", "read_jsonl", "stream_id_after", "verify_entries", "workspace_key",
+    "workspace_tag",
+]
+
 # Contention is resolved by retrying; each losing round still lets one writer through.
 _MAX_APPEND_ATTEMPTS = 500
-_READ_BATCH = 500
-_MAX_REPORTED_PROBLEMS = 200
-_TEAM_ID = re.compile(r"^[A-Za-z0-9_.:-]+$")
 AUDIT_PROGRESS_SECONDS = 30 * 24 * 3600  # a session's audit progress: renewed with each of its appends
 
 
@@ -72,63 +89,6 @@ class VersionConflict(AuditError):
         self.current = current
 
 
-def workspace_tag(team_id: str) -> str:
-    """The Cluster hash tag shared by every key of one workspace."""
-    if not team_id or not _TEAM_ID.match(team_id):
-        raise ValueError(f"not a usable team id: {team_id!r}")
-    return f"{{ws:{team_id}}}"
-
-
-def workspace_key(team_id: str, *parts: str) -> str:
-    """``hitl:{ws:<team>}:<parts…>`` — one workspace's key, in its hash slot."""
-    return ":".join((KEY_PREFIX, workspace_tag(team_id), *parts))
-
-
-class AuditEntry(BaseModel):
-    """One line of the audit log. ``hash`` = sha256 hex of :func:`canonical_body` of the other fields."""
-
-    model_config = ConfigDict(frozen=True)
-
-    seq: int
-    at: datetime
-    team_id: str
-    kind: str  # "request", "candidate", "settlement", "grant", "policy.change", "policy.refused", "execution", …
-    actor: str | None = None  # principal id of who did it
-    subject: str | None = None  # request id or resource it is about
-    data: dict[str, Any] = Field(default_factory=dict)
-    prev_hash: str
-    hash: str
-
-    def computed_hash(self) -> str:
-        """The hash this entry's content should carry."""
-        return entry_hash(
-            seq=self.seq,
-            at=self.at,
-            team_id=self.team_id,
-            kind=self.kind,
-            actor=self.actor,
-            subject=self.subject,
-            data=self.data,
-            prev_hash=self.prev_hash,
-        )
-
-
-class AuditHead(BaseModel):
-    """The last entry of a workspace's log: publish it elsewhere to anchor the chain."""
-
-    seq: int
-    hash: str
-    at: datetime
-
-
-class VerifyReport(BaseModel):
-    ok: bool
-    entries: int
-    problems: list[str] = Field(default_factory=list)
-    last_seq: int | None = None
-    last_hash: str | None = None
-
-
 class GuardedWrite(BaseModel):
     """A versioned document replaced in the same atomic step as an audit append.
 
@@ -141,146 +101,6 @@ class GuardedWrite(BaseModel):
     key: str
     expected_version: int
     value: str
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_ONE_MS = timedelta(milliseconds=1)
-
-
-def _utc(at: datetime) -> datetime:
-    """Aware UTC; a naive datetime is taken to be UTC already."""
-    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
-
-
-def _floor_ms(at: datetime) -> int:
-    return (_utc(at) - _EPOCH) // _ONE_MS
-
-
-def _ceil_ms(at: datetime) -> int:
-    return -((_EPOCH - _utc(at)) // _ONE_MS)
-
-
-def _ms_to_datetime(ms: int) -> datetime:
-    return _EPOCH + ms * _ONE_MS
-
-
-def _iso_ms(at: datetime) -> str:
-    return _utc(at).isoformat(timespec="milliseconds")
-
-
-def canonical_body(
-    *,
-    seq: int,
-    at: datetime,
-    team_id: str,
-    kind: str,
-    actor: str | None,
-    subject: str | None,
-    data: dict[str, Any],
-    prev_hash: str,
-) -> bytes:
-    """The bytes that are hashed: sorted-key compact JSON of every field but ``hash``.
-
-    ``at`` is written as UTC ISO-8601 with milliseconds, so an entry read back from JSON (any
-    timezone notation) hashes the same.
-    """
-    body = {
-        "seq": seq,
-        "at": _iso_ms(at),
-        "team_id": team_id,
-        "kind": kind,
-        "actor": actor,
-        "subject": subject,
-        "data": data,
-        "prev_hash": prev_hash,
-    }
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    return text.encode("utf-8")
-
-
-def entry_hash(**fields: Any) -> str:
-    return hashlib.sha256(canonical_body(**fields)).hexdigest()
-
-
-class _ChainChecker:
-    """Walks entries oldest first and notes every break in the chain."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.problems: list[str] = []
-        self._dropped = 0
-        self._prev: AuditEntry | None = None
-        self._team_id: str | None = None
-
-    def note(self, problem: str) -> None:
-        if len(self.problems) < _MAX_REPORTED_PROBLEMS:
-            self.problems.append(problem)
-        else:
-            self._dropped += 1
-
-    def feed(self, entry: AuditEntry) -> None:
-        self.count += 1
-        try:
-            edited = entry.computed_hash() != entry.hash
-        except ValueError:  # e.g. NaN smuggled into data: it could never have been appended
-            edited = True
-        if edited:
-            self.note(f"seq {entry.seq}: hash does not match its content (entry edited)")
-        if self._team_id is None:
-            self._team_id = entry.team_id
-        elif entry.team_id != self._team_id:
-            self.note(f"seq {entry.seq}: belongs to team {entry.team_id}, not {self._team_id}")
-        prev = self._prev
-        if prev is None:
-            if entry.seq != 1:
-                self.note(f"log starts at seq {entry.seq}, not 1 (first entries removed)")
-            if entry.seq == 1 and entry.prev_hash != GENESIS_HASH:
-                self.note("seq 1: prev_hash is not the genesis hash")
-        else:
-            if entry.seq == prev.seq + 1:
-                pass
-            elif entry.seq > prev.seq + 1:
-                self.note(f"seq {prev.seq + 1}..{entry.seq - 1} missing (entries removed)")
-            else:
-                self.note(f"seq {entry.seq} follows seq {prev.seq} (entries reordered or duplicated)")
-            if entry.prev_hash != prev.hash:
-                self.note(
-                    f"seq {entry.seq}: prev_hash does not match the hash of seq {prev.seq} "
-                    "(entries removed, inserted or reordered)"
-                )
-        if prev is not None and entry.at < prev.at:
-            self.note(f"seq {entry.seq}: time goes backwards from seq {prev.seq}")
-        self._prev = entry
-
-    def report(self) -> VerifyReport:
-        problems = list(self.problems)
-        if self._dropped:
-            problems.append(f"… and {self._dropped} more problems")
-        last = self._prev
-        return VerifyReport(
-            ok=not problems,
-            entries=self.count,
-            problems=problems,
-            last_seq=last.seq if last else None,
-            last_hash=last.hash if last else None,
-        )
-
-
-def verify_entries(entries: Iterable[AuditEntry]) -> VerifyReport:
-    """Check a complete log (oldest first), e.g. a JSONL export read back with
-    ``AuditEntry.model_validate_json(line)``. A filtered export has gaps and will not verify.
-    """
-    checker = _ChainChecker()
-    for entry in entries:
-        checker.feed(entry)
-    return checker.report()
-
-
-def read_jsonl(lines: Iterable[str]) -> Iterable[AuditEntry]:
-    """Entries of a JSONL export (blank lines skipped), for :func:`verify_entries`."""
-    for line in lines:
-        if line.strip():
-            yield AuditEntry.model_validate_json(line)
 
 
 # Lua: the current head of a workspace's log, from the head key, else (head key lost) from the
@@ -421,10 +241,6 @@ class _Head(BaseModel):
         return cls(seq=int(seq), hash=hash_, ms=int(ms), server_ms=int(sec) * 1000 + int(usec) // 1000)
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _jsonable_data(data: dict[str, Any] | None) -> dict[str, Any]:
     """Plain JSON values only, so the entry hashes the same after a round trip through JSON."""
     jsonable = to_jsonable_python(data or {})
@@ -434,7 +250,7 @@ def _jsonable_data(data: dict[str, Any] | None) -> dict[str, Any]:
     return json.loads(json.dumps(jsonable, allow_nan=False))
 
 
-class AuditLog:
+class AuditLog(AuditReader):
     """Append to, read, export and verify one workspace's audit log.
 
     Every method needs Redis: if it is unreachable they raise ``redis.exceptions.ConnectionError``
@@ -442,7 +258,7 @@ class AuditLog:
     """
 
     def __init__(self, redis: RedisClient) -> None:
-        self._redis = redis
+        super().__init__(redis)
         self._read_head = redis.register_script(_READ_HEAD_LUA)
         self._append = redis.register_script(replay_safe(_APPEND_LUA))
         # not replay_safe: a resent copy finds the session's progress moved and is refused ('seen')
@@ -451,14 +267,6 @@ class AuditLog:
         # team → (the head after this process's last batch, server clock minus ours in ms): a batch in a
         # quiet workspace then needs no read first; another writer's entry costs one retry
         self._known_heads: dict[str, tuple[_Head, float]] = {}
-
-    @staticmethod
-    def stream_key(team_id: str) -> str:
-        return workspace_key(team_id, "audit")
-
-    @staticmethod
-    def head_key(team_id: str) -> str:
-        return workspace_key(team_id, "audit", "head")
 
     async def append(
         self,
@@ -678,133 +486,3 @@ class AuditLog:
         if head.seq == 0:
             return None
         return AuditHead(seq=head.seq, hash=head.hash, at=_ms_to_datetime(head.ms))
-
-    async def _raw_entries(
-        self,
-        team_id: str,
-        *,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        reverse: bool = False,
-    ) -> AsyncIterator[tuple[str, dict[bytes, bytes]]]:
-        """(stream id, fields) oldest first (newest first with ``reverse``), read in batches."""
-        stream = self.stream_key(team_id)
-        low = "-" if since is None else str(_ceil_ms(since))
-        high = "+" if until is None else str(_floor_ms(until))
-        while True:
-            if reverse:
-                batch = await self._redis.xrevrange(stream, max=high, min=low, count=_READ_BATCH)
-            else:
-                batch = await self._redis.xrange(stream, min=low, max=high, count=_READ_BATCH)
-            for raw_id, fields in batch:
-                yield _text(raw_id), fields
-            if len(batch) < _READ_BATCH:
-                return
-            last_id = _text(batch[-1][0])
-            # Exclusive continuation from the last id read.
-            if reverse:
-                high = "(" + last_id
-            else:
-                low = "(" + last_id
-
-    async def iter_entries(
-        self,
-        team_id: str,
-        *,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        kind: str | None = None,
-        actor: str | None = None,
-        subject: str | None = None,
-        limit: int | None = None,
-        newest_first: bool = False,
-    ) -> AsyncIterator[AuditEntry]:
-        """Entries matching every given filter (``since``/``until`` inclusive), oldest first."""
-        if limit is not None and limit <= 0:
-            return
-        yielded = 0
-        async for _, fields in self._raw_entries(team_id, since=since, until=until, reverse=newest_first):
-            entry = AuditEntry.model_validate_json(fields[b"e"])
-            if kind is not None and entry.kind != kind:
-                continue
-            if actor is not None and entry.actor != actor:
-                continue
-            if subject is not None and entry.subject != subject:
-                continue
-            yield entry
-            yielded += 1
-            if limit is not None and yielded >= limit:
-                return
-
-    async def entries(
-        self,
-        team_id: str,
-        *,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        kind: str | None = None,
-        actor: str | None = None,
-        subject: str | None = None,
-        limit: int | None = 1000,
-        newest_first: bool = False,
-    ) -> list[AuditEntry]:
-        """Like :meth:`iter_entries`, as a list (at most ``limit``; None = all)."""
-        return [
-            entry
-            async for entry in self.iter_entries(
-                team_id,
-                since=since,
-                until=until,
-                kind=kind,
-                actor=actor,
-                subject=subject,
-                limit=limit,
-                newest_first=newest_first,
-            )
-        ]
-
-    async def export_jsonl(self, team_id: str, out: TextIO, **filters: Any) -> int:
-        """Write matching entries to ``out`` as JSON lines, oldest first; returns how many.
-
-        Takes the filters of :meth:`iter_entries`. An unfiltered export verifies offline with
-        ``verify_entries(read_jsonl(open(path)))``.
-        """
-        count = 0
-        async for entry in self.iter_entries(team_id, **filters):
-            out.write(entry.model_dump_json() + "\n")
-            count += 1
-        return count
-
-    async def verify(self, team_id: str) -> VerifyReport:
-        """Check the whole chain as stored, plus what only Redis can show: stream ids that do not
-        match their entry, and a head that does not match the last entry (entries cut from the end).
-        """
-        checker = _ChainChecker()
-        async for stream_id, fields in self._raw_entries(team_id):
-            try:
-                entry = AuditEntry.model_validate_json(fields[b"e"])
-            except (KeyError, ValueError) as exc:
-                checker.note(f"stream id {stream_id}: unreadable entry ({type(exc).__name__})")
-                continue
-            expected_id = f"{_floor_ms(entry.at)}-{entry.seq}"
-            if stream_id != expected_id:
-                checker.note(
-                    f"seq {entry.seq}: stored under stream id {stream_id}, not {expected_id} (moved)"
-                )
-            if fields.get(b"hash", b"").decode() != entry.hash:
-                checker.note(f"seq {entry.seq}: stream field hash differs from the entry's hash")
-            checker.feed(entry)
-        witness = await self._redis.hmget(self.head_key(team_id), "seq", "hash")
-        report = checker.report()
-        if witness[0] is not None:
-            head_seq, head_hash = int(witness[0]), _text(witness[1])
-            if report.last_seq != head_seq or report.last_hash != head_hash:
-                checker.note(
-                    f"head says seq {head_seq} but the last entry is seq {report.last_seq} "
-                    "(entries removed from the end, or the head was edited)"
-                )
-                report = checker.report()
-        elif report.entries:
-            checker.note("the head key is missing")
-            report = checker.report()
-        return report
