@@ -222,9 +222,9 @@ class Driver:
             if await self.intake.try_answer(p.session_id, owner_message, state):
                 return True
         if turn.limit_request_id:
-            return await self._resume_limit(p, state)
+            return await self._resume_limit(p, state, snap.requests)
         if turn.step is not None:
-            return await self._resume_step(p, state, snap.grants, owner_message)
+            return await self._resume_step(p, state, snap.grants, owner_message, snap.requests)
         for message in [m for m in inbox if _same(m, turn.owner)]:
             state.history.append(user_message(message))
             p.taking.append(message)  # steering: it leaves the queue with the next checkpoint
@@ -302,16 +302,19 @@ class Driver:
         return await self._resume_step(p, state, grants, None)
 
     async def _resume_step(
-        self, p: _Pass, state: SessionState, grants: set[str], steer: dict[str, Any] | None
+        self, p: _Pass, state: SessionState, grants: set[str], steer: dict[str, Any] | None,
+        read: dict[str, RequestRecord] | None = None,
     ) -> bool:
         """Apply answers, run what may run, park on what still needs a person. False = parked.
 
+        ``read``: request records read with the lease (``SessionSnapshot.requests``); the step's are taken
+        from there when all of them were, else read now.
         A requested cancel was looked for a moment ago by the caller (in the snapshot, or by the
         checkpoint after the model); the checkpoint before any call starts looks again."""
         turn = state.turn
         assert turn is not None and turn.step is not None
         step = turn.step
-        records = {r.request_id: r for r in await self.p.store.get_requests(step.request_ids)}
+        records = await self._records(step.request_ids, read)
         open_ids = [rid for rid, r in records.items() if r.status == "open"]
         if open_ids and steer is not None:
             for rid in open_ids:
@@ -372,10 +375,16 @@ class Driver:
                                       TurnWaiting(session_id=p.session_id, turn_id=turn.turn_id, on="input")],
                            [record])
 
-    async def _resume_limit(self, p: _Pass, state: SessionState) -> bool:
+    async def _records(self, request_ids: list[str], read: dict[str, RequestRecord] | None) -> dict[str, RequestRecord]:
+        """The records of ``request_ids`` by id: those ``read`` with the lease if it has them all, else read now."""
+        if read and all(rid in read for rid in request_ids):
+            return {rid: read[rid] for rid in request_ids}
+        return {r.request_id: r for r in await self.p.store.get_requests(request_ids)}
+
+    async def _resume_limit(self, p: _Pass, state: SessionState, read: dict[str, RequestRecord] | None = None) -> bool:
         turn = state.turn
         assert turn is not None and turn.limit_request_id is not None
-        [record] = await self.p.store.get_requests([turn.limit_request_id]) or [None]
+        record = (await self._records([turn.limit_request_id], read)).get(turn.limit_request_id)
         if record is not None and record.status == "open":
             return False
         turn.limit_request_id = None

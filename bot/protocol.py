@@ -386,6 +386,8 @@ class SessionSnapshot(Contract):
     cancel: str | None = None  # the turn id someone asked to cancel
     inbox: list[dict[str, Any]] = Field(default_factory=list)  # messages waiting for the turn
     failures: int = 0  # unexpected errors in a row while driving it
+    # read with the lease: the records of the requests the turn waits on (TurnState.open_request_ids), by id
+    requests: dict[str, RequestRecord] = Field(default_factory=dict)
 
 
 class SettleResult(Contract):

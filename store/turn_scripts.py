@@ -212,3 +212,39 @@ retire(2, tonumber(ARGV[4]))
 redis.call('RPUSH', KEYS[2 + SK.inbox], ARGV[2])
 return 1
 """
+
+# Take the turn lease and read what the lease holder starts from (``acquire_lease_and_read``): the state,
+# grants, a requested cancel, the inbox, the failure count, and the records (with their approvals) of the
+# requests the turn waits on: its parked step's and a session-limit prompt's, found in the state. Only a
+# state that names such requests is decoded (a plain substring test first), and only requests in this
+# session's slot are read (all of them: request ids carry their session's slot). The token is fresh per
+# attempt, so a resent copy that finds the lease holding it has taken it. KEYS: lease, state, grants,
+# cancel, inbox, fails; ARGV: token, lease ms → false (taken) | {state, grants, cancel, inbox, fails,
+# {request id, fields, approvals, …}}
+LEASE_AND_READ = """
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return false
+end
+local raw = redis.call('GET', KEYS[2])
+local records = {}
+if raw and (string.find(raw, '"request_ids":["', 1, true) or string.find(raw, '"limit_request_id":"', 1, true)) then
+  local turn, ids = cjson.decode(raw)['turn'], {}
+  if type(turn) == 'table' then
+    if type(turn.step) == 'table' and type(turn.step.request_ids) == 'table' then
+      for _, id in ipairs(turn.step.request_ids) do ids[#ids + 1] = id end
+    end
+    if type(turn.limit_request_id) == 'string' then ids[#ids + 1] = turn.limit_request_id end
+  end
+  local base, slot = string.match(KEYS[1], '^(hitl:{([^}]*)}):lease$')
+  for _, id in ipairs(ids) do
+    if type(id) == 'string' and string.match(id, '^([^.]*)%.') == slot then
+      local key = base .. ':req:' .. id
+      records[#records + 1] = id
+      records[#records + 1] = redis.call('HGETALL', key)
+      records[#records + 1] = redis.call('SMEMBERS', key .. ':ok')
+    end
+  end
+end
+return {raw or false, redis.call('SMEMBERS', KEYS[3]), redis.call('GET', KEYS[4]) or false,
+        redis.call('LRANGE', KEYS[5], 0, -1), redis.call('GET', KEYS[6]) or false, records}
+"""

@@ -36,7 +36,7 @@ from store import turn_scripts as lua
 from store.grants import GrantStore, session_ended
 from store.pipelined import Command, evalsha, pipelined
 from store.replay import replay_safe
-from store.requests import RequestReads, record_fields
+from store.requests import RequestReads, record_fields, record_from_fields
 from store.session_keys import (
     ACTIVE,
     DEFAULT_RETENTION_SECONDS,
@@ -72,6 +72,7 @@ class RedisTurns(RequestReads):
         self._mark_once_script = redis.register_script(replay_safe(lua.MARK_ONCE))
         self._change_responders_script = redis.register_script(replay_safe(lua.CHANGE_RESPONDERS))
         self._forget_if_unchanged = redis.register_script(FORGET_IF_UNCHANGED)
+        self._lease_and_read = redis.register_script(lua.LEASE_AND_READ)
 
     # state and lease -------------------------------------------------------------------------
 
@@ -136,25 +137,32 @@ class RedisTurns(RequestReads):
         await self.redis.set(self.key(session_id, "cancel"), turn_id)
 
     async def acquire_lease(self, session_id: str) -> str | None:
-        token, _ = await self._acquire_lease(session_id, read=False)
-        return token
-
-    async def acquire_lease_and_read(self, session_id: str) -> tuple[str | None, SessionSnapshot | None]:
-        """Take the turn lease and read the session's snapshot (one round trip); (None, None) when another
-        worker holds the lease. Once the lease is ours nobody else commits, so the read is current."""
-        return await self._acquire_lease(session_id, read=True)
-
-    async def _acquire_lease(self, session_id: str, *, read: bool) -> tuple[str | None, SessionSnapshot | None]:
         token = secrets.token_hex(8)
         pipe = self.redis.pipeline(transaction=False)
         pipe.set(self.key(session_id, "lease"), token, nx=True, px=self.lease_ms)
         pipe.zadd(ACTIVE, {session_id: now_ms() + self.lease_ms})
-        if read:
-            queue(pipe, self._snapshot_reads(session_id, None))
-        got, _, *snapshot = await pipe.execute()
-        if not got:
+        got, _ = await pipe.execute()
+        return token if got else None
+
+    async def acquire_lease_and_read(self, session_id: str) -> tuple[str | None, SessionSnapshot | None]:
+        """Take the turn lease and read the session's snapshot (one round trip, one script); (None, None) when
+        another worker holds the lease. Once the lease is ours nobody else commits, so the read is current;
+        the snapshot's ``requests`` are the records of the requests its turn waits on, read with it (a click
+        may settle one right after: its own drive then finds the lease taken, and the release's read sees it)."""
+        token = secrets.token_hex(8)
+        keys = [self.key(session_id, name) for name in ("lease", "state", "grants", "cancel", "inbox", "fails")]
+        read, _ = await self._pipelined(self._lease_and_read, keys, [token, self.lease_ms],
+                                        after=[("zadd", (ACTIVE, {session_id: now_ms() + self.lease_ms}))])
+        if not read:
             return None, None
-        return token, self._snapshot_from(snapshot, None) if read else None
+        *snapshot, found = read
+        records = {}
+        for rid, fields, oks in zip(found[::3], found[1::3], found[2::3], strict=True):
+            if fields:
+                record = record_from_fields(dict(zip(fields[::2], fields[1::2], strict=True)))
+                record.approvals = sorted(o.decode() for o in oks)
+                records[rid.decode()] = record
+        return token, self._snapshot_from(snapshot, None).model_copy(update={"requests": records})
 
     async def renew_lease(self, session_id: str, token: str) -> tuple[bool, str | None]:
         """Extend the lease if still held; returns (held, the turn id someone asked to cancel), the cancel

@@ -131,3 +131,10 @@ async def test_26_the_checkpoint_that_makes_a_call_ready_starts_it(local_slack, 
     # lease in the same script), not by a round trip of its own before the tool runs
     trips = await one_cycle_counted(local_slack, start_app)
     assert trips.sent_by("begin_execution") == 0, trips.counts
+
+
+async def test_26_the_resume_reads_its_step_s_requests_with_its_lease(local_slack, start_app):
+    # the lease's script returns the records of the parked step's requests with the state: the resume
+    # applies the answers without reading them again
+    trips = await one_cycle_counted(local_slack, start_app)
+    assert trips.sent_by("get_requests", "_resume_step") == 0, trips.counts
