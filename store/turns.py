@@ -1,6 +1,7 @@
 """A session's turns in Redis (DESIGN §7, §9, §12): state, the turn lease, events, parked requests and their
 settle, the inbox, execution markers, deadlines and retirement. Key names: store/session_keys.py; the
-scripts: store/turn_scripts.py; a request record's fields: store/requests.py.
+scripts: store/turn_scripts.py; a request record's fields: store/requests.py; listings across sessions (a
+workspace's pending requests, inspection by SCAN): store/turn_listings.py.
 """
 
 from __future__ import annotations
@@ -31,12 +32,12 @@ from bot.protocol import (
     UnknownRequest,
     event_from_json,
 )
-from bot.session import SessionRef, session_slot
+from bot.session import SessionRef
 from store import turn_scripts as lua
 from store.grants import GrantStore, session_ended
 from store.pipelined import Command, evalsha, pipelined
 from store.replay import replay_safe
-from store.requests import RequestReads, record_fields, record_from_fields
+from store.requests import record_fields, record_from_fields
 from store.session_keys import (
     ACTIVE,
     DEFAULT_RETENTION_SECONDS,
@@ -49,12 +50,12 @@ from store.session_keys import (
     SETTLED_LOOK_AGAIN_MS,
     TIMERS,
     now_ms,
-    prefix,
     queue,
 )
+from store.turn_listings import TurnListings
 
 
-class RedisTurns(RequestReads):
+class RedisTurns(TurnListings):
     """What the turn loop needs of Redis (bot.parts.TurnStore but the outbox). Methods are small and mostly
     one round trip each."""
 
@@ -442,30 +443,6 @@ class RedisTurns(RequestReads):
             state=state, batch_complete=bool(complete), approvals=int(count), record=record, events=events
         )
 
-    async def pending_for_team(self, team_id: str | None, *, limit: int = 200) -> list[RequestRecord]:
-        """Open requests of a workspace, oldest first; drops index entries that are settled."""
-        key = self.pending_key(team_id)
-        ids = [r.decode() for r in await self.redis.zrange(key, 0, limit - 1)]
-        records = [r for r in await self.get_requests(ids) if r.status == "open"]
-        # a request whose turn is gone cannot be approved (its click closes it): never offer it
-        pipe = self.redis.pipeline(transaction=False)
-        for r in records:
-            pipe.exists(self.key(r.session_id, "state"))
-        alive = await pipe.execute() if records else []
-        open_records = [r for r, live in zip(records, alive, strict=True) if live]
-        stale = set(ids) - {r.request_id for r in records}
-        if stale:
-            await self.redis.zrem(key, *stale)
-        return open_records
-
-    async def teams_with_pending(self) -> list[str | None]:
-        """Workspaces that have a pending-requests index (None: sessions without a workspace)."""
-        teams: set[str | None] = set()
-        async for key in self.redis.scan_iter(match="hitl:{ws:*}:pending", count=1000):
-            team = key.decode()[len("hitl:{ws:") : -len("}:pending")]
-            teams.add(None if team == "-" else team)
-        return sorted(teams, key=lambda t: t or "")
-
     # inbox -----------------------------------------------------------------------------------
 
     async def record_message(self, session_id: str, message: dict[str, Any], *, message_id: str | None) -> bool:
@@ -585,35 +562,6 @@ class RedisTurns(RequestReads):
         changed, _ = await self._eval_pipelined(self._change_responders_script, keys, args,
                                                [("zadd", (OUTBOX, {sid: now_ms() + OUTBOX_GRACE_MS}))])
         return bool(changed)
-
-    # inspection --------------------------------------------------------------------------------
-
-    async def key_counts(self, *, limit: int = 1_000_000) -> dict[str, int]:
-        """Keys by kind (state, events, requests, markers, …), by SCAN: for `bot check`, not for hot paths."""
-        counts: dict[str, int] = {}
-        seen = 0
-        async for key in self.redis.scan_iter(match="hitl:{*}:*", count=1000):
-            parts = key.decode(errors="replace").split(":")
-            kind = parts[2] if len(parts) > 2 and not parts[1].startswith("{ws:") else "workspace"
-            counts[kind] = counts.get(kind, 0) + 1
-            seen += 1
-            if seen >= limit:
-                break
-        return dict(sorted(counts.items()))
-
-    async def oldest_pending(self) -> datetime | None:
-        """When the oldest request still in a pending index was asked."""
-        oldest: float | None = None
-        async for key in self.redis.scan_iter(match="hitl:{ws:*}:pending", count=1000):
-            first = await self.redis.zrange(key, 0, 0, withscores=True)
-            if first and (oldest is None or first[0][1] < oldest):
-                oldest = first[0][1]
-        return datetime.fromtimestamp(oldest, UTC) if oldest is not None else None
-
-    async def session_keys(self, session_id: str) -> list[bytes]:
-        """Every key of a session (for measurements and tests; uses SCAN)."""
-        pattern = f"{prefix(session_slot(session_id))}:*"
-        return [k async for k in self.redis.scan_iter(match=pattern, count=1000)]
 
 
 def _events_json(events: list[Event]) -> str:
