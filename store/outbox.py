@@ -22,7 +22,7 @@ from store.audit_events import PassAudit, team_of
 from store.delivery_pass import CLAIM_MARGIN_S, UNREAD, PassAuditView, PassView, PassViews
 from store.pipelined import Command, evalsha, pipelined
 from store.post_ledger import PostLedger
-from store.requests import RequestReads
+from store.requests import RequestReads, records_read_in_script
 from store.session_keys import DEFAULT_RETENTION_SECONDS, FORGET_IF_UNCHANGED, OUTBOX, now_ms
 
 # One delivery pass over a session (bot/outbox.py). Begin: take the session's deliverer lock and read,
@@ -33,10 +33,39 @@ from store.session_keys import DEFAULT_RETENTION_SECONDS, FORGET_IF_UNCHANGED, O
 # deadline passed tells the next deliverer that its holder died mid-pass, so that pass is careful (what the
 # dead one posted may be unrecorded: it looks in the thread before posting). KEYS: out, events, lock, chan;
 # ARGV: token, lock ms, count, consumers… → false (locked) | {ref, cursors, holds, entries, chan (flat
-# field, value…), careful, the audit's floor ('' none), the id read after ('' nothing read)}. The audit's floor
+# field, value…), careful, the audit's floor ('' none), the id read after ('' nothing read), the records of
+# the requests that the entries' card updates name (``records_named``)}. The audit's floor
 # (``_audit``) counts like a cursor: the audit may lack the events after it. (A resent copy finds the lock
 # ours and reads again.)
 _OUTBOX_BEGIN = """
+-- the records (with their approvals) of the requests that events updating a card name, read once for the
+-- pass (``pass_request``): {request id, fields, approvals, …}; only requests in this session's slot
+local NAMES_A_CARD = {['input.resolved'] = 1, ['input.reminded'] = 1, ['input.escalated'] = 1,
+                      ['input.responders'] = 1, ['approval.candidate'] = 1}
+local function records_named(entries)
+  local base, slot = string.match(KEYS[1], '^(hitl:{([^}]*)}):out$')
+  local out, seen = {}, {}
+  local function read(id)
+    if type(id) ~= 'string' or seen[id] or string.match(id, '^([^.]*)%.') ~= slot then return end
+    seen[id] = true
+    local key = base .. ':req:' .. id
+    out[#out + 1], out[#out + 2], out[#out + 3] = id, redis.call('HGETALL', key), redis.call('SMEMBERS', key .. ':ok')
+  end
+  for _, entry in ipairs(entries) do
+    local flat, raw = entry[2], nil
+    for i = 1, #flat, 2 do if flat[i] == 'e' then raw = flat[i + 1] end end
+    if raw and string.find(raw, '"request_id":"', 1, true) then
+      local event = cjson.decode(raw)
+      if NAMES_A_CARD[event.type] then
+        read(event.request_id)
+        if type(event.resolutions) == 'table' then
+          for _, resolution in ipairs(event.resolutions) do read(resolution.request_id) end
+        end
+      end
+    end
+  end
+  return out
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local holder, careful = redis.call('GET', KEYS[3]), 0
@@ -70,7 +99,7 @@ if floor then lower(floor) end  -- the audit may lack the events after it (store
 local entries = {}
 if low ~= nil then entries = redis.call('XRANGE', KEYS[2], '(' .. low, '+', 'COUNT', ARGV[3]) end
 return {stored[2 * n + 1] or '', cursors, holds, entries, redis.call('HGETALL', KEYS[4]), careful, floor or '',
-        low or ''}
+        low or '', records_named(entries)}
 """
 
 # Save a pass's progress: move cursors, record where the pass's posts are (frontend data kept for the pass's
@@ -168,7 +197,7 @@ class RedisOutbox(RequestReads):
         reply = replies[1]
         if not reply:
             return None
-        raw_ref, cursors, holds, entries, chan, careful, floor, read_after = reply
+        raw_ref, cursors, holds, entries, chan, careful, floor, read_after, named = reply
         ref = SessionRef.model_validate_json(raw_ref) if raw_ref else SessionRef(session_id=session_id)
         events: list[tuple[str, Event]] = []
         for entry_id, flat in entries:
@@ -183,7 +212,7 @@ class RedisOutbox(RequestReads):
             self._note_team(session_id, ref.team_id)
         self._pass_views[session_id] = PassView(
             token, {k.decode(): v.decode() for k, v in zip(chan[::2], chan[1::2], strict=True)},
-            careful=bool(careful), lock_fresh_until=asked_at + self._claim_margin_s(),
+            careful=bool(careful), lock_fresh_until=asked_at + self._claim_margin_s(), requests=records_read_in_script(named),
             audit=PassAuditView(ref=ref, read=events, read_after=read_after.decode(), floor=floor.decode(),
                                 progress=progress, full=len(entries) >= count))
         return OutboxPass(

@@ -5,6 +5,7 @@ and how they are read. The turns write records (store/turns.py); the turns and t
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from bot.protocol import RequestRecord, UnknownRequest
 from store.session_keys import SessionRedis
@@ -42,6 +43,18 @@ class RequestReads(SessionRedis):
                 record.approvals = sorted(o.decode() for o in oks)
                 records.append(record)
         return records
+
+
+def records_read_in_script(flat: list[Any]) -> dict[str, RequestRecord]:
+    """Request records a script read for its caller, as ``{request id, HGETALL, SMEMBERS of :ok, …}``, by id
+    (the lease's read, a delivery pass's begin); ids with no record are left out."""
+    records = {}
+    for rid, fields, oks in zip(flat[::3], flat[1::3], flat[2::3], strict=True):
+        if fields:
+            record = record_from_fields(dict(zip(fields[::2], fields[1::2], strict=True)))
+            record.approvals = sorted(o.decode() for o in oks)
+            records[rid.decode()] = record
+    return records
 
 
 def record_fields(record: RequestRecord) -> dict[str, str]:

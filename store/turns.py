@@ -37,7 +37,7 @@ from store import turn_scripts as lua
 from store.grants import GrantStore, session_ended
 from store.pipelined import Command, evalsha, pipelined
 from store.replay import replay_safe
-from store.requests import record_fields, record_from_fields
+from store.requests import record_fields, records_read_in_script
 from store.session_keys import (
     ACTIVE,
     DEFAULT_RETENTION_SECONDS,
@@ -157,12 +157,7 @@ class RedisTurns(TurnListings):
         if not read:
             return None, None
         *snapshot, found = read
-        records = {}
-        for rid, fields, oks in zip(found[::3], found[1::3], found[2::3], strict=True):
-            if fields:
-                record = record_from_fields(dict(zip(fields[::2], fields[1::2], strict=True)))
-                record.approvals = sorted(o.decode() for o in oks)
-                records[rid.decode()] = record
+        records = records_read_in_script(found)
         return token, self._snapshot_from(snapshot, None).model_copy(update={"requests": records})
 
     async def renew_lease(self, session_id: str, token: str) -> tuple[bool, str | None]:

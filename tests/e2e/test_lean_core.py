@@ -138,3 +138,13 @@ async def test_26_the_resume_reads_its_step_s_requests_with_its_lease(local_slac
     # applies the answers without reading them again
     trips = await one_cycle_counted(local_slack, start_app)
     assert trips.sent_by("get_requests", "_resume_step") == 0, trips.counts
+
+
+async def test_26_the_settled_card_s_request_is_read_with_its_delivery_pass(local_slack, start_app):
+    # the pass's begin reads the records its events name (the settled card's request) with the events, so
+    # updating the card reads nothing of its own; the card still says who approved it
+    trips = await one_cycle_counted(local_slack, start_app)
+    assert trips.sent_by("pass_request") == 0, trips.counts
+    settled = [m for root in local_slack.messages(GENERAL) for m in local_slack.messages(GENERAL, root.ts)
+               if "Approved" in str(m.blocks)]
+    assert settled, "the card was not updated to say it was approved"
