@@ -39,7 +39,7 @@ class PassView:
     own writes since; ``pending``: those to write at its end; ``tidy``: index clean-ups to send then too;
     ``requests``: the request records its consumers read (``pass_request``), read once per pass: those its
     events name for a card's update come with its begin.
-    ``claimed``: posts claimed in the pass's memory (``channel_claim(..., in_pass=True)``) and neither
+    ``claimed``: posts claimed in the pass's memory (``PostLedger.claim(..., in_pass=True)``) and neither
     recorded nor given up yet: written as claims with the pass's next save (a post whose answer was lost)."""
 
     token: str

@@ -295,7 +295,7 @@ class RedisOutbox(RequestReads):
 
     def _recorded_in_pass(self, session_id: str, token: str, *, done: bool) -> tuple[list[Command], dict[str, str]]:
         """The writes a pass kept for its end: index clean-ups (``unindex_request(..., in_pass=True)``), as
-        commands, and where its posts are (``channel_set(..., in_pass=True)``), which the closing script
+        commands, and where its posts are (``PostLedger.set(..., in_pass=True)``), which the closing script
         writes; with ``done`` the pass's view is dropped. Written whether or not the lock is still ours:
         where a message was posted is a fact, whoever delivers next."""
         view = self._pass_views.get(session_id)

@@ -30,7 +30,7 @@ return {0, redis.call('HGET', KEYS[1], ARGV[1])}
 
 
 class PostLedger(SessionRedis):
-    """channel_get / channel_set / channel_claim / channel_delete of a session's post ledger."""
+    """A session's post ledger: ``get`` where a post is, ``set`` it, ``claim`` it before posting, ``delete`` it."""
 
     def __init__(self, redis: Redis, views: PassViews | None = None, *, lease_ms: int = 30_000,
                  retention_s: int = DEFAULT_RETENTION_SECONDS):
@@ -38,14 +38,14 @@ class PostLedger(SessionRedis):
         self.views: PassViews = {} if views is None else views  # shared with the outbox that opens them
         self._claim = redis.register_script(_CLAIM)
 
-    async def channel_get(self, session_id: str, field: str) -> str | None:
+    async def get(self, session_id: str, field: str) -> str | None:
         view = self.views.get(session_id)
         if view is not None:
             return view.fields.get(field)
         raw = await self.redis.hget(self.key(session_id, "chan"), field)
         return raw.decode() if raw else None
 
-    async def channel_set(self, session_id: str, field: str, value: str, *, in_pass: bool = False) -> None:
+    async def set(self, session_id: str, field: str, value: str, *, in_pass: bool = False) -> None:
         """``in_pass``: where a message the pass just posted is (its claim already in Redis): written with
         the pass's closing round trip instead of now. A crash before then leaves the claim, and the next
         deliverer finds the message in the thread, as after a crash between posting and recording."""
@@ -62,7 +62,7 @@ class PostLedger(SessionRedis):
         pipe.hset(key, field, value)
         await pipe.execute()
 
-    async def channel_claim(self, session_id: str, field: str, value: str, *, in_pass: bool = False) -> bool:
+    async def claim(self, session_id: str, field: str, value: str, *, in_pass: bool = False) -> bool:
         """Set ``field`` only if it is not set yet (claim a post before sending it); True if we did.
 
         ``in_pass``: a post made only by the session's delivery pass (a card, a reply). While the pass's lock
@@ -85,7 +85,7 @@ class PostLedger(SessionRedis):
                 view.fields[field] = now.decode()
         return bool(claimed)
 
-    async def channel_delete(self, session_id: str, field: str) -> None:
+    async def delete(self, session_id: str, field: str) -> None:
         view = self.views.get(session_id)
         if view is not None:
             view.fields.pop(field, None)

@@ -268,26 +268,26 @@ class SlackChannel:
         """Post a message unless this post was made before; returns where it is."""
         sid, channel = session.session_id, session.channel["channel_id"]
         await self.pacing.posts.wait(channel)  # before the claim: no claim is held while we wait our turn
-        if self.ledger.pass_is_careful(sid) and await self.ledger.channel_get(sid, field) is None:
+        if self.ledger.pass_is_careful(sid) and await self.ledger.get(sid, field) is None:
             # the last deliverer died mid-pass, and claimed its posts in memory: look before posting
             found = await self._find_post(session, field, request_id)
             if found is not None:
-                await self.ledger.channel_set(sid, field, json.dumps(found), in_pass=True)
+                await self.ledger.set(sid, field, json.dumps(found), in_pass=True)
                 return found
-        if not await self.ledger.channel_claim(sid, field, _claim(), in_pass=True):
-            existing = await self.ledger.channel_get(sid, field)
+        if not await self.ledger.claim(sid, field, _claim(), in_pass=True):
+            existing = await self.ledger.get(sid, field)
             if existing and not existing.startswith(CLAIMED):
                 return json.loads(existing)  # posted and recorded already
             # claimed but not recorded: the worker died mid-post, its answer was lost, or (rarely, as
             # posts are made under the outbox lock) it is still posting. Look in the thread first.
             found = await self._find_post(session, field, request_id)
             if found is not None:
-                await self.ledger.channel_set(sid, field, json.dumps(found))
+                await self.ledger.set(sid, field, json.dumps(found))
                 return found
             in_flight_for = CLAIM_IN_FLIGHT_S - (time.time() - _claimed_at(existing))
             if in_flight_for > 0:  # the outbox looks again once a live post would have ended
                 raise PostInFlight(max(in_flight_for, 0.5), f"{field} is being posted by another worker")
-            await self.ledger.channel_set(sid, field, _claim())
+            await self.ledger.set(sid, field, _claim())
         client = await self.client_for(session.team_id)
         try:
             resp = await client.chat_postMessage(
@@ -297,10 +297,10 @@ class SlackChannel:
         except SlackApiError:
             # Slack answered "no": nothing was posted, so the next attempt may post at once. (A network
             # error keeps the claim: the post may have landed, and is looked up before posting again.)
-            await self.ledger.channel_delete(sid, field)
+            await self.ledger.delete(sid, field)
             raise
         posted = {"channel": resp.get("channel", channel), "ts": resp["ts"]}
-        await self.ledger.channel_set(sid, field, json.dumps(posted), in_pass=True)
+        await self.ledger.set(sid, field, json.dumps(posted), in_pass=True)
         return posted
 
     async def _find_post(self, session: SessionRef, field: str, request_id: str | None) -> dict[str, str] | None:
@@ -324,7 +324,7 @@ class SlackChannel:
 
     async def _card(self, session: SessionRef, request_id: str) -> dict[str, Any] | None:
         field = card_field(request_id)
-        raw = await self.ledger.channel_get(session.session_id, field)
+        raw = await self.ledger.get(session.session_id, field)
         if not raw:
             return None
         if not raw.startswith(CLAIMED):
@@ -332,7 +332,7 @@ class SlackChannel:
         # a worker died between posting the card and recording where it is: find it in the thread
         found = await self._find_post(session, field, request_id)
         if found is not None:
-            await self.ledger.channel_set(session.session_id, field, json.dumps(found))
+            await self.ledger.set(session.session_id, field, json.dumps(found))
         return found
 
     async def _refusal_note(self, event: ApprovalCandidate, session: SessionRef, user: str) -> None:

@@ -178,7 +178,7 @@ async def _listing(gov: Governance, team: str | None, resource: str) -> Any:
 
 
 async def _permalink(gov: Governance, record: RequestRecord) -> str | None:
-    raw = await gov.deps.store.posts.channel_get(record.session_id, card_field(record.request_id))
+    raw = await gov.deps.store.posts.get(record.session_id, card_field(record.request_id))
     if not raw:
         return None
     card = json.loads(raw)

@@ -151,7 +151,7 @@ class ApproverNotices:
         req = record.request
         # as long as the tool said to wait before reminding (the event's own time may be a sweep later)
         waited = ((req.remind_at or event.at) - req.created_at).total_seconds()
-        card = await self.ledger.channel_get(session.session_id, card_field(req.request_id))
+        card = await self.ledger.get(session.session_id, card_field(req.request_id))
         link = await self._permalink(session, json.loads(card)) if card and card.startswith("{") else None
         await self._post_once(session, f"remind:{req.request_id}", session.channel["channel_id"],
                               reminder_message(req, now_waiting_s=waited),
@@ -216,7 +216,7 @@ class ApproverNotices:
             return
         client = await self.client_for(session.team_id)
         for user in dict.fromkeys(told):
-            raw = await self.ledger.channel_get(session.session_id, f"dm:{req.request_id}:{user}")
+            raw = await self.ledger.get(session.session_id, f"dm:{req.request_id}:{user}")
             if not raw or not raw.startswith("{"):
                 continue  # never sent (a digest, a failure)
             where = json.loads(raw)
@@ -251,7 +251,7 @@ class ApproverNotices:
 
     async def _post_once(self, session: SessionRef, field: str, to: str | DirectMessage, message: dict[str, Any], *,
                          thread_ts: str | None = None, link: str | None = None) -> None:
-        if not await self.ledger.channel_claim(session.session_id, field, "claimed"):
+        if not await self.ledger.claim(session.session_id, field, "claimed"):
             return  # sent before (or tried: one missed notice rather than two)
         client = await self.client_for(session.team_id)
         try:
@@ -261,9 +261,9 @@ class ApproverNotices:
             resp = await client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=message["text"],
                                                  blocks=message.get("blocks"))
         except (SlackApiError, RetryLater):  # Slack said no, or not yet (pacing): nothing was sent
-            await self.ledger.channel_delete(session.session_id, field)
+            await self.ledger.delete(session.session_id, field)
             raise
         kept: dict[str, Any] = {"channel": resp.get("channel", channel), "ts": resp["ts"]}
         if link:
             kept["link"] = link  # a copy's link to the thread, kept when its card is updated
-        await self.ledger.channel_set(session.session_id, field, json.dumps(kept), in_pass=True)
+        await self.ledger.set(session.session_id, field, json.dumps(kept), in_pass=True)

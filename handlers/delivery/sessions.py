@@ -102,7 +102,7 @@ class AgentSessions:
 
     async def current(self, session: SessionRef) -> str | None:
         """The status last set (kept beside the session: any replica reads it; a delivery pass has it)."""
-        return await self.ledger.channel_get(session.session_id, STATUS_FIELD)
+        return await self.ledger.get(session.session_id, STATUS_FIELD)
 
     async def set(self, session: SessionRef, status: SessionStatus, title: str | None = None) -> bool:
         """Set the thread's session status (``title`` names a session created now; Slack ignores it for an
@@ -113,7 +113,7 @@ class AgentSessions:
                               status=status, title=title or None)
         if ok:  # with the pass's closing round trip (at once outside a pass): a kill -9 before it makes the
             # next deliverer tell Slack the same status again, which changes nothing there
-            await self.ledger.channel_set(session.session_id, STATUS_FIELD, status, in_pass=True)
+            await self.ledger.set(session.session_id, STATUS_FIELD, status, in_pass=True)
         return ok
 
     def waits_on(self, session: SessionRef, request_ids: list[str]) -> None:

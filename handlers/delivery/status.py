@@ -84,10 +84,10 @@ class StatusLines:
             with contextlib.suppress(Exception, TimeoutError):
                 await asyncio.wait_for(asyncio.shield(task), POSTING_GRACE_S)
         self._forget_waiting(sid)
-        existing = await self.ledger.channel_get(sid, "status")
+        existing = await self.ledger.get(sid, "status")
         if not existing:
             return
-        await self.ledger.channel_delete(sid, "status")
+        await self.ledger.delete(sid, "status")
         status = json.loads(existing)
         client = await self.client_for(session.team_id)
         try:
@@ -153,7 +153,7 @@ class StatusLines:
 
     async def _show(self, session: SessionRef, text: str) -> None:
         client = await self.client_for(session.team_id)
-        existing = await self.ledger.channel_get(session.session_id, "status")
+        existing = await self.ledger.get(session.session_id, "status")
         if existing:
             status = json.loads(existing)
             try:
@@ -166,6 +166,6 @@ class StatusLines:
         resp = await client.chat_postMessage(
             channel=session.channel["channel_id"], thread_ts=session.channel.get("thread_ts") or None, text=text
         )
-        await self.ledger.channel_set(
+        await self.ledger.set(
             session.session_id, "status", json.dumps({"channel": resp.get("channel"), "ts": resp["ts"]})
         )

@@ -189,7 +189,7 @@ class LiveAnswers:
         # one stream per step, across replicas: a re-run after a crash finds the dead one's claim and
         # leaves that stream to message.completed instead of starting a second message
         claim = json.dumps({"state": STARTING, "at": time.time()})
-        if not await self.ledger.channel_claim(sid, live.field, claim):
+        if not await self.ledger.claim(sid, live.field, claim):
             live.dead = True
             return False
         text = live.text[:MARKDOWN_TEXT]
@@ -207,13 +207,13 @@ class LiveAnswers:
             resp = None
             log.info("not showing the answer live in %s: %s", sid, exc.response.get("error"))
         if resp is None:  # nothing was started or posted: the answer is posted whole when complete
-            await self.ledger.channel_delete(sid, live.field)
+            await self.ledger.delete(sid, live.field)
             live.dead = True
             return False
         live.channel, live.ts = resp.get("channel") or channel["channel_id"], resp["ts"]
         live.sent = "" if resp.get("tasks") else text  # a task stream taken over: its text is appended next
         where = {"channel": live.channel, "ts": live.ts, "mode": live.mode, **({"tasks": True} if resp.get("tasks") else {})}
-        await self.ledger.channel_set(sid, live.field, json.dumps(where))
+        await self.ledger.set(sid, live.field, json.dumps(where))
         return True
 
     async def _open(self, live: _Live, client: Any, text: str, recipient: dict[str, Any]) -> Any:
@@ -289,7 +289,7 @@ class LiveAnswers:
             if live.task is not None:  # a startStream or append under way lands first
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(asyncio.shield(live.task), FINISH_WAIT_S)
-        raw = await self.ledger.channel_get(sid, name)
+        raw = await self.ledger.get(sid, name)
         # this answer ends the turn's task stream, if one is open (handlers.delivery.tasks)
         taken = await self.tasks.take(session, event) if self.tasks is not None else None
         if raw and raw.startswith(DONE):  # this step's answer was shown already
@@ -357,7 +357,7 @@ class LiveAnswers:
                 # delivery comes here again, and the channel's posts (claimed per event) make it once
                 log.info("the answer's message in %s is gone (%s): posting it anew", sid, exc.response.get("error"))
                 return None
-        await self.ledger.channel_set(sid, name, f"{DONE}:{event.seq}", in_pass=True)
+        await self.ledger.set(sid, name, f"{DONE}:{event.seq}", in_pass=True)
         return later  # type: ignore[return-value]
 
     async def _finish_tasks(
@@ -380,7 +380,7 @@ class LiveAnswers:
             log.info("the tasks' message in %s is gone (%s): posting the answer", session.session_id,
                      exc.response.get("error"))
             return None
-        await self.ledger.channel_set(session.session_id, stream_field(event.turn_id, event.step),
+        await self.ledger.set(session.session_id, stream_field(event.turn_id, event.step),
                                      f"{DONE}:{event.seq}", in_pass=True)
         return []
 

@@ -166,7 +166,7 @@ class TaskStreams:
             if not changed:
                 return
             turn.unsent.update(changed)
-            await self.ledger.channel_set(session.session_id, tasks_field(turn.turn_id), turn.record(), in_pass=True)
+            await self.ledger.set(session.session_id, tasks_field(turn.turn_id), turn.record(), in_pass=True)
             if turn.state == NEW and turn.timer is None:
                 turn.timer = asyncio.create_task(self._start_later(turn))
             elif turn.state == OPEN and turn.flusher is None:
@@ -235,7 +235,7 @@ class TaskStreams:
             return turn
         turn = _Turn(session=session, turn_id=turn_id)
         # another replica may have followed this turn so far (free in a delivery pass: it read the fields)
-        raw = await self.ledger.channel_get(session.session_id, tasks_field(turn_id))
+        raw = await self.ledger.get(session.session_id, tasks_field(turn_id))
         if raw:
             with contextlib.suppress(ValueError, TypeError):
                 saved = json.loads(raw)
@@ -271,14 +271,14 @@ class TaskStreams:
             turn.state = OFF  # refused meanwhile, or the workspace's Tier 2 budget is spent: the answer is posted
             return
         # another replica may have delivered the answer meanwhile (the click landed there): no stream then
-        raw = await self.ledger.channel_get(sid, tasks_field(turn.turn_id))
+        raw = await self.ledger.get(sid, tasks_field(turn.turn_id))
         with contextlib.suppress(ValueError, TypeError, KeyError):
             if raw and int(json.loads(raw)["gen"]) != turn.gen:
                 turn.state = OFF
                 return
         # one stream per turn and answer, across replicas
         claim = f"{tasks_field(turn.turn_id)}:{turn.gen}"
-        if not await self.ledger.channel_claim(sid, claim, str(time.time())):
+        if not await self.ledger.claim(sid, claim, str(time.time())):
             turn.state = OFF
             return
         client = await self.client_for(session.team_id)
@@ -298,7 +298,7 @@ class TaskStreams:
             return
         turn.state, turn.channel, turn.ts = OPEN, resp.get("channel") or session.channel["channel_id"], resp["ts"]
         turn.unsent.clear()
-        await self.ledger.channel_set(sid, tasks_field(turn.turn_id), turn.record())
+        await self.ledger.set(sid, tasks_field(turn.turn_id), turn.record())
 
     async def _flush_later(self, turn: _Turn) -> None:
         try:
@@ -357,7 +357,7 @@ class TaskStreams:
             return None
         turn = self._turns.get(f"{session.session_id}|{event.turn_id}")
         if turn is None:
-            raw = await self.ledger.channel_get(session.session_id, tasks_field(event.turn_id))
+            raw = await self.ledger.get(session.session_id, tasks_field(event.turn_id))
             if not raw:
                 return None  # no call in this turn so far (or it ran on a replica that left no tasks)
             turn = await self._turn(session, event.turn_id)
@@ -367,7 +367,7 @@ class TaskStreams:
             if turn.state == OPEN:
                 taken = Taken(turn.channel, turn.ts, await self._chunks(turn))
             turn.gen, turn.state, turn.tasks, turn.unsent, turn.channel, turn.ts = turn.gen + 1, NEW, [], set(), "", ""
-            await self.ledger.channel_set(session.session_id, tasks_field(turn.turn_id), turn.record(), in_pass=True)
+            await self.ledger.set(session.session_id, tasks_field(turn.turn_id), turn.record(), in_pass=True)
             return taken
 
     async def _end(self, session: SessionRef, turn_id: str, how: str) -> None:
@@ -375,7 +375,7 @@ class TaskStreams:
         stopped with its tasks' last states; this process forgets the turn."""
         turn = self._turns.pop(f"{session.session_id}|{turn_id}", None)
         if turn is None:
-            raw = await self.ledger.channel_get(session.session_id, tasks_field(turn_id))
+            raw = await self.ledger.get(session.session_id, tasks_field(turn_id))
             if not raw or json.loads(raw).get("state") != OPEN:
                 return
             turn = await self._turn(session, turn_id)
@@ -395,7 +395,7 @@ class TaskStreams:
             except SlackApiError as exc:
                 if exc.response.get("error") not in GONE:
                     self._refusal(session, exc)
-            await self.ledger.channel_set(session.session_id, tasks_field(turn_id), turn.record(), in_pass=True)
+            await self.ledger.set(session.session_id, tasks_field(turn_id), turn.record(), in_pass=True)
 
     def _cancel_timers(self, turn: _Turn) -> None:
         for name in ("timer", "flusher"):

@@ -80,7 +80,7 @@ async def test_a_quick_approve_cycle_is_at_most_four_slack_calls_with_the_sessio
 async def test_a_quick_cycle_records_its_session_status_with_the_pass_closing_round_trip(local_slack, start_app,
                                                                                      redis_url):
     """The status last set (what keeps a redelivery from setting it again) is written by the delivery pass's
-    closing script, not by a round trip of its own (``channel_set(..., in_pass=True)``)."""
+    closing script, not by a round trip of its own (``PostLedger.set(..., in_pass=True)``)."""
     bot = await start_app(refund_script(), [refund_charge])
     async with monitored(redis_url) as monitor:
         await quick_approve_cycle(local_slack, "refund ch_1 please")

@@ -88,7 +88,7 @@ async def test_a_reply_whose_answer_was_lost_is_found_not_posted_again(local_sla
     sid = f"slack:T0LOCAL:{GENERAL}:{ts}"
     [(field, _)] = [(f, v) for f, v in (await bot.store.redis.hgetall(bot.store.key(sid, "chan"))).items()
                     if f.startswith(b"post:")]
-    await bot.store.posts.channel_set(sid, field.decode(), "claimed:1")  # posted long ago; the worker died before recording it
+    await bot.store.posts.set(sid, field.decode(), "claimed:1")  # posted long ago; the worker died before recording it
     ref = SessionRef(session_id=sid, team_id="T0LOCAL", channel={"channel_id": GENERAL, "thread_ts": ts})
     seq = int(field.decode().split(":")[1])
     await SlackChannel(bot.store, lambda team: _client(bot)).deliver(
@@ -106,7 +106,7 @@ async def test_a_card_whose_deliverer_died_before_its_pass_ended_is_found_not_po
     where = await bot.store.redis.hget(bot.store.key(sid, "chan"), card_field(request_id))
     assert json.loads(where)["ts"] == first.ts
     await bot.store.redis.hset(bot.store.key(sid, "chan"), "elsewhere", "changed after the pass")
-    assert await bot.store.posts.channel_get(sid, "elsewhere") == "changed after the pass"
+    assert await bot.store.posts.get(sid, "elsewhere") == "changed after the pass"
 
     # a deliverer posts a card in its pass and dies before the pass ends (nothing after the post runs)
     req = (await bot.store.get_request(request_id)).request.model_copy(update={"request_id": new_request_id(sid)})
@@ -173,10 +173,10 @@ async def test_26_a_post_whose_answer_was_lost_leaves_its_claim_with_the_pass_en
     sid = f"slack:T0LOCAL:{GENERAL}:{ts}"
     store = SessionStore(bot.store.redis)
     assert await store.outbox_begin(sid, ["frontend"], "token") is not None
-    assert await store.posts.channel_claim(sid, "post:99:0", "claimed:5", in_pass=True)
-    assert not await store.posts.channel_claim(sid, "post:99:0", "claimed:6", in_pass=True)  # once per pass
-    assert await store.posts.channel_claim(sid, "post:98:0", "claimed:5", in_pass=True)
-    await store.posts.channel_delete(sid, "post:98:0")  # Slack said no: nothing was posted, nothing kept
+    assert await store.posts.claim(sid, "post:99:0", "claimed:5", in_pass=True)
+    assert not await store.posts.claim(sid, "post:99:0", "claimed:6", in_pass=True)  # once per pass
+    assert await store.posts.claim(sid, "post:98:0", "claimed:5", in_pass=True)
+    await store.posts.delete(sid, "post:98:0")  # Slack said no: nothing was posted, nothing kept
     assert await bot.store.redis.hget(bot.store.key(sid, "chan"), "post:99:0") is None  # in memory so far
     # the post's answer never came (neither recorded nor given up): its claim is written at the pass's end
     await store.outbox_end(sid, "token", {}, [], claim=0, again_in_ms=None)

@@ -155,7 +155,7 @@ async def _calls(redis, *names: str) -> dict[str, int]:
 
 
 async def test_26_a_pass_records_its_posts_in_its_closing_script(redis):
-    """Issue 26: where a pass's posts are (``channel_set(..., in_pass=True)``) is written by the pass's closing
+    """Issue 26: where a pass's posts are (``PostLedger.set(..., in_pass=True)``) is written by the pass's closing
     script, not by a separate write and ``EVAL`` of a retention rule; the frontend data has no end of its own
     (it ends with its session, issue 26 item 3), so nothing asks whether a request is open."""
     store = SessionStore(redis, retention_s=RETENTION_S)  # type: ignore[arg-type]
@@ -166,28 +166,28 @@ async def test_26_a_pass_records_its_posts_in_its_closing_script(redis):
     before = await _calls(redis, "eval", "exists", "pexpire")
     opened = await store.outbox_begin(sid, ["frontend"], "token")
     assert opened is not None
-    await store.posts.channel_set(sid, "post:1", "1718000000.000100", in_pass=True)
+    await store.posts.set(sid, "post:1", "1718000000.000100", in_pass=True)
     await store.outbox_end(sid, "token", {"frontend": "1-0"}, [], claim=opened.claim, again_in_ms=None)
     spent = {name: n - before[name] for name, n in (await _calls(redis, "eval", "exists", "pexpire")).items()}
 
-    assert await store.posts.channel_get(sid, "post:1") == "1718000000.000100"
+    assert await store.posts.get(sid, "post:1") == "1718000000.000100"
     assert await redis.pttl(store.key(sid, "chan")) == -1
     assert spent == {"eval": 0, "exists": 0, "pexpire": 0}, spent  # was an EVAL, 2 EXISTS and a PEXPIRE
 
 
 async def test_26_a_claim_is_one_script_that_keeps_only_what_it_wrote(redis):
-    """Issue 26: claiming a post (``channel_claim``) is one script that reads back only when it lost; the
+    """Issue 26: claiming a post (``PostLedger.claim``) is one script that reads back only when it lost; the
     winner is told, the loser sees the first claim; nothing gives the frontend data an end (its session's)."""
     store = SessionStore(redis, retention_s=RETENTION_S)  # type: ignore[arg-type]
     sid = session().session_id
-    await store.posts.channel_claim(sid, "warm-up", "x")  # the script loaded: no NOSCRIPT resend counted
+    await store.posts.claim(sid, "warm-up", "x")  # the script loaded: no NOSCRIPT resend counted
     before = await _calls(redis, "eval", "exists", "pexpire", "hget")
 
-    assert await store.posts.channel_claim(sid, "post:7:0", "first") is True
-    assert await store.posts.channel_claim(sid, "post:7:0", "second") is False
+    assert await store.posts.claim(sid, "post:7:0", "first") is True
+    assert await store.posts.claim(sid, "post:7:0", "second") is False
 
     spent = {name: n - before[name] for name, n in (await _calls(redis, "eval", "exists", "pexpire", "hget")).items()}
-    assert await store.posts.channel_get(sid, "post:7:0") == "first"
+    assert await store.posts.get(sid, "post:7:0") == "first"
     assert await redis.pttl(store.key(sid, "chan")) == -1
     assert spent == {"eval": 0, "exists": 0, "pexpire": 0, "hget": 1}, spent  # was 2 EVALs, 2 of each, 2 HGETs
 
