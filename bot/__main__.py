@@ -15,6 +15,7 @@ from bot.config import ConfigError, Settings, load_settings
 if TYPE_CHECKING:
     from bot.approval import PolicySource
     from store.client import RedisHandle
+    from store.policies import PolicyStore
 
 log = logging.getLogger("bot")
 
@@ -333,17 +334,21 @@ async def _chat(settings: Settings) -> int:
     from bot.console import ConsoleChannel, ConsoleWorkspace, cancel_leftovers, chat_loop, new_console_session
     from bot.principals import CONSOLE_TEAM
     from bot.turns import Runtime, RuntimeSettings
+    from store.audit import AuditLog
     from store.client import open_redis
-    from store.sessions import SessionStore
+    from store.outbox import RedisOutbox
+    from store.policies import PolicyStore
+    from store.turns import RedisTurns
 
     handle = await open_redis(settings.redis_url, cluster=settings.redis_cluster,
                               data_dir=Path(settings.data_dir) / "redis")
     try:
-        store = SessionStore(handle.client)
+        store = RedisTurns(handle.client)
         tools = build_tools(settings)
-        policies = await _use_policies(handle.client, seed_refunds=tools.get("refund_charge") is not None)
-        runtime = Runtime(store=store, model=build_model(settings), tools=tools, channel=ConsoleChannel(),
-                          workspace=ConsoleWorkspace(), policies=policies,
+        policies = await _use_policies(PolicyStore(handle.client, AuditLog(handle.client)),
+                                       seed_refunds=tools.get("refund_charge") is not None)
+        runtime = Runtime(store=store, outbox_store=RedisOutbox(handle.client), model=build_model(settings),
+                          tools=tools, channel=ConsoleChannel(), workspace=ConsoleWorkspace(), policies=policies,
                           settings=RuntimeSettings(step_budget=settings.step_budget, token_budget=settings.token_budget,
                                  history_window=settings.history_window))
         await cancel_leftovers(runtime, {r.session_id for r in await store.pending_for_team(CONSOLE_TEAM)})
@@ -353,16 +358,16 @@ async def _chat(settings: Settings) -> int:
     return 0
 
 
-async def _use_policies(redis: object, *, seed_refunds: bool) -> PolicySource | None:
+async def _use_policies(store: PolicyStore, *, seed_refunds: bool) -> PolicySource | None:
     """Approver lists for the console's workspace; like the local Slack demo, "bob" approves refunds
     until the console workspace's lists are edited."""
     try:
-        from handlers.governance import policy_source_for
+        from handlers.governance import StorePolicySource
     except ImportError:
         return None
     from bot.principals import CONSOLE_TEAM
 
-    source = policy_source_for(redis)
+    source = StorePolicySource(store)
     policy = await source.policies.get(CONSOLE_TEAM)
     if seed_refunds and policy.version == 0 and not policy.tools:
         await source.policies.set_approvers(CONSOLE_TEAM, "tool:refund_charge", ["bob"], actor="bot:console")

@@ -16,7 +16,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import web
@@ -57,10 +57,14 @@ from store.audit_events import PassAudit
 from store.client import RedisHandle, open_redis, ping
 from store.gauges import GaugeReader
 from store.home_views import HomeViews
+from store.outbox import RedisOutbox
 from store.policies import PolicyStore
 from store.schedules import ScheduleStore
-from store.sessions import SessionStore
+from store.turns import RedisTurns
 from store.wakeups import WakeQueue
+
+if TYPE_CHECKING:
+    from handlers.governance import SlackPolicySource
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +207,8 @@ class BotApp:
 
     settings: Settings
     redis: RedisHandle
-    store: SessionStore
+    store: RedisTurns  # the turns (the runtime's ``store``)
+    outbox_store: RedisOutbox  # their delivery: the outbox's passes, the post ledger and the audit riding them
     runtime: Runtime
     slack: AsyncApp
     web: web.Application
@@ -277,8 +282,13 @@ async def _start(
     stack.push_async_callback(redis.close)
     if not await ping(redis.client):
         raise ConfigError(f"REDIS_URL: no Redis answered at {_redacted(redis.url)}")
-    store = SessionStore(redis.client, lease_ms=int(settings.lease_seconds * 1000),
-                         retention_s=int(settings.retention_days * 86400))
+    # one audit log per process: its appends (a delivery pass's, a feedback's, an approver-list edit's) share
+    # what it knows of each workspace's chain head, and its per-workspace locks
+    audit = AuditLog(redis.client)
+    lease_ms, retention_s = int(settings.lease_seconds * 1000), int(settings.retention_days * 86400)
+    turns = RedisTurns(redis.client, lease_ms=lease_ms, retention_s=retention_s)
+    # the audit log rides each delivery pass's round trips (store/audit_events.py)
+    outbox_store = RedisOutbox(redis.client, lease_ms=lease_ms, retention_s=retention_s, audit=PassAudit(audit))
 
     local = None
     api_url, token, secret = settings.slack_api_url, settings.slack_bot_token, settings.slack_signing_secret
@@ -345,9 +355,8 @@ async def _start(
     async def delivery_client_for(team_id: str | None) -> AsyncWebClient:
         return await client_for(team_id, delivery=True)
 
-    # Slack is a consumer of the committed events (its own cursor), so a slow Slack never holds up the turn;
-    # the audit log rides each delivery pass's round trips (store/audit_events.py)
-    slack_channel = SlackChannel(store, delivery_client_for, SlackPacing(settings.slack_pacing))
+    # Slack is a consumer of the committed events (its own cursor), so a slow Slack never holds up the turn
+    slack_channel = SlackChannel(outbox_store, delivery_client_for, SlackPacing(settings.slack_pacing), states=turns)
     stack.push_async_callback(slack_channel.close)  # its pending status lines and streams
     channel: Channel = slack_channel
     if channel_wrap is not None:
@@ -359,9 +368,13 @@ async def _start(
     handover: dict[str, Any] = {}
     if role == "web":
         runtime_class, handover, model = WebRuntime, {"wakeups": WakeQueue(redis.client)}, NoModel()
+    # built before the runtime, which hands it to every policy (ctx.policies); Governance reads it too
+    policies = _policy_source(settings, PolicyStore(redis.client, audit), client_for,
+                              oauth.installation_store if oauth else None)
     runtime = runtime_class(
         **handover,
-        store=store,
+        store=turns,
+        outbox_store=outbox_store,
         model=metered(model or ModelOnFirstUse(settings)),
         tools=registry,
         channel=channel,
@@ -371,16 +384,16 @@ async def _start(
         workspace=SlackWorkspace(client_for),  # ctx.workspace: tools post in their session's workspace
         schedules=schedules,  # /agent schedule
         live=slack_channel.live,  # answers stream into Slack as the model writes them
+        policies=policies,
     )
     if settings.schedules_config:
         await _apply_schedules_file(settings.schedules_config, schedules, runtime.settings.clock())
-    store.audit = PassAudit(AuditLog(redis.client))
-    runtime.add_consumer("notify", ApproverNotices(store, delivery_client_for, slack_channel.pacing))
+    runtime.add_consumer("notify", ApproverNotices(outbox_store, delivery_client_for, slack_channel.pacing))
     # handlers get built stores, never a Redis client (issue 27 item 4)
-    deps = SlackDeps(runtime=runtime, store=store, settings=settings, audit=AuditLog(redis.client),
-                     assistant_threads=AssistantThreads(redis.client), result_key=token_key(secret),
-                     public_url=settings.public_url)
-    _wire_governance(deps, redis, client_for, registry, oauth.installation_store if oauth else None)
+    deps = SlackDeps(runtime=runtime, store=turns, posts=outbox_store.posts, settings=settings, audit=audit,
+                     assistant_threads=AssistantThreads(redis.client), policies=policies,
+                     result_key=token_key(secret), public_url=settings.public_url)
+    _wire_governance(deps, policies, redis, client_for, registry)
     # a line per turn event, delivery lag and ids in logs, around everything the frontend shows
     runtime.channel = ObservedChannel(runtime.channel, names=_local_names(local))
     takes_requests = role != "worker"  # a worker serves no Slack route: health and metrics only
@@ -407,8 +420,8 @@ async def _start(
     if local is not None:
         local.set_bot_url(f"{url}/slack/events")
 
-    bot = BotApp(settings=settings, redis=redis, store=store, runtime=runtime, slack=slack, web=web_app,
-                 deps=deps, localslack=local, url=url, metrics=app_metrics, _stack=stack)
+    bot = BotApp(settings=settings, redis=redis, store=turns, outbox_store=outbox_store, runtime=runtime,
+                 slack=slack, web=web_app, deps=deps, localslack=local, url=url, metrics=app_metrics, _stack=stack)
     if role == "web":
         return bot  # workers sweep, fire timers and deliver
     if role == "worker":
@@ -422,17 +435,26 @@ async def _start(
     return bot
 
 
-def _wire_governance(deps: SlackDeps, redis: RedisHandle, client_for: Any, registry: ToolRegistry,
-                     workspaces: Any = None) -> None:
-    """App Home, /approvers, approver lists and the audit log, when that part is installed."""
+def _policy_source(settings: Settings, policies: PolicyStore, client_for: Any,
+                   workspaces: Any = None) -> SlackPolicySource | None:
+    """The approver lists, workspace rules and admins the policies read, when that part is installed (None:
+    those rules fail closed): the stored ones, with Slack's word on admins and outsiders."""
     try:
-        from handlers.delivery.home import HomeRefresh
-        from handlers.governance import Governance
+        from handlers.admins import AdminCheck
+        from handlers.governance import SlackPolicySource
     except ImportError:
+        return None
+    return SlackPolicySource(policies, AdminCheck(client_for, settings.admins), workspaces)
+
+
+def _wire_governance(deps: SlackDeps, source: SlackPolicySource | None, redis: RedisHandle, client_for: Any,
+                     registry: ToolRegistry) -> None:
+    """App Home, /approvers, approver lists and the audit log, over the policy source the runtime was given."""
+    if source is None:  # that part is not installed
         return
-    deps.governance = Governance.create(deps, PolicyStore(redis.client, deps.audit), HomeViews(redis.client),
-                                        client_for, registry, workspaces)
-    deps.runtime.parts.policies = deps.governance  # the policies' approver lists, rules and admins (ctx.policies)
+    from handlers.delivery.home import HomeRefresh
+    from handlers.governance import Governance
+    deps.governance = Governance.create(deps, source, HomeViews(redis.client), client_for, registry)
     if deps.settings.local_mode:  # the local workspace's finance approver (bob) approves the demo's refunds
         from localslack.seed import BOB, TEAM_ID
 

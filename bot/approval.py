@@ -107,7 +107,7 @@ class ApproverList(BaseModel):
 
 
 class PolicySource(Protocol):
-    """Where approver lists and rules come from (``handlers.governance.Governance`` over the Redis policy
+    """Where approver lists and rules come from (``handlers.governance.SlackPolicySource`` over the Redis policy
     store). The runtime is given one (``Parts.policies``) and passes it to every policy in its context
     (``ctx.policies``); nothing keeps it on a module."""
 

@@ -1,4 +1,4 @@
-"""What the runtime's parts share: settings, the store interface and the objects they all use.
+"""What the runtime's parts share: settings, the turns' store interface and the objects they all use.
 
 The :class:`bot.turns.Runtime` façade builds one :class:`Parts` and hands it to intake, settle,
 drive, execute and the outbox, so each job lives in its own module and none owns another.
@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from bot.approval import PolicySource
 from bot.models.base import ChatModel
-from bot.outbox import Outbox, OutboxStore
+from bot.outbox import Outbox
 from bot.ports import LiveText, Workspace
 from bot.principals import Principal
 from bot.protocol import Event, Grant, RequestRecord, Responders, SessionSnapshot, SettleResult
@@ -36,11 +36,12 @@ class GrantRegistry(Protocol):
     async def in_conversation(self, session_id: str, approval_key: str) -> Grant | None: ...
 
 
-class TurnStore(OutboxStore, Protocol):
+class TurnStore(Protocol):
+    """What the turn loop needs from persistence (``store.turns.RedisTurns``). The delivery of committed
+    events has its own port (``bot.outbox.OutboxStore``, ``store.outbox.RedisOutbox``), which the runtime
+    takes beside this one and hands to its outbox only."""
+
     grants: GrantRegistry
-
-    """What the runtime needs from persistence (implemented by ``store.sessions.SessionStore``)."""
-
     lease_ms: int
 
     async def snapshot(self, session_id: str, *, known_state: dict[str, Any] | None = None) -> SessionSnapshot: ...
@@ -109,11 +110,11 @@ class RuntimeSettings:
 Spawn = Callable[..., "asyncio.Task[Any]"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Parts:
-    """The shared objects of one runtime."""
+    """The shared objects of one runtime, given whole when it is built (none is set afterwards)."""
 
-    store: TurnStore
+    store: TurnStore  # the turns' port; their delivery goes through ``outbox`` and its own port (OutboxStore)
     model: ChatModel
     reviewer: ChatModel
     tools: ToolRegistry
@@ -123,5 +124,6 @@ class Parts:
     workspace: Workspace | None = None  # what tools may do in their session's workspace (ctx.workspace)
     live: LiveText | None = None  # answers shown while the model writes them (bot.ports.LiveText)
     # approver lists, workspace rules and admins for the policies (bot.approval.PolicySource): the app's
-    # wiring gives it; every policy context carries it (ctx.policies). None: those rules fail closed
+    # wiring builds it before the runtime; every policy context carries it (ctx.policies). None: those rules
+    # fail closed
     policies: PolicySource | None = None

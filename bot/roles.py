@@ -22,8 +22,7 @@ import logging
 from typing import Any, Literal, Protocol
 
 from bot.models.base import Message, ModelError, ModelResponse, TextCallback, ToolSpec
-from bot.outbox import Outbox
-from bot.parts import TurnStore
+from bot.outbox import Outbox, OutboxStore
 from bot.ports import Channel
 from bot.turns import Runtime
 
@@ -87,7 +86,7 @@ class WebRuntime(Runtime):
         self.wakeups = wakeups  # first: the outbox the runtime builds hands over through it
         super().__init__(**kwargs)
 
-    def _outbox(self, store: TurnStore, channel: Channel) -> Outbox:
+    def _outbox(self, store: OutboxStore, channel: Channel) -> Outbox:
         # settle, intake and the timers reach it through the shared parts: none of them delivers here
         return HandedOverOutbox(super()._outbox(store, channel), self.spawn, self._hand_over)
 

@@ -27,7 +27,7 @@ from bot.history import model_view
 from bot.intake import Intake
 from bot.metrics import ANSWERS, SETTLE
 from bot.models.base import ChatModel
-from bot.outbox import Outbox
+from bot.outbox import Outbox, OutboxStore
 from bot.parts import Parts, RuntimeSettings, TurnStore
 from bot.ports import Channel, LiveText, Workspace
 from bot.principals import Principal
@@ -79,6 +79,7 @@ class Runtime:
         self,
         *,
         store: TurnStore,
+        outbox_store: OutboxStore,
         model: ChatModel,
         tools: ToolRegistry,
         channel: Channel,
@@ -89,12 +90,14 @@ class Runtime:
         live: LiveText | None = None,
         policies: PolicySource | None = None,
     ):
-        """``live``: where answers are shown while the model writes them (``bot.ports.LiveText``);
+        """``store``: the turns (``TurnStore``); ``outbox_store``: their delivery (``bot.outbox.OutboxStore``),
+        which only the outbox uses. ``live``: where answers are shown while the model writes them
+        (``bot.ports.LiveText``);
         ``policies``: the approver lists, workspace rules and admins the policies read (``ctx.policies``;
         None: those rules fail closed)."""
         self._tasks: set[asyncio.Task[Any]] = set()
         self._recovering: set[str] = set()  # sessions the sweep is driving in the background (``recover``)
-        self.outbox = self._outbox(store, channel)
+        self.outbox = self._outbox(outbox_store, channel)
         self.parts = Parts(store=store, model=model, reviewer=reviewer or model, tools=tools,
                            settings=settings or RuntimeSettings(), outbox=self.outbox, spawn=self.spawn,
                            workspace=workspace, live=live, policies=policies)
@@ -110,7 +113,7 @@ class Runtime:
         # the parent would wait forever. Without delegations it only looks at each event's type.
         self.add_consumer("subagents", SubAgentRelay(self))
 
-    def _outbox(self, store: TurnStore, channel: Channel) -> Outbox:
+    def _outbox(self, store: OutboxStore, channel: Channel) -> Outbox:
         """The outbox every part delivers through (``bot.roles.WebRuntime`` hands its deliveries over)."""
         return Outbox(store, {FRONTEND: channel}, self.spawn)
 

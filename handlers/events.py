@@ -58,7 +58,7 @@ async def may_talk(deps: SlackDeps, principal: Principal, org: str | None, chann
     from the verified payload (the principal carries it too). Fails closed."""
     if org and not principal.attributes.get("enterprise_id"):
         principal = principal.model_copy(update={"attributes": {**principal.attributes, "enterprise_id": org}})
-    return await admits(principal, channel_id, source=deps.governance)
+    return await admits(principal, channel_id, source=deps.policies)
 
 
 async def _tell_guest(client: Any, user_id: str, channel_id: str, thread_ts: str | None) -> None:

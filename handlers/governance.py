@@ -1,18 +1,20 @@
 """Governance in Slack: approver lists, admins and the audit log (issue 4, DESIGN §10).
 
-:class:`Governance` is built once by ``bot/app.py`` (``Governance.create``). It holds the policy
-store, the audit log and the admin check, and is the ``bot.governance.PolicySource`` that the
-response-policy helpers (``approvers()``, ``four_eyes()``, ``n_of_m()``, ``tenant_policy()``) read.
+:class:`SlackPolicySource` is the ``bot.approval.PolicySource`` that the response-policy helpers
+(``approvers()``, ``four_eyes()``, ``n_of_m()``, ``tenant_policy()``) and the admission rule read: the policy
+store's lists and rules, with Slack's word on who is an admin or an outsider. ``bot/app.py`` builds it first,
+from the stores it opened, and hands it to the runtime (``Parts.policies``) and to :class:`Governance`
+(``Governance.create``), the App Home and ``/approvers`` side, which also needs the runtime: so the runtime
+never waits for Governance to be built (no object is completed after construction).
 How a tool's policies read in App Home comes from the policies themselves (``Policy.label``,
 ``Policy.reads_lists``, ``Policy.required``): a new policy needs nothing here.
 An approver list lives under a resource (``tool:<tool name>`` for a tool's own); admins edit the lists
 some tool's rule reads (``bot.governance.lists_read``) and the lists tools escalate to.
 
-``bot/app.py`` hands it to the runtime (``Parts.policies``), which passes it to every policy as
-``ctx.policies``: nothing is set on a module. The Slack surfaces built on it, App Home (``handlers/home.py``) and ``/approvers``
-(``handlers/commands.py``), import this module, never the other way round: ``handlers.register``
-registers their listeners and ``bot/app.py`` adds the App Home refresher (``handlers.delivery.home``) as an
-outbox consumer.
+The runtime passes the source to every policy as ``ctx.policies``: nothing is set on a module. The Slack
+surfaces built on it, App Home (``handlers/home.py``) and ``/approvers`` (``handlers/commands.py``), import
+this module, never the other way round: ``handlers.register`` registers their listeners and ``bot/app.py``
+adds the App Home refresher (``handlers.delivery.home``) as an outbox consumer.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from bot.tools import Tool
 from handlers.admins import AdminCheck, ClientFor
 from handlers.deps import SlackDeps
 from store.audit import AuditLog
-from store.client import RedisClient, StoreError
+from store.client import StoreError
 from store.home_views import HomeViews
 from store.policies import PolicyStore, PolicyUpdateConflict, match_rule
 
@@ -136,29 +138,51 @@ _DECIDED = {"deny": "denied", "require_approval": "user-approval"}  # a stored r
 ADMIN_CHECK_S = 1.0  # users.info's wait when an admin cancels (Slack's ack budget is 3 s)
 
 
-def policy_source_for(redis: RedisClient) -> StorePolicySource:
-    """A policy source for processes without Slack (``python -m bot chat``)."""
-    return StorePolicySource(PolicyStore(redis, AuditLog(redis)))
+class SlackPolicySource(StorePolicySource):
+    """The policy source of a bot in Slack: the stored lists and rules, and Slack's word (``users.info``,
+    cached by ``admins``) on who is an admin and who is from another organisation."""
+
+    def __init__(self, policies: PolicyStore, admins: AdminCheck, workspaces: Any = None) -> None:
+        super().__init__(policies, workspaces)
+        self.admins = admins
+
+    async def is_admin(self, team_id: str, user_id: str) -> bool:
+        """A workspace admin may cancel any request (``bot.governance.workspace_admin``): asked from the
+        settle path, before the click is acknowledged, so Slack gets a bounded wait; unknown is "no"."""
+        return await self.admins.admin_status(team_id, user_id, within=ADMIN_CHECK_S) is True
+
+    async def outsiders(self, team_id: str, user_ids: list[str]) -> set[str]:
+        """``bot.governance.PolicySource.outsiders``: who of ``user_ids`` is from another organisation
+        (Slack Connect) while the workspace does not let outsiders answer, from ``users.info`` (cached).
+        Raises LookupError when Slack cannot say for someone: the caller then names and tells nobody."""
+        if not user_ids or await self.allows_external(team_id):
+            return set()
+        people = await self.admins.users(team_id, user_ids)
+        unknown = [u for u, p in people.items() if p.state == "unknown"]
+        if unknown:
+            raise LookupError(f"users.info could not say who {', '.join(unknown)} are")
+        org = await self.workspace_org(team_id)
+        return {u for u, p in people.items() if p.state == "active" and p.outsider(team_id, org)}
 
 
-class Governance(StorePolicySource):
-    """Approver lists, admins and the audit log of every workspace, for the Slack surfaces that show them."""
+class Governance:
+    """Approver lists, admins and the audit log of every workspace, for the Slack surfaces that show them.
+    What the policies read goes through ``source`` (the runtime's ``ctx.policies`` too)."""
 
     def __init__(
         self,
         deps: SlackDeps,
-        policies: PolicyStore,
-        audit: AuditLog,
-        admins: AdminCheck,
+        source: SlackPolicySource,
         client_for: ClientFor,
         registry: ToolRegistry,
         home_views: HomeViews,
     ) -> None:
-        super().__init__(policies)
+        self.source = source
+        self.policies = source.policies  # the stored lists and rules (audited edits)
+        self.admins = source.admins  # users.info, cached: one cache for the policies and these surfaces
         self.home_views = home_views  # who looked at their App Home lately (handlers.delivery.home)
         self.deps = deps
-        self.audit = audit
-        self.admins = admins
+        self.audit: AuditLog = deps.audit
         self.client_for = client_for
         self.registry = registry
         # workspaces where nobody looked at App Home lately, until when (monotonic): HomeRefresh asks Redis
@@ -166,18 +190,11 @@ class Governance(StorePolicySource):
         self.nobody_looking: dict[str, float] = {}
 
     @classmethod
-    def create(cls, deps: SlackDeps, policies: PolicyStore, home_views: HomeViews, client_for: ClientFor,
-               registry: ToolRegistry, workspaces: Any = None) -> Governance:
-        """Built by ``bot/app.py`` from the stores it opened; the audit log is the app's (``deps.audit``)."""
-        gov = cls(deps, policies, deps.audit, AdminCheck(client_for, deps.settings.admins), client_for, registry,
-                  home_views)
-        gov.workspaces = workspaces
-        return gov
-
-    async def is_admin(self, team_id: str, user_id: str) -> bool:
-        """A workspace admin may cancel any request (``bot.governance.workspace_admin``): asked from the
-        settle path, before the click is acknowledged, so Slack gets a bounded wait; unknown is "no"."""
-        return await self.admins.admin_status(team_id, user_id, within=ADMIN_CHECK_S) is True
+    def create(cls, deps: SlackDeps, source: SlackPolicySource, home_views: HomeViews, client_for: ClientFor,
+               registry: ToolRegistry) -> Governance:
+        """Built by ``bot/app.py`` after the runtime, over the policy source it gave the runtime; the audit
+        log is the app's (``deps.audit``)."""
+        return cls(deps, source, client_for, registry, home_views)
 
     # --- approver lists ---------------------------------------------------------------------
 
@@ -233,24 +250,11 @@ class Governance(StorePolicySource):
                 needed[resource] = max(needed.get(resource, 1), response_policy(t).required)
         return needed
 
-    async def outsiders(self, team_id: str, user_ids: list[str]) -> set[str]:
-        """``bot.governance.PolicySource.outsiders``: who of ``user_ids`` is from another organisation
-        (Slack Connect) while the workspace does not let outsiders answer, from ``users.info`` (cached).
-        Raises LookupError when Slack cannot say for someone: the caller then names and tells nobody."""
-        if not user_ids or await self.allows_external(team_id):
-            return set()
-        people = await self.admins.users(team_id, user_ids)
-        unknown = [u for u, p in people.items() if p.state == "unknown"]
-        if unknown:
-            raise LookupError(f"users.info could not say who {', '.join(unknown)} are")
-        org = await self.workspace_org(team_id)
-        return {u for u, p in people.items() if p.state == "active" and p.outsider(team_id, org)}
-
     async def _outsider_problem(self, team_id: str, user_ids: list[str], within: float) -> str | None:
         """Why the people chosen for a list can't all be on it: an approver the rules would refuse
         (from another organisation) is never listed, so nobody is shown or sent a request they can't
         answer (issue 25, item 14). Fails closed when Slack can't say who they are in time."""
-        if not user_ids or await self.allows_external(team_id):
+        if not user_ids or await self.source.allows_external(team_id):
             return None
         try:
             people = await asyncio.wait_for(self.admins.users(team_id, user_ids), max(within, 0.05))
@@ -258,7 +262,7 @@ class Governance(StorePolicySource):
             people = {}
         if any(p.state == "unknown" for p in people.values()) or len(people) < len(set(user_ids)):
             return "couldn't check who everyone chosen is just now; try again."
-        org = await self.workspace_org(team_id)
+        org = await self.source.workspace_org(team_id)
         outside = [p.called() for p in people.values() if p.state == "active" and p.outsider(team_id, org)]
         if not outside:
             return None

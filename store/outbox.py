@@ -157,14 +157,15 @@ class RedisOutbox(RequestReads):
     """What the outbox needs of Redis (bot.outbox.OutboxStore), and what a delivery pass reads and notes
     on requests; ``posts``: the session's post ledger, read through the pass's view while it delivers."""
 
-    def __init__(self, redis: Redis, *, lease_ms: int = 30_000, retention_s: int = DEFAULT_RETENTION_SECONDS):
+    def __init__(self, redis: Redis, *, lease_ms: int = 30_000, retention_s: int = DEFAULT_RETENTION_SECONDS,
+                 audit: PassAudit | None = None):
         super().__init__(redis, lease_ms=lease_ms, retention_s=retention_s)
         self._outbox_begin = redis.register_script(_OUTBOX_BEGIN)
         self._outbox_save = redis.register_script(_OUTBOX_SAVE)
         self._forget_if_unchanged = redis.register_script(FORGET_IF_UNCHANGED)
         self._pass_views: PassViews = {}  # session id → its post ledger's view, while this process delivers
         # the audit log rides the passes (store/audit_events.py): bot/app.py gives one; None: nothing audited
-        self.audit: PassAudit | None = None
+        self.audit = audit
         self._audit_teams: dict[str, str] = {}  # session id → its workspace, as its last pass here read it
         self.posts = PostLedger(redis, self._pass_views, lease_ms=lease_ms, retention_s=retention_s)
 

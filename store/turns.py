@@ -56,8 +56,8 @@ from store.turn_listings import TurnListings
 
 
 class RedisTurns(TurnListings):
-    """What the turn loop needs of Redis (bot.parts.TurnStore but the outbox). Methods are small and mostly
-    one round trip each."""
+    """What the turn loop needs of Redis (bot.parts.TurnStore; their delivery: store/outbox.py). Methods are
+    small and mostly one round trip each."""
 
     def __init__(self, redis: Redis, *, lease_ms: int = 30_000, retention_s: int = DEFAULT_RETENTION_SECONDS):
         super().__init__(redis, lease_ms=lease_ms, retention_s=retention_s)

@@ -33,10 +33,10 @@ from localslack.seed import ALICE as SLACK_ALICE
 from localslack.seed import GENERAL
 from localslack.server import LocalSlack
 from store.audit import AuditLog
-from store.audit_events import PassAudit
 from store.client import RedisClient
 from store.installations import RedisInstallationStore
-from store.sessions import SessionStore
+from store.outbox import RedisOutbox
+from store.turns import RedisTurns
 from tests.cluster import ValkeyCluster
 from tests.e2e.conftest import (
     app_starter,
@@ -69,9 +69,8 @@ def _state_key(session_id: str) -> str:
 async def test_an_approved_tool_runs_once_and_the_turn_completes(cluster_redis: RedisClient) -> None:
     refund, runs = recording_tool("refund", approval=always())
     model = ScriptedModel([call("refund", charge_id="ch_1"), model_say("Done, refunded.")])
-    runtime, channel, store = make_runtime(cluster_redis, model, [refund])
     audit = AuditLog(cluster_redis)
-    store.audit = PassAudit(audit)
+    runtime, channel, store = make_runtime(cluster_redis, model, [refund], audit=audit)
 
     await say(runtime, "refund ch_1")
     assert channel.types()[-2:] == ["input.requested", "turn.waiting"]
@@ -124,7 +123,7 @@ async def test_deleting_a_users_installation_works_on_the_cluster(cluster_redis:
 
 
 async def test_due_timers_are_claimed_once_and_forgotten(cluster_redis: RedisClient) -> None:
-    store = SessionStore(cluster_redis)
+    store = RedisTurns(cluster_redis)
     await cluster_redis.zadd(b"hitl:timers", {"expire:x": 1})
     [(member, claim)] = await store.timers_due(int(time.time() * 1000))
     assert member == "expire:x" and await store.timers_due(int(time.time() * 1000)) == []
@@ -135,9 +134,10 @@ async def test_due_timers_are_claimed_once_and_forgotten(cluster_redis: RedisCli
 async def test_an_ended_session_is_retired_on_the_cluster(cluster_redis: RedisClient) -> None:
     """Retention (issue 26 item 3): the schedule is claimed in its own slot and each session retired by a
     script in the session's slot, by the sweep or by the message that uses the thread again."""
-    store = SessionStore(cluster_redis, retention_s=0.2)  # type: ignore[arg-type]
+    store = RedisTurns(cluster_redis, retention_s=0.2)  # type: ignore[arg-type]
     model = ScriptedModel([model_say("one"), model_say("two"), model_say("three")], by_turn_position=False)
-    runtime = Runtime(store=store, model=model, tools=ToolRegistry(list(BUILTIN_TOOLS)), channel=RecordingChannel(),
+    runtime = Runtime(store=store, outbox_store=RedisOutbox(cluster_redis, retention_s=0.2),  # type: ignore[arg-type]
+                      model=model, tools=ToolRegistry(list(BUILTIN_TOOLS)), channel=RecordingChannel(),
                       settings=RuntimeSettings(system_prompt=""))
     sid = session().session_id
     await say(runtime, "first")

@@ -26,7 +26,7 @@ from bot.approval import (
 from bot.governance import STORE_DOWN, PolicySource, approvers, four_eyes, n_of_m, tenant_policy
 from bot.principals import APP_PRINCIPAL, Principal, slack_user
 from bot.session import SessionAuth, SessionInfo
-from handlers.governance import StorePolicySource, policy_source_for
+from handlers.governance import StorePolicySource
 from store.audit import AuditLog
 from store.policies import Condition, PolicyStore, Rule
 
@@ -43,7 +43,7 @@ def give_policies(source: PolicySource | None) -> None:
 
 @pytest.fixture
 async def policies(redis) -> AsyncIterator[PolicyStore]:
-    source = policy_source_for(redis)
+    source = StorePolicySource(PolicyStore(redis, AuditLog(redis)))
     give_policies(source)
     yield source.policies
     give_policies(None)

@@ -20,8 +20,9 @@ from bot.protocol import MessageCompleted
 from store.audit import AuditLog
 from store.client import open_redis
 from store.embedded import EmbeddedValkey
+from store.outbox import RedisOutbox
 from store.replay import replay_safe
-from store.sessions import SessionStore
+from store.turns import RedisTurns
 
 
 class ReplyLosingProxy:
@@ -73,24 +74,24 @@ def short_dir() -> Iterator[Path]:
 
 
 @pytest.fixture
-async def proxied(short_dir: Path) -> AsyncIterator[tuple[SessionStore, ReplyLosingProxy]]:
+async def proxied(short_dir: Path) -> AsyncIterator[tuple[RedisTurns, RedisOutbox, ReplyLosingProxy]]:
     server = EmbeddedValkey(short_dir)
     url = await server.start()
     proxy = ReplyLosingProxy(url.removeprefix("unix://").split("?")[0])
     await proxy.start()
     handle = await open_redis(f"redis://127.0.0.1:{proxy.port}/0")
     try:
-        store = SessionStore(handle.client)
+        store = RedisTurns(handle.client)
         await warm_up(store)
         await AuditLog(handle.client).append("T0WARM", "request", actor="U0ALICE")
-        yield store, proxy
+        yield store, RedisOutbox(handle.client), proxy
     finally:
         await handle.close()
         await proxy.stop()
         await server.stop()
 
 
-async def warm_up(store: SessionStore) -> None:
+async def warm_up(store: RedisTurns) -> None:
     """Use every script once on another session, so the lost reply is the operation's, not a NOSCRIPT."""
     other = "slack:T0LOCAL:C0RANDOM:9.000009"
     await store.record_message(other, {"text": "hi"}, message_id=None)
@@ -106,7 +107,7 @@ MESSAGE = {"text": "refund ch_1 please", "principal": None}
 
 
 async def test_a_taken_message_whose_answer_was_lost_is_still_taken_by_its_taker(proxied) -> None:
-    store, proxy = proxied
+    store, outbox, proxy = proxied
     assert await store.record_message(SID, MESSAGE, message_id="C0GENERAL:1.000001")
     proxy.lose_next_reply()
     # without the guard the resent LREM finds nothing and answers 0: the caller drops the message
@@ -117,7 +118,7 @@ async def test_a_taken_message_whose_answer_was_lost_is_still_taken_by_its_taker
 
 
 async def test_a_tool_start_whose_answer_was_lost_is_still_ours(proxied) -> None:
-    store, proxy = proxied
+    store, outbox, proxy = proxied
     token = await store.acquire_lease(SID)
     assert token is not None
     proxy.lose_next_reply()
@@ -129,31 +130,31 @@ async def test_a_tool_start_whose_answer_was_lost_is_still_ours(proxied) -> None
 
 
 async def test_a_commit_whose_answer_was_lost_appends_its_events_once(proxied) -> None:
-    store, proxy = proxied
+    store, outbox, proxy = proxied
     event = MessageCompleted(session_id=SID, turn_id="turn_1", text="Refunded ch_1.")
     proxy.lose_next_reply()
     committed = await store.emit(SID, [event])
     assert proxy.lost == 1
-    begun = await store.outbox_begin(SID, ["frontend"], "deliverer")
+    begun = await outbox.outbox_begin(SID, ["frontend"], "deliverer")
     assert begun is not None
     assert [e.type for _, e in begun.entries] == ["message.completed"]  # once, not twice
     assert committed[0].seq == begun.entries[0][1].seq
 
 
 async def test_a_delivery_pass_whose_answer_was_lost_still_starts(proxied) -> None:
-    store, proxy = proxied
+    store, outbox, proxy = proxied
     await store.emit(SID, [MessageCompleted(session_id=SID, turn_id="turn_1", text="Refunded ch_1.")])
     proxy.lose_next_reply()
     # the resent copy finds the deliverer lock taken, by us: without that, the session would wait out
     # the lock's life (a lease) before anyone delivered it
-    begun = await store.outbox_begin(SID, ["frontend"], "deliverer")
+    begun = await outbox.outbox_begin(SID, ["frontend"], "deliverer")
     assert proxy.lost == 1
     assert begun is not None and [e.type for _, e in begun.entries] == ["message.completed"]
-    assert await store.outbox_begin(SID, ["frontend"], "someone else") is None
+    assert await outbox.outbox_begin(SID, ["frontend"], "someone else") is None
 
 
 async def test_an_audit_entry_whose_answer_was_lost_is_written_once(proxied) -> None:
-    store, proxy = proxied
+    store, outbox, proxy = proxied
     audit = AuditLog(store.redis)
     proxy.lose_next_reply()
     await audit.append("T0LOCAL", "settle", actor="U0BOB", subject="req_1", data={"outcome": "approved"})

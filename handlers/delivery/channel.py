@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from slack_sdk.errors import SlackApiError
 
@@ -50,7 +50,7 @@ from handlers.delivery.status import StatusLines
 from handlers.delivery.streams import LiveAnswers, StreamPacing
 from handlers.delivery.tasks import TaskStreams
 from handlers.deps import ClientFor
-from store.sessions import SessionStore
+from store.outbox import RedisOutbox
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,13 @@ CLAIMED = "claimed"
 # of connection errors, which are immediate
 CLAIM_IN_FLIGHT_S = 12.0
 NOTE_FRESH_S = 60.0  # a private note this late would only confuse: it is dropped
+
+
+class SessionStates(Protocol):
+    """Where a session's saved state is read (``store.turns.RedisTurns``): for the title of a session older
+    than its frontend data's title."""
+
+    async def state(self, session_id: str) -> dict[str, Any] | None: ...
 
 
 def card_field(request_id: str) -> str:
@@ -103,8 +110,11 @@ class SlackChannel:
     rejections are logged and skipped.
     """
 
-    def __init__(self, store: SessionStore, client_for: ClientFor, pacing: SlackPacing | None = None):
+    def __init__(self, store: RedisOutbox, client_for: ClientFor, pacing: SlackPacing | None = None, *,
+                 states: SessionStates):
+        """``store``: the outbox's (the pass's requests, the post ledger); ``states``: the turns'."""
         self.store = store
+        self.states = states
         self.ledger = store.posts  # where the session's posts are
         self.client_for = client_for
         self.pacing = pacing or SlackPacing()
@@ -248,7 +258,7 @@ class SlackChannel:
         if title := session.channel.get(TITLE_FIELD):
             return title
         # a session begun before its data carried it (or not by a person's message): read it from the state
-        raw = (await self.store.snapshot(session.session_id)).state or {}
+        raw = await self.states.state(session.session_id) or {}
         for message in raw.get("history") or []:
             if message.get("role") == "user" and isinstance(message.get("content"), str):
                 return title_of(message["content"]) or None

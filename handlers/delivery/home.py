@@ -171,14 +171,14 @@ async def _listing(gov: Governance, team: str | None, resource: str) -> Any:
     if not team:
         return None
     try:
-        return await gov.approver_list(team, resource)
+        return await gov.source.approver_list(team, resource)
     except Exception:  # noqa: BLE001 - the status line is a courtesy; the card still works
         log.warning("approver list of %s in %s unreadable for App Home", resource, team, exc_info=True)
         return None
 
 
 async def _permalink(gov: Governance, record: RequestRecord) -> str | None:
-    raw = await gov.deps.store.posts.get(record.session_id, card_field(record.request_id))
+    raw = await gov.deps.posts.get(record.session_id, card_field(record.request_id))
     if not raw:
         return None
     card = json.loads(raw)

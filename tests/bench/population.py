@@ -19,7 +19,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from bot.session import session_slot, slack_session_id
-from store.sessions import SessionStore
+from store.turns import RedisTurns
 
 from .scenario import CHANNEL, TEAM
 
@@ -48,7 +48,7 @@ class Template:
     keys: list[TemplateKey]
 
 
-async def read_template(store: SessionStore, session_id: str, thread_ts: str, request_id: str) -> Template:
+async def read_template(store: RedisTurns, session_id: str, thread_ts: str, request_id: str) -> Template:
     redis = store.redis
     slot = session_slot(session_id)
     prefix = f"hitl:{{{slot}}}".encode()
@@ -127,7 +127,7 @@ class Cloner:
     def __init__(self, redis: Redis, template: Template):
         self.redis = redis
         self.template = template
-        self.pending_key = SessionStore.pending_key(TEAM)
+        self.pending_key = RedisTurns.pending_key(TEAM)
         self._script = redis.register_script(_CLONE)
 
     def ids(self, n: int) -> dict[bytes, bytes]:

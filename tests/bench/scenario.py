@@ -1,7 +1,7 @@
 """The turn the bench parks and resumes: a user asks for a refund, the tool needs an approval.
 
-Real parts only: the engine's ``Runtime`` and ``SessionStore`` on a real server, the scripted model
-(tool call, then a closing sentence), a tool that returns at once, and a channel that notes when
+Real parts only: the engine's ``Runtime`` and its Redis stores (turns, outbox) on a real server, the scripted
+model (tool call, then a closing sentence), a tool that returns at once, and a channel that notes when
 each turn's ``turn.completed`` was delivered.
 """
 
@@ -24,7 +24,8 @@ from bot.session import SessionRef, slack_session_id
 from bot.tool_registry import ToolRegistry
 from bot.tools import ToolContext, tool
 from bot.turns import AnswerResult, Runtime, RuntimeSettings
-from store.sessions import SessionStore
+from store.outbox import RedisOutbox
+from store.turns import RedisTurns
 
 TEAM = "T0BENCH001"
 CHANNEL = "C0BENCH001"
@@ -68,7 +69,7 @@ class Bench:
     """A runtime on one database, plus what the bench needs to drive it."""
 
     redis: Redis
-    store: SessionStore
+    store: RedisTurns
     runtime: Runtime
     channel: BenchChannel
     model: ScriptedModel
@@ -109,11 +110,12 @@ class Bench:
 
 
 def make_bench(redis: Redis, db: int) -> Bench:
-    store = SessionStore(redis)
+    store = RedisTurns(redis)
     channel = BenchChannel()
     model = ScriptedModel([_call_refund, say("Refunded 42.50 EUR to the card; refund re_3PqR8sLkd9Zx.")])
     runtime = Runtime(
         store=store,
+        outbox_store=RedisOutbox(redis),
         model=model,
         tools=ToolRegistry([*BUILTIN_TOOLS, refund_charge]),
         channel=channel,

@@ -22,8 +22,8 @@ from bot.session import SessionRef, new_request_id
 from handlers.delivery.channel import PostInFlight, SlackChannel, card_field
 from localslack.seed import ALICE, BOT_USER_ID, GENERAL
 from store.audit import AuditLog
+from store.outbox import RedisOutbox
 from store.session_keys import OUTBOX
-from store.sessions import SessionStore
 from tests.e2e.test_approval_flow import (
     RUNS,
     button,
@@ -69,7 +69,7 @@ async def test_a_card_offered_twice_at_once_is_posted_once(local_slack, start_ap
     # a request whose card is not in Slack yet, offered by two deliverers at once (a sweep re-offering a
     # card whose first post is still in flight)
     req = (await bot.store.get_request(request_id)).request.model_copy(update={"request_id": new_request_id(sid)})
-    channel = SlackChannel(bot.store, lambda team: _client(bot))
+    channel = SlackChannel(bot.outbox_store, lambda team: _client(bot), states=bot.store)
     ref = SessionRef(session_id=sid, team_id="T0LOCAL", channel={"channel_id": GENERAL, "thread_ts": ts})
     event = InputRequested(session_id=sid, turn_id="t", requests=[req])
     outcomes = await asyncio.gather(*(channel.deliver(event, ref) for _ in range(3)), return_exceptions=True)
@@ -88,10 +88,10 @@ async def test_a_reply_whose_answer_was_lost_is_found_not_posted_again(local_sla
     sid = f"slack:T0LOCAL:{GENERAL}:{ts}"
     [(field, _)] = [(f, v) for f, v in (await bot.store.redis.hgetall(bot.store.key(sid, "chan"))).items()
                     if f.startswith(b"post:")]
-    await bot.store.posts.set(sid, field.decode(), "claimed:1")  # posted long ago; the worker died before recording it
+    await bot.outbox_store.posts.set(sid, field.decode(), "claimed:1")  # posted long ago; the worker died before recording it
     ref = SessionRef(session_id=sid, team_id="T0LOCAL", channel={"channel_id": GENERAL, "thread_ts": ts})
     seq = int(field.decode().split(":")[1])
-    await SlackChannel(bot.store, lambda team: _client(bot)).deliver(
+    await SlackChannel(bot.outbox_store, lambda team: _client(bot), states=bot.store).deliver(
         MessageCompleted(session_id=sid, turn_id="t", text="hello", seq=seq), ref)
     assert [m.text for m in local_slack.messages(GENERAL, thread_ts=ts)].count("hello") == 1
 
@@ -106,24 +106,24 @@ async def test_a_card_whose_deliverer_died_before_its_pass_ended_is_found_not_po
     where = await bot.store.redis.hget(bot.store.key(sid, "chan"), card_field(request_id))
     assert json.loads(where)["ts"] == first.ts
     await bot.store.redis.hset(bot.store.key(sid, "chan"), "elsewhere", "changed after the pass")
-    assert await bot.store.posts.get(sid, "elsewhere") == "changed after the pass"
+    assert await bot.outbox_store.posts.get(sid, "elsewhere") == "changed after the pass"
 
     # a deliverer posts a card in its pass and dies before the pass ends (nothing after the post runs)
     req = (await bot.store.get_request(request_id)).request.model_copy(update={"request_id": new_request_id(sid)})
     event = InputRequested(session_id=sid, turn_id="t", requests=[req])
     ref = SessionRef(session_id=sid, team_id="T0LOCAL", channel={"channel_id": GENERAL, "thread_ts": ts})
-    dying = SessionStore(bot.store.redis, lease_ms=200)
+    dying = RedisOutbox(bot.store.redis, lease_ms=200)
     assert await dying.outbox_begin(sid, ["frontend"], "dying-token") is not None
-    await SlackChannel(dying, lambda team: _client(bot)).deliver(event, ref)
+    await SlackChannel(dying, lambda team: _client(bot), states=bot.store).deliver(event, ref)
     assert len(_cards_of(local_slack, ts, req.request_id)) == 1
     # where the card is was to be written with the pass's end: Redis holds only the claim
     assert (await bot.store.redis.hget(bot.store.key(sid, "chan"), card_field(req.request_id))).startswith(b"claimed")
     await asyncio.sleep(0.3)  # its deliverer lock lapses
 
     # the next deliverer (another process: its own store) delivers the event again
-    successor = SessionStore(bot.store.redis)
+    successor = RedisOutbox(bot.store.redis)
     assert await successor.outbox_begin(sid, ["frontend"], "next-token") is not None
-    await SlackChannel(successor, lambda team: _client(bot)).deliver(event, ref)
+    await SlackChannel(successor, lambda team: _client(bot), states=bot.store).deliver(event, ref)
     await successor.outbox_end(sid, "next-token", {}, [], claim=0, again_in_ms=None)
     assert len(_cards_of(local_slack, ts, req.request_id)) == 1  # found in the thread, not posted again
     recorded = await bot.store.redis.hget(bot.store.key(sid, "chan"), card_field(req.request_id))
@@ -141,17 +141,17 @@ async def test_26_a_card_claimed_in_a_dead_pass_memory_is_found_not_posted_again
     ref = SessionRef(session_id=sid, team_id="T0LOCAL", channel={"channel_id": GENERAL, "thread_ts": ts})
 
     # a deliverer with a fresh lock claims the card in its pass's memory, posts it and dies before its pass ends
-    dying = SessionStore(bot.store.redis)
+    dying = RedisOutbox(bot.store.redis)
     assert await dying.outbox_begin(sid, ["frontend"], "dying-token") is not None
-    await SlackChannel(dying, lambda team: _client(bot)).deliver(event, ref)
+    await SlackChannel(dying, lambda team: _client(bot), states=bot.store).deliver(event, ref)
     assert len(_cards_of(local_slack, ts, req.request_id)) == 1
     assert await bot.store.redis.hget(bot.store.key(sid, "chan"), card_field(req.request_id)) is None  # nothing in Redis
     await bot.store.redis.set(bot.store.key(sid, "outlock"), "dying-token|1")  # time passes: its lock runs out
 
-    successor = SessionStore(bot.store.redis)
+    successor = RedisOutbox(bot.store.redis)
     assert await successor.outbox_begin(sid, ["frontend"], "next-token") is not None
     assert successor.posts.pass_is_careful(sid)
-    await SlackChannel(successor, lambda team: _client(bot)).deliver(event, ref)
+    await SlackChannel(successor, lambda team: _client(bot), states=bot.store).deliver(event, ref)
     await successor.outbox_end(sid, "next-token", {}, [], claim=0, again_in_ms=0)  # it left work behind
     [card] = _cards_of(local_slack, ts, req.request_id)  # found in the thread, not posted again
     # so the next pass is careful too: the events it did not reach may have been posted by the dead one
@@ -171,7 +171,7 @@ async def test_26_a_post_whose_answer_was_lost_leaves_its_claim_with_the_pass_en
     ts, _ = await mention_and_wait_for_card(local_slack)
     await bot.runtime.wait_idle()
     sid = f"slack:T0LOCAL:{GENERAL}:{ts}"
-    store = SessionStore(bot.store.redis)
+    store = RedisOutbox(bot.store.redis)
     assert await store.outbox_begin(sid, ["frontend"], "token") is not None
     assert await store.posts.claim(sid, "post:99:0", "claimed:5", in_pass=True)
     assert not await store.posts.claim(sid, "post:99:0", "claimed:6", in_pass=True)  # once per pass
@@ -190,7 +190,7 @@ async def test_a_settled_request_leaves_the_pending_index_with_its_card_update_e
     ts, card = await mention_and_wait_for_card(local_slack)
     await bot.runtime.wait_idle()
     sid = f"slack:T0LOCAL:{GENERAL}:{ts}"
-    pending = SessionStore.pending_key("T0LOCAL")
+    pending = bot.store.pending_key("T0LOCAL")
     [request_id] = [r.request_id for r in await bot.store.pending_for_team("T0LOCAL")]
     await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
     await local_slack.wait_for(lambda: card_in(local_slack, ts) is None)  # the card was updated
@@ -202,9 +202,9 @@ async def test_a_settled_request_leaves_the_pending_index_with_its_card_update_e
     await bot.store.redis.zadd(pending, {request_id: 1})
     [resolved] = [e for e in await bot.store.events(sid) if isinstance(e, InputResolved)]
     ref = SessionRef(session_id=sid, team_id="T0LOCAL", channel={"channel_id": GENERAL, "thread_ts": ts})
-    dying = SessionStore(bot.store.redis, lease_ms=200)
+    dying = RedisOutbox(bot.store.redis, lease_ms=200)
     assert await dying.outbox_begin(sid, ["frontend"], "dying-token") is not None
-    await SlackChannel(dying, lambda team: _client(bot)).deliver(resolved, ref)
+    await SlackChannel(dying, lambda team: _client(bot), states=bot.store).deliver(resolved, ref)
     assert local_slack.message(GENERAL, card.ts).text.startswith("Approved")  # the card said so again
     assert await bot.store.redis.zscore(pending, request_id) == 1
     # whoever reads the index next skips the settled request and drops its entry

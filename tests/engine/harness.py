@@ -18,7 +18,11 @@ from bot.session import SessionRef
 from bot.tool_registry import ToolRegistry
 from bot.tools import Tool, ToolContext
 from bot.turns import AnswerResult, Runtime, RuntimeSettings
-from store.sessions import SessionStore
+from store.audit import AuditLog
+from store.audit_events import PassAudit
+from store.outbox import RedisOutbox
+from store.policies import PolicyStore
+from store.turns import RedisTurns
 
 ALICE = slack_user("T1", "UALICE")
 BOB = slack_user("T1", "UBOB")
@@ -58,15 +62,26 @@ def make_runtime(
     lease_ms: int = 30_000,
     policies: PolicySource | None = None,
     live: LiveText | None = None,
-) -> tuple[Runtime, RecordingChannel, SessionStore]:
-    """``policies``: approver lists, rules and admins for the policies (the app gives its Governance);
-    ``live``: where answers are shown while the model writes them (the app gives Slack's streams)."""
-    store = SessionStore(redis, lease_ms=lease_ms)
+    audit: AuditLog | None = None,
+) -> tuple[Runtime, RecordingChannel, RedisTurns]:
+    """The runtime, its frontend and its turns' store (the outbox's: ``runtime.outbox.store``).
+    ``policies``: approver lists, rules and admins for the policies (the app gives Slack's, see
+    :func:`stored_policies`); ``live``: where answers are shown while the model writes them (the app gives
+    Slack's streams); ``audit``: the audit log the delivery passes write (the app gives its one)."""
+    store = RedisTurns(redis, lease_ms=lease_ms)
     channel = channel or RecordingChannel()
     registry = ToolRegistry([*BUILTIN_TOOLS, *tools])
-    runtime = Runtime(store=store, model=model, tools=registry, channel=channel,
+    outbox = RedisOutbox(redis, lease_ms=lease_ms, audit=PassAudit(audit) if audit is not None else None)
+    runtime = Runtime(store=store, outbox_store=outbox, model=model, tools=registry, channel=channel,
                       settings=settings or RuntimeSettings(system_prompt=""), policies=policies, live=live)
     return runtime, channel, store
+
+
+def stored_policies(redis: Redis) -> Any:
+    """The approver lists and rules in Redis, as a process without Slack reads them (``python -m bot chat``)."""
+    from handlers.governance import StorePolicySource  # here: most engine tests never load the Slack side
+
+    return StorePolicySource(PolicyStore(redis, AuditLog(redis)))
 
 
 def session(name: str = "s1", team: str = "T1") -> SessionRef:
@@ -157,6 +172,6 @@ async def cancel(runtime: Runtime, request_id: str, who: Principal | None = ALIC
     return result
 
 
-async def request_status(store: SessionStore, request_id: str) -> str:
+async def request_status(store: RedisTurns, request_id: str) -> str:
     return (await store.get_request(request_id)).status
 

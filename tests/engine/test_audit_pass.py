@@ -20,9 +20,7 @@ from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
 from bot.turns import Runtime
 from store.audit import AuditGroup, AuditLog
-from store.audit_events import PassAudit
 from store.session_keys import OUTBOX
-from store.sessions import SessionStore
 from tests.engine.harness import ALICE, RecordingChannel, approve, make_runtime, recording_tool, say, session
 
 TEAM = "T1"
@@ -45,12 +43,13 @@ class HangingChannel(RecordingChannel):
 
 
 def _replica(client: redis_asyncio.Redis, channel: RecordingChannel | None = None
-             ) -> tuple[Runtime, RecordingChannel, SessionStore]:
+             ) -> tuple[Runtime, RecordingChannel, AuditLog]:
+    """A runtime whose delivery passes write the audit log it returns."""
     deploy, _ = recording_tool("deploy", approval=always())
-    runtime, channel, store = make_runtime(client, ScriptedModel([call("deploy"), model_say("deployed")]), [deploy],
-                                           channel=channel, lease_ms=LEASE_MS)
-    store.audit = PassAudit(AuditLog(client))
-    return runtime, channel, store
+    log = AuditLog(client)
+    runtime, channel, _ = make_runtime(client, ScriptedModel([call("deploy"), model_say("deployed")]), [deploy],
+                                       channel=channel, lease_ms=LEASE_MS, audit=log)
+    return runtime, channel, log
 
 
 async def _audited(redis: redis_asyncio.Redis) -> Counter[str]:
@@ -100,8 +99,7 @@ async def test_a_pass_killed_after_its_posts_and_before_its_close_is_audited_onc
 
 
 async def test_a_close_whose_audit_append_failed_is_audited_later_once(redis):
-    runtime, channel, store = _replica(redis)
-    log = store.audit.audit  # type: ignore[union-attr]
+    runtime, channel, log = _replica(redis)
     await log.append_groups(TEAM, "another", [AuditGroup(event_id="1-1", entries=[("request", None, "r0", {})])])
     await redis.set(AuditLog.head_key(TEAM), "not a hash")  # from now on every append fails (WRONGTYPE)
 

@@ -14,7 +14,7 @@ from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
 from bot.protocol import InputResponse
 from bot.tools import Tool, ToolContext, tool
-from tests.engine.harness import ALICE, BOB, CAROL, make_runtime, say, shown, tool_results
+from tests.engine.harness import ALICE, BOB, CAROL, make_runtime, say, shown, stored_policies, tool_results
 
 
 class Refund(BaseModel):
@@ -45,11 +45,9 @@ def script(name: str = "refund_charge") -> ScriptedModel:
 
 
 async def parked(redis, tool_obj: Tool, name: str | None = None):
-    from handlers.governance import policy_source_for
-
     RAN.clear()
     model = script(name or tool_obj.name)
-    runtime, channel, store = make_runtime(redis, model, [tool_obj], policies=policy_source_for(redis))
+    runtime, channel, store = make_runtime(redis, model, [tool_obj], policies=stored_policies(redis))
     await say(runtime, "refund ch_1")
     [req] = channel.requests()
     return runtime, channel, model, req
@@ -222,8 +220,6 @@ async def test_a_requester_grant_expires_after_its_days_and_then_asks_again(redi
 
 
 async def test_dont_ask_again_is_refused_where_several_must_approve(redis):
-    from handlers.governance import policy_source_for
-
     @tool(name="restart", approval=Approval(request=always(grantable=True), response=n_of_m(2)))
     async def two_person_restart(args: dict, ctx: ToolContext) -> dict:
         """Restart with two approvers."""
@@ -232,7 +228,7 @@ async def test_dont_ask_again_is_refused_where_several_must_approve(redis):
 
     RAN.clear()
     model = ScriptedModel([call("restart", call_id="r1"), model_say("ok")])
-    runtime, channel, _ = make_runtime(redis, model, [two_person_restart], policies=policy_source_for(redis))
+    runtime, channel, _ = make_runtime(redis, model, [two_person_restart], policies=stored_policies(redis))
     await say(runtime, "restart")
     [req] = channel.requests()
     result = await runtime.answer(InputResponse(request_id=req.request_id, option_id="approve", grant="requester",

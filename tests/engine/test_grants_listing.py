@@ -19,7 +19,8 @@ from bot.models.scripted import say as model_say
 from bot.protocol import InputResponse
 from bot.tool_registry import ToolRegistry
 from bot.turns import Runtime, RuntimeSettings
-from store.sessions import SessionStore
+from store.outbox import RedisOutbox
+from store.turns import RedisTurns
 from tests.engine.harness import (
     ALICE,
     RecordingChannel,
@@ -36,9 +37,10 @@ RETENTION_S = 0.4
 def _runtime(redis, *, turns: int = 1):
     restart, runs = recording_tool("restart", approval=always(grantable=["conversation"]))
     steps = [s for _ in range(turns) for s in (call("restart"), model_say("restarted"))]
-    store = SessionStore(redis, retention_s=RETENTION_S)  # type: ignore[arg-type]
+    store = RedisTurns(redis, retention_s=RETENTION_S)  # type: ignore[arg-type]
     channel = RecordingChannel()
-    runtime = Runtime(store=store, model=ScriptedModel(steps), tools=ToolRegistry([*BUILTIN_TOOLS, restart]),
+    runtime = Runtime(store=store, outbox_store=RedisOutbox(redis, retention_s=RETENTION_S),  # type: ignore[arg-type]
+                      model=ScriptedModel(steps), tools=ToolRegistry([*BUILTIN_TOOLS, restart]),
                       channel=channel, settings=RuntimeSettings(system_prompt=""))
     return runtime, channel, store, runs
 
@@ -50,11 +52,11 @@ async def _grant_here(runtime: Runtime, request_id: str):
     return result
 
 
-async def _listed(store: SessionStore) -> list[str]:
+async def _listed(store: RedisTurns) -> list[str]:
     return [g.grant_id for g in await store.grants.list("T1", datetime.now(UTC))]
 
 
-async def _in_force(store: SessionStore) -> bool:
+async def _in_force(store: RedisTurns) -> bool:
     return "restart" in (await store.snapshot(session().session_id)).grants
 
 

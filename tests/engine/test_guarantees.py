@@ -362,7 +362,7 @@ async def test_18_events_are_not_stranded_when_the_deliverer_dies_mid_delivery(r
     await runtime_b.recover()
     await runtime_b.wait_idle()
     assert [e.text for e in channel_b.of("message.completed")] == ["the answer"]
-    assert await store.outbox_due() == []  # and, delivered, it leaves the list
+    assert await runtime_b.outbox.store.outbox_due() == []  # and, delivered, it leaves the list
 
 
 async def test_13_settled_data_has_a_retention_and_indexes_forget_it(redis):

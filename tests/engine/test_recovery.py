@@ -96,7 +96,7 @@ async def test_failed_card_delivery_is_offered_again(redis):
     assert channel.of("input.requested") == []  # the frontend failed to show it
     assert "turn.waiting" not in channel.types()  # order is kept: nothing after the card jumps ahead of it
     sid = session().session_id
-    assert await store.outbox_due() == []  # retried after a backoff, not in a tight loop
+    assert await runtime.outbox.store.outbox_due() == []  # retried after a backoff, not in a tight loop
     assert await runtime.recover() == 0
     assert channel.fail_input_requested > 990  # a handful of attempts, not a spin
 

@@ -16,7 +16,6 @@ from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
 from bot.principals import slack_user
 from bot.turns import RuntimeSettings
-from handlers.governance import policy_source_for
 from tests.engine.harness import (
     ALICE,
     BOB,
@@ -30,6 +29,7 @@ from tests.engine.harness import (
     say,
     session,
     shown,
+    stored_policies,
     tool_results,
 )
 
@@ -249,7 +249,7 @@ class _Clock:
 
 @pytest.fixture
 async def lists(redis):
-    source = policy_source_for(redis)
+    source = stored_policies(redis)
     await source.policies.set_approvers("T1", "tool:rotate", ["UBOB", "UCAROL"], actor="admin")
     # the managers' list holds dave, and erin from a partner company (Slack Connect) — and alice, who asks
     await source.policies.set_approvers("T1", "tool:managers", ["UDAVE", "UERIN", "UALICE"], actor="admin")
@@ -260,7 +260,7 @@ async def _escalated(redis, response, name: str = "s1") -> tuple[Any, list, Any,
     rotate, runs = recording_tool("rotate", approval=Approval(request=always(), response=response))
     rotate.escalate_after, rotate.escalate_to = timedelta(seconds=60), "tool:managers"
     runtime, channel, store = make_runtime(redis, ScriptedModel([call("rotate"), model_say("ok")]), [rotate],
-                                           policies=policy_source_for(redis))
+                                           policies=stored_policies(redis))
     clock = runtime.settings.clock = _Clock()
     await say(runtime, "rotate the keys", ref=session(name))
     [req] = channel.requests()
@@ -304,7 +304,7 @@ async def test_after_escalation_four_eyes_and_the_list_quorum_still_hold(redis, 
 async def test_a_list_change_describes_open_requests_again_once_and_the_newest_version_wins(redis, lists):
     rotate, runs = recording_tool("rotate", approval=Approval(request=always(), response=approvers("tool:rotate")))
     runtime, channel, store = make_runtime(redis, ScriptedModel([call("rotate"), model_say("ok")]), [rotate],
-                                           policies=policy_source_for(redis))
+                                           policies=stored_policies(redis))
     await say(runtime, "rotate the keys")
     [req] = channel.requests()
     assert [p.slack_user_id for p in req.responders.people] == ["UBOB", "UCAROL"]

@@ -16,8 +16,9 @@ from bot.tool_registry import ToolRegistry
 from bot.turns import Runtime, RuntimeSettings
 from store.audit import AuditLog
 from store.audit_events import PassAudit
+from store.outbox import RedisOutbox
 from store.session_keys import RETIRE, SESSION_KEYS
-from store.sessions import SessionStore
+from store.turns import RedisTurns
 from tests.engine.harness import (
     RecordingChannel,
     approve,
@@ -33,16 +34,16 @@ RETENTION_S = 0.4  # "BOT_RETENTION_DAYS", shortened
 
 
 def _runtime(redis, model, tools, *, audited: bool = False):
-    store = SessionStore(redis, retention_s=RETENTION_S)  # type: ignore[arg-type]
+    store = RedisTurns(redis, retention_s=RETENTION_S)  # type: ignore[arg-type]
+    outbox = RedisOutbox(redis, retention_s=RETENTION_S,  # type: ignore[arg-type]
+                         audit=PassAudit(AuditLog(redis)) if audited else None)
     channel = RecordingChannel()
-    runtime = Runtime(store=store, model=model, tools=ToolRegistry([*BUILTIN_TOOLS, *tools]), channel=channel,
-                      settings=RuntimeSettings(system_prompt=""))
-    if audited:
-        store.audit = PassAudit(AuditLog(redis))
+    runtime = Runtime(store=store, outbox_store=outbox, model=model, tools=ToolRegistry([*BUILTIN_TOOLS, *tools]),
+                      channel=channel, settings=RuntimeSettings(system_prompt=""))
     return runtime, channel, store
 
 
-async def _own_keys(store: SessionStore, session_id: str) -> set[str]:
+async def _own_keys(store: RedisTurns, session_id: str) -> set[str]:
     """Which of the session's own keys (``SESSION_KEYS``) Redis still holds."""
     prefix = store.key(session_id, "")
     return {k.decode()[len(prefix):] for k in await store.session_keys(session_id)} & set(SESSION_KEYS)
@@ -158,7 +159,7 @@ async def test_26_a_pass_records_its_posts_in_its_closing_script(redis):
     """Issue 26: where a pass's posts are (``PostLedger.set(..., in_pass=True)``) is written by the pass's closing
     script, not by a separate write and ``EVAL`` of a retention rule; the frontend data has no end of its own
     (it ends with its session, issue 26 item 3), so nothing asks whether a request is open."""
-    store = SessionStore(redis, retention_s=RETENTION_S)  # type: ignore[arg-type]
+    store = RedisOutbox(redis, retention_s=RETENTION_S)  # type: ignore[arg-type]
     sid = session().session_id
     warm = await store.outbox_begin(sid, ["frontend"], "token")  # the scripts loaded: no NOSCRIPT resend counted
     assert warm is not None
@@ -178,7 +179,7 @@ async def test_26_a_pass_records_its_posts_in_its_closing_script(redis):
 async def test_26_a_claim_is_one_script_that_keeps_only_what_it_wrote(redis):
     """Issue 26: claiming a post (``PostLedger.claim``) is one script that reads back only when it lost; the
     winner is told, the loser sees the first claim; nothing gives the frontend data an end (its session's)."""
-    store = SessionStore(redis, retention_s=RETENTION_S)  # type: ignore[arg-type]
+    store = RedisOutbox(redis, retention_s=RETENTION_S)  # type: ignore[arg-type]
     sid = session().session_id
     await store.posts.claim(sid, "warm-up", "x")  # the script loaded: no NOSCRIPT resend counted
     before = await _calls(redis, "eval", "exists", "pexpire", "hget")

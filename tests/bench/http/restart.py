@@ -28,7 +28,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from blocks.actions import decode_action_id
 from bot.session import session_slot, slack_session_id
 from localslack.seed import BOT_TOKEN, TEAM_ID
-from store.sessions import SessionStore
+from store.turns import RedisTurns
 
 from ..population import Cloner, Template, read_template
 from .bare import BOLT_ACTION, approve_card
@@ -53,7 +53,7 @@ class ThreadCloner(Cloner):
     def __init__(self, redis: Redis, template: Template, channel: str):
         super().__init__(redis, template)
         self.channel = channel
-        self.pending_key = SessionStore.pending_key(TEAM_ID)
+        self.pending_key = RedisTurns.pending_key(TEAM_ID)
 
     def ids(self, n: int) -> dict[bytes, bytes]:
         thread_ts = f"1719000000.{n:06d}"
@@ -148,7 +148,7 @@ class ProjectRestarts:
                 raise BenchError("the project's card carries no request id")
             request_id = decoded.request_id
             session_id = slack_session_id(TEAM_ID, self.thread.channel, self.thread.ts)
-            template = await read_template(SessionStore(self.redis), session_id, self.thread.ts, request_id)
+            template = await read_template(RedisTurns(self.redis), session_id, self.thread.ts, request_id)
             await ThreadCloner(self.redis, template, self.thread.channel).write(0, parked)
         took = time.monotonic() - began
         await self.launch.kill()
@@ -167,7 +167,7 @@ class ProjectRestarts:
         return took
 
     async def parked(self) -> int:
-        return int(await self.redis.zcard(SessionStore.pending_key(TEAM_ID)))
+        return int(await self.redis.zcard(RedisTurns.pending_key(TEAM_ID)))
 
 
 class BareRestarts:
