@@ -216,7 +216,8 @@ return 1
 # Take the turn lease and read what the lease holder starts from (``acquire_lease_and_read``): the state,
 # grants, a requested cancel, the inbox, the failure count, and the records (with their approvals) of the
 # requests the turn waits on: its parked step's and a session-limit prompt's, found in the state. Only a
-# state that names such requests is decoded (a plain substring test first), and only requests in this
+# state that names such requests is decoded (a plain substring test first; one that Lua's JSON cannot read
+# gives no records, and the caller reads them apart), and only requests in this
 # session's slot are read (all of them: request ids carry their session's slot). The token is fresh per
 # attempt, so a resent copy that finds the lease holding it has taken it. KEYS: lease, state, grants,
 # cancel, inbox, fails; ARGV: token, lease ms → false (taken) | {state, grants, cancel, inbox, fails,
@@ -228,7 +229,8 @@ end
 local raw = redis.call('GET', KEYS[2])
 local records = {}
 if raw and (string.find(raw, '"request_ids":["', 1, true) or string.find(raw, '"limit_request_id":"', 1, true)) then
-  local turn, ids = cjson.decode(raw)['turn'], {}
+  local decoded, state = pcall(cjson.decode, raw)  -- one Lua cannot read (too deep): read apart, as before
+  local turn, ids = decoded and type(state) == 'table' and state['turn'], {}
   if type(turn) == 'table' then
     if type(turn.step) == 'table' and type(turn.step.request_ids) == 'table' then
       for _, id in ipairs(turn.step.request_ids) do ids[#ids + 1] = id end

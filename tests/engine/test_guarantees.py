@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import sys
 import time
 
 import pytest
@@ -154,6 +155,30 @@ async def test_6_a_checkpoint_that_starts_calls_is_fenced_and_never_starts_one_t
     assert await redis.get(store.key(sid, "exec:turn_x:s:call_1:0")) == b"started"
     assert 0 < await redis.pttl(store.key(sid, "exec:turn_x:s:call_1:0"))  # its own end, as begin_execution's
     assert await store.begin_execution(sid, "turn_x:s:call_1:0", fresh) == (False, "started")
+
+
+async def test_6_a_state_the_lease_script_cannot_decode_is_still_driven(redis):
+    # the lease's script decodes the state to find the requests its turn waits on; a state Lua's JSON
+    # cannot read (nested deeper than its 1,000 levels: a tool's output kept in the state, in an app that
+    # raised Python's recursion limit) must not keep the session from its lease: its requests are then
+    # read apart
+    _, _, store = make_runtime(redis, ScriptedModel([]), [])
+    sid = session().session_id
+    deep: list = []
+    for _ in range(1200):
+        deep = [deep]
+    waiting = {"turn": {"step": {"request_ids": ["x"]}, "limit_request_id": None}, "out": deep}
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(10_000)
+    try:
+        token = await store.acquire_lease(sid)
+        await store.commit(sid, token, waiting)
+        await store.release_lease(sid, token, still_active=False)
+        token, snap = await store.acquire_lease_and_read(sid)
+    finally:
+        sys.setrecursionlimit(limit)
+    assert token is not None and snap is not None
+    assert snap.state["turn"]["step"]["request_ids"] == ["x"] and snap.requests == {}
 
 
 async def test_6_lease_renewal_survives_a_redis_blip(redis):
