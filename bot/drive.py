@@ -463,9 +463,15 @@ class Driver:
         on (a card, an answer, a settled card) is at the end of a drive, or a settle, and goes out at once.
         ``last``: nothing follows under this lease: it goes with the checkpoint (if written) in its round trip."""
         saved = state.model_dump(mode="json")
-        committed, read = await self.p.store.commit_then_read(
-            p.session_id, p.token, saved, events, list(requests), ref=state.ref, take=p.taking,
-            unless_cancelled=unless_cancelled, read=then_step or last, release=last)
+        # events that go out at once: this checkpoint's round trip begins their delivery pass too
+        opening = self.p.outbox.open_pass(p.session_id, state.ref.team_id) if events and not no_hurry else None
+        try:
+            committed, read = await self.p.store.commit_then_read(
+                p.session_id, p.token, saved, events, list(requests), ref=state.ref, take=p.taking,
+                unless_cancelled=unless_cancelled, read=then_step or last, release=last, opening=opening)
+        finally:
+            if opening is not None:
+                opening.opened()  # the pass goes on: from what it read, else (not begun) with a begin of its own
         p.taking, p.committed = [], saved
         if last:
             p.released, p.after = True, read
@@ -473,7 +479,7 @@ class Driver:
             p.read = read
         if committed and no_hurry:
             self.p.outbox.kick_later(p.session_id, committed[-1].seq, DELIVER_UNHURRIED_S)
-        elif committed:
+        elif committed and opening is None:
             self.p.outbox.kick(p.session_id, committed[-1].seq)
 
 

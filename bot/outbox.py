@@ -12,7 +12,8 @@ that consumer's cursor past each one it handled. So:
 - a pass over a session costs two round trips whatever the number of consumers and events: one reads
   every consumer's cursor and the events after them, one saves the cursors and lets go (a long backlog
   also saves every third of the lock's life). A consumer that can take several events at once
-  (:class:`bot.ports.BatchChannel`) gets them in one call;
+  (:class:`bot.ports.BatchChannel`) gets them in one call. The drive's checkpoints whose events go out
+  at once begin their pass in their own round trip (:meth:`Outbox.open_pass`): the pass then costs one;
 - the audit log is no consumer: the store reads the session's audit progress with the begin and appends
   the pass's auditable events in the round trip of its end (store/audit_events.py), so it lands a few ms
   after what the pass showed, and a pass with nothing to audit sends nothing for it;
@@ -58,6 +59,28 @@ class OutboxPass:
     full: bool  # the read stopped at its count: there may be more
 
 
+@dataclass
+class PassOpening:
+    """A delivery pass that a checkpoint opens (:meth:`Outbox.open_pass`): the process that commits events and
+    delivers them at once asks, in the checkpoint's own round trip, for what ``OutboxStore.outbox_begin`` would
+    answer (the deliverer lock taken with ``token``, the same reads), so its pass starts without a begin of its
+    own. The store sets ``begun`` when it took the lock (else the pass begins as usual: another pass holds it,
+    or the store opens no pass); whoever commits calls :meth:`opened` once the checkpoint returned or failed."""
+
+    token: str
+    consumers: list[str]
+    ready: asyncio.Future[OutboxPass | None]
+    team_id: str | None = None  # the session's workspace (its audit progress is read with the begin)
+    count: int = 100
+    begin: Any = None  # what the outbox's store gives the checkpoint to send (``begin_with_checkpoint``)
+    begun: OutboxPass | None = None
+
+    def opened(self) -> None:
+        """Let the pass go on from what the checkpoint's round trip read (idempotent)."""
+        if not self.ready.done():
+            self.ready.set_result(self.begun)
+
+
 class OutboxStore(Protocol):
     lease_ms: int
 
@@ -70,6 +93,7 @@ class OutboxStore(Protocol):
     async def outbox_end(self, session_id: str, token: str, cursors: dict[str, str], cleared: list[str], *,
                          claim: int, again_in_ms: int | None) -> None: ...
     async def outbox_hold(self, session_id: str, consumer: str, until_ms: int) -> None: ...
+    def begin_with_checkpoint(self, session_id: str, opening: PassOpening) -> Any: ...
     async def outbox_failures(self, session_id: str, consumer: str, *, failed: bool) -> int: ...
 
 
@@ -125,6 +149,22 @@ class Outbox:
         self._running[session_id] = self._spawn(self._flush_until_quiet(session_id),
                                                 what=f"deliver events of {session_id}")
 
+    def open_pass(self, session_id: str, team_id: str | None = None) -> PassOpening | None:
+        """A pass over the session that the next checkpoint's round trip begins (``PassOpening``), for events
+        that go out at once; the pass waits for :meth:`PassOpening.opened`. None when a pass of this process
+        runs already: then ``kick`` as before (the running pass looks again)."""
+        if session_id in self._running:
+            return None
+        opening = PassOpening(secrets.token_hex(8), list(self.consumers), asyncio.get_running_loop().create_future(),
+                              team_id=team_id)
+        opening.begin = self.store.begin_with_checkpoint(session_id, opening)
+        if (later := self._later.pop(session_id, None)) is not None:
+            later.cancel()  # committed before this checkpoint: the pass it opens reads those events too
+        self._later_seq.pop(session_id, None)
+        self._running[session_id] = self._spawn(self._flush_until_quiet(session_id, opening),
+                                                what=f"deliver events of {session_id}")
+        return opening
+
     def kick_later(self, session_id: str, seq: int, delay_s: float) -> None:
         """Deliver in ``delay_s`` unless another kick comes first: events that need no hurry (a turn started)
         then go out in one pass with the step's next checkpoint (the card, the answer) when that comes
@@ -141,12 +181,20 @@ class Outbox:
             del self._later[session_id]
             self.kick(session_id, self._later_seq.pop(session_id, None))
 
-    async def _flush_until_quiet(self, session_id: str) -> None:
+    async def _flush_until_quiet(self, session_id: str, opening: PassOpening | None = None) -> None:
         try:
-            while True:
+            first: tuple[str, OutboxPass] | None = None
+            if opening is not None:
+                # kicks meanwhile are kept for a pass the checkpoint began: another task's commit may have
+                # come after its read (a begin from now reads them all)
+                begun = await opening.ready
+                first = (opening.token, begun) if begun is not None else None
+            if first is None:
                 self._again.pop(session_id, None)
-                await self.flush(session_id)
-                wanted = self._again.get(session_id)
+            while True:
+                await self.flush(session_id, first=first)
+                first = None
+                wanted = self._again.pop(session_id, None)
                 if wanted is None or wanted <= self._read_up_to.get(session_id, 0):
                     return
         finally:
@@ -164,13 +212,17 @@ class Outbox:
                 await self.flush(session_id)
         return len(due)
 
-    async def flush(self, session_id: str) -> bool:
-        """Deliver every consumer's pending events; True when nothing is left to deliver."""
+    async def flush(self, session_id: str, *, first: tuple[str, OutboxPass] | None = None) -> bool:
+        """Deliver every consumer's pending events; True when nothing is left to deliver. ``first``: a pass
+        already begun (its lock's token, what it read: ``open_pass``)."""
         # the session stays on the list while we deliver (a kill -9 mid-delivery must not strand its
         # events); it leaves only if nobody re-scheduled it meanwhile (a commit after our last look)
         while True:
-            token = secrets.token_hex(8)
-            begun = await self.store.outbox_begin(session_id, list(self.consumers), token)
+            if first is not None:
+                (token, begun), first = first, None
+            else:
+                token = secrets.token_hex(8)
+                begun = await self.store.outbox_begin(session_id, list(self.consumers), token)
             if begun is None:
                 await self.store.outbox_schedule(session_id, delay_ms=BUSY_RECHECK_MS)
                 return False

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from bot.approval import PolicySource
 from bot.models.base import ChatModel
-from bot.outbox import Outbox
+from bot.outbox import Outbox, PassOpening
 from bot.ports import LiveText, Workspace
 from bot.principals import Principal
 from bot.protocol import Event, Grant, RequestRecord, Responders, SessionSnapshot, SettleResult
@@ -61,7 +61,8 @@ class TurnStore(Protocol):
                                events: list[Event] = ..., requests: list[RequestRecord] = ..., *,
                                ref: SessionRef | None = None, take: list[dict[str, Any]] = ...,
                                unless_cancelled: str | None = None, read: bool = True,
-                               release: bool = False) -> tuple[list[Event], SessionSnapshot | None]: ...
+                               release: bool = False, opening: PassOpening | None = None,
+                               ) -> tuple[list[Event], SessionSnapshot | None]: ...
     async def commit_and_begin(self, session_id: str, token: str, state: dict[str, Any], events: list[Event], *,
                                markers: list[str], ref: SessionRef | None = None,
                                take: list[dict[str, Any]] = ..., unless_cancelled: str | None = None,

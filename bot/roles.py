@@ -22,7 +22,7 @@ import logging
 from typing import Any, Literal, Protocol
 
 from bot.models.base import Message, ModelError, ModelResponse, TextCallback, ToolSpec
-from bot.outbox import Outbox, OutboxStore
+from bot.outbox import Outbox, OutboxStore, PassOpening
 from bot.ports import Channel
 from bot.turns import Runtime
 
@@ -69,6 +69,9 @@ class HandedOverOutbox(Outbox):
 
     def kick_later(self, session_id: str, seq: int, delay_s: float) -> None:
         self._hand_over(DELIVER, session_id)
+
+    def open_pass(self, session_id: str, team_id: str | None = None) -> PassOpening | None:
+        return None  # a web process never takes a deliverer lock: its commits kick (hand over) as before
 
     async def sweep(self, *, limit: int = 100) -> int:
         return 0  # workers sweep

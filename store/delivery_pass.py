@@ -8,7 +8,9 @@ The outbox opens and closes a pass's view; the post ledger reads and writes thro
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from bot.protocol import Event, RequestRecord
 from bot.session import SessionRef
@@ -51,6 +53,29 @@ class PassView:
     tidy: list[Command] = field(default_factory=list)
     requests: dict[str, RequestRecord] = field(default_factory=dict)
     audit: PassAuditView | None = None
+
+
+@dataclass
+class BeginWithCheckpoint:
+    """What a checkpoint sends after its script to begin a delivery pass in its round trip (``bot.outbox.
+    PassOpening``; ``RedisOutbox.begin_with_checkpoint``): ``commands`` (the begin's, scripts among them:
+    ``scripts``), and ``finish``, which takes their replies and sets the opening's pass when the lock was taken."""
+
+    redis: Any  # the client it was built for: sent only by a store on the same one
+    commands: list[Command]
+    scripts: list[Any]
+    finish: Callable[[list[Any]], None]
+
+    def after(self, replies: list[Any]) -> list[Any]:
+        """The replies to what came before the begin (the pipeline was sent not raising on errors). The
+        begin's are read first, so a lock it took is never left without its pass; then the first error of
+        the others is raised."""
+        own = replies[:len(replies) - len(self.commands)]
+        self.finish(replies[len(own):])
+        for reply in own:
+            if isinstance(reply, BaseException):
+                raise reply
+        return own
 
 
 PassViews = dict[str, PassView]  # session id → its pass's view, while this process delivers it

@@ -10,16 +10,24 @@ this process keeps a view of the session (store/delivery_pass.py) through which 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from redis.asyncio import Redis
 
-from bot.outbox import OutboxPass
+from bot.outbox import OutboxPass, PassOpening
 from bot.protocol import Event, RequestRecord, event_from_json
 from bot.session import SessionRef
 from store.audit import AuditGroup, stream_id_after
 from store.audit_events import PassAudit, team_of
-from store.delivery_pass import CLAIM_MARGIN_S, UNREAD, PassAuditView, PassView, PassViews
+from store.delivery_pass import (
+    CLAIM_MARGIN_S,
+    UNREAD,
+    BeginWithCheckpoint,
+    PassAuditView,
+    PassView,
+    PassViews,
+)
 from store.pipelined import Command, evalsha, pipelined
 from store.post_ledger import PostLedger
 from store.requests import RequestReads, records_read_in_script
@@ -153,6 +161,26 @@ def _raise_first(replies: list[Any]) -> None:
             raise reply
 
 
+@dataclass
+class _Begin:
+    """A pass's begin as sent: its commands (the list's ZADD, the script, the audit progress's reads) and what
+    reading its replies needs."""
+
+    store: RedisOutbox
+    session_id: str
+    consumers: list[str]
+    token: str
+    count: int
+    team: str | None
+    claim: int
+    commands: list[Command]
+    scripts: list[Any]
+    asked_at: float = field(default_factory=time.monotonic)  # the lock's life counts from no later than this
+
+    def read(self, replies: list[Any]) -> OutboxPass | None:
+        return self.store._begun(self, replies)
+
+
 class RedisOutbox(RequestReads):
     """What the outbox needs of Redis (bot.outbox.OutboxStore), and what a delivery pass reads and notes
     on requests; ``posts``: the session's post ledger, read through the pass's view while it delivers."""
@@ -184,20 +212,42 @@ class RedisOutbox(RequestReads):
         from now (if this process dies mid-delivery, any replica's sweep takes over then), take its
         deliverer lock and read what the consumers have not handled yet. None when another deliverer
         holds the lock."""
-        claim = now_ms() + self.lease_ms
-        asked_at = time.monotonic()  # the lock's life counts from no later than this
+        begin = self._begin_pass(session_id, consumers, token, count, self._audit_teams.get(session_id))
+        replies = await pipelined(self.redis, begin.commands, begin.scripts, raise_on_error=False)
+        _raise_first(replies[:2])  # the audit's read may fail alone: the pass then offers its events unread
+        return begin.read(replies)
+
+    def begin_with_checkpoint(self, session_id: str, opening: PassOpening) -> BeginWithCheckpoint:
+        """The begin of a delivery pass (:meth:`outbox_begin`'s commands), for the turns' store to send right
+        after a checkpoint's script, in its round trip (``RedisTurns.commit_then_read``): the pass reads what
+        the checkpoint committed. The opening's pass is set when the lock was taken (also when the checkpoint
+        itself was refused: that pass then runs as any); else it stays None and the pass begins on its own."""
+        begin = self._begin_pass(session_id, opening.consumers, opening.token, opening.count,
+                                 opening.team_id or self._audit_teams.get(session_id))
+
+        def finish(replies: list[Any]) -> None:
+            if not isinstance(replies[1], BaseException):
+                opening.begun = begin.read(replies)
+
+        return BeginWithCheckpoint(self.redis, begin.commands, begin.scripts, finish)
+
+    def _begin_pass(self, session_id: str, consumers: list[str], token: str, count: int, team: str | None) -> _Begin:
+        team = team or team_of(session_id)
         keys = [self.key(session_id, "out"), self.key(session_id, "events"), self.key(session_id, "outlock"),
                 self.key(session_id, "chan")]
-        team = self._audit_teams.get(session_id) or team_of(session_id)
         reads = self.audit.begin_reads(session_id, team) if self.audit is not None and team else []
-        replies = await pipelined(
-            self.redis, [("zadd", (OUTBOX, {session_id: claim})), evalsha(self._outbox_begin, keys,
-                                                                         [token, self.lease_ms, count, *consumers]),
-                         *reads], [self._outbox_begin, *(self.audit.scripts if reads else [])], raise_on_error=False)
-        _raise_first(replies[:2])  # the audit's read may fail alone: the pass then offers its events unread
+        claim = now_ms() + self.lease_ms
+        commands = [("zadd", (OUTBOX, {session_id: claim})),
+                    evalsha(self._outbox_begin, keys, [token, self.lease_ms, count, *consumers]), *reads]
+        scripts = [self._outbox_begin, *(self.audit.scripts if reads and self.audit is not None else [])]
+        return _Begin(self, session_id, consumers, token, count, team, claim, commands, scripts)
+
+    def _begun(self, begin: _Begin, replies: list[Any]) -> OutboxPass | None:
+        """The pass a begin's replies (its ZADD's, its script's, the audit's reads) start, its view kept."""
         reply = replies[1]
         if not reply:
             return None
+        session_id, consumers, count, team = begin.session_id, begin.consumers, begin.count, begin.team
         raw_ref, cursors, holds, entries, chan, careful, floor, read_after, named = reply
         ref = SessionRef.model_validate_json(raw_ref) if raw_ref else SessionRef(session_id=session_id)
         events: list[tuple[str, Event]] = []
@@ -206,21 +256,22 @@ class RedisOutbox(RequestReads):
             event = event_from_json(fields[b"e"])
             event.seq = int(fields[b"s"])
             events.append((entry_id.decode(), event))
-        progress = UNREAD
-        if reads and team == ref.team_id and not any(isinstance(r, BaseException) for r in replies[2:]):
-            progress = self.audit.progress_from(team, replies[2:])  # type: ignore[union-attr]
+        progress, audit_replies = UNREAD, replies[2:]
+        if audit_replies and team == ref.team_id and not any(isinstance(r, BaseException) for r in audit_replies):
+            progress = self.audit.progress_from(team, audit_replies)  # type: ignore[union-attr]
         if ref.team_id:
             self._note_team(session_id, ref.team_id)
         self._pass_views[session_id] = PassView(
-            token, {k.decode(): v.decode() for k, v in zip(chan[::2], chan[1::2], strict=True)},
-            careful=bool(careful), lock_fresh_until=asked_at + self._claim_margin_s(), requests=records_read_in_script(named),
+            begin.token, {k.decode(): v.decode() for k, v in zip(chan[::2], chan[1::2], strict=True)},
+            careful=bool(careful), lock_fresh_until=begin.asked_at + self._claim_margin_s(),
+            requests=records_read_in_script(named),
             audit=PassAuditView(ref=ref, read=events, read_after=read_after.decode(), floor=floor.decode(),
                                 progress=progress, full=len(entries) >= count))
         return OutboxPass(
             ref=ref,
             cursors={name: c.decode() for name, c in zip(consumers, cursors, strict=True)},
             holds={name: int(h) for name, h in zip(consumers, holds, strict=True)},
-            entries=events, claim=claim, full=len(entries) >= count,
+            entries=events, claim=begin.claim, full=len(entries) >= count,
         )
 
     async def outbox_checkpoint(self, session_id: str, token: str, cursors: dict[str, str],

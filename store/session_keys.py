@@ -147,17 +147,21 @@ class SessionRedis:
     def pending_key(team_id: str | None) -> str:
         return f"hitl:{{ws:{team_id or '-'}}}:pending"
 
-    async def _eval_pipelined(self, script: Any, keys: list[Any], args: list[Any], extra: list[Command]) -> list[Any]:
+    async def _eval_pipelined(self, script: Any, keys: list[Any], args: list[Any], extra: list[Command], *,
+                              scripts: list[Any] = (), raise_on_error: bool = True) -> list[Any]:  # type: ignore[assignment]
         """A ``replay_safe`` script plus a few idempotent commands in one round trip."""
-        return await self._pipelined(script, [*keys, replay_mark(keys)], [*args, REPLAY_MARK_MS], after=extra)
+        return await self._pipelined(script, [*keys, replay_mark(keys)], [*args, REPLAY_MARK_MS], after=extra,
+                                     scripts=scripts, raise_on_error=raise_on_error)
 
     async def _pipelined(
         self, script: Any, keys: list[Any], args: list[Any], *,
         before: list[Command] = (),  # type: ignore[assignment]
         after: list[Command] = (),  # type: ignore[assignment]
         scripts: list[Any] = (),  # type: ignore[assignment]
+        raise_on_error: bool = True,
     ) -> list[Any]:
         """EVALSHA of ``script`` between a few other commands: one round trip on Redis, in the same order
-        one by one on a Cluster (store/pipelined.py). ``scripts``: those the other commands run."""
+        one by one on a Cluster (store/pipelined.py). ``scripts``: those the other commands run;
+        ``raise_on_error`` False: an error is its command's reply."""
         commands = [*before, evalsha(script, keys, args), *after]
-        return await pipelined(self.redis, commands, [script, *scripts])
+        return await pipelined(self.redis, commands, [script, *scripts], raise_on_error=raise_on_error)

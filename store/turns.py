@@ -14,6 +14,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from bot.outbox import PassOpening
 from bot.principals import Principal
 from bot.protocol import (
     EVENT_ADAPTER,
@@ -34,6 +35,7 @@ from bot.protocol import (
 )
 from bot.session import SessionRef
 from store import turn_scripts as lua
+from store.delivery_pass import BeginWithCheckpoint
 from store.grants import GrantStore, session_ended
 from store.pipelined import Command, evalsha, pipelined
 from store.replay import replay_safe
@@ -231,11 +233,14 @@ class RedisTurns(TurnListings):
         unless_cancelled: str | None = None,
         read: bool = True,
         release: bool = False,
+        opening: PassOpening | None = None,
     ) -> tuple[list[Event], SessionSnapshot | None]:
         """Atomically checkpoint state, create requests and append events; returns events with seq
-        (:meth:`_checkpoint`)."""
+        (:meth:`_checkpoint`). ``opening``: begin that delivery pass in the same round trip, after the
+        script (``begin_with_checkpoint``; the pass is set on it, also when the checkpoint is refused)."""
         committed, snapshot, _ = await self._checkpoint(session_id, token, state, events, requests, ref=ref, take=take,
-                                                        unless_cancelled=unless_cancelled, read=read, release=release)
+                                                        unless_cancelled=unless_cancelled, read=read, release=release,
+                                                        opening=opening)
         return committed, snapshot
 
     async def commit_and_begin(
@@ -264,6 +269,7 @@ class RedisTurns(TurnListings):
         read: bool = True,
         release: bool = False,
         markers: list[str] = (),  # type: ignore[assignment]
+        opening: PassOpening | None = None,
     ) -> tuple[list[Event], SessionSnapshot | None, dict[str, tuple[bool, str | None]]]:
         """Atomically checkpoint state, create requests and append events; returns events with seq.
 
@@ -315,7 +321,9 @@ class RedisTurns(TurnListings):
         # the outbox entry travels in the same write as the commit, so committed events are never
         # left without someone to deliver them (the committer normally delivers them at once)
         extra: list[Command] = []
-        if events:
+        begin = opening.begin if opening is not None and isinstance(opening.begin, BeginWithCheckpoint) else None
+        begin = begin if begin is not None and begin.redis is self.redis else None
+        if events and begin is None:  # (a pass begun here puts the session on the list itself, claimed)
             extra.append(("zadd", (OUTBOX, {session_id: now_ms() + OUTBOX_GRACE_MS})))
         now = time.time()
         for r in requests:
@@ -330,7 +338,12 @@ class RedisTurns(TurnListings):
                 extra.append(("zadd", (RETIRE, {session_id: ends})))
         reads = (self._snapshot_reads(session_id, None if release else state)
                  if read and (release or state is not None) else [])
-        written, *rest = await self._eval_pipelined(self._commit, keys, args, [*extra, *reads])
+        if begin is None:
+            written, *rest = await self._eval_pipelined(self._commit, keys, args, [*extra, *reads])
+        else:  # the pass's begin after all of it, in the same round trip
+            written, *rest = begin.after(await self._eval_pipelined(
+                self._commit, keys, args, [*extra, *reads, *begin.commands], scripts=begin.scripts,
+                raise_on_error=False))
         if written == -1:
             raise LeaseLost(session_id)
         if written == -2:

@@ -148,3 +148,11 @@ async def test_26_the_settled_card_s_request_is_read_with_its_delivery_pass(loca
     settled = [m for root in local_slack.messages(GENERAL) for m in local_slack.messages(GENERAL, root.ts)
                if "Approved" in str(m.blocks)]
     assert settled, "the card was not updated to say it was approved"
+
+
+async def test_26_the_checkpoint_whose_events_go_out_at_once_begins_their_delivery_pass(local_slack, start_app):
+    # the park and the turn's end take the deliverer lock and read what a begin reads in their own round
+    # trip: a pass sends no begin of its own, and each of the cycle's two passes still closes
+    trips = await one_cycle_counted(local_slack, start_app)
+    assert trips.sent_by("outbox_begin") == 0, trips.counts
+    assert trips.sent_by("outbox_end") == 2, trips.counts
