@@ -31,6 +31,7 @@ from bot.protocol import (
     CONTINUE,
     CancelRequested,
     Event,
+    HeldLease,
     InputRequest,
     InputRequested,
     LeaseLost,
@@ -82,20 +83,28 @@ class Driver:
         self.exec = executor
         self._slots: asyncio.Semaphore | None = None
 
-    async def drive(self, session_id: str) -> None:
-        """Move the session forward if this worker can take its lease; safe to call any time.
+    async def drive(self, session_id: str, held: HeldLease | None = None) -> None:
+        """Move the session forward if this worker can take its lease; safe to call any time. ``held``: the
+        lease the write that started this work took for it (a message's record, a step's last settle), so
+        the drive starts from what that write read instead of taking the lease itself.
 
         At most ``max_active_turns`` sessions are driven at once by this process; a session waiting
         for a slot holds no lease, so another replica may take it meanwhile."""
         if self._slots is None:
             self._slots = asyncio.Semaphore(max(1, self.p.settings.max_active_turns))
+        if held is not None and self._slots.locked():  # no room now: let the lease go while waiting for a slot
+            await self.p.store.release_lease(session_id, held.token, still_active=True)
+            held = None
         async with self._slots:
-            await self._drive(session_id)
+            await self._drive(session_id, held)
 
-    async def _drive(self, session_id: str) -> None:
+    async def _drive(self, session_id: str, held: HeldLease | None) -> None:
         store = self.p.store
         while True:
-            token, snap = await store.acquire_lease_and_read(session_id)
+            if held is not None:  # (once: a drive that goes round again takes the lease again)
+                (token, snap), held = (held.token, held.snapshot), None
+            else:
+                token, snap = await store.acquire_lease_and_read(session_id)
             if token is None:
                 return  # another worker drives it and re-checks for work before letting go
             keeper = LeaseKeeper(store, session_id, token, int(getattr(store, "lease_ms", 30_000)),

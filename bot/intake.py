@@ -14,7 +14,7 @@ from typing import Any
 from bot.inputs import first_open_input, is_bare_answer, match_text
 from bot.parts import Parts
 from bot.principals import Principal
-from bot.protocol import SessionSnapshot, utcnow
+from bot.protocol import HeldLease, SessionSnapshot, utcnow
 from bot.session import SessionRef
 from bot.settle import AnswerResult, Settler
 from bot.state import SessionState
@@ -40,10 +40,12 @@ class QueuedMessage(dict[str, Any]):
     them from here; a turn that changes the state after it is still refused by the settle script's own
     checks (a settled request, a closed turn), as a read a moment later would be."""
 
-    def __init__(self, message: dict[str, Any], session_id: str, seen: SessionSnapshot):
+    def __init__(self, message: dict[str, Any], session_id: str, seen: SessionSnapshot,
+                 held: HeldLease | None = None):
         super().__init__(message)
         self.session_id = session_id
         self.seen = seen
+        self.held = held  # the turn lease its record took for this process's drive (``Intake.record(lease=True)``)
 
     @staticmethod
     def seen_in(message: dict[str, Any], session_id: str) -> SessionSnapshot | None:
@@ -51,6 +53,11 @@ class QueuedMessage(dict[str, Any]):
         if isinstance(message, QueuedMessage) and message.session_id == session_id:
             return message.seen
         return None
+
+    @staticmethod
+    def held_in(message: dict[str, Any], session_id: str) -> HeldLease | None:
+        """The turn lease ``message``'s record took in ``session_id``, if it took one."""
+        return message.held if isinstance(message, QueuedMessage) and message.session_id == session_id else None
 
 
 class Intake:
@@ -60,14 +67,17 @@ class Intake:
 
     async def record(
         self, ref: SessionRef, principal: Principal | None, text: str, *, message_id: str | None = None,
-        automated: bool = False,
+        automated: bool = False, lease: bool = False,
     ) -> dict[str, Any] | None:
-        """Queue the message durably; None when this message id was seen before (Slack repeats some)."""
+        """Queue the message durably; None when this message id was seen before (Slack repeats some).
+        ``lease``: this process drives the session next (``Runtime.process_message``): the record takes the
+        turn lease too when it is free, with what the drive starts from (``QueuedMessage.held``)."""
         message = new_message(ref, principal, text, message_id, automated=automated)
-        seen = await self.p.store.record_message_and_read(ref.session_id, message, message_id=message_id)
-        if seen is None:
-            return None
-        return QueuedMessage(message, ref.session_id, seen)
+        if not lease:
+            seen = await self.p.store.record_message_and_read(ref.session_id, message, message_id=message_id)
+            return QueuedMessage(message, ref.session_id, seen) if seen is not None else None
+        recorded = await self.p.store.record_message_and_lease(ref.session_id, message, message_id=message_id)
+        return QueuedMessage(message, ref.session_id, *recorded) if recorded is not None else None
 
     async def nothing_waiting(self, session_id: str, message: dict[str, Any]) -> bool:
         """A bare answer ("approve", "cancel: …") typed while no turn runs and nothing else is queued: it

@@ -390,6 +390,16 @@ class SessionSnapshot(Contract):
     requests: dict[str, RequestRecord] = Field(default_factory=dict)
 
 
+class HeldLease(Contract):
+    """A turn lease taken by the write that started work (a new message's record, the settle that completes
+    a step) for the drive that follows in the same process, the same token-fenced lease a drive takes.
+    ``snapshot``: what its holder starts from, read with it; None when this process changed the session
+    since (the drive reads it again)."""
+
+    token: str
+    snapshot: SessionSnapshot | None = None
+
+
 class SettleResult(Contract):
     """What one settle attempt did, as the store saw it atomically."""
 

@@ -85,6 +85,8 @@ class WebRuntime(Runtime):
     """The runtime of a web process: intake and settle as in any process; driving a session and delivering
     its events are handed over to workers (``drive`` pushes a wake-up and returns)."""
 
+    drives_here = False  # its records and settles take no turn lease: a worker drives
+
     def __init__(self, *, wakeups: WakePort, **kwargs: Any):
         self.wakeups = wakeups  # first: the outbox the runtime builds hands over through it
         super().__init__(**kwargs)
@@ -103,7 +105,7 @@ class WebRuntime(Runtime):
             log.warning("could not wake a worker for %s (%s); a worker's sweep will find it", session_id, kind,
                         exc_info=True)
 
-    async def drive(self, session_id: str) -> None:
+    async def drive(self, session_id: str, held: Any = None) -> None:
         await self._push(DRIVE, session_id)
 
     async def recover(self) -> int:

@@ -24,14 +24,14 @@ from bot.approval import Decision, PolicySource
 from bot.drive import Driver
 from bot.execute import Executor
 from bot.history import model_view
-from bot.intake import Intake
+from bot.intake import Intake, QueuedMessage
 from bot.metrics import ANSWERS, SETTLE
 from bot.models.base import ChatModel
 from bot.outbox import Outbox, OutboxStore
 from bot.parts import Parts, RuntimeSettings, TurnStore
 from bot.ports import Channel, LiveText, Workspace
 from bot.principals import Principal
-from bot.protocol import InputResponse, RequestRecord
+from bot.protocol import HeldLease, InputResponse, RequestRecord
 from bot.responders import refresh_responders
 from bot.schedules import ScheduleStorePort, parse_member
 from bot.schedules import fire as fire_schedule
@@ -66,7 +66,7 @@ class _InBackground:
     async def post_message(self, ref: SessionRef, principal: Principal | None, text: str, *,
                            message_id: str | None = None, automated: bool = False) -> object:
         rt = self.runtime
-        message = await rt.record_message(ref, principal, text, message_id=message_id, automated=automated)
+        message = await rt.record_message(ref, principal, text, message_id=message_id, automated=automated, lease=True)
         if message is not None:
             rt.spawn(rt.process_message(ref.session_id, message), what=f"start the turn of {ref.session_id}")
         return message
@@ -74,6 +74,10 @@ class _InBackground:
 
 class Runtime:
     """Drives sessions: one turn per session at a time, any number of sessions and replicas."""
+
+    # this process drives the sessions it records and settles in (role ``all`` or ``worker``), so the writes
+    # that start work may take the turn lease for it (``bot.roles.WebRuntime``: a web process hands over)
+    drives_here = True
 
     def __init__(
         self,
@@ -159,21 +163,32 @@ class Runtime:
 
     async def record_message(
         self, ref: SessionRef, principal: Principal | None, text: str, *, message_id: str | None = None,
-        automated: bool = False,
+        automated: bool = False, lease: bool = False,
     ) -> dict[str, Any] | None:
-        """Durably queue a message (call this before acknowledging it); None for a repeat."""
-        return await self.intake.record(ref, principal, text, message_id=message_id, automated=automated)
+        """Durably queue a message (call this before acknowledging it); None for a repeat. ``lease``: the
+        caller calls :meth:`process_message` next (always: the lease is the drive's), so the record may take
+        the turn lease for that drive."""
+        return await self.intake.record(ref, principal, text, message_id=message_id, automated=automated,
+                                        lease=lease and self.drives_here)
 
     async def process_message(self, session_id: str, message: dict[str, Any]) -> PostResult:
         """After the ack: answer a request with it, or let the turn loop steer, queue or start a turn."""
+        held = QueuedMessage.held_in(message, session_id)
         answered = await self.intake.try_answer(session_id, message)
+        # an answer or a dropped "approve" changed what the record read: the drive reads it again
+        stale = HeldLease(token=held.token) if held is not None else None
         if answered is not None:
-            if answered.batch_complete:  # (a sub-agent's session, when it answered one of its requests)
+            own = answered.record.session_id == session_id
+            if answered.batch_complete and not own:  # (a sub-agent's session, when it answered one of its requests)
                 await self.drive(answered.record.session_id)
+            if stale is not None or (answered.batch_complete and own):  # (the record's lease is never left unused)
+                await self.drive(session_id, stale)
             return PostResult("answered", answered)
         if await self.intake.nothing_waiting(session_id, message):
+            if stale is not None:
+                await self.drive(session_id, stale)
             return PostResult("nothing waiting")
-        await self.drive(session_id)
+        await self.drive(session_id, held)
         return PostResult("queued")
 
     async def post_message(
@@ -182,7 +197,8 @@ class Runtime:
     ) -> PostResult:
         """A person wrote in the session: record it, then answer, steer, queue or start a turn.
         ``automated``: the app sent it itself (a schedule) on behalf of ``principal``."""
-        message = await self.record_message(ref, principal, text, message_id=message_id, automated=automated)
+        message = await self.record_message(ref, principal, text, message_id=message_id, automated=automated,
+                                            lease=True)
         if message is None:
             return PostResult("duplicate")
         return await self.process_message(ref.session_id, message)
@@ -238,10 +254,11 @@ class Runtime:
             await self.drive(session_id)
         return True
 
-    async def drive(self, session_id: str) -> None:
-        """Move the session forward if this worker can take its lease; safe to call any time."""
+    async def drive(self, session_id: str, held: HeldLease | None = None) -> None:
+        """Move the session forward if this worker can take its lease; safe to call any time. ``held``: the
+        turn lease a record or settle took for this drive (``Driver.drive``)."""
         with logs.bound(session_id=session_id):  # its log lines say which session (and turn: bot.drive)
-            await self.driver.drive(session_id)
+            await self.driver.drive(session_id, held)
 
     async def recover(self) -> int:
         """One sweep (any replica, at start-up and every few seconds): fire due deadlines, hand turns whose

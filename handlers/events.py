@@ -111,7 +111,7 @@ async def _handle(
     # recorded before Slack gets its ack (the app runs with process_before_response): an acknowledged
     # message is never lost, even if this process dies right after; the rest runs in the background
     message = await deps.runtime.record_message(ref, principal, strip_mention(text, bot_user),
-                                                message_id=f"{channel_id}:{ts}")
+                                                message_id=f"{channel_id}:{ts}", lease=True)  # _process drives
     if message is None:
         return  # a repeat: the mention's twin event or a Slack retry
     deps.runtime.spawn(_process(deps, client, sid, message, principal.slack_user_id, channel_id, thread_ts),

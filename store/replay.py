@@ -17,16 +17,21 @@ from typing import Any
 REPLAY_MARK_MS = 60_000
 
 
-def replay_safe(body: str) -> str:
+def replay_safe(body: str, *, then: str = "") -> str:
     """The Lua ``body`` wrapped so that an invocation sent twice runs once; the body sees its own
-    KEYS and ARGV only (the mark and its lifetime are removed first)."""
+    KEYS and ARGV only (the mark and its lifetime are removed first).
+
+    ``then``: Lua run after the body, by a resent copy too, with the body's answer (as remembered) in
+    ``result``; it returns the script's answer, which is not remembered. For reads that go with the write
+    (what a lease holder starts from): no copy of them is kept under the mark, and a resent copy reads them
+    afresh, at least as new as the write."""
     return (
         "local mark, mark_ms = table.remove(KEYS), table.remove(ARGV)\n"
-        "local done = redis.call('GET', mark)\n"
-        "if done then return cjson.decode(done) end\n"
-        "local result = (function()\n" + body + "\nend)()\n"
+        "local result = redis.call('GET', mark)\n"
+        "if result then result = cjson.decode(result) else\n"
+        "result = (function()\n" + body + "\nend)()\n"
         "redis.call('SET', mark, cjson.encode(result), 'PX', mark_ms)\n"
-        "return result\n"
+        "end\n" + (then or "return result") + "\n"
     )
 
 

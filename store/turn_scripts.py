@@ -80,6 +80,50 @@ end
 return {first, begun}
 """
 
+# What the lease holder starts from, read in the script that took the lease (``LEASE_AND_READ``; and, after
+# a new message's record or a step's last settle that took it for this process's drive, in that script's
+# ``then``: store/replay.py): the state, grants, a requested cancel, the inbox, the failure count, and the
+# records (with their approvals) of the requests the turn waits on: its parked step's and a session-limit
+# prompt's, found in the state. Only a state that names such requests is decoded (a plain substring test
+# first; one that Lua's JSON cannot read gives no records, and the caller reads them apart), and only
+# requests in this session's slot are read (all of them: request ids carry their session's slot).
+# ``lease_read(lease, state, grants, cancel, inbox, fails)`` → {state, grants, cancel, inbox, fails,
+# {request id, fields, approvals, …}}
+LEASE_READ_FN = """
+local function lease_read(lease, state, grants, cancel, inbox, fails)
+  local raw = redis.call('GET', state)
+  local records = {}
+  if raw and (string.find(raw, '"request_ids":["', 1, true) or string.find(raw, '"limit_request_id":"', 1, true)) then
+    local decoded, parsed = pcall(cjson.decode, raw)  -- one Lua cannot read (too deep): read apart, as before
+    local turn, ids = decoded and type(parsed) == 'table' and parsed['turn'], {}
+    if type(turn) == 'table' then
+      if type(turn.step) == 'table' and type(turn.step.request_ids) == 'table' then
+        for _, id in ipairs(turn.step.request_ids) do ids[#ids + 1] = id end
+      end
+      if type(turn.limit_request_id) == 'string' then ids[#ids + 1] = turn.limit_request_id end
+    end
+    local base, slot = string.match(lease, '^(hitl:{([^}]*)}):lease$')
+    for _, id in ipairs(ids) do
+      if type(id) == 'string' and string.match(id, '^([^.]*)%.') == slot then
+        local key = base .. ':req:' .. id
+        records[#records + 1] = id
+        records[#records + 1] = redis.call('HGETALL', key)
+        records[#records + 1] = redis.call('SMEMBERS', key .. ':ok')
+      end
+    end
+  end
+  return {raw or false, redis.call('SMEMBERS', grants), redis.call('GET', cancel) or false,
+          redis.call('LRANGE', inbox, 0, -1), redis.call('GET', fails) or false, records}
+end
+"""
+
+# ``take_lease(lease, token, ms)``: the turn lease, if free (SET NX), or already this token's (a resent copy).
+TAKE_LEASE_FN = """
+local function take_lease(key, token, ms)
+  return redis.call('SET', key, token, 'NX', 'PX', ms) or redis.call('GET', key) == token
+end
+"""
+
 # Settle one request. Modes: settle (the answer counts), reject (the policy refused this
 # responder), approve-n (counts once `required` distinct approvers agree). First writer wins. The settle
 # that completes its step's requests writes the session's end (ARGV ``ends``: nothing is open any more).
@@ -203,50 +247,31 @@ if redis.call('SET', KEYS[2], 'started', 'NX', 'PX', ARGV[2]) then return {1, fa
 return {0, redis.call('GET', KEYS[2])}
 """
 
+# Take the turn lease and read what the lease holder starts from (``acquire_lease_and_read``). The token
+# is fresh per attempt, so a resent copy that finds the lease holding it has taken it. KEYS: lease, state,
+# grants, cancel, inbox, fails; ARGV: token, lease ms → false (taken) | ``lease_read``'s answer
+LEASE_AND_READ = TAKE_LEASE_FN + LEASE_READ_FN + """
+if not take_lease(KEYS[1], ARGV[1], ARGV[2]) then return false end
+return lease_read(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+"""
+
 # Record an incoming message durably, once: the dedupe mark and the queue entry are one write. A session
 # whose end has passed is retired first, so a thread used again starts afresh. KEYS: the mark, then the
-# session's keys; ARGV: message id, message, mark seconds, now ms.
-RECORD_MESSAGE = RETIRE_FN + """
+# session's keys; ARGV: message id, message, mark seconds, now ms, then a lease token ('' = none) and its
+# ms. With a token (the recording process drives the session next) the turn lease is taken too if it is
+# free → {1, taken 1/0}, and ``RECORD_MESSAGE_READ`` (its ``then``) reads after the record what the holder
+# starts from (either way: trying the message as an answer needs the state and inbox) → {1, taken 1/0,
+# ``lease_read``'s answer}. Without a token → 1. A repeat → 0.
+RECORD_MESSAGE = RETIRE_FN + TAKE_LEASE_FN + """
 if ARGV[1] ~= '' and not redis.call('SET', KEYS[1], 1, 'NX', 'EX', ARGV[3]) then return 0 end
 retire(2, tonumber(ARGV[4]))
 redis.call('RPUSH', KEYS[2 + SK.inbox], ARGV[2])
-return 1
+if ARGV[5] == '' then return 1 end
+return {1, take_lease(KEYS[2 + SK.lease], ARGV[5], ARGV[6]) and 1 or 0}
 """
 
-# Take the turn lease and read what the lease holder starts from (``acquire_lease_and_read``): the state,
-# grants, a requested cancel, the inbox, the failure count, and the records (with their approvals) of the
-# requests the turn waits on: its parked step's and a session-limit prompt's, found in the state. Only a
-# state that names such requests is decoded (a plain substring test first; one that Lua's JSON cannot read
-# gives no records, and the caller reads them apart), and only requests in this
-# session's slot are read (all of them: request ids carry their session's slot). The token is fresh per
-# attempt, so a resent copy that finds the lease holding it has taken it. KEYS: lease, state, grants,
-# cancel, inbox, fails; ARGV: token, lease ms → false (taken) | {state, grants, cancel, inbox, fails,
-# {request id, fields, approvals, …}}
-LEASE_AND_READ = """
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return false
-end
-local raw = redis.call('GET', KEYS[2])
-local records = {}
-if raw and (string.find(raw, '"request_ids":["', 1, true) or string.find(raw, '"limit_request_id":"', 1, true)) then
-  local decoded, state = pcall(cjson.decode, raw)  -- one Lua cannot read (too deep): read apart, as before
-  local turn, ids = decoded and type(state) == 'table' and state['turn'], {}
-  if type(turn) == 'table' then
-    if type(turn.step) == 'table' and type(turn.step.request_ids) == 'table' then
-      for _, id in ipairs(turn.step.request_ids) do ids[#ids + 1] = id end
-    end
-    if type(turn.limit_request_id) == 'string' then ids[#ids + 1] = turn.limit_request_id end
-  end
-  local base, slot = string.match(KEYS[1], '^(hitl:{([^}]*)}):lease$')
-  for _, id in ipairs(ids) do
-    if type(id) == 'string' and string.match(id, '^([^.]*)%.') == slot then
-      local key = base .. ':req:' .. id
-      records[#records + 1] = id
-      records[#records + 1] = redis.call('HGETALL', key)
-      records[#records + 1] = redis.call('SMEMBERS', key .. ':ok')
-    end
-  end
-end
-return {raw or false, redis.call('SMEMBERS', KEYS[3]), redis.call('GET', KEYS[4]) or false,
-        redis.call('LRANGE', KEYS[5], 0, -1), redis.call('GET', KEYS[6]) or false, records}
-"""
+RECORD_MESSAGE_READ = LEASE_READ_FN + """
+if type(result) ~= 'table' then return result end
+""" + "return {{1, result[2], lease_read({})}}\n".format(
+    ", ".join(f"KEYS[{2 + SESSION_KEYS.index(name)}]" for name in ("lease", "state", "grants", "cancel", "inbox",
+                                                                   "fails")))

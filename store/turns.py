@@ -1,7 +1,8 @@
 """A session's turns in Redis (DESIGN §7, §9, §12): state, the turn lease, events, parked requests and their
-settle, the inbox, execution markers, deadlines and retirement. Key names: store/session_keys.py; the
-scripts: store/turn_scripts.py; a request record's fields: store/requests.py; listings across sessions (a
-workspace's pending requests, inspection by SCAN): store/turn_listings.py.
+settle, execution markers, deadlines and retirement. Key names: store/session_keys.py; the scripts:
+store/turn_scripts.py; a request record's fields: store/requests.py; the inbox (messages recorded, with the
+lease for this process's drive, and taken): store/turn_inbox.py; listings across sessions (a workspace's
+pending requests, inspection by SCAN): store/turn_listings.py.
 """
 
 from __future__ import annotations
@@ -39,13 +40,12 @@ from store.delivery_pass import BeginWithCheckpoint
 from store.grants import GrantStore, session_ended
 from store.pipelined import Command, evalsha, pipelined
 from store.replay import replay_safe
-from store.requests import record_fields, records_read_in_script
+from store.requests import record_fields
 from store.session_keys import (
     ACTIVE,
     DEFAULT_RETENTION_SECONDS,
     EVENTS_MAXLEN,
     FORGET_IF_UNCHANGED,
-    MESSAGE_DEDUPE_SECONDS,
     OUTBOX,
     OUTBOX_GRACE_MS,
     RETIRE,
@@ -54,10 +54,10 @@ from store.session_keys import (
     now_ms,
     queue,
 )
-from store.turn_listings import TurnListings
+from store.turn_inbox import TurnInbox
 
 
-class RedisTurns(TurnListings):
+class RedisTurns(TurnInbox):
     """What the turn loop needs of Redis (bot.parts.TurnStore; their delivery: store/outbox.py). Methods are
     small and mostly one round trip each."""
 
@@ -67,8 +67,6 @@ class RedisTurns(TurnListings):
         self._commit = redis.register_script(replay_safe(lua.COMMIT))
         self._settle = redis.register_script(replay_safe(lua.SETTLE))
         self._begin = redis.register_script(replay_safe(lua.BEGIN))
-        self._record_message = redis.register_script(replay_safe(lua.RECORD_MESSAGE))
-        self._take = redis.register_script(replay_safe(lua.TAKE))
         self._release = redis.register_script(lua.RELEASE)
         self._retire = redis.register_script(lua.RETIRE)
         self._timers_claim = redis.register_script(lua.TIMERS_CLAIM)
@@ -100,22 +98,6 @@ class RedisTurns(TurnListings):
         if known_state is None:
             reads.append(("get", (self.key(session_id, "fails"),)))
         return reads
-
-    @staticmethod
-    def _snapshot_from(replies: list[Any], known_state: dict[str, Any] | None) -> SessionSnapshot:
-        if known_state is not None:
-            grants, cancel, inbox = replies
-            return SessionSnapshot(state=known_state, grants={g.decode() for g in grants},
-                                   cancel=cancel.decode() if cancel else None,
-                                   inbox=[json.loads(m) for m in inbox])
-        raw, grants, cancel, inbox, fails = replies
-        return SessionSnapshot(
-            state=json.loads(raw) if raw else None,
-            grants={g.decode() for g in grants},
-            cancel=cancel.decode() if cancel else None,
-            inbox=[json.loads(m) for m in inbox],
-            failures=int(fails or 0),
-        )
 
     async def state(self, session_id: str) -> dict[str, Any] | None:
         """The saved session state alone (one command), for callers that need nothing else."""
@@ -156,11 +138,7 @@ class RedisTurns(TurnListings):
         keys = [self.key(session_id, name) for name in ("lease", "state", "grants", "cancel", "inbox", "fails")]
         read, _ = await self._pipelined(self._lease_and_read, keys, [token, self.lease_ms],
                                         after=[("zadd", (ACTIVE, {session_id: now_ms() + self.lease_ms}))])
-        if not read:
-            return None, None
-        *snapshot, found = read
-        records = records_read_in_script(found)
-        return token, self._snapshot_from(snapshot, None).model_copy(update={"requests": records})
+        return (token, self._lease_read(read)) if read else (None, None)
 
     async def renew_lease(self, session_id: str, token: str) -> tuple[bool, str | None]:
         """Extend the lease if still held; returns (held, the turn id someone asked to cancel), the cancel
@@ -450,44 +428,6 @@ class RedisTurns(TurnListings):
         return SettleResult(
             state=state, batch_complete=bool(complete), approvals=int(count), record=record, events=events
         )
-
-    # inbox -----------------------------------------------------------------------------------
-
-    async def record_message(self, session_id: str, message: dict[str, Any], *, message_id: str | None) -> bool:
-        """Queue a message durably, once per ``message_id`` (Slack sends some twice); False for a repeat.
-
-        The dedupe mark and the queue entry are one atomic write, and the session is put on the sweep's
-        list in the same round trip: a message acknowledged to Slack is never lost, even if this process
-        dies right after.
-        """
-        return await self.record_message_and_read(session_id, message, message_id=message_id, read=False) is not None
-
-    async def record_message_and_read(self, session_id: str, message: dict[str, Any], *, message_id: str | None,
-                                      read: bool = True) -> SessionSnapshot | None:
-        """:meth:`record_message`, then (``read``) the session's inbox and state in the same round trip; None
-        for a repeat. Read after the record, so at least as new as the message; the inbox before the state,
-        so a message that a turn took since is seen with that turn (the take and the state are one write)."""
-        keys = [self.key(session_id, f"msg:{message_id or '-'}"), *self.own_keys(session_id)]
-        args = [message_id or "", json.dumps(message, separators=(",", ":")), MESSAGE_DEDUPE_SECONDS, now_ms()]
-        extra: list[Command] = [("zadd", (ACTIVE, {session_id: now_ms() + OUTBOX_GRACE_MS}))]
-        if read:
-            extra += [("lrange", (self.key(session_id, "inbox"), 0, -1)), ("get", (self.key(session_id, "state"),))]
-        recorded, _, *seen = await self._eval_pipelined(self._record_message, keys, args, extra)
-        if not recorded:
-            return None
-        if not read:
-            return SessionSnapshot()
-        inbox, raw = seen
-        return SessionSnapshot(state=json.loads(raw) if raw else None, inbox=[json.loads(m) for m in inbox])
-
-    async def inbox(self, session_id: str) -> list[dict[str, Any]]:
-        return [json.loads(m) for m in await self.redis.lrange(self.key(session_id, "inbox"), 0, -1)]
-
-    async def take_inbox(self, session_id: str, message: dict[str, Any]) -> bool:
-        """Remove one queued message; False if another worker already took it."""
-        raw = json.dumps(message, separators=(",", ":"))
-        taken, *_ = await self._eval_pipelined(self._take, [self.key(session_id, "inbox")], [raw], [])
-        return bool(taken)
 
     # exactly-once execution ------------------------------------------------------------------
 

@@ -156,3 +156,12 @@ async def test_26_the_checkpoint_whose_events_go_out_at_once_begins_their_delive
     trips = await one_cycle_counted(local_slack, start_app)
     assert trips.sent_by("outbox_begin") == 0, trips.counts
     assert trips.sent_by("outbox_end") == 2, trips.counts
+
+
+async def test_26_a_new_message_s_record_takes_the_lease_for_its_drive(local_slack, start_app):
+    # the mention's record takes the free turn lease in its own script, with what the drive starts from:
+    # the drive that starts the turn takes no lease of its own (and a typed "approve", whose record takes
+    # it for the resume, neither)
+    for typed in (False, True):
+        trips = await one_cycle_counted(local_slack, start_app, typed=typed)
+        assert trips.sent_by("acquire_lease_and_read", "process_message") == 0, trips.counts
