@@ -409,6 +409,7 @@ class SettleResult(Contract):
     approvals: int = 0
     record: RequestRecord | None = None  # the record after the attempt (stale: who settled it)
     events: list[Event] = Field(default_factory=list)  # what was appended, with sequence numbers
+    held: HeldLease | None = None  # the turn lease, taken for the resume (``settle(lease=True)``)
 
 
 class UnknownRequest(LookupError):

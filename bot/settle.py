@@ -44,6 +44,7 @@ from bot.protocol import (
     ApprovalSettled,
     Event,
     Grant,
+    HeldLease,
     InputRequest,
     InputResolved,
     InputResponse,
@@ -78,6 +79,7 @@ class AnswerResult:
     approvals: int = 0
     required: int = 1
     batch_complete: bool = False  # the step can resume now
+    held: HeldLease | None = None  # the turn lease the settle took for the resume (``answer(lease=True)``)
 
 
 class Settler:
@@ -85,9 +87,11 @@ class Settler:
         self.p = parts
 
     async def answer(
-        self, response: InputResponse, *, note: str | None = None, record: RequestRecord | None = None
+        self, response: InputResponse, *, note: str | None = None, record: RequestRecord | None = None,
+        lease: bool = False,
     ) -> AnswerResult:
-        """One read (unless the caller has the record), the checks, one atomic settle."""
+        """One read (unless the caller has the record), the checks, one atomic settle. ``lease``: the caller
+        resumes the turn next, so a settle that completes the step takes the turn lease for it."""
         if record is None or record.request_id != response.request_id:
             record = await self.p.store.get_request(response.request_id)  # raises UnknownRequest
         logs.bind(session_id=record.session_id, turn_id=record.turn_id, team_id=record.team_id)
@@ -138,10 +142,11 @@ class Settler:
                                      policies=self.p.policies))
         if decision is None or decision.type == "rejected":
             if await self._admin_cancels(record, principal, decision_kind):
-                return await self._settle(record, response, outcome, allowed(), custom, note, as_admin=True)
+                return await self._settle(record, response, outcome, allowed(), custom, note, as_admin=True,
+                                          lease=lease)
             reason = failure or (decision.reason if decision else None) or VERIFY_FAILED
             return await self._refuse(record, response, outcome, decision, reason, custom=custom)
-        return await self._settle(record, response, outcome, decision, custom, note)
+        return await self._settle(record, response, outcome, decision, custom, note, lease=lease)
 
     async def _admin_cancels(self, record: RequestRecord, principal: Principal, decision: str) -> bool:
         """A workspace admin cancelling an approval its rule refuses them (a stuck request): allowed, and
@@ -294,7 +299,7 @@ class Settler:
 
     async def _settle(
         self, record: RequestRecord, response: InputResponse, outcome: str, decision: Decision,
-        custom: bool, note: str | None, *, as_admin: bool = False,
+        custom: bool, note: str | None, *, as_admin: bool = False, lease: bool = False,
     ) -> AnswerResult:
         req = record.request
         sid, tid, rid = record.session_id, record.turn_id, record.request_id
@@ -332,6 +337,7 @@ class Settler:
             on_settled=settled_events,
             on_partial=partial,
             on_stale=stale,
+            lease=lease,
         )
         if result.state == "settled":
             SETTLED.labels(req.kind, resolution).inc()
@@ -350,7 +356,7 @@ class Settler:
         if result.state == "partial":
             return AnswerResult("partial", record, approvals=result.approvals, required=required)
         return AnswerResult("settled", record, approvals=result.approvals, required=required,
-                            batch_complete=result.batch_complete)
+                            batch_complete=result.batch_complete, held=result.held)
 
     async def _orphaned(self, record: RequestRecord) -> AnswerResult:
         """A sub-agent's request whose delegation ended before the relay stopped the sub-agent: it ends "no

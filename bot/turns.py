@@ -210,20 +210,24 @@ class Runtime:
         note: str | None = None,
         resume: bool = True,
         record: RequestRecord | None = None,
+        lease: bool | None = None,
     ) -> AnswerResult:
         """Someone answered a request (click, select, modal or matching text).
 
         One read, the checks, one atomic settle: at most two round trips. When the step's last open
         request settles, the turn resumes here — or, with ``resume=False``, the caller resumes it
         (``drive``) after acknowledging the click. (The settle already told the sweep to look.)
+        ``lease`` (default: ``resume``): whoever resumes it does so in this process with ``result.held``, the
+        turn lease the settle then takes for it (``drive(session, result.held)``; unused, it lapses).
         """
         with logs.bound(request_id=response.request_id):
             started = time.perf_counter()
-            result = await self.settler.answer(response, note=note, record=record)
+            lease = (resume if lease is None else lease) and self.drives_here
+            result = await self.settler.answer(response, note=note, record=record, lease=lease)
             SETTLE.labels(result.state).observe(time.perf_counter() - started)
             ANSWERS.labels(result.state).inc()
             if result.batch_complete and resume:
-                await self.drive(result.record.session_id)
+                await self.drive(result.record.session_id, result.held)
         return result
 
     async def check_response(

@@ -350,7 +350,8 @@ async def settle_ack_spawn(
     to the clicker, resuming the turn) in a tracked background task.
     """
     rid = record.request_id
-    task = deps.runtime.spawn(deps.runtime.answer(response, resume=False, record=record), what=f"{what} {rid}")
+    task = deps.runtime.spawn(deps.runtime.answer(response, resume=False, record=record, lease=True),
+                              what=f"{what} {rid}")  # (_after_answer resumes the turn with the lease it took)
     done, _ = await asyncio.wait({task}, timeout=budget_s)
     if done and refusal is not None and (errors := refusal(task.result())):
         await ack(response_action="errors", errors=errors)
@@ -373,7 +374,8 @@ async def _after_answer(
     elif result.state == "invalid":
         await _tell(client, body, user_id, result.record, result.reason or "That is not one of the options.")
     if result.batch_complete:
-        deps.runtime.spawn(deps.runtime.drive(result.record.session_id), what=f"resume {result.record.session_id}")
+        deps.runtime.spawn(deps.runtime.drive(result.record.session_id, result.held),
+                           what=f"resume {result.record.session_id}")
 
 
 def _settled_text(record: RequestRecord) -> str:

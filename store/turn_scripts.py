@@ -127,15 +127,20 @@ end
 # Settle one request. Modes: settle (the answer counts), reject (the policy refused this
 # responder), approve-n (counts once `required` distinct approvers agree). First writer wins. The settle
 # that completes its step's requests writes the session's end (ARGV ``ends``: nothing is open any more).
-# KEYS: request, its approvals, events, seq, grants, open, state, granted, end, the step's other requests…
-SETTLE = """
+# With ARGV ``lease`` (a token: the settling process resumes the turn next), that settle also takes the turn
+# lease if it is free, and ``SETTLE_READ`` (its ``then``) reads what the holder starts from, so the resume
+# reads nothing first. KEYS: request, its approvals, events, seq, grants, open, state, granted, end, lease,
+# cancel, inbox, fails, the step's other requests… → {state, first seq, approvals, step complete 0/1,
+# lease taken 0/1}; with ``SETTLE_READ``, the last is ``lease_read``'s answer or false
+SETTLE = TAKE_LEASE_FN + """
 local req, oks, events, seq, grants, open = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local mode, now, outcome, response, responder, responder_id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local required, grant_key, note, maxlen = tonumber(ARGV[7]), ARGV[8], ARGV[9], ARGV[10]
 local ev_settled, ev_partial, ev_rejected, ev_stale = ARGV[11], ARGV[12], ARGV[13], ARGV[14]
 local retention, ev_gone, grant_id, grant_json, ends = ARGV[15], ARGV[16], ARGV[17], ARGV[18], ARGV[19]
+local lease, lease_ms = ARGV[20], ARGV[21]
 local granted, session_end = KEYS[8], KEYS[9]
-local BATCH = 10  -- KEYS[7..9]: state, granted, end; then the step's other requests
+local BATCH = 14  -- KEYS[7..13]: state, granted, end, lease, cancel, inbox, fails; then the step's other requests
 local function emit(list_json, approvals)
   if list_json == '' then return 0 end
   local first = 0
@@ -182,7 +187,16 @@ if grant_key ~= '' and outcome == 'approved' then
   redis.call('SADD', grants, grant_key)
 end
 local first = emit(ev_settled, count)
-return {'settled', first, count, close('settled', outcome)}
+local complete = close('settled', outcome)
+local took = complete == 1 and lease ~= '' and take_lease(KEYS[10], lease, lease_ms)
+return {'settled', first, count, complete, took and 1 or 0}
+"""
+
+SETTLE_READ = LEASE_READ_FN + """
+if type(result) == 'table' and result[5] == 1 then
+  result[5] = lease_read(KEYS[10], KEYS[7], KEYS[5], KEYS[11], KEYS[12], KEYS[13])
+elseif type(result) == 'table' then result[5] = false end
+return result
 """
 
 # Claim due timers: each due member is pushed one lease into the future and returned, atomically, so

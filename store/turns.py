@@ -22,6 +22,7 @@ from bot.protocol import (
     CancelRequested,
     Event,
     Grant,
+    HeldLease,
     InputResolved,
     InputResponse,
     LeaseLost,
@@ -65,7 +66,7 @@ class RedisTurns(TurnInbox):
         super().__init__(redis, lease_ms=lease_ms, retention_s=retention_s)
         self.grants = GrantStore(redis, self.key)  # standing approvals, listed per workspace
         self._commit = redis.register_script(replay_safe(lua.COMMIT))
-        self._settle = redis.register_script(replay_safe(lua.SETTLE))
+        self._settle = redis.register_script(replay_safe(lua.SETTLE, then=lua.SETTLE_READ))
         self._begin = redis.register_script(replay_safe(lua.BEGIN))
         self._release = redis.register_script(lua.RELEASE)
         self._retire = redis.register_script(lua.RETIRE)
@@ -371,8 +372,11 @@ class RedisTurns(TurnInbox):
         on_partial: list[Event] = (),  # type: ignore[assignment]
         on_rejected: list[Event] = (),  # type: ignore[assignment]
         on_stale: list[Event] = (),  # type: ignore[assignment]
+        lease: bool = False,
     ) -> SettleResult:
-        """One atomic settle attempt (one round trip). ``batch``: the other requests of the step.
+        """One atomic settle attempt (one round trip). ``batch``: the other requests of the step. ``lease``:
+        this process resumes the turn next: a settle that completes the step takes the turn lease if it is
+        free, with what its holder starts from (``SettleResult.held``).
 
         ``grant``: the conversation grant approving records. It is listed for the workspace first (its own
         round trip; a failure raises and nothing is settled), then the settle writes the grant and its
@@ -388,7 +392,8 @@ class RedisTurns(TurnInbox):
             self.key(record.session_id, "events"),
             self.key(record.session_id, "seq"),
             self.key(record.session_id, "grants"),
-            *[self.key(record.session_id, name) for name in ("open", "state", "granted", "end")],
+            *[self.key(record.session_id, name) for name in ("open", "state", "granted", "end", "lease", "cancel",
+                                                            "inbox", "fails")],
             *[self.request_key(b) for b in batch if b != rid],
         ]
         responder = response.principal if response else None
@@ -407,18 +412,19 @@ class RedisTurns(TurnInbox):
         ]
         gone = [InputResolved(session_id=record.session_id, turn_id=record.turn_id, resolutions=[
             Resolution(request_id=rid, kind=record.request.kind, outcome="cancelled")])]
-        ends = self._ends_at()
+        ends, token = self._ends_at(), secrets.token_hex(8) if lease else ""
         args += [self.retention_ms, _events_json(gone), grant.grant_id if grant is not None else "",
-                 grant.model_dump_json() if grant is not None else "", ends]
+                 grant.model_dump_json() if grant is not None else "", ends, token, self.lease_ms]
         # in the same round trip: have the sweep look at the session soon, so a turn whose last answer
         # this was resumes even if this process dies before it drives it, and the outbox delivers what
         # the settle appended (the card update) even then
         extra: list[Command] = [("zadd", (OUTBOX, {record.session_id: now_ms() + OUTBOX_GRACE_MS}))]
-        if mode == "settle":
-            extra.append(("zadd", (ACTIVE, {record.session_id: now_ms() + SETTLED_LOOK_AGAIN_MS})))
+        if mode == "settle":  # (with the lease taken, the sweep looks when it would have lapsed: its holder died)
+            look = self.lease_ms if lease else SETTLED_LOOK_AGAIN_MS
+            extra.append(("zadd", (ACTIVE, {record.session_id: now_ms() + look})))
         if mode != "reject":  # a settle that completes its step writes the session's end
             extra.append(("zadd", (RETIRE, {record.session_id: ends})))
-        (state, first, count, complete), *_ = await self._eval_pipelined(self._settle, keys, args, extra)
+        (state, first, count, complete, read), *_ = await self._eval_pipelined(self._settle, keys, args, extra)
         state = state.decode() if isinstance(state, bytes) else state
         if state == "missing":
             raise UnknownRequest(rid)
@@ -426,8 +432,8 @@ class RedisTurns(TurnInbox):
                   "gone": gone}[state]
         events = _with_seq([_fill_approvals(e, int(count)) for e in chosen], int(first))
         return SettleResult(
-            state=state, batch_complete=bool(complete), approvals=int(count), record=record, events=events
-        )
+            state=state, batch_complete=bool(complete), approvals=int(count), record=record, events=events,
+            held=HeldLease(token=token, snapshot=self._lease_read(read)) if read else None)
 
     # exactly-once execution ------------------------------------------------------------------
 

@@ -165,3 +165,10 @@ async def test_26_a_new_message_s_record_takes_the_lease_for_its_drive(local_sla
     for typed in (False, True):
         trips = await one_cycle_counted(local_slack, start_app, typed=typed)
         assert trips.sent_by("acquire_lease_and_read", "process_message") == 0, trips.counts
+
+
+async def test_26_the_settle_that_completes_the_step_takes_the_lease_for_the_resume(local_slack, start_app):
+    # the click's settle completes the step and takes the free turn lease with what the resume starts from:
+    # no drive of the cycle takes the lease with a round trip of its own
+    trips = await one_cycle_counted(local_slack, start_app)
+    assert trips.sent_by("acquire_lease_and_read") == 0, trips.counts

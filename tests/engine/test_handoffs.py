@@ -23,6 +23,7 @@ from store.wakeups import WakeQueue
 from tests.engine.harness import (
     ALICE,
     RecordingChannel,
+    decision,
     make_runtime,
     recording_tool,
     say,
@@ -69,6 +70,37 @@ async def test_a_record_s_lease_that_lapsed_commits_nothing_and_asks_no_model(re
     assert state["turns"] == 1
 
 
+async def test_a_settle_that_completes_the_step_takes_the_lease_and_a_dead_settler_s_lapses(redis):
+    refund, runs = recording_tool("refund", approval=always())
+    script = [call("refund", call_id="r1", charge="ch_1"), model_say("refunded")]
+    runtime_a, channel_a, store = make_runtime(redis, ScriptedModel(script), [refund], lease_ms=300)
+    await say(runtime_a, "refund ch_1")
+    [card] = channel_a.requests()
+    result = await runtime_a.answer(decision(card.request_id, "approve"), resume=False, lease=True)
+    assert result.batch_complete and result.held is not None
+    assert await redis.get(store.key(session().session_id, "lease")) == result.held.token.encode()
+    # runtime_a dies before it resumes the turn: the lease lapses and another replica runs the call, once
+    runtime_b, channel_b, _ = make_runtime(redis, ScriptedModel(script), [refund], lease_ms=300)
+    await _until(runtime_b, lambda: "turn.completed" in channel_b.types())
+    assert len(runs) == 1
+    assert channel_b.types()[-2:] == ["turn.completed", "session.waiting"]
+
+
+async def test_a_settle_s_lease_that_lapsed_starts_no_call(redis):
+    refund, runs = recording_tool("refund", approval=always())
+    script = [call("refund", call_id="r1", charge="ch_1"), model_say("refunded")]
+    runtime_a, channel_a, _ = make_runtime(redis, ScriptedModel(script), [refund], lease_ms=300)
+    await say(runtime_a, "refund ch_1")
+    [card] = channel_a.requests()
+    result = await runtime_a.answer(decision(card.request_id, "approve"), resume=False, lease=True)
+    await asyncio.sleep(0.4)  # stalls past its lease: runtime_b resumes the turn
+    runtime_b, channel_b, _ = make_runtime(redis, ScriptedModel(script), [refund], lease_ms=300)
+    await _until(runtime_b, lambda: "turn.completed" in channel_b.types())
+    await runtime_a.drive(session().session_id, result.held)  # wakes up with the old token and snapshot
+    await runtime_a.wait_idle()
+    assert len(runs) == 1  # the stalled holder's checkpoint (and its call's start) was refused
+
+
 async def test_a_record_or_settle_while_a_drive_holds_the_lease_leaves_it_to_that_drive(redis):
     refund, runs = recording_tool("refund", approval=always())
     script = [call("refund", call_id="r1", charge="ch_1"), model_say("refunded")]
@@ -78,6 +110,8 @@ async def test_a_record_or_settle_while_a_drive_holds_the_lease_leaves_it_to_tha
     sid = session().session_id
     other = await store.acquire_lease(sid)  # another replica's drive holds it
     assert await runtime.record_message(session(), ALICE, "and quickly", message_id="m2", lease=True) is not None
+    result = await runtime.answer(decision(card.request_id, "approve"), resume=False, lease=True)
+    assert result.batch_complete and result.held is None
     assert await redis.get(store.key(sid, "lease")) == other.encode()
     assert runs == []
 
@@ -92,7 +126,11 @@ async def test_a_web_process_s_records_and_settles_take_no_lease(redis):
                      model=ScriptedModel([]),
                      tools=ToolRegistry([refund]), channel=RecordingChannel(),
                      settings=RuntimeSettings(system_prompt=""))
+    sid = session().session_id
+    result = await web.answer(decision(card.request_id, "approve"), resume=False, lease=True)
+    assert result.batch_complete and result.held is None
+    assert await redis.get(store.key(sid, "lease")) is None  # left for the worker it hands over to
     await web.record_message(session("s2"), ALICE, "hello", message_id="m3", lease=True)
-    assert await redis.get(store.key(session("s2").session_id, "lease")) is None  # left for the worker
+    assert await redis.get(store.key(session("s2").session_id, "lease")) is None
     await web.wait_idle()
     assert runs == []
