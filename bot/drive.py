@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from bot import logs
 from bot.agents import delegation_live
 from bot.call_outcomes import apply_resolutions, unreported_results
+from bot.early_start import EarlyStart
 from bot.execute import Executor, ToolUnavailable, make_record
 from bot.history import compact, model_view, user_message
 from bot.intake import Intake
@@ -49,7 +51,7 @@ from bot.protocol import (
 )
 from bot.session import SessionRef, new_request_id
 from bot.settle import Settler
-from bot.state import CallResult, CallState, SessionState, StepState, TurnState
+from bot.state import CallResult, CallState, SessionState, StepState, TurnState, turn_id_for
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +76,12 @@ class _Pass:
     released: bool = False
     after: SessionSnapshot | None = None
     parked_now: bool = False  # that checkpoint parked on requests it created: none can be answered yet
+    # events of checkpoints folded into the next write (the turn's start, the model's step): while the model
+    # thinks nothing needs to be durable that the inbox does not keep (the message stays queued until then)
+    carry: list[Event] = field(default_factory=list)
+    carry_unless: str | None = None  # the model's step is carried: the next write is refused if its turn was stopped
+    early: EarlyStart | None = None  # the turn's start, written alone if the next write is slow to come
+
 
 class Driver:
     def __init__(self, parts: Parts, settler: Settler, intake: Intake, executor: Executor):
@@ -102,6 +110,8 @@ class Driver:
         store = self.p.store
         while True:
             if held is not None:  # (once: a drive that goes round again takes the lease again)
+                if not await self._still_held(session_id, held):
+                    return  # it lapsed while this process stalled: another worker drives the session
                 (token, snap), held = (held.token, held.snapshot), None
             else:
                 token, snap = await store.acquire_lease_and_read(session_id)
@@ -127,6 +137,7 @@ class Driver:
                 failed = True
                 log.exception("driving session %s failed", session_id)
             finally:
+                await self._let_go(work)
                 await keeper.stop()
             if work.released and not failed:
                 after = work.after  # the last checkpoint let the lease go and read what came meanwhile
@@ -136,6 +147,16 @@ class Driver:
                                                   read=not failed)
             if after is None or not await self._has_work(after, parked_now=work.parked_now):
                 return
+
+    async def _still_held(self, session_id: str, held: HeldLease) -> bool:
+        """Is a lease an earlier write took for this drive still ours? Asked (one round trip) only when it was
+        taken a while ago: nothing is written before the model is asked (bot.early_start), so a holder that
+        stalled past its lease would otherwise ask the model for a turn another worker has taken over."""
+        lease_s = int(getattr(self.p.store, "lease_ms", 30_000)) / 1000
+        if time.monotonic() - held.taken_at < lease_s / 3:
+            return True
+        still, _ = await self.p.store.renew_lease(session_id, held.token)
+        return still
 
     async def _after_failure(self, session_id: str, token: str) -> int:
         """Count the failure; past the limit fail the turn visibly. Returns the delay before a retry."""
@@ -198,7 +219,8 @@ class Driver:
             except (MessageTaken, CancelRequested):
                 # it answered a request, or someone asked to stop the turn, meanwhile: nothing was
                 # written; look again at Redis (a requested cancel then ends the turn from there)
-                p.taking, p.committed, p.read = [], None, None
+                await self._let_go(p)
+                p.taking, p.committed, p.read, p.carry, p.carry_unless = [], None, None, [], None
 
     async def _drive_step(self, p: _Pass) -> bool:
         """One step of the turn loop from a fresh snapshot; False when nothing more can be done now."""
@@ -262,15 +284,15 @@ class Driver:
             state.history.append({"role": "system", "content": system_prompt})
         state.history.append(user_message(message))
         state.turn = TurnState(
-            turn_id=f"turn_{secrets.token_hex(6)}",
+            turn_id=turn_id_for(p.session_id, state.turns, message),
             number=state.turns,
             owner=principal,
             step_budget=self.p.settings.step_budget,
             token_budget=self.p.settings.token_budget,
             automated=bool(message.get("automated")),
         )
-        await self._commit(p, state, [TurnStarted(session_id=p.session_id, turn_id=state.turn.turn_id,
-                                                  principal=principal)], no_hurry=True)
+        # written with the turn's first checkpoint (or alone, if that is slow to come: bot.early_start)
+        p.carry.append(TurnStarted(session_id=p.session_id, turn_id=state.turn.turn_id, principal=principal))
         return state
 
     async def _model_step(self, p: _Pass, state: SessionState, grants: set[str]) -> bool:
@@ -278,6 +300,8 @@ class Driver:
         what arrived meanwhile is read when the lease is let go)."""
         turn = state.turn
         assert turn is not None
+        if p.carry and p.early is None:
+            p.early = EarlyStart(self.p, p.session_id, p.token, state, p.carry, p.taking)
         try:
             response = await self.p.model.complete(
                 model_view(state.history, self.p.settings.history_window), self.p.tools.specs(state.agent),
@@ -307,7 +331,10 @@ class Driver:
             calls=[CallState(call_id=c.id, tool_name=c.name, arguments=c.arguments) for c in response.tool_calls],
         )
         await self.exec.apply_request_policies(state, grants)
-        await self._commit(p, state, events, unless_cancelled=turn.turn_id, no_hurry=True)
+        # the step goes with its next write (its calls' start, the park, or its results), which is refused,
+        # writing nothing, if a stop was asked meanwhile: then nothing it asked for runs
+        p.carry.extend(events)
+        p.carry_unless = turn.turn_id
         return await self._resume_step(p, state, grants, None)
 
     async def _resume_step(
@@ -453,14 +480,31 @@ class Driver:
         """The checkpoint that makes calls ready (more work follows: a tool run), starting them in its own
         fenced script (``TurnStore.commit_and_begin``); refused, like any, if a cancel was asked."""
         assert state.turn is not None
+        events = [*await self._carried(p), *events]
         saved = state.model_dump(mode="json")
         committed, begun = await self.p.store.commit_and_begin(p.session_id, p.token, saved, events, markers=markers,
                                                                ref=state.ref, take=p.taking,
                                                                unless_cancelled=state.turn.turn_id)
-        p.taking, p.committed, p.read = [], saved, None
+        p.taking, p.committed, p.read, p.carry, p.carry_unless = [], saved, None, [], None
         if committed:
             self.p.outbox.kick_later(p.session_id, committed[-1].seq, DELIVER_UNHURRIED_S)
         return begun
+
+    async def _carried(self, p: _Pass) -> list[Event]:
+        """The events folded into the next checkpoint: the turn's start's too, unless it was written alone
+        (then neither its events nor the messages it took are this checkpoint's)."""
+        early, p.early = p.early, None
+        if early is not None and await early.settle():
+            p.carry = p.carry[len(early.events):]
+            p.taking = [m for m in p.taking if m not in early.take]
+        return p.carry
+
+    async def _let_go(self, p: _Pass) -> None:
+        """What a pass folded into a checkpoint that will not come: the early start is stopped (fenced: it
+        could write nothing once the lease is gone)."""
+        early, p.early = p.early, None
+        if early is not None:
+            await early.stop()
 
     async def _commit(
         self, p: _Pass, state: SessionState, events: list[Event], requests: list[RequestRecord] = (),  # type: ignore[assignment]
@@ -470,7 +514,10 @@ class Driver:
         ``no_hurry``: more work follows (a model call, a tool run), so its events may wait up to
         ``DELIVER_UNHURRIED_S`` to go out with the next checkpoint's in one delivery pass. What people wait
         on (a card, an answer, a settled card) is at the end of a drive, or a settle, and goes out at once.
-        ``last``: nothing follows under this lease: it goes with the checkpoint (if written) in its round trip."""
+        ``last``: nothing follows under this lease: it goes with the checkpoint (if written) in its round trip.
+        What earlier checkpoints folded into this one (``_Pass.carry``) goes with it."""
+        events = [*await self._carried(p), *events]
+        unless_cancelled = unless_cancelled or p.carry_unless
         saved = state.model_dump(mode="json")
         # events that go out at once: this checkpoint's round trip begins their delivery pass too
         opening = self.p.outbox.open_pass(p.session_id, state.ref.team_id) if events and not no_hurry else None
@@ -481,7 +528,7 @@ class Driver:
         finally:
             if opening is not None:
                 opening.opened()  # the pass goes on: from what it read, else (not begun) with a begin of its own
-        p.taking, p.committed = [], saved
+        p.taking, p.committed, p.carry, p.carry_unless = [], saved, [], None
         if last:
             p.released, p.after = True, read
         else:

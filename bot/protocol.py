@@ -8,6 +8,7 @@ and produced with ``by_alias=True`` for HTTP/streaming clients.
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -398,6 +399,9 @@ class HeldLease(Contract):
 
     token: str
     snapshot: SessionSnapshot | None = None
+    # when it was taken (this process's monotonic clock): a drive that starts long after checks it is still
+    # held before asking the model anything (bot.drive: nothing is written before the model is asked)
+    taken_at: float = Field(default_factory=time.monotonic, exclude=True)
 
 
 class SettleResult(Contract):

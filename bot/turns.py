@@ -37,7 +37,7 @@ from bot.schedules import ScheduleStorePort, parse_member
 from bot.schedules import fire as fire_schedule
 from bot.session import SessionRef
 from bot.settle import AnswerResult, Settler
-from bot.state import SessionState
+from bot.state import SessionState, turn_id_for
 from bot.subagent_relay import SubAgentRelay
 from bot.timers import Timers
 from bot.tool_registry import ToolRegistry
@@ -176,7 +176,7 @@ class Runtime:
         held = QueuedMessage.held_in(message, session_id)
         answered = await self.intake.try_answer(session_id, message)
         # an answer or a dropped "approve" changed what the record read: the drive reads it again
-        stale = HeldLease(token=held.token) if held is not None else None
+        stale = held.model_copy(update={"snapshot": None}) if held is not None else None
         if answered is not None:
             own = answered.record.session_id == session_id
             if answered.batch_complete and not own:  # (a sub-agent's session, when it answered one of its requests)
@@ -241,12 +241,11 @@ class Runtime:
     async def cancel_turn(self, session_id: str, principal: Principal | None, *, resume: bool = True) -> bool:
         """Stop the current turn: pending calls never run; late answers authorize nothing. With
         ``resume=False`` the caller drives the session to end the turn (or the sweep does: it is due)."""
-        raw = (await self.store.snapshot(session_id)).state
-        if not raw:
-            return False
-        turn = SessionState.model_validate(raw).turn
+        snap = await self.store.snapshot(session_id)
+        state = SessionState.model_validate(snap.state) if snap.state else None
+        turn = state.turn if state is not None else None
         if turn is None:
-            return False
+            return await self._cancel_unwritten(session_id, state, snap.inbox, principal, resume=resume)
         if turn.owner is not None and principal is not None and not turn.owner.same_as(principal):
             return False
         await self.store.request_cancel(session_id, turn.turn_id)
@@ -254,6 +253,21 @@ class Runtime:
         self.executor.stop_running(session_id, turn.turn_id)
         for record in await self.store.get_requests(turn.open_request_ids()):
             await self.settler.resolve_unanswered(record, "cancelled")
+        if resume:
+            await self.drive(session_id)
+        return True
+
+    async def _cancel_unwritten(self, session_id: str, state: SessionState | None, inbox: list[dict[str, Any]],
+                                principal: Principal | None, *, resume: bool) -> bool:
+        """Stop the turn the first queued message starts, whose start may not be written yet (bot.drive writes
+        it with the turn's first checkpoint): its id is known in advance, and that checkpoint is refused."""
+        if not inbox:
+            return False
+        message = inbox[0]
+        owner = Principal.model_validate(message["principal"]) if message.get("principal") else None
+        if owner is not None and principal is not None and not owner.same_as(principal):
+            return False
+        await self.store.request_cancel(session_id, turn_id_for(session_id, (state.turns if state else 0) + 1, message))
         if resume:
             await self.drive(session_id)
         return True

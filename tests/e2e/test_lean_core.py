@@ -172,3 +172,14 @@ async def test_26_the_settle_that_completes_the_step_takes_the_lease_for_the_res
     # no drive of the cycle takes the lease with a round trip of its own
     trips = await one_cycle_counted(local_slack, start_app)
     assert trips.sent_by("acquire_lease_and_read") == 0, trips.counts
+
+
+async def test_26_a_turn_s_start_and_its_model_step_are_written_with_the_park(local_slack, start_app):
+    # while the model thinks, nothing needs to be durable that the inbox does not keep (the mention stays
+    # queued until the turn's first checkpoint): the mention's drive writes one checkpoint, the park, and the
+    # resume three (the calls' start, their results, the turn's end)
+    trips = await one_cycle_counted(local_slack, start_app)
+    assert trips.sent_by("_checkpoint", "_start_turn") == 0, trips.counts
+    assert trips.sent_by("_checkpoint", "_model_step") <= 2, trips.counts  # the park; the turn's end
+    assert trips.sent_by("_checkpoint") == 4, trips.counts
+

@@ -492,3 +492,88 @@ async def test_20_a_first_message_leaves_the_queue_only_with_the_turn_that_saves
     with pytest.raises(MessageTaken):  # taken already: the commit writes nothing
         await store.commit(sid, token, {"changed": True}, take=[message])
     assert json.loads(await redis.get(store.key(sid, "state"))) == {"ref": session().model_dump(mode="json")}
+
+
+# --- issue 26: the turn's start and its model step go with the next write; a lone call's result with its step's
+
+
+async def test_26_a_crash_while_the_model_thinks_leaves_the_message_queued_and_the_turn_starts_once(redis):
+    # the turn's start is written with the step's first checkpoint: a worker that dies while the model thinks
+    # has written nothing, the message is still queued, and the next worker starts the turn (once)
+    model_a = _DiesThinking([call("deploy", call_id="d1"), model_say("deployed")], dies_at=0)
+    gated, runs = recording_tool("deploy", approval=always())
+    runtime_a, channel_a, store = make_runtime(redis, model_a, [gated], lease_ms=300)
+    worker = asyncio.create_task(runtime_a.post_message(session(), ALICE, "deploy prod"))
+    await asyncio.wait_for(model_a.thinking.wait(), 2)
+    snap = await store.snapshot(session().session_id)
+    assert [m["text"] for m in snap.inbox] == ["deploy prod"] and not (snap.state or {}).get("turn")
+    worker.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await worker
+
+    runtime_b, channel_b, _ = make_runtime(redis, ScriptedModel([call("deploy", call_id="d1"), model_say("deployed")]),
+                                           [gated], lease_ms=300)
+    for _ in range(40):
+        await runtime_b.recover()
+        await runtime_b.wait_idle()
+        if channel_b.requests():
+            break
+        await asyncio.sleep(0.1)
+    [req] = channel_b.requests()
+    assert channel_a.types() + channel_b.types() == ["turn.started", "input.requested", "turn.waiting"]
+    await approve(runtime_b, req.request_id)
+    assert len(runs) == 1 and channel_b.types()[-2:] == ["turn.completed", "session.waiting"]
+    assert await store.inbox(session().session_id) == []
+
+
+async def test_26_a_stop_while_the_model_thinks_stops_the_turn_not_yet_written(redis):
+    # nothing of the turn is written yet (its start goes with its first checkpoint), yet its owner can stop
+    # it: the turn the first queued message starts has an id known in advance, and its first checkpoint is
+    # refused once a stop was asked
+    thinking, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_step(messages, tools):  # noqa: ANN001, ARG001
+        thinking.set()
+        await release.wait()
+        return call("deploy", call_id="d1")
+
+    free, runs = recording_tool("deploy")
+    runtime, channel, store = make_runtime(redis, ScriptedModel([slow_step, model_say("never")]), [free])
+    worker = asyncio.create_task(say(runtime, "deploy prod"))
+    await asyncio.wait_for(thinking.wait(), 2)
+    assert not ((await store.snapshot(session().session_id)).state or {}).get("turn"), "the start is not written yet"
+    assert await runtime.cancel_turn(session().session_id, BOB, resume=False) is False, "only its owner stops it"
+    assert await runtime.cancel_turn(session().session_id, ALICE, resume=False) is True
+    release.set()
+    await asyncio.wait_for(worker, 3)
+    await runtime.wait_idle()
+    assert runs == []
+    assert channel.types() == ["turn.started", "turn.cancelled", "session.waiting"]
+    assert await store.inbox(session().session_id) == []
+    assert user_texts((await store.snapshot(session().session_id)).state["history"]) == ["deploy prod"]
+
+
+async def test_26_a_slow_model_still_has_its_turn_s_start_written_while_it_thinks(redis):
+    # the start waits for the next write only as long as a start may wait to be delivered: a model (or a
+    # request policy) that takes longer has the start written alone, so the status line and the stop
+    # button come while it thinks, as before
+    thinking, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_step(messages, tools):  # noqa: ANN001, ARG001
+        thinking.set()
+        await release.wait()
+        return model_say("done")
+
+    runtime, channel, store = make_runtime(redis, ScriptedModel([slow_step]), [])
+    worker = asyncio.create_task(say(runtime, "hello"))
+    await asyncio.wait_for(thinking.wait(), 2)
+    for _ in range(30):
+        if ((await store.snapshot(session().session_id)).state or {}).get("turn"):
+            break
+        await asyncio.sleep(0.1)
+    snap = await store.snapshot(session().session_id)
+    assert snap.state["turn"] and snap.inbox == [], "written alone, taking the message with it"
+    release.set()
+    await asyncio.wait_for(worker, 3)
+    assert channel.types() == ["turn.started", "message.completed", "turn.completed", "session.waiting"]
+

@@ -1,0 +1,57 @@
+"""A turn's start, written alone only when its first checkpoint is slow to come (bot.drive).
+
+A new turn's start (``turn.started``, the queued messages it takes in, the state then) goes with the turn's
+first checkpoint (the park, its calls' start, or its end): while the model thinks nothing needs to be
+durable that the inbox does not keep. A model (or a request policy, a preview) that takes longer than
+``EARLY_START_S`` has the start written alone meanwhile, so the status line and Slack's stop button come
+while it thinks, as when every start was written at once; fenced by the lease token like any checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from bot.outbox import DELIVER_UNHURRIED_S
+from bot.parts import Parts
+from bot.protocol import Event
+from bot.state import SessionState
+
+# As long as a start may wait to be delivered with the next checkpoint's events (bot.outbox): the frontends'
+# status-line delay counts from the event's time, so it shows as it did.
+EARLY_START_S = DELIVER_UNHURRIED_S
+
+
+class EarlyStart:
+    """Writes the turn's start after ``EARLY_START_S`` unless the next checkpoint takes it along first."""
+
+    def __init__(self, parts: Parts, session_id: str, token: str, state: SessionState, events: list[Event],
+                 take: list[dict[str, Any]]):
+        self.p, self.session_id = parts, session_id
+        self.events, self.take = list(events), list(take)
+        self.writing = False
+        self.task = asyncio.create_task(self._write_later(token, state.model_dump(mode="json"), state))
+
+    async def _write_later(self, token: str, saved: dict[str, Any], state: SessionState) -> None:
+        await asyncio.sleep(EARLY_START_S)
+        self.writing = True
+        committed, _ = await self.p.store.commit_then_read(self.session_id, token, saved, self.events, [],
+                                                           ref=state.ref, take=self.take, read=False)
+        if committed:  # it has waited its delivery delay already
+            self.p.outbox.kick(self.session_id, committed[-1].seq)
+
+    async def settle(self) -> bool:
+        """For the next checkpoint: stop it unless it is writing; True when it wrote (raising what its write
+        raised: LeaseLost, MessageTaken), so that its events and the messages it took are not written again."""
+        if not self.writing:
+            await self.stop()
+            return False
+        await self.task
+        return True
+
+    async def stop(self) -> None:
+        """No checkpoint follows (the pass ends or starts over): stop it, writing or not (it is fenced)."""
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self.task
