@@ -81,6 +81,8 @@ class _Pass:
     carry: list[Event] = field(default_factory=list)
     carry_unless: str | None = None  # the model's step is carried: the next write is refused if its turn was stopped
     early: EarlyStart | None = None  # the turn's start, written alone if the next write is slow to come
+    # a step's last call's result (marker → JSON), written by the step's next checkpoint in its own script
+    finished: dict[str, str] = field(default_factory=dict)
 
 
 class Driver:
@@ -366,9 +368,12 @@ class Driver:
         begun: dict[str, tuple[bool, str | None]] = {}
         if started:  # nothing starts once a cancel is asked: this checkpoint is refused then
             begun = await self._commit_and_begin(p, state, started, self.exec.ready_markers(state))
-        await self.exec.run_ready(p.session_id, p.token, state, begun)
+        p.finished = await self.exec.run_ready(p.session_id, p.token, state, begun)
         results = unreported_results(p.session_id, turn)
         new_requests = self.exec.requests_for(state)
+        if new_requests:  # describing and previewing them may take a while: the last result is written first
+            await self.exec.record_results(p.session_id, p.finished)
+            p.finished = {}
         await asyncio.gather(self.exec.describe_responders(state, new_requests),
                              self.exec.preview_requests(state, new_requests))  # both bounded, side by side
         if new_requests:
@@ -501,10 +506,15 @@ class Driver:
 
     async def _let_go(self, p: _Pass) -> None:
         """What a pass folded into a checkpoint that will not come: the early start is stopped (fenced: it
-        could write nothing once the lease is gone)."""
+        could write nothing once the lease is gone), a call's result is written (never lost)."""
         early, p.early = p.early, None
         if early is not None:
             await early.stop()
+        finished, p.finished = p.finished, {}
+        try:
+            await self.exec.record_results(p.session_id, finished)
+        except Exception:  # noqa: BLE001 - the marker then says "started": reported as interrupted
+            log.exception("could not record a call's result in %s", p.session_id)
 
     async def _commit(
         self, p: _Pass, state: SessionState, events: list[Event], requests: list[RequestRecord] = (),  # type: ignore[assignment]
@@ -515,16 +525,18 @@ class Driver:
         ``DELIVER_UNHURRIED_S`` to go out with the next checkpoint's in one delivery pass. What people wait
         on (a card, an answer, a settled card) is at the end of a drive, or a settle, and goes out at once.
         ``last``: nothing follows under this lease: it goes with the checkpoint (if written) in its round trip.
-        What earlier checkpoints folded into this one (``_Pass.carry``) goes with it."""
+        What earlier checkpoints folded into this one (``_Pass.carry``, ``.finished``) goes with it."""
         events = [*await self._carried(p), *events]
         unless_cancelled = unless_cancelled or p.carry_unless
+        finished, p.finished = p.finished, {}
         saved = state.model_dump(mode="json")
         # events that go out at once: this checkpoint's round trip begins their delivery pass too
         opening = self.p.outbox.open_pass(p.session_id, state.ref.team_id) if events and not no_hurry else None
         try:
             committed, read = await self.p.store.commit_then_read(
                 p.session_id, p.token, saved, events, list(requests), ref=state.ref, take=p.taking,
-                unless_cancelled=unless_cancelled, read=then_step or last, release=last, opening=opening)
+                unless_cancelled=unless_cancelled, read=then_step or last, release=last, opening=opening,
+                finished=finished)
         finally:
             if opening is not None:
                 opening.opened()  # the pass goes on: from what it read, else (not begun) with a begin of its own

@@ -28,7 +28,7 @@ from bot.approval import (
 )
 from bot.builtin.delegate import is_delegate
 from bot.metrics import TOOL_RUNS, TOOL_SECONDS
-from bot.parts import Parts
+from bot.parts import Parts, TurnStore
 from bot.protocol import (
     CANCEL,
     ActionRef,
@@ -386,21 +386,31 @@ class Executor:
         return [marker_of(turn.turn_id, turn.step, c) for c in turn.step.calls if c.status == "ready"]
 
     async def run_ready(self, session_id: str, token: str, state: SessionState,
-                        begun: dict[str, tuple[bool, str | None]] | None = None) -> None:
+                        begun: dict[str, tuple[bool, str | None]] | None = None) -> dict[str, str]:
         """Run the calls that are ready; ``begun``: markers the last checkpoint started already, with its
-        answer (a call not in it starts itself)."""
+        answer (a call not in it starts itself). Returns the result of the last call to finish (marker →
+        JSON), not written yet: the caller's next checkpoint writes it in its own script (``Finishes``)."""
         turn = state.turn
         assert turn is not None and turn.step is not None
         ready = [c for c in turn.step.calls if c.status == "ready"]
         self.ensure_tools(state)
         begun = begun or {}
-        await asyncio.gather(*(self.run_call(session_id, token, state, c,
-                                             begun.get(marker_of(turn.turn_id, turn.step, c))) for c in ready))
+        finishes = Finishes(len(ready))
+        await asyncio.gather(*(self.run_call(session_id, token, state, c, begun.get(marker_of(turn.turn_id, turn.step, c)),
+                                             finishes=finishes) for c in ready))
+        return finishes.last
+
+    async def record_results(self, session_id: str, results: dict[str, str]) -> None:
+        """Write results ``run_ready`` left to a checkpoint that will not come at once (marker → JSON)."""
+        for marker, result_json in results.items():
+            await self.p.store.finish_execution(session_id, marker, result_json)
 
     async def run_call(self, session_id: str, token: str, state: SessionState, call: CallState,
-                       begun: tuple[bool, str | None] | None = None) -> None:
+                       begun: tuple[bool, str | None] | None = None, *, finishes: Finishes | None = None) -> None:
         """Run one call at most once per approval (markers survive crashes and rival workers). ``begun``:
-        its marker was started by the checkpoint that made it ready (that script's answer, fenced alike)."""
+        its marker was started by the checkpoint that made it ready (that script's answer, fenced alike).
+        ``finishes``: the step's calls running together (the last one's result is left to the caller)."""
+        finishes = finishes or Finishes(0)
         tool = self.require(call.tool_name)
         turn = state.turn
         assert turn is not None and turn.step is not None
@@ -409,9 +419,11 @@ class Executor:
         if not fresh:
             if recorded and recorded != "started":
                 apply_recorded(call, json.loads(recorded))
+                finishes.skip()
                 return
             if not tool.idempotent:
                 call.status, call.result = "done", CallResult(status="failed", error=INTERRUPTED)
+                finishes.skip()
                 return
         ctx = ToolContext(
             session=session_info(state),
@@ -452,10 +464,32 @@ class Executor:
         if ctx.parked is not None:  # the tool asked (even if it caught the park signal): the turn parks
             ask = ctx.parked.model_dump(mode="json")
             call.status, call.result = "asking", CallResult(status="failed", output=ask)
-            await self.p.store.finish_execution(session_id, marker, json.dumps({"asked": ask}))
+            await finishes.record(self.p.store, session_id, marker, json.dumps({"asked": ask}))
             return
         assert call.result is not None
-        await self.p.store.finish_execution(session_id, marker, call.result.model_dump_json())
+        await finishes.record(self.p.store, session_id, marker, call.result.model_dump_json())
+
+
+class Finishes:
+    """A step's calls running together. Each records its result in its execution marker as it finishes, so
+    a crash loses none, except the last to finish: its result is handed back (``last``) for the step's next
+    checkpoint to write in the same script, one write instead of two, with nothing awaited in between. A
+    call that raises never counts down, so then nobody is last and every result is written at once."""
+
+    def __init__(self, running: int):
+        self.running = running
+        self.last: dict[str, str] = {}
+
+    def skip(self) -> None:
+        """A call that ran nothing (its result was recorded before, or it was interrupted)."""
+        self.running -= 1
+
+    async def record(self, store: TurnStore, session_id: str, marker: str, result_json: str) -> None:
+        self.running -= 1
+        if self.running == 0:
+            self.last[marker] = result_json
+            return
+        await store.finish_execution(session_id, marker, result_json)
 
 
 def observe_tool_run(tool: str, outcome: str, seconds: float) -> None:

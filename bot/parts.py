@@ -62,6 +62,7 @@ class TurnStore(Protocol):
                                ref: SessionRef | None = None, take: list[dict[str, Any]] = ...,
                                unless_cancelled: str | None = None, read: bool = True,
                                release: bool = False, opening: PassOpening | None = None,
+                               finished: dict[str, str] | None = None,
                                ) -> tuple[list[Event], SessionSnapshot | None]: ...
     async def commit_and_begin(self, session_id: str, token: str, state: dict[str, Any], events: list[Event], *,
                                markers: list[str], ref: SessionRef | None = None,

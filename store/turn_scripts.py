@@ -39,11 +39,17 @@ return {verdict, ends}
 # request, it ends the turn and writes the session's end (ARGV ``ends``). Opening one takes the end away.
 # ``begin``: execution markers of the calls this checkpoint makes ready, started in the same fenced step, as
 # ``BEGIN`` starts one (SET NX with their own end): per marker '' (started now, run it) or what was there.
-# KEYS: lease, state, events, seq, out, open, end, the new requests…, cancel, inbox, the markers…;
-# ARGV ends with: …, maxlen, markers' lifetime ms, number of markers → {first seq, {per marker}} | -1/-2/-3
+# ``finished``: results of calls that ran (a step's last), written into their markers first and whatever
+# the checkpoint's fate, as ``finish_execution`` writes one: a fact about the world, not fenced.
+# KEYS: lease, state, events, seq, out, open, end, the new requests…, cancel, inbox, the markers…, the
+# finished markers…; ARGV ends with: …, maxlen, markers' lifetime ms, number of markers, the finished
+# results…, their number → {first seq, {per marker}} | -1/-2/-3
 COMMIT = """
-local n_begin, begin_ms = tonumber(ARGV[#ARGV]), ARGV[#ARGV - 1]
-local A, K = #ARGV - 2, #KEYS - n_begin  -- the last of the checkpoint's own ARGV and KEYS
+local n_done = tonumber(ARGV[#ARGV])
+local NA, NK = #ARGV - n_done - 1, #KEYS - n_done  -- the checkpoint's own ARGV and KEYS end there
+for i = 1, n_done do redis.call('SET', KEYS[NK + i], ARGV[NA + i], 'PX', ARGV[NA - 1]) end
+local n_begin, begin_ms = tonumber(ARGV[NA]), ARGV[NA - 1]
+local A, K = NA - 2, NK - n_begin  -- the last of the checkpoint's own ARGV and KEYS
 local token, state_json, n_events, n_requests = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local ref_json, ends = ARGV[A - 2], ARGV[A - 1]
 local take, unless_cancelled, release = cjson.decode(ARGV[A - 3]), ARGV[A - 4], ARGV[A - 5]

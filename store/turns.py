@@ -213,13 +213,14 @@ class RedisTurns(TurnInbox):
         read: bool = True,
         release: bool = False,
         opening: PassOpening | None = None,
+        finished: dict[str, str] | None = None,
     ) -> tuple[list[Event], SessionSnapshot | None]:
         """Atomically checkpoint state, create requests and append events; returns events with seq
         (:meth:`_checkpoint`). ``opening``: begin that delivery pass in the same round trip, after the
         script (``begin_with_checkpoint``; the pass is set on it, also when the checkpoint is refused)."""
         committed, snapshot, _ = await self._checkpoint(session_id, token, state, events, requests, ref=ref, take=take,
                                                         unless_cancelled=unless_cancelled, read=read, release=release,
-                                                        opening=opening)
+                                                        opening=opening, finished=finished or {})
         return committed, snapshot
 
     async def commit_and_begin(
@@ -249,6 +250,7 @@ class RedisTurns(TurnInbox):
         release: bool = False,
         markers: list[str] = (),  # type: ignore[assignment]
         opening: PassOpening | None = None,
+        finished: dict[str, str] | None = None,
     ) -> tuple[list[Event], SessionSnapshot | None, dict[str, tuple[bool, str | None]]]:
         """Atomically checkpoint state, create requests and append events; returns events with seq.
 
@@ -266,7 +268,9 @@ class RedisTurns(TurnInbox):
         and, with ``read``, the snapshot is read after (what arrived while the lease was held), as
         :meth:`release_lease` does.
         ``markers``: execution markers to start with the checkpoint (:meth:`commit_and_begin`).
+        ``finished``: calls' results (marker → JSON), written first even if refused (as :meth:`finish_execution`).
         """
+        finished = finished or {}
         keys = [
             self.key(session_id, "lease"),
             self.key(session_id, "state"),
@@ -279,6 +283,7 @@ class RedisTurns(TurnInbox):
             self.key(session_id, "cancel"),
             self.key(session_id, "inbox"),
             *[self.key(session_id, f"exec:{marker}") for marker in markers],
+            *[self.key(session_id, f"exec:{marker}") for marker in finished],
         ]
         ends = self._ends_at()  # written by the script only if this checkpoint ends the turn
         args: list[Any] = [
@@ -296,6 +301,8 @@ class RedisTurns(TurnInbox):
             EVENTS_MAXLEN,
             self.retention_ms,
             len(markers),
+            *finished.values(),
+            len(finished),
         ]
         # the outbox entry travels in the same write as the commit, so committed events are never
         # left without someone to deliver them (the committer normally delivers them at once)

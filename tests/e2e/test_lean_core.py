@@ -9,6 +9,9 @@ so the cost cannot creep back unnoticed. The figures per cycle are in docs/PERFO
 from __future__ import annotations
 
 import asyncio
+import json
+
+from redis.asyncio import Redis
 
 from bot.approval import always
 from bot.tools import ToolContext, tool
@@ -183,3 +186,15 @@ async def test_26_a_turn_s_start_and_its_model_step_are_written_with_the_park(lo
     assert trips.sent_by("_checkpoint", "_model_step") <= 2, trips.counts  # the park; the turn's end
     assert trips.sent_by("_checkpoint") == 4, trips.counts
 
+
+async def test_26_a_lone_call_s_result_is_written_with_its_step_s_checkpoint(local_slack, start_app, redis_url):
+    # the step's last (here only) call to finish has its result recorded in its execution marker by the
+    # checkpoint that reports the step's results, in the same script: one write, not two
+    trips = await one_cycle_counted(local_slack, start_app)
+    assert trips.sent_by("finish_execution") == 0, trips.counts
+    redis = Redis.from_url(redis_url)
+    try:
+        markers = [await redis.get(key) async for key in redis.scan_iter(match="*:exec:*")]
+    finally:
+        await redis.aclose()
+    assert markers and all(json.loads(m)["status"] == "completed" for m in markers), markers

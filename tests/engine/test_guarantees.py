@@ -11,6 +11,7 @@ import contextlib
 import json
 import sys
 import time
+from typing import Any
 
 import pytest
 
@@ -577,3 +578,54 @@ async def test_26_a_slow_model_still_has_its_turn_s_start_written_while_it_think
     await asyncio.wait_for(worker, 3)
     assert channel.types() == ["turn.started", "message.completed", "turn.completed", "session.waiting"]
 
+
+async def test_26_a_call_s_result_is_recorded_even_when_its_step_s_checkpoint_is_refused(redis):
+    # the last call's result rides the step's checkpoint; the checkpoint is fenced, the result is not (a
+    # fact about the world): a worker that lost its lease meanwhile still leaves the result for its successor
+    sid = session().session_id
+    lease: list[str] = []
+
+    async def pay(args: dict) -> dict:
+        await redis.set(lease[0], "someone-else", px=60_000)  # another worker took the turn meanwhile
+        return {"paid": True}
+
+    runtime, channel, store = make_runtime(redis, ScriptedModel([call("pay", call_id="p1"), model_say("paid")]),
+                                           [Tool(pay, name="pay")])
+    lease.append(store.key(sid, "lease"))
+    await say(runtime, "pay it")
+    markers = [key async for key in redis.scan_iter(match=store.key(sid, "exec:*"))]
+    assert len(markers) == 1
+    recorded = json.loads(await redis.get(markers[0]))
+    assert (recorded["status"], recorded["output"]) == ("completed", {"paid": True})
+    assert "turn.completed" not in channel.types(), "the refused checkpoint wrote nothing else"
+
+
+async def test_26_with_several_calls_each_result_is_durable_as_it_finishes(redis):
+    # only the step's last call to finish waits for the step's checkpoint; a call that finishes while another
+    # still runs has its result recorded at once
+    release = asyncio.Event()
+
+    async def quick(args: dict) -> dict:
+        return {"quick": True}
+
+    async def slow(args: dict) -> dict:
+        await release.wait()
+        return {"slow": True}
+
+    model = ScriptedModel([calls(("quick", {}, "q1"), ("slow", {}, "s1")), model_say("both")])
+    runtime, channel, store = make_runtime(redis, model, [Tool(quick, name="quick"), Tool(slow, name="slow")])
+    sid = session().session_id
+    worker = asyncio.create_task(say(runtime, "both"))
+    recorded: list[Any] = []
+    for _ in range(30):
+        values = [await redis.get(key) async for key in redis.scan_iter(match=store.key(sid, "exec:*"))]
+        recorded = [v.decode() if v == b"started" else json.loads(v)["output"] for v in values]
+        if {"quick": True} in recorded:
+            break
+        await asyncio.sleep(0.05)
+    assert sorted(map(str, recorded)) == ["started", "{'quick': True}"], "the slow call still runs; quick's is recorded"
+    release.set()
+    await asyncio.wait_for(worker, 3)
+    values = [json.loads(await redis.get(key)) async for key in redis.scan_iter(match=store.key(sid, "exec:*"))]
+    assert sorted(json.dumps(v["output"]) for v in values) == ['{"quick": true}', '{"slow": true}']
+    assert channel.types()[-2:] == ["turn.completed", "session.waiting"]
