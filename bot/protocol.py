@@ -373,6 +373,9 @@ class RequestRecord(Contract):
     batch: list[str] = Field(default_factory=list)  # request ids parked together with this one
     undeliverable: str | None = None  # why its card could not be shown (the channel is gone): App Home says so
     escalated_to: list[Principal] = Field(default_factory=list)  # who may answer too since it was escalated
+    # counts every change of the stored record (1 when parked): a settle checked against an older one is
+    # refused with the fresh record (``RequestChanged``), so no answer is decided on a stale copy
+    rev: int = 0
 
     @property
     def request_id(self) -> str:
@@ -414,6 +417,15 @@ class SettleResult(Contract):
     record: RequestRecord | None = None  # the record after the attempt (stale: who settled it)
     events: list[Event] = Field(default_factory=list)  # what was appended, with sequence numbers
     held: HeldLease | None = None  # the turn lease, taken for the resume (``settle(lease=True)``)
+
+
+class RequestChanged(Exception):
+    """The request changed since the record an answer was checked against (``RequestRecord.rev``): nothing
+    was written; ``record`` is the stored one now, to check the answer against again."""
+
+    def __init__(self, record: RequestRecord):
+        super().__init__(f"request {record.request_id} changed (now revision {record.rev})")
+        self.record = record
 
 
 class UnknownRequest(LookupError):

@@ -48,6 +48,7 @@ from bot.protocol import (
     InputRequest,
     InputResolved,
     InputResponse,
+    RequestChanged,
     RequestRecord,
     Resolution,
 )
@@ -67,6 +68,7 @@ NO_EDITS_WITH_SEVERAL = "This request needs several approvals, so it can only be
 NOT_GRANTABLE = "This request can only be approved this once."
 FORM_ONLY = "This request is answered by filling in its form: use “Open form” on the card."
 NOTE_LIMIT = 2000  # characters of a reason kept (a card quotes it; the model reads it)
+CHECKS_AGAINST_CHANGES = 3  # a request that keeps changing under an answer: it fails (try again) after this
 
 
 @dataclass
@@ -91,7 +93,23 @@ class Settler:
         lease: bool = False,
     ) -> AnswerResult:
         """One read (unless the caller has the record), the checks, one atomic settle. ``lease``: the caller
-        resumes the turn next, so a settle that completes the step takes the turn lease for it."""
+        resumes the turn next, so a settle that completes the step takes the turn lease for it.
+
+        The settle (and a refusal) is refused if the request changed since the record the checks read (its
+        ``rev``: the caller's copy may be one this process kept, ``recent_request``): the answer is then
+        checked again, from the start, against the record the refusal returned. Fail closed: an answer is
+        never decided on a stale record."""
+        for _ in range(CHECKS_AGAINST_CHANGES):
+            try:
+                return await self._answer(response, note=note, record=record, lease=lease)
+            except RequestChanged as changed:
+                record = changed.record
+        log.warning("request %s kept changing under an answer; not settled", response.request_id)
+        assert record is not None
+        return AnswerResult("failed", record, reason=POLICY_UNAVAILABLE)
+
+    async def _answer(self, response: InputResponse, *, note: str | None, record: RequestRecord | None,
+                      lease: bool) -> AnswerResult:
         if record is None or record.request_id != response.request_id:
             record = await self.p.store.get_request(response.request_id)  # raises UnknownRequest
         logs.bind(session_id=record.session_id, turn_id=record.turn_id, team_id=record.team_id)
@@ -291,7 +309,7 @@ class Settler:
         refusal = ApprovalCandidate(session_id=sid, turn_id=tid, request_id=rid, outcome=kind,
                                     responder=principal, reason=reason, reply_to=response.reply_to)
         result = await self.p.store.settle(record, mode="reject", outcome=outcome, response=response,
-                                           on_rejected=[*pending, refusal])
+                                           on_rejected=[*pending, refusal], rev=record.rev)
         self.p.outbox.kick(sid)
         if result.state in ("stale", "gone"):  # say who settled it meanwhile, or that it is no longer needed
             return AnswerResult("stale", await self.p.store.get_request(rid))
@@ -338,6 +356,7 @@ class Settler:
             on_partial=partial,
             on_stale=stale,
             lease=lease,
+            rev=record.rev,
         )
         if result.state == "settled":
             SETTLED.labels(req.kind, resolution).inc()

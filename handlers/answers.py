@@ -50,13 +50,14 @@ from bot.turns import AnswerResult
 from handlers.delivery.notes import tell_privately
 from handlers.deps import SlackDeps
 from handlers.identity import interaction_principal
-from handlers.outage import read_in_time
+from handlers.outage import READ_BUDGET_S, read_in_time, store_down
 from handlers.routes.results import RESULT_PATH
 
 log = logging.getLogger(__name__)
 
 ACK_BUDGET_SECONDS = 2.0  # Slack allows 3 s; keep a margin for the network
 CHECK_BEFORE_FORM_S = 1.0  # a modal's trigger lasts 3 s: ask the response policy only this long first
+PROBE_S = 0.4  # an answer from a kept record still unsettled after READ_BUDGET_S: is the store there at all?
 
 
 def register(app: AsyncApp, deps: SlackDeps) -> None:
@@ -89,9 +90,14 @@ async def _on_action(deps: SlackDeps, ack: Any, body: dict[str, Any], action: di
         await ack()
         return
     started = time.monotonic()
+    # an answer (not a form or a token) starts from the record as this process parked or last read it, if
+    # it kept one: the settle checks its revision and, if the request changed since, the answer is checked
+    # again against the stored one (bot.settle), so a stale copy never decides it
+    settles = decoded.control not in MODAL_CONTROLS and decoded.control != "token"
+    kept = deps.store.recent_request(decoded.request_id) if settles else None
     try:
         async with read_in_time():  # a hung store: "try again" in time (handlers.outage), not Slack's timeout
-            record = await deps.store.get_request(decoded.request_id)
+            record = kept or await deps.store.get_request(decoded.request_id)
     except UnknownRequest:
         await ack()
         deps.runtime.spawn(_tell(client, body, principal.slack_user_id, None, not_found_text()),
@@ -110,7 +116,7 @@ async def _on_action(deps: SlackDeps, ack: Any, body: dict[str, Any], action: di
     response = _clicked(record, decoded.control, raw_value, principal).model_copy(
         update={"reply_to": where_clicked(body)})
     # the ack budget counts from the click's arrival, the read above included
-    await settle_ack_spawn(deps, ack, client, body, response, record, what="answer",
+    await settle_ack_spawn(deps, ack, client, body, response, record, what="answer", kept=kept is not None,
                            budget_s=max(ACK_BUDGET_SECONDS - (time.monotonic() - started), 0.1))
 
 
@@ -225,7 +231,12 @@ def _form_model(record: RequestRecord | None) -> Any:
 
 async def _finish(deps: SlackDeps, client: Any, body: dict[str, Any], user_id: str | None,
                   task: asyncio.Task[AnswerResult], *, quiet_refusals: bool = False) -> None:
-    await _after_answer(deps, client, body, user_id, await task, quiet_refusals=quiet_refusals)
+    try:
+        result = await task
+    except UnknownRequest:  # gone since this process kept its record (``recent_request``)
+        await _tell(client, body, user_id, None, not_found_text())
+        return
+    await _after_answer(deps, client, body, user_id, result, quiet_refusals=quiet_refusals)
 
 
 async def _on_freeform_submit(deps: SlackDeps, ack: Any, body: dict[str, Any], view: dict[str, Any], client: Any) -> None:
@@ -340,6 +351,7 @@ def _modal_refusal(result: AnswerResult, error_block: str) -> dict[str, str] | N
 async def settle_ack_spawn(
     deps: SlackDeps, ack: Any, client: Any, body: dict[str, Any], response: InputResponse, record: RequestRecord,
     *, what: str, budget_s: float, refusal: Callable[[AnswerResult], dict[str, str] | None] | None = None,
+    kept: bool = False,
 ) -> None:
     """Settle, ack, then spawn: the order every answer from Slack follows (DESIGN §10).
 
@@ -348,11 +360,23 @@ async def settle_ack_spawn(
     With ``refusal`` (a modal), a refusal known in time is the ack itself: the modal shows it under its
     input, and is not told again after the ack. Then the ack, then what needs Slack or the turn (notes
     to the clicker, resuming the turn) in a tracked background task.
+
+    A store that cannot be reached is the person's "try again" (handlers.outage), as when the read before it
+    fails: the settle's own failure within the budget is raised; and ``kept`` (the record was this process's
+    copy: no read went first), a settle still under way after ``READ_BUDGET_S`` has the store probed, and
+    a store that does not answer the probe in ``PROBE_S`` is one that hangs.
     """
     rid = record.request_id
     task = deps.runtime.spawn(deps.runtime.answer(response, resume=False, record=record, lease=True),
                               what=f"{what} {rid}")  # (_after_answer resumes the turn with the lease it took)
-    done, _ = await asyncio.wait({task}, timeout=budget_s)
+    started = time.monotonic()
+    done, _ = await asyncio.wait({task}, timeout=min(budget_s, READ_BUDGET_S) if kept else budget_s)
+    if not done and kept:
+        async with read_in_time(PROBE_S):  # raises StoreTooSlow: the store hangs
+            await deps.store.ping()
+        done, _ = await asyncio.wait({task}, timeout=max(budget_s - (time.monotonic() - started), 0))
+    if done and (failed := task.exception()) is not None and store_down(failed):
+        raise failed
     if done and refusal is not None and (errors := refusal(task.result())):
         await ack(response_action="errors", errors=errors)
         return

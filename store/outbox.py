@@ -424,6 +424,7 @@ class RedisOutbox(RequestReads):
     async def mark_undeliverable(self, request_id: str, reason: str) -> None:
         """Note on a stored request that its card cannot be shown (never creates a request)."""
         await self.redis.eval(
-            "if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'undeliverable', ARGV[1]) end",
+            "if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'undeliverable', ARGV[1]); "
+            "redis.call('HINCRBY', KEYS[1], 'rev', 1) end",  # (``rev`` counts every change of a request)
             1, self.request_key(request_id), reason[:300],
         )

@@ -5,14 +5,44 @@ and how they are read. The turns write records (store/turns.py); the turns and t
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from typing import Any
 
 from bot.protocol import RequestRecord, UnknownRequest
 from store.session_keys import SessionRedis
 
+RECENT_REQUESTS = 1024  # records this process parked or read last, kept for the next click on one
+
 
 class RequestReads(SessionRedis):
-    """Reading stored request records with who approved so far."""
+    """Reading stored request records with who approved so far; and the records this process parked or read
+    last (bounded), so that a click on one needs no read before its settle: the settle checks the record's
+    revision and refuses a changed one (``RequestChanged``), so a stale copy never decides an answer."""
+
+    _recent: OrderedDict[str, RequestRecord]
+
+    def remember(self, *records: RequestRecord) -> None:
+        if not hasattr(self, "_recent"):
+            self._recent = OrderedDict()
+        for record in records:
+            self._recent[record.request_id] = record
+            self._recent.move_to_end(record.request_id)
+        while len(self._recent) > RECENT_REQUESTS:
+            self._recent.popitem(last=False)
+
+    def forget(self, request_id: str) -> None:
+        """This process changed it (a settle, a mark): the copy is old."""
+        getattr(self, "_recent", {}).pop(request_id, None)
+
+    def recent_request(self, request_id: str) -> RequestRecord | None:
+        """The record as this process parked or last read it (no I/O; maybe stale: for a settle, which
+        checks its revision), or None."""
+        record = getattr(self, "_recent", {}).get(request_id)
+        return record.model_copy() if record is not None else None
+
+    async def ping(self) -> None:
+        """One PING: is the store there (a click that read nothing first asks when its settle is slow)."""
+        await self.redis.ping()
 
     async def get_request(self, request_id: str) -> RequestRecord:
         """The stored record with its approvers; UnknownRequest if there is none."""
@@ -25,6 +55,7 @@ class RequestReads(SessionRedis):
             raise UnknownRequest(request_id)
         record = record_from_fields(fields)
         record.approvals = sorted(o.decode() for o in oks)
+        self.remember(record)
         return record
 
     async def get_requests(self, request_ids: list[str]) -> list[RequestRecord]:
@@ -42,6 +73,7 @@ class RequestReads(SessionRedis):
                 record = record_from_fields(fields)
                 record.approvals = sorted(o.decode() for o in oks)
                 records.append(record)
+        self.remember(*records)
         return records
 
 
@@ -69,7 +101,13 @@ def record_fields(record: RequestRecord) -> dict[str, str]:
         "grant_on_approve": "1" if record.grant_on_approve else "0",
         "status": record.status,
         "batch": json.dumps(record.batch),
+        "rev": "1",  # a new record's (only new ones are written whole); every change counts it up
     }
+
+
+def as_parked(record: RequestRecord) -> RequestRecord:
+    """A new record as a read of it right after its park returns it (what ``record_fields`` keeps)."""
+    return record_from_fields({k.encode(): v.encode() for k, v in record_fields(record).items()})
 
 
 def record_from_fields(fields: dict[bytes, bytes]) -> RequestRecord:
@@ -96,5 +134,6 @@ def record_from_fields(fields: dict[bytes, bytes]) -> RequestRecord:
             "batch": json.loads(f.get("batch") or "[]"),
             "undeliverable": f.get("undeliverable") or None,
             "escalated_to": json.loads(f.get("escalated_to") or "[]"),
+            "rev": int(f.get("rev") or 0),
         }
     )

@@ -54,7 +54,9 @@ class TurnInbox(TurnListings):
     def _lease_read(self, read: list[Any]) -> SessionSnapshot:
         """The snapshot a script read with the lease (``lease_read`` in store/turn_scripts.py)."""
         *snapshot, found = read
-        return self._snapshot_from(snapshot, None).model_copy(update={"requests": records_read_in_script(found)})
+        records = records_read_in_script(found)
+        self.remember(*records.values())
+        return self._snapshot_from(snapshot, None).model_copy(update={"requests": records})
 
     # inbox -----------------------------------------------------------------------------------
 

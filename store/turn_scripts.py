@@ -135,16 +135,19 @@ end
 # that completes its step's requests writes the session's end (ARGV ``ends``: nothing is open any more).
 # With ARGV ``lease`` (a token: the settling process resumes the turn next), that settle also takes the turn
 # lease if it is free, and ``SETTLE_READ`` (its ``then``) reads what the holder starts from, so the resume
-# reads nothing first. KEYS: request, its approvals, events, seq, grants, open, state, granted, end, lease,
-# cancel, inbox, fails, the step's other requests… → {state, first seq, approvals, step complete 0/1,
-# lease taken 0/1}; with ``SETTLE_READ``, the last is ``lease_read``'s answer or false
+# reads nothing first. ARGV ``rev``: the revision of the record the caller's checks read (a request's ``rev``
+# counts every change of it): an open request changed since is not touched → {'changed', 0, 0, 0, 0, its
+# fields, its approvals}, and the caller checks the fresh record again (fail closed; a stale record never
+# settles). KEYS: request, its approvals, events, seq, grants, open, state, granted, end, lease, cancel,
+# inbox, fails, the step's other requests… → {state, first seq, approvals, step complete 0/1, lease taken
+# 0/1}; with ``SETTLE_READ``, the last is ``lease_read``'s answer or false
 SETTLE = TAKE_LEASE_FN + """
 local req, oks, events, seq, grants, open = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local mode, now, outcome, response, responder, responder_id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local required, grant_key, note, maxlen = tonumber(ARGV[7]), ARGV[8], ARGV[9], ARGV[10]
 local ev_settled, ev_partial, ev_rejected, ev_stale = ARGV[11], ARGV[12], ARGV[13], ARGV[14]
 local retention, ev_gone, grant_id, grant_json, ends = ARGV[15], ARGV[16], ARGV[17], ARGV[18], ARGV[19]
-local lease, lease_ms = ARGV[20], ARGV[21]
+local lease, lease_ms, rev = ARGV[20], ARGV[21], ARGV[22]
 local granted, session_end = KEYS[8], KEYS[9]
 local BATCH = 14  -- KEYS[7..13]: state, granted, end, lease, cancel, inbox, fails; then the step's other requests
 local function emit(list_json, approvals)
@@ -162,6 +165,7 @@ end
 local function close(status, closed_outcome)
   redis.call('HSET', req, 'status', status, 'outcome', closed_outcome, 'response', response,
              'responder', responder, 'settled_at', now, 'note', note)
+  redis.call('HINCRBY', req, 'rev', 1)
   redis.call('PEXPIRE', req, retention)
   redis.call('PEXPIRE', oks, retention)
   redis.call('SREM', open, req)
@@ -174,6 +178,9 @@ end
 local status = redis.call('HGET', req, 'status')
 if not status then return {'missing', 0, 0, 0} end
 if status ~= 'open' then return {'stale', emit(ev_stale), 0, 0} end
+if rev ~= '' and tonumber(redis.call('HGET', req, 'rev') or '0') ~= tonumber(rev) then
+  return {'changed', 0, 0, 0, 0, redis.call('HGETALL', req), redis.call('SMEMBERS', oks)}
+end
 if redis.call('EXISTS', KEYS[7]) == 0 then  -- its turn is gone: nothing can resume, so nobody may approve it
   response, responder, note = '', '', ''
   local first = emit(ev_gone)
@@ -182,7 +189,7 @@ end
 if mode == 'reject' then return {'rejected', emit(ev_rejected), 0, 0} end
 local count = 0
 if required > 1 and outcome == 'approved' then
-  redis.call('SADD', oks, responder_id)
+  if redis.call('SADD', oks, responder_id) == 1 then redis.call('HINCRBY', req, 'rev', 1) end
   count = redis.call('SCARD', oks)
   if count < required then return {'partial', emit(ev_partial, count), count, 0} end
 end
@@ -226,6 +233,7 @@ return out
 MARK_ONCE = """
 if redis.call('HGET', KEYS[1], 'status') ~= 'open' then return 0 end
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
+redis.call('HINCRBY', KEYS[1], 'rev', 1)
 local s = redis.call('INCR', KEYS[3])
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 's', s, 'e', ARGV[3])
 return s
@@ -239,6 +247,7 @@ CHANGE_RESPONDERS = """
 if redis.call('HGET', KEYS[1], 'status') ~= 'open' then return 0 end
 if tonumber(redis.call('HGET', KEYS[1], 'responders_v') or '-1') >= tonumber(ARGV[2]) then return 0 end
 redis.call('HSET', KEYS[1], 'responders', ARGV[1], 'responders_v', ARGV[2])
+redis.call('HINCRBY', KEYS[1], 'rev', 1)
 local s = redis.call('INCR', KEYS[3])
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 's', s, 'e', ARGV[3])
 return s

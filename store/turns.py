@@ -27,6 +27,7 @@ from bot.protocol import (
     InputResponse,
     LeaseLost,
     MessageTaken,
+    RequestChanged,
     RequestRecord,
     Resolution,
     Responders,
@@ -41,7 +42,7 @@ from store.delivery_pass import BeginWithCheckpoint
 from store.grants import GrantStore, session_ended
 from store.pipelined import Command, evalsha, pipelined
 from store.replay import replay_safe
-from store.requests import record_fields
+from store.requests import as_parked, record_fields, record_from_fields
 from store.session_keys import (
     ACTIVE,
     DEFAULT_RETENTION_SECONDS,
@@ -339,6 +340,7 @@ class RedisTurns(TurnInbox):
         first, started = written
         begun = {m: (v == b"", None if v == b"" else v.decode()) for m, v in zip(markers, started, strict=True)}
         snapshot = self._snapshot_from(rest[len(extra):], None if release else state) if reads else None
+        self.remember(*(as_parked(r) for r in requests))  # the next click on one reads nothing first
         return _with_seq(events, int(first)), snapshot, begun
 
     # events ----------------------------------------------------------------------------------
@@ -380,10 +382,12 @@ class RedisTurns(TurnInbox):
         on_rejected: list[Event] = (),  # type: ignore[assignment]
         on_stale: list[Event] = (),  # type: ignore[assignment]
         lease: bool = False,
+        rev: int | None = None,
     ) -> SettleResult:
         """One atomic settle attempt (one round trip). ``batch``: the other requests of the step. ``lease``:
         this process resumes the turn next: a settle that completes the step takes the turn lease if it is
-        free, with what its holder starts from (``SettleResult.held``).
+        free, with what its holder starts from (``SettleResult.held``). ``rev``: the revision of the record the
+        answer was checked against; RequestChanged (nothing written) if the open request changed since.
 
         ``grant``: the conversation grant approving records. It is listed for the workspace first (its own
         round trip; a failure raises and nothing is settled), then the settle writes the grant and its
@@ -421,7 +425,8 @@ class RedisTurns(TurnInbox):
             Resolution(request_id=rid, kind=record.request.kind, outcome="cancelled")])]
         ends, token = self._ends_at(), secrets.token_hex(8) if lease else ""
         args += [self.retention_ms, _events_json(gone), grant.grant_id if grant is not None else "",
-                 grant.model_dump_json() if grant is not None else "", ends, token, self.lease_ms]
+                 grant.model_dump_json() if grant is not None else "", ends, token, self.lease_ms,
+                 "" if rev is None else rev]
         # in the same round trip: have the sweep look at the session soon, so a turn whose last answer
         # this was resumes even if this process dies before it drives it, and the outbox delivers what
         # the settle appended (the card update) even then
@@ -431,10 +436,17 @@ class RedisTurns(TurnInbox):
             extra.append(("zadd", (ACTIVE, {record.session_id: now_ms() + look})))
         if mode != "reject":  # a settle that completes its step writes the session's end
             extra.append(("zadd", (RETIRE, {record.session_id: ends})))
-        (state, first, count, complete, read), *_ = await self._eval_pipelined(self._settle, keys, args, extra)
+        (state, first, count, complete, read, *now), *_ = await self._eval_pipelined(self._settle, keys, args, extra)
         state = state.decode() if isinstance(state, bytes) else state
+        self.forget(rid)  # (whatever it did, the copy this process kept is old now)
         if state == "missing":
             raise UnknownRequest(rid)
+        if state == "changed":
+            fields, oks = now
+            fresh = record_from_fields(dict(zip(fields[::2], fields[1::2], strict=True)))
+            fresh.approvals = sorted(o.decode() for o in oks)
+            self.remember(fresh)
+            raise RequestChanged(fresh.model_copy())
         chosen = {"settled": on_settled, "partial": on_partial, "rejected": on_rejected, "stale": on_stale,
                   "gone": gone}[state]
         events = _with_seq([_fill_approvals(e, int(count)) for e in chosen], int(first))
@@ -507,6 +519,7 @@ class RedisTurns(TurnInbox):
 
     async def _mark_once(self, record: RequestRecord, field: str, value: str, event: Event) -> bool:
         sid = record.session_id
+        self.forget(record.request_id)
         keys = [self.request_key(record.request_id), self.key(sid, "events"), self.key(sid, "seq")]
         args = [field, value, event.model_dump_json(exclude_none=True), EVENTS_MAXLEN]
         first, _ = await self._eval_pipelined(self._mark_once_script, keys, args,
@@ -518,6 +531,7 @@ class RedisTurns(TurnInbox):
         """Store who may settle an open request now (described from policy ``version``) and append ``event``
         (an ``input.responders``); False when it was settled meanwhile or a newer description is stored."""
         sid = record.session_id
+        self.forget(record.request_id)
         keys = [self.request_key(record.request_id), self.key(sid, "events"), self.key(sid, "seq")]
         args = [responders.model_dump_json(), version, event.model_dump_json(exclude_none=True), EVENTS_MAXLEN]
         changed, _ = await self._eval_pipelined(self._change_responders_script, keys, args,

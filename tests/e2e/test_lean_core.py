@@ -198,3 +198,10 @@ async def test_26_a_lone_call_s_result_is_written_with_its_step_s_checkpoint(loc
     finally:
         await redis.aclose()
     assert markers and all(json.loads(m)["status"] == "completed" for m in markers), markers
+
+
+async def test_26_a_click_on_the_card_this_process_parked_reads_nothing_before_its_settle(local_slack, start_app):
+    # the process keeps the records it parked (with their revision): the click's answer is checked against
+    # that copy and its settle checks the revision, so the click sends no read of its own
+    trips = await one_cycle_counted(local_slack, start_app)
+    assert trips.sent_by("get_request", "_on_action") == 0, trips.counts
