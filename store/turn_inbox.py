@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 from bot.protocol import HeldLease, SessionSnapshot
 from store import turn_scripts as lua
 from store.pipelined import Command
-from store.replay import replay_safe
+from store.replay import replay_own, replay_safe
 from store.requests import records_read_in_script
 from store.session_keys import (
     ACTIVE,
@@ -32,7 +32,7 @@ class TurnInbox(TurnListings):
 
     def __init__(self, redis: Redis, *, lease_ms: int = 30_000, retention_s: int = DEFAULT_RETENTION_SECONDS):
         super().__init__(redis, lease_ms=lease_ms, retention_s=retention_s)
-        self._record_message = redis.register_script(replay_safe(lua.RECORD_MESSAGE, then=lua.RECORD_MESSAGE_READ))
+        self._record_message = redis.register_script(replay_own(lua.RECORD_MESSAGE, then=lua.RECORD_MESSAGE_READ))
         self._take = redis.register_script(replay_safe(lua.TAKE))
 
     @staticmethod

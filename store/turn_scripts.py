@@ -291,10 +291,18 @@ return lease_read(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
 # free → {1, taken 1/0}, and ``RECORD_MESSAGE_READ`` (its ``then``) reads after the record what the holder
 # starts from (either way: trying the message as an answer needs the state and inbox) → {1, taken 1/0,
 # ``lease_read``'s answer}. Without a token → 1. A repeat → 0.
+# ``replay_own``: the dedupe mark holds the invocation's mark, so a resent copy that finds it (not a repeat) answers
+# as the first did without queuing the message again; a message without an id keeps the mark under its own key.
 RECORD_MESSAGE = RETIRE_FN + TAKE_LEASE_FN + """
-if ARGV[1] ~= '' and not redis.call('SET', KEYS[1], 1, 'NX', 'EX', ARGV[3]) then return 0 end
-retire(2, tonumber(ARGV[4]))
-redis.call('RPUSH', KEYS[2 + SK.inbox], ARGV[2])
+local first_copy
+if ARGV[1] ~= '' then
+  first_copy = redis.call('SET', KEYS[1], mark, 'NX', 'EX', ARGV[3])
+  if not first_copy and redis.call('GET', KEYS[1]) ~= mark then return 0 end
+else first_copy = redis.call('SET', mark_key, 1, 'NX', 'PX', mark_ms) end
+if first_copy then
+  retire(2, tonumber(ARGV[4]))
+  redis.call('RPUSH', KEYS[2 + SK.inbox], ARGV[2])
+end
 if ARGV[5] == '' then return 1 end
 return {1, take_lease(KEYS[2 + SK.lease], ARGV[5], ARGV[6]) and 1 or 0}
 """

@@ -173,3 +173,25 @@ async def test_the_body_never_sees_the_mark_and_a_resent_copy_gets_the_first_ans
     assert await counting(keys=keys, args=args) == first  # the same invocation again: not applied twice
     assert await redis.get("hitl:{s1}:n") == b"1"
     assert (await counting(keys=["hitl:{s1}:n", "hitl:{s1}:once:def"], args=args))[2] == 2  # a new one is
+
+
+async def test_a_message_record_whose_answer_was_lost_is_queued_once_and_holds_its_lease(proxied) -> None:
+    store, outbox, proxy = proxied
+    proxy.lose_next_reply()
+    # the resent copy finds the dedupe mark its first copy wrote (store.replay.replay_own): without that it
+    # would answer "a repeat" and the message would never be driven
+    recorded = await store.record_message_and_lease(SID, MESSAGE, message_id="C0GENERAL:1.000001")
+    assert proxy.lost == 1
+    assert recorded is not None
+    seen, held = recorded
+    assert held is not None and await store.redis.get(store.key(SID, "lease")) == held.token.encode()
+    assert await store.inbox(SID) == [MESSAGE] and seen.inbox == [MESSAGE]  # queued once
+    assert await store.record_message_and_lease(SID, MESSAGE, message_id="C0GENERAL:1.000001") is None  # a repeat
+
+
+async def test_a_message_without_an_id_whose_answer_was_lost_is_queued_once(proxied) -> None:
+    store, outbox, proxy = proxied
+    proxy.lose_next_reply()
+    assert await store.record_message(SID, MESSAGE, message_id=None)
+    assert proxy.lost == 1
+    assert await store.inbox(SID) == [MESSAGE]

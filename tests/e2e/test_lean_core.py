@@ -205,3 +205,22 @@ async def test_26_a_click_on_the_card_this_process_parked_reads_nothing_before_i
     # that copy and its settle checks the revision, so the click sends no read of its own
     trips = await one_cycle_counted(local_slack, start_app)
     assert trips.sent_by("get_request", "_on_action") == 0, trips.counts
+
+def marks_by_script(seen: Monitored) -> dict[str, int]:
+    """Commands on replay marks of their own (``P:once:…``, store/replay.py) that each script ran, by what its
+    first key is (``lease``: a checkpoint; ``req``: a settle; ``msg``: a message's record)."""
+    marks: dict[str, int] = {}
+    script = ""
+    for kind, command in zip(seen.kinds, seen.commands, strict=True):
+        if kind != "lua" and command[0] in ("EVALSHA", "EVAL") and len(command) > 3 and "}:" in command[3]:
+            script = command[3].split("}:")[1].split(":")[0]
+        elif kind == "lua" and any(":once:" in word for word in command[1:2]):
+            marks[script] = marks.get(script, 0) + 1
+    return marks
+
+
+async def test_26_a_message_s_record_keeps_its_replay_mark_in_its_dedupe_mark(local_slack, start_app, redis_url):
+    # a record resent after its reply was lost finds its own dedupe mark (tests/test_store_replay.py): it
+    # keeps no replay mark of its own
+    seen = await one_cycle_seen(local_slack, start_app, redis_url)
+    assert marks_by_script(seen).get("msg", 0) == 0, marks_by_script(seen)
