@@ -161,37 +161,51 @@ local function emit(list_json, approvals)
   end
   return first
 end
+-- the answer, kept with the invocation's mark in the request's hash (``replay_own``): a resent copy finds it
+local function kept(answer) return mark .. cjson.encode(answer) end
+local function remember(answer)
+  redis.call('HSET', req, '_once', kept(answer))
+  return answer
+end
 -- closed: the request's own end is set here, once; the step's last one writes the session's end
-local function close(status, closed_outcome)
+local function close(status, closed_outcome, answered, first, count)
+  local complete = 1
+  for i = BATCH, #KEYS do
+    if redis.call('HGET', KEYS[i], 'status') == 'open' then complete = 0 break end
+  end
+  local answer = {answered, first, count, complete}
   redis.call('HSET', req, 'status', status, 'outcome', closed_outcome, 'response', response,
-             'responder', responder, 'settled_at', now, 'note', note)
+             'responder', responder, 'settled_at', now, 'note', note, '_once', kept(answer))
   redis.call('HINCRBY', req, 'rev', 1)
   redis.call('PEXPIRE', req, retention)
   redis.call('PEXPIRE', oks, retention)
   redis.call('SREM', open, req)
-  for i = BATCH, #KEYS do
-    if redis.call('HGET', KEYS[i], 'status') == 'open' then return 0 end
-  end
-  redis.call('SET', session_end, ends)
-  return 1
+  if complete == 1 then redis.call('SET', session_end, ends) end
+  return answer
 end
-local status = redis.call('HGET', req, 'status')
+local status, seen, stored_rev = unpack(redis.call('HMGET', req, 'status', '_once', 'rev'))
 if not status then return {'missing', 0, 0, 0} end
-if status ~= 'open' then return {'stale', emit(ev_stale), 0, 0} end
-if rev ~= '' and tonumber(redis.call('HGET', req, 'rev') or '0') ~= tonumber(rev) then
+if seen and string.sub(seen, 1, 16) == mark then  -- this settle, resent after its reply was lost: it applied
+  local answer = cjson.decode(string.sub(seen, 17))
+  if answer[1] == 'settled' then  -- (the lease as its first copy left it: taking it again is a no-op)
+    answer[5] = answer[4] == 1 and lease ~= '' and take_lease(KEYS[10], lease, lease_ms) and 1 or 0
+  end
+  return answer
+end
+if status ~= 'open' then return remember({'stale', emit(ev_stale), 0, 0}) end
+if rev ~= '' and tonumber(stored_rev or '0') ~= tonumber(rev) then  -- (writes nothing: nothing to remember)
   return {'changed', 0, 0, 0, 0, redis.call('HGETALL', req), redis.call('SMEMBERS', oks)}
 end
 if redis.call('EXISTS', KEYS[7]) == 0 then  -- its turn is gone: nothing can resume, so nobody may approve it
   response, responder, note = '', '', ''
-  local first = emit(ev_gone)
-  return {'gone', first, 0, close('settled', 'cancelled')}
+  return close('settled', 'cancelled', 'gone', emit(ev_gone), 0)
 end
-if mode == 'reject' then return {'rejected', emit(ev_rejected), 0, 0} end
+if mode == 'reject' then return remember({'rejected', emit(ev_rejected), 0, 0}) end
 local count = 0
 if required > 1 and outcome == 'approved' then
   if redis.call('SADD', oks, responder_id) == 1 then redis.call('HINCRBY', req, 'rev', 1) end
   count = redis.call('SCARD', oks)
-  if count < required then return {'partial', emit(ev_partial, count), count, 0} end
+  if count < required then return remember({'partial', emit(ev_partial, count), count, 0}) end
 end
 if grant_key ~= '' and outcome == 'approved' then
   -- the grant and what App Home lists of it: one write, one lifetime (the listing's own write comes first,
@@ -199,10 +213,9 @@ if grant_key ~= '' and outcome == 'approved' then
   redis.call('HSET', granted, grant_id, grant_json)
   redis.call('SADD', grants, grant_key)
 end
-local first = emit(ev_settled, count)
-local complete = close('settled', outcome)
-local took = complete == 1 and lease ~= '' and take_lease(KEYS[10], lease, lease_ms)
-return {'settled', first, count, complete, took and 1 or 0}
+local answer = close('settled', outcome, 'settled', emit(ev_settled, count), count)
+answer[5] = answer[4] == 1 and lease ~= '' and take_lease(KEYS[10], lease, lease_ms) and 1 or 0
+return answer
 """
 
 SETTLE_READ = LEASE_READ_FN + """

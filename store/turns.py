@@ -41,7 +41,7 @@ from store import turn_scripts as lua
 from store.delivery_pass import BeginWithCheckpoint
 from store.grants import GrantStore, session_ended
 from store.pipelined import Command, evalsha, pipelined
-from store.replay import replay_safe
+from store.replay import replay_own, replay_safe
 from store.requests import as_parked, record_fields, record_from_fields
 from store.session_keys import (
     ACTIVE,
@@ -67,7 +67,7 @@ class RedisTurns(TurnInbox):
         super().__init__(redis, lease_ms=lease_ms, retention_s=retention_s)
         self.grants = GrantStore(redis, self.key)  # standing approvals, listed per workspace
         self._commit = redis.register_script(replay_safe(lua.COMMIT))
-        self._settle = redis.register_script(replay_safe(lua.SETTLE, then=lua.SETTLE_READ))
+        self._settle = redis.register_script(replay_own(lua.SETTLE, then=lua.SETTLE_READ))
         self._begin = redis.register_script(replay_safe(lua.BEGIN))
         self._release = redis.register_script(lua.RELEASE)
         self._retire = redis.register_script(lua.RETIRE)

@@ -224,3 +224,9 @@ async def test_26_a_message_s_record_keeps_its_replay_mark_in_its_dedupe_mark(lo
     # keeps no replay mark of its own
     seen = await one_cycle_seen(local_slack, start_app, redis_url)
     assert marks_by_script(seen).get("msg", 0) == 0, marks_by_script(seen)
+
+
+async def test_26_a_settle_keeps_its_replay_mark_in_its_request_s_record(local_slack, start_app, redis_url):
+    # the click's settle writes its mark with the request's record, which it reads and writes anyway
+    seen = await one_cycle_seen(local_slack, start_app, redis_url)
+    assert marks_by_script(seen).get("req", 0) == 0, marks_by_script(seen)
