@@ -66,7 +66,7 @@ class RedisTurns(TurnInbox):
     def __init__(self, redis: Redis, *, lease_ms: int = 30_000, retention_s: int = DEFAULT_RETENTION_SECONDS):
         super().__init__(redis, lease_ms=lease_ms, retention_s=retention_s)
         self.grants = GrantStore(redis, self.key)  # standing approvals, listed per workspace
-        self._commit = redis.register_script(replay_safe(lua.COMMIT))
+        self._commit = redis.register_script(replay_own(lua.COMMIT))
         self._settle = redis.register_script(replay_own(lua.SETTLE, then=lua.SETTLE_READ))
         self._begin = redis.register_script(replay_safe(lua.BEGIN))
         self._release = redis.register_script(lua.RELEASE)

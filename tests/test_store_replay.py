@@ -220,3 +220,32 @@ async def test_a_settle_whose_answer_was_lost_settles_once_and_holds_its_lease(p
     texts = [e.text for e in await store.events(record.session_id) if isinstance(e, MessageCompleted)]
     assert texts.count("settled") == 1  # its events once
     assert (await store.settle(record, mode="settle", outcome="approved", response=response)).state == "stale"
+
+
+async def test_a_lease_holder_s_commit_whose_answer_was_lost_applies_once_and_keeps_the_lease(proxied) -> None:
+    store, outbox, proxy = proxied
+    token = await store.acquire_lease(SID)
+    assert token is not None
+    event = MessageCompleted(session_id=SID, turn_id="turn_1", text="Refunded ch_1.")
+    proxy.lose_next_reply()
+    # the resent copy finds its mark in the session's outbox hash (store.replay.replay_own)
+    committed = await store.commit(SID, token, {"turn": None}, [event])
+    assert proxy.lost == 1
+    texts = [e.text for e in await store.events(SID) if isinstance(e, MessageCompleted)]
+    assert texts == ["Refunded ch_1."] and committed[0].seq == 1  # once
+    assert await store.redis.get(store.key(SID, "lease")) == token.encode()
+    again = await store.commit(SID, token, {"turn": None}, [event])  # a new checkpoint still applies
+    assert again[0].seq == 2
+
+
+async def test_a_releasing_commit_whose_answer_was_lost_is_not_refused(proxied) -> None:
+    store, outbox, proxy = proxied
+    token = await store.acquire_lease(SID)
+    assert token is not None
+    proxy.lose_next_reply()
+    # the first copy let the lease go: the resent one must not answer "lease lost"
+    await store.commit(SID, token, {"turn": None}, [MessageCompleted(session_id=SID, turn_id="t", text="end")],
+                       release=True)
+    assert proxy.lost == 1
+    assert await store.redis.get(store.key(SID, "lease")) is None
+    assert [e.text for e in await store.events(SID) if isinstance(e, MessageCompleted)] == ["end"]

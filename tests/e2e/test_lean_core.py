@@ -230,3 +230,10 @@ async def test_26_a_settle_keeps_its_replay_mark_in_its_request_s_record(local_s
     # the click's settle writes its mark with the request's record, which it reads and writes anyway
     seen = await one_cycle_seen(local_slack, start_app, redis_url)
     assert marks_by_script(seen).get("req", 0) == 0, marks_by_script(seen)
+
+
+async def test_26_a_lease_holder_s_checkpoint_keeps_its_replay_mark_with_the_session_s_outbox_ref(
+        local_slack, start_app, redis_url):
+    # each checkpoint writes its mark with the ``_ref`` it writes anyway (the lease fences it: one at a time)
+    seen = await one_cycle_seen(local_slack, start_app, redis_url)
+    assert marks_by_script(seen).get("lease", 0) == 0, marks_by_script(seen)
