@@ -64,8 +64,12 @@ if token ~= '' then
 else seen = redis.call('GET', mark_key) end
 if seen then return cjson.decode(seen) end  -- this checkpoint, resent after its reply was lost: it applied
 local answer = (function()
-if token ~= '' and redis.call('GET', KEYS[1]) ~= token then return -1 end
-if unless_cancelled ~= '' and redis.call('GET', KEYS[K - 1]) == unless_cancelled then return -3 end
+local held, cancel  -- the lease and a requested cancel: one read when both are checked
+if token ~= '' and unless_cancelled ~= '' then held, cancel = unpack(redis.call('MGET', KEYS[1], KEYS[K - 1]))
+elseif token ~= '' then held = redis.call('GET', KEYS[1])
+elseif unless_cancelled ~= '' then cancel = redis.call('GET', KEYS[K - 1]) end
+if token ~= '' and held ~= token then return -1 end
+if unless_cancelled ~= '' and cancel == unless_cancelled then return -3 end
 for _, raw in ipairs(take) do
   if not redis.call('LPOS', KEYS[K], raw) then return -2 end
 end
@@ -117,7 +121,7 @@ return answer
 # {request id, fields, approvals, …}}
 LEASE_READ_FN = """
 local function lease_read(lease, state, grants, cancel, inbox, fails)
-  local raw = redis.call('GET', state)
+  local raw, cancelled, failed = unpack(redis.call('MGET', state, cancel, fails))  -- one read for the three
   local records = {}
   if raw and (string.find(raw, '"request_ids":["', 1, true) or string.find(raw, '"limit_request_id":"', 1, true)) then
     local decoded, parsed = pcall(cjson.decode, raw)  -- one Lua cannot read (too deep): read apart, as before
@@ -138,8 +142,8 @@ local function lease_read(lease, state, grants, cancel, inbox, fails)
       end
     end
   end
-  return {raw or false, redis.call('SMEMBERS', grants), redis.call('GET', cancel) or false,
-          redis.call('LRANGE', inbox, 0, -1), redis.call('GET', fails) or false, records}
+  return {raw or false, redis.call('SMEMBERS', grants), cancelled or false,
+          redis.call('LRANGE', inbox, 0, -1), failed or false, records}
 end
 """
 

@@ -237,3 +237,12 @@ async def test_26_a_lease_holder_s_checkpoint_keeps_its_replay_mark_with_the_ses
     # each checkpoint writes its mark with the ``_ref`` it writes anyway (the lease fences it: one at a time)
     seen = await one_cycle_seen(local_slack, start_app, redis_url)
     assert marks_by_script(seen).get("lease", 0) == 0, marks_by_script(seen)
+
+
+async def test_26_a_script_reads_a_session_s_flags_with_one_mget(local_slack, start_app, redis_url):
+    # the lease's reads (a record's, a settle's) and a checkpoint's fencing read the state, the lease, a
+    # requested cancel and the failure count with one MGET, not a GET each
+    seen = await one_cycle_seen(local_slack, start_app, redis_url)
+    alone = [" ".join(c) for kind, c in zip(seen.kinds, seen.commands, strict=True)
+             if kind == "lua" and c[0] == "GET" and c[1].endswith((":cancel", ":fails", ":state"))]
+    assert alone == [], alone
