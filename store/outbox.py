@@ -119,18 +119,16 @@ return {stored[2 * n + 1] or '', cursors, holds, entries, redis.call('HGETALL', 
 # marked as a pass that ended with work left after a careful one, so that the next pass is careful too)
 _OUTBOX_SAVE = """
 local n, m = tonumber(ARGV[4]), tonumber(ARGV[5])
-if n > 0 then
-  redis.call('HSET', KEYS[1], unpack(ARGV, 8, 7 + 2 * n))
-end
+local holder = redis.call('GET', KEYS[2])
+local ours = holder and string.match(holder, '^([^|]*)') == ARGV[1]
+local out = {unpack(ARGV, 8, 7 + 2 * n)}  -- the cursors, and the audit's floor below: one HSET
 if m > 0 then  -- written whether or not the lock is still ours: where a message was posted is a fact
   redis.call('HSET', KEYS[4], unpack(ARGV, 8 + 2 * n, 7 + 2 * n + 2 * m))
 end
-local holder = redis.call('GET', KEYS[2])
-local ours = holder and string.match(holder, '^([^|]*)') == ARGV[1]
 if ARGV[6] ~= '' or ARGV[7] ~= '' then  -- the audit's floor: as the pass read it, and as it leaves it
   local new = ARGV[7]
   if ours then  -- nobody else wrote it since this pass read it: it knows what it covers
-    if new == '' then redis.call('HDEL', KEYS[1], '_audit') else redis.call('HSET', KEYS[1], '_audit', new) end
+    if new == '' then redis.call('HDEL', KEYS[1], '_audit') else out[#out + 1], out[#out + 2] = '_audit', new end
   elseif new ~= '' then  -- another pass took over (this one's lock ran out): keep the lower
     local cur = redis.call('HGET', KEYS[1], '_audit')
     local nm, ns = string.match(new, '^(%d+)-(%d+)$')
@@ -139,6 +137,7 @@ if ARGV[6] ~= '' or ARGV[7] ~= '' then  -- the audit's floor: as the pass read i
     if not cur or nm < cm or (nm == cm and ns < cs) then redis.call('HSET', KEYS[1], '_audit', new) end
   end
 end
+if #out > 0 then redis.call('HSET', KEYS[1], unpack(out)) end
 local gone = {}
 for i = 8 + 2 * n + 2 * m, #ARGV do gone[#gone + 1], gone[#gone + 2] = '_fails:' .. ARGV[i], '_hold:' .. ARGV[i] end
 if #gone > 0 then redis.call('HDEL', KEYS[1], unpack(gone)) end

@@ -246,3 +246,19 @@ async def test_26_a_script_reads_a_session_s_flags_with_one_mget(local_slack, st
     alone = [" ".join(c) for kind, c in zip(seen.kinds, seen.commands, strict=True)
              if kind == "lua" and c[0] == "GET" and c[1].endswith((":cancel", ":fails", ":state"))]
     assert alone == [], alone
+
+
+async def test_26_a_pass_s_close_writes_the_session_s_cursors_and_audit_floor_in_one_hset(local_slack, start_app,
+                                                                                          redis_url):
+    seen = await one_cycle_seen(local_slack, start_app, redis_url)
+    closes: list[int] = []  # per close script (its keys: the session's out, then its outlock): HSETs of out
+    out_key = None
+    for kind, command in zip(seen.kinds, seen.commands, strict=True):
+        if kind != "lua" and command[0] == "EVALSHA":
+            closing = len(command) > 4 and command[3].endswith(":out") and command[4].endswith(":outlock")
+            if closing:
+                closes.append(0)
+            out_key = command[3] if closing else None
+        elif kind == "lua" and out_key and command[0] == "HSET" and command[1] == out_key:
+            closes[-1] += 1
+    assert max(closes, default=0) == 1, closes  # (a pass with nothing to move writes none)
