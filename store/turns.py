@@ -91,15 +91,23 @@ class RedisTurns(TurnInbox):
         since), so it is not read again; nor is the failure count, read once per pass."""
         pipe = self.redis.pipeline(transaction=False)
         queue(pipe, self._snapshot_reads(session_id, known_state))
-        return self._snapshot_from(await pipe.execute(), known_state)
+        return self._snapshot_of(await pipe.execute(), known_state)
 
     def _snapshot_reads(self, session_id: str, known_state: dict[str, Any] | None) -> list[Command]:
-        reads: list[Command] = [("get", (self.key(session_id, "state"),))] if known_state is None else []
-        reads += [("smembers", (self.key(session_id, "grants"),)), ("get", (self.key(session_id, "cancel"),)),
-                  ("lrange", (self.key(session_id, "inbox"), 0, -1))]
+        """The reads of a session's snapshot (the state only if not ``known_state``; the strings in one MGET);
+        :meth:`_snapshot_of` makes one of their replies."""
+        key = self.key
         if known_state is None:
-            reads.append(("get", (self.key(session_id, "fails"),)))
-        return reads
+            first: Command = ("mget", ([key(session_id, "state"), key(session_id, "cancel"), key(session_id, "fails")],))
+        else:
+            first = ("get", (key(session_id, "cancel"),))
+        return [first, ("smembers", (key(session_id, "grants"),)), ("lrange", (key(session_id, "inbox"), 0, -1))]
+
+    def _snapshot_of(self, replies: list[Any], known_state: dict[str, Any] | None) -> SessionSnapshot:
+        strings, grants, inbox = replies[:3]
+        raw, cancel, fails = strings if known_state is None else (None, strings, None)
+        return self._snapshot_from([raw, grants, cancel, inbox, fails] if known_state is None
+                                   else [grants, cancel, inbox], known_state)
 
     async def state(self, session_id: str) -> dict[str, Any] | None:
         """The saved session state alone (one command), for callers that need nothing else."""
@@ -172,7 +180,7 @@ class RedisTurns(TurnInbox):
         keys = [self.key(session_id, name) for name in ("lease", "open", "state", "end")]
         _, *rest = await self._pipelined(self._release, keys, [token, "" if still_active else ends],
                                          after=[*index, *reads])
-        return self._snapshot_from(rest[len(index):], None) if read else None
+        return self._snapshot_of(rest[len(index):], None) if read else None
 
     async def drive_failures(self, session_id: str, *, failed: bool) -> int:
         """Count a session's unexpected drive failures in a row (reset on success); returns the count."""
@@ -339,7 +347,7 @@ class RedisTurns(TurnInbox):
             raise CancelRequested(session_id)
         first, started = written
         begun = {m: (v == b"", None if v == b"" else v.decode()) for m, v in zip(markers, started, strict=True)}
-        snapshot = self._snapshot_from(rest[len(extra):], None if release else state) if reads else None
+        snapshot = self._snapshot_of(rest[len(extra):], None if release else state) if reads else None
         self.remember(*(as_parked(r) for r in requests))  # the next click on one reads nothing first
         return _with_seq(events, int(first)), snapshot, begun
 

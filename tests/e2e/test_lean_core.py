@@ -262,3 +262,13 @@ async def test_26_a_pass_s_close_writes_the_session_s_cursors_and_audit_floor_in
         elif kind == "lua" and out_key and command[0] == "HSET" and command[1] == out_key:
             closes[-1] += 1
     assert max(closes, default=0) == 1, closes  # (a pass with nothing to move writes none)
+
+
+async def test_26_a_checkpoint_that_lets_the_lease_go_reads_the_session_s_strings_with_one_mget(
+        local_slack, start_app, redis_url):
+    # the park's and the turn end's reads after their script (what is left to do, read by a process that no
+    # longer holds the lease): the state, a requested cancel and the failure count in one MGET
+    seen = await one_cycle_seen(local_slack, start_app, redis_url)
+    alone = [" ".join(c) for kind, c in zip(seen.kinds, seen.commands, strict=True)
+             if kind != "lua" and c[0] == "GET" and c[1].endswith((":fails", ":state"))]
+    assert alone == [], alone
