@@ -47,7 +47,7 @@ from handlers.delivery.sessions import (
     waiting_title,
 )
 from handlers.delivery.status import StatusLines
-from handlers.delivery.streams import LiveAnswers, StreamPacing
+from handlers.delivery.streams import LiveAnswers, StreamPacing, answer_field, post_mark
 from handlers.delivery.tasks import TaskStreams
 from handlers.deps import ClientFor
 from store.outbox import RedisOutbox
@@ -97,7 +97,6 @@ GONE_ERRORS = {"channel_not_found", "is_archived", "not_in_channel", "account_in
                "invalid_auth", "team_access_not_granted", "missing_scope", "no_permission"}
 # what a sub-agent's session (bot.agents) shows in its parent's thread: its requests, not its text or status
 CHILD_SHOWN = {"approval.candidate", "input.resolved", "input.escalated", "input.responders"}
-POST_MARK = "hitl_post"  # message metadata event type: lets a retry find a post whose answer was lost
 
 
 class SlackChannel:
@@ -186,7 +185,7 @@ class SlackChannel:
                 if later is None:
                     await self._post_reply(session, event.seq, event.text)
                 for i, message in enumerate(later or [], start=1):
-                    await self._post_once(session, f"post:{event.seq}:{i}", message)
+                    await self._post_once(session, answer_field(event.seq, i), message)
             case "approval.candidate":
                 assert isinstance(event, ApprovalCandidate)
                 await self._candidate(event, session)
@@ -302,7 +301,7 @@ class SlackChannel:
         try:
             resp = await client.chat_postMessage(
                 channel=channel, thread_ts=session.channel.get("thread_ts") or None, text=message["text"],
-                blocks=message.get("blocks"), metadata={"event_type": POST_MARK, "event_payload": {"post": field}},
+                blocks=message.get("blocks"), metadata=post_mark(field),
             )
         except SlackApiError:
             # Slack answered "no": nothing was posted, so the next attempt may post at once. (A network
@@ -412,7 +411,7 @@ class SlackChannel:
 
     async def _post_reply(self, session: SessionRef, seq: int | None, text: str) -> None:
         for i, message in enumerate(answer_messages(text)):
-            await self._post_once(session, f"post:{seq}:{i}", message)
+            await self._post_once(session, answer_field(seq, i), message)
 
     async def _post(self, session: SessionRef, seq: int | None, text: str) -> None:
         await self._post_once(session, f"post:{seq}:0", {"text": text})

@@ -69,6 +69,17 @@ STREAM_UNAVAILABLE = {
 DONE = "done"  # + ":<seq of the message.completed that finished it>"
 # what Slack answers when the message to finish is deleted or its stream already ended (issue 25 item 21)
 MESSAGE_GONE = {"message_not_found", "message_not_in_streaming_state"}
+POST_MARK = "hitl_post"  # message metadata event type: lets a retry find a post whose answer was lost
+
+
+def post_mark(field: str) -> dict[str, Any]:
+    """The metadata that names a message by its post ledger field (found in the thread by a careful pass)."""
+    return {"event_type": POST_MARK, "event_payload": {"post": field}}
+
+
+def answer_field(seq: int | None, part: int = 0) -> str:
+    """The post ledger field of an answer's ``part``-th message: posted whole, or ended in a stream."""
+    return f"post:{seq}:{part}"
 
 
 def _so_far(md_text: str) -> str:
@@ -329,6 +340,7 @@ class LiveAnswers:
                     markdown_text=None if chunks else rest or None,
                     chunks=chunks,
                     blocks=[feedback_block()],
+                    metadata=post_mark(answer_field(event.seq)),  # found by the answer's post if DONE is lost
                 )
                 mine, later = True, []
             except SlackApiError as exc:
@@ -372,11 +384,15 @@ class LiveAnswers:
             return None
         client = await self.client_for(session.team_id)
         try:
+            # marked as the answer's post: DONE below is written with the pass's end, and a deliverer that dies
+            # before it leaves a careful pass, whose post of the answer finds this message in the thread
             await client.chat_stopStream(channel=taken.channel, ts=taken.ts,
-                                         chunks=[*taken.chunks, markdown_chunk(final)], blocks=[feedback_block()])
+                                         chunks=[*taken.chunks, markdown_chunk(final)], blocks=[feedback_block()],
+                                         metadata=post_mark(answer_field(event.seq)))
         except SlackApiError as exc:
             if exc.response.get("error") not in MESSAGE_GONE:
                 raise
+            # gone, or ended already (by a dead pass's answer, which the post's careful look finds): post it
             log.info("the tasks' message in %s is gone (%s): posting the answer", session.session_id,
                      exc.response.get("error"))
             return None

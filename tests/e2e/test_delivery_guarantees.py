@@ -17,7 +17,14 @@ import json
 
 from blocks.actions import request_id_of_block
 from bot.models.scripted import ScriptedModel, say
-from bot.protocol import InputRequested, InputResolved, MessageCompleted
+from bot.protocol import (
+    ActionResult,
+    ActionStarted,
+    InputRequested,
+    InputResolved,
+    MessageCompleted,
+    TurnStarted,
+)
 from bot.session import SessionRef, new_request_id
 from handlers.delivery.channel import PostInFlight, SlackChannel, card_field
 from localslack.seed import ALICE, BOT_USER_ID, GENERAL
@@ -182,6 +189,93 @@ async def test_26_a_post_whose_answer_was_lost_leaves_its_claim_with_the_pass_en
     await store.outbox_end(sid, "token", {}, [], claim=0, again_in_ms=None)
     assert await bot.store.redis.hget(bot.store.key(sid, "chan"), "post:99:0") == b"claimed:5"
     assert await bot.store.redis.hget(bot.store.key(sid, "chan"), "post:98:0") is None
+
+
+async def test_26_an_answer_that_ended_its_tasks_stream_in_a_dead_pass_is_not_posted_again(local_slack, start_app):
+    bot = await start_app(ScriptedModel([say("hello")]), [])
+    ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> hi")
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: m.text == "hello")
+    await bot.runtime.wait_idle()
+    sid = f"slack:T0LOCAL:{GENERAL}:{ts}"
+    [started] = [e for e in await bot.store.events(sid) if isinstance(e, TurnStarted)]
+    ref = SessionRef(session_id=sid, team_id="T0LOCAL", channel={"channel_id": GENERAL, "thread_ts": ts})
+    # a turn whose call shows as a task (its stream starts while the call runs), then its answer ends that stream
+    answer = "Refunded ch_9."
+    events = [TurnStarted(session_id=sid, turn_id="t9", seq=901, principal=started.principal),
+              ActionStarted(session_id=sid, turn_id="t9", seq=902, call_id="c9", tool_name="refund_charge"),
+              ActionResult(session_id=sid, turn_id="t9", seq=903, call_id="c9", tool_name="refund_charge",
+                           status="completed", output={"refunded": "ch_9"}),
+              MessageCompleted(session_id=sid, turn_id="t9", seq=904, step=1, text=answer)]
+
+    def answers() -> list:
+        return [m for m in local_slack.messages(GENERAL, thread_ts=ts) if m.bot_id and answer in (m.text or "")]
+
+    def tasks_messages() -> list:
+        return [m for m in local_slack.messages(GENERAL, thread_ts=ts) if any(t["id"] == "c9" for t in m.tasks)]
+
+    # a deliverer with a fresh lock shows the task, ends its stream with the answer and dies before its pass ends
+    dying = RedisOutbox(bot.store.redis)
+    assert await dying.outbox_begin(sid, ["frontend"], "dying-token") is not None
+    first = SlackChannel(dying, lambda team: _client(bot), states=bot.store)
+    first.tasks.delay_s = 0.0  # the call runs past the status delay: its task stream starts
+    for event in events[:2]:
+        await first.deliver(event, ref)
+    await local_slack.wait_for(lambda: tasks_messages(), timeout_s=5)
+    for event in events[2:]:
+        await first.deliver(event, ref)
+    [shown] = answers()
+    assert tasks_messages() == [shown] and not shown.streaming  # one message: the task, then the answer
+    await first.close()
+    await bot.store.redis.set(bot.store.key(sid, "outlock"), "dying-token|1")  # time passes: its lock runs out
+
+    # the next deliverer (another process) delivers the same events in a careful pass
+    successor = RedisOutbox(bot.store.redis)
+    assert await successor.outbox_begin(sid, ["frontend"], "next-token") is not None
+    assert successor.posts.pass_is_careful(sid)
+    second = SlackChannel(successor, lambda team: _client(bot), states=bot.store)
+    for event in events:
+        await second.deliver(event, ref)
+    await second.close()
+    await successor.outbox_end(sid, "next-token", {}, [], claim=0, again_in_ms=None)
+    assert [m.ts for m in answers()] == [shown.ts], "the answer is in the thread once"
+    assert [m.ts for m in tasks_messages()] == [shown.ts], "and so is the task"
+
+
+async def test_26_an_answer_streamed_in_a_dead_pass_is_not_posted_again(local_slack, start_app):
+    bot = await start_app(ScriptedModel([say("hello")]), [])
+    ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> hi")
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: m.text == "hello")
+    await bot.runtime.wait_idle()
+    sid = f"slack:T0LOCAL:{GENERAL}:{ts}"
+    [started] = [e for e in await bot.store.events(sid) if isinstance(e, TurnStarted)]
+    ref = SessionRef(session_id=sid, team_id="T0LOCAL", channel={"channel_id": GENERAL, "thread_ts": ts})
+    answer = "Refunded ch_9, as you asked."
+    done = MessageCompleted(session_id=sid, turn_id="t9", seq=904, step=1, text=answer)
+
+    def answers() -> list:
+        return [m for m in local_slack.messages(GENERAL, thread_ts=ts) if m.bot_id and "Refunded" in (m.text or "")]
+
+    # a deliverer streams the answer as it is written, ends its stream with the rest and dies before its pass ends
+    dying = RedisOutbox(bot.store.redis)
+    assert await dying.outbox_begin(sid, ["frontend"], "dying-token") is not None
+    first = SlackChannel(dying, lambda team: _client(bot), states=bot.store)
+    first.live.stream_after_s = 0.0  # the step writes slowly: it streams
+    first.live.text_so_far(ref, "t9", 1, "Refunded ch_9", started.principal)
+    await local_slack.wait_for(lambda: [m for m in answers() if m.streaming], timeout_s=5)
+    await first.deliver(done, ref)
+    [shown] = answers()
+    assert shown.text == answer and not shown.streaming
+    await first.close()
+    await bot.store.redis.set(bot.store.key(sid, "outlock"), "dying-token|1")  # time passes: its lock runs out
+
+    successor = RedisOutbox(bot.store.redis)
+    assert await successor.outbox_begin(sid, ["frontend"], "next-token") is not None
+    assert successor.posts.pass_is_careful(sid)
+    second = SlackChannel(successor, lambda team: _client(bot), states=bot.store)
+    await second.deliver(done, ref)
+    await second.close()
+    await successor.outbox_end(sid, "next-token", {}, [], claim=0, again_in_ms=None)
+    assert [(m.ts, m.text) for m in answers()] == [(shown.ts, answer)], "the answer is in the thread once"
 
 
 async def test_a_settled_request_leaves_the_pending_index_with_its_card_update_even_if_that_deliverer_dies(
