@@ -174,14 +174,15 @@ local retention, ev_gone, grant_id, grant_json, ends = ARGV[15], ARGV[16], ARGV[
 local lease, lease_ms, rev = ARGV[20], ARGV[21], ARGV[22]
 local granted, session_end = KEYS[8], KEYS[9]
 local BATCH = 14  -- KEYS[7..13]: state, granted, end, lease, cancel, inbox, fails; then the step's other requests
+local status, seen, stored_rev = unpack(redis.call('HMGET', req, 'status', '_once', 'rev'))
+local rev_now = tonumber(stored_rev or '0')  -- the record's revision as this settle leaves it
 local function emit(list_json, approvals)
-  if list_json == '' then return 0 end
-  local first = 0
-  for _, ev in ipairs(cjson.decode(list_json)) do
+  local list = list_json ~= '' and cjson.decode(list_json) or {}
+  if #list == 0 then return 0 end
+  local first = redis.call('INCRBY', seq, #list) - #list + 1  -- their seqs counted at once
+  for i, ev in ipairs(list) do
     if approvals then ev = string.gsub(ev, '"approvals":%-1', '"approvals":' .. approvals) end
-    local s = redis.call('INCR', seq)
-    if first == 0 then first = s end
-    redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', 's', s, 'e', ev)
+    redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', 's', first + i - 1, 'e', ev)
   end
   return first
 end
@@ -199,15 +200,13 @@ local function close(status, closed_outcome, answered, first, count)
   end
   local answer = {answered, first, count, complete}
   redis.call('HSET', req, 'status', status, 'outcome', closed_outcome, 'response', response,
-             'responder', responder, 'settled_at', now, 'note', note, '_once', kept(answer))
-  redis.call('HINCRBY', req, 'rev', 1)
+             'responder', responder, 'settled_at', now, 'note', note, '_once', kept(answer), 'rev', rev_now + 1)
   redis.call('PEXPIRE', req, retention)
   redis.call('PEXPIRE', oks, retention)
   redis.call('SREM', open, req)
   if complete == 1 then redis.call('SET', session_end, ends) end
   return answer
 end
-local status, seen, stored_rev = unpack(redis.call('HMGET', req, 'status', '_once', 'rev'))
 if not status then return {'missing', 0, 0, 0} end
 if seen and string.sub(seen, 1, 16) == mark then  -- this settle, resent after its reply was lost: it applied
   local answer = cjson.decode(string.sub(seen, 17))
@@ -227,7 +226,7 @@ end
 if mode == 'reject' then return remember({'rejected', emit(ev_rejected), 0, 0}) end
 local count = 0
 if required > 1 and outcome == 'approved' then
-  if redis.call('SADD', oks, responder_id) == 1 then redis.call('HINCRBY', req, 'rev', 1) end
+  if redis.call('SADD', oks, responder_id) == 1 then rev_now = redis.call('HINCRBY', req, 'rev', 1) end
   count = redis.call('SCARD', oks)
   if count < required then return remember({'partial', emit(ev_partial, count), count, 0}) end
 end

@@ -272,3 +272,13 @@ async def test_26_a_checkpoint_that_lets_the_lease_go_reads_the_session_s_string
     alone = [" ".join(c) for kind, c in zip(seen.kinds, seen.commands, strict=True)
              if kind != "lua" and c[0] == "GET" and c[1].endswith((":fails", ":state"))]
     assert alone == [], alone
+
+
+async def test_26_a_settle_numbers_its_events_and_counts_its_record_s_revision_in_the_writes_it_makes(
+        local_slack, start_app, redis_url):
+    # one INCRBY for all its events' seqs (not an INCR each); the record's revision set with its close's HSET
+    # from the revision it read (not a HINCRBY of its own)
+    seen = await one_cycle_seen(local_slack, start_app, redis_url)
+    extra = [" ".join(c) for kind, c in zip(seen.kinds, seen.commands, strict=True)
+             if kind == "lua" and (c[0] == "INCR" or c[0] == "HINCRBY")]
+    assert extra == [], extra
