@@ -46,9 +46,10 @@ def replay_own(body: str, *, then: str = "") -> str:
     """For a script that keeps its mark in what it writes anyway (issue 26: no key of its own, two commands
     fewer): called as a ``replay_safe`` one (the mark key last, its lifetime last), but the body sees
     ``mark`` (this invocation's id, unique: the mark key's last 16 characters), ``mark_key`` and ``mark_ms``,
-    and answers a resent copy itself. ``then`` as in :func:`replay_safe`."""
+    and answers a resent copy itself. ``then`` as in :func:`replay_safe`; the body may leave it what it read
+    in ``read`` (a table; empty for a resent copy, which returns early), so that it reads nothing twice."""
     return (
         "local mark_key, mark_ms = table.remove(KEYS), table.remove(ARGV)\n"
-        "local mark = string.sub(mark_key, -16)\n"
+        "local mark, read = string.sub(mark_key, -16), {}\n"
         "local result = (function()\n" + body + "\nend)()\n" + (then or "return result") + "\n"
     )

@@ -120,8 +120,9 @@ return answer
 # ``lease_read(lease, state, grants, cancel, inbox, fails)`` → {state, grants, cancel, inbox, fails,
 # {request id, fields, approvals, …}}
 LEASE_READ_FN = """
-local function lease_read(lease, state, grants, cancel, inbox, fails)
-  local raw, cancelled, failed = unpack(redis.call('MGET', state, cancel, fails))  -- one read for the three
+local function lease_read(lease, state, grants, cancel, inbox, fails, strings)
+  -- one read for the three (``strings``: read already by the script, which has not written them since)
+  local raw, cancelled, failed = unpack(strings or redis.call('MGET', state, cancel, fails))
   local records = {}
   if raw and (string.find(raw, '"request_ids":["', 1, true) or string.find(raw, '"limit_request_id":"', 1, true)) then
     local decoded, parsed = pcall(cjson.decode, raw)  -- one Lua cannot read (too deep): read apart, as before
@@ -219,7 +220,8 @@ if status ~= 'open' then return remember({'stale', emit(ev_stale), 0, 0}) end
 if rev ~= '' and tonumber(stored_rev or '0') ~= tonumber(rev) then  -- (writes nothing: nothing to remember)
   return {'changed', 0, 0, 0, 0, redis.call('HGETALL', req), redis.call('SMEMBERS', oks)}
 end
-if redis.call('EXISTS', KEYS[7]) == 0 then  -- its turn is gone: nothing can resume, so nobody may approve it
+read.strings = redis.call('MGET', KEYS[7], KEYS[11], KEYS[13])  -- state, cancel, fails: for SETTLE_READ too
+if not read.strings[1] then  -- its turn is gone: nothing can resume, so nobody may approve it
   response, responder, note = '', '', ''
   return close('settled', 'cancelled', 'gone', emit(ev_gone), 0)
 end
@@ -243,7 +245,7 @@ return answer
 
 SETTLE_READ = LEASE_READ_FN + """
 if type(result) == 'table' and result[5] == 1 then
-  result[5] = lease_read(KEYS[10], KEYS[7], KEYS[5], KEYS[11], KEYS[12], KEYS[13])
+  result[5] = lease_read(KEYS[10], KEYS[7], KEYS[5], KEYS[11], KEYS[12], KEYS[13], read.strings)
 elseif type(result) == 'table' then result[5] = false end
 return result
 """

@@ -282,3 +282,11 @@ async def test_26_a_settle_numbers_its_events_and_counts_its_record_s_revision_i
     extra = [" ".join(c) for kind, c in zip(seen.kinds, seen.commands, strict=True)
              if kind == "lua" and (c[0] == "INCR" or c[0] == "HINCRBY")]
     assert extra == [], extra
+
+
+async def test_26_a_settle_reads_its_turn_s_state_once(local_slack, start_app, redis_url):
+    # whether its turn is still there, and what the resume starts from: one MGET, not an EXISTS before it
+    seen = await one_cycle_seen(local_slack, start_app, redis_url)
+    checks = [" ".join(c) for kind, c in zip(seen.kinds, seen.commands, strict=True)
+              if kind == "lua" and c[0] == "EXISTS"]
+    assert checks == [], checks
