@@ -9,8 +9,9 @@ from store.session_keys import SESSION_KEYS
 
 RETIRE_FN = """
 local SK = {""" + ", ".join(f"['{name}'] = {i}" for i, name in enumerate(SESSION_KEYS)) + """}
-local function retire(base, now)
-  local raw = redis.call('GET', KEYS[base + SK['end']])
+local function retire(base, now, read_end)  -- (``read_end``: the end as the caller read it, false if none)
+  local raw = read_end
+  if raw == nil then raw = redis.call('GET', KEYS[base + SK['end']]) end
   if not raw then return 0, 0 end
   local ends = tonumber(raw) or 0
   if ends > now then return 2, ends end
@@ -337,16 +338,18 @@ if ARGV[1] ~= '' then
   first_copy = redis.call('SET', KEYS[1], mark, 'NX', 'EX', ARGV[3])
   if not first_copy and redis.call('GET', KEYS[1]) ~= mark then return 0 end
 else first_copy = redis.call('SET', mark_key, 1, 'NX', 'PX', mark_ms) end
-if first_copy then
-  retire(2, tonumber(ARGV[4]))
-  redis.call('RPUSH', KEYS[2 + SK.inbox], ARGV[2])
-end
+if first_copy and ARGV[5] ~= '' then  -- the end with the strings RECORD_MESSAGE_READ reads: one MGET
+  local got = redis.call('MGET', KEYS[2 + SK['end']], KEYS[2 + SK.state], KEYS[2 + SK.cancel], KEYS[2 + SK.fails])
+  if retire(2, tonumber(ARGV[4]), got[1]) == 1 then got = {false, false, false, false} end  -- (retired: gone)
+  read.strings = {got[2], got[3], got[4]}
+elseif first_copy then retire(2, tonumber(ARGV[4])) end
+if first_copy then redis.call('RPUSH', KEYS[2 + SK.inbox], ARGV[2]) end
 if ARGV[5] == '' then return 1 end
 return {1, take_lease(KEYS[2 + SK.lease], ARGV[5], ARGV[6]) and 1 or 0}
 """
 
 RECORD_MESSAGE_READ = LEASE_READ_FN + """
 if type(result) ~= 'table' then return result end
-""" + "return {{1, result[2], lease_read({})}}\n".format(
+""" + "return {{1, result[2], lease_read({}, read.strings)}}\n".format(
     ", ".join(f"KEYS[{2 + SESSION_KEYS.index(name)}]" for name in ("lease", "state", "grants", "cancel", "inbox",
                                                                    "fails")))

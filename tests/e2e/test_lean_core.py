@@ -290,3 +290,11 @@ async def test_26_a_settle_reads_its_turn_s_state_once(local_slack, start_app, r
     checks = [" ".join(c) for kind, c in zip(seen.kinds, seen.commands, strict=True)
               if kind == "lua" and c[0] == "EXISTS"]
     assert checks == [], checks
+
+
+async def test_26_a_message_s_record_reads_its_session_s_strings_once(local_slack, start_app, redis_url):
+    # the session's end (is it to be retired first?) with what the drive starts from: one MGET, no GET before it
+    seen = await one_cycle_seen(local_slack, start_app, redis_url)
+    ends = [" ".join(c) for kind, c in zip(seen.kinds, seen.commands, strict=True)
+            if kind == "lua" and c[0] == "GET" and c[1].endswith(":end")]
+    assert ends == [], ends
