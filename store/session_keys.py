@@ -27,6 +27,7 @@ Keys of a session (``P = hitl:{slot}``):
   P:outlock      the session's delivery lock, "<token>|<deadline ms>" (one deliverer at a time keeps order)
   P:cancel       the turn id someone asked to cancel;  P:fails  drive failures in a row
   P:end          when the session ends (epoch ms), written once per unit of work by its owner
+  P:lastmark     the last lease holder's checkpoint's replay mark and answer (store/turn_scripts.py COMMIT)
 Global, advisory indexes (outside any slot; readers re-check the records):
   hitl:active                 zset session_id → when it next needs a look (lease expiry)
   hitl:outbox                 zset session_id → when its committed events next need delivering
@@ -96,7 +97,7 @@ def slot_of_request(request_id: str) -> str:
 # afresh). ``retire(base, now)``: the session's keys are KEYS[base..] in ``SESSION_KEYS`` order; returns
 # 0 (no end: in use, or gone), 1 (deleted), 2 and the end (not yet), 3 (held).
 SESSION_KEYS = ("state", "lease", "seq", "events", "inbox", "grants", "granted", "chan", "out", "open",
-                "outlock", "cancel", "fails", "end")
+                "outlock", "cancel", "fails", "end", "lastmark")
 
 # Take a member off a schedule (the outbox list, the timers) unless someone re-scheduled it meanwhile.
 FORGET_IF_UNCHANGED = """

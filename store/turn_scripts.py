@@ -45,10 +45,11 @@ return {verdict, ends}
 # KEYS: lease, state, events, seq, out, open, end, the new requests…, cancel, inbox, the markers…, the
 # finished markers…; ARGV ends with: …, maxlen, markers' lifetime ms, number of markers, the finished
 # results…, their number → {first seq, {per marker}} | -1/-2/-3
-# ``replay_own``: a lease holder's checkpoint keeps its mark in the session's ``out`` hash, with the ``_ref`` it
-# writes anyway (field ``_once``). One holder writes at a time, so the last mark is enough: a resent copy finds
-# its own, or another holder's checkpoint came since, and then its lease is gone and the copy is refused (-1),
-# having applied once. A checkpoint without a token (``emit``) keeps its mark under its own key, as before.
+# ``replay_own``: a lease holder's checkpoint keeps its mark and answer in the session's ``lastmark`` (a key in its
+# slot, named after the lease's), read with the lease in one MGET and written with the state in one MSET. One
+# holder writes at a time, so the last mark is enough: a resent copy finds its own, or another holder's
+# checkpoint came since, and then its lease is gone and the copy is refused (-1), having applied once. A
+# checkpoint without a token (``emit``) keeps its mark under its own key, as before.
 COMMIT = """
 local n_done = tonumber(ARGV[#ARGV])
 local NA, NK = #ARGV - n_done - 1, #KEYS - n_done  -- the checkpoint's own ARGV and KEYS end there
@@ -58,17 +59,16 @@ local A, K = NA - 2, NK - n_begin  -- the last of the checkpoint's own ARGV and 
 local token, state_json, n_events, n_requests = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local ref_json, ends = ARGV[A - 2], ARGV[A - 1]
 local take, unless_cancelled, release = cjson.decode(ARGV[A - 3]), ARGV[A - 4], ARGV[A - 5]
-local seen
-if token ~= '' then
-  seen = redis.call('HGET', KEYS[5], '_once')
-  seen = seen and string.sub(seen, 1, 16) == mark and string.sub(seen, 17)
-else seen = redis.call('GET', mark_key) end
+local lastmark = string.sub(KEYS[1], 1, -6) .. 'lastmark'  -- (KEYS[1] is the session's ':lease')
+local strings = {mark_key}  -- the lease, the mark and a requested cancel: one read for them all
+if token ~= '' then strings = {KEYS[1], lastmark} end
+if unless_cancelled ~= '' then strings[#strings + 1] = KEYS[K - 1] end
+local got = redis.call('MGET', unpack(strings))
+local held, seen, cancel
+if token ~= '' then held, seen, cancel = got[1], got[2], got[3] else seen, cancel = got[1], got[2] end
+if token ~= '' then seen = seen and string.sub(seen, 1, 16) == mark and string.sub(seen, 17) end
 if seen then return cjson.decode(seen) end  -- this checkpoint, resent after its reply was lost: it applied
 local answer = (function()
-local held, cancel  -- the lease and a requested cancel: one read when both are checked
-if token ~= '' and unless_cancelled ~= '' then held, cancel = unpack(redis.call('MGET', KEYS[1], KEYS[K - 1]))
-elseif token ~= '' then held = redis.call('GET', KEYS[1])
-elseif unless_cancelled ~= '' then cancel = redis.call('GET', KEYS[K - 1]) end
 if token ~= '' and held ~= token then return -1 end
 if unless_cancelled ~= '' and cancel == unless_cancelled then return -3 end
 for _, raw in ipairs(take) do
@@ -83,7 +83,6 @@ for i = 1, n_requests do
   redis.call('SADD', KEYS[6], KEYS[7 + i])
 end
 if n_requests > 0 then redis.call('DEL', KEYS[7]) end  -- open requests: the session has no end
-if state_json ~= '' then redis.call('SET', KEYS[2], state_json) end
 local first = 0
 if n_events > 0 then first = redis.call('INCRBY', KEYS[4], n_events) - n_events + 1 end
 for i = 1, n_events do
@@ -101,13 +100,16 @@ end
 return {first, begun}
 end)()
 if type(answer) ~= 'table' then return answer end  -- refused: none of the checkpoint written, nothing to remember
-local out = {}
-if ref_json ~= '' then out = {'_ref', ref_json} end
-if token ~= '' then
-  out[#out + 1] = '_once'
-  out[#out + 1] = mark .. cjson.encode(answer)
-else redis.call('SET', mark_key, cjson.encode(answer), 'PX', mark_ms) end
-if #out > 0 then redis.call('HSET', KEYS[5], unpack(out)) end
+if ref_json ~= '' then redis.call('HSET', KEYS[5], '_ref', ref_json) end
+local state = state_json ~= '' and {KEYS[2], state_json} or {}
+if token ~= '' then  -- the state and the mark: one write
+  state[#state + 1] = lastmark
+  state[#state + 1] = mark .. cjson.encode(answer)
+  redis.call('MSET', unpack(state))
+else
+  if #state > 0 then redis.call('SET', KEYS[2], state_json) end
+  redis.call('SET', mark_key, cjson.encode(answer), 'PX', mark_ms)
+end
 return answer
 """
 

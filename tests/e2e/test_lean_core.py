@@ -232,9 +232,8 @@ async def test_26_a_settle_keeps_its_replay_mark_in_its_request_s_record(local_s
     assert marks_by_script(seen).get("req", 0) == 0, marks_by_script(seen)
 
 
-async def test_26_a_lease_holder_s_checkpoint_keeps_its_replay_mark_with_the_session_s_outbox_ref(
-        local_slack, start_app, redis_url):
-    # each checkpoint writes its mark with the ``_ref`` it writes anyway (the lease fences it: one at a time)
+async def test_26_a_lease_holder_s_checkpoint_keeps_no_replay_mark_key_of_its_own(local_slack, start_app, redis_url):
+    # each checkpoint keeps its mark in the session's last mark (the lease fences it: one at a time)
     seen = await one_cycle_seen(local_slack, start_app, redis_url)
     assert marks_by_script(seen).get("lease", 0) == 0, marks_by_script(seen)
 
@@ -298,3 +297,12 @@ async def test_26_a_message_s_record_reads_its_session_s_strings_once(local_slac
     ends = [" ".join(c) for kind, c in zip(seen.kinds, seen.commands, strict=True)
             if kind == "lua" and c[0] == "GET" and c[1].endswith(":end")]
     assert ends == [], ends
+
+
+async def test_26_a_lease_holder_s_checkpoint_reads_its_replay_mark_with_its_lease_and_writes_it_with_its_state(
+        local_slack, start_app, redis_url):
+    seen = await one_cycle_seen(local_slack, start_app, redis_url)
+    apart = [" ".join(c) for kind, c in zip(seen.kinds, seen.commands, strict=True)
+             if kind == "lua" and c[0] in ("HGET", "GET", "SET") and c[1].endswith((":out", ":lease", ":state"))
+             and not (c[0] == "SET" and "NX" in c)]  # (a lease taken is a SET NX of its own)
+    assert apart == [], apart
