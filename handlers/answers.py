@@ -47,7 +47,7 @@ from bot.protocol import APPROVE, CANCEL, InputResponse, RequestRecord, UnknownR
 from bot.result_tokens import TOKEN_TTL_S, issue_token
 from bot.settle import NOT_EDITABLE
 from bot.turns import AnswerResult
-from handlers.delivery.notes import tell_privately
+from handlers.delivery.private_notes import tell_privately
 from handlers.deps import SlackDeps
 from handlers.identity import interaction_principal
 from handlers.outage import READ_BUDGET_S, read_in_time, store_down

@@ -18,7 +18,7 @@ from bot.admission import GUEST_REFUSAL, admits
 from bot.inputs import NOTHING_WAITING, strip_mention
 from bot.principals import Principal
 from bot.session import SessionRef, slack_session_id
-from handlers.delivery.notes import tell_privately
+from handlers.delivery.private_notes import tell_privately
 from handlers.delivery.sessions import TITLE_FIELD, title_of
 from handlers.deps import SlackDeps
 from handlers.identity import event_principal, installation_enterprise, installation_team

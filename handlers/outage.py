@@ -21,7 +21,7 @@ from typing import Any
 from slack_bolt.response import BoltResponse
 
 from bot.metrics import STORE_UNAVAILABLE
-from handlers.delivery.notes import tell_privately
+from handlers.delivery.private_notes import tell_privately
 from handlers.metering import payload_type
 from store.client import UNREACHABLE
 

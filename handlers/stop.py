@@ -21,7 +21,7 @@ from slack_sdk.errors import SlackApiError
 from bot.principals import Principal
 from bot.session import slack_session_id
 from bot.state import SessionState
-from handlers.delivery.notes import tell_privately
+from handlers.delivery.private_notes import tell_privately
 from handlers.deps import SlackDeps
 from handlers.identity import event_principal, installation_team
 

@@ -36,8 +36,8 @@ from bot.protocol import (
     TurnFailed,
 )
 from bot.session import SessionRef
-from handlers.delivery.notes import tell_privately
 from handlers.delivery.pacing import SlackPacing
+from handlers.delivery.private_notes import tell_privately
 from handlers.delivery.sessions import (
     TITLE_FIELD,
     AgentSessions,
