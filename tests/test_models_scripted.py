@@ -117,6 +117,22 @@ async def test_requests_are_recorded_as_copies() -> None:
     ]
 
 
+async def test_recorded_and_handed_copies_are_deep() -> None:
+    """Nested parts of a request (tool schemas, message content lists) are copied, not shared."""
+    tool = ToolSpec(name="refund", parameters={"type": "object", "properties": {"id": {"enum": ("a", "b")}}})
+    messages = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    seen = []
+    model = ScriptedModel([lambda msgs, tools: seen.append((msgs, tools)) or say("ok")])
+
+    await model.complete(messages, [tool])
+    tool.parameters["properties"]["id"]["enum"] = ("c",)
+    messages[0]["content"][0]["text"] = "changed"
+
+    for recorded_messages, recorded_tools in (model.requests[0], seen[0]):
+        assert recorded_messages == [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+        assert recorded_tools[0].parameters["properties"]["id"]["enum"] == ("a", "b")  # a tuple stays a tuple
+
+
 async def test_returned_responses_do_not_share_state_with_the_script() -> None:
     step = say("original")
     model = ScriptedModel([step], by_turn_position=False)

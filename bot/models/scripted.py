@@ -69,7 +69,7 @@ class ScriptedModel:
     async def complete(
         self, messages: list[Message], tools: list[ToolSpec], *, on_text: TextCallback | None = None
     ) -> ModelResponse:
-        self.requests.append((copy.deepcopy(messages), [tool.model_copy(deep=True) for tool in tools]))
+        self.requests.append((_plain_copy(messages), _copied_tools(tools)))
         index = self.next_step_index(messages)
         self._calls += 1
         if index >= len(self.steps):
@@ -85,7 +85,7 @@ class ScriptedModel:
             produced: Any = step
         else:
             # Hand the callable a copy so it cannot edit the caller's history by accident.
-            produced = step(copy.deepcopy(messages), [tool.model_copy(deep=True) for tool in tools])
+            produced = step(_plain_copy(messages), _copied_tools(tools))
             if inspect.isawaitable(produced):
                 produced = await produced
         if not isinstance(produced, ModelResponse):
@@ -95,6 +95,27 @@ class ScriptedModel:
         if "usage" not in produced.model_fields_set:
             response.usage = _estimated_usage(messages, response)
         return response
+
+
+def _plain_copy(value: Any) -> Any:
+    """A deep copy of JSON-like data (what messages and tool schemas are).
+
+    ``copy.deepcopy`` and pydantic's deep ``model_copy`` keep a memo and dispatch per type; on the tool
+    schemas sent with every model call that was the largest single cost of a scripted cycle (issue 26).
+    Anything not a dict, list or scalar (a tuple, an object) still goes through ``copy.deepcopy``.
+    """
+    if isinstance(value, dict):
+        return {key: _plain_copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain_copy(item) for item in value]
+    if value is None or isinstance(value, str | int | float):  # bool is an int
+        return value
+    return copy.deepcopy(value)
+
+
+def _copied_tools(tools: list[ToolSpec]) -> list[ToolSpec]:
+    """Copies of ``tools``: name and description are strings, so only the schema needs copying deeply."""
+    return [tool.model_copy(update={"parameters": _plain_copy(tool.parameters)}) for tool in tools]
 
 
 def _estimated_usage(messages: list[Message], response: ModelResponse) -> Usage:
