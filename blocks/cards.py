@@ -3,7 +3,9 @@
 A card is a list of blocks whose block ids all start with the request id (see
 :func:`blocks.actions.block_id`), so several cards can share one message and one of them can be
 replaced in place (:func:`replace_request_blocks`). Every text is truncated visibly to Slack's
-limits; slack_sdk's models validate each block as it is built.
+limits. The card is built as plain Block Kit dicts (it is on every approval's path: see :mod:`blocks.text`
+for why, and tests/test_blocks_cards_golden.py for the proof that Slack gets the same JSON as from
+slack_sdk's models).
 
 A card is where people decide, so text from the model or a tool (the prompt, option labels, the tool's
 input, a typed answer or note) can neither ping anyone nor dress a link up as another one (issue 9):
@@ -25,8 +27,6 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from slack_sdk.models.blocks import Block, SectionBlock
-
 from blocks import actions as ids
 from blocks.controls import controls
 from blocks.deadlines import schedule_text
@@ -46,13 +46,13 @@ from blocks.messages import Message, decision_mrkdwn, decision_plain, literal_mr
 from blocks.outcomes import NO_LONGER_NEEDED, outcome_emoji
 from blocks.people import people_text, progress_text, requester_text, responders_text
 from blocks.text import (
+    fields_section,
     inline_code,
     request_context,
     request_section,
     slack_date,
     tool_name_of,
     user_mention,
-    verbatim,
 )
 from bot.principals import Principal
 from bot.protocol import PREVIEW_UNAVAILABLE, InputRequest
@@ -134,8 +134,8 @@ def card_blocks(
     escalated: Sequence[Principal] = (),
     now: datetime | None = None,
     was: dict[str, Any] | None = None,
-) -> list[Block]:
-    """The card as slack_sdk blocks. ``tag`` prefixes block-id kinds so each iteration of a card
+) -> list[dict[str, Any]]:
+    """The card as Block Kit dicts. ``tag`` prefixes block-id kinds so each iteration of a card
     (pending, waiting, settled, App Home) has its own block ids. ``pending`` (default: ``interactive``):
     still open, so it says who may answer and when it expires, even where this viewer has no buttons.
     ``escalated``: the people it was escalated to, who may answer too. ``now`` (App Home): a line of
@@ -143,19 +143,13 @@ def card_blocks(
     input of a call an approver edited (``req`` carries what ran); each changed field says what it was."""
     pending = interactive if pending is None else pending
     rid = req.request_id
-    blocks: list[Block] = [request_section(rid, f"{tag}title", _title_text(req, prompt_limit, pending=pending))]
+    blocks = [request_section(rid, f"{tag}title", _title_text(req, prompt_limit, pending=pending))]
     if req.agent and req.kind != "delegation":  # a sub-agent asks: say which one
         blocks.append(request_context(rid, f"{tag}agent", subagent_text(req.agent)))
     if req.kind in ("tool-approval", "external-result") and req.action is not None:
         fields = field_texts(req.action.input, max_fields, req.action.shown_as, was, req.action.labels)
-        for n, start in enumerate(range(0, len(fields), SECTION_FIELDS)):
-            chunk = fields[start : start + SECTION_FIELDS]
-            blocks.append(
-                SectionBlock(
-                    block_id=ids.block_id(rid, f"{tag}input", n),
-                    fields=[verbatim(text) for text in chunk],
-                )
-            )
+        blocks.extend(fields_section(rid, f"{tag}input", fields[start : start + SECTION_FIELDS], n)
+                      for n, start in enumerate(range(0, len(fields), SECTION_FIELDS)))
     if req.preview is not None and req.action is not None:
         blocks.append(request_context(rid, f"{tag}preview", preview_text(req.preview)))
     who = requester_text(req, requester_name)
@@ -179,10 +173,6 @@ def card_blocks(
     return blocks
 
 
-def _dicts(blocks: Iterable[Block]) -> list[dict]:
-    return [block.to_dict() for block in blocks]
-
-
 def render_request(
     req: InputRequest,
     *,
@@ -193,8 +183,8 @@ def render_request(
 ) -> list[dict]:
     """The pending card for one request, as Block Kit dicts."""
     tag = ("e-" if escalated else "") + (f"w{len(approvals)}-" if approvals else "")
-    return _dicts(card_blocks(req, tag=tag, requester_name=requester_name, approvals=approvals, required=required,
-                              escalated=escalated))
+    return card_blocks(req, tag=tag, requester_name=requester_name, approvals=approvals, required=required,
+                       escalated=escalated)
 
 
 def _fallback(lines: Iterable[str]) -> str:
@@ -286,10 +276,10 @@ def render_settled(
     if detail is not None and detail.strip():
         blocks.append(request_context(rid, "s-detail", escape_mrkdwn(detail.strip())))
     fallback = label + (f" by {user_mention(decided_by)}" if decided_by else "")
-    return {"text": truncate_mrkdwn(fallback, MESSAGE_TEXT), "blocks": _dicts(blocks)}
+    return {"text": truncate_mrkdwn(fallback, MESSAGE_TEXT), "blocks": blocks}
 
 
-def _form_value_sections(req: InputRequest, values: dict[str, Any]) -> list[Block]:
+def _form_value_sections(req: InputRequest, values: dict[str, Any]) -> list[dict[str, Any]]:
     """What a form was filled in with, labelled as the form labelled it."""
     titles = form_field_titles(req)
     named = {titles.get(key, key): ("Yes" if value else "No") if isinstance(value, bool) else value
@@ -297,8 +287,7 @@ def _form_value_sections(req: InputRequest, values: dict[str, Any]) -> list[Bloc
     if not named:
         return [request_section(req.request_id, "s-values", "_(the form was sent empty)_")]
     texts = field_texts(named, CARD_MAX_FIELDS)
-    return [SectionBlock(block_id=ids.block_id(req.request_id, "s-values", n),
-                         fields=[verbatim(text) for text in texts[start : start + SECTION_FIELDS]])
+    return [fields_section(req.request_id, "s-values", texts[start : start + SECTION_FIELDS], n)
             for n, start in enumerate(range(0, len(texts), SECTION_FIELDS))]
 
 

@@ -1,24 +1,13 @@
 """The interactive part of a pending card: Approve / Cancel buttons (with a confirm for dangerous tools),
 Edit & approve, Cancel with reason, the question's select menu, radio buttons or buttons, "Type your own
 answer", and the buttons of forms and external results. Labels a model wrote go through
-:func:`blocks.messages.decision_plain`."""
+:func:`blocks.messages.decision_plain`. Built as Block Kit dicts, as the rest of the card
+(:mod:`blocks.elements` says why)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from slack_sdk.models.blocks import (
-    ActionsBlock,
-    Block,
-    ButtonElement,
-    ConfirmObject,
-    Option,
-    PlainTextObject,
-    RadioButtonsElement,
-    StaticSelectElement,
-)
-
 from blocks import actions as ids
+from blocks.elements import Element, actions_block, button, confirm_dialog, option, static_select
 from blocks.grants import grant_control
 from blocks.limits import (
     ACTIONS_ELEMENTS,
@@ -36,7 +25,7 @@ from blocks.limits import (
     truncate_mrkdwn,
 )
 from blocks.messages import decision_plain
-from blocks.text import inline_code, request_context, tool_name_of, verbatim
+from blocks.text import inline_code, request_context, tool_name_of
 from bot.protocol import (
     APPROVE,
     CANCEL,
@@ -71,82 +60,62 @@ def _button_style(req: InputRequest, option: InputOption) -> str | None:
     return option.style
 
 
-def _confirm_for(req: InputRequest) -> ConfirmObject:
+def _confirm_for(req: InputRequest) -> Element:
     tool = one_line(tool_name_of(req))
-    return ConfirmObject(
-        title=PlainTextObject(text=plain(f"Run {tool}?", CONFIRM_TITLE)),
-        text=verbatim(
-            truncate_mrkdwn(
-                f"{inline_code(tool)} is marked as dangerous. It will run with the input shown on the card.",
-                CONFIRM_TEXT,
-            )
-        ),
-        confirm=PlainTextObject(text=plain("Run it", CONFIRM_BUTTON)),
-        deny=PlainTextObject(text=plain("Not yet", CONFIRM_BUTTON)),
+    return confirm_dialog(
+        plain(f"Run {tool}?", CONFIRM_TITLE),
+        truncate_mrkdwn(f"{inline_code(tool)} is marked as dangerous. It will run with the input shown on the card.",
+                        CONFIRM_TEXT),
+        plain("Run it", CONFIRM_BUTTON),
+        plain("Not yet", CONFIRM_BUTTON),
         style="danger",
     )
 
 
-def _buttons(req: InputRequest, options: list[InputOption]) -> list[ButtonElement]:
-    buttons: list[ButtonElement] = []
+def _buttons(req: InputRequest, options: list[InputOption]) -> list[Element]:
+    buttons: list[Element] = []
     primary_used = False
-    for index, option in enumerate(options[:ACTIONS_ELEMENTS]):
-        style = _button_style(req, option)
+    for index, choice in enumerate(options[:ACTIONS_ELEMENTS]):
+        style = _button_style(req, choice)
         if style == "primary":  # Slack: primary "should only be used for one button within a set"
             style = None if primary_used else style
             primary_used = True
-        confirm = _confirm_for(req) if req.dangerous and option.id == APPROVE else None
-        buttons.append(
-            ButtonElement(
-                text=PlainTextObject(text=plain(decision_plain(option.label, BUTTON_TEXT), BUTTON_TEXT)),
-                action_id=ids.button_action_id(req.request_id, index),
-                value=ids.button_value(index, option),
-                style=style,
-                confirm=confirm,
-            )
-        )
+        confirm = _confirm_for(req) if req.dangerous and choice.id == APPROVE else None
+        buttons.append(button(plain(decision_plain(choice.label, BUTTON_TEXT), BUTTON_TEXT),
+                              ids.button_action_id(req.request_id, index), ids.button_value(index, choice),
+                              style, confirm))
     return buttons
 
 
-def _choice_options(options: list[InputOption]) -> list[Option]:
+def _choice_options(options: list[InputOption]) -> list[Element]:
     result = []
-    for index, option in enumerate(options[:SELECT_OPTIONS]):
-        description = decision_plain(option.description or "", OPTION_DESCRIPTION)
-        result.append(
-            Option(
-                value=ids.option_value(index, option),
-                text=PlainTextObject(text=plain(decision_plain(option.label, OPTION_TEXT), OPTION_TEXT)),
-                description=PlainTextObject(text=truncate(description, OPTION_DESCRIPTION))
-                if description
-                else None,
-            )
-        )
+    for index, choice in enumerate(options[:SELECT_OPTIONS]):
+        description = decision_plain(choice.description or "", OPTION_DESCRIPTION)
+        result.append(option(ids.option_value(index, choice),
+                             plain(decision_plain(choice.label, OPTION_TEXT), OPTION_TEXT),
+                             truncate(description, OPTION_DESCRIPTION) if description else None))
     return result
 
 
-def _freeform_button(req: InputRequest, *, primary: bool) -> ButtonElement:
-    return ButtonElement(
-        text=PlainTextObject(text=FREEFORM_LABEL),
-        action_id=ids.freeform_action_id(req.request_id),
-        value=req.request_id,
-        style="primary" if primary else None,
-    )
+def _freeform_button(req: InputRequest, *, primary: bool) -> Element:
+    return button(FREEFORM_LABEL, ids.freeform_action_id(req.request_id), req.request_id,
+                  "primary" if primary else None)
 
 
 EDIT_LABEL = "Edit & approve"
 REASON_LABEL = "Cancel with reason"
 
 
-def _modal_button(req: InputRequest, label: str, action_id: str) -> ButtonElement:
-    return ButtonElement(text=PlainTextObject(text=label), action_id=action_id, value=req.request_id)
+def _modal_button(req: InputRequest, label: str, action_id: str) -> Element:
+    return button(label, action_id, req.request_id)
 
 
-def _approval_controls(req: InputRequest, options: list[InputOption]) -> list[Any]:
+def _approval_controls(req: InputRequest, options: list[InputOption]) -> list[Element]:
     """Approve, [Edit & approve], [don't ask again], Cancel, Cancel with reason (the modal ones open modals)."""
-    buttons: list[Any] = _buttons(req, options)
+    buttons = _buttons(req, options)
     if req.kind != "tool-approval":
         return buttons
-    extras: list[Any] = []
+    extras: list[Element] = []
     if req.editable:
         extras.append(_modal_button(req, EDIT_LABEL, ids.edit_action_id(req.request_id)))
     if req.grants:
@@ -160,10 +129,9 @@ FORM_LABEL = "Open form"
 FORM_ONLY_NOTE = "Typed replies don’t answer a form: use *Open form*."
 
 
-def _form_controls(req: InputRequest, tag: str) -> list[Block]:
-    button = ButtonElement(text=PlainTextObject(text=FORM_LABEL), action_id=ids.modal_action_id(req.request_id, "form"),
-                           value=req.request_id, style="primary")
-    return [ActionsBlock(block_id=ids.block_id(req.request_id, f"{tag}actions"), elements=[button]),
+def _form_controls(req: InputRequest, tag: str) -> list[Element]:
+    form = button(FORM_LABEL, ids.modal_action_id(req.request_id, "form"), req.request_id, "primary")
+    return [actions_block(ids.block_id(req.request_id, f"{tag}actions"), [form]),
             request_context(req.request_id, f"{tag}formnote", FORM_ONLY_NOTE)]
 
 
@@ -173,31 +141,29 @@ EXTERNAL_NOTE = ("Run it yourself, then *Submit result* with what it returned. A
                  "instead: *Get a result token*.")
 
 
-def _external_controls(req: InputRequest, tag: str) -> list[Block]:
+def _external_controls(req: InputRequest, tag: str) -> list[Element]:
     """Submit result (a form of the tool's result model), Get a result token, Cancel, Cancel with reason."""
     rid = req.request_id
-    submit = ButtonElement(text=PlainTextObject(text=RESULT_LABEL), action_id=ids.modal_action_id(rid, "form"),
-                           value=rid, style="primary")
-    token = ButtonElement(text=PlainTextObject(text=TOKEN_LABEL), action_id=ids.token_action_id(rid), value=rid)
+    submit = button(RESULT_LABEL, ids.modal_action_id(rid, "form"), rid, "primary")
+    token = button(TOKEN_LABEL, ids.token_action_id(rid), rid)
     cancel = [o for o in req.displayed_options() if o.id == CANCEL]
-    elements: list[Any] = [submit, token, *_buttons(req, cancel),
-                           _modal_button(req, REASON_LABEL, ids.reason_action_id(rid))]
-    return [ActionsBlock(block_id=ids.block_id(rid, f"{tag}actions"), elements=elements),
+    elements = [submit, token, *_buttons(req, cancel), _modal_button(req, REASON_LABEL, ids.reason_action_id(rid))]
+    return [actions_block(ids.block_id(rid, f"{tag}actions"), elements),
             request_context(rid, f"{tag}extnote", EXTERNAL_NOTE)]
 
 
-def controls(req: InputRequest, tag: str) -> list[Block]:
+def controls(req: InputRequest, tag: str) -> list[Element]:
     options = _options_of(req)
     actions_id = ids.block_id(req.request_id, f"{tag}actions")
     if req.kind in ("tool-approval", "session-limit"):
-        return [ActionsBlock(block_id=actions_id, elements=_approval_controls(req, options))]
+        return [actions_block(actions_id, _approval_controls(req, options))]
     if req.kind == "user-input":
         return _form_controls(req, tag)
     if req.kind == "external-result":
         return _external_controls(req, tag)
     if req.kind == "delegation":  # the sub-agent answers it; people may only stop it
-        return [ActionsBlock(block_id=actions_id, elements=_buttons(req, options))]
-    elements: list[Any] = []
+        return [actions_block(actions_id, _buttons(req, options))]
+    elements: list[Element] = []
     if options and req.style == "buttons" and len(options) < ACTIONS_ELEMENTS:
         elements.extend(_buttons(req, options))
         if req.allow_free_text:
@@ -205,22 +171,16 @@ def controls(req: InputRequest, tag: str) -> list[Block]:
     elif options:
         choices = _choice_options(options)
         if req.style == "radio" and len(options) <= RADIO_MAX_OPTIONS:
-            elements.append(
-                RadioButtonsElement(action_id=ids.select_action_id(req.request_id), options=choices)
-            )
+            elements.append({"action_id": ids.select_action_id(req.request_id), "options": choices,
+                             "type": "radio_buttons"})
         else:
-            elements.append(
-                StaticSelectElement(
-                    action_id=ids.select_action_id(req.request_id),
-                    placeholder=PlainTextObject(text=plain("Choose an answer", PLACEHOLDER)),
-                    options=choices,
-                )
-            )
+            elements.append(static_select(ids.select_action_id(req.request_id),
+                                          plain("Choose an answer", PLACEHOLDER), choices))
         if req.allow_free_text:
             elements.append(_freeform_button(req, primary=False))
     else:  # an open question: typing is the only way to answer
         elements.append(_freeform_button(req, primary=True))
-    blocks: list[Block] = [ActionsBlock(block_id=actions_id, elements=elements)]
+    blocks = [actions_block(actions_id, elements)]
     if len(options) > SELECT_OPTIONS:
         blocks.append(
             request_context(

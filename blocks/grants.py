@@ -5,16 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from slack_sdk.models.blocks import (
-    ButtonElement,
-    ConfirmObject,
-    ContextBlock,
-    Option,
-    PlainTextObject,
-    StaticSelectElement,
-)
+from slack_sdk.models.blocks import ContextBlock
 
 from blocks import actions as ids
+from blocks.elements import button, confirm_dialog, option, static_select
 from blocks.limits import (
     BUTTON_TEXT,
     CONFIRM_BUTTON,
@@ -54,30 +48,26 @@ def _grant_scope_text(req: InputRequest, offer: GrantOffer) -> str:
     return f"won't ask {mention(req.principal)} again for {offer.days} days, in any conversation"
 
 
-def _grant_confirm(req: InputRequest, offer: GrantOffer | None) -> ConfirmObject:
+def _grant_confirm(req: InputRequest, offer: GrantOffer | None) -> dict[str, Any]:
     tool = inline_code(one_line(tool_name_of(req)))
     scope = _grant_scope_text(req, offer) if offer else "stops asking in the scope you pick"
-    return ConfirmObject(
-        title=PlainTextObject(text=plain("Approve and stop asking?", CONFIRM_TITLE)),
-        text=verbatim(truncate_mrkdwn(f"{tool} runs now, and {scope}. The requester or an admin can revoke this in "
-                                   "the app's Home tab.", CONFIRM_TEXT)),
-        confirm=PlainTextObject(text=plain("Approve", CONFIRM_BUTTON)),
-        deny=PlainTextObject(text=plain("Not yet", CONFIRM_BUTTON)),
-    )
+    return confirm_dialog(plain("Approve and stop asking?", CONFIRM_TITLE),
+                          truncate_mrkdwn(f"{tool} runs now, and {scope}. The requester or an admin can revoke this "
+                                          "in the app's Home tab.", CONFIRM_TEXT),
+                          plain("Approve", CONFIRM_BUTTON), plain("Not yet", CONFIRM_BUTTON))
 
 
-def grant_control(req: InputRequest) -> Any:
-    """One scope: a button naming it. Several: a small menu, one option per scope."""
+def grant_control(req: InputRequest) -> dict[str, Any]:
+    """One scope: a button naming it. Several: a small menu, one option per scope. A Block Kit dict, as the
+    rest of the card's controls (:mod:`blocks.controls`)."""
     action_id = ids.grant_action_id(req.request_id)
     if len(req.grants) == 1:
         [offer] = req.grants
-        return ButtonElement(text=PlainTextObject(text=plain(grant_label(offer), BUTTON_TEXT)), action_id=action_id,
-                             value=offer.scope, confirm=_grant_confirm(req, offer))
-    options = [Option(value=o.scope, text=PlainTextObject(text=plain(grant_label(o), OPTION_TEXT)),
-                      description=PlainTextObject(text=truncate(grant_description(o), OPTION_DESCRIPTION)))
+        return button(plain(grant_label(offer), BUTTON_TEXT), action_id, offer.scope,
+                      confirm=_grant_confirm(req, offer))
+    options = [option(o.scope, plain(grant_label(o), OPTION_TEXT), truncate(grant_description(o), OPTION_DESCRIPTION))
                for o in req.grants]
-    return StaticSelectElement(action_id=action_id, placeholder=PlainTextObject(text=GRANT_PLACEHOLDER),
-                               options=options, confirm=_grant_confirm(req, None))
+    return static_select(action_id, GRANT_PLACEHOLDER, options, confirm=_grant_confirm(req, None))
 
 
 def granted_text(req: InputRequest, scope: str | None) -> str | None:

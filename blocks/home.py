@@ -317,7 +317,8 @@ def _admin_blocks(approver_lists: Sequence[ApproverListView] | None, without_lis
 
 
 def _waiting_card(item: HomeRequest, now: datetime | None) -> list[Block]:
-    blocks = card_blocks(
+    # the card's builders give dicts (blocks.elements); the Home view keeps slack_sdk's models and validators
+    blocks = Block.parse_all(card_blocks(
         item.request,
         tag="hw-",
         now=now,
@@ -329,7 +330,7 @@ def _waiting_card(item: HomeRequest, now: datetime | None) -> list[Block]:
         required=item.required,
         prompt_limit=HOME_PROMPT_CHARS,
         max_fields=HOME_MAX_FIELDS,
-    )
+    ))
     if not item.can_settle:
         blocks.append(
             ContextBlock(

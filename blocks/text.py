@@ -4,15 +4,19 @@ context blocks (block ids start with the request id, see :func:`blocks.actions.b
 
 Every mrkdwn text object is ``verbatim`` so Slack adds no links or mentions of its own to words a model
 or a tool wrote (issue 9); the ``<…>`` tokens built here from verified ids still render.
+
+The request-scoped blocks are Block Kit dicts (:mod:`blocks.elements` says why).
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
-from slack_sdk.models.blocks import ContextBlock, MarkdownTextObject, SectionBlock
+from slack_sdk.models.blocks import MarkdownTextObject
 
 from blocks import actions as ids
+from blocks.elements import verbatim_text
 from blocks.limits import CONTEXT_TEXT, SECTION_TEXT, escape_mrkdwn, mrkdwn, one_line, truncate
 from bot.principals import Principal
 from bot.protocol import InputRequest
@@ -52,9 +56,17 @@ def verbatim(text: str) -> MarkdownTextObject:
     return MarkdownTextObject(text=text, verbatim=True)
 
 
-def request_section(request_id: str, kind: str, text: str, n: int = 0) -> SectionBlock:
-    return SectionBlock(block_id=ids.block_id(request_id, kind, n), text=verbatim(mrkdwn(text, SECTION_TEXT)))
+def request_section(request_id: str, kind: str, text: str, n: int = 0) -> dict[str, Any]:
+    return {"block_id": ids.block_id(request_id, kind, n), "text": verbatim_text(mrkdwn(text, SECTION_TEXT)),
+            "type": "section"}
 
 
-def request_context(request_id: str, kind: str, text: str) -> ContextBlock:
-    return ContextBlock(block_id=ids.block_id(request_id, kind), elements=[verbatim(mrkdwn(text, CONTEXT_TEXT))])
+def fields_section(request_id: str, kind: str, texts: list[str], n: int = 0) -> dict[str, Any]:
+    """A section of (at most ``SECTION_FIELDS``) mrkdwn fields, each already within ``FIELD_TEXT``."""
+    return {"block_id": ids.block_id(request_id, kind, n), "fields": [verbatim_text(t) for t in texts],
+            "type": "section"}
+
+
+def request_context(request_id: str, kind: str, text: str) -> dict[str, Any]:
+    return {"block_id": ids.block_id(request_id, kind), "elements": [verbatim_text(mrkdwn(text, CONTEXT_TEXT))],
+            "type": "context"}
