@@ -24,12 +24,15 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
 
 from blocks.cards import render_waiting
+from blocks.messages import Message
 from blocks.notices import (
     DIGEST_AFTER,
     approver_notice,
@@ -102,14 +105,13 @@ class ApproverNotices:
             elif isinstance(event, ApprovalCandidate) and event.outcome == "pending" and event.approvals > 0:
                 record = await self.store.pass_request(session.session_id, event.request_id)
                 approvals = [p.rsplit(":", 1)[-1] for p in record.approvals]
-                waiting = render_waiting(record.request, approvals, event.required, record.escalated_to)
-                await self._update_copies(session, record, waiting["blocks"], waiting["text"],
+                await self._update_copies(session, record, partial(render_waiting, record.request, approvals,
+                                                                    event.required, record.escalated_to),
                                           approvals=approvals, required=event.required)
             elif isinstance(event, InputResolved):
                 for resolution in event.resolutions:
                     record = await self.store.pass_request(session.session_id, resolution.request_id)
-                    settled = settled_card(record, resolution, event.at)
-                    await self._update_copies(session, record, settled["blocks"], settled["text"])
+                    await self._update_copies(session, record, partial(settled_card, record, resolution, event.at))
         except SlackApiError as exc:
             failure = slack_failure(exc, f"a notice for {event.type}")
             if failure is None:  # a closed DM, a deactivated approver…: the card in the thread still stands
@@ -187,10 +189,9 @@ class ApproverNotices:
         req = record.request
         approvals = [p.rsplit(":", 1)[-1] for p in record.approvals]
         required = req.responders.required if req.responders else 1
-        waiting = render_waiting(req, approvals, required, record.escalated_to)
         removed = [p.slack_user_id for p in event.removed if p.slack_user_id]
-        await self._update_copies(session, record, waiting["blocks"], waiting["text"], approvals=approvals,
-                                  required=required, also=removed)
+        await self._update_copies(session, record, partial(render_waiting, req, approvals, required, record.escalated_to),
+                                  approvals=approvals, required=required, also=removed)
         mode, people = notified(req)  # the people the rule names now: outsiders were left out already
         added = {p.slack_user_id for p in event.added}
         new = [u for u in people if u in added] if mode == "dm" else []
@@ -205,15 +206,20 @@ class ApproverNotices:
 
     # --- keeping copies current -------------------------------------------------------------------
 
-    async def _update_copies(self, session: SessionRef, record: RequestRecord, card_blocks: list[dict], text: str,
+    async def _update_copies(self, session: SessionRef, record: RequestRecord, render: Callable[[], Message],
                              *, approvals: list[str] | None = None, required: int = 1,
                              also: list[str] | None = None) -> None:
+        """Every approver's copy of the card shows what ``render`` gives (the settled or waiting card). The
+        card is rendered only when someone may have a copy: most requests have none, and a card costs CPU on
+        every approval's path (issue 26)."""
         req = record.request
         mode, people = notified(req)
         told = (people if mode == "dm" else []) + [p.slack_user_id for p in record.escalated_to if p.slack_user_id]
         told += also or []  # e.g. people taken off the list: their copies show who may answer now
         if not told:
             return
+        card = render()
+        card_blocks, text = card["blocks"], card["text"]
         client = await self.client_for(session.team_id)
         for user in dict.fromkeys(told):
             raw = await self.ledger.get(session.session_id, f"dm:{req.request_id}:{user}")
