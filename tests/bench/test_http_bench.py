@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import pytest
 
+from localslack.models import ApiCall
 from tests.bench.http.__main__ import parse_args, run
+from tests.bench.http.ladder_bench import once_each
+from tests.bench.http.ladder_bench import parse_args as ladder_args
+from tests.bench.http.ladder_bench import run as ladder_run
 from tests.bench.http.report import DOC, END, START_PREFIX
 
 TINY = ["--clicks", "2", "--burst-clicks", "2", "--cycles", "2", "--concurrency", "2", "--restarts", "1",
@@ -51,3 +55,33 @@ async def test_every_figure_is_measured(monkeypatch: pytest.MonkeyPatch) -> None
 def test_the_doc_has_one_figures_block() -> None:
     text = DOC.read_text()
     assert text.count(START_PREFIX) == text.count(END) <= 1
+
+
+async def test_the_ladder_measures_every_rung_doing_the_cycle_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the run itself fails (BenchError) when a contender's thread lacks its card, update or reply, has one
+    # twice, or a rung leaves wake-ups behind or an audit chain that does not verify
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    argv = ["--cycles", "2", "--concurrency", "2"]
+    text = await ladder_run(ladder_args(argv), argv)
+    header = next(line for line in text.splitlines() if line.startswith("| per approve cycle"))
+    assert header.split(" | ")[1:] == ["durable floor", "rung 1", "rung 2", "rung 3", "rung 4", "project |"]
+    for figure in ("CPU per cycle", "cycles/s", "Redis commands per cycle", "Slack calls per cycle"):
+        row = next(line for line in text.splitlines() if line.startswith(f"| {figure}"))
+        assert "—" not in row, row
+    assert "The project ÷ the top rung (rung 4)" in text
+
+
+def test_the_ladder_check_finds_a_post_made_twice_or_missing() -> None:
+    def call(method: str, posted: str = "", **params: object) -> ApiCall:
+        return ApiCall(method=method, params=params, token=None, response={"ok": True, "ts": posted})
+
+    card = call("chat.postMessage", "2.0", channel="C1", thread_ts="1.0", blocks='[{"text": "Approve"}]')
+    cycle = [card, call("chat.update", channel="C1", ts="2.0"), call("chat.postMessage", "3.0", channel="C1",
+                                                                      thread_ts="1.0", text="Refunded."),
+             call("agents.sessions.setStatus", channel_id="C1", thread_ts="1.0", status="active")]
+    assert once_each(cycle, 1) == []
+    assert once_each([*cycle, cycle[2]], 1) == ["('C1', '1.0'): 3 posts, not 2 (card, reply)"]
+    assert once_each(cycle[:2] + cycle[3:], 1) == ["('C1', '1.0'): 1 posts, not 2 (card, reply)"]
+    assert once_each([*cycle, cycle[1]], 1) == ["('C1', '1.0'): card updated 2 times"]
+    assert once_each(cycle[:3], 1) == ["('C1', '1.0'): 0 session statuses, not 1"]
+    assert once_each(cycle[:3], 1, statuses_too=False) == []
