@@ -28,7 +28,8 @@ The rungs are cumulative:
 4. **The audit log's hash chain.** The delivery pass appends each decision it reads (the request, the
    settlement, the execution) to the workspace's audit stream as a hash-chained entry (sha256 of the
    canonical JSON holding the previous entry's hash), compare-and-set on the chain's head, with the
-   session's audit progress so each event is audited once; in the pass's closing round trip. The
+   session's audit progress so each event is audited once; in the pass's closing round trip (in one of its
+   own when another pass of this process is appending to the workspace's chain: one append at a time). The
    floor's plain decision XADD goes.
 
 Which rung runs is ``--rung``; each uses its own key prefix (``lad<N>:``).
@@ -339,6 +340,9 @@ def ladder_app(rung: int, secret: str, token: str, slack_url: str, model_url: st
         stream, head_key = f"{prefix}:{{ws:{team}}}:audit", f"{prefix}:{{ws:{team}}}:audit:head"
         progress = f"{prefix}:{{ws:{team}}}:audit:upto:{sid}"
         lock = chain_locks.setdefault(team, asyncio.Lock())
+        if lock.locked():  # another pass is appending: the save goes now (it lets the session's lock go), the
+            await pipe.execute()  # audit in a round trip of its own once the chain is free
+            pipe = redis.pipeline(transaction=False)
         async with lock:
             if team not in heads:
                 seq, hash_ = await redis.hmget(head_key, "seq", "hash")
