@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from functools import lru_cache
 
 from pydantic import BaseModel, Field
 
@@ -39,6 +40,7 @@ class SessionRef(BaseModel):
     parent: dict[str, str] | None = None
 
 
+@lru_cache(maxsize=4096)  # ~80 key names per approve cycle, of a handful of sessions
 def session_slot(session_id: str) -> str:
     """A short, stable hash of a session id; keys and request ids of a session carry it."""
     return hashlib.sha1(session_id.encode()).hexdigest()[:16]
