@@ -18,7 +18,6 @@ from redis.asyncio import Redis
 from bot.outbox import PassOpening
 from bot.principals import Principal
 from bot.protocol import (
-    EVENT_ADAPTER,
     CancelRequested,
     Event,
     Grant,
@@ -560,9 +559,6 @@ def _fill_approvals(event: Event, count: int) -> Event:
 
 
 def _with_seq(events: list[Event], first: int) -> list[Event]:
-    out = []
-    for i, event in enumerate(events):
-        copy = EVENT_ADAPTER.validate_python(event.model_dump())
-        copy.seq = first + i
-        out.append(copy)
-    return out
+    """The events as written, numbered: copies (the caller's own are left as they were), not validated
+    again (they are the engine's own, just serialized from these very objects)."""
+    return [event.model_copy(update={"seq": first + i}) for i, event in enumerate(events)]
