@@ -105,9 +105,10 @@ def record_fields(record: RequestRecord) -> dict[str, str]:
     }
 
 
-def as_parked(record: RequestRecord) -> RequestRecord:
-    """A new record as a read of it right after its park returns it (what ``record_fields`` keeps)."""
-    return record_from_fields({k.encode(): v.encode() for k, v in record_fields(record).items()})
+def as_parked(fields: dict[str, str]) -> RequestRecord:
+    """A new record as a read of it right after its park returns it, from the ``record_fields`` the park wrote
+    (made once, for both)."""
+    return record_from_fields({k.encode(): v.encode() for k, v in fields.items()})
 
 
 def record_from_fields(fields: dict[bytes, bytes]) -> RequestRecord:

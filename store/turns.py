@@ -294,13 +294,14 @@ class RedisTurns(TurnInbox):
             *[self.key(session_id, f"exec:{marker}") for marker in finished],
         ]
         ends = self._ends_at()  # written by the script only if this checkpoint ends the turn
+        fields = [record_fields(r) for r in requests]  # written, and remembered as a read would return them
         args: list[Any] = [
             token or "",
             json.dumps(state, separators=(",", ":")) if state is not None else "",
             len(events),
             len(requests),
             *[e.model_dump_json(exclude_none=True) for e in events],
-            *[json.dumps(record_fields(r), separators=(",", ":")) for r in requests],
+            *[json.dumps(f, separators=(",", ":")) for f in fields],
             "1" if release and token else "",
             unless_cancelled or "",
             json.dumps([json.dumps(m, separators=(",", ":")) for m in take]) if take else "[]",
@@ -347,7 +348,7 @@ class RedisTurns(TurnInbox):
         first, started = written
         begun = {m: (v == b"", None if v == b"" else v.decode()) for m, v in zip(markers, started, strict=True)}
         snapshot = self._snapshot_of(rest[len(extra):], None if release else state) if reads else None
-        self.remember(*(as_parked(r) for r in requests))  # the next click on one reads nothing first
+        self.remember(*(as_parked(f) for f in fields))  # the next click on one reads nothing first
         return _with_seq(events, int(first)), snapshot, begun
 
     # events ----------------------------------------------------------------------------------
