@@ -51,7 +51,7 @@ from bot.protocol import (
 )
 from bot.session import SessionRef, new_request_id
 from bot.settle import Settler
-from bot.state import CallResult, CallState, SessionState, StepState, TurnState, turn_id_for
+from bot.state import CallResult, CallState, SavedState, SessionState, StepState, TurnState, turn_id_for
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class _Pass:
     taking: list[dict[str, Any]] = field(default_factory=list)
     # the state as this pass last committed it (fenced by the lease, so still what Redis holds); the
     # next step starts from it instead of reading it back. Used once: a step that commits sets it again.
-    committed: dict[str, Any] | None = None
+    committed: SavedState = None
     read: SessionSnapshot | None = None  # read with the lease, for the first step
     # the last checkpoint let the lease go (``_commit(last=True)``); ``after``: what was read then
     released: bool = False
@@ -486,7 +486,7 @@ class Driver:
         fenced script (``TurnStore.commit_and_begin``); refused, like any, if a cancel was asked."""
         assert state.turn is not None
         events = [*await self._carried(p), *events]
-        saved = state.model_dump(mode="json")
+        saved = state.model_dump_json()  # serialized once, as written
         committed, begun = await self.p.store.commit_and_begin(p.session_id, p.token, saved, events, markers=markers,
                                                                ref=state.ref, take=p.taking,
                                                                unless_cancelled=state.turn.turn_id)
@@ -529,7 +529,7 @@ class Driver:
         events = [*await self._carried(p), *events]
         unless_cancelled = unless_cancelled or p.carry_unless
         finished, p.finished = p.finished, {}
-        saved = state.model_dump(mode="json")
+        saved = state.model_dump_json()  # serialized once, as written
         # events that go out at once: this checkpoint's round trip begins their delivery pass too
         opening = self.p.outbox.open_pass(p.session_id, state.ref.team_id) if events and not no_hurry else None
         try:

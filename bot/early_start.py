@@ -31,9 +31,9 @@ class EarlyStart:
         self.p, self.session_id = parts, session_id
         self.events, self.take = list(events), list(take)
         self.writing = False
-        self.task = asyncio.create_task(self._write_later(token, state.model_dump(mode="json"), state))
+        self.task = asyncio.create_task(self._write_later(token, state.model_dump_json(), state))
 
-    async def _write_later(self, token: str, saved: dict[str, Any], state: SessionState) -> None:
+    async def _write_later(self, token: str, saved: str, state: SessionState) -> None:
         await asyncio.sleep(EARLY_START_S)
         self.writing = True
         committed, _ = await self.p.store.commit_then_read(self.session_id, token, saved, self.events, [],

@@ -20,6 +20,7 @@ from bot.ports import LiveText, Workspace
 from bot.principals import Principal
 from bot.protocol import Event, Grant, HeldLease, RequestRecord, Responders, SessionSnapshot, SettleResult
 from bot.session import SessionRef
+from bot.state import SavedState
 from bot.tool_registry import ToolRegistry
 
 RESPONSE_POLICY_TIMEOUT = 10.0
@@ -44,7 +45,7 @@ class TurnStore(Protocol):
     grants: GrantRegistry
     lease_ms: int
 
-    async def snapshot(self, session_id: str, *, known_state: dict[str, Any] | None = None) -> SessionSnapshot: ...
+    async def snapshot(self, session_id: str, *, known_state: SavedState = None) -> SessionSnapshot: ...
     async def request_cancel(self, session_id: str, turn_id: str) -> None: ...
     async def acquire_lease(self, session_id: str) -> str | None: ...
     async def renew_lease(self, session_id: str, token: str) -> tuple[bool, str | None]: ...
@@ -53,18 +54,18 @@ class TurnStore(Protocol):
                             retry_after_ms: int = 0, read: bool = False) -> SessionSnapshot | None: ...
     async def mark_active(self, session_id: str, *, delay_ms: int = 0) -> None: ...
     async def due_sessions(self, *, limit: int = 100) -> list[str]: ...
-    async def commit(self, session_id: str, token: str | None, state: dict[str, Any] | None,
+    async def commit(self, session_id: str, token: str | None, state: SavedState,
                      events: list[Event] = ..., requests: list[RequestRecord] = ..., *,
                      ref: SessionRef | None = None, take: list[dict[str, Any]] = ...,
                      unless_cancelled: str | None = None) -> list[Event]: ...
-    async def commit_then_read(self, session_id: str, token: str | None, state: dict[str, Any] | None,
+    async def commit_then_read(self, session_id: str, token: str | None, state: SavedState,
                                events: list[Event] = ..., requests: list[RequestRecord] = ..., *,
                                ref: SessionRef | None = None, take: list[dict[str, Any]] = ...,
                                unless_cancelled: str | None = None, read: bool = True,
                                release: bool = False, opening: PassOpening | None = None,
                                finished: dict[str, str] | None = None,
                                ) -> tuple[list[Event], SessionSnapshot | None]: ...
-    async def commit_and_begin(self, session_id: str, token: str, state: dict[str, Any], events: list[Event], *,
+    async def commit_and_begin(self, session_id: str, token: str, state: SavedState, events: list[Event], *,
                                markers: list[str], ref: SessionRef | None = None,
                                take: list[dict[str, Any]] = ..., unless_cancelled: str | None = None,
                                ) -> tuple[list[Event], dict[str, tuple[bool, str | None]]]: ...

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
 from pydantic import BaseModel, Field
 
@@ -15,6 +15,9 @@ from bot.protocol import Answer, Grant, utcnow
 from bot.session import SessionRef
 
 CallStatus = Literal["ready", "awaiting", "asking", "done"]
+# A session's state as the engine hands it to a turn store: its JSON text (``SessionState.model_dump_json()``,
+# serialized once, in pydantic's core) or the same as plain data; None: none (a write of events alone).
+SavedState: TypeAlias = str | dict[str, Any] | None
 
 
 class CallResult(BaseModel):

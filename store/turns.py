@@ -36,6 +36,7 @@ from bot.protocol import (
     event_from_json,
 )
 from bot.session import SessionRef
+from bot.state import SavedState
 from store import turn_scripts as lua
 from store.delivery_pass import BeginWithCheckpoint
 from store.grants import GrantStore, session_ended
@@ -83,14 +84,15 @@ class RedisTurns(TurnInbox):
         snapshot = await self.snapshot(session_id)
         return snapshot.state, snapshot.grants, snapshot.cancel
 
-    async def snapshot(self, session_id: str, *, known_state: dict[str, Any] | None = None) -> SessionSnapshot:
+    async def snapshot(self, session_id: str, *, known_state: SavedState = None) -> SessionSnapshot:
         """Everything the turn loop reads before it moves a session forward, in one round trip.
 
         ``known_state``: the state this lease holder committed last (nobody else can have written it
         since), so it is not read again; nor is the failure count, read once per pass."""
+        known = _as_data(known_state)
         pipe = self.redis.pipeline(transaction=False)
-        queue(pipe, self._snapshot_reads(session_id, known_state))
-        return self._snapshot_of(await pipe.execute(), known_state)
+        queue(pipe, self._snapshot_reads(session_id, known))
+        return self._snapshot_of(await pipe.execute(), known)
 
     def _snapshot_reads(self, session_id: str, known_state: dict[str, Any] | None) -> list[Command]:
         """The reads of a session's snapshot (the state only if not ``known_state``; the strings in one MGET);
@@ -198,7 +200,7 @@ class RedisTurns(TurnInbox):
         return [r.decode() for r in raw]
 
     async def commit(
-        self, session_id: str, token: str | None, state: dict[str, Any] | None,
+        self, session_id: str, token: str | None, state: SavedState,
         events: list[Event] = (), requests: list[RequestRecord] = (),  # type: ignore[assignment]
         **options: Any,
     ) -> list[Event]:
@@ -211,7 +213,7 @@ class RedisTurns(TurnInbox):
         self,
         session_id: str,
         token: str | None,
-        state: dict[str, Any] | None,
+        state: SavedState,
         events: list[Event] = (),  # type: ignore[assignment]
         requests: list[RequestRecord] = (),  # type: ignore[assignment]
         *,
@@ -232,7 +234,7 @@ class RedisTurns(TurnInbox):
         return committed, snapshot
 
     async def commit_and_begin(
-        self, session_id: str, token: str, state: dict[str, Any], events: list[Event], *, markers: list[str],
+        self, session_id: str, token: str, state: SavedState, events: list[Event], *, markers: list[str],
         ref: SessionRef | None = None, take: list[dict[str, Any]] = (),  # type: ignore[assignment]
         unless_cancelled: str | None = None,
     ) -> tuple[list[Event], dict[str, tuple[bool, str | None]]]:
@@ -247,7 +249,7 @@ class RedisTurns(TurnInbox):
         self,
         session_id: str,
         token: str | None,
-        state: dict[str, Any] | None,
+        state: SavedState,
         events: list[Event] = (),  # type: ignore[assignment]
         requests: list[RequestRecord] = (),  # type: ignore[assignment]
         *,
@@ -297,7 +299,7 @@ class RedisTurns(TurnInbox):
         fields = [record_fields(r) for r in requests]  # written, and remembered as a read would return them
         args: list[Any] = [
             token or "",
-            json.dumps(state, separators=(",", ":")) if state is not None else "",
+            _as_text(state),
             len(events),
             len(requests),
             *[e.model_dump_json(exclude_none=True) for e in events],
@@ -331,7 +333,8 @@ class RedisTurns(TurnInbox):
             extra.append(("zrem", (ACTIVE, session_id)))
             if token and not requests:  # the turn ended: the script wrote the session's end
                 extra.append(("zadd", (RETIRE, {session_id: ends})))
-        reads = (self._snapshot_reads(session_id, None if release else state)
+        known = None if release or not read else _as_data(state)  # the next step starts from it
+        reads = (self._snapshot_reads(session_id, known)
                  if read and (release or state is not None) else [])
         if begin is None:
             written, *rest = await self._eval_pipelined(self._commit, keys, args, [*extra, *reads])
@@ -347,7 +350,7 @@ class RedisTurns(TurnInbox):
             raise CancelRequested(session_id)
         first, started = written
         begun = {m: (v == b"", None if v == b"" else v.decode()) for m, v in zip(markers, started, strict=True)}
-        snapshot = self._snapshot_of(rest[len(extra):], None if release else state) if reads else None
+        snapshot = self._snapshot_of(rest[len(extra):], known) if reads else None
         self.remember(*(as_parked(f) for f in fields))  # the next click on one reads nothing first
         return _with_seq(events, int(first)), snapshot, begun
 
@@ -545,6 +548,18 @@ class RedisTurns(TurnInbox):
         changed, _ = await self._eval_pipelined(self._change_responders_script, keys, args,
                                                [("zadd", (OUTBOX, {sid: now_ms() + OUTBOX_GRACE_MS}))])
         return bool(changed)
+
+
+def _as_text(state: SavedState) -> str:
+    """A state as the checkpoint writes it ("": none)."""
+    if state is None:
+        return ""
+    return state if isinstance(state, str) else json.dumps(state, separators=(",", ":"))
+
+
+def _as_data(state: SavedState) -> dict[str, Any] | None:
+    """A state as a snapshot holds it (plain data)."""
+    return json.loads(state) if isinstance(state, str) else state
 
 
 def _events_json(events: list[Event]) -> str:
