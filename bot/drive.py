@@ -374,9 +374,8 @@ class Driver:
         if new_requests:  # describing and previewing them may take a while: the last result is written first
             await self.exec.record_results(p.session_id, p.finished)
             p.finished = {}
-        await asyncio.gather(self.exec.describe_responders(state, new_requests),
-                             self.exec.preview_requests(state, new_requests))  # both bounded, side by side
-        if new_requests:
+            await asyncio.gather(self.exec.describe_responders(state, new_requests),
+                                 self.exec.preview_requests(state, new_requests))  # both bounded, side by side
             step.request_ids = [r.request_id for r in new_requests]
             turn.status = "parked"
             events = [*results,
