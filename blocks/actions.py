@@ -27,9 +27,10 @@ import json
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from blocks.limits import ACTION_ID, BLOCK_ID, BUTTON_VALUE, OPTION_VALUE, PRIVATE_METADATA
+from bot.deferred import DeferredModel
 from bot.protocol import InputOption, InputRequest
 
 ACTION_PREFIX = "hitl:"
@@ -70,7 +71,7 @@ _BLOCK_RE = re.compile(r"^(?P<request_id>.+):(?P<kind>[A-Za-z0-9_.-]+):(?P<n>\d+
 _INDEX_VALUE_RE = re.compile(r"^#(\d{1,4})$")
 
 
-class HitlAction(BaseModel):
+class HitlAction(DeferredModel):
     """A decoded ``hitl:`` action id."""
 
     request_id: str
@@ -78,7 +79,7 @@ class HitlAction(BaseModel):
     index: int | None = None  # buttons only: position in ``InputRequest.displayed_options()``
 
 
-class ModalMetadata(BaseModel):
+class ModalMetadata(DeferredModel):
     """An answer modal's ``private_metadata``: which card the answer typed into it belongs to."""
 
     request_id: str

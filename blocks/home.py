@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 from slack_sdk.models.blocks import (
     Block,
     ButtonElement,
@@ -44,6 +44,7 @@ from blocks.limits import (
 )
 from blocks.schedules import schedule_line
 from blocks.text import inline_code, mention, slack_date, user_mention
+from bot.deferred import DeferredModel
 from bot.principals import Principal
 from bot.protocol import Grant, InputRequest
 from bot.schedules import Schedule
@@ -60,7 +61,7 @@ HOME_PROMPT_CHARS = 600
 HOME_MAX_FIELDS = 10
 
 
-class HomeRequest(BaseModel):
+class HomeRequest(DeferredModel):
     """One request as App Home lists it."""
 
     request: InputRequest
@@ -75,7 +76,7 @@ class HomeRequest(BaseModel):
     escalated: list[Principal] = Field(default_factory=list)  # who it was escalated to (may answer too)
 
 
-class ApproverListView(BaseModel):
+class ApproverListView(DeferredModel):
     """An approver list some tool's rule reads, as admins edit it."""
 
     list_name: str  # the list as admins see it: a tool's name for its own list ("tool:<name>")

@@ -38,8 +38,9 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from bot.deferred import DeferredModel
 from bot.protocol import UnknownRequest
 from bot.state import CallResult
 from bot.tools import Tool
@@ -48,7 +49,7 @@ DELEGATE = "delegate"  # the built-in tool's name (bot.builtin.delegate)
 NO_ANSWER = "(the sub-agent finished without saying anything)"
 
 
-class SubAgent(BaseModel):
+class SubAgent(DeferredModel):
     """A named agent the main agent can hand a task to (``delegate``): its own instructions (its system
     prompt), its own tools (with their own approval policies), its own session."""
 

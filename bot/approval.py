@@ -18,9 +18,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from bot.daemon_threads import DaemonThreads
+from bot.deferred import DeferredModel
 from bot.principals import Principal
 from bot.protocol import GrantOffer, GrantScope, Responders
 from bot.session import SessionInfo
@@ -38,7 +39,7 @@ StatusType = Literal["not-applicable", "user-approval", "approved", "denied"]
 DecisionType = Literal["not-applicable", "user-approval", "approved", "denied", "allowed", "rejected"]
 
 
-class Decision(BaseModel):
+class Decision(DeferredModel):
     """What a policy decided. A request policy: run it (``not-applicable``/``approved``), refuse it
     (``denied``) or ask a person (``user-approval``). A response policy: the answer counts (``allowed``,
     once ``required`` distinct people approved) or not (``rejected``, with a reason people can act on).
@@ -101,7 +102,7 @@ def normalize_decision(value: Any) -> Decision:
 # --- where approver lists and workspace rules come from ------------------------------------------
 
 
-class ApproverList(BaseModel):
+class ApproverList(DeferredModel):
     approvers: list[str]  # Slack user ids
     required_approvals: int = 1
 
@@ -132,7 +133,7 @@ class PolicySource(Protocol):
 # --- what policies see ------------------------------------------------------------------------
 
 
-class ApprovalContext(BaseModel):
+class ApprovalContext(DeferredModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     session: SessionInfo
@@ -451,7 +452,7 @@ def _parse_verdict(text: str) -> str:
 # --- response policies ----------------------------------------------------------------------
 
 
-class RequestView(BaseModel):
+class RequestView(DeferredModel):
     request_id: str
     call_id: str | None = None
     tool_name: str | None = None
@@ -461,13 +462,13 @@ class RequestView(BaseModel):
     proposed_input: dict[str, Any] | None = None  # the input as the agent proposed it, when it was edited
 
 
-class ResponseView(BaseModel):
+class ResponseView(DeferredModel):
     decision: Literal["approve", "cancel"]
     principal: Principal
     note: str | None = None
 
 
-class ResponseContext(BaseModel):
+class ResponseContext(DeferredModel):
     request: RequestView
     response: ResponseView
     session: SessionInfo
@@ -478,7 +479,7 @@ class ResponseContext(BaseModel):
 ResponsePolicy = Callable[[ResponseContext], Any]
 
 
-class AnswerersContext(BaseModel):
+class AnswerersContext(DeferredModel):
     """What a response policy sees when it says who may answer (no answer yet)."""
 
     request: RequestView

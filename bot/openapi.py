@@ -48,10 +48,11 @@ import httpx
 import yaml
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
-from pydantic import AfterValidator, BaseModel, Field
+from pydantic import AfterValidator, Field
 
 from bot import logs
 from bot.approval import RequestPolicy, check_policy_name, never, policy_named
+from bot.deferred import DeferredModel
 from bot.schema_refs import RefBundle
 from bot.schema_tools import SchemaTool
 from bot.tool_names import model_safe_name
@@ -68,7 +69,7 @@ class OpenAPIError(ValueError):
     """A connection that can't be loaded; the message names the connection and what to fix."""
 
 
-class Auth(BaseModel):
+class Auth(DeferredModel):
     type: Literal["bearer", "header", "query", "cookie"]
     env: str  # the environment variable holding the secret
     name: str = "Authorization"  # the header (query parameter, cookie), for the types but bearer
@@ -80,7 +81,7 @@ class Auth(BaseModel):
         return (self.type, self.name.lower() if self.type == "header" else self.name)
 
 
-class Connection(BaseModel):
+class Connection(DeferredModel):
     name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,30}$")
     spec: str
     base_url: str | None = None
@@ -93,7 +94,7 @@ class Connection(BaseModel):
     preview: dict[str, str] = Field(default_factory=dict)
 
 
-class Parameter(BaseModel):
+class Parameter(DeferredModel):
     name: str
     where: Where
     required: bool = False
@@ -107,7 +108,7 @@ class Parameter(BaseModel):
         return (self.where, self.name.lower() if self.where == "header" else self.name)
 
 
-class TenantSlot(BaseModel):
+class TenantSlot(DeferredModel):
     """Where in the JSON body the tenant goes: the keys down to it, and whether missing objects on the
     way are made (only when each was required, so an optional object is not sent half-filled)."""
 
@@ -115,7 +116,7 @@ class TenantSlot(BaseModel):
     make_parents: bool
 
 
-class Operation(BaseModel):
+class Operation(DeferredModel):
     operation_id: str
     method: str
     path: str

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from pydantic import BaseModel
-
+from bot.deferred import DeferredModel
 from bot.principals import Principal
 from bot.protocol import Event
 from bot.session import SessionRef
@@ -27,7 +26,7 @@ class RetryLater(Exception):  # noqa: N818 - a request, not a bug
         self.delay_s = delay_s
 
 
-class PostedMessage(BaseModel):
+class PostedMessage(DeferredModel):
     """A message a tool posted (``ctx.workspace.post``): where it went, and a link when the frontend has one."""
 
     channel: str  # the conversation's id

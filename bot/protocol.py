@@ -12,9 +12,10 @@ import time
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AliasGenerator, BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import AliasGenerator, ConfigDict, Field, TypeAdapter
 from pydantic.alias_generators import to_camel
 
+from bot.deferred import DeferredModel
 from bot.principals import Principal
 
 GrantScope = Literal["conversation", "requester"]  # "don't ask again": here, or for this requester for N days
@@ -36,7 +37,7 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class Contract(BaseModel):
+class Contract(DeferredModel):
     model_config = ConfigDict(
         alias_generator=AliasGenerator(serialization_alias=to_camel, validation_alias=None),
         populate_by_name=True,
@@ -340,7 +341,8 @@ Event = Annotated[
     | SessionWaiting,
     Field(discriminator="type"),
 ]
-EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+# built when an event is first read back, as the models are (bot.deferred)
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event, config=ConfigDict(defer_build=True))
 
 
 def event_from_json(raw: str | bytes) -> Event:

@@ -15,15 +15,16 @@ import hashlib
 import hmac
 import json
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
+from bot.deferred import DeferredModel
 from bot.principals import Principal
 
 TOKEN_TTL_S = 24 * 3600
 _LABEL = b"hitl-result-token-v1"
 
 
-class TokenClaims(BaseModel):
+class TokenClaims(DeferredModel):
     request_id: str
     principal: Principal
     expires_at: int  # epoch seconds

@@ -30,10 +30,11 @@ from pathlib import Path
 from typing import Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from bot.admission import admits
 from bot.approval import PolicySource
+from bot.deferred import DeferredModel
 from bot.ports import Workspace, WorkspaceError
 from bot.principals import Principal, slack_user
 from bot.protocol import utcnow
@@ -73,7 +74,7 @@ class ScheduleError(ValueError):
     """A schedule that can't be made; the message says how to write it."""
 
 
-class Schedule(BaseModel):
+class Schedule(DeferredModel):
     schedule_id: str = Field(default_factory=lambda: secrets.token_hex(4))
     team_id: str | None
     channel: str
@@ -173,7 +174,7 @@ def split_command(text: str) -> tuple[str, str]:
 CONFIG_PREFIX = "cfg-"  # the ids of schedules a file defines; /agent schedule ids are hex
 
 
-class ConfiguredSchedule(BaseModel):
+class ConfiguredSchedule(DeferredModel):
     """One entry of the schedules file: the same schedule in every replica and after every restart."""
 
     model_config = ConfigDict(extra="forbid")
@@ -194,7 +195,7 @@ class ConfiguredSchedule(BaseModel):
         return value
 
 
-class SchedulesFile(BaseModel):
+class SchedulesFile(DeferredModel):
     model_config = ConfigDict(extra="forbid")
 
     schedules: list[ConfiguredSchedule] = Field(default_factory=list)

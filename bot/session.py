@@ -6,17 +6,18 @@ import hashlib
 import secrets
 from functools import lru_cache
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
+from bot.deferred import DeferredModel
 from bot.principals import Principal
 
 
-class SessionAuth(BaseModel):
+class SessionAuth(DeferredModel):
     current: Principal | None = None  # whose message the turn is serving right now
     initiator: Principal | None = None  # who started the session
 
 
-class SessionInfo(BaseModel):
+class SessionInfo(DeferredModel):
     id: str
     auth: SessionAuth = Field(default_factory=SessionAuth)
     turn: int = 0
@@ -29,7 +30,7 @@ class SessionInfo(BaseModel):
         return self.team_id
 
 
-class SessionRef(BaseModel):
+class SessionRef(DeferredModel):
     """How a frontend names a session: a stable id plus the frontend's own routing data."""
 
     session_id: str

@@ -7,8 +7,9 @@ import json
 from datetime import datetime
 from typing import Any, Literal, TypeAlias
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
+from bot.deferred import DeferredModel
 from bot.models.base import Message
 from bot.principals import Principal
 from bot.protocol import Answer, Grant, utcnow
@@ -20,7 +21,7 @@ CallStatus = Literal["ready", "awaiting", "asking", "done"]
 SavedState: TypeAlias = str | dict[str, Any] | None
 
 
-class CallResult(BaseModel):
+class CallResult(DeferredModel):
     status: Literal["completed", "failed", "rejected"]
     output: Any = None
     error: str | None = None
@@ -35,7 +36,7 @@ class CallResult(BaseModel):
                            **(self.output if isinstance(self.output, dict) else {})}, default=str)
 
 
-class CallState(BaseModel):
+class CallState(DeferredModel):
     call_id: str
     tool_name: str
     arguments: str = "{}"
@@ -60,7 +61,7 @@ class CallState(BaseModel):
                            "arguments": json.loads(self.arguments), "result": content})
 
 
-class StepState(BaseModel):
+class StepState(DeferredModel):
     index: int
     step_id: str = ""  # unique for the session's whole life: execution markers are keyed by it
     assistant: Message
@@ -76,7 +77,7 @@ def turn_id_for(session_id: str, number: int, message: dict[str, Any]) -> str:
     return f"turn_{hashlib.sha256(seed.encode()).hexdigest()[:12]}"
 
 
-class TurnState(BaseModel):
+class TurnState(DeferredModel):
     turn_id: str
     number: int
     owner: Principal | None = None
@@ -99,7 +100,7 @@ class TurnState(BaseModel):
         return ids
 
 
-class SessionState(BaseModel):
+class SessionState(DeferredModel):
     ref: SessionRef
     initiator: Principal | None = None
     history: list[Message] = Field(default_factory=list)

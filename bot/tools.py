@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from bot.approval import Approval, ApprovalContext, Policy, RequestPolicy, as_approval
 from bot.daemon_threads import DaemonThreads
+from bot.deferred import DeferredModel
 from bot.forms import form_schema
 from bot.models.base import ToolSpec
 from bot.ports import PostedMessage, Workspace
@@ -32,7 +33,7 @@ from bot.tool_options import Card, Deadlines, Execution, grouped
 log = logging.getLogger(__name__)
 
 
-class AskRequest(BaseModel):
+class AskRequest(DeferredModel):
     """A question a tool asked through ``ctx.ask()``; the turn parks until it is answered."""
 
     index: int
@@ -47,7 +48,7 @@ class AskRequest(BaseModel):
 FormModel = TypeVar("FormModel", bound=BaseModel)
 
 
-class FormAnswer(BaseModel, Generic[FormModel]):
+class FormAnswer(DeferredModel, Generic[FormModel]):
     """What ``ctx.form()`` returns: the submitted form as the tool's model, and who filled it in."""
 
     status: Literal["answered", "interrupted", "unavailable", "expired"]

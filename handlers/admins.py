@@ -21,9 +21,10 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 from slack_sdk.errors import SlackApiError
 
+from bot.deferred import DeferredModel
 from handlers.deps import ClientFor
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ GONE_ERRORS = {"user_not_found", "users_not_found"}
 UserState = Literal["active", "deleted", "missing", "unknown"]
 
 
-class SlackUser(BaseModel):
+class SlackUser(DeferredModel):
     """The parts of a ``users.info`` answer that governance needs."""
 
     id: str

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import ConfigDict, Field, StringConstraints, ValidationError
+
+from bot.deferred import DeferredModel
 
 # Slack's ids (T…, E…, U…, W…, C…, D…, G…) are short runs of letters and digits; anything else in an id
 # field is not from Slack, and would otherwise travel into Redis keys and principal ids
@@ -20,7 +22,7 @@ SlackId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 SlackTs = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,12}(\.[0-9]{1,8})?$")]  # "1712345678.000100"
 
 
-class _Shape(BaseModel):
+class _Shape(DeferredModel):
     model_config = ConfigDict(extra="allow")
 
 

@@ -34,10 +34,11 @@ import random
 import time
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 from pydantic_core import to_jsonable_python
 from redis.exceptions import ResponseError
 
+from bot.deferred import DeferredModel
 from store.audit_chain import (
     GENESIS_HASH,
     KEY_PREFIX,
@@ -89,7 +90,7 @@ class VersionConflict(AuditError):
         self.current = current
 
 
-class GuardedWrite(BaseModel):
+class GuardedWrite(DeferredModel):
     """A versioned document replaced in the same atomic step as an audit append.
 
     ``key`` is a Redis hash (fields ``doc`` and ``version``) in the workspace's hash slot. The append
@@ -206,7 +207,7 @@ def stream_id_after(a: str, b: str | None) -> bool:
     return (int(am), int(an or 0)) > (int(bm), int(bn or 0))
 
 
-class AuditGroup(BaseModel):
+class AuditGroup(DeferredModel):
     """The entries of one session event, audited together or not at all, once: ``event_id`` (the event's
     id in its session's stream) orders it; the session's audit progress moves past it with them."""
 
@@ -214,7 +215,7 @@ class AuditGroup(BaseModel):
     entries: list[tuple[str, str | None, str | None, dict[str, Any]]]  # kind, actor, subject, data
 
 
-class SessionAppend(BaseModel):
+class SessionAppend(DeferredModel):
     """A session's groups, chained after the head this process knows, as the one command that appends them
     (:meth:`AuditLog.session_append`); it rides a pipeline of the caller's, and :meth:`AuditLog.settle`
     reads its reply."""
@@ -229,7 +230,7 @@ class SessionAppend(BaseModel):
     command: tuple[str, tuple[Any, ...]]
 
 
-class _Head(BaseModel):
+class _Head(DeferredModel):
     seq: int
     hash: str
     ms: int

@@ -15,7 +15,9 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from bot.deferred import DeferredModel
 
 GENESIS_HASH = "0" * 64
 KEY_PREFIX = "hitl"
@@ -35,7 +37,7 @@ def workspace_key(team_id: str, *parts: str) -> str:
     return ":".join((KEY_PREFIX, workspace_tag(team_id), *parts))
 
 
-class AuditEntry(BaseModel):
+class AuditEntry(DeferredModel):
     """One line of the audit log. ``hash`` = sha256 hex of :func:`canonical_body` of the other fields."""
 
     model_config = ConfigDict(frozen=True)
@@ -64,7 +66,7 @@ class AuditEntry(BaseModel):
         )
 
 
-class AuditHead(BaseModel):
+class AuditHead(DeferredModel):
     """The last entry of a workspace's log: publish it elsewhere to anchor the chain."""
 
     seq: int
@@ -72,7 +74,7 @@ class AuditHead(BaseModel):
     at: datetime
 
 
-class VerifyReport(BaseModel):
+class VerifyReport(DeferredModel):
     ok: bool
     entries: int
     problems: list[str] = Field(default_factory=list)

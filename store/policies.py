@@ -35,6 +35,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, Field, field_validator, model_validator
 
+from bot.deferred import DeferredModel
 from store.audit import AuditEntry, AuditLog, GuardedWrite, VersionConflict, workspace_key
 from store.client import RedisClient
 
@@ -114,7 +115,7 @@ def _pattern_rank(pattern: str) -> tuple[int, int]:
     return (0 if "*" in pattern else 1, len(pattern.replace("*", "")))
 
 
-class Condition(BaseModel):
+class Condition(DeferredModel):
     """A threshold on one numeric field of the tool input, e.g. ``amount > 1000``.
 
     ``field`` may be a dotted path into nested objects (``"payment.amount"``). A missing field, or
@@ -155,7 +156,7 @@ class Condition(BaseModel):
         return f"{self.field} {self.op} {value}"
 
 
-class ToolPolicy(BaseModel):
+class ToolPolicy(DeferredModel):
     """Who may approve calls of one resource, and how many distinct people must."""
 
     resource: ResourcePattern
@@ -174,7 +175,7 @@ class ToolPolicy(BaseModel):
         )
 
 
-class Rule(BaseModel):
+class Rule(DeferredModel):
     """Allow, deny or require approval for resources matching ``resource`` (exact or ``*`` glob).
 
     Applies only to people holding one of ``roles`` (when any are given) and only when ``condition``
@@ -203,7 +204,7 @@ class Rule(BaseModel):
         return (*_pattern_rank(self.resource), qualifiers, _STRICTNESS[self.effect])
 
 
-class TenantPolicy(BaseModel):
+class TenantPolicy(DeferredModel):
     """One workspace's whole policy. ``version`` counts stored changes (0 = never edited)."""
 
     team_id: str

@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import ConfigDict, Field, StringConstraints, field_validator
 
+from bot.deferred import DeferredModel
 from bot.protocol import InputOption
 from bot.tools import ToolContext, tool
 
@@ -14,7 +15,7 @@ MAX_TIMEOUT_MINUTES = 7 * 24 * 60
 Label = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=80)]
 
 
-class QuestionOption(BaseModel):
+class QuestionOption(DeferredModel):
     model_config = ConfigDict(extra="forbid")
 
     label: Label = Field(description="The choice as the person sees it: 1 to 5 words.")
@@ -28,7 +29,7 @@ class QuestionOption(BaseModel):
         return value
 
 
-class Question(BaseModel):
+class Question(DeferredModel):
     model_config = ConfigDict(extra="forbid")
 
     question: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=2000)]

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from bot.agents import DELEGATE, SubAgent
+from bot.deferred import DeferredModel
 from bot.tools import Tool, ToolContext
 
 LEAD = (
@@ -21,7 +22,7 @@ LEAD = (
 )
 
 
-class Delegation(BaseModel):
+class Delegation(DeferredModel):
     agent: str = Field(description="The sub-agent's name.")
     task: str = Field(description="What it should do, self-contained: it does not see this conversation.")
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
 from bot.builtin.ask_question import MAX_TIMEOUT_MINUTES
+from bot.deferred import DeferredModel
 from bot.forms import model_from_schema
 from bot.tools import ToolContext, tool
 
@@ -30,7 +31,7 @@ _SCHEMAS: dict[str, dict[str, Any]] = {
 }
 
 
-class InfoField(BaseModel):
+class InfoField(DeferredModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,39}$", description="snake_case key for the value, e.g. order_id")
@@ -62,7 +63,7 @@ class InfoField(BaseModel):
         return {**schema, "title": self.label, **({"description": self.hint} if self.hint else {})}
 
 
-class InfoRequest(BaseModel):
+class InfoRequest(DeferredModel):
     model_config = ConfigDict(extra="forbid")
 
     prompt: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=2000)] = Field(

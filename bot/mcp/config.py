@@ -11,10 +11,11 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, ValidationError, model_validator
 
 from bot import logs
 from bot.approval import check_policy_name
+from bot.deferred import DeferredModel
 
 DEFAULT_TIMEOUT_S = 30.0
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -26,7 +27,7 @@ class McpConfigError(ValueError):
     """``BOT_MCP_CONFIG`` can't be used; the message names the server, the field or variable, and the fix."""
 
 
-class ServerConfig(BaseModel):
+class ServerConfig(DeferredModel):
     """One entry of ``mcpServers``: a stdio command or a streamable HTTP URL, and our policies."""
 
     model_config = ConfigDict(extra="forbid")  # a misspelt "polices" must not quietly mean "always"
@@ -69,7 +70,7 @@ class ServerConfig(BaseModel):
         return self.command is not None
 
 
-class McpConfig(BaseModel):
+class McpConfig(DeferredModel):
     model_config = ConfigDict(extra="forbid")
 
     mcpServers: dict[str, ServerConfig]  # noqa: N815 - the file's name for it, shared with other clients

@@ -9,13 +9,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from pydantic import BaseModel, Field
+from pydantic import Field
+
+from bot.deferred import DeferredModel
 
 Message = dict[str, Any]
 TextCallback = Callable[[str], Awaitable[None]]
 
 
-class ToolSpec(BaseModel):
+class ToolSpec(DeferredModel):
     """A tool as the model sees it."""
 
     name: str
@@ -29,13 +31,13 @@ class ToolSpec(BaseModel):
         }
 
 
-class ToolCall(BaseModel):
+class ToolCall(DeferredModel):
     id: str
     name: str
     arguments: str = "{}"  # raw JSON text, exactly as the model produced it
 
 
-class Usage(BaseModel):
+class Usage(DeferredModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
 
@@ -44,7 +46,7 @@ class Usage(BaseModel):
         return self.prompt_tokens + self.completion_tokens
 
 
-class ModelResponse(BaseModel):
+class ModelResponse(DeferredModel):
     text: str | None = None
     tool_calls: list[ToolCall] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
