@@ -50,6 +50,10 @@ return {verdict, ends}
 # holder writes at a time, so the last mark is enough: a resent copy finds its own, or another holder's
 # checkpoint came since, and then its lease is gone and the copy is refused (-1), having applied once. A
 # checkpoint without a token (``emit``) keeps its mark under its own key, as before.
+# The session's ref (``_ref`` in ``out``, where the deliverer routes) is written only when it changed: the last
+# mark carries the SHA-1 of the ref its checkpoint left there (``lastmark`` = mark, that sum, the answer), so a
+# holder whose ref matches writes none. Both keys are written here only, and retired together; a checkpoint
+# without a token that writes a ref zeroes the sum (the next holder's checkpoint writes its ref again).
 COMMIT = """
 local n_done = tonumber(ARGV[#ARGV])
 local NA, NK = #ARGV - n_done - 1, #KEYS - n_done  -- the checkpoint's own ARGV and KEYS end there
@@ -64,9 +68,13 @@ local strings = {mark_key}  -- the lease, the mark and a requested cancel: one r
 if token ~= '' then strings = {KEYS[1], lastmark} end
 if unless_cancelled ~= '' then strings[#strings + 1] = KEYS[K - 1] end
 local got = redis.call('MGET', unpack(strings))
-local held, seen, cancel
+local held, seen, cancel, ref_sum, ref_there
 if token ~= '' then held, seen, cancel = got[1], got[2], got[3] else seen, cancel = got[1], got[2] end
-if token ~= '' then seen = seen and string.sub(seen, 1, 16) == mark and string.sub(seen, 17) end
+if token ~= '' then
+  ref_sum = ref_json ~= '' and redis.sha1hex(ref_json) or string.rep('0', 40)
+  ref_there = ref_json ~= '' and seen and string.sub(seen, 17, 56) == ref_sum
+  seen = seen and string.sub(seen, 1, 16) == mark and string.sub(seen, 57)
+end
 if seen then return cjson.decode(seen) end  -- this checkpoint, resent after its reply was lost: it applied
 local answer = (function()
 if token ~= '' and held ~= token then return -1 end
@@ -100,13 +108,17 @@ end
 return {first, begun}
 end)()
 if type(answer) ~= 'table' then return answer end  -- refused: none of the checkpoint written, nothing to remember
-if ref_json ~= '' then redis.call('HSET', KEYS[5], '_ref', ref_json) end
+if ref_json ~= '' and not ref_there then redis.call('HSET', KEYS[5], '_ref', ref_json) end
 local state = state_json ~= '' and {KEYS[2], state_json} or {}
-if token ~= '' then  -- the state and the mark: one write
+if token ~= '' then  -- the state and the mark (with the ref's sum): one write
   state[#state + 1] = lastmark
-  state[#state + 1] = mark .. cjson.encode(answer)
+  state[#state + 1] = mark .. ref_sum .. cjson.encode(answer)
   redis.call('MSET', unpack(state))
 else
+  if ref_json ~= '' then  -- the ref changed outside the marks: the last mark's sum no longer says it is there
+    local last = redis.call('GET', lastmark)
+    if last then redis.call('SET', lastmark, string.sub(last, 1, 16) .. string.rep('0', 40) .. string.sub(last, 57)) end
+  end
   if #state > 0 then redis.call('SET', KEYS[2], state_json) end
   redis.call('SET', mark_key, cjson.encode(answer), 'PX', mark_ms)
 end

@@ -315,3 +315,12 @@ async def test_26_a_lease_holder_s_checkpoint_reads_its_replay_mark_with_its_lea
              if kind == "lua" and c[0] in ("HGET", "GET", "SET") and c[1].endswith((":out", ":lease", ":state"))
              and not (c[0] == "SET" and "NX" in c)]  # (a lease taken is a SET NX of its own)
     assert apart == [], apart
+
+
+async def test_26_a_checkpoint_writes_the_session_s_ref_only_when_it_changed(local_slack, start_app, redis_url):
+    # the ref (where the session's posts go) is written by the session's first checkpoint; the cycle's later
+    # checkpoints carry the same ref, and the last mark they read with the lease says it is there already
+    seen = await one_cycle_seen(local_slack, start_app, redis_url)
+    refs = [c[1] for kind, c in zip(seen.kinds, seen.commands, strict=True)
+            if kind == "lua" and c[0] == "HSET" and c[1].endswith(":out") and c[2] == "_ref"]
+    assert len(refs) == 1, refs
