@@ -27,7 +27,7 @@ Keys of a session (``P = hitl:{slot}``):
   P:outlock      the session's delivery lock, "<token>|<deadline ms>" (one deliverer at a time keeps order)
   P:cancel       the turn id someone asked to cancel;  P:fails  drive failures in a row
   P:end          when the session ends (epoch ms), written once per unit of work by its owner
-  P:lastmark     the last lease holder's checkpoint's replay mark and answer (store/turn_scripts.py COMMIT)
+  P:lastmark     the last lease holder's checkpoint's replay mark, the sum of the ref it left, its answer (COMMIT)
 Global, advisory indexes (outside any slot; readers re-check the records):
   hitl:active                 zset session_id → when it next needs a look (lease expiry)
   hitl:outbox                 zset session_id → when its committed events next need delivering
