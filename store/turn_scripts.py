@@ -44,7 +44,7 @@ return {verdict, ends}
 # the checkpoint's fate, as ``finish_execution`` writes one: a fact about the world, not fenced.
 # KEYS: lease, state, events, seq, out, open, end, the new requests…, cancel, inbox, the markers…, the
 # finished markers…; ARGV ends with: …, maxlen, markers' lifetime ms, number of markers, the finished
-# results…, their number → {first seq, {per marker}} | -1/-2/-3
+# results…, their number → {first seq, {per marker}, the cancel read ('' none; with ``release``)} | -1/-2/-3
 # ``replay_own``: a lease holder's checkpoint keeps its mark and answer in the session's ``lastmark`` (a key in its
 # slot, named after the lease's), read with the lease in one MGET and written with the state in one MSET. One
 # holder writes at a time, so the last mark is enough: a resent copy finds its own, or another holder's
@@ -66,7 +66,7 @@ local take, unless_cancelled, release = cjson.decode(ARGV[A - 3]), ARGV[A - 4], 
 local lastmark = string.sub(KEYS[1], 1, -6) .. 'lastmark'  -- (KEYS[1] is the session's ':lease')
 local strings = {mark_key}  -- the lease, the mark and a requested cancel: one read for them all
 if token ~= '' then strings = {KEYS[1], lastmark} end
-if unless_cancelled ~= '' then strings[#strings + 1] = KEYS[K - 1] end
+if unless_cancelled ~= '' or release == '1' then strings[#strings + 1] = KEYS[K - 1] end
 local got = redis.call('MGET', unpack(strings))
 local held, seen, cancel, ref_sum, ref_there
 if token ~= '' then held, seen, cancel = got[1], got[2], got[3] else seen, cancel = got[1], got[2] end
@@ -105,7 +105,7 @@ for i = 1, n_begin do
   if redis.call('SET', KEYS[K + i], 'started', 'NX', 'PX', begin_ms) then begun[i] = ''
   else begun[i] = redis.call('GET', KEYS[K + i]) or 'started' end
 end
-return {first, begun}
+return {first, begun, release == '1' and cancel or ''}  -- (a drive's last: a stop asked until it let go)
 end)()
 if type(answer) ~= 'table' then return answer end  -- refused: none of the checkpoint written, nothing to remember
 if ref_json ~= '' and not ref_there then redis.call('HSET', KEYS[5], '_ref', ref_json) end

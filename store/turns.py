@@ -275,8 +275,9 @@ class RedisTurns(TurnInbox):
         ``read``: then read the session's snapshot in the same round trip, the committed ``state`` taken
         as known (what the lease holder's next step starts from); else the snapshot is None.
         ``release``: the drive ends with this checkpoint: the lease goes with it (only if it is written)
-        and, with ``read``, the snapshot is read after (what arrived while the lease was held), as
-        :meth:`release_lease` does.
+        and, with ``read``, what arrived while the lease was held is read: a lease holder's gets the state it
+        wrote, a stop requested until its script let the lease go and the inbox after it (no grants, no
+        failure count: what a drive that let go decides on); without a token, the whole snapshot.
         ``markers``: execution markers to start with the checkpoint (:meth:`commit_and_begin`).
         ``finished``: calls' results (marker → JSON), written first even if refused (as :meth:`finish_execution`).
         """
@@ -333,9 +334,14 @@ class RedisTurns(TurnInbox):
             extra.append(("zrem", (ACTIVE, session_id)))
             if token and not requests:  # the turn ended: the script wrote the session's end
                 extra.append(("zadd", (RETIRE, {session_id: ends})))
+        # after a drive's last checkpoint (``release`` with a token), what came while the lease was held: the
+        # script read a requested stop as it let go, the inbox is read here; the state is the one just written
+        # (another holder's since re-checks for work itself), grants and failures are not needed (bot.drive)
+        lean = release and bool(token) and state is not None
         known = None if release or not read else _as_data(state)  # the next step starts from it
-        reads = (self._snapshot_reads(session_id, known)
-                 if read and (release or state is not None) else [])
+        reads: list[Command] = ([("lrange", (self.key(session_id, "inbox"), 0, -1))] if lean else
+                                self._snapshot_reads(session_id, known))
+        reads = reads if read and (release or state is not None) else []
         if begin is None:
             written, *rest = await self._eval_pipelined(self._commit, keys, args, [*extra, *reads])
         else:  # the pass's begin after all of it, in the same round trip
@@ -348,9 +354,15 @@ class RedisTurns(TurnInbox):
             raise MessageTaken(session_id)
         if written == -3:
             raise CancelRequested(session_id)
-        first, started = written
+        first, started, *asked = written  # (asked: the stop the script read as it let the lease go)
+        cancel = asked[0] if asked else b""
         begun = {m: (v == b"", None if v == b"" else v.decode()) for m, v in zip(markers, started, strict=True)}
-        snapshot = self._snapshot_of(rest[len(extra):], known) if reads else None
+        if reads and lean:
+            snapshot: SessionSnapshot | None = SessionSnapshot(
+                state=_as_data(state), cancel=cancel.decode() or None,
+                inbox=[json.loads(m) for m in rest[len(extra)]])
+        else:
+            snapshot = self._snapshot_of(rest[len(extra):], known) if reads else None
         self.remember(*(as_parked(f) for f in fields))  # the next click on one reads nothing first
         return _with_seq(events, int(first)), snapshot, begun
 

@@ -324,3 +324,14 @@ async def test_26_a_checkpoint_writes_the_session_s_ref_only_when_it_changed(loc
     refs = [c[1] for kind, c in zip(seen.kinds, seen.commands, strict=True)
             if kind == "lua" and c[0] == "HSET" and c[1].endswith(":out") and c[2] == "_ref"]
     assert len(refs) == 1, refs
+
+
+async def test_26_a_drive_that_lets_the_lease_go_reads_only_what_came_meanwhile(local_slack, start_app, redis_url):
+    # after the park and the turn's end: a stop asked until the script let the lease go (read by the script with
+    # its lease) and the inbox; the state is the one just written, grants and the failure count are not needed.
+    # The one snapshot the app reads is the next step's (after the calls' results), which needs the grants.
+    seen = await one_cycle_seen(local_slack, start_app, redis_url)
+    app = [c for kind, c in zip(seen.kinds, seen.commands, strict=True) if kind != "lua"]
+    assert [c[0] for c in app if c[0] == "MGET"] == [], app
+    assert len([c for c in app if c[0] == "SMEMBERS" and c[1].endswith(":grants")]) == 1, app
+    assert len([c for c in app if c[0] == "GET" and c[1].endswith(":cancel")]) == 1, app

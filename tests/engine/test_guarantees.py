@@ -629,3 +629,20 @@ async def test_26_with_several_calls_each_result_is_durable_as_it_finishes(redis
     values = [json.loads(await redis.get(key)) async for key in redis.scan_iter(match=store.key(sid, "exec:*"))]
     assert sorted(json.dumps(v["output"]) for v in values) == ['{"quick": true}', '{"slow": true}']
     assert channel.types()[-2:] == ["turn.completed", "session.waiting"]
+
+
+async def test_26_a_drive_s_last_checkpoint_sees_a_stop_and_a_message_that_came_while_it_held_the_lease(redis):
+    # their own attempts to drive found the lease taken: the drive that lets it go must see them (the stop read
+    # by its script as it lets go, the inbox after it); a stop or message after that finds the lease free
+    _, _, store = make_runtime(redis, ScriptedModel([]), [])
+    sid = session().session_id
+    token = await store.acquire_lease(sid)
+    assert token is not None
+    await store.request_cancel(sid, "turn_1")
+    assert await store.record_message(sid, {"text": "and another thing"}, message_id="m1")
+    written = {"turn": {"turn_id": "turn_1"}}
+    _, after = await store.commit_then_read(sid, token, written, [], release=True)
+    assert after is not None
+    assert after.cancel == "turn_1" and [m["text"] for m in after.inbox] == ["and another thing"]
+    assert after.state == written
+    assert await redis.get(store.key(sid, "lease")) is None
