@@ -76,15 +76,15 @@ local function records_named(entries)
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local holder, careful = redis.call('GET', KEYS[3]), 0
-if holder then
-  local who, deadline = string.match(holder, '^([^|]*)|(%d+)$')
+local lock, careful = ARGV[1] .. '|' .. (now + tonumber(ARGV[2])), 0
+if not redis.call('SET', KEYS[3], lock, 'NX') then  -- a free lock is taken at once; a held one is read
+  local who, deadline = string.match(redis.call('GET', KEYS[3]) or '', '^([^|]*)|(%d+)$')
   if who ~= ARGV[1] then
     if not deadline or tonumber(deadline) > now then return false end
     careful = 1  -- its deliverer died mid-pass (the lock ran out): what it posted may be unrecorded
   end
+  redis.call('SET', KEYS[3], lock)
 end
-redis.call('SET', KEYS[3], ARGV[1] .. '|' .. (now + tonumber(ARGV[2])))
 local fields, n = {}, #ARGV - 3
 for i = 1, n do fields[i], fields[n + i] = ARGV[3 + i], '_hold:' .. ARGV[3 + i] end
 fields[2 * n + 1], fields[2 * n + 2] = '_ref', '_audit'

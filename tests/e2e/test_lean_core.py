@@ -335,3 +335,12 @@ async def test_26_a_drive_that_lets_the_lease_go_reads_only_what_came_meanwhile(
     assert [c[0] for c in app if c[0] == "MGET"] == [], app
     assert len([c for c in app if c[0] == "SMEMBERS" and c[1].endswith(":grants")]) == 1, app
     assert len([c for c in app if c[0] == "GET" and c[1].endswith(":cancel")]) == 1, app
+
+
+async def test_26_a_pass_takes_a_free_lock_without_reading_it_first(local_slack, start_app, redis_url):
+    # the begin's SET NX takes a free deliverer lock; only a lock held (by this pass, a live one, a dead one) is
+    # read. So the lock is read once per pass, by its close (is it still ours?)
+    seen = await one_cycle_seen(local_slack, start_app, redis_url)
+    on_lock = [c[0] for kind, c in zip(seen.kinds, seen.commands, strict=True)
+               if kind == "lua" and len(c) > 1 and c[1].endswith(":outlock")]
+    assert on_lock.count("GET") == on_lock.count("DEL") > 0, on_lock
