@@ -416,3 +416,53 @@ async def test_a_failing_consumer_never_makes_slack_delivery_repeat(local_slack,
     replies = [c for c in local_slack.calls_to("chat.postMessage") if "Result:" in str(c.params.get("text"))]
     assert len(replies) == 1 and RUNS == [{"charge": "ch_1", "principal": "slack:T0LOCAL:U0ALICE"}]
     assert "Approved" in str(local_slack.message(GENERAL, card.ts).blocks)
+
+
+async def test_26_a_reply_does_not_wait_for_its_card_update_and_is_posted_once(local_slack, start_app):
+    # the settled card and the answer are different messages: Slack slow to edit the card holds up no answer
+    RUNS.clear()
+    bot = await start_app(refund_script(), [refund_charge])
+    ts, card = await mention_and_wait_for_card(local_slack)
+    await bot.runtime.wait_idle()
+    held = local_slack.hold_next("chat.update")
+    try:
+        await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+        await asyncio.wait_for(held.reached.wait(), 5)
+        # posted whole, not streamed: a quick answer is one post (a step still writing after a second streams)
+        await local_slack.wait_for_message(GENERAL, thread_ts=ts, timeout_s=0.8,
+                                           predicate=lambda m: "Result:" in m.text and not m.streaming)
+        assert card_in(local_slack, ts) is not None  # its edit is still on its way
+    finally:
+        held.release()
+    await local_slack.wait_for(lambda: card_in(local_slack, ts) is None)
+    await bot.runtime.wait_idle()
+    assert local_slack.calls_to("chat.update")[0].params["ts"] == card.ts
+    assert "Approved" in str(local_slack.message(GENERAL, card.ts).blocks)
+    assert len(_replies(local_slack, ts)) == 1 and len(RUNS) == 1
+
+
+async def test_26_a_card_update_that_failed_beside_its_reply_is_retried_and_the_reply_not_posted_again(
+        local_slack, start_app):
+    RUNS.clear()
+    bot = await start_app(refund_script(), [refund_charge])
+    ts, card = await mention_and_wait_for_card(local_slack)
+    await bot.runtime.wait_idle()
+    local_slack.fail_next("chat.update", error="internal_error")  # Slack fails to edit the card, once
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, timeout_s=0.8,
+                                       predicate=lambda m: "Result:" in m.text and not m.streaming)
+    await bot.runtime.wait_idle()
+    assert card_in(local_slack, ts) is not None  # not edited: the session's events are offered again later
+    sid = f"slack:T0LOCAL:{GENERAL}:{ts}"
+    assert await bot.store.redis.zscore(OUTBOX, sid) is not None
+    # as if the backoff had run out: the sweep finds the session due and the hold lapsed
+    await bot.store.redis.hdel(bot.store.key(sid, "out"), "_hold:frontend")
+    await bot.store.redis.zadd(OUTBOX, {sid: 0})
+    await bot.runtime.recover()
+    await bot.runtime.wait_idle()
+    assert card_in(local_slack, ts) is None and "Approved" in str(local_slack.message(GENERAL, card.ts).blocks)
+    assert len(_replies(local_slack, ts)) == 1 and len(RUNS) == 1
+
+
+def _replies(local_slack, thread_ts: str) -> list:
+    return [m for m in local_slack.messages(GENERAL, thread_ts=thread_ts) if m.bot_id and "Result:" in (m.text or "")]

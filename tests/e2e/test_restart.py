@@ -93,3 +93,34 @@ async def test_kill_9_between_card_and_click(local_slack, redis, redis_url, tmp_
     finally:
         # terminate, wait (without blocking the loop LocalSlack runs in), then kill if still there
         await stop_process(second, timeout_s=10)
+
+
+async def test_26_kill_9_between_the_reply_and_its_card_update_posts_the_reply_once(
+        local_slack, redis, redis_url, tmp_path):
+    """The settled card's edit and the answer go out side by side: a process killed after the answer landed
+    and before the card's edit did leaves both to the next one, which edits the card and finds the answer
+    in the thread instead of posting it again."""
+    first, _ = await start_process(local_slack, redis_url, tmp_path)
+    held = None
+    try:
+        ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> announce lunch is here")
+        card = await local_slack.wait_for(lambda: card_in(local_slack, ts), timeout_s=15)
+        held = local_slack.hold_next("chat.update")  # Slack is slow to edit the card just then
+        assert (await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))).status == 200
+        await asyncio.wait_for(held.reached.wait(), 15)
+        reply = await local_slack.wait_for_message(
+            GENERAL, thread_ts=ts, predicate=lambda m: "Posted to" in m.text and not m.streaming, timeout_s=5)
+    finally:
+        first.send_signal(signal.SIGKILL)
+        await asyncio.to_thread(first.wait)
+    assert card_in(local_slack, ts) is not None  # its edit never landed
+    second, _ = await start_process(local_slack, redis_url, tmp_path)
+    try:
+        await local_slack.wait_for(lambda: card_in(local_slack, ts) is None, timeout_s=15)
+        assert "Approved" in str(local_slack.message(GENERAL, card.ts).blocks)
+        replies = [m for m in local_slack.messages(GENERAL, thread_ts=ts) if m.bot_id and "Posted to" in m.text]
+        assert [m.ts for m in replies] == [reply.ts], "the answer is in the thread once"
+    finally:
+        await stop_process(second, timeout_s=10)
+        if held is not None:
+            held.release()
