@@ -12,12 +12,13 @@ completed``, ``turn completed``. What people and the model wrote is left out unl
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 
 from bot import logs, tracing
 from bot.metrics import DELIVERY_LAG, TURN_EVENTS
-from bot.ports import Channel
+from bot.ports import Channel, LandingChannel
 from bot.principals import Principal
 from bot.protocol import (
     ActionResult,
@@ -49,20 +50,37 @@ class ObservedChannel:
         self.names = names or (lambda _id: None)
 
     async def deliver(self, event: Event, session: SessionRef) -> None:
-        with logs.bound(
-            session_id=session.session_id,
-            turn_id=event.turn_id,
-            team_id=session.team_id,
-            request_id=getattr(event, "request_id", None),
-        ):
-            await self.inner.deliver(event, session)
-            DELIVERY_LAG.observe(max((datetime.now(UTC) - event.at).total_seconds(), 0.0))
-            TURN_EVENTS.labels(event.type).inc()
-            if isinstance(event, TurnStarted) and event.turn_id:  # the root of the turn's trace (bot.tracing)
-                tracing.turn_started(event.turn_id, session.session_id, session.team_id, event.at.timestamp())
-            if log.isEnabledFor(logging.INFO):  # the lines cost more than the rest: only when shown
-                for line in self.describe(event, session):
-                    log.info(line, extra={"event": event.type})
+        if (landing := await self.start_delivery(event, session)) is not None:
+            await landing
+
+    async def start_delivery(self, event: Event, session: SessionRef) -> Awaitable[None] | None:
+        """``bot.ports.LandingChannel``: the inner channel's, told once it has landed."""
+        with self._bound(event, session):
+            if not isinstance(self.inner, LandingChannel):
+                await self.inner.deliver(event, session)
+            elif (landing := await self.inner.start_delivery(event, session)) is not None:
+                return self._landed(landing, event, session)
+            self._observe(event, session)
+        return None
+
+    async def _landed(self, landing: Awaitable[None], event: Event, session: SessionRef) -> None:
+        await landing
+        with self._bound(event, session):
+            self._observe(event, session)
+
+    @staticmethod
+    def _bound(event: Event, session: SessionRef) -> AbstractContextManager[None]:
+        return logs.bound(session_id=session.session_id, turn_id=event.turn_id, team_id=session.team_id,
+                          request_id=getattr(event, "request_id", None))
+
+    def _observe(self, event: Event, session: SessionRef) -> None:
+        DELIVERY_LAG.observe(max((datetime.now(UTC) - event.at).total_seconds(), 0.0))
+        TURN_EVENTS.labels(event.type).inc()
+        if isinstance(event, TurnStarted) and event.turn_id:  # the root of the turn's trace (bot.tracing)
+            tracing.turn_started(event.turn_id, session.session_id, session.team_id, event.at.timestamp())
+        if log.isEnabledFor(logging.INFO):  # the lines cost more than the rest: only when shown
+            for line in self.describe(event, session):
+                log.info(line, extra={"event": event.type})
 
     # --- the lines -------------------------------------------------------------------------------
 

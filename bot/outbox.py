@@ -14,6 +14,9 @@ that consumer's cursor past each one it handled. So:
   also saves every third of the lock's life). A consumer that can take several events at once
   (:class:`bot.ports.BatchChannel`) gets them in one call. The drive's checkpoints whose events go out
   at once begin their pass in their own round trip (:meth:`Outbox.open_pass`): the pass then costs one;
+- a consumer may let an event's delivery land while the next ones' begin (:class:`bot.ports.LandingChannel`:
+  Slack edits a settled card while the answer after it is posted); its cursor moves past an event only
+  once that has landed, and the pass ends when all have;
 - the audit log is no consumer: the store reads the session's audit progress with the begin and appends
   the pass's auditable events in the round trip of its end (store/audit_events.py), so it lands a few ms
   after what the pass showed, and a pass with nothing to audit sends nothing for it;
@@ -34,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from bot.ports import BatchChannel, Channel, RetryLater, Undeliverable
+from bot.ports import BatchChannel, Channel, LandingChannel, RetryLater, Undeliverable
 from bot.protocol import Event
 from bot.session import SessionRef
 
@@ -281,19 +284,45 @@ class Outbox:
                 return await self._backoff(session_id, name, todo[0][1], exc)
             progress.cursors[name] = todo[-1][0]
             return None
-        for entry_id, event in todo:
-            try:
-                await channel.deliver(event, begun.ref)
-            except RetryLater as exc:  # rate limited: wait as asked, without counting a failure
-                log.info("%s waits %.1fs before showing %s of session %s (%s)",
-                         name, exc.delay_s, event.type, session_id, exc)
-                return await self._hold(session_id, name, max(int(exc.delay_s * 1000), RETRY_BASE_MS))
-            except Undeliverable as exc:
-                log.warning("%s cannot show %s of session %s: %s; skipping it", name, event.type, session_id, exc)
-            except Exception as exc:  # noqa: BLE001 - retried later; nothing is lost
-                return await self._backoff(session_id, name, event, exc)
-            progress.cursors[name] = entry_id
-        return None
+        start = channel.start_delivery if isinstance(channel, LandingChannel) else None
+        landing: dict[int, asyncio.Future[None]] = {}  # index in todo → its delivery, still landing
+        failed: tuple[int, Exception] | None = None  # the first event not delivered, and why
+        try:
+            for i, (entry_id, event) in enumerate(todo):
+                try:
+                    tail = await start(event, begun.ref) if start is not None else await channel.deliver(event, begun.ref)
+                except Undeliverable as exc:
+                    _skipping(name, event, session_id, exc)
+                    tail = None
+                except Exception as exc:  # noqa: BLE001 - offered again later; nothing is lost
+                    failed = (i, exc)
+                    break
+                if tail is not None:
+                    landing[i] = asyncio.ensure_future(tail)
+                elif not landing:  # nothing before it is still landing: the cursor moves past it now
+                    progress.cursors[name] = entry_id
+            for i, tail in landing.items():  # every one, also after a failure: the pass ends once they landed
+                try:
+                    await tail
+                except Undeliverable as exc:
+                    _skipping(name, todo[i][1], session_id, exc)
+                except Exception as exc:  # noqa: BLE001 - as above
+                    if failed is None or i < failed[0]:
+                        failed = (i, exc)
+        finally:
+            for tail in landing.values():
+                tail.cancel()  # (a no-op once landed: only a pass that broke off leaves some in flight)
+        # past the events handled in a row from the first: one that failed comes again with all after it
+        if delivered := failed[0] if failed is not None else len(todo):
+            progress.cursors[name] = todo[delivered - 1][0]
+        if failed is None:
+            return None
+        event, exc = todo[failed[0]][1], failed[1]
+        if isinstance(exc, RetryLater):  # rate limited: wait as asked, without counting a failure
+            log.info("%s waits %.1fs before showing %s of session %s (%s)",
+                     name, exc.delay_s, event.type, session_id, exc)
+            return await self._hold(session_id, name, max(int(exc.delay_s * 1000), RETRY_BASE_MS))
+        return await self._backoff(session_id, name, event, exc)
 
     async def _backoff(self, session_id: str, name: str, event: Event, exc: Exception) -> int:
         failures = await self.store.outbox_failures(session_id, name, failed=True)
@@ -305,6 +334,10 @@ class Outbox:
     async def _hold(self, session_id: str, name: str, delay_ms: int) -> int:
         await self.store.outbox_hold(session_id, name, _now_ms() + delay_ms)
         return delay_ms
+
+
+def _skipping(name: str, event: Event, session_id: str, exc: Undeliverable) -> None:
+    log.warning("%s cannot show %s of session %s: %s; skipping it", name, event.type, session_id, exc)
 
 
 def _now_ms() -> int:

@@ -6,6 +6,7 @@ satisfy these Protocols.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Protocol, runtime_checkable
 
 from bot.deferred import DeferredModel
@@ -73,6 +74,22 @@ class LiveText(Protocol):
 
     def text_so_far(self, session: SessionRef, turn_id: str, step: int, text: str,
                     owner: Principal | None) -> None: ...
+
+
+@runtime_checkable
+class LandingChannel(Protocol):
+    """A consumer whose delivery of an event may still be landing when the next one's begins: two messages
+    edited or posted side by side, rather than one Slack round trip after the other.
+
+    ``start_delivery`` does, in order, everything of the event that later events may rely on, and returns
+    what is still landing (a call to the far side that nothing after it waits on), or None when it is done.
+    The outbox moves the consumer's cursor past an event only once it has landed, so one that fails is
+    offered again with everything after it (a repeat the consumer makes harmless, as always), and the
+    pass ends only when all have landed. ``deliver`` is both: start, then wait for it to land."""
+
+    async def deliver(self, event: Event, session: SessionRef) -> None: ...
+
+    async def start_delivery(self, event: Event, session: SessionRef) -> Awaitable[None] | None: ...
 
 
 @runtime_checkable

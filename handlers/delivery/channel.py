@@ -6,9 +6,11 @@ request's card) are kept in Redis beside the session, so any replica can update 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
+from collections.abc import Awaitable
 from typing import Any, Protocol
 
 from slack_sdk.errors import SlackApiError
@@ -134,8 +136,16 @@ class SlackChannel:
         await self.tasks.close()
 
     async def deliver(self, event: Event, session: SessionRef) -> None:
+        if (landing := await self.start_delivery(event, session)) is not None:
+            await landing
+
+    async def start_delivery(self, event: Event, session: SessionRef) -> Awaitable[None] | None:
+        """``bot.ports.LandingChannel``: the event shown in order, except a settled card's edit, returned still
+        landing: nothing after it waits on it (the answer, the next cards and the status are other messages),
+        so the answer is posted beside it instead of one Slack round trip later."""
         if not session.channel.get("channel_id"):
-            return  # not a Slack session (console, benchmarks)
+            return None  # not a Slack session (console, benchmarks)
+        edits: Awaitable[Any] | None = None
         try:
             await self.tasks.see(event, session)  # before it is shown: a task's state follows every event
             if isinstance(event, InputRequested):
@@ -148,22 +158,36 @@ class SlackChannel:
                     else:  # a card answered within the delay costs no session call
                         self.sessions.suspend_later(session, lambda: self._suspend(session, event.requests,
                                                                                    unless_answered=True))
+            elif isinstance(event, InputResolved):  # (shown in a sub-agent's session too: CHILD_SHOWN)
+                edits = await self._resolved(event, session)
             else:
                 await self._render(event, session)
-        except SlackApiError as exc:
-            error = exc.response.get("error")
-            if exc.response.status_code == 429 or error == "ratelimited":
-                raise RetryLater(_retry_after(exc), f"Slack rate limited {event.type}") from exc
-            if exc.response.status_code >= 500 or error in TRANSIENT_ERRORS:
-                raise
-            if error in GONE_ERRORS:
-                if isinstance(event, InputRequested):  # the request stays open: App Home offers it instead
-                    for req in event.requests:
-                        await self.store.mark_undeliverable(req.request_id, f"Slack said {error}")
-                raise Undeliverable(f"Slack said {error}") from exc
-            log.warning("Slack rejected %s for %s: %s", event.type, session.session_id, error)
-        except LookupError as exc:  # no installation for the workspace any more
+        except (SlackApiError, LookupError) as exc:
+            await self._failed(exc, event, session)
+        return asyncio.ensure_future(self._landing(edits, event, session)) if edits is not None else None
+
+    async def _landing(self, edits: Awaitable[Any], event: Event, session: SessionRef) -> None:
+        try:
+            await edits
+        except (SlackApiError, LookupError) as exc:
+            await self._failed(exc, event, session)
+
+    async def _failed(self, exc: SlackApiError | LookupError, event: Event, session: SessionRef) -> None:
+        """What Slack's "no" means for the outbox: raised (wait, retry, or never: ``Undeliverable``), else
+        logged and the event skipped."""
+        if isinstance(exc, LookupError):  # no installation for the workspace any more
             raise Undeliverable(str(exc)) from exc
+        error = exc.response.get("error")
+        if exc.response.status_code == 429 or error == "ratelimited":
+            raise RetryLater(_retry_after(exc), f"Slack rate limited {event.type}") from exc
+        if exc.response.status_code >= 500 or error in TRANSIENT_ERRORS:
+            raise exc
+        if error in GONE_ERRORS:
+            if isinstance(event, InputRequested):  # the request stays open: App Home offers it instead
+                for req in event.requests:
+                    await self.store.mark_undeliverable(req.request_id, f"Slack said {error}")
+            raise Undeliverable(f"Slack said {error}") from exc
+        log.warning("Slack rejected %s for %s: %s", event.type, session.session_id, error)
 
     async def _render(self, event: Event, session: SessionRef) -> None:
         if session.parent and event.type not in CHILD_SHOWN:
@@ -189,9 +213,6 @@ class SlackChannel:
             case "approval.candidate":
                 assert isinstance(event, ApprovalCandidate)
                 await self._candidate(event, session)
-            case "input.resolved":
-                assert isinstance(event, InputResolved)
-                await self._resolved(event, session)
             case "input.escalated":
                 assert isinstance(event, InputEscalated)
                 await self._escalated(event, session)
@@ -394,7 +415,10 @@ class SlackChannel:
         await client.chat_update(channel=card["channel"], ts=card["ts"], text=message["text"],
                                  blocks=message["blocks"])
 
-    async def _resolved(self, event: InputResolved, session: SessionRef) -> None:
+    async def _resolved(self, event: InputResolved, session: SessionRef) -> Awaitable[Any] | None:
+        """Each resolved request's card, settled: read and rendered in order; the edits are returned under
+        way. Nothing changes a card once it is settled, so no later event of the pass races them."""
+        edits = []
         for resolution in event.resolutions:
             record = await self.store.pass_request(session.session_id, resolution.request_id)
             await self.store.unindex_request(record, in_pass=True)
@@ -404,8 +428,9 @@ class SlackChannel:
             message = settled_card(record, resolution, event.at)
             client = await self.client_for(session.team_id)
             await self.pacing.updates.wait(session.team_id or "")
-            await client.chat_update(channel=card["channel"], ts=card["ts"], text=message["text"],
-                                     blocks=message["blocks"])
+            edits.append(client.chat_update(channel=card["channel"], ts=card["ts"], text=message["text"],
+                                            blocks=message["blocks"]))
+        return asyncio.gather(*edits) if edits else None
 
     # --- replies and status -------------------------------------------------------------------
 
