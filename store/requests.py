@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
+from functools import lru_cache
 from typing import Any
 
 from bot.protocol import RequestRecord, UnknownRequest
 from store.session_keys import SessionRedis
 
 RECENT_REQUESTS = 1024  # records this process parked or read last, kept for the next click on one
+# records validated lately, by their exact stored bytes: a cycle reads the settled record twice (the settle's
+# lease read, then the delivery pass's read for the card's edit) and validates it once
+VALIDATED_RECORDS = 256
 
 
 class RequestReads(SessionRedis):
@@ -112,7 +116,18 @@ def as_parked(fields: dict[str, str]) -> RequestRecord:
 
 
 def record_from_fields(fields: dict[bytes, bytes]) -> RequestRecord:
-    f = {k.decode(): v.decode() for k, v in fields.items()}
+    """A record as stored (``HGETALL``), validated: the same bytes read again give an equal record without
+    validating them again. Each call returns its own copy (no approvals: the caller sets them); its nested
+    values are shared with other reads of the same bytes, so they are replaced (``model_copy(update=…)``),
+    never changed in place."""
+    return _validated(tuple(fields.items())).model_copy()
+
+
+@lru_cache(maxsize=VALIDATED_RECORDS)
+def _validated(fields: tuple[tuple[bytes, bytes], ...]) -> RequestRecord:
+    """Keyed by the exact bytes, so a hit returns what validating them would: a changed field is a new key,
+    and bytes that fail validation raise every time (nothing is kept for them)."""
+    f = {k.decode(): v.decode() for k, v in fields}
     request = json.loads(f["request"])
     if f.get("responders"):  # described again since it was made (an approver list changed)
         request["responders"] = json.loads(f["responders"])

@@ -1,0 +1,56 @@
+"""Request records read from Redis: always validated, each read its caller's own (issue 26, the lean core).
+
+A cycle reads its settled record twice (the settle's lease read, then the delivery pass's read for the
+card's edit); the store validates the same bytes once (store/requests.py). What a caller sees must not
+change for it: every read is validated as stored (a changed or broken record is never answered from
+an earlier read), and a record one caller rebinds fields on is not the one the next read returns.
+"""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from bot.approval import always
+from bot.models.scripted import ScriptedModel, call
+from bot.models.scripted import say as model_say
+from tests.engine.harness import make_runtime, recording_tool, say
+
+
+async def _parked(redis):
+    refund, _ = recording_tool("refund", approval=always())
+    runtime, channel, store = make_runtime(redis, ScriptedModel([call("refund", call_id="r1", charge="ch_1"),
+                                                                 model_say("refunded")]), [refund])
+    await say(runtime, "refund ch_1")
+    [card] = channel.requests()
+    return store, card.request_id
+
+
+async def test_the_same_record_read_twice_is_equal_and_each_read_its_own(redis):
+    store, rid = await _parked(redis)
+    first, second = await store.get_request(rid), await store.get_request(rid)
+    assert first == second and first is not second
+    first.status, first.approvals, first.note = "settled", ["someone"], "changed by its caller"
+    third = await store.get_request(rid)
+    assert third == second and third.status == "open" and third.approvals == [] and third.note is None
+
+
+async def test_a_record_changed_in_redis_is_read_as_it_is_now(redis):
+    store, rid = await _parked(redis)
+    before = await store.get_request(rid)
+    await redis.hset(store.request_key(rid), mapping={"note": "escalated", "rev": before.rev + 1})
+    after = await store.get_request(rid)
+    assert after.note == "escalated" and after.rev == before.rev + 1
+    assert before.note is None  # (the earlier read is untouched)
+
+
+async def test_a_record_that_does_not_validate_fails_on_every_read(redis):
+    store, rid = await _parked(redis)
+    good = await store.get_request(rid)
+    key = store.request_key(rid)
+    await redis.hset(key, "status", "bogus")
+    for _ in range(2):  # not answered from the earlier, valid read; not remembered as valid either
+        with pytest.raises(ValidationError):
+            await store.get_request(rid)
+    await redis.hset(key, "status", good.status)
+    assert await store.get_request(rid) == good
