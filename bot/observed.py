@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 
 from bot import logs, tracing
 from bot.metrics import DELIVERY_LAG, TURN_EVENTS
-from bot.ports import Channel, LandingChannel
+from bot.ports import Channel, as_landing
 from bot.principals import Principal
 from bot.protocol import (
     ActionResult,
@@ -56,9 +56,9 @@ class ObservedChannel:
     async def start_delivery(self, event: Event, session: SessionRef) -> Awaitable[None] | None:
         """``bot.ports.LandingChannel``: the inner channel's, told once it has landed."""
         with self._bound(event, session):
-            if not isinstance(self.inner, LandingChannel):
+            if (inner := as_landing(self.inner)) is None:
                 await self.inner.deliver(event, session)
-            elif (landing := await self.inner.start_delivery(event, session)) is not None:
+            elif (landing := await inner.start_delivery(event, session)) is not None:
                 return self._landed(landing, event, session)
             self._observe(event, session)
         return None

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from bot.ports import BatchChannel, Channel, LandingChannel, RetryLater, Undeliverable
+from bot.ports import Channel, RetryLater, Undeliverable, as_batch, as_landing
 from bot.protocol import Event
 from bot.session import SessionRef
 
@@ -277,14 +277,14 @@ class Outbox:
         """Hand ``todo`` to one consumer, moving its cursor; None when it took them all, else the delay
         before it may be tried again."""
         channel = self.consumers[name]
-        if isinstance(channel, BatchChannel):
+        if (batch := as_batch(channel)) is not None:
             try:
-                await channel.deliver_batch([event for _, event in todo], begun.ref)
+                await batch.deliver_batch([event for _, event in todo], begun.ref)
             except Exception as exc:  # noqa: BLE001 - retried later; nothing is lost
                 return await self._backoff(session_id, name, todo[0][1], exc)
             progress.cursors[name] = todo[-1][0]
             return None
-        start = channel.start_delivery if isinstance(channel, LandingChannel) else None
+        start = lands.start_delivery if (lands := as_landing(channel)) is not None else None
         landing: dict[int, asyncio.Future[None]] = {}  # index in todo → its delivery, still landing
         failed: tuple[int, Exception] | None = None  # the first event not delivered, and why
         try:

@@ -41,7 +41,8 @@ async def pipelined(client: RedisClient, commands: Sequence[Command], scripts: S
     A redis-py ``Script`` in a pipeline would first send SCRIPT EXISTS on every execute (one more round
     trip), so scripts are loaded only when the server says it lacks them (first use, a flush, a
     failover to a replica that never saw them)."""
-    if isinstance(client, RedisCluster):
+    # (by its class: redis-py's client classes have typing's Protocol metaclass, whose isinstance costs ~4 × this)
+    if issubclass(type(client), RedisCluster):
         replies = []
         for command in commands:
             try:
