@@ -14,10 +14,13 @@ from handlers.deps import SlackDeps
 
 def register(app: AsyncApp, deps: SlackDeps) -> None:
     assistant.register(app, deps)  # before events: assistant threads' messages go through Bolt's middleware
+    # Bolt asks each listener in this order until one matches. No payload matches two of those before the
+    # fallback (events by their type; actions and views by their own ids), so the order decides only how many
+    # are asked first: a cycle's mention, its twin message and its click come first, second, third.
     events.register(app, deps)
+    answers.register(app, deps)
     stop.register(app, deps)  # Slack's stop button on an agent session
     feedback.register(app, deps)
-    answers.register(app, deps)
     schedules.register(app, deps)
     installs.register(app)
     if deps.governance is not None:
