@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 import time
@@ -267,6 +268,89 @@ async def test_a_stream_cut_short_is_retried_when_the_callback_can_start_over(fa
 
     assert response.text == "a whole answer" and restarts == [3]  # told once, after the broken attempt's words
     assert len(fake.requests) == 2
+
+
+async def test_a_connection_dropped_mid_stream_is_retried_when_nothing_was_shown(fake: FakeOpenAI) -> None:
+    fake.reply_cut_stream("half an ans")
+    fake.reply_text("a whole answer")
+    async with make_model(fake) as model:
+        response = await model.complete(HELLO, [])
+
+    assert response.text == "a whole answer"
+    assert len(fake.requests) == 2
+
+
+async def test_a_connection_dropped_mid_stream_after_text_was_shown_is_not_repeated(fake: FakeOpenAI) -> None:
+    fake.reply_cut_stream("half an ans")
+    fake.reply_text("never asked for")
+    collector = Collector()
+    async with make_model(fake) as model:
+        with pytest.raises(ModelError) as caught:
+            await model.complete(HELLO, [], on_text=collector)
+
+    assert "".join(collector.deltas) == "half an ans"
+    assert caught.value.retryable is True
+    assert caught.value.reason.startswith("model endpoint stream was interrupted after partial output")
+    assert len(fake.requests) == 1
+
+
+async def test_a_connection_dropped_every_time_exhausts_into_a_connection_error(fake: FakeOpenAI) -> None:
+    for _ in range(2):
+        fake.reply_cut_stream("half an ans")
+    async with make_model(fake, max_retries=1) as model:
+        with pytest.raises(ModelError) as caught:
+            await model.complete(HELLO, [])
+
+    assert caught.value.retryable is True
+    assert caught.value.reason.startswith(f"could not connect to the model endpoint at {fake.base_url} after 2 attempts")
+    assert KEY not in caught.value.reason
+
+
+async def test_a_stream_slower_than_the_timeout_between_chunks_becomes_a_timeout_error(fake: FakeOpenAI) -> None:
+    """The timeout bounds each wait for bytes: a stream that stalls longer than it between chunks fails."""
+    fake.reply_text("slow words here", chunk_delay_s=0.6)
+    async with make_model(fake, timeout=0.3, max_retries=0) as model:
+        with pytest.raises(ModelError) as caught:
+            await model.complete(HELLO, [])
+
+    assert caught.value.reason.startswith("model endpoint timed out after 1 attempts (0.3s each)")
+
+
+async def test_a_stream_that_keeps_flowing_may_last_longer_than_the_timeout(fake: FakeOpenAI) -> None:
+    fake.reply_text("one two three four five six", chunk_delay_s=0.1)  # ~0.9 s in all, 0.1 s between chunks
+    collector = Collector()
+    async with make_model(fake, timeout=0.5, max_retries=0) as model:
+        response = await model.complete(HELLO, [], on_text=collector)
+
+    assert response.text == "one two three four five six" and len(collector.deltas) == 6
+
+
+async def test_credentials_in_the_url_are_sent_as_basic_auth_and_never_shown() -> None:
+    async with FakeOpenAI() as fake:
+        base_url = fake.base_url.replace("http://", "http://proxy-user:proxy%20secret@")
+        async with OpenAIChatModel("local-llama", base_url=base_url, timeout=2.0) as model:
+            assert "proxy%20secret" not in repr(model)
+            assert (await model.complete(HELLO, [])).text == "ok"
+            fake.reply_error(400, "no such model")
+            with pytest.raises(ModelError) as caught:
+                await model.complete(HELLO, [])
+
+    assert fake.requests[0].headers["authorization"] == "Basic " + base64.b64encode(b"proxy-user:proxy secret").decode()
+    assert "secret" not in caught.value.reason
+
+
+async def test_a_proxy_named_in_the_environment_is_used(fake: FakeOpenAI, monkeypatch) -> None:
+    """HTTP_PROXY reaches the model endpoint through the proxy (here the fake itself, which answers the
+    proxied request: the endpoint's own host does not resolve)."""
+    for name in ("HTTP_PROXY", "http_proxy"):
+        monkeypatch.setenv(name, fake.base_url.removesuffix("/v1"))
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    async with OpenAIChatModel("gpt-4o-mini", base_url="http://models.invalid/v1", api_key=KEY, timeout=2.0,
+                               max_retries=0) as model:
+        assert (await model.complete(HELLO, [])).text == "ok"
+
+    assert fake.requests[0].path == "/v1/chat/completions"
 
 
 async def test_no_key_sends_no_authorization_header() -> None:

@@ -42,7 +42,7 @@ class ReceivedRequest:
 
 @dataclass
 class _Reply:
-    kind: str  # "text" | "tool_calls" | "error" | "delay" | "truncated"
+    kind: str  # "text" | "tool_calls" | "error" | "delay" | "truncated" | "cut"
     text: str | None = None
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     status: int = 200
@@ -127,6 +127,11 @@ class FakeOpenAI:
     def reply_truncated_stream(self, text: str) -> None:
         """Stream ``text`` but end the response without a finish_reason or ``[DONE]``."""
         self._queue.append(_Reply("truncated", text=text))
+
+    def reply_cut_stream(self, text: str) -> None:
+        """Stream ``text``, then drop the connection in the middle of the response body (a crashed server
+        or a proxy's idle cut): the body never ends, unlike ``reply_truncated_stream``."""
+        self._queue.append(_Reply("cut", text=text))
 
     @property
     def pending_replies(self) -> int:
@@ -289,7 +294,7 @@ class _Completion:
             out.append(self._chunk({"tool_calls": [opening]}))
             for piece in _pieces(tool_call["function"]["arguments"], 4):
                 out.append(self._chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}))
-        if self.reply.kind == "truncated":
+        if self.reply.kind in ("truncated", "cut"):
             return out
         out.append(self._chunk({}, self.finish_reason))
         if self._include_usage:
@@ -309,6 +314,11 @@ class _Completion:
                 if self.reply.chunk_delay_s:
                     await asyncio.sleep(self.reply.chunk_delay_s)
                 await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            if self.reply.kind == "cut":
+                await asyncio.sleep(0.05)  # the chunks so far reach the client first
+                assert request.transport is not None
+                request.transport.abort()  # no last chunk: the client sees a body cut short
+                return response
             if self.reply.kind != "truncated":
                 await response.write(b"data: [DONE]\n\n")
             await response.write_eof()
