@@ -125,8 +125,8 @@ def _workspace_recorder(installations: Any) -> Any:
 
 class ModelOnFirstUse:
     """The configured model client, built when a turn first asks it (issue 26 item 6, start fast): a
-    restarted process serves the first click, settles it and runs its tool without importing httpx or
-    loading TLS certificates for the model endpoint (about a tenth of its start)."""
+    restarted process serves the first click, settles it and runs its tool without importing or building the
+    model's client (when that client was httpx, its import and TLS context were about a tenth of the start)."""
 
     def __init__(self, settings: Settings):
         self._settings = settings
@@ -366,6 +366,9 @@ async def _start(
     # a web process drives no turn: it hands sessions to workers (bot.roles) and never builds a model client
     runtime_class: Any = Runtime
     handover: dict[str, Any] = {}
+    if model is None:  # built here, so its HTTP session is closed here; a model handed in is its owner's to close
+        model = ModelOnFirstUse(settings)
+        stack.push_async_callback(model.aclose)
     if role == "web":
         runtime_class, handover, model = WebRuntime, {"wakeups": WakeQueue(redis.client)}, NoModel()
     # built before the runtime, which hands it to every policy (ctx.policies); Governance reads it too
@@ -375,7 +378,7 @@ async def _start(
         **handover,
         store=turns,
         outbox_store=outbox_store,
-        model=metered(model or ModelOnFirstUse(settings)),
+        model=metered(model),
         tools=registry,
         channel=channel,
         settings=RuntimeSettings(step_budget=settings.step_budget, token_budget=settings.token_budget,

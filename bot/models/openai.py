@@ -3,24 +3,34 @@
 Retries transient failures (429, 5xx gateway errors, connection errors, timeouts) with exponential
 backoff and jitter, honouring ``Retry-After``. Every error it raises is a ``ModelError`` whose reason
 is safe to show to people: the API key never appears in a reason or a log line.
+
+It speaks HTTP through aiohttp, which the app has imported already for Slack: a fraction of httpx's
+CPU per request, and nothing more to import when a restarted process's first turn calls the model
+(issue 26, docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import email.utils
 import json
 import logging
 import random
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
-import httpx
+import aiohttp
 
 from bot.models.base import Message, ModelError, ModelResponse, TextCallback, ToolCall, ToolSpec, Usage
+from bot.models.transport import AiohttpTransport, Reply, Transport, TransportFailure
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +56,9 @@ class OpenAIChatModel:
 
     ``timeout`` bounds connecting and each wait for bytes (so a long streamed answer is fine as long
     as it keeps flowing). ``max_retries`` is the number of extra attempts after the first one.
+    ``client``: an ``aiohttp.ClientSession`` (or, as before the client moved to aiohttp, an
+    ``httpx.AsyncClient``) to send through, left open by ``aclose``; without one the model opens its
+    own session on first use, in the running loop, and ``aclose`` closes it.
     """
 
     def __init__(
@@ -59,7 +72,7 @@ class OpenAIChatModel:
         backoff_base: float = 0.5,
         max_backoff: float = 20.0,
         stream: bool = True,
-        client: httpx.AsyncClient | None = None,
+        client: aiohttp.ClientSession | httpx.AsyncClient | None = None,
     ):
         self.name = model
         self.base_url = base_url.rstrip("/")
@@ -69,16 +82,20 @@ class OpenAIChatModel:
         self.max_backoff = max_backoff
         self.stream = stream
         self._api_key = api_key or None
-        self._owns_client = client is None
-        self._client = client if client is not None else httpx.AsyncClient(timeout=httpx.Timeout(timeout))
+        self._given_client = client
+        self._transport: Transport | None = None  # built on first use: a session belongs to a running loop
+        # the same for every request: worked out once
+        self._url = f"{_without_credentials(self.base_url)}/chat/completions"
+        self._request_headers = self._headers()
 
     def __repr__(self) -> str:  # never show the key
         return f"OpenAIChatModel(model={self.name!r}, base_url={_without_credentials(self.base_url)!r})"
 
     async def aclose(self) -> None:
-        """Close the HTTP client (only if this object created it)."""
-        if self._owns_client:
-            await self._client.aclose()
+        """Close the HTTP session (only if this object opened it)."""
+        transport, self._transport = self._transport, None
+        if transport is not None and self._given_client is None:
+            await transport.aclose()
 
     async def __aenter__(self) -> OpenAIChatModel:
         return self
@@ -129,33 +146,46 @@ class OpenAIChatModel:
         headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
+        parts = urlsplit(self.base_url)
+        if parts.username is not None:
+            # credentials in the URL go out as Basic auth, over the key (as httpx, the earlier client, did)
+            pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+            headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode("ascii")
         return headers
 
+    def _open_transport(self) -> Transport:
+        client = self._given_client
+        if client is None:
+            self._transport = AiohttpTransport.opened(self.timeout, self._url)
+        elif isinstance(client, aiohttp.ClientSession):
+            self._transport = AiohttpTransport(client, self.timeout, proxy=None)  # its owner's settings
+        else:
+            from bot.models.httpx_transport import HttpxTransport
+
+            self._transport = HttpxTransport(client, self.timeout)
+        return self._transport
+
     async def _attempt(self, body: dict[str, Any], on_text: TextCallback | None) -> ModelResponse:
-        url = f"{self.base_url}/chat/completions"
         stream = _StreamState()
+        # compact and UTF-8 as it is, like httpx's json=
+        data = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+        transport = self._transport or self._open_transport()
         try:
-            request = self._client.build_request(
-                "POST", url, json=body, headers=self._headers(), timeout=httpx.Timeout(self.timeout)
-            )
-            response = await self._client.send(request, stream=True)
+            reply = await transport.post(self._url, data, self._request_headers)
             try:
-                if response.status_code >= 400:
-                    await response.aread()
-                    raise self._status_failure(response)
-                if self.stream and _is_event_stream(response):
-                    return await self._read_stream(response, stream, on_text)
-                await response.aread()
-                return self._parse_completion(response)
+                if reply.status >= 400:
+                    raise self._status_failure(reply.status, reply.headers, await reply.read())
+                if self.stream and _is_event_stream(reply.headers):
+                    return await self._read_stream(reply, stream, on_text)
+                return self._parse_completion(reply.status, await reply.read())
             finally:
-                await response.aclose()
-        except httpx.TimeoutException as exc:
+                await reply.release()
+        except TransportFailure as failure:
+            exc = failure.__cause__ or failure
             if stream.emitted_text:
                 raise self._interrupted(exc) from exc
-            raise _RetryableFailure("timeout", type(exc).__name__) from exc
-        except httpx.TransportError as exc:
-            if stream.emitted_text:
-                raise self._interrupted(exc) from exc
+            if failure.kind == "timeout":
+                raise _RetryableFailure("timeout", type(exc).__name__) from exc
             raise _RetryableFailure("connection", f"{type(exc).__name__}: {exc}") from exc
 
     def _interrupted(self, exc: Exception) -> ModelError:
@@ -167,13 +197,10 @@ class OpenAIChatModel:
             retryable=True,
         )
 
-    def _status_failure(self, response: httpx.Response) -> Exception:
-        status = response.status_code
-        message = self._redact(_error_message(response))
+    def _status_failure(self, status: int, headers: Mapping[str, str], raw: bytes) -> Exception:
+        message = self._redact(_error_message(raw, headers))
         if status in RETRYABLE_STATUSES:
-            return _RetryableFailure(
-                "status", message, status=status, retry_after=_retry_after_seconds(response.headers)
-            )
+            return _RetryableFailure("status", message, status=status, retry_after=_retry_after_seconds(headers))
         reason = f"model endpoint rejected the request ({status})"
         return ModelError(f"{reason}: {message}" if message else reason, status=status, retryable=False)
 
@@ -206,15 +233,13 @@ class OpenAIChatModel:
 
     # -- parsing --------------------------------------------------------------------------------
 
-    def _parse_completion(self, response: httpx.Response) -> ModelResponse:
+    def _parse_completion(self, status: int, raw: bytes) -> ModelResponse:
         try:
-            payload = response.json()
+            payload = json.loads(raw)
         except ValueError as exc:
-            raise ModelError(
-                "model endpoint returned a response that is not JSON", status=response.status_code
-            ) from exc
+            raise ModelError("model endpoint returned a response that is not JSON", status=status) from exc
         if not isinstance(payload, dict):
-            raise ModelError("model endpoint returned an unexpected response", status=response.status_code)
+            raise ModelError("model endpoint returned an unexpected response", status=status)
         choices = payload.get("choices")
         if not choices:
             message = self._redact(_message_from_payload(payload))
@@ -222,7 +247,7 @@ class OpenAIChatModel:
                 f"model endpoint returned no choices: {message}"
                 if message
                 else "model endpoint returned no choices",
-                status=response.status_code,
+                status=status,
             )
         choice = choices[0]
         message = choice.get("message") or {}
@@ -241,18 +266,21 @@ class OpenAIChatModel:
             finish_reason=choice.get("finish_reason"),
         )
 
-    async def _read_stream(
-        self, response: httpx.Response, state: _StreamState, on_text: TextCallback | None
-    ) -> ModelResponse:
-        async for data in _sse_data(response):
-            if data.strip() == "[DONE]":
-                state.done = True
+    async def _read_stream(self, reply: Reply, state: _StreamState, on_text: TextCallback | None) -> ModelResponse:
+        events = _EventStream()
+        while not state.done:
+            received = await reply.next_bytes()
+            for data in events.feed(received) if received else events.end():
+                if data.strip() == "[DONE]":
+                    state.done = True
+                    break
+                try:
+                    chunk = json.loads(data)
+                except ValueError as exc:
+                    raise ModelError("model endpoint sent a stream event that is not JSON") from exc
+                await self._apply_chunk(chunk, state, on_text)
+            if not received:
                 break
-            try:
-                chunk = json.loads(data)
-            except ValueError as exc:
-                raise ModelError("model endpoint sent a stream event that is not JSON") from exc
-            await self._apply_chunk(chunk, state, on_text)
         if not (state.done or state.finish_reason):
             if state.emitted_text:
                 raise ModelError("model endpoint stream ended before the answer was complete", retryable=True)
@@ -333,26 +361,46 @@ def _describe(failure: _RetryableFailure | None) -> str:
     return failure.kind
 
 
-async def _sse_data(response: httpx.Response):
-    """Yield the ``data`` of each server-sent event (multi-line data joined by newlines)."""
-    lines: list[str] = []
-    async for line in response.aiter_lines():
-        if not line.strip():
-            if lines:
-                yield "\n".join(lines)
-                lines = []
-            continue
-        if line.startswith("data:"):
-            value = line[5:]
-            lines.append(value[1:] if value.startswith(" ") else value)
-        # "event:", "id:", "retry:" and ":" comments carry nothing we use.
-    if lines:
-        yield "\n".join(lines)
+class _EventStream:
+    """The ``data`` of each server-sent event (multi-line data joined by newlines), from the body's bytes
+    as they arrive: lines end in LF, CRLF or CR, and a line may span any number of reads."""
+
+    def __init__(self) -> None:
+        self._partial = b""  # a line whose end has not arrived yet
+        self._data: list[str] = []  # the data lines of the event being read
+
+    def feed(self, received: bytes) -> list[str]:
+        *lines, self._partial = (self._partial + received).split(b"\n")
+        return self._events(lines)
+
+    def end(self) -> list[str]:
+        """The events still held when the body ends (its last line need not end in a newline)."""
+        events = self._events([self._partial]) if self._partial else []
+        self._partial = b""
+        if self._data:
+            events.append("\n".join(self._data))
+            self._data = []
+        return events
+
+    def _events(self, lines: list[bytes]) -> list[str]:
+        events: list[str] = []
+        for raw in lines:
+            # a CR left inside a line ended one (JSON escapes its own): bare-CR streams are split here
+            for line in raw.rstrip(b"\r").split(b"\r") if b"\r" in raw else (raw,):
+                if not line.strip():
+                    if self._data:
+                        events.append("\n".join(self._data))
+                        self._data = []
+                elif line.startswith(b"data:"):
+                    value = line[6:] if line.startswith(b"data: ") else line[5:]
+                    self._data.append(value.decode("utf-8", errors="replace"))
+                # "event:", "id:", "retry:" and ":" comments carry nothing we use.
+        return events
 
 
-def _is_event_stream(response: httpx.Response) -> bool:
+def _is_event_stream(headers: Mapping[str, str]) -> bool:
     # Some servers ignore "stream": true and answer with plain JSON.
-    return "application/json" not in response.headers.get("content-type", "")
+    return "application/json" not in headers.get("content-type", "")
 
 
 def _usage(raw: Any) -> Usage:
@@ -377,12 +425,20 @@ def _new_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
 
-def _error_message(response: httpx.Response) -> str:
+def _error_message(raw: bytes, headers: Mapping[str, str]) -> str:
     try:
-        payload = response.json()
+        payload = json.loads(raw)
     except ValueError:
-        return response.text.strip()[:_ERROR_TEXT_LIMIT]
-    return _message_from_payload(payload) or response.text.strip()[:_ERROR_TEXT_LIMIT]
+        payload = None
+    return _message_from_payload(payload) or _text(raw, headers).strip()[:_ERROR_TEXT_LIMIT]
+
+
+def _text(raw: bytes, headers: Mapping[str, str]) -> str:
+    _, _, charset = headers.get("content-type", "").partition("charset=")
+    try:
+        return raw.decode(charset.split(";")[0].strip(" \"'") or "utf-8", errors="replace")
+    except LookupError:  # a charset Python does not know
+        return raw.decode("utf-8", errors="replace")
 
 
 def _message_from_payload(payload: Any) -> str:
@@ -400,7 +456,7 @@ def _message_from_payload(payload: Any) -> str:
     return ""
 
 
-def _retry_after_seconds(headers: httpx.Headers) -> float | None:
+def _retry_after_seconds(headers: Mapping[str, str]) -> float | None:
     """Seconds to wait from ``retry-after-ms`` (OpenAI) or ``Retry-After`` (seconds or an HTTP date)."""
     milliseconds = headers.get("retry-after-ms")
     if milliseconds:

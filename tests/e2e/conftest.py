@@ -43,8 +43,10 @@ def e2e_settings(slack: LocalSlack, redis_url: str, tmp_path: Any, **extra: Any)
 async def app_starter(local_slack: LocalSlack, redis_url: str, tmp_path: Any,
                       **fixed: Any) -> AsyncIterator[Callable[..., Any]]:
     """``await start(model, tools, redis_url=…, recovery_interval=…, **settings)`` → a running BotApp that
-    localslack delivers to, on ``redis_url`` unless the call names another; every one is closed at the end."""
+    localslack delivers to, on ``redis_url`` unless the call names another; every one is closed at the end,
+    and then the models it was given."""
     started: list[BotApp] = []
+    given: list[ChatModel] = []
 
     async def start(model: ChatModel, tools: list[Tool], redis_url: str | None = None, *,
                     recovery_interval: float = 0, **extra: Any) -> BotApp:
@@ -54,6 +56,7 @@ async def app_starter(local_slack: LocalSlack, redis_url: str, tmp_path: Any,
                               recovery_interval=recovery_interval)
         local_slack.set_bot_url(f"{bot.url}/slack/events")
         started.append(bot)
+        given.append(model)
         return bot
 
     default_url = redis_url
@@ -62,6 +65,9 @@ async def app_starter(local_slack: LocalSlack, redis_url: str, tmp_path: Any,
     finally:
         for bot in started:
             await bot.close()
+        for model in {id(m): m for m in given}.values():  # the test's models: their HTTP sessions end with it
+            if hasattr(model, "aclose"):
+                await model.aclose()
 
 
 @pytest.fixture

@@ -24,7 +24,9 @@ from tests.chaos.harness import REPO_ROOT, Cluster, LedgerBrain, Trial, click, f
 from tests.e2e.test_approval_flow import mention_and_wait_for_card, refund_charge
 
 # built by a restarted process only once a turn calls the model (bot.app.ModelOnFirstUse)
-MODEL_CLIENT = ("httpx", "httpcore", "bot.models.openai")
+MODEL_CLIENT = ("bot.models.openai", "bot.models.transport")
+# the model client speaks aiohttp, imported already for Slack: httpx is never needed, first turn included
+NOT_FOR_THE_MODEL = ("httpx", "httpcore", "h11", "anyio", "bot.models.httpx_transport")
 # what a bot without BOT_OPENAPI_CONFIG, BOT_MCP_CONFIG, SLACK_CLIENT_ID, SLACK_APP_TOKEN, a local workspace or
 # OTEL_EXPORTER_OTLP_ENDPOINT never needs, first click included
 UNUSED_HERE = ("bot.openapi", "yaml", "jsonschema", "bot.mcp", "mcp", "handlers.routes.oauth", "store.installations",
@@ -103,6 +105,7 @@ async def test_a_restarted_bot_imports_the_model_client_when_a_turn_needs_it_and
     assert "bot.app" in at_start and "slack_bolt" in at_start  # the log is what the process imported
     assert _of(at_start, MODEL_CLIENT) == [], "the model client is built when a turn first calls the model"
     assert _of(after_click, ("bot.models.openai",)) == ["bot.models.openai"]  # ... and then it is
+    assert _of(after_click, NOT_FOR_THE_MODEL) == [], "the model client needs nothing aiohttp does not give"
     assert _of(after_click, UNUSED_HERE) == [], "imported without being used by a start or a first click"
 
 
