@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from email.utils import formatdate
 from itertools import pairwise
 
+import aiohttp
 import httpx
 import pytest
 
@@ -373,3 +374,14 @@ async def test_a_shared_client_is_left_open_for_its_owner(fake: FakeOpenAI) -> N
         assert (
             await shared.get(f"{fake.base_url}/models", headers={"Authorization": f"Bearer {KEY}"})
         ).is_success
+
+
+async def test_a_shared_aiohttp_session_is_used_and_left_open_for_its_owner(fake: FakeOpenAI) -> None:
+    async with aiohttp.ClientSession() as shared:
+        model = make_model(fake, client=shared)
+        assert (await model.complete(HELLO, [])).text == "ok"
+        await model.aclose()
+
+        assert not shared.closed
+        async with shared.get(f"{fake.base_url}/models", headers={"Authorization": f"Bearer {KEY}"}) as listed:
+            assert listed.status == 200
