@@ -1,6 +1,6 @@
-"""Model clients: an OpenAI-compatible one over httpx, a scripted one for tests and offline use.
+"""Model clients: an OpenAI-compatible one over aiohttp, a scripted one for tests and offline use.
 
-The OpenAI client is imported on first use: it brings httpx, which start-up does not need.
+The OpenAI client is imported on first use: a restarted process's start and first click do not need it.
 """
 
 from typing import Any
