@@ -6,15 +6,16 @@ CLI beside a running bot (``join=True``), a client on the server that bot shares
 
 Every client is built to ride out a blip and a burst (issue 8, #20 and #22):
 
-- Bounded waits. Every connect and every reply has a socket timeout (``CONNECT_TIMEOUT_S``,
-  ``SOCKET_TIMEOUT_S``), so no call made before a Slack ack can hang.
+- Bounded waits. Every connect has a timeout (``CONNECT_TIMEOUT_S``) and every try of a command or
+  pipeline one deadline (``SOCKET_TIMEOUT_S``, set by ``BoundedRetry``), so no call made before a Slack
+  ack can hang. What runs outside a try (a pooled connection's handshake) keeps the socket timeout.
 - Retries on a fresh connection. On a ``ConnectionError`` or ``TimeoutError`` (a restart, a pooled
   connection the server or a load balancer dropped: "Connection closed by server") redis-py drops the
   connection, reconnects and sends the command again, up to ``RETRIES`` times with jittered exponential
   backoff: 0.7-1.4 s in all, which spans a restart. ``BoundedRetry`` caps the time spent retrying, as
   redis-py nests its retries. Connections idle for ``HEALTH_CHECK_INTERVAL_S`` are PINGed before use, so
   a dead one is found by a PING (safe to repeat) rather than by the command.
-- A pool that waits. Non-cluster clients use a ``BlockingConnectionPool`` of ``MAX_CONNECTIONS``: a burst
+- A pool that waits. Non-cluster clients use a pool of ``MAX_CONNECTIONS`` (``WaitingPool``): a burst
   waits up to ``POOL_TIMEOUT_S`` for a free connection instead of raising ``MaxConnectionsError``.
   redis-py's cluster client cannot wait; its cap per node is set high instead.
 - A failover ridden out (``REDIS_CLUSTER=1``). The cluster client follows MOVED and ASK and waits out
@@ -40,6 +41,7 @@ progress moved and is refused (store/audit_events.py).
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
@@ -106,20 +108,30 @@ RedisClient: TypeAlias = redis_asyncio.Redis | redis_asyncio.RedisCluster
 _T = TypeVar("_T")
 # When the outermost retrying call of the current task must stop retrying (see BoundedRetry).
 _retry_deadline: ContextVar[float | None] = ContextVar("redis_retry_deadline", default=None)
+# Set while a try runs under BoundedRetry's deadline: its connection then arms no timeout of its own.
+_in_bounded_try: ContextVar[bool] = ContextVar("redis_in_bounded_try", default=False)
 
 
 class BoundedRetry(Retry):
-    """redis-py's Retry, with a time budget: no retry starts later than ``budget_s`` after the first try.
+    """redis-py's Retry, with a time budget and one deadline per try.
 
-    redis-py nests retries (a command's retry reconnects, the reconnect retries, the health check's PING
-    retries, each with this policy), so against a server that accepts and never answers the tries
-    multiply: 16 of ``SOCKET_TIMEOUT_S`` each. The budget is set by the outermost call in the task and
-    shared by the calls nested in it.
+    The budget: no retry starts later than ``budget_s`` after the first try. redis-py nests retries (a
+    command's retry reconnects, the reconnect retries, the health check's PING retries, each with this
+    policy), so against a server that accepts and never answers the tries multiply: 16 of
+    ``SOCKET_TIMEOUT_S`` each. The budget is set by the outermost call in the task and shared by the calls
+    nested in it.
+
+    The deadline: each try (a command, or a whole pipeline, with its health check) ends after
+    ``try_s`` as a ``TimeoutError`` that is retried on a fresh connection (redis-py drops a connection
+    whose read or write was cut off). It replaces the connections' socket timeout inside the try
+    (``_DeadlineBound``): redis-py arms that per write, as a task on Python 3.11 (``asyncio.wait_for``), and
+    per reply read, ~50 µs of CPU a round trip where one deadline costs ~10 (docs/PERFORMANCE.md).
     """
 
-    def __init__(self, backoff: AbstractBackoff, retries: int, *, budget_s: float) -> None:
+    def __init__(self, backoff: AbstractBackoff, retries: int, *, budget_s: float, try_s: float) -> None:
         super().__init__(backoff, retries)
         self.budget_s = budget_s
+        self.try_s = try_s
 
     async def call_with_retry(
         self, do: Callable[[], Awaitable[_T]], fail: Callable[..., Any], *args: Any, **kwargs: Any
@@ -130,16 +142,112 @@ class BoundedRetry(Retry):
             deadline = loop.time() + self.budget_s
             token = _retry_deadline.set(deadline)
 
+        async def one_try() -> _T:
+            bounded = _in_bounded_try.set(True)
+            try:
+                async with asyncio.timeout(self.try_s):
+                    return await do()
+            except TimeoutError as exc:  # the deadline's (builtin): a Redis timeout, retried and caught as one
+                raise RedisTimeoutError(f"Redis did not answer within {self.try_s:g} s") from exc
+            finally:
+                _in_bounded_try.reset(bounded)
+
         async def fail_within_budget(error: Exception, *failures: int) -> None:
             await fail(error, *failures)  # redis-py's clean-up: drop the broken connection
             if loop.time() >= deadline:
                 raise error
 
         try:
-            return await super().call_with_retry(do, fail_within_budget, *args, **kwargs)
+            return await super().call_with_retry(one_try, fail_within_budget, *args, **kwargs)
         finally:
             if token is not None:
                 _retry_deadline.reset(token)
+
+
+class _DeadlineBound:
+    """A connection that arms no socket timeout of its own inside a ``BoundedRetry`` try (whose deadline
+    bounds the write and every read), and its socket timeout outside one (a pooled connection's
+    handshake, made before the command's try begins)."""
+
+    socket_timeout: float | None
+    is_connected: bool
+
+    async def connect(self) -> None:
+        # the pool asks this of every connection it lends; redis-py answers a connected one only after a
+        # pass through the retry policy (a deadline armed and cancelled for nothing)
+        if not self.is_connected:
+            await super().connect()  # type: ignore[misc]
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        if not _in_bounded_try.get():
+            return await super().send_packed_command(command, check_health)  # type: ignore[misc]
+        # the connection is this try's alone until it is released, so the swap is seen by no one else
+        timeout, self.socket_timeout = self.socket_timeout, None
+        try:
+            return await super().send_packed_command(command, check_health)  # type: ignore[misc]
+        finally:
+            self.socket_timeout = timeout
+
+    async def read_response(self, disable_decoding: bool = False, timeout: float | None = None,  # noqa: ASYNC109 - redis-py's signature
+                            **kwargs: Any) -> Any:
+        if timeout is None and _in_bounded_try.get():
+            timeout = math.inf  # redis-py's "no timeout of the read's own"
+        return await super().read_response(disable_decoding, timeout, **kwargs)  # type: ignore[misc]
+
+
+class _Connection(_DeadlineBound, redis_asyncio.Connection):
+    pass
+
+
+class _SSLConnection(_DeadlineBound, redis_asyncio.SSLConnection):
+    pass
+
+
+class _UnixConnection(_DeadlineBound, redis_asyncio.UnixDomainSocketConnection):
+    pass
+
+
+class WaitingPool(redis_asyncio.ConnectionPool):
+    """redis-py's pool, where a burst beyond ``max_connections`` waits up to ``timeout`` for a connection to
+    come free ("No connection available." after that), as with its ``BlockingConnectionPool``; but a free
+    connection is taken at once: that pool arms a timer and takes a condition for every command, ~15 µs of
+    CPU a round trip (``python -m tests.bench.redis_client``)."""
+
+    def __init__(self, *, timeout: float = POOL_TIMEOUT_S, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.timeout = timeout
+        self._free = asyncio.Semaphore(self.max_connections)
+        self._lent: set[Any] = set()  # what get_connection handed out (only those give a place back)
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        if self._free.locked():
+            try:
+                async with asyncio.timeout(self.timeout):
+                    await self._free.acquire()
+            except TimeoutError as exc:
+                raise RedisConnectionError("No connection available.") from exc
+        else:
+            await self._free.acquire()  # (a free place: taken without waiting)
+        try:
+            connection = await super().get_connection(*args, **kwargs)
+        except BaseException:
+            self._free.release()
+            raise
+        self._lent.add(connection)
+        return connection
+
+    async def release(self, connection: Any) -> None:
+        try:
+            await super().release(connection)
+        finally:
+            if connection in self._lent:
+                self._lent.discard(connection)
+                self._free.release()
+
+
+_CONNECTION_BY_SCHEME: dict[str, type[redis_asyncio.connection.AbstractConnection]] = {
+    "redis": _Connection, "rediss": _SSLConnection, "unix": _UnixConnection,
+}
 
 
 @dataclass
@@ -222,7 +330,8 @@ def _connection_options(socket_timeout: float) -> dict[str, Any]:
         "socket_timeout": socket_timeout,
         "socket_connect_timeout": CONNECT_TIMEOUT_S,
         "health_check_interval": HEALTH_CHECK_INTERVAL_S,
-        "retry": BoundedRetry(_backoff(), RETRIES, budget_s=socket_timeout + RETRY_BUDGET_EXTRA_S),
+        "retry": BoundedRetry(_backoff(), RETRIES, budget_s=socket_timeout + RETRY_BUDGET_EXTRA_S,
+                              try_s=socket_timeout),
         "retry_on_error": [RedisConnectionError, RedisTimeoutError],
     }
 
@@ -232,8 +341,9 @@ def _backoff() -> AbstractBackoff:
 
 
 def _pooled_client(url: str, *, max_connections: int, options: dict[str, Any]) -> redis_asyncio.Redis:
-    pool = redis_asyncio.BlockingConnectionPool.from_url(
-        url, max_connections=max_connections, timeout=POOL_TIMEOUT_S, **options
+    pool = WaitingPool.from_url(
+        url, max_connections=max_connections, timeout=POOL_TIMEOUT_S,
+        connection_class=_CONNECTION_BY_SCHEME[urlsplit(url).scheme], **options,
     )
     return redis_asyncio.Redis.from_pool(pool)  # the client owns the pool: aclose() closes it
 

@@ -12,6 +12,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis.asyncio as redis_asyncio
@@ -190,3 +191,137 @@ async def test_a_server_that_never_answers_fails_the_command_in_bounded_time() -
     finally:
         await handle.close()
         silent.close()
+
+
+class StallingProxy:
+    """A TCP front for the server whose open connections can be made to stall mid-reply: after
+    :meth:`stall_after` each passes on ``n`` more bytes of replies, then holds the rest for ``hold_s``
+    (a server stuck in a long fsync, a network path gone quiet). New connections are not held."""
+
+    def __init__(self, socket_path: str) -> None:
+        self.socket_path = socket_path
+        self.port = 0
+        self._budgets: dict[asyncio.StreamWriter, int] = {}
+        self.hold_s = 0.0
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        assert self._server is not None
+        self._server.close()
+
+    def stall_after(self, n: int, hold_s: float) -> None:
+        self.hold_s = hold_s
+        for writer in self._budgets:
+            self._budgets[writer] = n
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, upstream = await asyncio.open_unix_connection(self.socket_path)
+        self._budgets[writer] = -1  # -1: not stalled
+
+        async def to_client() -> None:
+            while data := await up_reader.read(65536):
+                budget = self._budgets.get(writer, -1)
+                if budget >= 0:
+                    writer.write(data[:budget])
+                    self._budgets[writer] = max(0, budget - len(data))
+                    if len(data) > budget:
+                        await asyncio.sleep(self.hold_s)
+                        writer.write(data[budget:])
+                else:
+                    writer.write(data)
+                await writer.drain()
+
+        answering = asyncio.create_task(to_client())
+        try:
+            while data := await reader.read(65536):
+                upstream.write(data)
+                await upstream.drain()
+        except ConnectionError:
+            pass
+        finally:
+            answering.cancel()
+            upstream.close()
+            writer.close()
+            self._budgets.pop(writer, None)
+
+
+async def test_a_reply_that_stalls_halfway_is_cut_off_and_never_read_by_the_next_command(
+    server: EmbeddedValkey,
+) -> None:
+    """A pipeline whose first reply came and whose second stalls: the try ends at the round trip's
+    deadline, its half-read connection is dropped, and the retry on a fresh one gets every reply; the
+    stalled bytes arriving later are read by no one (a reused connection would hand them to the next
+    command as its own reply)."""
+    proxy = StallingProxy(server.url.removeprefix("unix://"))
+    await proxy.start()
+    timeout_s = 0.2
+    handle = await open_redis(f"redis://127.0.0.1:{proxy.port}/0", socket_timeout=timeout_s)
+    try:
+        await handle.client.set(KEY, b"before")  # a pooled connection, then held mid-reply
+        proxy.stall_after(len(b"+OK\r\n"), hold_s=3 * timeout_s)
+        started = time.monotonic()
+        pipe = handle.client.pipeline(transaction=False)
+        pipe.set(KEY, b"after")
+        pipe.get(KEY)
+        assert await pipe.execute() == [True, b"after"]
+        assert timeout_s <= time.monotonic() - started < timeout_s + RETRY_BUDGET_EXTRA_S
+        await asyncio.sleep(3 * timeout_s)  # the stalled GET reply ("before"?) is sent now, to a closed socket
+        assert await handle.client.get(KEY) == b"after"
+        assert await handle.client.incr(b"counter") == 1
+    finally:
+        await handle.close()
+        await proxy.stop()
+
+
+async def test_a_round_trip_on_a_healthy_server_starts_no_task(server: EmbeddedValkey) -> None:
+    """One deadline bounds each round trip (``BoundedRetry``'s), instead of redis-py's socket timeout,
+    which on Python 3.11 starts a task per write (``asyncio.wait_for``) and arms a timer per reply read:
+    ~50 µs of CPU a round trip, ~10 round trips an approve cycle (docs/PERFORMANCE.md)."""
+    handle = await open_redis(server.url)
+    loop = asyncio.get_running_loop()
+    started: list[str] = []
+
+    def counting(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        started.append(getattr(coro, "__qualname__", repr(coro)))
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    try:
+        await handle.client.set(KEY, b"state")  # connected (its handshake is not what is counted)
+        loop.set_task_factory(counting)
+        try:
+            pipe = handle.client.pipeline(transaction=False)
+            pipe.get(KEY)
+            pipe.incr(b"counter")
+            assert await pipe.execute() == [b"state", 1]
+            assert await handle.client.get(KEY) == b"state"
+        finally:
+            loop.set_task_factory(None)
+        assert started == []
+    finally:
+        await handle.close()
+
+
+async def test_a_command_waits_for_a_busy_pool_then_fails_naming_why(server: EmbeddedValkey) -> None:
+    """With every connection lent out, a command waits for one to come free (and then runs), or fails
+    "No connection available." after the pool's timeout (``?timeout=`` in REDIS_URL), never hangs."""
+    handle = await open_redis(f"{server.url}?timeout=0.3", max_connections=1)
+    pool = handle.client.connection_pool
+    try:
+        held = await pool.get_connection()
+        started = time.monotonic()
+        with pytest.raises(RedisConnectionError, match="No connection available"):
+            await handle.client.get(KEY)
+        assert 0.3 <= time.monotonic() - started < 1.5
+
+        waiting = asyncio.create_task(handle.client.set(KEY, b"state"))
+        await asyncio.sleep(0.1)
+        assert not waiting.done()  # still waiting for the one connection
+        await pool.release(held)
+        assert await waiting is True
+        assert await handle.client.get(KEY) == b"state"
+    finally:
+        await handle.close()
