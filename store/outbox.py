@@ -9,6 +9,7 @@ this process keeps a view of the session (store/delivery_pass.py) through which 
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +31,7 @@ from store.delivery_pass import (
 )
 from store.pipelined import Command, evalsha, pipelined
 from store.post_ledger import PostLedger
-from store.requests import RequestReads, records_read_in_script
+from store.requests import PACK_RECORD_FN, RequestReads, records_read_in_script
 from store.session_keys import DEFAULT_RETENTION_SECONDS, FORGET_IF_UNCHANGED, OUTBOX, now_ms
 
 # One delivery pass over a session (bot/outbox.py). Begin: take the session's deliverer lock and read,
@@ -40,14 +41,15 @@ from store.session_keys import DEFAULT_RETENTION_SECONDS, FORGET_IF_UNCHANGED, O
 # there instead of asking once per event. The lock is "<token>|<deadline ms>" with no TTL: a lock whose
 # deadline passed tells the next deliverer that its holder died mid-pass, so that pass is careful (what the
 # dead one posted may be unrecorded: it looks in the thread before posting). KEYS: out, events, lock, chan;
-# ARGV: token, lock ms, count, consumers… → false (locked) | {ref, cursors, holds, entries, chan (flat
+# ARGV: token, lock ms, count, consumers… → false (locked) | {ref, cursors, holds, entries (JSON text of
+# [[id, seq, event JSON], …], '' none), chan (flat
 # field, value…), careful, the audit's floor ('' none), the id read after ('' nothing read), the records of
 # the requests that the entries' card updates name (``records_named``)}. The audit's floor
 # (``_audit``) counts like a cursor: the audit may lack the events after it. (A resent copy finds the lock
 # ours and reads again.)
-_OUTBOX_BEGIN = """
+_OUTBOX_BEGIN = PACK_RECORD_FN + """
 -- the records (with their approvals) of the requests that events updating a card name, read once for the
--- pass (``pass_request``): {request id, fields, approvals, …}; only requests in this session's slot
+-- pass (``pass_request``): {request id, ``pack_record``'s text, …}; only requests in this session's slot
 local NAMES_A_CARD = {['input.resolved'] = 1, ['input.reminded'] = 1, ['input.escalated'] = 1,
                       ['input.responders'] = 1, ['approval.candidate'] = 1}
 local function records_named(entries)
@@ -56,8 +58,7 @@ local function records_named(entries)
   local function read(id)
     if type(id) ~= 'string' or seen[id] or string.match(id, '^([^.]*)%.') ~= slot then return end
     seen[id] = true
-    local key = base .. ':req:' .. id
-    out[#out + 1], out[#out + 2], out[#out + 3] = id, redis.call('HGETALL', key), redis.call('SMEMBERS', key .. ':ok')
+    out[#out + 1], out[#out + 2] = id, pack_record(base .. ':req:' .. id)
   end
   for _, entry in ipairs(entries) do
     local flat, raw = entry[2], nil
@@ -106,8 +107,17 @@ local floor = stored[2 * n + 2]
 if floor then lower(floor) end  -- the audit may lack the events after it (store/audit_events.py)
 local entries = {}
 if low ~= nil then entries = redis.call('XRANGE', KEYS[2], '(' .. low, '+', 'COUNT', ARGV[3]) end
-return {stored[2 * n + 1] or '', cursors, holds, entries, redis.call('HGETALL', KEYS[4]), careful, floor or '',
-        low or '', records_named(entries)}
+-- the entries as one JSON text of [id, seq, event JSON] (one reply to parse instead of seven per entry)
+local packed = {}
+for i, entry in ipairs(entries) do
+  local flat, seq, event = entry[2], '', ''
+  for j = 1, #flat, 2 do
+    if flat[j] == 's' then seq = flat[j + 1] elseif flat[j] == 'e' then event = flat[j + 1] end
+  end
+  packed[i] = {entry[1], seq, event}
+end
+return {stored[2 * n + 1] or '', cursors, holds, #packed > 0 and cjson.encode(packed) or '',
+        redis.call('HGETALL', KEYS[4]), careful, floor or '', low or '', records_named(entries)}
 """
 
 # Save a pass's progress: move cursors, record where the pass's posts are (frontend data kept for the pass's
@@ -250,11 +260,10 @@ class RedisOutbox(RequestReads):
         raw_ref, cursors, holds, entries, chan, careful, floor, read_after, named = reply
         ref = SessionRef.model_validate_json(raw_ref) if raw_ref else SessionRef(session_id=session_id)
         events: list[tuple[str, Event]] = []
-        for entry_id, flat in entries:
-            fields = dict(zip(flat[::2], flat[1::2], strict=True))
-            event = event_from_json(fields[b"e"])
-            event.seq = int(fields[b"s"])
-            events.append((entry_id.decode(), event))
+        for entry_id, seq, raw in json.loads(entries) if entries else ():
+            event = event_from_json(raw)
+            event.seq = int(seq)
+            events.append((entry_id, event))
         progress, audit_replies = UNREAD, replies[2:]
         if audit_replies and team == ref.team_id and not any(isinstance(r, BaseException) for r in audit_replies):
             progress = self.audit.progress_from(team, audit_replies)  # type: ignore[union-attr]
@@ -265,12 +274,12 @@ class RedisOutbox(RequestReads):
             careful=bool(careful), lock_fresh_until=begin.asked_at + self._claim_margin_s(),
             requests=records_read_in_script(named),
             audit=PassAuditView(ref=ref, read=events, read_after=read_after.decode(), floor=floor.decode(),
-                                progress=progress, full=len(entries) >= count))
+                                progress=progress, full=len(events) >= count))
         return OutboxPass(
             ref=ref,
             cursors={name: c.decode() for name, c in zip(consumers, cursors, strict=True)},
             holds={name: int(h) for name, h in zip(consumers, holds, strict=True)},
-            entries=events, claim=begin.claim, full=len(entries) >= count,
+            entries=events, claim=begin.claim, full=len(events) >= count,
         )
 
     async def outbox_checkpoint(self, session_id: str, token: str, cursors: dict[str, str],

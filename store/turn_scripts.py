@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from store.requests import PACK_RECORD_FN
 from store.session_keys import SESSION_KEYS
 
 RETIRE_FN = """
@@ -133,8 +134,8 @@ return answer
 # first; one that Lua's JSON cannot read gives no records, and the caller reads them apart), and only
 # requests in this session's slot are read (all of them: request ids carry their session's slot).
 # ``lease_read(lease, state, grants, cancel, inbox, fails)`` → {state, grants, cancel, inbox, fails,
-# {request id, fields, approvals, …}}
-LEASE_READ_FN = """
+# {request id, record and approvals as ``pack_record``'s JSON text, …}}
+LEASE_READ_FN = PACK_RECORD_FN + """
 local function lease_read(lease, state, grants, cancel, inbox, fails, strings)
   -- one read for the three (``strings``: read already by the script, which has not written them since)
   local raw, cancelled, failed = unpack(strings or redis.call('MGET', state, cancel, fails))
@@ -151,10 +152,8 @@ local function lease_read(lease, state, grants, cancel, inbox, fails, strings)
     local base, slot = string.match(lease, '^(hitl:{([^}]*)}):lease$')
     for _, id in ipairs(ids) do
       if type(id) == 'string' and string.match(id, '^([^.]*)%.') == slot then
-        local key = base .. ':req:' .. id
         records[#records + 1] = id
-        records[#records + 1] = redis.call('HGETALL', key)
-        records[#records + 1] = redis.call('SMEMBERS', key .. ':ok')
+        records[#records + 1] = pack_record(base .. ':req:' .. id)
       end
     end
   end
@@ -177,11 +176,11 @@ end
 # lease if it is free, and ``SETTLE_READ`` (its ``then``) reads what the holder starts from, so the resume
 # reads nothing first. ARGV ``rev``: the revision of the record the caller's checks read (a request's ``rev``
 # counts every change of it): an open request changed since is not touched → {'changed', 0, 0, 0, 0, its
-# fields, its approvals}, and the caller checks the fresh record again (fail closed; a stale record never
+# record and approvals (``pack_record``)}, and the caller checks the fresh record again (fail closed; a stale record never
 # settles). KEYS: request, its approvals, events, seq, grants, open, state, granted, end, lease, cancel,
 # inbox, fails, the step's other requests… → {state, first seq, approvals, step complete 0/1, lease taken
 # 0/1}; with ``SETTLE_READ``, the last is ``lease_read``'s answer or false
-SETTLE = TAKE_LEASE_FN + """
+SETTLE = TAKE_LEASE_FN + PACK_RECORD_FN + """
 local req, oks, events, seq, grants, open = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local mode, now, outcome, response, responder, responder_id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local required, grant_key, note, maxlen = tonumber(ARGV[7]), ARGV[8], ARGV[9], ARGV[10]
@@ -233,7 +232,7 @@ if seen and string.sub(seen, 1, 16) == mark then  -- this settle, resent after i
 end
 if status ~= 'open' then return remember({'stale', emit(ev_stale), 0, 0}) end
 if rev ~= '' and tonumber(stored_rev or '0') ~= tonumber(rev) then  -- (writes nothing: nothing to remember)
-  return {'changed', 0, 0, 0, 0, redis.call('HGETALL', req), redis.call('SMEMBERS', oks)}
+  return {'changed', 0, 0, 0, 0, pack_record(req)}
 end
 read.strings = redis.call('MGET', KEYS[7], KEYS[11], KEYS[13])  -- state, cancel, fails: for SETTLE_READ too
 if not read.strings[1] then  -- its turn is gone: nothing can resume, so nobody may approve it

@@ -42,7 +42,7 @@ from store.delivery_pass import BeginWithCheckpoint
 from store.grants import GrantStore, session_ended
 from store.pipelined import Command, evalsha, pipelined
 from store.replay import replay_own, replay_safe
-from store.requests import as_parked, record_fields, record_from_fields
+from store.requests import as_parked, record_fields, record_from_packed
 from store.session_keys import (
     ACTIVE,
     DEFAULT_RETENTION_SECONDS,
@@ -465,9 +465,9 @@ class RedisTurns(TurnInbox):
         if state == "missing":
             raise UnknownRequest(rid)
         if state == "changed":
-            fields, oks = now
-            fresh = record_from_fields(dict(zip(fields[::2], fields[1::2], strict=True)))
-            fresh.approvals = sorted(o.decode() for o in oks)
+            fresh = record_from_packed(now[0])
+            if fresh is None:  # deleted between its revision's check and this read: as if never there
+                raise UnknownRequest(rid)
             self.remember(fresh)
             raise RequestChanged(fresh.model_copy())
         chosen = {"settled": on_settled, "partial": on_partial, "rejected": on_rejected, "stale": on_stale,

@@ -54,3 +54,36 @@ async def test_a_record_that_does_not_validate_fails_on_every_read(redis):
             await store.get_request(rid)
     await redis.hset(key, "status", good.status)
     assert await store.get_request(rid) == good
+
+
+async def _read_with_the_lease(store, rid):
+    """The record as a script reads it for a lease holder (one JSON text per record: store/requests.py)."""
+    sid = (await store.get_request(rid)).session_id
+    token, snapshot = await store.acquire_lease_and_read(sid)
+    assert token is not None and snapshot is not None
+    await store.release_lease(sid, token, still_active=True)
+    return snapshot.requests.get(rid)
+
+
+async def test_a_record_read_by_a_script_is_the_stored_one_with_its_approvals_and_each_read_its_own(redis):
+    store, rid = await _parked(redis)
+    first = await _read_with_the_lease(store, rid)
+    assert first == await store.get_request(rid)  # the script's read and the plain read agree
+    await redis.sadd(f"{store.request_key(rid)}:ok", "U_BOB", "U_ALICE")
+    second = await _read_with_the_lease(store, rid)
+    assert second.approvals == ["U_ALICE", "U_BOB"] and first.approvals == []
+    second.status, second.note = "settled", "changed by its caller"
+    third = await _read_with_the_lease(store, rid)
+    assert third.status == "open" and third.note is None and third.approvals == ["U_ALICE", "U_BOB"]
+
+
+async def test_a_record_that_does_not_validate_fails_every_read_by_a_script(redis):
+    store, rid = await _parked(redis)
+    good = await _read_with_the_lease(store, rid)
+    key = store.request_key(rid)
+    await redis.hset(key, "status", "bogus")
+    for _ in range(2):
+        with pytest.raises(ValidationError):
+            await _read_with_the_lease(store, rid)
+    await redis.hset(key, "status", good.status)
+    assert await _read_with_the_lease(store, rid) == good
