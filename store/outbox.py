@@ -9,7 +9,6 @@ this process keeps a view of the session (store/delivery_pass.py) through which 
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,8 +40,8 @@ from store.session_keys import DEFAULT_RETENTION_SECONDS, FORGET_IF_UNCHANGED, O
 # there instead of asking once per event. The lock is "<token>|<deadline ms>" with no TTL: a lock whose
 # deadline passed tells the next deliverer that its holder died mid-pass, so that pass is careful (what the
 # dead one posted may be unrecorded: it looks in the thread before posting). KEYS: out, events, lock, chan;
-# ARGV: token, lock ms, count, consumers… → false (locked) | {ref, cursors, holds, entries (JSON text of
-# [[id, seq, event JSON], …], '' none), chan (flat
+# ARGV: token, lock ms, count, consumers… → false (locked) | {ref, cursors, holds, entries (id, seq and
+# event JSON of each, joined by ``ENTRY_SEPARATOR``; '' none), chan (flat
 # field, value…), careful, the audit's floor ('' none), the id read after ('' nothing read), the records of
 # the requests that the entries' card updates name (``records_named``)}. The audit's floor
 # (``_audit``) counts like a cursor: the audit may lack the events after it. (A resent copy finds the lock
@@ -63,7 +62,10 @@ local function records_named(entries)
   for _, entry in ipairs(entries) do
     local flat, raw = entry[2], nil
     for i = 1, #flat, 2 do if flat[i] == 'e' then raw = flat[i + 1] end end
-    if raw and string.find(raw, '"request_id":"', 1, true) then
+    -- decoded only if its type may name a card (the JSON is compact: '"type":"input.resolved"'); the rest
+    -- (most events, the largest among them) are not decoded at all
+    local kind = raw and string.match(raw, '"type":"([%w._]+)"')
+    if kind and NAMES_A_CARD[kind] and string.find(raw, '"request_id":"', 1, true) then
       local event = cjson.decode(raw)
       if NAMES_A_CARD[event.type] then
         read(event.request_id)
@@ -107,16 +109,17 @@ local floor = stored[2 * n + 2]
 if floor then lower(floor) end  -- the audit may lack the events after it (store/audit_events.py)
 local entries = {}
 if low ~= nil then entries = redis.call('XRANGE', KEYS[2], '(' .. low, '+', 'COUNT', ARGV[3]) end
--- the entries as one JSON text of [id, seq, event JSON] (one reply to parse instead of seven per entry)
+-- the entries as one text, id, seq and event JSON of each in turn, separated by the byte 0x1e, which valid
+-- JSON never holds (one reply to parse instead of seven per entry, and nothing escaped)
 local packed = {}
-for i, entry in ipairs(entries) do
+for _, entry in ipairs(entries) do
   local flat, seq, event = entry[2], '', ''
   for j = 1, #flat, 2 do
     if flat[j] == 's' then seq = flat[j + 1] elseif flat[j] == 'e' then event = flat[j + 1] end
   end
-  packed[i] = {entry[1], seq, event}
+  packed[#packed + 1], packed[#packed + 2], packed[#packed + 3] = entry[1], seq, event
 end
-return {stored[2 * n + 1] or '', cursors, holds, #packed > 0 and cjson.encode(packed) or '',
+return {stored[2 * n + 1] or '', cursors, holds, table.concat(packed, '\\30'),
         redis.call('HGETALL', KEYS[4]), careful, floor or '', low or '', records_named(entries)}
 """
 
@@ -160,6 +163,7 @@ return 1
 """
 
 
+ENTRY_SEPARATOR = b"\x1e"  # (Lua's '\30') between the parts of a begin's entries: no valid JSON text holds it
 AUDIT_RETRY_MS = 5_000  # an audit append that failed in the end: the next pass offers its events then
 _AUDIT_TEAMS_KEPT = 10_000
 
@@ -260,10 +264,11 @@ class RedisOutbox(RequestReads):
         raw_ref, cursors, holds, entries, chan, careful, floor, read_after, named = reply
         ref = SessionRef.model_validate_json(raw_ref) if raw_ref else SessionRef(session_id=session_id)
         events: list[tuple[str, Event]] = []
-        for entry_id, seq, raw in json.loads(entries) if entries else ():
+        parts = entries.split(ENTRY_SEPARATOR) if entries else []
+        for entry_id, seq, raw in zip(parts[::3], parts[1::3], parts[2::3], strict=True):
             event = event_from_json(raw)
             event.seq = int(seq)
-            events.append((entry_id, event))
+            events.append((entry_id.decode(), event))
         progress, audit_replies = UNREAD, replies[2:]
         if audit_replies and team == ref.team_id and not any(isinstance(r, BaseException) for r in audit_replies):
             progress = self.audit.progress_from(team, audit_replies)  # type: ignore[union-attr]

@@ -130,9 +130,9 @@ return answer
 # a new message's record or a step's last settle that took it for this process's drive, in that script's
 # ``then``: store/replay.py): the state, grants, a requested cancel, the inbox, the failure count, and the
 # records (with their approvals) of the requests the turn waits on: its parked step's and a session-limit
-# prompt's, found in the state. Only a state that names such requests is decoded (a plain substring test
-# first; one that Lua's JSON cannot read gives no records, and the caller reads them apart), and only
-# requests in this session's slot are read (all of them: request ids carry their session's slot).
+# prompt's, found in the state's text (``"request_ids":[…]``, ``"limit_request_id":"…"``: the state is never
+# decoded here), and only requests in this session's slot are read (all of them: request ids carry their
+# session's slot). A request the caller needs and does not find here it reads apart.
 # ``lease_read(lease, state, grants, cancel, inbox, fails)`` → {state, grants, cancel, inbox, fails,
 # {request id, record and approvals as ``pack_record``'s JSON text, …}}
 LEASE_READ_FN = PACK_RECORD_FN + """
@@ -141,14 +141,13 @@ local function lease_read(lease, state, grants, cancel, inbox, fails, strings)
   local raw, cancelled, failed = unpack(strings or redis.call('MGET', state, cancel, fails))
   local records = {}
   if raw and (string.find(raw, '"request_ids":["', 1, true) or string.find(raw, '"limit_request_id":"', 1, true)) then
-    local decoded, parsed = pcall(cjson.decode, raw)  -- one Lua cannot read (too deep): read apart, as before
-    local turn, ids = decoded and type(parsed) == 'table' and parsed['turn'], {}
-    if type(turn) == 'table' then
-      if type(turn.step) == 'table' and type(turn.step.request_ids) == 'table' then
-        for _, id in ipairs(turn.step.request_ids) do ids[#ids + 1] = id end
-      end
-      if type(turn.limit_request_id) == 'string' then ids[#ids + 1] = turn.limit_request_id end
+    -- found in the state's text, not by decoding it all (a state holds the whole history): the keys appear
+    -- unescaped only as keys, and a record read for nothing is only not used
+    local ids = {}
+    for list in string.gmatch(raw, '"request_ids":%[([^%]]*)%]') do
+      for id in string.gmatch(list, '"([^"]*)"') do ids[#ids + 1] = id end
     end
+    for id in string.gmatch(raw, '"limit_request_id":"([^"]*)"') do ids[#ids + 1] = id end
     local base, slot = string.match(lease, '^(hitl:{([^}]*)}):lease$')
     for _, id in ipairs(ids) do
       if type(id) == 'string' and string.match(id, '^([^.]*)%.') == slot then

@@ -10,7 +10,7 @@ from tests.engine.harness import session
 
 HOSTILE = [
     'quotes " and \\" backslashes \\ \\\\ and a slash / \\/',
-    "lines\nand\r\nreturns\tand a NUL \x00 and a bell \x07",
+    "lines\nand\r\nreturns\tand a NUL \x00, a bell \x07 and separators \x1e \x1f \x18",
     "non-ASCII: Zoë paid 75 € — 確認 — 🙂👍🏽",
     "looks like JSON: [\"x\", 1, {\"e\": \"y\"}] and Lua: ]] -- end",
     "",

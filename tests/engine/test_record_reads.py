@@ -8,6 +8,8 @@ an earlier read), and a record one caller rebinds fields on is not the one the n
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from pydantic import ValidationError
 
@@ -87,3 +89,20 @@ async def test_a_record_that_does_not_validate_fails_every_read_by_a_script(redi
             await _read_with_the_lease(store, rid)
     await redis.hset(key, "status", good.status)
     assert await _read_with_the_lease(store, rid) == good
+
+
+async def test_the_lease_reads_the_records_the_turn_waits_on_not_ones_a_message_quotes(redis):
+    """The lease's script finds the parked step's request ids in the state's text; a message quoting the
+    same key names (with another request's id) is escaped JSON and reads nothing."""
+    store, rid = await _parked(redis)
+    other_rid = rid.rsplit(".", 1)[0] + ".0123456789ab"  # another stored request, in the same slot
+    await redis.hset(store.request_key(other_rid), mapping=await redis.hgetall(store.request_key(rid)))
+    sid = (await store.get_request(rid)).session_id
+    raw = await redis.get(store.key(sid, "state"))
+    quoted = f'"request_ids":["{other_rid}"] and "limit_request_id":"{other_rid}"'
+    state = raw.decode().replace('"history":[', '"history":[' + json.dumps({"role": "user", "content": quoted}) + ",", 1)
+    assert quoted not in state and other_rid in state  # (there, but only as escaped text)
+    await redis.set(store.key(sid, "state"), state)
+    token, snapshot = await store.acquire_lease_and_read(sid)
+    assert token is not None and snapshot is not None
+    assert set(snapshot.requests) == {rid}
