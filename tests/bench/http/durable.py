@@ -20,7 +20,7 @@ posted at most once across a crash), exactly-once execution across a crash mid-t
 replicas, approver lists and four-eyes, App Home, the audit log's hash chain, streamed model calls,
 the status line, recovery sweeps.
 
-Imports Bolt, slack_sdk, aiohttp, httpx, redis-py and pydantic, so its restart figure is the least a
+Imports Bolt, slack_sdk, aiohttp, redis-py and pydantic, so its restart figure is the least a
 process needing Redis and pydantic costs to start.
 """
 
@@ -79,7 +79,6 @@ class Busy:
 def floor_app(secret: str, token: str, slack_url: str, model_url: str, redis_url: str,
               busy: Busy) -> web.Application:
     import aiohttp
-    import httpx
     from pydantic import BaseModel
     from redis.asyncio import Redis
     from slack_bolt.async_app import AsyncApp
@@ -100,7 +99,8 @@ def floor_app(secret: str, token: str, slack_url: str, model_url: str, redis_url
         call: ToolCall
 
     session = aiohttp.ClientSession()
-    model = httpx.AsyncClient(timeout=60.0)
+    # the model on its own aiohttp session, as the project's client (bot/models/transport.py)
+    model = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60.0))
     redis = Redis.from_url(redis_url)
     settle = redis.register_script(SETTLE)
     app = AsyncApp(signing_secret=secret, client=AsyncWebClient(token=token, base_url=slack_url, session=session))
@@ -109,10 +109,10 @@ def floor_app(secret: str, token: str, slack_url: str, model_url: str, redis_url
         body: dict[str, Any] = {"model": "bench-model", "messages": messages}
         if tools:
             body["tools"] = tools
-        answer = await model.post(f"{model_url}/chat/completions", headers={"Authorization": "Bearer sk-bench"},
-                                  json=body)
-        answer.raise_for_status()
-        return answer.json()["choices"][0]["message"]
+        async with model.post(f"{model_url}/chat/completions", headers={"Authorization": "Bearer sk-bench"},
+                              json=body) as answer:
+            answer.raise_for_status()
+            return (await answer.json())["choices"][0]["message"]
 
     @app.event("message")
     async def twin(ack: Any) -> None:  # a mention arrives twice (app_mention and message), as in Slack
@@ -167,7 +167,7 @@ def floor_app(secret: str, token: str, slack_url: str, model_url: str, redis_url
 
     async def close(_: web.Application) -> None:
         await session.close()
-        await model.aclose()
+        await model.close()
         await redis.aclose()
 
     web_app = app.web_app(path="/slack/events")

@@ -6,7 +6,7 @@ bench can say what those guarantees cost at the least (``python -m tests.bench.h
 The rungs are cumulative:
 
 1. **Streamed model calls and the agent session status.** The model is called as the project calls it
-   (OpenAI chat completions, ``stream: true`` with usage, the chunks parsed and joined), and the cycle
+   (OpenAI chat completions, ``stream: true`` with usage, over aiohttp, the chunks parsed and joined), and the cycle
    ends with ``agents.sessions.setStatus`` (``active``, titled with the request), the fourth Slack call
    the project makes in a quick cycle. Redis as the floor.
 2. **An event log and an outbox.** Each state change is one Lua script that writes the state and XADDs
@@ -229,7 +229,6 @@ async def leftovers(redis: Any, rung: int, cycles: int) -> list[str]:
 def ladder_app(rung: int, secret: str, token: str, slack_url: str, model_url: str, redis_url: str,
                busy: Busy) -> web.Application:
     import aiohttp
-    import httpx
     from pydantic import BaseModel
     from redis.asyncio import Redis
     from slack_bolt.async_app import AsyncApp
@@ -266,7 +265,8 @@ def ladder_app(rung: int, secret: str, token: str, slack_url: str, model_url: st
         title: str = ""  # the answer's: the session's title, its first request
 
     session = aiohttp.ClientSession()
-    model = httpx.AsyncClient(timeout=60.0)
+    # the model on its own aiohttp session, as the project's client (bot/models/transport.py)
+    model = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60.0))
     redis = Redis.from_url(redis_url)
     scripts = {name: redis.register_script(text) for name, text in
                (("park", PARK), ("settle", SETTLE if outbox else FLOOR_SETTLE), ("result", RESULT), ("finish", FINISH),
@@ -295,11 +295,12 @@ def ladder_app(rung: int, secret: str, token: str, slack_url: str, model_url: st
             body["tools"] = tools
         content: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
-        async with model.stream("POST", f"{model_url}/chat/completions", json=body,
-                                headers={"Authorization": "Bearer sk-bench",
-                                         "Accept": "application/json, text/event-stream"}) as answer:
+        async with model.post(f"{model_url}/chat/completions", json=body,
+                              headers={"Authorization": "Bearer sk-bench",
+                                       "Accept": "application/json, text/event-stream"}) as answer:
             answer.raise_for_status()
-            async for line in answer.aiter_lines():
+            async for raw in answer.content:  # (line by line)
+                line = raw.decode().rstrip("\r\n")
                 if not line.startswith("data: "):
                     continue
                 if line == "data: [DONE]":
@@ -538,7 +539,7 @@ def ladder_app(rung: int, secret: str, token: str, slack_url: str, model_url: st
 
     async def close(_: web.Application) -> None:
         await session.close()
-        await model.aclose()
+        await model.close()
         await redis.aclose()
 
     web_app = app.web_app(path="/slack/events")
