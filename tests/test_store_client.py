@@ -53,6 +53,9 @@ class SilentProxy:
     After :meth:`drop_connections` the server side of every open connection is gone (as when the server
     behind a load balancer or NAT restarts), but a client learns of it only when it next sends: then
     its connection is closed in its face, "Connection closed by server". New connections work.
+
+    After :meth:`stall_after` each open connection passes on ``n`` more bytes of replies, then holds the
+    rest for ``hold_s`` (a server stuck in a long fsync, a network path gone quiet); new ones are not held.
     """
 
     def __init__(self, socket_path: str) -> None:
@@ -60,6 +63,8 @@ class SilentProxy:
         self.port = 0
         self._dropped: set[asyncio.StreamWriter] = set()
         self._upstreams: set[asyncio.StreamWriter] = set()
+        self._budgets: dict[asyncio.StreamWriter, int] = {}  # per client: bytes before a stall (-1: none)
+        self.hold_s = 0.0
         self._server: asyncio.Server | None = None
 
     async def start(self) -> None:
@@ -71,6 +76,11 @@ class SilentProxy:
         self._server.close()
         self.drop_connections()
 
+    def stall_after(self, n: int, hold_s: float) -> None:
+        self.hold_s = hold_s
+        for writer in self._budgets:
+            self._budgets[writer] = n
+
     def drop_connections(self) -> None:
         for upstream in self._upstreams:
             self._dropped.add(upstream)
@@ -79,10 +89,20 @@ class SilentProxy:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_reader, upstream = await asyncio.open_unix_connection(self.socket_path)
         self._upstreams.add(upstream)
+        self._budgets[writer] = -1
 
         async def to_client() -> None:
             while data := await up_reader.read(65536):
-                writer.write(data)
+                budget = self._budgets.get(writer, -1)
+                if 0 <= budget < len(data):
+                    writer.write(data[:budget])
+                    self._budgets[writer] = 0
+                    await asyncio.sleep(self.hold_s)
+                    writer.write(data[budget:])
+                else:
+                    writer.write(data)
+                    if budget > 0:
+                        self._budgets[writer] = budget - len(data)
                 await writer.drain()
             # the server side is gone: say nothing to the client
 
@@ -98,6 +118,7 @@ class SilentProxy:
             upstream.close()
             writer.close()
             self._upstreams.discard(upstream)
+            self._budgets.pop(writer, None)
 
 
 @pytest.mark.parametrize("embedded", [False, True], ids=["REDIS_URL", "embedded"])
@@ -193,62 +214,6 @@ async def test_a_server_that_never_answers_fails_the_command_in_bounded_time() -
         silent.close()
 
 
-class StallingProxy:
-    """A TCP front for the server whose open connections can be made to stall mid-reply: after
-    :meth:`stall_after` each passes on ``n`` more bytes of replies, then holds the rest for ``hold_s``
-    (a server stuck in a long fsync, a network path gone quiet). New connections are not held."""
-
-    def __init__(self, socket_path: str) -> None:
-        self.socket_path = socket_path
-        self.port = 0
-        self._budgets: dict[asyncio.StreamWriter, int] = {}
-        self.hold_s = 0.0
-        self._server: asyncio.Server | None = None
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    async def stop(self) -> None:
-        assert self._server is not None
-        self._server.close()
-
-    def stall_after(self, n: int, hold_s: float) -> None:
-        self.hold_s = hold_s
-        for writer in self._budgets:
-            self._budgets[writer] = n
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, upstream = await asyncio.open_unix_connection(self.socket_path)
-        self._budgets[writer] = -1  # -1: not stalled
-
-        async def to_client() -> None:
-            while data := await up_reader.read(65536):
-                budget = self._budgets.get(writer, -1)
-                if budget >= 0:
-                    writer.write(data[:budget])
-                    self._budgets[writer] = max(0, budget - len(data))
-                    if len(data) > budget:
-                        await asyncio.sleep(self.hold_s)
-                        writer.write(data[budget:])
-                else:
-                    writer.write(data)
-                await writer.drain()
-
-        answering = asyncio.create_task(to_client())
-        try:
-            while data := await reader.read(65536):
-                upstream.write(data)
-                await upstream.drain()
-        except ConnectionError:
-            pass
-        finally:
-            answering.cancel()
-            upstream.close()
-            writer.close()
-            self._budgets.pop(writer, None)
-
-
 async def test_a_reply_that_stalls_halfway_is_cut_off_and_never_read_by_the_next_command(
     server: EmbeddedValkey,
 ) -> None:
@@ -256,7 +221,7 @@ async def test_a_reply_that_stalls_halfway_is_cut_off_and_never_read_by_the_next
     deadline, its half-read connection is dropped, and the retry on a fresh one gets every reply; the
     stalled bytes arriving later are read by no one (a reused connection would hand them to the next
     command as its own reply)."""
-    proxy = StallingProxy(server.url.removeprefix("unix://"))
+    proxy = SilentProxy(server.url.removeprefix("unix://"))
     await proxy.start()
     timeout_s = 0.2
     handle = await open_redis(f"redis://127.0.0.1:{proxy.port}/0", socket_timeout=timeout_s)
