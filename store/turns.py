@@ -466,8 +466,7 @@ class RedisTurns(TurnInbox):
             raise UnknownRequest(rid)
         if state == "changed":
             fresh = record_from_packed(now[0])
-            if fresh is None:  # deleted between its revision's check and this read: as if never there
-                raise UnknownRequest(rid)
+            assert fresh is not None  # (read by the same script that found its status: it is there)
             self.remember(fresh)
             raise RequestChanged(fresh.model_copy())
         chosen = {"settled": on_settled, "partial": on_partial, "rejected": on_rejected, "stale": on_stale,

@@ -18,15 +18,20 @@ HOSTILE = [
 ]
 
 
-async def test_a_pass_reads_every_committed_text_exactly_and_in_order(redis):
-    store, outbox = RedisTurns(redis), RedisOutbox(redis)
-    ref = session("pass-reads")
+async def _commit_texts(redis, name: str, *batches: list[str]) -> tuple[RedisOutbox, str]:
+    """A session whose lease holder committed each batch of texts as one checkpoint's messages."""
+    store, ref = RedisTurns(redis), session(name)
     sid = ref.session_id
     token = await store.acquire_lease(sid)
     assert token is not None
-    said = [MessageCompleted(session_id=sid, turn_id="t", text=text, step=n) for n, text in enumerate(HOSTILE)]
-    await store.commit(sid, token, {"turns": 0}, said[:3], ref=ref)
-    await store.commit(sid, token, {"turns": 1}, said[3:], ref=ref)
+    for n, texts in enumerate(batches):
+        said = [MessageCompleted(session_id=sid, turn_id="t", text=text, step=n) for text in texts]
+        await store.commit(sid, token, {"turns": n}, said, ref=ref)
+    return RedisOutbox(redis), sid
+
+
+async def test_a_pass_reads_every_committed_text_exactly_and_in_order(redis):
+    outbox, sid = await _commit_texts(redis, "pass-reads", HOSTILE[:3], HOSTILE[3:])
 
     begun = await outbox.outbox_begin(sid, ["frontend"], "p1")
     assert begun is not None
@@ -43,13 +48,7 @@ async def test_a_pass_reads_every_committed_text_exactly_and_in_order(redis):
 
 
 async def test_a_pass_reads_in_batches_of_its_count(redis):
-    store, outbox = RedisTurns(redis), RedisOutbox(redis)
-    ref = session("pass-batches")
-    sid = ref.session_id
-    token = await store.acquire_lease(sid)
-    assert token is not None
-    await store.commit(sid, token, {"turns": 0},
-                       [MessageCompleted(session_id=sid, turn_id="t", text=f"m{n}") for n in range(5)], ref=ref)
+    outbox, sid = await _commit_texts(redis, "pass-batches", [f"m{n}" for n in range(5)])
     first = await outbox.outbox_begin(sid, ["frontend"], "p1", count=3)
     assert first is not None and first.full
     assert [e.text for _, e in first.entries] == ["m0", "m1", "m2"]
