@@ -64,11 +64,11 @@ async def test_the_ladder_measures_every_rung_doing_the_cycle_once(monkeypatch: 
     argv = ["--cycles", "2", "--concurrency", "2"]
     text = await ladder_run(ladder_args(argv), argv)
     header = next(line for line in text.splitlines() if line.startswith("| per approve cycle"))
-    assert header.split(" | ")[1:] == ["durable floor", "rung 1", "rung 2", "rung 3", "rung 4", "project |"]
+    assert header.split(" | ")[1:] == ["durable floor", "rung 1", "rung 2", "rung 3", "rung 4", "rung 5", "project |"]
     for figure in ("CPU per cycle", "cycles/s", "Redis commands per cycle", "Slack calls per cycle"):
         row = next(line for line in text.splitlines() if line.startswith(f"| {figure}"))
         assert "—" not in row, row
-    assert "The project ÷ the top rung (rung 4)" in text
+    assert "The project ÷ the top rung (rung 5)" in text
 
 
 def test_the_ladder_check_finds_a_post_made_twice_or_missing() -> None:

@@ -31,6 +31,15 @@ The rungs are cumulative:
    session's audit progress so each event is audited once; in the pass's closing round trip (in one of its
    own when another pass of this process is appending to the workspace's chain: one append at a time). The
    floor's plain decision XADD goes.
+5. **The contract's event vocabulary.** The same transitions write the ten events DESIGN §4 names for an
+   approve cycle (``turn.started``, ``input.requested``, ``turn.waiting`` with the park; ``approval.settled``,
+   ``input.resolved`` with the settle; ``action.started``, ``action.result`` with the result;
+   ``message.completed``, ``turn.completed``, ``session.waiting`` with the answer), built with the contract's
+   own models (``bot.protocol``, in ``vocabulary.py``) instead of rung 4's four small ones, and the pass
+   reads them back with the contract's adapter and audits the four decisions the project audits (the
+   request, the settlement, the resolution, the execution). ``action.started`` is stamped when the settle
+   started the call's marker but written with its result (its data is known only once the settle has read
+   the turn), so a crash mid-tool leaves the marker without it.
 
 Which rung runs is ``--rung``; each uses its own key prefix (``lad<N>:``).
 """
@@ -65,42 +74,50 @@ RUNGS = {
     2: "+ event log and outbox (post ledger claims)",
     3: "+ turn lease with fencing, tool marker, wake-ups",
     4: "+ audit hash chain",
+    5: "+ the contract's event vocabulary (10 events, 4 audited decisions)",
 }
 
 # ---- the scripts (rung 2 on) -------------------------------------------------------------------------------
 
-# KEYS: turn, events, lease. ARGV: token ('' none), requester, doc, event → 1 | -1 (the lease is not ours)
+# KEYS: turn, events, lease. ARGV: token ('' none), requester, doc, then (type, event) pairs
+# → 1 | -1 (the lease is not ours)
 PARK = f"""
 if ARGV[1] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[1] then return -1 end
 redis.call('HSET', KEYS[1], 'status', 'parked', 'requester', ARGV[2], 'doc', ARGV[3])
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', {MAXLEN}, '*', 't', 'request', 'e', ARGV[4])
+for i = 4, #ARGV, 2 do
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', {MAXLEN}, '*', 't', ARGV[i], 'e', ARGV[i + 1])
+end
 if ARGV[1] ~= '' then redis.call('DEL', KEYS[3]) end
 return 1
 """
 
 # KEYS: turn, events, decisions (the floor's plain audit stream), lease, marker. ARGV: clicker, request id,
-# event, plain audit '1'/'0', token ('' none), lease ms, marker ms
+# plain audit '1'/'0', token ('' none), lease ms, marker ms, then (type, event) pairs
 # → {'ok', doc} | {'refused'} | {'gone'} | {'busy'} (another holds the lease) | {'ran', doc} (its call began before)
 SETTLE = f"""
 local status, requester, doc = unpack(redis.call('HMGET', KEYS[1], 'status', 'requester', 'doc'))
 if status ~= 'parked' then return {{'gone'}} end
 if requester ~= ARGV[1] then return {{'refused'}} end
-if ARGV[5] ~= '' and not redis.call('SET', KEYS[4], ARGV[5], 'NX', 'PX', ARGV[6]) then return {{'busy'}} end
+if ARGV[4] ~= '' and not redis.call('SET', KEYS[4], ARGV[4], 'NX', 'PX', ARGV[5]) then return {{'busy'}} end
 redis.call('HSET', KEYS[1], 'status', 'approved', 'approver', ARGV[1])
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', {MAXLEN}, '*', 't', 'settled', 'e', ARGV[3])
-if ARGV[4] == '1' then
+for i = 7, #ARGV, 2 do
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', {MAXLEN}, '*', 't', ARGV[i], 'e', ARGV[i + 1])
+end
+if ARGV[3] == '1' then
   redis.call('XADD', KEYS[3], 'MAXLEN', '~', 100000, '*', 'request', ARGV[2], 'by', ARGV[1], 'outcome', 'approved')
 end
-if ARGV[5] ~= '' and not redis.call('SET', KEYS[5], 'started', 'NX', 'PX', ARGV[7]) then return {{'ran', doc}} end
+if ARGV[4] ~= '' and not redis.call('SET', KEYS[5], 'started', 'NX', 'PX', ARGV[6]) then return {{'ran', doc}} end
 return {{'ok', doc}}
 """
 
 # The tool's result, written into its marker right after it ran. KEYS: lease, marker, events.
-# ARGV: token, result, marker ms, event → 1 | -1
+# ARGV: token, result, marker ms, then (type, event) pairs → 1 | -1
 RESULT = f"""
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
-redis.call('XADD', KEYS[3], 'MAXLEN', '~', {MAXLEN}, '*', 't', 'result', 'e', ARGV[4])
+for i = 4, #ARGV, 2 do
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', {MAXLEN}, '*', 't', ARGV[i], 'e', ARGV[i + 1])
+end
 return 1
 """
 
@@ -117,10 +134,14 @@ for i = 1, 5 do if i ~= 3 then redis.call('PEXPIRE', KEYS[i], ARGV[2]) end end
 return 1
 """
 
-# A delivery pass begins: the deliverer lock, the events after the cursor, the post ledger, and a claim of
-# every post among them ('?' until the post's ts is recorded; a claim found set is never posted again).
-# KEYS: out, events, chan, lock. ARGV: token, lock ms → false (another pass holds it) | {entries, ledger, claims}
-PASS_BEGIN = f"""
+
+
+def pass_begin(posts: tuple[str, ...]) -> str:
+    """A delivery pass begins: the deliverer lock, the events after the cursor, the post ledger, and a claim
+    of every post among them (the events of a type in ``posts``: '?' until the post's ts is recorded; a claim
+    found set is never posted again). KEYS: out, events, chan, lock. ARGV: token, lock ms
+    → false (another pass holds it) | {entries, ledger, claims}"""
+    return f"""
 if not redis.call('SET', KEYS[4], ARGV[1], 'NX', 'PX', ARGV[2]) then return false end
 local cursor = redis.call('HGET', KEYS[1], 'c') or '0-0'
 local entries = redis.call('XRANGE', KEYS[2], '(' .. cursor, '+', 'COUNT', 100)
@@ -128,12 +149,13 @@ local claims = {{}}
 for i, entry in ipairs(entries) do
   local kind = entry[2][2]
   claims[i] = 0
-  if {' or '.join(f"kind == '{p}'" for p in POSTS)} then
+  if {' or '.join(f"kind == '{p}'" for p in posts)} then
     claims[i] = redis.call('HSETNX', KEYS[3], 'post:' .. entry[1], '?')
   end
 end
 return {{entries, redis.call('HGETALL', KEYS[3]), claims}}
 """
+
 
 # The pass ends: where its posts landed, the cursor moved, the lock let go if still ours.
 # KEYS: out, chan, lock. ARGV: token, cursor, then (field, value) pairs → 1
@@ -182,12 +204,14 @@ def canonical(entry: dict[str, Any]) -> bytes:
     return json.dumps(entry, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def chain_entry(seq: int, prev_hash: str, team: str, kind: str, event: dict[str, Any], at_ms: int) -> tuple[str, str]:
+Decision = tuple[str, str | None, str | None, dict[str, Any]]  # an audit entry's kind, actor, subject, data
+
+
+def chain_entry(seq: int, prev_hash: str, team: str, decision: Decision, at_ms: int) -> tuple[str, str]:
     """(hash, JSON) of one audit entry: the previous entry's hash is inside what is hashed."""
-    body = {"seq": seq, "at_ms": at_ms, "team_id": team, "kind": kind, "actor": event.get("user") or None,
-            "subject": event.get("request_id") or None, "data": {k: v for k, v in event.items()
-                                                                  if k in ("tool", "output")},
-            "prev_hash": prev_hash}
+    kind, actor, subject, data = decision
+    body = {"seq": seq, "at_ms": at_ms, "team_id": team, "kind": kind, "actor": actor, "subject": subject,
+            "data": data, "prev_hash": prev_hash}
     digest = hashlib.sha256(canonical(body)).hexdigest()
     return digest, json.dumps({**body, "hash": digest}, separators=(",", ":"))
 
@@ -206,7 +230,7 @@ def verify_chain(entries: list[dict[str, Any]]) -> bool:
 async def leftovers(redis: Any, rung: int, cycles: int) -> list[str]:
     """What a rung left that it should not have after ``cycles`` whole cycles, all ended: wake-ups still set
     (rung 3 on: nothing would be left to recover), an audit chain that does not verify or lacks a decision
-    (rung 4: three per cycle)."""
+    (rung 4: three per cycle; rung 5: four)."""
     problems = []
     if rung >= 3:
         for name in ("active", "outbox"):
@@ -218,8 +242,9 @@ async def leftovers(redis: Any, rung: int, cycles: int) -> list[str]:
             entries += [json.loads(fields[b"e"]) for _, fields in await redis.xrange(stream)]
         if not verify_chain(sorted(entries, key=lambda e: e["seq"])):
             problems.append("the audit chain does not verify")
-        if len(entries) != 3 * cycles:
-            problems.append(f"{len(entries)} audit entries for {cycles} cycles, not 3 each")
+        each = 4 if rung >= 5 else 3
+        if len(entries) != each * cycles:
+            problems.append(f"{len(entries)} audit entries for {cycles} cycles, not {each} each")
     return problems
 
 
@@ -236,8 +261,10 @@ def ladder_app(rung: int, secret: str, token: str, slack_url: str, model_url: st
 
     from .bare import approve_card
 
-    outbox, leases, audited = rung >= 2, rung >= 3, rung >= 4
+    outbox, leases, audited, contract = rung >= 2, rung >= 3, rung >= 4, rung >= 5
     prefix = f"lad{rung}"
+    if contract:
+        from . import vocabulary
 
     class ToolCall(BaseModel):
         id: str
@@ -270,7 +297,7 @@ def ladder_app(rung: int, secret: str, token: str, slack_url: str, model_url: st
     redis = Redis.from_url(redis_url)
     scripts = {name: redis.register_script(text) for name, text in
                (("park", PARK), ("settle", SETTLE if outbox else FLOOR_SETTLE), ("result", RESULT), ("finish", FINISH),
-                ("begin", PASS_BEGIN), ("save", PASS_SAVE), ("forget", FORGET), ("audit", AUDIT))}
+                ("begin", pass_begin(vocabulary.POSTS if contract else POSTS)), ("save", PASS_SAVE), ("forget", FORGET), ("audit", AUDIT))}
     slack = AsyncWebClient(token=token, base_url=slack_url, session=session)
     app = AsyncApp(signing_secret=secret, client=slack)
     heads: dict[str, tuple[int, str]] = {}  # workspace → its chain's head as this process last knew it
@@ -332,10 +359,30 @@ def ladder_app(rung: int, secret: str, token: str, slack_url: str, model_url: st
 
     # ---- the delivery pass (rung 2 on) --------------------------------------------------------------------
 
-    async def audit(pipe: Any, team: str, sid: str, batch: list[tuple[str, Event]]) -> list[Any] | None:
+    def read(kind: str, raw: bytes) -> tuple[Event, Decision | None]:
+        """A stream entry as the pass delivers it (rung 5: routed by its session id) and what it audits."""
+        if not contract:
+            event = Event.model_validate_json(raw)
+            audited_as = AUDITED.get(event.type)
+            return event, (audited_as, event.user or None, event.request_id or None,
+                           event.model_dump(include={"tool", "output"}, exclude_defaults=True)) if audited_as else None
+        said = vocabulary.read(raw)
+        channel, thread_ts = vocabulary.where(said.session_id)
+        routed = Event(type=kind, channel=channel, thread_ts=thread_ts)
+        if said.type == "input.requested":
+            routed = Event(type="request", channel=channel, thread_ts=thread_ts, request_id=said.requests[0].request_id)
+        elif said.type == "approval.settled" and said.responder is not None:
+            routed = Event(type="settled", channel=channel, thread_ts=thread_ts,
+                           user=said.responder.attributes["user_id"])
+        elif said.type == "message.completed":
+            routed = Event(type="answer", channel=channel, thread_ts=thread_ts, text=said.text, title=vocabulary.PROMPT)
+        audited_as = vocabulary.AUDITED.get(said.type)
+        return routed, (audited_as, *vocabulary.decision(said)) if audited_as else None
+
+    async def audit(pipe: Any, team: str, sid: str, batch: list[tuple[str, Event, Decision | None]]) -> list[Any] | None:
         """Send the pipeline with the pass's decisions appended to the chain (under this process's lock for
         the workspace, so its own appends never race each other); None when there is nothing to audit."""
-        decisions = [(entry_id, event) for entry_id, event in batch if event.type in AUDITED]
+        decisions = [(entry_id, decision) for entry_id, _, decision in batch if decision is not None]
         if not decisions:
             return None
         stream, head_key = f"{prefix}:{{ws:{team}}}:audit", f"{prefix}:{{ws:{team}}}:audit:head"
@@ -351,10 +398,9 @@ def ladder_app(rung: int, secret: str, token: str, slack_url: str, model_url: st
             while True:
                 seq, prev = heads[team]
                 expected, args = prev, []
-                for entry_id, event in decisions:
+                for entry_id, decision in decisions:
                     seq += 1
-                    prev, text = chain_entry(seq, prev, team, AUDITED[event.type],
-                                             event.model_dump(exclude_defaults=True), int(entry_id.split("-")[0]))
+                    prev, text = chain_entry(seq, prev, team, decision, int(entry_id.split("-")[0]))
                     args += [seq, prev, text]
                 queue(pipe, "audit", [stream, head_key, progress],
                       [expected, decisions[0][0], decisions[-1][0], RETENTION_MS, *args])
@@ -387,9 +433,9 @@ def ladder_app(rung: int, secret: str, token: str, slack_url: str, model_url: st
             raise RuntimeError(f"session {sid}: the deliverer lock was never free")
         entries, flat, claims = began
         ledger = {flat[i].decode(): flat[i + 1].decode() for i in range(0, len(flat), 2)}
-        batch = [(entry_id.decode(), Event.model_validate_json(fields[3])) for entry_id, fields in entries]
+        batch = [(entry_id.decode(), *read(fields[1].decode(), fields[3])) for entry_id, fields in entries]
         record: list[str] = []
-        for (entry_id, event), claimed in zip(batch, claims, strict=True):
+        for (entry_id, event, _), claimed in zip(batch, claims, strict=True):
             if event.type == "request" and claimed:
                 posted = await slack.chat_postMessage(channel=event.channel, thread_ts=event.thread_ts,
                                                       text="Approve the refund?", blocks=card(sid))
@@ -462,15 +508,21 @@ def ladder_app(rung: int, secret: str, token: str, slack_url: str, model_url: st
                 await client.chat_postMessage(channel=turn.channel, thread_ts=turn.thread_ts,
                                               text="Approve the refund?", blocks=card(sid))
                 return
-            asked = Event(type="request", channel=turn.channel, thread_ts=turn.thread_ts, request_id=sid,
-                          user=turn.requester, tool=turn.call.name)
+            team = body.get("team_id") or "T"
+            if contract:
+                asked = vocabulary.asked(vocabulary.session_id(team, turn.channel, turn.thread_ts), sid,
+                                         vocabulary.person(team, turn.requester), turn.call.id, turn.call.name,
+                                         turn.call.arguments)
+            else:
+                asked = [("request", Event(type="request", channel=turn.channel, thread_ts=turn.thread_ts,
+                                           request_id=sid, user=turn.requester, tool=turn.call.name).model_dump_json())]
             pipe = redis.pipeline(transaction=False)
             queue(pipe, "park", [key(sid, "turn"), key(sid, "events"), key(sid, "lease")],
-                  [lease, turn.requester, turn.model_dump_json(), asked.model_dump_json()])
+                  [lease, turn.requester, turn.model_dump_json(), *(part for pair in asked for part in pair)])
             appended(pipe, sid, lease_let_go=True)
             if (await pipe.execute())[0] != 1:
                 return  # the lease was lost: whoever holds it now goes on
-            await deliver(sid, body.get("team_id") or "T")
+            await deliver(sid, team)
 
     @app.action(LADDER_ACTION)
     async def approve(ack: Any, body: dict[str, Any], client: AsyncWebClient) -> None:
@@ -481,12 +533,18 @@ def ladder_app(rung: int, secret: str, token: str, slack_url: str, model_url: st
                 answer = await scripts["settle"](keys=[key(sid, "turn"), f"{prefix}:decisions"], args=[user, sid])
             else:
                 where = body["container"]
-                settled = Event(type="settled", channel=where["channel_id"], thread_ts=where.get("thread_ts", ""),
-                                request_id=sid, user=user)
+                if contract:  # the call it starts is the parked turn's, read by the settle: written with its result
+                    session = vocabulary.session_id(team, where["channel_id"], where.get("thread_ts", ""))
+                    settled = vocabulary.settled(session, sid, vocabulary.person(team, user))
+                else:
+                    settled = [("settled", Event(type="settled", channel=where["channel_id"],
+                                                 thread_ts=where.get("thread_ts", ""), request_id=sid,
+                                                 user=user).model_dump_json())]
                 pipe = redis.pipeline(transaction=False)
                 queue(pipe, "settle", [key(sid, "turn"), key(sid, "events"), f"{prefix}:decisions",
                                        key(sid, "lease"), key(sid, "call")],
-                      [user, sid, settled.model_dump_json(), "0" if audited else "1", lease, LEASE_MS, MARKER_MS])
+                      [user, sid, "0" if audited else "1", lease, LEASE_MS, MARKER_MS,
+                       *(part for pair in settled for part in pair)])
                 if leases:
                     pipe.zadd(f"{prefix}:active", {sid: time.time() * 1000 + LEASE_MS})
                 answer = (await pipe.execute())[0]
@@ -496,6 +554,9 @@ def ladder_app(rung: int, secret: str, token: str, slack_url: str, model_url: st
                     await redis.zrem(f"{prefix}:active", sid)
                 return
             turn = ParkedTurn.model_validate_json(answer[1])
+            if contract:  # stamped now, as its marker started
+                session = vocabulary.session_id(team, turn.channel, turn.thread_ts)
+                started = vocabulary.started(session, sid, turn.call.id, turn.call.name, turn.call.arguments)
             if answer[0] == b"ran":  # its call began before (a crash mid-tool): never run twice
                 result: dict[str, Any] = {"error": "outcome unknown: the call began before and was not run again"}
             else:
@@ -503,8 +564,11 @@ def ladder_app(rung: int, secret: str, token: str, slack_url: str, model_url: st
             ran = Event(type="result", channel=turn.channel, thread_ts=turn.thread_ts, request_id=sid,
                         tool=turn.call.name, output=result)
             if leases:  # the result, into the marker and the log at once
+                pairs = ([started, vocabulary.ran(session, sid, turn.call.id, turn.call.name, result)] if contract
+                         else [("result", ran.model_dump_json())])
                 if await scripts["result"](keys=[key(sid, "lease"), key(sid, "call"), key(sid, "events")],
-                                           args=[lease, json.dumps(result), MARKER_MS, ran.model_dump_json()]) != 1:
+                                           args=[lease, json.dumps(result), MARKER_MS,
+                                                 *(part for pair in pairs for part in pair)]) != 1:
                     return
             said = await complete([*turn.messages, {"role": "tool", "tool_call_id": turn.call.id,
                                                     "content": json.dumps(result)}], [TOOL])
@@ -517,9 +581,11 @@ def ladder_app(rung: int, secret: str, token: str, slack_url: str, model_url: st
                 await set_status(turn.channel, turn.thread_ts, title)
                 await redis.hset(key(sid, "turn"), "status", "done")
                 return
-            answered = Event(type="answer", channel=turn.channel, thread_ts=turn.thread_ts, request_id=sid,
-                             text=said["content"], title=title)
-            pairs = ["answer", answered.model_dump_json()]
+            if contract:
+                pairs = [part for pair in vocabulary.answered(session, sid, said["content"]) for part in pair]
+            else:
+                pairs = ["answer", Event(type="answer", channel=turn.channel, thread_ts=turn.thread_ts, request_id=sid,
+                                         text=said["content"], title=title).model_dump_json()]
             if not leases:
                 pairs = ["result", ran.model_dump_json(), *pairs]
             pipe = redis.pipeline(transaction=False)
