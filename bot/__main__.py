@@ -138,8 +138,10 @@ def _reset_local(settings: Settings) -> int:
 
 async def _run(settings: Settings) -> int:
     from bot.app import start_bot
+    from bot.heap import settle_after_start
 
     bot = await start_bot(settings)
+    settle_after_start()  # this process serves from now on: what it built to start is kept out of GC scans
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

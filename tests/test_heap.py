@@ -1,0 +1,43 @@
+"""The serving process's heap settling (bot.heap): the start's objects leave the collector's scans, and
+garbage made afterwards is still reclaimed."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Iterator
+
+import pytest
+
+from bot.heap import YOUNG_THRESHOLD, settle_after_start
+
+
+@pytest.fixture
+def settled() -> Iterator[None]:
+    threshold = gc.get_threshold()
+    settle_after_start()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
+
+
+class Node:
+    def __init__(self) -> None:
+        self.other: Node | None = None
+
+
+def test_what_was_alive_at_the_start_is_left_out_of_every_collection(settled: None) -> None:
+    assert gc.get_freeze_count() > 1_000  # this process's modules and test machinery, at least
+    assert gc.get_threshold()[0] >= YOUNG_THRESHOLD
+
+
+def test_a_cycle_made_after_the_start_is_still_reclaimed(settled: None) -> None:
+    a, b = Node(), Node()
+    a.other, b.other = b, a  # unreachable only as a cycle: refcounts alone never free it
+    gone = weakref.ref(a)
+    del a, b
+    assert gone() is not None
+    gc.collect()
+    assert gone() is None
