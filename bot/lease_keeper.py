@@ -38,12 +38,27 @@ class LeaseKeeper:
         self._busy = busy or (lambda: False)
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._first: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
+        # the renewing task begins at the first wake-up: most drives (a model step, a commit) end before it
+        # and so cost no task (issue 26)
+        loop = asyncio.get_running_loop()
+        self._first = loop.call_later(self._wake_every(), self._begin, loop.time())
+
+    def _begin(self, started_at: float) -> None:
+        self._first = None
+        if not self._stop.is_set():
+            self._task = asyncio.create_task(self._run(started_at))
+
+    def _wake_every(self) -> float:
+        return min(self.interval, STOP_POLL_S)
 
     async def stop(self) -> None:
         self._stop.set()
+        if self._first is not None:
+            self._first.cancel()
+            self._first = None
         task = self._task
         if task is None:
             return
@@ -52,32 +67,46 @@ class LeaseKeeper:
             task.cancel()
             await asyncio.wait({task}, timeout=STOP_WAIT_S)
 
-    async def _run(self) -> None:
+    async def _run(self, renewed_at: float) -> None:
         loop = asyncio.get_running_loop()
-        renewed_at = loop.time()
+        while not self._stop.is_set():  # woken: first by start()'s timer, then after each wait below
+            # (a wake-up within the interval and with no tool running costs no Redis: it only notices one start)
+            if loop.time() - renewed_at >= self.interval or self._busy():
+                renewed = await self._renew(renewed_at)
+                if renewed is None:
+                    return
+                renewed_at = renewed
+            if await self._stopped_within(self._wake_every()):
+                return
+
+    async def _renew(self, renewed_at: float) -> float | None:
+        """Renew until it works (then when), the lease would have lapsed or is gone (then None: lost), or
+        the stop comes (then ``renewed_at`` as it was)."""
+        loop = asyncio.get_running_loop()
         while not self._stop.is_set():
             try:
-                await asyncio.wait_for(self._stop.wait(), min(self.interval, STOP_POLL_S))
-                return
-            except TimeoutError:
-                pass
-            if loop.time() - renewed_at < self.interval and not self._busy():
-                continue  # (a wake-up without Redis: only to notice a tool started)
-            while not self._stop.is_set():
-                try:
-                    ok, cancel = await asyncio.wait_for(self.store.renew_lease(self.session_id, self.token),
-                                                        self.interval)
-                except Exception as exc:  # noqa: BLE001 - a blip: retry until the lease would lapse
-                    if loop.time() - renewed_at > self.lease_s:
-                        log.warning("could not renew the lease of %s (%r); it lapsed", self.session_id, exc)
-                        self.lost = True
-                        return
-                    await asyncio.sleep(RENEW_RETRY_S)
-                    continue
-                if not ok:
+                async with asyncio.timeout(self.interval):
+                    ok, cancel = await self.store.renew_lease(self.session_id, self.token)
+            except Exception as exc:  # noqa: BLE001 - a blip: retry until the lease would lapse
+                if loop.time() - renewed_at > self.lease_s:
+                    log.warning("could not renew the lease of %s (%r); it lapsed", self.session_id, exc)
                     self.lost = True
-                    return
-                renewed_at = loop.time()
-                if cancel is not None and self._told is not None:
-                    self._told(cancel)
-                break
+                    return None
+                await asyncio.sleep(RENEW_RETRY_S)
+                continue
+            if not ok:
+                self.lost = True
+                return None
+            if cancel is not None and self._told is not None:
+                self._told(cancel)
+            return loop.time()
+        return renewed_at
+
+    async def _stopped_within(self, seconds: float) -> bool:
+        """Whether the stop came within ``seconds`` (a deadline, not ``wait_for``: no task per wait)."""
+        try:
+            async with asyncio.timeout(seconds):
+                await self._stop.wait()
+        except TimeoutError:
+            return False
+        return True

@@ -209,6 +209,21 @@ async def test_19_the_lease_never_outlives_the_work(redis):
     assert not await redis.exists(store.key(sid, "lease"))
 
 
+async def test_19b_work_shorter_than_the_first_renewal_costs_the_keeper_no_task(redis):
+    _, _, store = make_runtime(redis, ScriptedModel([]), [], lease_ms=300)
+    sid = session().session_id
+    token = await store.acquire_lease(sid)
+    keeper = LeaseKeeper(store, sid, token, 300)
+    before = asyncio.all_tasks()
+    keeper.start()
+    await asyncio.sleep(0)
+    assert asyncio.all_tasks() == before  # most drives end before the first renewal would be due
+    await keeper.stop()
+    await asyncio.sleep(0.5)  # past the lease and the first wake-up: nothing renewed it
+    assert asyncio.all_tasks() == before
+    assert not await redis.exists(store.key(sid, "lease"))
+
+
 def _asks_and_waits(entered: asyncio.Event):
     async def choose(args: dict, ctx: ToolContext) -> dict:
         answer = await ctx.ask("Which region?", ["eu", "us"])
