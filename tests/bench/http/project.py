@@ -24,7 +24,6 @@ from .serve import serve_until_stopped
 async def main(args: argparse.Namespace) -> None:
     from bot.app import start_bot
     from bot.config import Settings
-    from bot.heap import settle_after_start
     from bot.models.openai import OpenAIChatModel
 
     from .tools import refund_charge
@@ -37,7 +36,6 @@ async def main(args: argparse.Namespace) -> None:
     model = OpenAIChatModel("bench-model", base_url=args.model_url, api_key="sk-bench")
     bot = await start_bot(settings, model=model, tools=[refund_charge], host="127.0.0.1", port=0,
                           recovery_interval=0)
-    settle_after_start()  # as ``python -m bot run`` does once it serves
     try:
         await serve_until_stopped(f"{bot.url}/slack/events", bot.runtime.wait_idle)
     finally:
