@@ -5,7 +5,9 @@ app, the tool registry). CPython's cyclic collector walks all of them again in e
 runs a young collection every 700 allocations. Freezing what the start built and collecting the young
 generation less often halved the collector's time per approve cycle and took ~10 % off the process's CPU
 per cycle (docs/PERFORMANCE.md, "The contract's events, the garbage collector and the keeper"). Objects
-made later are collected as before; objects whose last reference goes are freed at once, frozen or not.
+made later are collected as before; objects whose last reference goes are freed at once, frozen or not
+(only a start-time object dropped later inside a reference cycle would never be reclaimed: the start's
+objects are the process's own for its whole life).
 
 For the process that serves (``python -m bot run``), not for a library caller: a test suite that starts
 many bots in one process would keep the cycles of every earlier one.
