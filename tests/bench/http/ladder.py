@@ -554,18 +554,17 @@ def ladder_app(rung: int, secret: str, token: str, slack_url: str, model_url: st
                     await redis.zrem(f"{prefix}:active", sid)
                 return
             turn = ParkedTurn.model_validate_json(answer[1])
-            if contract:  # stamped now, as its marker started
-                session = vocabulary.session_id(team, turn.channel, turn.thread_ts)
+            if contract:  # stamped now, as its marker started (``session``: the settle's, the card's thread)
                 started = vocabulary.started(session, sid, turn.call.id, turn.call.name, turn.call.arguments)
             if answer[0] == b"ran":  # its call began before (a crash mid-tool): never run twice
                 result: dict[str, Any] = {"error": "outcome unknown: the call began before and was not run again"}
             else:
                 result = {"refunded": json.loads(turn.call.arguments)["charge_id"]}
-            ran = Event(type="result", channel=turn.channel, thread_ts=turn.thread_ts, request_id=sid,
-                        tool=turn.call.name, output=result)
+            ran = "" if contract else Event(type="result", channel=turn.channel, thread_ts=turn.thread_ts,
+                                            request_id=sid, tool=turn.call.name, output=result).model_dump_json()
             if leases:  # the result, into the marker and the log at once
                 pairs = ([started, vocabulary.ran(session, sid, turn.call.id, turn.call.name, result)] if contract
-                         else [("result", ran.model_dump_json())])
+                         else [("result", ran)])
                 if await scripts["result"](keys=[key(sid, "lease"), key(sid, "call"), key(sid, "events")],
                                            args=[lease, json.dumps(result), MARKER_MS,
                                                  *(part for pair in pairs for part in pair)]) != 1:
@@ -587,7 +586,7 @@ def ladder_app(rung: int, secret: str, token: str, slack_url: str, model_url: st
                 pairs = ["answer", Event(type="answer", channel=turn.channel, thread_ts=turn.thread_ts, request_id=sid,
                                          text=said["content"], title=title).model_dump_json()]
             if not leases:
-                pairs = ["result", ran.model_dump_json(), *pairs]
+                pairs = ["result", ran, *pairs]
             pipe = redis.pipeline(transaction=False)
             queue(pipe, "finish", [key(sid, "turn"), key(sid, "events"), key(sid, "lease"), key(sid, "out"),
                                    key(sid, "chan")], [lease, RETENTION_MS, *pairs])
