@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bot.heap import YOUNG_THRESHOLD, settle_after_start
+from bot.heap import settle_after_start
 
 
 @pytest.fixture
@@ -20,7 +20,7 @@ def settled() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
-        gc.set_threshold(*threshold)
+    assert gc.get_threshold() == threshold  # how often the collector runs is CPython's, as before
 
 
 class Node:
@@ -30,7 +30,6 @@ class Node:
 
 def test_what_was_alive_at_the_start_is_left_out_of_every_collection(settled: None) -> None:
     assert gc.get_freeze_count() > 1_000  # this process's modules and test machinery, at least
-    assert gc.get_threshold()[0] >= YOUNG_THRESHOLD
 
 
 def test_a_cycle_made_after_the_start_is_still_reclaimed(settled: None) -> None:
