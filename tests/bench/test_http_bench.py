@@ -7,10 +7,14 @@ output, docs/PERFORMANCE.md). Starts real processes (the app, bare Bolt, raw aio
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from localslack.models import ApiCall
 from tests.bench.http.__main__ import parse_args, run
+from tests.bench.http.instructions import parse_args as instructions_args
+from tests.bench.http.instructions import run as instructions_run
 from tests.bench.http.ladder_bench import once_each
 from tests.bench.http.ladder_bench import parse_args as ladder_args
 from tests.bench.http.ladder_bench import run as ladder_run
@@ -85,3 +89,19 @@ def test_the_ladder_check_finds_a_post_made_twice_or_missing() -> None:
     assert once_each([*cycle, cycle[1]], 1) == ["('C1', '1.0'): card updated 2 times"]
     assert once_each(cycle[:3], 1) == ["('C1', '1.0'): 0 session statuses, not 1"]
     assert once_each(cycle[:3], 1, statuses_too=False) == []
+
+
+@pytest.mark.skipif(shutil.which("callgrind_control") is None, reason="valgrind is not installed")
+async def test_instructions_are_counted_per_cycle_and_tell_more_work_from_less(monkeypatch: pytest.MonkeyPatch) -> None:
+    # rung 5 does the floor's cycle and more (the outbox, leases, markers, the contract's events, the audit):
+    # a count that did not see the difference would not be counting the contender's cycles
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    argv = ["--contenders", "d,L5", "--cycles", "4", "--concurrency", "2"]
+    text = await instructions_run(instructions_args(argv), argv)
+    per_cycle = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[0] in ("durable floor", "rung 5"):
+            assert cells[1] == "4", line
+            per_cycle[cells[0]] = float(cells[2].removesuffix(" M"))
+    assert 0 < per_cycle["durable floor"] < per_cycle["rung 5"]

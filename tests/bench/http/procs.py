@@ -36,14 +36,16 @@ class Child:
     _http: aiohttp.ClientSession
 
     @classmethod
-    async def start(cls, module: str, args: list[str], log_path: Path, env: dict[str, str] | None = None) -> Child:
+    async def start(cls, module: str, args: list[str], log_path: Path, env: dict[str, str] | None = None, *,
+                    under: list[str] = (), ready_timeout_s: float = READY_TIMEOUT_S) -> Child:  # type: ignore[assignment]
+        """``under``: a command the interpreter runs under (``valgrind …``: tests.bench.http.instructions)."""
         log = log_path.open("ab")
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", module, *args, cwd=log_path.parent, env=child_env(env),
+            *under, sys.executable, "-m", module, *args, cwd=log_path.parent, env=child_env(env),
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=log)
         assert process.stdout is not None
         try:
-            line = await asyncio.wait_for(process.stdout.readline(), READY_TIMEOUT_S)
+            line = await asyncio.wait_for(process.stdout.readline(), ready_timeout_s)
             ready = json.loads(line)
         except (TimeoutError, ValueError) as exc:
             process.kill()

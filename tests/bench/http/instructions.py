@@ -1,0 +1,191 @@
+"""``python -m tests.bench.http.instructions``: instructions per approve cycle, counted, not timed.
+
+The ladder's CPU figures move ±5–10 % between runs on these shared machines, more than most single
+changes to the core are worth. This counts instead: each contender runs alone under Valgrind's callgrind
+with instrumentation off (imports, start, warm-up are not counted), the same cycles as the ladder's are
+driven over signed HTTP through its own LocalSlack, and only while they run is instrumentation on. The
+count is of the contender's own user-space instructions (the interpreter and the C libraries it calls;
+not the kernel, not Redis, not the bench), so it repeats within ~1 % whatever else the machine does.
+Instructions are not time (caches, system calls), so a change is judged by both: this says whether it
+did less work, the ladder says whether that shows.
+
+Slow: a contender runs ~5 × slower uninstrumented and ~50 × instrumented; the defaults (the floor,
+rung 5, the project; 64 cycles at 4 at once) take about 5 minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from redis.asyncio import Redis
+
+from localslack.seed import BOT_TOKEN
+
+from ..server import open_server
+from .__main__ import SECRET, UNPACED, db_url, open_slack
+from .drive import Samples, Side, throughput_batch
+from .ladder_bench import _commands, once_each
+from .model import BenchModel
+from .procs import Child
+
+CONTENDERS = {  # key → (name, module, extra arguments, environment)
+    "d": ("durable floor", "tests.bench.http.durable", [], None),
+    "L4": ("rung 4", "tests.bench.http.ladder", ["--rung", "4"], None),
+    "L5": ("rung 5", "tests.bench.http.ladder", ["--rung", "5"], None),
+    "p": ("project", "tests.bench.http.project", ["--data-dir", "{tmp}/project"], UNPACED),
+}
+START_TIMEOUT_S = 600.0  # imports under Valgrind, uninstrumented
+_BEGAN = time.monotonic()
+
+
+def _say(text: str) -> None:
+    print(f"bench instructions [{time.monotonic() - _BEGAN:5.1f} s]: {text}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Counted:
+    key: str
+    name: str
+    cycles: int
+    instructions: int
+    commands: float  # Redis commands per cycle (INFO commandstats)
+
+    @property
+    def per_cycle(self) -> float:
+        return self.instructions / self.cycles
+
+
+def _callgrind(pid: int, *flags: str) -> None:
+    subprocess.run(["callgrind_control", *flags, str(pid)], check=True, capture_output=True, timeout=120)
+
+
+def _totals(dump: Path) -> int:
+    """The instructions a callgrind dump counted (its ``totals:`` line, else its ``summary:``)."""
+    text = dump.read_text(errors="replace")
+    found = re.search(r"^totals:\s+(\d+)", text, re.M) or re.search(r"^summary:\s+(\d+)", text, re.M)
+    if found is None:
+        raise RuntimeError(f"no totals in {dump}")
+    return int(found.group(1))
+
+
+async def count_one(key: str, model: BenchModel, redis_url: str, tmp: Path, cycles: int, concurrency: int,
+                    keep: Path | None = None) -> Counted:
+    name, module, extra, env = CONTENDERS[key]
+    slack = await open_slack()
+    out = tmp / f"callgrind.{key}"
+    under = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--dump-instr=no", "--trace-children=no",
+             f"--callgrind-out-file={out}.%p", "--quiet"]
+    args = ["--secret", SECRET, "--token", BOT_TOKEN, "--model-url", model.base_url, "--redis-url", redis_url,
+            "--slack-url", slack.api_url, *(a.format(tmp=tmp) for a in extra)]
+    _say(f"{name}: starting under callgrind …")
+    child = await Child.start(module, args, tmp / f"{key}.log", env, under=under, ready_timeout_s=START_TIMEOUT_S)
+    side = Side(name, key, slack, child, Redis.from_url(redis_url), replies=True)
+    slack.set_bot_url(child.url)
+    pid = child.process.pid
+    try:
+        _say(f"{name}: warming up …")
+        await throughput_batch(side, Samples(), concurrency, 2)
+        await side.idle()
+        _callgrind(pid, "--zero")
+        _callgrind(pid, "--instr=on")
+        _say(f"{name}: {cycles} cycles counted …")
+        samples = Samples()
+        await throughput_batch(side, samples, concurrency, max(1, cycles // concurrency))
+        _callgrind(pid, "--instr=off")
+        for old in tmp.glob(f"callgrind.{key}.*"):
+            old.unlink()
+        _callgrind(pid, "--dump=counted")
+        dumps = sorted(tmp.glob(f"callgrind.{key}.*"))
+        if not dumps:
+            raise RuntimeError(f"{name}: callgrind wrote no dump")
+        if keep is not None:  # for callgrind_annotate: where the instructions went, by C function
+            keep.mkdir(parents=True, exist_ok=True)
+            for dump in dumps:
+                shutil.copy(dump, keep / dump.name)
+        problems = once_each(slack.calls, side.started, statuses_too=key != "d")
+        if problems and key != "p":
+            raise RuntimeError(f"{name} did not do the cycle once per thread: {'; '.join(problems)}")
+        return Counted(key, name, samples.cycles, sum(_totals(d) for d in dumps),
+                       _commands_per_cycle(side, samples))
+    finally:
+        await child.stop()
+        if side.redis is not None:
+            await side.redis.aclose()
+        await slack.stop()
+
+
+def _commands_per_cycle(side: Side, samples: Samples) -> float:
+    side.samples["cycles"] = samples
+    return _commands(side).total() / samples.cycles
+
+
+def render(counted: list[Counted], command: str, concurrency: int) -> str:
+    base = {c.key: c.per_cycle for c in counted}
+    lines = [f"`{command}` ({concurrency} threads at once; instructions of the contender's process while the "
+             "counted cycles ran, ÷ cycles):", "",
+             "| contender | cycles | instructions per cycle | ÷ the floor | ÷ rung 5 | Redis commands per cycle |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for c in counted:
+        floor = f"{c.per_cycle / base['d']:.2f} ×" if "d" in base else "—"
+        rung5 = f"{c.per_cycle / base['L5']:.2f} ×" if "L5" in base else "—"
+        lines.append(f"| {c.name} | {c.cycles} | {c.per_cycle / 1e6:.2f} M | {floor} | {rung5} | {c.commands:.1f} |")
+    return "\n".join(lines)
+
+
+async def run(args: argparse.Namespace, argv: list[str]) -> str:
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
+    server = await open_server()
+    tmp = Path(tempfile.mkdtemp(prefix="hitl-bench-instructions-"))
+    model = BenchModel()
+    await model.start()
+    counted = []
+    try:
+        for index, key in enumerate(args.contenders):
+            redis_url = db_url(server.url, server.dbs[index % len(server.dbs)])
+            counted.append(await count_one(key, model, redis_url, tmp, args.cycles, args.concurrency, args.keep))
+            _say(f"{counted[-1].name}: {counted[-1].per_cycle / 1e6:.2f} M instructions per cycle")
+    except BaseException:
+        for log in sorted(tmp.glob("*.log")):
+            if text := log.read_text(errors="replace").strip():
+                _say(f"{log.name}:\n{text[-3000:]}")
+        raise
+    finally:
+        await model.stop()
+        await server.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return render(counted, " ".join(["python -m tests.bench.http.instructions", *argv]), args.concurrency)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m tests.bench.http.instructions",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("--contenders", default="d,L5,p", help=f"which, in order (of {', '.join(CONTENDERS)})")
+    parser.add_argument("--cycles", type=int, default=64, help="counted cycles per contender (default 64)")
+    parser.add_argument("--concurrency", type=int, default=4, help="threads at once (default 4)")
+    parser.add_argument("--keep", type=Path, help="copy each contender's callgrind dump into this directory")
+    args = parser.parse_args(argv)
+    args.contenders = [k.strip() for k in args.contenders.split(",") if k.strip()]
+    if unknown := set(args.contenders) - set(CONTENDERS):
+        parser.error(f"no such contender: {sorted(unknown)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    logging.basicConfig(level=logging.WARNING)
+    print(asyncio.run(run(parse_args(argv), argv)))
+
+
+if __name__ == "__main__":
+    main()
