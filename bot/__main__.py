@@ -137,6 +137,7 @@ def _reset_local(settings: Settings) -> int:
 
 
 async def _run(settings: Settings) -> int:
+    from bot import logs
     from bot.app import start_bot
     from bot.heap import settle_after_start
 
@@ -146,6 +147,7 @@ async def _run(settings: Settings) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGUSR1, logs.log_waits)  # what every task waits on (OPERATIONS.md)
     if settings.role == "worker":  # no Slack route: only health and metrics on the port
         log.info("worker running (turns, tools, delivery to Slack; health and metrics at %s)", bot.url)
     elif settings.log_format == "json":  # one JSON object per line, the banner included

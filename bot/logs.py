@@ -158,3 +158,36 @@ def configure(log_format: str = "text", *, log_content: bool = False, level: int
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     root.addHandler(handler)
     root.setLevel(level)
+
+
+# --- what the process waits on -------------------------------------------------------------------
+
+
+def awaiting(task: Any) -> list[str]:
+    """Where an asyncio task is suspended: each coroutine of its await chain, outermost first, as
+    ``file:line in function`` (``Task.get_stack`` gives only the outermost frame of a suspended one)."""
+    where: list[str] = []
+    step: Any = task.get_coro()
+    for _ in range(100):  # (a chain is short; a cycle would be a bug of its own)
+        frame = getattr(step, "cr_frame", None) or getattr(step, "gi_frame", None)
+        if frame is None:
+            if step is not None:  # what the innermost coroutine awaits: I/O, a sleep, an event, a lock…
+                where.append("waiting on a future" if type(step).__name__ == "FutureIter"
+                             else f"waiting on {type(step).__name__}")
+            break
+        where.append(f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_qualname}")
+        step = getattr(step, "cr_await", None) or getattr(step, "gi_yieldfrom", None)
+    return where
+
+
+def log_waits() -> None:
+    """Log every asyncio task of this process and where it waits (``kill -USR1 <pid>``: a turn or a
+    delivery that seems stuck shows what it is waiting on)."""
+    import asyncio
+
+    tasks = sorted(asyncio.all_tasks(), key=lambda t: t.get_name())
+    lines = [f"{len(tasks)} tasks:"]
+    for task in tasks:
+        lines.append(f"- {task.get_name()}:")
+        lines += [f"    {place}" for place in awaiting(task)]
+    logging.getLogger("bot.waits").warning("\n".join(lines))

@@ -168,6 +168,9 @@ async def save_artifacts(
         saved.append(Path(f"{stem}.html"))
     except Exception as exc:  # noqa: BLE001
         saved.append(Path(f"{stem}.html (not saved: {exc!r})"))
+    if product is not None and product.process.returncode is None:
+        product.process.send_signal(signal.SIGUSR1)  # the bot logs what each of its tasks waits on
+        await asyncio.sleep(0.5)
     if product is not None and product.log_path.exists():
         Path(f"{stem}.bot.log").write_bytes(product.log_path.read_bytes())
         saved.append(Path(f"{stem}.bot.log"))

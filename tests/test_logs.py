@@ -4,6 +4,7 @@ is being worked on; tokens and secrets never show; what people and the model wri
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -195,3 +196,31 @@ def _wait_for(condition, process: subprocess.Popen[bytes], within_s: float = 20.
             return found
         time.sleep(0.05)
     raise AssertionError("timed out")
+
+
+async def test_a_suspended_task_shows_its_whole_await_chain(caplog: pytest.LogCaptureFixture) -> None:
+    gate = asyncio.Event()
+
+    async def innermost() -> None:
+        await gate.wait()
+
+    async def outer() -> None:
+        await innermost()
+
+    task = asyncio.create_task(outer(), name="the-stuck-one")
+    await asyncio.sleep(0)
+    try:
+        chain = logs.awaiting(task)
+        assert [place.rsplit(" in ", 1)[-1] for place in chain[:3]] == [
+            "test_a_suspended_task_shows_its_whole_await_chain.<locals>.outer",
+            "test_a_suspended_task_shows_its_whole_await_chain.<locals>.innermost",
+            "Event.wait",
+        ]
+        assert chain[-1] == "waiting on a future"
+        with caplog.at_level(logging.WARNING, logger="bot.waits"):
+            logs.log_waits()
+        told = "\n".join(r.getMessage() for r in caplog.records if r.name == "bot.waits")
+        assert "- the-stuck-one:" in told and "in test_a_suspended_task_shows_its_whole_await_chain.<locals>.innermost" in told
+    finally:
+        gate.set()
+        await task
