@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import logging
 import signal
 import sys
@@ -148,6 +149,8 @@ async def _run(settings: Settings) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGUSR1, logs.log_waits)  # what every task waits on (OPERATIONS.md)
+    # every thread's stack, written from C: it answers even when something blocks the event loop
+    faulthandler.register(signal.SIGUSR2, all_threads=True)
     if settings.role == "worker":  # no Slack route: only health and metrics on the port
         log.info("worker running (turns, tools, delivery to Slack; health and metrics at %s)", bot.url)
     elif settings.log_format == "json":  # one JSON object per line, the banner included

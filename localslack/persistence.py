@@ -157,10 +157,15 @@ class Persister:
             if self._writing is None:
                 self._writing = asyncio.ensure_future(self._write_async())
                 self._writing.add_done_callback(self._written)
+            writing = self._writing
             try:
-                await asyncio.shield(self._writing)
+                await asyncio.shield(writing)
             except Exception:  # noqa: BLE001 - logged by _written; a broken disk must not hang every answer
                 return
+            if self._writing is writing:
+                # finished, its callback maybe still queued: awaiting a finished future does not yield, so
+                # looping on it would never let that callback run (the event loop frozen)
+                self._writing = None
             if not self._dirty:
                 return
 

@@ -14,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shutil
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -169,12 +171,38 @@ async def save_artifacts(
     except Exception as exc:  # noqa: BLE001
         saved.append(Path(f"{stem}.html (not saved: {exc!r})"))
     if product is not None and product.process.returncode is None:
-        product.process.send_signal(signal.SIGUSR1)  # the bot logs what each of its tasks waits on
+        saved.append(_process_state(product.process.pid, Path(f"{stem}.process.txt")))
+        product.process.send_signal(signal.SIGUSR2)  # every thread's stack (even with its event loop blocked)
+        product.process.send_signal(signal.SIGUSR1)  # what each of its asyncio tasks waits on
         await asyncio.sleep(0.5)
     if product is not None and product.log_path.exists():
         Path(f"{stem}.bot.log").write_bytes(product.log_path.read_bytes())
         saved.append(Path(f"{stem}.bot.log"))
     return saved
+
+
+def _process_state(pid: int, path: Path) -> Path:
+    """What the kernel says the bot's threads are doing (state and wait channel: ``D`` and a ``wchan`` in the
+    filesystem mean blocked on the disk, which stops its event loop), and its Python stacks when py-spy is
+    installed (read from outside: answers even when the process cannot write)."""
+    lines = []
+    for task in sorted(Path(f"/proc/{pid}/task").glob("*")):
+        try:
+            status = dict(line.split(":", 1) for line in (task / "status").read_text().splitlines() if ":" in line)
+            wchan = (task / "wchan").read_text().strip()
+        except OSError:
+            continue
+        lines.append(f"thread {task.name} {status.get('Name', '').strip()}: {status.get('State', '').strip()}, "
+                     f"wchan {wchan or '-'}")
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if Path(spy).exists():
+        try:
+            dump = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=20)
+            lines += ["", dump.stdout, dump.stderr]
+        except (OSError, subprocess.SubprocessError) as exc:
+            lines.append(f"py-spy failed: {exc!r}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 @asynccontextmanager

@@ -155,3 +155,34 @@ async def test_a_kill_9_right_after_an_acknowledged_post_loses_nothing(tmp_path:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_change_made_as_a_write_finishes_does_not_freeze_the_process(tmp_path: Path) -> None:
+    # The moment a save finishes, its "written" callback is queued, not run. A request that changed the
+    # workspace and asks for durability in that moment found the finished write still in place: awaiting it
+    # returned at once without yielding, and it looped on it forever, the event loop (and with it the whole
+    # bot of `make run`) frozen. Run in a child process: a regression hangs, and only the child.
+    script = f"""
+import asyncio
+from localslack.persistence import Persister
+from localslack.workspace import Workspace
+
+async def main():
+    persister = Persister(Workspace(), {str(tmp_path)!r})
+    finished = asyncio.get_running_loop().create_future()
+    persister._writing = finished  # a save that has just finished: its done callback is queued, not run
+    finished.add_done_callback(persister._written)
+    finished.set_result(None)
+    persister.schedule()  # and a change made since: it must reach the disk too
+    await persister.durable()  # in this task, at once: before the queued callback can run
+    print("durable", persister.saves)
+
+asyncio.run(main())
+"""
+    try:
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=15,
+                              cwd=Path(__file__).resolve().parents[1])
+    except subprocess.TimeoutExpired:
+        pytest.fail("Persister.durable() spun on a finished write: the event loop froze")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["durable", "1"]  # the change made since was written
