@@ -42,6 +42,7 @@ else
 	$(BIN)/python -m tests.bench.cycle
 	$(BIN)/python -m tests.bench.roundtrips
 	$(BIN)/python -m tests.bench.http
+	$(BIN)/python -m tests.bench.http.instructions  # counted under valgrind: repeats within ~0.3 %
 endif
 
 check: $(STAMP)
