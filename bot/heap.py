@@ -8,9 +8,10 @@ are collected as before, as often as before; objects whose last reference goes a
 or not (only a start-time object dropped later inside a reference cycle would never be reclaimed: the
 start's objects are the process's own for its whole life).
 
-The young generation's threshold stays CPython's: collecting it less often saved more CPU under load,
-but an idle process then kept its cyclic garbage (and whatever it holds open) for as long as it stayed
-idle, and the browser tests, whose bots idle between clicks, started failing now and then.
+The young generation's threshold stays CPython's: collecting it less often looked cheaper by CPU time,
+but counted it saves no instructions (fewer collections, each larger), and an idle process would keep
+its cyclic garbage for as long as it stayed idle. (The browser-test failures once blamed on it were the
+local workspace's freeze, fixed in ``localslack/persistence.py``.)
 
 For the process that serves (``python -m bot run``), not for a library caller: a test suite that starts
 many bots in one process would keep the cycles of every earlier one.
