@@ -99,7 +99,7 @@ async def count_one(key: str, model: BenchModel, redis_url: str, tmp: Path, cycl
         _callgrind(pid, "--zero")
         _callgrind(pid, "--instr=on")
         _say(f"{name}: {cycles} cycles counted …")
-        samples = Samples()
+        samples = side.samples["cycles"] = Samples()  # where the ladder's _commands reads the counts
         await throughput_batch(side, samples, concurrency, max(1, cycles // concurrency))
         _callgrind(pid, "--instr=off")
         for old in tmp.glob(f"callgrind.{key}.*"):
@@ -116,17 +116,12 @@ async def count_one(key: str, model: BenchModel, redis_url: str, tmp: Path, cycl
         if problems and key != "p":
             raise RuntimeError(f"{name} did not do the cycle once per thread: {'; '.join(problems)}")
         return Counted(key, name, samples.cycles, sum(_totals(d) for d in dumps),
-                       _commands_per_cycle(side, samples))
+                       _commands(side).total() / samples.cycles)
     finally:
         await child.stop()
         if side.redis is not None:
             await side.redis.aclose()
         await slack.stop()
-
-
-def _commands_per_cycle(side: Side, samples: Samples) -> float:
-    side.samples["cycles"] = samples
-    return _commands(side).total() / samples.cycles
 
 
 def render(counted: list[Counted], command: str, concurrency: int) -> str:
