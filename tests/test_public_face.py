@@ -22,9 +22,13 @@ class Refund(BaseModel):
     amount: float
 
 
-def readme_python_blocks() -> list[str]:
-    text = (ROOT / "README.md").read_text()
+def python_blocks(page: str) -> list[str]:
+    text = (ROOT / page).read_text()
     return [textwrap.dedent(block) for block in re.findall(r"^ *```python\n(.*?)^ *```", text, re.S | re.M)]
+
+
+def readme_python_blocks() -> list[str]:
+    return python_blocks("README.md")
 
 
 def imported_modules(code: str) -> set[str]:
@@ -37,19 +41,28 @@ def imported_modules(code: str) -> set[str]:
     return modules
 
 
-def test_the_readmes_tool_examples_import_only_from_bot():
-    blocks = [b for b in readme_python_blocks() if "@tool" in b or "SubAgent(" in b]
-    assert blocks, "the README shows no tool"
-    for block in blocks:
-        ours = {m for m in imported_modules(block) if m == "bot" or m.startswith("bot.")}
-        assert ours <= {"bot"}, f"a README tool example imports {sorted(ours - {'bot'})}:\n{block}"
+def test_the_docs_tool_examples_import_only_from_bot():
+    for page in ("README.md", "docs/TOOLS.md"):
+        blocks = [b for b in python_blocks(page) if "@tool" in b or "SubAgent(" in b]
+        assert blocks, f"{page} shows no tool"
+        for block in blocks:
+            ours = {m for m in imported_modules(block) if m == "bot" or m.startswith("bot.")}
+            assert ours <= {"bot"}, f"a tool example in {page} imports {sorted(ours - {'bot'})}:\n{block}"
+
+
+def test_every_python_example_in_the_docs_is_valid_python():
+    for page in ("README.md", "docs/TOOLS.md"):
+        for block in python_blocks(page):
+            compile(block, page, "exec")
 
 
 def test_the_readmes_first_tool_file_runs_as_written():
     first = next(b for b in readme_python_blocks() if "@tool" in b and "import" in b)
     namespace: dict[str, object] = {}
     exec(compile(first, "README.md", "exec"), namespace)  # noqa: S102 - our own README
-    assert any(type(v).__name__ == "Tool" for v in namespace.values())
+    tools = [v for v in namespace.values() if type(v).__name__ == "Tool"]
+    assert tools
+    assert all(t.description for t in tools), "a README tool has no model-facing description"
 
 
 def test_the_demo_tools_import_only_from_bot():
