@@ -35,6 +35,7 @@ from blocks.forms import FormUnsupported, check_form_model
 from bot import tracing
 from bot.builtin import BUILTIN_TOOLS
 from bot.config import ConfigError, Settings
+from bot.installed import Installed
 from bot.metrics import AppMetrics, MeteredModel, StoreGauges
 from bot.models.base import ChatModel
 from bot.observed import ObservedChannel
@@ -57,6 +58,7 @@ from store.audit_events import PassAudit
 from store.client import RedisHandle, open_redis, ping
 from store.gauges import GaugeReader
 from store.home_views import HomeViews
+from store.install_marks import InstallMarks
 from store.outbox import RedisOutbox
 from store.policies import PolicyStore
 from store.schedules import ScheduleStore
@@ -311,13 +313,14 @@ async def _start(
     http = aiohttp.ClientSession(trace_configs=[slack_spans] if slack_spans else None)
     stack.push_async_callback(http.close)
     client = AsyncWebClient(token=token, base_url=api_url, session=http, retry_handlers=slack_retry_handlers())
+    installed = Installed(InstallMarks(redis.client, client_id=settings.slack_client_id))
     oauth = None
     if settings.slack_client_id:
         from handlers.routes.oauth import STATE_SECONDS, oauth_settings
         from store.installations import RedisInstallationStore, RedisOAuthStateStore
 
         oauth = oauth_settings(settings, RedisInstallationStore(redis.client, client_id=settings.slack_client_id),
-                               RedisOAuthStateStore(redis.client, expiration_seconds=STATE_SECONDS))
+                               RedisOAuthStateStore(redis.client, expiration_seconds=STATE_SECONDS), installed)
         client = AsyncWebClient(base_url=api_url, session=http, retry_handlers=slack_retry_handlers())
     slack = MeteredApp(  # AsyncApp, timing each ack (hitl_slack_ack_seconds)
         # named: without a name Bolt names the app after its caller's file with inspect.stack(), which reads
@@ -388,6 +391,7 @@ async def _start(
         schedules=schedules,  # /agent schedule
         live=slack_channel.live,  # answers stream into Slack as the model writes them
         policies=policies,
+        installed=installed,
     )
     if settings.schedules_config:
         await _apply_schedules_file(settings.schedules_config, schedules, runtime.settings.clock())

@@ -11,6 +11,7 @@ slack_sdk's SQL stores do), and no history of old tokens is kept.
 Keys: one Redis hash per installation target, ``hitl:{inst:<enterprise or ->:<team or ->}:oauth``
 (fields ``bot``, ``installer``, ``installer:<user_id>``, each the object's JSON), so a save or a delete
 is one atomic operation in one hash slot. OAuth states are ``hitl:oauth-state:<state>`` with a TTL.
+A new installation lifts its workspace's uninstall mark (``store.install_marks``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from slack_sdk.oauth.installation_store.models.installation import Installation
 from slack_sdk.oauth.state_store.async_state_store import AsyncOAuthStateStore
 
 from store.client import RedisClient
+from store.install_marks import InstallMarks
 
 KEY_PREFIX = "hitl"
 _BOT = "bot"
@@ -130,6 +132,11 @@ class RedisInstallationStore(AsyncInstallationStore):
     async def async_save(self, installation: Installation) -> None:
         if installation.team_id and not installation.is_enterprise_install:
             await self.async_remember_workspace(installation.team_id, installation.enterprise_id, False)
+        # a new installation lifts the uninstall mark of its workspace, or (org-wide) of its org's workspaces
+        org_wide = installation.is_enterprise_install or not installation.team_id
+        teams = ([installation.team_id] if not org_wide else
+                 await self.async_workspaces_of(installation.enterprise_id) if installation.enterprise_id else [])
+        await InstallMarks(self._redis, client_id=self.client_id).mark_installed(*teams)
         key = self.key(installation.enterprise_id, installation.team_id)
         entity = _to_json(installation)
         fields = {_LATEST: entity, f"{_USER_PREFIX}{_checked_id(installation.user_id)}": entity}
@@ -193,6 +200,12 @@ class RedisInstallationStore(AsyncInstallationStore):
             return None
         seen = json.loads(raw)
         return seen.get("enterprise_id"), bool(seen.get("is_enterprise_install"))
+
+    async def async_workspaces_of(self, enterprise_id: str) -> list[str]:
+        """The workspaces seen in ``enterprise_id``'s org (an org-wide uninstall reaches each)."""
+        seen = await self._redis.hgetall(self._directory_key())
+        return [(team.decode() if isinstance(team, bytes) else team) for team, raw in seen.items()
+                if json.loads(raw).get("enterprise_id") == enterprise_id]
 
     async def async_find_bot_for_workspace(self, team_id: str | None) -> Bot | None:
         """The bot serving ``team_id``: its own install, or its org's org-wide install (Enterprise Grid)."""
@@ -260,3 +273,4 @@ class RedisOAuthStateStore(AsyncOAuthStateStore):
         if not consumed:
             self.logger.warning("OAuth state unknown, expired or already used")
         return consumed
+

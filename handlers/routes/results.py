@@ -16,6 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from bot.admission import GUEST_REFUSAL, admits
+from bot.installed import NOT_INSTALLED
 from bot.protocol import InputResponse, UnknownRequest
 from bot.result_tokens import verify_token
 from handlers.deps import SlackDeps
@@ -62,6 +63,8 @@ async def _post_result(deps: SlackDeps, key: bytes | None, request: web.Request)
         return _error(404, "no such request (it may have expired)")
     if record.request.kind != "external-result":
         return _error(404, "that request does not take a result")
+    if not await deps.runtime.installed.installed(record.team_id):
+        return _error(403, NOT_INSTALLED)  # it waits: the same token settles it once the app is back
     if not await admits(claims.principal, record.channel.get("channel_id"), source=deps.policies):
         # a result resumes a turn: the one admission rule, as it reads now (a guest's channel may have closed)
         return _error(403, GUEST_REFUSAL)
