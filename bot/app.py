@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -319,8 +320,11 @@ async def _start(
         from handlers.routes.oauth import STATE_SECONDS, oauth_settings
         from store.installations import RedisInstallationStore, RedisOAuthStateStore
 
+        # states are signed with the client secret (oauth_settings says which setting is missing first)
+        states = partial(RedisOAuthStateStore, redis.client, expiration_seconds=STATE_SECONDS,
+                         secret=settings.slack_client_secret or "")
         oauth = oauth_settings(settings, RedisInstallationStore(redis.client, client_id=settings.slack_client_id),
-                               RedisOAuthStateStore(redis.client, expiration_seconds=STATE_SECONDS), installed)
+                               states, installed)
         client = AsyncWebClient(base_url=api_url, session=http, retry_handlers=slack_retry_handlers())
     slack = MeteredApp(  # AsyncApp, timing each ack (hitl_slack_ack_seconds)
         # named: without a name Bolt names the app after its caller's file with inspect.stack(), which reads

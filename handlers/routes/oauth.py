@@ -13,6 +13,7 @@ is ``SLACK_API_URL`` (Bolt hands the app's client to the flow).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from slack_bolt.oauth.async_callback_options import AsyncCallbackOptions, AsyncFailureArgs, AsyncSuccessArgs
@@ -42,8 +43,9 @@ def scopes_of(settings: Settings) -> list[str]:
 
 
 def oauth_settings(settings: Settings, installations: RedisInstallationStore,
-                   states: RedisOAuthStateStore, installed: Installed | None = None) -> AsyncOAuthSettings:
-    """Bolt's OAuth settings over the stores ``bot/app.py`` built (``states`` lasting ``STATE_SECONDS``).
+                   states: Callable[[], RedisOAuthStateStore], installed: Installed | None = None) -> AsyncOAuthSettings:
+    """Bolt's OAuth settings over the stores ``bot/app.py`` built (``states()`` lasting ``STATE_SECONDS``, built
+    once the settings are known to be complete: they are signed with the client secret).
     ``installed``: told at once of a workspace that installed the app (its waiting requests may settle)."""
     if not settings.slack_client_id or not settings.slack_client_secret:
         raise ConfigError("set both SLACK_CLIENT_ID and SLACK_CLIENT_SECRET for multi-workspace OAuth")
@@ -53,7 +55,7 @@ def oauth_settings(settings: Settings, installations: RedisInstallationStore,
         scopes=scopes_of(settings),
         user_scopes=[],
         installation_store=installations,
-        state_store=states,
+        state_store=states(),
         state_expiration_seconds=STATE_SECONDS,
         install_path=INSTALL_PATH,
         redirect_uri_path=REDIRECT_PATH,
