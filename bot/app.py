@@ -41,7 +41,7 @@ from bot.metrics import AppMetrics, MeteredModel, StoreGauges
 from bot.models.base import ChatModel
 from bot.observed import ObservedChannel
 from bot.ports import Channel
-from bot.result_tokens import token_key
+from bot.result_tokens import TOKEN_TTL_S, TokenHolders, token_key
 from bot.roles import NoModel, Wakeups, WebRuntime
 from bot.tool_registry import ToolRegistry
 from bot.tools import Tool
@@ -63,6 +63,7 @@ from store.install_marks import InstallMarks
 from store.outbox import RedisOutbox
 from store.policies import PolicyStore
 from store.schedules import ScheduleStore
+from store.token_revocations import TokenRevocations
 from store.turns import RedisTurns
 from store.wakeups import WakeQueue
 
@@ -403,7 +404,9 @@ async def _start(
     # handlers get built stores, never a Redis client (issue 27 item 4)
     deps = SlackDeps(runtime=runtime, store=turns, posts=outbox_store.posts, settings=settings, audit=audit,
                      assistant_threads=AssistantThreads(redis.client), policies=policies,
-                     result_key=token_key(secret), public_url=settings.public_url)
+                     result_key=token_key(secret), public_url=settings.public_url,
+                     token_holders=TokenHolders(policies, lambda: runtime.settings.clock()),
+                     token_revocations=TokenRevocations(redis.client, keep_s=TOKEN_TTL_S))
     _wire_governance(deps, policies, redis, client_for, registry)
     # a line per turn event, delivery lag and ids in logs, around everything the frontend shows
     runtime.channel = ObservedChannel(runtime.channel, names=_local_names(local))
