@@ -52,7 +52,7 @@ async def _teams(app: AsyncApp, context: dict[str, Any]) -> list[str]:
         return [team]
     store = app.installation_store
     finder = getattr(store, "async_workspaces_of", None)
-    return await finder(enterprise) if finder is not None and enterprise else []
+    return await finder(enterprise, org_wide=True) if finder is not None and enterprise else []
 
 
 def _where(context: dict[str, Any]) -> tuple[str | None, str | None, str]:

@@ -219,11 +219,13 @@ class RedisInstallationStore(AsyncInstallationStore):
         seen = json.loads(raw)
         return seen.get("enterprise_id"), bool(seen.get("is_enterprise_install"))
 
-    async def async_workspaces_of(self, enterprise_id: str) -> list[str]:
-        """The workspaces seen in ``enterprise_id``'s org (an org-wide uninstall reaches each)."""
-        seen = await self._redis.hgetall(self._directory_key())
-        return [(team.decode() if isinstance(team, bytes) else team) for team, raw in seen.items()
-                if json.loads(raw).get("enterprise_id") == enterprise_id]
+    async def async_workspaces_of(self, enterprise_id: str, *, org_wide: bool = False) -> list[str]:
+        """The workspaces seen in ``enterprise_id``'s org; ``org_wide``: only those served by its org-wide
+        install (the ones an org-wide uninstall reaches)."""
+        seen = {(t.decode() if isinstance(t, bytes) else t): json.loads(raw)
+                for t, raw in (await self._redis.hgetall(self._directory_key())).items()}
+        return [team for team, where in seen.items() if where.get("enterprise_id") == enterprise_id
+                and (where.get("is_enterprise_install") or not org_wide)]
 
     async def async_find_bot_for_workspace(self, team_id: str | None) -> Bot | None:
         """The bot serving ``team_id``: its own install, or its org's org-wide install (Enterprise Grid)."""

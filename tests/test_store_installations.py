@@ -300,3 +300,19 @@ async def test_bolt_authorizes_requests_from_the_stored_installation(redis: redi
     finally:
         await runner.cleanup()
     assert "xoxb-current" in seen
+
+
+async def test_a_new_installation_lifts_the_uninstall_mark_of_its_workspace_or_its_orgs(
+    redis: redis_asyncio.Redis,
+) -> None:
+    from store.install_marks import InstallMarks
+
+    store, marks = RedisInstallationStore(redis), InstallMarks(redis)
+    await store.async_remember_workspace("T2", "E1", True)
+    await store.async_remember_workspace("T3", "E9", True)
+    await marks.mark_uninstalled(["T1", "T2", "T3"])
+    assert await marks.uninstalled() == {"T1", "T2", "T3"}
+    await store.async_save(_installation("U1"))
+    assert await marks.uninstalled() == {"T2", "T3"}
+    await store.async_save(_installation("U2", team_id=None, enterprise_id="E1", is_enterprise_install=True))
+    assert await marks.uninstalled() == {"T3"}  # the org's workspaces, not another org's

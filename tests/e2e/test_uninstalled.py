@@ -223,3 +223,67 @@ async def test_a_deadline_of_an_uninstalled_workspace_waits_and_the_card_stays_o
     await bot.runtime.wait_idle()
     assert not any("Nobody approved" in m.text for m in local_slack.messages(GENERAL, ts))
     assert card_in(local_slack, ts) is not None
+
+
+async def test_an_org_wide_uninstall_reaches_every_workspace_of_the_org_it_served(
+    local_slack, start_app, redis
+):
+    from slack_sdk.oauth.installation_store.models.installation import Installation
+
+    from localslack.seed import ALICE, BOT_TOKEN
+
+    bot = await start_app(ScriptedModel([say("hi")]), [], **OAUTH)
+    await RedisInstallationStore(redis, client_id=DEFAULT_CLIENT_ID).async_save(
+        Installation(
+            app_id="A0LOCAL",
+            enterprise_id="E0ORG",
+            team_id=None,
+            is_enterprise_install=True,
+            user_id=ALICE,
+            bot_token=BOT_TOKEN,
+            bot_id="B0LOCAL",
+            bot_user_id=BOT_USER_ID,
+            bot_scopes=["chat:write"],
+        )
+    )
+    org_wide = {
+        "team_id": None,
+        "enterprise_id": "E0ORG",
+        "user_id": BOT_USER_ID,
+        "is_bot": True,
+        "is_enterprise_install": True,
+    }
+
+    async def event(event_id: str, event: dict) -> None:
+        envelope = {
+            "type": "event_callback",
+            "team_id": TEAM_ID,
+            "enterprise_id": "E0ORG",
+            "api_app_id": "A0LOCAL",
+            "event_id": event_id,
+            "event_time": 1,
+            "authorizations": [org_wide],
+            "event": event,
+        }
+        body = json.dumps(envelope).encode()
+        answer = await local_slack.deliver_raw(
+            body, {"Content-Type": "application/json", **local_slack.sign(body)}
+        )
+        assert answer.status == 200
+
+    await event(
+        "Ev0SEEN",
+        {
+            "type": "app_mention",
+            "user": ALICE,
+            "text": f"<@{BOT_USER_ID}> hi",
+            "ts": "1767225600.000100",
+            "channel": GENERAL,
+            "event_ts": "1767225600.000100",
+            "team": TEAM_ID,
+        },
+    )
+    await bot.runtime.wait_idle()
+    assert await bot.runtime.installed.installed(TEAM_ID)
+    await event("Ev0GONE", {"type": "app_uninstalled"})
+    assert not await bot.runtime.installed.installed(TEAM_ID)
