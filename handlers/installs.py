@@ -17,6 +17,7 @@ from typing import Any
 from slack_bolt.async_app import AsyncApp
 
 from bot.installed import Installed
+from handlers.identity import installation_team
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +35,10 @@ def register(app: AsyncApp, installed: Installed) -> None:
         if tokens.get("bot"):  # without its bot token the app can do nothing there: as if uninstalled
             await installed.uninstalled_from(await _teams(app, context))
 
-    async def back_again(context: dict[str, Any], body: dict[str, Any], next: Any) -> None:  # noqa: A002 - Bolt's name
-        team = context.get("team_id")
+    async def back_again(body: dict[str, Any], next: Any) -> None:  # noqa: A002 - Bolt's name
+        team = installation_team(body)  # the workspace as our sessions name it (not a Slack Connect guest's)
         if installed.known_uninstalled(team) and (body.get("event") or {}).get("type") not in _LEAVING:
-            await installed.installed_in(team)  # Slack signs requests only for an installed app
+            await installed.installed_in(str(team))  # Slack signs requests only for an installed app
         await next()
 
     app.middleware(back_again)
