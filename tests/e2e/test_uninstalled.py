@@ -106,8 +106,9 @@ EXPORTING = asyncio.Event()
 async def test_a_turn_whose_workspace_uninstalled_the_app_while_a_tool_ran_takes_no_next_step(
     local_slack, start_app
 ):
+    global EXPORTING
     RAN.clear()
-    EXPORTING.clear()
+    EXPORTING = asyncio.Event()  # this test's loop's
     bot = await start_app(
         ScriptedModel([call("slow_export"), call("drop_table"), say("done")]), [slow_export, drop_table]
     )
