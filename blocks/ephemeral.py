@@ -48,4 +48,5 @@ def result_token_text(req: InputRequest, url: str, token: str, expires_at: datet
     return (f"To send the result of {inline_code(tool_name_of(req))} from another system, POST it as JSON "
             f"(fields: {fields}) until {slack_date(expires_at)}. Anyone with this token answers as you; "
             f"it works once.\n```curl -X POST {url} \\\n  -H 'Authorization: Bearer {token}' \\\n"
-            f"  -H 'Content-Type: application/json' -d '{{…}}'```")
+            f"  -H 'Content-Type: application/json' -d '{{…}}'```\n"
+            f"If it leaks, revoke it: the same request with `-X DELETE`, or `/approvers revoke-tokens`.")

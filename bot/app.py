@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,11 +36,12 @@ from blocks.forms import FormUnsupported, check_form_model
 from bot import tracing
 from bot.builtin import BUILTIN_TOOLS
 from bot.config import ConfigError, Settings
+from bot.installed import Installed
 from bot.metrics import AppMetrics, MeteredModel, StoreGauges
 from bot.models.base import ChatModel
 from bot.observed import ObservedChannel
 from bot.ports import Channel
-from bot.result_tokens import token_key
+from bot.result_tokens import TOKEN_TTL_S, TokenHolders, token_key
 from bot.roles import NoModel, Wakeups, WebRuntime
 from bot.tool_registry import ToolRegistry
 from bot.tools import Tool
@@ -57,9 +59,11 @@ from store.audit_events import PassAudit
 from store.client import RedisHandle, open_redis, ping
 from store.gauges import GaugeReader
 from store.home_views import HomeViews
+from store.install_marks import InstallMarks
 from store.outbox import RedisOutbox
 from store.policies import PolicyStore
 from store.schedules import ScheduleStore
+from store.token_revocations import TokenRevocations
 from store.turns import RedisTurns
 from store.wakeups import WakeQueue
 
@@ -311,13 +315,17 @@ async def _start(
     http = aiohttp.ClientSession(trace_configs=[slack_spans] if slack_spans else None)
     stack.push_async_callback(http.close)
     client = AsyncWebClient(token=token, base_url=api_url, session=http, retry_handlers=slack_retry_handlers())
+    installed = Installed(InstallMarks(redis.client, client_id=settings.slack_client_id))
     oauth = None
     if settings.slack_client_id:
         from handlers.routes.oauth import STATE_SECONDS, oauth_settings
         from store.installations import RedisInstallationStore, RedisOAuthStateStore
 
+        # states are signed with the client secret (oauth_settings says which setting is missing first)
+        states = partial(RedisOAuthStateStore, redis.client, expiration_seconds=STATE_SECONDS,
+                         secret=settings.slack_client_secret or "")
         oauth = oauth_settings(settings, RedisInstallationStore(redis.client, client_id=settings.slack_client_id),
-                               RedisOAuthStateStore(redis.client, expiration_seconds=STATE_SECONDS))
+                               states, installed)
         client = AsyncWebClient(base_url=api_url, session=http, retry_handlers=slack_retry_handlers())
     slack = MeteredApp(  # AsyncApp, timing each ack (hitl_slack_ack_seconds)
         # named: without a name Bolt names the app after its caller's file with inspect.stack(), which reads
@@ -388,6 +396,7 @@ async def _start(
         schedules=schedules,  # /agent schedule
         live=slack_channel.live,  # answers stream into Slack as the model writes them
         policies=policies,
+        installed=installed,
     )
     if settings.schedules_config:
         await _apply_schedules_file(settings.schedules_config, schedules, runtime.settings.clock())
@@ -395,7 +404,9 @@ async def _start(
     # handlers get built stores, never a Redis client (issue 27 item 4)
     deps = SlackDeps(runtime=runtime, store=turns, posts=outbox_store.posts, settings=settings, audit=audit,
                      assistant_threads=AssistantThreads(redis.client), policies=policies,
-                     result_key=token_key(secret), public_url=settings.public_url)
+                     result_key=token_key(secret), public_url=settings.public_url,
+                     token_holders=TokenHolders(policies, lambda: runtime.settings.clock()),
+                     token_revocations=TokenRevocations(redis.client, keep_s=TOKEN_TTL_S))
     _wire_governance(deps, policies, redis, client_for, registry)
     # a line per turn event, delivery lag and ids in logs, around everything the frontend shows
     runtime.channel = ObservedChannel(runtime.channel, names=_local_names(local))

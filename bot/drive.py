@@ -22,6 +22,7 @@ from bot.call_outcomes import apply_resolutions, unreported_results
 from bot.early_start import EarlyStart
 from bot.execute import Executor, ToolUnavailable, make_record
 from bot.history import compact, model_view, user_message
+from bot.installed import RETRY_MS, NotInstalled
 from bot.intake import Intake
 from bot.lease_keeper import LeaseKeeper
 from bot.models.base import ModelError, TextCallback
@@ -123,12 +124,15 @@ class Driver:
                                  told=lambda turn_id: self.exec.stop_running(session_id, turn_id),
                                  busy=lambda: self.exec.runs_tools(session_id))
             keeper.start()
-            failed = False
+            failed = waits = False
             work = _Pass(session_id, token, read=snap)
             try:
                 await self._drive_locked(work)
                 if work.failures:
                     await store.drive_failures(session_id, failed=False)
+            except NotInstalled as exc:  # not a failure: it goes on once the app is installed again
+                waits = True
+                log.info("session %s waits: %s", session_id, exc)
             except LeaseLost:
                 log.warning("lost the turn lease of %s; another worker continues it", session_id)
                 return
@@ -141,12 +145,12 @@ class Driver:
             finally:
                 await self._let_go(work)
                 await keeper.stop()
-            if work.released and not failed:
+            if work.released and not (failed or waits):
                 after = work.after  # the last checkpoint let the lease go and read what came meanwhile
-            else:
-                retry_ms = await self._after_failure(session_id, token) if failed else 0
-                after = await store.release_lease(session_id, token, still_active=failed, retry_after_ms=retry_ms,
-                                                  read=not failed)
+            else:  # (a session that waits for a reinstall stays due, looked at again a while later)
+                retry_ms = await self._after_failure(session_id, token) if failed else RETRY_MS if waits else 0
+                after = await store.release_lease(session_id, token, still_active=failed or waits,
+                                                  retry_after_ms=retry_ms, read=not (failed or waits))
             if after is None or not await self._has_work(after, parked_now=work.parked_now):
                 return
 
@@ -233,8 +237,9 @@ class Driver:
         p.failures = max(p.failures, snap.failures)
         state = SessionState.model_validate(snap.state) if snap.state else None
         inbox = snap.inbox
-        self._require_agent(state.ref if state is not None else SessionRef.model_validate(inbox[0]["ref"]) if inbox
-                            else None)
+        ref = state.ref if state is not None else SessionRef.model_validate(inbox[0]["ref"]) if inbox else None
+        self._require_agent(ref)
+        await self.p.installed.require(ref.team_id if ref else None)  # none where the app was uninstalled
         if state is None or state.turn is None:
             if not inbox:
                 return False

@@ -9,11 +9,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
 from bot.approval import PolicySource
+from bot.installed import Installed
 from bot.models.base import ChatModel
 from bot.outbox import Outbox, PassOpening
 from bot.ports import LiveText, Workspace
@@ -132,3 +133,5 @@ class Parts:
     # wiring builds it before the runtime; every policy context carries it (ctx.policies). None: those rules
     # fail closed
     policies: PolicySource | None = None
+    # which workspaces the app is installed in (bot.installed): an uninstalled one's work waits
+    installed: Installed = field(default_factory=Installed)

@@ -35,6 +35,7 @@ from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, field_vali
 from bot.admission import admits
 from bot.approval import PolicySource
 from bot.deferred import DeferredModel
+from bot.installed import Installed
 from bot.ports import Workspace, WorkspaceError
 from bot.principals import Principal, slack_user
 from bot.protocol import utcnow
@@ -287,7 +288,8 @@ class StartsTurns(Protocol):
 
 
 async def fire(schedules: ScheduleStorePort, workspace: Workspace | None, runtime: StartsTurns,
-               team_id: str | None, schedule_id: str, tick_ms: int, *, policies: PolicySource | None = None) -> None:
+               team_id: str | None, schedule_id: str, tick_ms: int, *, policies: PolicySource | None = None,
+               installed: Installed | None = None) -> None:
     """Start tick ``tick_ms`` of a schedule: its thread once, its turn once, then the next tick. Safe to
     run again for the same tick (after a crash, or by a second replica)."""
     schedule = await schedules.get(team_id, schedule_id)
@@ -302,6 +304,12 @@ async def fire(schedules: ScheduleStorePort, workspace: Workspace | None, runtim
         # held; the current tick has its own timer, so firing this one would start a second chain
         log.info("schedule %s: tick %d is no longer its current one (%s); dropped", schedule_id, tick_ms,
                  schedule.next_at.isoformat())
+        return
+    if installed is not None and not await installed.installed(schedule.team_id):
+        # its workspace uninstalled the app: no turn runs there unseen. Skipped, kept: a reinstall resumes it
+        log.warning("schedule %s: the app is not installed in workspace %s; tick skipped", schedule_id,
+                    schedule.team_id)
+        await schedules.advance(schedule, tick, schedule.following(tick))
         return
     if not await admits(schedule.owner, schedule.channel, source=policies):
         # asked at every tick, not only when it was made: a guest whose channel was closed since gets no

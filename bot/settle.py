@@ -31,6 +31,7 @@ from bot.approval import (
 )
 from bot.forms import checked_values, validated_result
 from bot.governance import escalated_answer, workspace_admin
+from bot.installed import NOT_INSTALLED
 from bot.metrics import SETTLED
 from bot.outbox import DELIVER_UNHURRIED_S
 from bot.parts import Parts
@@ -115,6 +116,8 @@ class Settler:
         logs.bind(session_id=record.session_id, turn_id=record.turn_id, team_id=record.team_id)
         if record.status != "open":
             return AnswerResult("stale", record)
+        if not await self.p.installed.installed(record.team_id):  # its workspace uninstalled the app: it waits
+            return AnswerResult("forbidden", record, reason=NOT_INSTALLED)
         req = record.request
         if not await delegation_live(self.p.store, req.delegation_id):
             return await self._orphaned(record)

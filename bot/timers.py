@@ -24,6 +24,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from bot.governance import listed_people
+from bot.installed import NotInstalled
 from bot.metrics import TIMERS_FIRED
 from bot.parts import Parts
 from bot.protocol import InputEscalated, InputReminded, RequestRecord, UnknownRequest
@@ -49,6 +50,9 @@ class Timers:
             kind, _, request_id = member.partition(":")
             try:
                 await self._fire(kind, request_id)
+            except NotInstalled as exc:  # left claimed: it fires after a lease, once the app is back
+                log.info("timer %s waits: %s", member, exc)
+                continue
             except UnknownRequest:
                 pass  # its session ended and the request is gone: nothing to do
             except Exception:  # noqa: BLE001 - left claimed: the next sweep after a lease tries again
@@ -67,6 +71,7 @@ class Timers:
         record = await self.p.store.get_request(request_id)
         if record.status != "open":
             return
+        await self.p.installed.require(record.team_id)  # an uninstalled workspace's deadlines wait
         if kind == "expire":
             if await self.settler.resolve_unanswered(record, "expired"):
                 log.info("request %s expired unanswered", request_id)

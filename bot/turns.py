@@ -24,6 +24,7 @@ from bot.approval import Decision, PolicySource
 from bot.drive import Driver
 from bot.execute import Executor
 from bot.history import model_view
+from bot.installed import Installed
 from bot.intake import Intake, QueuedMessage
 from bot.metrics import ANSWERS, SETTLE
 from bot.models.base import ChatModel
@@ -93,18 +94,21 @@ class Runtime:
         schedules: ScheduleStorePort | None = None,
         live: LiveText | None = None,
         policies: PolicySource | None = None,
+        installed: Installed | None = None,
     ):
         """``store``: the turns (``TurnStore``); ``outbox_store``: their delivery (``bot.outbox.OutboxStore``),
         which only the outbox uses. ``live``: where answers are shown while the model writes them
         (``bot.ports.LiveText``);
         ``policies``: the approver lists, workspace rules and admins the policies read (``ctx.policies``;
-        None: those rules fail closed)."""
+        None: those rules fail closed); ``installed``: which workspaces the app is installed in
+        (``bot.installed``; None: all)."""
         self._tasks: set[asyncio.Task[Any]] = set()
         self._recovering: set[str] = set()  # sessions the sweep is driving in the background (``recover``)
         self.outbox = self._outbox(outbox_store, channel)
         self.parts = Parts(store=store, model=model, reviewer=reviewer or model, tools=tools,
                            settings=settings or RuntimeSettings(), outbox=self.outbox, spawn=self.spawn,
-                           workspace=workspace, live=live, policies=policies)
+                           workspace=workspace, live=live, policies=policies,
+                           installed=installed or Installed())
         self.settler = Settler(self.parts)
         self.intake = Intake(self.parts, self.settler)
         self.executor = Executor(self.parts)
@@ -125,6 +129,10 @@ class Runtime:
     @property
     def store(self) -> TurnStore:
         return self.parts.store
+
+    @property
+    def installed(self) -> Installed:
+        return self.parts.installed
 
     @property
     def tools(self) -> ToolRegistry:
@@ -157,7 +165,7 @@ class Runtime:
             log.warning("a schedule's timer %r cannot be fired here; dropped", member)
             return
         await fire_schedule(self.schedules, self.parts.workspace, _InBackground(self), *parsed,
-                            policies=self.parts.policies)
+                            policies=self.parts.policies, installed=self.parts.installed)
 
     # --- entry points ----------------------------------------------------------------------------
 
@@ -287,6 +295,7 @@ class Runtime:
         It never waits on a tool or a model (issue 25, item 12): a turn it finds is continued in a tracked
         background task, so one slow tool cannot hold up every expiry, reminder, escalation, schedule and
         delivery of this replica, nor its start-up."""
+        await self.parts.installed.refresh()  # each sweep reads the install marks: clicks then read none
         count = await self.timers.sweep()  # first: an expiry makes its session due for the loop below
         for session_id in await self.store.due_sessions():
             count += self._continue_in_background(session_id)

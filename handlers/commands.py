@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +36,7 @@ from blocks.approvers import (
     notice_modal,
 )
 from blocks.home import ApproverListView, without_lists_text
-from bot.principals import Principal
+from bot.principals import Principal, slack_user
 from handlers.delivery.home import republish
 from handlers.governance import ADMIN_CHECK_FAILED, PEOPLE_CHECK_SECONDS, Governance
 from handlers.identity import command_principal, interaction_principal
@@ -50,6 +51,7 @@ USAGE = (
     "• `/approvers list` — show who approves each tool\n"
     "• `/approvers edit` — change them (workspace admins)\n"
     "• `/approvers guests on|off` — let Slack Connect guests in this channel ask the agent (workspace admins)\n"
+    "• `/approvers revoke-tokens [@person]` — revoke your result tokens (admins: anyone's)\n"
     "Admins can also edit the lists in the app's *Home* tab."
 )
 NO_TOOLS_NEXT = (
@@ -67,6 +69,9 @@ UNCHECKED_EDIT = f":warning: {ADMIN_CHECK_FAILED} Nothing was changed."
 GUESTS_ON = ("Slack Connect guests in <#{channel}> can now ask the agent; their requests follow the tools' "
              "rules like anyone's. `/approvers guests off` closes it again.")
 GUESTS_OFF = "Slack Connect guests in <#{channel}> can no longer ask the agent."
+REFUSED_REVOKE = ":no_entry: Only workspace admins can revoke someone else's result tokens. Nothing was changed."
+REVOKED = ("Every result token given to <@{user}> until now is revoked: none of them settles anything any more. "
+           "A new one comes from the card's *Get a result token*.")
 UNREADABLE = "Approver lists can't be read right now. Try again in a minute."
 EDITOR_FAILED = "The editor couldn't be opened just now; try again in a minute."
 # A view_submission must carry its errors in the ack: the admin check may take this long of Slack's 3 s
@@ -110,7 +115,9 @@ async def handle_command(gov: Governance, ack: Any, body: dict[str, Any], client
     words = (body.get("text") or "").strip().lower().split()
     sub = words[0] if words else ""
     guests = words[1:] if sub == "guests" else []
-    if sub not in ("", "list", "edit", "guests") or (sub == "guests" and guests not in (["on"], ["off"])):
+    whose = _whose_tokens((body.get("text") or "").split()[1:], principal.slack_user_id)
+    if (sub not in ("", "list", "edit", "guests", "revoke-tokens")
+            or (sub == "guests" and guests not in (["on"], ["off"])) or (sub == "revoke-tokens" and whose is None)):
         await ack(text=USAGE)
         return
     run = Invocation(principal=principal, team=principal.team_id, user=principal.slack_user_id, sub=sub,
@@ -119,6 +126,8 @@ async def handle_command(gov: Governance, ack: Any, body: dict[str, Any], client
     await ack()
     if sub == "guests":
         work = set_guests(gov, run, admitted=guests == ["on"])
+    elif sub == "revoke-tokens":
+        work = revoke_tokens(gov, run, whose or run.user)
     else:
         work = send_list(gov, run) if sub == "list" else show_modal(gov, run)
     gov.deps.runtime.spawn(work, what=f"{COMMAND} {sub or 'modal'} for {run.user}")
@@ -144,6 +153,35 @@ async def set_guests(gov: Governance, run: Invocation, *, admitted: bool) -> Non
         await reply(run, ":warning: The setting can't be saved right now. Try again in a minute.")
         return
     await reply(run, GUESTS_ON.format(channel=channel) if admitted else GUESTS_OFF.format(channel=channel))
+
+
+def _whose_tokens(args: list[str], own: str) -> str | None:
+    """``revoke-tokens``' person: yourself without one, else the one mentioned (``<@U123|name>``); None: neither."""
+    if not args:
+        return own
+    mention = re.fullmatch(r"<@([A-Z0-9]+)(?:\|[^>]*)?>", args[0]) if len(args) == 1 else None
+    return mention.group(1) if mention else None
+
+
+async def revoke_tokens(gov: Governance, run: Invocation, user_id: str) -> None:
+    """``/approvers revoke-tokens [@person]``: your own result tokens, or (workspace admins) anyone's: every
+    token given to them until now settles nothing any more (``bot.result_tokens``)."""
+    revocations = gov.deps.token_revocations
+    if revocations is None:
+        await reply(run, "Result tokens are off here: there is nothing to revoke.")
+        return
+    if user_id != run.user:
+        admin = await gov.admins.admin_status(run.team, run.user)
+        if admin is not True:
+            unsure = {"reason": "admin check failed"} if admin is None else {}
+            await gov.refuse(run.team, run.principal, f"result-tokens:{user_id}", via=f"{COMMAND} revoke-tokens",
+                             **unsure)
+            await reply(run, REFUSED_REVOKE if admin is False else UNCHECKED_EDIT)
+            return
+    holder = slack_user(run.team, user_id).principal_id
+    await revocations.revoke(holder, int(gov.deps.runtime.settings.clock() * 1000))
+    log.info("result tokens of %s revoked by %s", holder, run.principal.principal_id)
+    await reply(run, REVOKED.format(user=user_id))
 
 
 async def send_list(gov: Governance, run: Invocation) -> None:

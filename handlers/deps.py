@@ -10,10 +10,12 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.approval import PolicySource
 from bot.config import Settings
+from bot.result_tokens import TokenHolders
 from bot.turns import Runtime
 from store.assistant_threads import AssistantThreads
 from store.audit import AuditLog
 from store.post_ledger import PostLedger
+from store.token_revocations import TokenRevocations
 from store.turns import RedisTurns
 
 ClientFor = Callable[[str | None], Awaitable[AsyncWebClient]]  # the Web API client of a workspace
@@ -32,5 +34,7 @@ class SlackDeps:
     policies: PolicySource | None = None
     governance: Any = None  # handlers.governance.Governance, when wired (App Home, /approvers)
     result_key: bytes | None = None  # signs result tokens for external calls (None: that API is off)
+    token_holders: TokenHolders | None = None  # is a token's holder still a member (None: tokens settle nothing)
+    token_revocations: TokenRevocations | None = None  # when each person's result tokens were last revoked
     public_url: str = ""  # where this bot is reached over HTTP, for the result API's address on cards
     extras: dict[str, Any] = field(default_factory=dict)

@@ -151,6 +151,13 @@ class SlackPolicySource(StorePolicySource):
         settle path, before the click is acknowledged, so Slack gets a bounded wait; unknown is "no"."""
         return await self.admins.admin_status(team_id, user_id, within=ADMIN_CHECK_S) is True
 
+    async def account_active(self, team_id: str, user_id: str) -> bool | None:
+        """``bot.result_tokens.Accounts``: Slack's word now (not the admins' cache) on whether the account is
+        active; None when Slack cannot say. The caller keeps the answer briefly (``TokenHolders``)."""
+        self.admins.forget(team_id, user_id)
+        user = await self.admins.user(team_id, user_id)
+        return None if user.state == "unknown" else user.state == "active"
+
     async def outsiders(self, team_id: str, user_ids: list[str]) -> set[str]:
         """``bot.governance.PolicySource.outsiders``: who of ``user_ids`` is from another organisation
         (Slack Connect) while the workspace does not let outsiders answer, from ``users.info`` (cached).

@@ -2,9 +2,11 @@
 
 The installation (or just its bot token) is removed from the installation store, so nothing is
 posted there any more: the outbox's deliveries for that workspace find no installation and are
-skipped as undeliverable (``handlers.delivery.channel``), and its requests stay open in Redis, answerable again
-if the app is reinstalled. Without OAuth (one workspace, one token from the environment) there is no
-store to clean: the event is logged so an operator knows why Slack refuses our calls.
+skipped as undeliverable (``handlers.delivery.channel``). The workspace is marked uninstalled
+(``bot.installed``), with or without OAuth: nothing of it settles, resumes, fires or runs, and its
+requests stay open in Redis, answerable again once the app is reinstalled. A new installation lifts the
+mark (``store.installations``); so does any later request Slack signs for that workspace, which it sends
+only to an installed app (how a one-token deployment learns it is back).
 """
 
 from __future__ import annotations
@@ -14,18 +16,44 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 
+from bot.installed import Installed
+from handlers.identity import installation_team
+
 log = logging.getLogger(__name__)
 
+_LEAVING = frozenset({"app_uninstalled", "tokens_revoked"})
 
-def register(app: AsyncApp) -> None:
+
+def register(app: AsyncApp, installed: Installed) -> None:
     async def on_uninstalled(context: dict[str, Any]) -> None:
         await forget_installation(app, context)
+        await installed.uninstalled_from(await _teams(app, context))
 
     async def on_tokens_revoked(event: dict[str, Any], context: dict[str, Any]) -> None:
         await forget_bot_token(app, event, context)
+        tokens = event.get("tokens") if isinstance(event.get("tokens"), dict) else {}
+        if tokens.get("bot"):  # without its bot token the app can do nothing there: as if uninstalled
+            await installed.uninstalled_from(await _teams(app, context))
 
+    async def back_again(body: dict[str, Any], next: Any) -> None:  # noqa: A002 - Bolt's name
+        team = installation_team(body)  # the workspace as our sessions name it (not a Slack Connect guest's)
+        if installed.known_uninstalled(team) and (body.get("event") or {}).get("type") not in _LEAVING:
+            await installed.installed_in(str(team))  # Slack signs requests only for an installed app
+        await next()
+
+    app.middleware(back_again)
     app.event("app_uninstalled")(on_uninstalled)
     app.event("tokens_revoked")(on_tokens_revoked)
+
+
+async def _teams(app: AsyncApp, context: dict[str, Any]) -> list[str]:
+    """The workspaces an uninstall reaches: its own, or (org-wide) each workspace seen in the org."""
+    enterprise, team, _ = _where(context)
+    if team is not None:
+        return [team]
+    store = app.installation_store
+    finder = getattr(store, "async_workspaces_of", None)
+    return await finder(enterprise, org_wide=True) if finder is not None and enterprise else []
 
 
 def _where(context: dict[str, Any]) -> tuple[str | None, str | None, str]:

@@ -10,15 +10,20 @@ slack_sdk's SQL stores do), and no history of old tokens is kept.
 
 Keys: one Redis hash per installation target, ``hitl:{inst:<enterprise or ->:<team or ->}:oauth``
 (fields ``bot``, ``installer``, ``installer:<user_id>``, each the object's JSON), so a save or a delete
-is one atomic operation in one hash slot. OAuth states are ``hitl:oauth-state:<state>`` with a TTL.
+is one atomic operation in one hash slot. OAuth states live in the browser (signed); only used ones are kept, capped: ``hitl:oauth-state:used``.
+A new installation lifts its workspace's uninstall mark (``store.install_marks``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import logging
 import re
 import secrets
+import time
+from collections.abc import Callable
 from logging import Logger
 from typing import Any
 
@@ -28,6 +33,7 @@ from slack_sdk.oauth.installation_store.models.installation import Installation
 from slack_sdk.oauth.state_store.async_state_store import AsyncOAuthStateStore
 
 from store.client import RedisClient
+from store.install_marks import InstallMarks
 
 KEY_PREFIX = "hitl"
 _BOT = "bot"
@@ -35,6 +41,20 @@ _LATEST = "installer"
 _USER_PREFIX = "installer:"
 _ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 _MAX_STATE_LENGTH = 128
+_STATE_LABEL = b"hitl-oauth-state-v1"
+MAX_USED_STATES = 10_000  # consumed states remembered (each ~40 bytes) until they would have expired
+USED_STATES_KEY = f"{KEY_PREFIX}:oauth-state:used"
+
+# KEYS[1] the used nonces (score: expiry); ARGV: nonce, its expiry, now, cap, seconds a state lives
+# → 1 the first time a nonce is consumed, 0 after
+_CONSUME_STATE_LUA = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[3])
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then redis.call('ZPOPMIN', KEYS[1]) end
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+return 1
+"""
 
 _log = logging.getLogger(__name__)
 
@@ -130,6 +150,11 @@ class RedisInstallationStore(AsyncInstallationStore):
     async def async_save(self, installation: Installation) -> None:
         if installation.team_id and not installation.is_enterprise_install:
             await self.async_remember_workspace(installation.team_id, installation.enterprise_id, False)
+        # a new installation lifts the uninstall mark of its workspace, or (org-wide) of its org's workspaces
+        org_wide = installation.is_enterprise_install or not installation.team_id
+        teams = ([installation.team_id] if not org_wide else
+                 await self.async_workspaces_of(installation.enterprise_id) if installation.enterprise_id else [])
+        await InstallMarks(self._redis, client_id=self.client_id).mark_installed(*teams)
         key = self.key(installation.enterprise_id, installation.team_id)
         entity = _to_json(installation)
         fields = {_LATEST: entity, f"{_USER_PREFIX}{_checked_id(installation.user_id)}": entity}
@@ -194,6 +219,14 @@ class RedisInstallationStore(AsyncInstallationStore):
         seen = json.loads(raw)
         return seen.get("enterprise_id"), bool(seen.get("is_enterprise_install"))
 
+    async def async_workspaces_of(self, enterprise_id: str, *, org_wide: bool = False) -> list[str]:
+        """The workspaces seen in ``enterprise_id``'s org; ``org_wide``: only those served by its org-wide
+        install (the ones an org-wide uninstall reaches)."""
+        seen = {(t.decode() if isinstance(t, bytes) else t): json.loads(raw)
+                for t, raw in (await self._redis.hgetall(self._directory_key())).items()}
+        return [team for team, where in seen.items() if where.get("enterprise_id") == enterprise_id
+                and (where.get("is_enterprise_install") or not org_wide)]
+
     async def async_find_bot_for_workspace(self, team_id: str | None) -> Bot | None:
         """The bot serving ``team_id``: its own install, or its org's org-wide install (Enterprise Grid)."""
         if team_id is None:
@@ -230,33 +263,52 @@ class RedisInstallationStore(AsyncInstallationStore):
 
 
 class RedisOAuthStateStore(AsyncOAuthStateStore):
-    """One-time OAuth ``state`` values that expire after ``expiration_seconds``."""
+    """One-time OAuth ``state`` values that expire after ``expiration_seconds``, kept by the browser.
 
-    def __init__(self, redis: RedisClient, *, expiration_seconds: int, logger: Logger | None = None) -> None:
+    ``GET /slack/install`` is anyone's to send, so issuing a state writes nothing: a state is
+    ``<nonce>.<expiry>.<hmac>``, signed with a key from the app's client secret, and Bolt binds it to the
+    browser that started the install (its ``slack-app-oauth-state`` cookie must hold the same state). Only a
+    callback that passed that check consumes one: its nonce is kept until the state would have expired, in one
+    sorted set capped at ``max_used`` nonces (the soonest to expire make room), so a state is good once and
+    what callers can store stays bounded.
+    """
+
+    def __init__(self, redis: RedisClient, *, expiration_seconds: int, secret: str, logger: Logger | None = None,
+                 max_used: int = MAX_USED_STATES, clock: Callable[[], float] = time.time) -> None:
         if expiration_seconds < 1:
             raise ValueError("expiration_seconds must be at least 1")
+        if not secret:
+            raise ValueError("OAuth states are signed with the app's client secret: give it")
         self._redis = redis
         self.expiration_seconds = expiration_seconds
+        self._key = hmac.new(secret.encode(), _STATE_LABEL, hashlib.sha256).digest()
+        self._max_used = max_used
+        self._clock = clock
         self._logger = logger or _log
+        self._consume = redis.register_script(_CONSUME_STATE_LUA)
 
     @property
     def logger(self) -> Logger:
         return self._logger
 
-    @staticmethod
-    def key(state: str) -> str:
-        return f"{KEY_PREFIX}:oauth-state:{state}"
+    def _mac(self, signed: str) -> str:
+        return hmac.new(self._key, signed.encode(), hashlib.sha256).hexdigest()[:32]
 
     async def async_issue(self, *args: Any, **kwargs: Any) -> str:
-        state = secrets.token_urlsafe(32)
-        await self._redis.set(self.key(state), b"1", ex=self.expiration_seconds, nx=True)
-        return state
+        signed = f"{secrets.token_urlsafe(16)}.{int(self._clock()) + self.expiration_seconds}"
+        return f"{signed}.{self._mac(signed)}"
 
     async def async_consume(self, state: str) -> bool:
         """True exactly once for a state we issued that has not expired."""
-        if not state or len(state) > _MAX_STATE_LENGTH:
+        signed, _, mac = (state or "").rpartition(".")
+        nonce, _, expiry = signed.partition(".")
+        now = int(self._clock())
+        if (len(state or "") > _MAX_STATE_LENGTH or not nonce or not expiry.isdigit() or not mac.isascii()
+                or not hmac.compare_digest(mac, self._mac(signed)) or int(expiry) <= now):
+            self.logger.warning("OAuth state not ours or expired")
             return False
-        consumed = await self._redis.getdel(self.key(state)) is not None
-        if not consumed:
-            self.logger.warning("OAuth state unknown, expired or already used")
-        return consumed
+        fresh = await self._consume(keys=[USED_STATES_KEY], args=[nonce, expiry, now, self._max_used,
+                                                                  self.expiration_seconds])
+        if not fresh:
+            self.logger.warning("OAuth state already used")
+        return bool(fresh)

@@ -55,3 +55,33 @@ def test_external_and_result_go_together() -> None:
 
         tool(lambda args: None, name="y", external=True, result=Bad)
     assert tool(lambda args: None, name="z", external=True, result=Out).external
+
+
+def test_the_mac_is_an_hmac_sha256_of_the_payload_under_a_key_derived_from_the_secret() -> None:
+    import hashlib
+    import hmac
+
+    payload, mac = issue_token(KEY, "r1", BOB, now=1000).split(".")
+    assert KEY == hmac.new(b"signing-secret", b"hitl-result-token-v1", hashlib.sha256).digest()
+    assert mac == hmac.new(KEY, payload.encode(), hashlib.sha256).hexdigest()
+
+
+def test_the_mac_is_compared_in_constant_time_and_never_with_equality() -> None:
+    import ast
+    import inspect
+
+    from bot import result_tokens
+
+    tree = ast.parse(inspect.getsource(result_tokens.verify_token))
+    calls = {ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    assert "hmac.compare_digest" in calls
+    compared = [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Compare) and "mac" in ast.unparse(n)]
+    assert compared == [], f"the MAC is compared with an operator that can leak its length or prefix: {compared}"
+
+
+def test_a_revocation_voids_the_tokens_issued_until_then_only() -> None:
+    token = issue_token(KEY, "r1", BOB, now=1000.5)
+    claims = verify_token(KEY, token, "r1", now=1001)
+    assert claims is not None and claims.issued_ms == 1_000_500
+    assert claims.revoked_by(1_000_500) and claims.revoked_by(2_000_000)
+    assert not claims.revoked_by(1_000_499) and not claims.revoked_by(None)

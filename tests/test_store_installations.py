@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import redis.asyncio as redis_asyncio
@@ -16,7 +15,7 @@ from slack_sdk.oauth.installation_store.models.installation import Installation
 from slack_sdk.oauth.state_store.async_state_store import AsyncOAuthStateStore
 from slack_sdk.web.async_client import AsyncWebClient
 
-from store.installations import RedisInstallationStore, RedisOAuthStateStore
+from store.installations import USED_STATES_KEY, RedisInstallationStore, RedisOAuthStateStore
 
 
 def _installation(
@@ -48,7 +47,7 @@ def _installation(
 
 async def test_implements_the_slack_sdk_interfaces(redis: redis_asyncio.Redis) -> None:
     assert isinstance(RedisInstallationStore(redis), AsyncInstallationStore)
-    assert isinstance(RedisOAuthStateStore(redis, expiration_seconds=60), AsyncOAuthStateStore)
+    assert isinstance(RedisOAuthStateStore(redis, expiration_seconds=60, secret="s"), AsyncOAuthStateStore)
 
 
 async def test_save_and_find_round_trip(redis: redis_asyncio.Redis) -> None:
@@ -202,7 +201,7 @@ async def test_client_ids_keep_apps_apart_and_keys_share_a_slot(redis: redis_asy
 
 
 async def test_state_is_consumed_once(redis: redis_asyncio.Redis) -> None:
-    states = RedisOAuthStateStore(redis, expiration_seconds=60)
+    states = RedisOAuthStateStore(redis, expiration_seconds=60, secret="s3cret")
     state = await states.async_issue()
     other = await states.async_issue()
     assert state != other and len(state) >= 32
@@ -211,16 +210,36 @@ async def test_state_is_consumed_once(redis: redis_asyncio.Redis) -> None:
     assert await states.async_consume(state) is False
     assert await states.async_consume("never-issued") is False
     assert await states.async_consume("") is False
-    # Another replica sees the same states.
-    assert await RedisOAuthStateStore(redis, expiration_seconds=60).async_consume(other) is True
+    # Another replica (the same app: the same client secret) takes the same states; another app's are refused.
+    assert await RedisOAuthStateStore(redis, expiration_seconds=60, secret="other").async_consume(other) is False
+    assert await RedisOAuthStateStore(redis, expiration_seconds=60, secret="s3cret").async_consume(other) is True
 
 
 async def test_state_expires(redis: redis_asyncio.Redis) -> None:
-    states = RedisOAuthStateStore(redis, expiration_seconds=1)
+    now = [1_900_000_000.0]
+    states = RedisOAuthStateStore(redis, expiration_seconds=600, secret="s3cret", clock=lambda: now[0])
     state = await states.async_issue()
-    assert 0 < await redis.pttl(states.key(state)) <= 1000
-    await asyncio.sleep(1.05)
+    now[0] += 600
     assert await states.async_consume(state) is False
+
+
+async def test_a_state_changed_in_any_part_is_refused(redis: redis_asyncio.Redis) -> None:
+    states = RedisOAuthStateStore(redis, expiration_seconds=600, secret="s3cret")
+    nonce, expiry, mac = (await states.async_issue()).split(".")
+    assert await states.async_consume(f"{nonce}.{int(expiry) + 3600}.{mac}") is False  # a longer life
+    assert await states.async_consume(f"x{nonce}.{expiry}.{mac}") is False
+    assert await states.async_consume(f"{nonce}.{expiry}.{mac[:-1]}0") is False
+    assert await states.async_consume(f"{nonce}.{expiry}.{mac}") is True
+
+
+async def test_used_states_are_remembered_within_a_cap(redis: redis_asyncio.Redis) -> None:
+    states = RedisOAuthStateStore(redis, expiration_seconds=600, secret="s3cret", max_used=5)
+    for _ in range(20):
+        assert await states.async_consume(await states.async_issue()) is True
+    assert await redis.zcard(USED_STATES_KEY) == 5
+    assert 0 < await redis.ttl(USED_STATES_KEY) <= 600
+    fresh = await states.async_issue()
+    assert await states.async_consume(fresh) is True and await states.async_consume(fresh) is False
 
 
 async def _auth_test_server(seen_tokens: list[str]) -> tuple[web.AppRunner, str]:
@@ -281,3 +300,19 @@ async def test_bolt_authorizes_requests_from_the_stored_installation(redis: redi
     finally:
         await runner.cleanup()
     assert "xoxb-current" in seen
+
+
+async def test_a_new_installation_lifts_the_uninstall_mark_of_its_workspace_or_its_orgs(
+    redis: redis_asyncio.Redis,
+) -> None:
+    from store.install_marks import InstallMarks
+
+    store, marks = RedisInstallationStore(redis), InstallMarks(redis)
+    await store.async_remember_workspace("T2", "E1", True)
+    await store.async_remember_workspace("T3", "E9", True)
+    await marks.mark_uninstalled(["T1", "T2", "T3"])
+    assert await marks.uninstalled() == {"T1", "T2", "T3"}
+    await store.async_save(_installation("U1"))
+    assert await marks.uninstalled() == {"T2", "T3"}
+    await store.async_save(_installation("U2", team_id=None, enterprise_id="E1", is_enterprise_install=True))
+    assert await marks.uninstalled() == {"T3"}  # the org's workspaces, not another org's

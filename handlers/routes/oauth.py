@@ -13,11 +13,15 @@ is ``SLACK_API_URL`` (Bolt hands the app's client to the flow).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
+from slack_bolt.oauth.async_callback_options import AsyncCallbackOptions, AsyncFailureArgs, AsyncSuccessArgs
 from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
+from slack_bolt.response import BoltResponse
 
 from bot.config import ConfigError, Settings
+from bot.installed import Installed
 from store.installations import RedisInstallationStore, RedisOAuthStateStore
 
 INSTALL_PATH = "/slack/install"
@@ -39,8 +43,10 @@ def scopes_of(settings: Settings) -> list[str]:
 
 
 def oauth_settings(settings: Settings, installations: RedisInstallationStore,
-                   states: RedisOAuthStateStore) -> AsyncOAuthSettings:
-    """Bolt's OAuth settings over the stores ``bot/app.py`` built (``states`` lasting ``STATE_SECONDS``)."""
+                   states: Callable[[], RedisOAuthStateStore], installed: Installed | None = None) -> AsyncOAuthSettings:
+    """Bolt's OAuth settings over the stores ``bot/app.py`` built (``states()`` lasting ``STATE_SECONDS``, built
+    once the settings are known to be complete: they are signed with the client secret).
+    ``installed``: told at once of a workspace that installed the app (its waiting requests may settle)."""
     if not settings.slack_client_id or not settings.slack_client_secret:
         raise ConfigError("set both SLACK_CLIENT_ID and SLACK_CLIENT_SECRET for multi-workspace OAuth")
     return AsyncOAuthSettings(
@@ -49,10 +55,28 @@ def oauth_settings(settings: Settings, installations: RedisInstallationStore,
         scopes=scopes_of(settings),
         user_scopes=[],
         installation_store=installations,
-        state_store=states,
+        state_store=states(),
         state_expiration_seconds=STATE_SECONDS,
         install_path=INSTALL_PATH,
         redirect_uri_path=REDIRECT_PATH,
         install_page_rendering_enabled=False,  # straight to Slack's consent page
         authorization_url=authorize_url(settings.slack_api_url),
+        callback_options=None if installed is None else _telling(installed),
     )
+
+
+def _telling(installed: Installed) -> AsyncCallbackOptions:
+    """Bolt's own callback pages, after telling ``installed`` of the workspace (the store lifted its mark)."""
+
+    async def success(args: AsyncSuccessArgs) -> BoltResponse:
+        done = args.installation
+        if done.team_id and not done.is_enterprise_install:
+            await installed.installed_in(done.team_id)
+        else:
+            await installed.refresh()
+        return await args.default.success(args)
+
+    async def failure(args: AsyncFailureArgs) -> BoltResponse:
+        return await args.default.failure(args)
+
+    return AsyncCallbackOptions(success=success, failure=failure)

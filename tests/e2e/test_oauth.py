@@ -147,3 +147,51 @@ async def test_an_org_wide_install_answers_in_every_workspace_of_the_org(local_s
     await bot.runtime.wait_idle()
     posts = [c for c in local_slack.calls_to("chat.postMessage") if "hello from the org install" in str(c.params)]
     assert posts and posts[0].ok and posts[0].token == BOT_TOKEN, [c.response for c in local_slack.calls]
+
+
+async def test_anonymous_install_requests_store_nothing_in_redis(local_slack, start_app, redis):
+    """Each GET /slack/install is anyone's to send: it must not fill the Redis that holds the parked turns."""
+    bot = await start_app(ScriptedModel([]), [], **OAUTH)
+    before = await redis.dbsize()
+    async with aiohttp.ClientSession() as anyone:
+        for _ in range(50):
+            async with anyone.get(f"{bot.url}/slack/install", allow_redirects=False) as install:
+                assert install.status == 302
+    assert await redis.dbsize() == before
+    assert [k async for k in redis.scan_iter("*oauth-state*")] == []
+    await install_through_oauth(local_slack, bot)  # and installing still works, once per state
+
+
+async def test_the_callback_is_bound_to_the_browser_that_started_the_install(local_slack, start_app, redis):
+    """An attacker who starts an install of their own and lures the owner's browser to the callback with the
+    attacker's code and state is refused, and the owner's own install (state) still works afterwards."""
+    local_slack.add_team(NEW_TEAM, "New Co", NEW_TOKEN)
+    local_slack.add_user(NEWBIE, "newbie", team_id=NEW_TEAM)
+    bot = await start_app(ScriptedModel([]), [], **OAUTH)
+    store = RedisInstallationStore(redis, client_id=DEFAULT_CLIENT_ID)
+
+    async def start_install(browser) -> tuple[str, str]:
+        async with browser.get(f"{bot.url}/slack/install", allow_redirects=False) as install:
+            cookie = install.cookies["slack-app-oauth-state"]
+            return parse_qs(urlsplit(install.headers["Location"]).query)["state"][0], f"{cookie.key}={cookie.value}"
+
+    async with aiohttp.ClientSession() as owner, aiohttp.ClientSession() as attacker:
+        owners_state, owners_cookie = await start_install(owner)
+        attackers_state, attackers_cookie = await start_install(attacker)
+        attackers_code = local_slack.issue_oauth_code(TEAM_ID, user_id=ALICE)  # the attacker's own workspace
+        lure = f"{bot.url}/slack/oauth_redirect?code={attackers_code}&state={attackers_state}"
+        async with owner.get(lure, headers={"Cookie": owners_cookie}, allow_redirects=False) as lured:
+            assert lured.status >= 400
+        async with owner.get(lure, allow_redirects=False) as no_cookie:
+            assert no_cookie.status >= 400
+        stolen = f"{bot.url}/slack/oauth_redirect?code={attackers_code}&state={owners_state}"
+        async with attacker.get(stolen, headers={"Cookie": attackers_cookie}, allow_redirects=False) as guessed:
+            assert guessed.status >= 400  # the owner's state without the owner's cookie
+        assert local_slack.calls_to("oauth.v2.access") == []
+
+        code = local_slack.issue_oauth_code(NEW_TEAM, user_id=NEWBIE)
+        mine = f"{bot.url}/slack/oauth_redirect?code={code}&state={owners_state}"
+        async with owner.get(mine, headers={"Cookie": owners_cookie}, allow_redirects=False) as done:
+            assert done.status == 200, await done.text()
+    installed = await store.async_find_bot(enterprise_id=None, team_id=NEW_TEAM)
+    assert installed is not None and installed.bot_token == NEW_TOKEN
