@@ -313,10 +313,15 @@ async def _start(
     client = AsyncWebClient(token=token, base_url=api_url, session=http, retry_handlers=slack_retry_handlers())
     oauth = None
     if settings.slack_client_id:
-        from handlers.routes.oauth import STATE_SECONDS, oauth_settings
-        from store.installations import RedisInstallationStore, RedisOAuthStateStore
+        from handlers.routes.oauth import STATE_SECONDS, oauth_settings, rotating_installations
+        from store.installations import RedisOAuthStateStore
 
-        oauth = oauth_settings(settings, RedisInstallationStore(redis.client, client_id=settings.slack_client_id),
+        def app_clock() -> float:  # the runtime's clock (built below; tests move it), read when a token is due
+            return runtime.settings.clock()
+
+        installations = rotating_installations(settings, redis.client, AsyncWebClient(base_url=api_url, session=http),
+                                               app_clock)
+        oauth = oauth_settings(settings, installations,
                                RedisOAuthStateStore(redis.client, expiration_seconds=STATE_SECONDS))
         client = AsyncWebClient(base_url=api_url, session=http, retry_handlers=slack_retry_handlers())
     slack = MeteredApp(  # AsyncApp, timing each ack (hitl_slack_ack_seconds)
