@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 CACHE_SECONDS = 60.0
 LOOKUP_TIMEOUT_SECONDS = 2.0  # one users.info, Slack's retries included: a slow Slack fails closed
 GONE_ERRORS = {"user_not_found", "users_not_found"}
+TOKENS_REMEMBERED = 1024  # tokens whose workspace auth.test told (keyed by token: an org-wide reinstall is new)
 
 UserState = Literal["active", "deleted", "missing", "unknown"]
 
@@ -221,6 +222,8 @@ class AdminCheck:
         """The workspace ``client``'s token acts in (its ``auth.test``), None for an org-wide token; once per token."""
         token = client.token or ""
         if token not in self._token_workspace:
+            if len(self._token_workspace) >= TOKENS_REMEMBERED:
+                self._token_workspace.clear()  # rotated tokens pile up: start over, one auth.test per token again
             identity = await asyncio.wait_for(client.auth_test(), LOOKUP_TIMEOUT_SECONDS)
             org_wide = identity.get("is_enterprise_install") is True
             team = identity.get("team_id")
