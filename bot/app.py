@@ -318,14 +318,18 @@ async def _start(
     installed = Installed(InstallMarks(redis.client, client_id=settings.slack_client_id))
     oauth = None
     if settings.slack_client_id:
-        from handlers.routes.oauth import STATE_SECONDS, oauth_settings
-        from store.installations import RedisInstallationStore, RedisOAuthStateStore
+        from handlers.routes.oauth import STATE_SECONDS, oauth_settings, rotating_installations
+        from store.installations import RedisOAuthStateStore
 
+        def app_clock() -> float:  # the runtime's clock (built below; tests move it), read when a token is due
+            return runtime.settings.clock()
+
+        installations = rotating_installations(settings, redis.client, AsyncWebClient(base_url=api_url, session=http),
+                                               app_clock)
         # states are signed with the client secret (oauth_settings says which setting is missing first)
         states = partial(RedisOAuthStateStore, redis.client, expiration_seconds=STATE_SECONDS,
                          secret=settings.slack_client_secret or "")
-        oauth = oauth_settings(settings, RedisInstallationStore(redis.client, client_id=settings.slack_client_id),
-                               states, installed)
+        oauth = oauth_settings(settings, installations, states, installed)
         client = AsyncWebClient(base_url=api_url, session=http, retry_handlers=slack_retry_handlers())
     slack = MeteredApp(  # AsyncApp, timing each ack (hitl_slack_ack_seconds)
         # named: without a name Bolt names the app after its caller's file with inspect.stack(), which reads

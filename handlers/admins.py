@@ -1,11 +1,16 @@
 """Who is a workspace admin, and who still exists, from ``users.info`` (reference: slack-platform-study §8).
 
-An admin is a person of the installation's workspace whose ``users.info`` says ``is_admin``,
-``is_owner`` or ``is_primary_owner`` (or, on Enterprise Grid, ``enterprise_user.is_admin`` /
-``is_owner``), or whose id is in ``BOT_ADMINS``. A missing flag counts as false. Anything that goes
-wrong (Slack error, timeout, a person from another workspace) means *not an admin*: we fail closed
-and log why. Answers are cached in the process for a short while (60 s) so App Home and
-``/approvers`` do not call Slack on every click; a demoted admin loses rights within that time.
+An admin of a workspace is a person of it whose ``users.info`` *about that workspace* says ``is_admin``,
+``is_owner`` or ``is_primary_owner``, or (Enterprise Grid) whose ``enterprise_user.is_admin`` /
+``is_owner`` makes them an admin or owner of the whole org, or whose id is in ``BOT_ADMINS``. Slack's
+top-level flags are the person's roles in "the current workspace", the one the token acts in: a
+workspace's own token answers about that workspace, but an org-wide token acts in every workspace of the
+org and ``users.info`` takes no workspace, so its top-level flags say nothing about any one workspace and
+count for none (the Support admin who is also in Sales rules Sales only if Slack says so about Sales).
+Which workspace a token acts in comes from its ``auth.test``, asked once per token. A missing flag counts
+as false. Anything that goes wrong (Slack error, timeout, a person from another workspace) means *not an
+admin*: we fail closed and log why. Answers are cached in the process for a short while (60 s) so App Home
+and ``/approvers`` do not call Slack on every click; a demoted admin loses rights within that time.
 
 Listeners must not wait on Slack before their ack (issue 8): they use :meth:`AdminCheck.cached_admin`
 (no Slack call) or :meth:`AdminCheck.admin_status` with a ``within`` budget, and tell "could not
@@ -32,6 +37,7 @@ log = logging.getLogger(__name__)
 CACHE_SECONDS = 60.0
 LOOKUP_TIMEOUT_SECONDS = 2.0  # one users.info, Slack's retries included: a slow Slack fails closed
 GONE_ERRORS = {"user_not_found", "users_not_found"}
+TOKENS_REMEMBERED = 1024  # tokens whose workspace auth.test told (keyed by token: an org-wide reinstall is new)
 
 UserState = Literal["active", "deleted", "missing", "unknown"]
 
@@ -42,7 +48,9 @@ class SlackUser(DeferredModel):
     id: str
     state: UserState  # missing = Slack says no such user; unknown = we could not ask
     team_id: str | None = None
-    is_admin: bool = False  # already folded: workspace admin/owner or Grid org admin/owner
+    workspace_admin: bool = False  # admin/owner of the workspace ``roles_in`` (Slack's top-level flags)
+    roles_in: str | None = None  # the workspace those flags are about; None: Slack's answer does not say
+    org_admin: bool = False  # admin/owner of their Enterprise Grid org (``enterprise_user``)
     enterprise_teams: list[str] = Field(default_factory=list)
     enterprise_id: str | None = None  # their Enterprise Grid org, if any
     name: str | None = None  # their handle ("erin"), for messages that must say who without a mention
@@ -57,6 +65,12 @@ class SlackUser(DeferredModel):
         ``org``, as the response policies judge a clicker (``bot.governance._outsider``)."""
         return not self.belongs_to(team_id) and not (org and self.enterprise_id == org)
 
+    def admin_of(self, team_id: str) -> bool:
+        """An admin of ``team_id`` as Slack said: an org admin/owner of its org, or its own admin/owner."""
+        if self.state != "active" or not self.belongs_to(team_id):
+            return False  # deleted or missing people, and Slack Connect partners' admins, are no admins here
+        return self.org_admin or (self.workspace_admin and self.roles_in == team_id)
+
     def called(self) -> str:
         return f"@{self.name}" if self.name else self.id
 
@@ -65,7 +79,8 @@ def _flag(data: dict[str, Any], name: str) -> bool:
     return data.get(name) is True  # a missing or odd value counts as false
 
 
-def parse_user(user_id: str, user: dict[str, Any]) -> SlackUser:
+def parse_user(user_id: str, user: dict[str, Any], roles_in: str | None = None) -> SlackUser:
+    """``roles_in``: the workspace the call acted in (its token's), which the top-level roles are about."""
     enterprise = user.get("enterprise_user") if isinstance(user.get("enterprise_user"), dict) else {}
     workspace_role = any(_flag(user, f) for f in ("is_admin", "is_owner", "is_primary_owner"))
     org_role = any(_flag(enterprise, f) for f in ("is_admin", "is_owner"))
@@ -74,7 +89,9 @@ def parse_user(user_id: str, user: dict[str, Any]) -> SlackUser:
         id=user_id,
         state="deleted" if _flag(user, "deleted") else "active",
         team_id=user.get("team_id") if isinstance(user.get("team_id"), str) else None,
-        is_admin=workspace_role or org_role,
+        workspace_admin=workspace_role,
+        roles_in=roles_in,
+        org_admin=org_role,
         enterprise_teams=[t for t in teams if isinstance(t, str)],
         enterprise_id=enterprise.get("enterprise_id") if isinstance(enterprise.get("enterprise_id"), str) else None,
         name=user.get("name") if isinstance(user.get("name"), str) else None,
@@ -99,6 +116,7 @@ class AdminCheck:
         self._clock = clock
         self._cache: dict[tuple[str, str], tuple[float, SlackUser]] = {}
         self._inflight: dict[tuple[str, str], asyncio.Future[SlackUser]] = {}
+        self._token_workspace: dict[str, str | None] = {}  # token → the workspace it acts in (None: org-wide)
 
     async def is_admin(self, team_id: str | None, user_id: str | None) -> bool:
         """Whether Slack (or ``BOT_ADMINS``) says ``user_id`` is an admin here; False if it could not say."""
@@ -142,11 +160,7 @@ class AdminCheck:
 
     @staticmethod
     def _verdict(team_id: str, user: SlackUser) -> bool:
-        if user.state != "active":
-            return False  # deleted or missing people are nobody's admins
-        if not user.belongs_to(team_id):
-            return False  # an admin of a Slack Connect partner is no admin here
-        return user.is_admin
+        return user.admin_of(team_id)
 
     async def user(self, team_id: str, user_id: str) -> SlackUser:
         """What Slack says about ``user_id`` (cached; ``state="unknown"`` when Slack could not say).
@@ -194,4 +208,24 @@ class AdminCheck:
         if not isinstance(user, dict):
             log.warning("users.info for %s in %s returned no user", user_id, team_id)
             return SlackUser(id=user_id, state="unknown")
-        return parse_user(user_id, user)
+        found = parse_user(user_id, user)
+        if not found.workspace_admin:
+            return found  # which workspace the flags are about matters only when one is set
+        try:
+            found.roles_in = await self._acts_in(client)
+        except Exception as exc:  # noqa: BLE001 - Slack could not say which workspace: ask again next time
+            log.warning("auth.test for the token of %s failed: %r", team_id, exc)
+            return SlackUser(id=user_id, state="unknown")
+        return found
+
+    async def _acts_in(self, client: Any) -> str | None:
+        """The workspace ``client``'s token acts in (its ``auth.test``), None for an org-wide token; once per token."""
+        token = client.token or ""
+        if token not in self._token_workspace:
+            if len(self._token_workspace) >= TOKENS_REMEMBERED:
+                self._token_workspace.clear()  # rotated tokens pile up: start over, one auth.test per token again
+            identity = await asyncio.wait_for(client.auth_test(), LOOKUP_TIMEOUT_SECONDS)
+            org_wide = identity.get("is_enterprise_install") is True
+            team = identity.get("team_id")
+            self._token_workspace[token] = None if org_wide or not isinstance(team, str) else team
+        return self._token_workspace[token]

@@ -30,8 +30,12 @@ class ConversationMethods(MethodGroup):
         }
 
     def users_info(self, p: Params) -> dict[str, Any]:
+        """The top-level roles (``is_admin``…) are the person's in "the current workspace": a workspace token's.
+        users.info takes no ``team_id``, so an org-wide token acts in no one workspace: it is shown the person's
+        roles in their own workspace, and nothing in the answer says which workspace that is about."""
         user = self.ws.user(p.text("user", required=True))
-        return {"user": user.to_slack(self.ws.base_url)}
+        workspace = None if p.auth.is_enterprise_install else p.auth.team_id
+        return {"user": user.to_slack(self.ws.base_url, workspace)}
 
     def users_list(self, p: Params) -> dict[str, Any]:
         team = self._installation_team(p, p.text("team_id"))  # an org-wide token must say which workspace
@@ -41,7 +45,7 @@ class ConversationMethods(MethodGroup):
         page = members[start : start + limit]
         next_cursor = _cursor(start + limit) if start + limit < len(members) else ""
         return {
-            "members": [u.to_slack(self.ws.base_url) for u in page],
+            "members": [u.to_slack(self.ws.base_url, team.id) for u in page],
             "cache_ts": 1767225600,
             "response_metadata": {"next_cursor": next_cursor},
         }

@@ -10,6 +10,7 @@ from typing import Any
 TRIGGER_TTL_S = 3.0
 RESPONSE_URL_MAX_USES = 5
 RESPONSE_URL_TTL_S = 30 * 60
+TOKEN_LIFETIME_S = 12 * 3600  # a rotating access token's expires_in: "it expires every 12 hours"
 
 
 @dataclass
@@ -28,6 +29,7 @@ class Auth:
     enterprise_id: str | None = None
     is_enterprise_install: bool = False
     teams: list[str] = field(default_factory=list)
+    expires_at: float | None = None  # token rotation: ``token_expired`` from then on (the workspace's clock)
 
     @property
     def is_bot(self) -> bool:
@@ -46,6 +48,7 @@ class Auth:
             "enterprise_id": self.enterprise_id,
             "is_enterprise_install": self.is_enterprise_install,
             "teams": list(self.teams),
+            "expires_at": self.expires_at,
         }
 
 
@@ -69,6 +72,31 @@ class ResponseUrl:
     thread_ts: str | None = None
     created_at: float = field(default_factory=time.time)  # wall clock: it survives a restart
     uses: int = 0
+
+
+@dataclass
+class RefreshToken:
+    """A rotating install's refresh token: good for one ``oauth.v2.access`` refresh, for the workspace or
+    org (``E…``) it was issued to."""
+
+    installation_id: str
+
+
+@dataclass
+class TokenRotation:
+    """The app's "token_rotation_enabled" (``enabled``), how long its access tokens live, the refresh tokens
+    issued, and Slack's clock for token lifetimes: real time, moved on by :meth:`advance` in tests."""
+
+    enabled: bool = False
+    lifetime_s: float = TOKEN_LIFETIME_S
+    offset_s: float = 0.0
+    refresh_tokens: dict[str, RefreshToken] = field(default_factory=dict)
+
+    def now(self) -> float:
+        return time.time() + self.offset_s
+
+    def advance(self, seconds: float) -> None:
+        self.offset_s += seconds
 
 
 @dataclass

@@ -85,6 +85,8 @@ class User(BaseModel):
     name: str
     real_name: str
     title: str = ""
+    # workspace roles, held in the person's own workspace ``team_id`` (Slack's top-level flags are about the
+    # workspace a call acts in: another workspace of the org shows them false)
     is_admin: bool = False
     is_owner: bool = False
     is_primary_owner: bool = False
@@ -105,8 +107,10 @@ class User(BaseModel):
     def avatar_url(self, base_url: str) -> str:
         return f"{base_url}/ui/avatar/{self.id}.svg"
 
-    def to_slack(self, base_url: str) -> dict[str, Any]:
+    def to_slack(self, base_url: str, workspace: str | None = None) -> dict[str, Any]:
+        """The user object as a call acting in ``workspace`` sees it (None: their own workspace)."""
         avatar = self.avatar_url(base_url)
+        here = workspace is None or workspace == self.team_id
         first, _, last = self.real_name.partition(" ")
         profile: dict[str, Any] = {
             "title": self.title,
@@ -141,9 +145,9 @@ class User(BaseModel):
             "real_name": self.real_name,
             **_zone_fields(self.tz),
             "profile": profile,
-            "is_admin": self.is_admin,
-            "is_owner": self.is_owner,
-            "is_primary_owner": self.is_primary_owner,
+            "is_admin": here and self.is_admin,
+            "is_owner": here and self.is_owner,
+            "is_primary_owner": here and self.is_primary_owner,
             "is_restricted": self.is_restricted,
             "is_ultra_restricted": self.is_ultra_restricted,
             "is_bot": self.is_bot,

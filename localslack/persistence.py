@@ -28,7 +28,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from localslack.credentials import Auth, ResponseUrl
+from localslack.credentials import Auth, RefreshToken, ResponseUrl
 from localslack.models import AssistantThread, Channel, Enterprise, Ephemeral, Message, Team, User, View
 from localslack.workspace import Workspace
 
@@ -59,6 +59,7 @@ def dump(ws: Workspace) -> dict[str, Any]:
         "response_urls": {hook: asdict(ctx) for hook, ctx in ws.response_urls.items()},
         "tokens": [a.to_state() for a in ws.tokens.values()],
         "revoked_tokens": sorted(ws.revoked_tokens),
+        "refresh_tokens": {token: issued.installation_id for token, issued in ws.rotation.refresh_tokens.items()},
         "clock_us": ws.clock._last_us,
         "assistant_threads": [t.model_dump(mode="json") for t in ws.assistant_threads.values()],
     }
@@ -93,6 +94,7 @@ def restore(ws: Workspace, state: dict[str, Any]) -> None:
     for raw in state.get("tokens", []):
         auth = Auth(**raw)
         ws.tokens[auth.token] = auth
+    ws.rotation.refresh_tokens = {t: RefreshToken(i) for t, i in (state.get("refresh_tokens") or {}).items()}
     ws.clock._last_us = max(ws.clock._last_us, int(state.get("clock_us") or 0))
     for raw in state.get("assistant_threads", []):  # the AI split view's titles, prompts and contexts
         thread = AssistantThread.model_validate(raw)

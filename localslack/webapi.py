@@ -24,6 +24,7 @@ from localslack.api_views import ViewMethods
 from localslack.errors import ApiError
 from localslack.models import APP_ID, ApiCall
 from localslack.ratelimit import RateLimits
+from localslack.token_rotation import refresh_bot_token, rotate_bot_token
 from localslack.workspace import Workspace
 
 APP_TOKEN_METHODS = frozenset({"apps.connections.open"})  # the only methods an app-level token may call
@@ -257,6 +258,8 @@ class WebApi(MethodGroup):
             raise ApiError("invalid_client_id")
         if client_secret != self.client_secret:
             raise ApiError("bad_client_secret")
+        if p.text("grant_type") == "refresh_token":
+            return self._refresh(p.text("refresh_token") or "")
         code = self.ws.oauth_codes.pop(p.text("code") or "", None)
         if code is None:
             raise ApiError("invalid_code")
@@ -265,31 +268,40 @@ class WebApi(MethodGroup):
             raise ApiError("bad_redirect_uri")
         authed_user: dict[str, Any] = {"id": code.user_id} if code.user_id else {}
         if code.team_id in self.ws.enterprises:  # an org-wide install (api.slack.com/enterprise/apps/reference)
-            org = self.ws.install_org(code.team_id, scopes=list(code.scopes))
-            return {
-                "app_id": APP_ID,
-                "authed_user": authed_user,
-                "scope": ",".join(code.scopes),
-                "token_type": "bot",
-                "access_token": org.bot_token,
-                "bot_user_id": org.bot_user_id,
-                "team": None,
-                "enterprise": org.ref(),
-                "is_enterprise_install": True,
-            }
-        team = self.ws.install(code.team_id, scopes=list(code.scopes))
-        org = self.ws.enterprise_of(team.id)
-        return {
+            self.ws.install_org(code.team_id, scopes=list(code.scopes))
+        else:
+            self.ws.install(code.team_id, scopes=list(code.scopes))
+        return {"authed_user": authed_user, **self._bot_grant(code.team_id)}
+
+    def _bot_grant(self, installation_id: str, *, refresh: bool = False) -> dict[str, Any]:
+        """The bot half of an ``oauth.v2.access`` answer for a workspace or org (``E…``). With token rotation
+        the access token expires (``expires_in``) and comes with a ``refresh_token``."""
+        org = self.ws.enterprises.get(installation_id)
+        holder = org if org is not None else self.ws.team(installation_id)
+        rotating: dict[str, Any] = {}
+        if self.ws.rotation.enabled and not refresh:
+            token, refresh_token, expires_in = rotate_bot_token(self.ws, installation_id)
+            rotating = {"refresh_token": refresh_token, "expires_in": expires_in}
+        scopes = self.ws.tokens[holder.bot_token].scopes if holder.bot_token in self.ws.tokens else None
+        out: dict[str, Any] = {
             "app_id": APP_ID,
-            "authed_user": authed_user,
-            "scope": ",".join(code.scopes),
+            "scope": ",".join(scopes or []),
             "token_type": "bot",
-            "access_token": team.bot_token,
-            "bot_user_id": team.bot_user_id,
-            "team": {"id": team.id, "name": team.name},
-            "enterprise": org.ref() if org else None,
-            "is_enterprise_install": False,
+            "access_token": holder.bot_token,
+            "bot_user_id": holder.bot_user_id,
+            **rotating,
         }
+        if org is not None:
+            return {**out, "team": None, "enterprise": org.ref(), "is_enterprise_install": True}
+        team_org = self.ws.enterprise_of(installation_id)
+        return {**out, "team": {"id": holder.id, "name": holder.name},
+                "enterprise": team_org.ref() if team_org else None, "is_enterprise_install": False}
+
+    def _refresh(self, refresh_token: str) -> dict[str, Any]:
+        """``grant_type=refresh_token``: a new access token and a new refresh token (the old one is used up)."""
+        token, new_refresh, expires_in, installation_id = refresh_bot_token(self.ws, refresh_token)
+        answer = self._bot_grant(installation_id, refresh=True)
+        return {**answer, "access_token": token, "refresh_token": new_refresh, "expires_in": expires_in}
 
 
 def _raw_channel(values: dict[str, Any]) -> str | None:

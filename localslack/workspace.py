@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from localslack.blockkit import block_elements
-from localslack.credentials import TRIGGER_TTL_S, Auth, OAuthCode, ResponseUrl, Trigger
+from localslack.credentials import TRIGGER_TTL_S, Auth, OAuthCode, ResponseUrl, TokenRotation, Trigger
 from localslack.errors import ApiError, error_messages
 from localslack.ids import TsClock, random_id
 from localslack.models import (
@@ -69,6 +69,7 @@ class Workspace:
         self.oauth_codes: dict[str, OAuthCode] = {}
         self.tokens: dict[str, Auth] = {}
         self.revoked_tokens: set[str] = set()
+        self.rotation = TokenRotation()  # expiring access tokens and refresh tokens (localslack.token_rotation)
         # AI apps: split-view title, prompts, live status per "<channel>:<thread_ts>" (localslack.ai_apps)
         self.assistant_threads: dict[str, AssistantThread] = {}
         # set to Slack's error (e.g. "not_authorized": the app is not declared as an agent) to refuse agents.sessions.*
@@ -207,6 +208,9 @@ class Workspace:
             targets = [self.team(team_or_enterprise_id)]
         revoked: list[str] = []
         for team in targets:
+            earlier = [t for t, a in self.tokens.items() if team.bot_id and a.bot_id == team.bot_id]
+            for token in earlier:  # a rotating install's access tokens not yet expired
+                self.revoke_token(token, touch=False)
             if team.bot_token:
                 self.revoke_token(team.bot_token, touch=False)
                 if team.bot_user_id and team.bot_user_id not in revoked:
@@ -267,6 +271,8 @@ class Workspace:
         auth = self.tokens.get(token)
         if auth is None:
             raise ApiError("invalid_auth")
+        if auth.expires_at is not None and self.rotation.now() >= auth.expires_at:
+            raise ApiError("token_expired")
         owner = self.users.get(auth.user_id)
         if owner is not None and owner.deleted:
             raise ApiError("account_inactive")

@@ -28,12 +28,20 @@ def check(slack: LocalSlack, **kw) -> AdminCheck:
 
 
 def test_flags_missing_flags_and_grid():
-    assert parse_user("U1", {"team_id": "T1", "is_owner": True}).is_admin
-    assert parse_user("U1", {"team_id": "T1", "is_primary_owner": True}).is_admin
-    assert not parse_user("U1", {"team_id": "T1"}).is_admin, "a missing flag counts as false"
-    assert not parse_user("U1", {"team_id": "T1", "is_admin": "yes"}).is_admin
+    assert parse_user("U1", {"team_id": "T1", "is_owner": True}, "T1").admin_of("T1")
+    assert parse_user("U1", {"team_id": "T1", "is_primary_owner": True}, "T1").admin_of("T1")
+    assert not parse_user("U1", {"team_id": "T1"}, "T1").admin_of("T1"), "a missing flag counts as false"
+    assert not parse_user("U1", {"team_id": "T1", "is_admin": "yes"}, "T1").admin_of("T1")
     grid = parse_user("W1", {"team_id": "T9", "enterprise_user": {"is_admin": True, "teams": ["T1", "T2"]}})
-    assert grid.is_admin and grid.belongs_to("T1") and not grid.belongs_to("T3")
+    assert grid.admin_of("T1") and grid.belongs_to("T1") and not grid.belongs_to("T3")
+    assert not grid.admin_of("T3"), "an org admin rules the workspaces they are in"
+
+
+def test_workspace_flags_count_only_for_the_workspace_they_are_about():
+    member_of_both = {"team_id": "T1", "is_admin": True, "enterprise_user": {"teams": ["T1", "T2"]}}
+    asked_in_t1 = parse_user("W1", member_of_both, "T1")
+    assert asked_in_t1.admin_of("T1") and not asked_in_t1.admin_of("T2")
+    assert not parse_user("W1", member_of_both).admin_of("T1"), "an org-wide token's answer says no workspace"
     assert parse_user("U1", {"deleted": True}).state == "deleted"
 
 
@@ -82,6 +90,7 @@ class SlowUsersInfo:
 
     def __init__(self, slack: LocalSlack) -> None:
         self.client = AsyncWebClient(token=BOT_TOKEN, base_url=slack.api_url)
+        self.token = self.client.token
         self.gate = asyncio.Event()
         self.asked = 0
 
@@ -92,6 +101,9 @@ class SlowUsersInfo:
         self.asked += 1
         await self.gate.wait()
         return await self.client.users_info(**kwargs)
+
+    async def auth_test(self, **kwargs):
+        return await self.client.auth_test(**kwargs)
 
 
 async def test_no_answer_in_time_is_no_verdict_and_the_lookup_carries_on(slack):

@@ -14,14 +14,18 @@ is ``SLACK_API_URL`` (Bolt hands the app's client to the flow).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 from slack_bolt.oauth.async_callback_options import AsyncCallbackOptions, AsyncFailureArgs, AsyncSuccessArgs
 from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
 from slack_bolt.response import BoltResponse
+from slack_sdk.oauth.token_rotation.async_rotator import AsyncTokenRotator
+from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.config import ConfigError, Settings
 from bot.installed import Installed
+from handlers.tokens import RotatingInstallationStore
 from store.installations import RedisInstallationStore, RedisOAuthStateStore
 
 INSTALL_PATH = "/slack/install"
@@ -40,6 +44,14 @@ def authorize_url(slack_api_url: str) -> str:
 
 def scopes_of(settings: Settings) -> list[str]:
     return [s.strip() for s in settings.slack_scopes.split(",") if s.strip()]
+
+
+def rotating_installations(settings: Settings, redis: Any, client: AsyncWebClient,
+                           clock: Callable[[], float]) -> RotatingInstallationStore:
+    """The installation store, refreshing expiring bot tokens through ``client`` (``SLACK_API_URL``)."""
+    rotator = AsyncTokenRotator(client_id=settings.slack_client_id or "", client=client,
+                                client_secret=settings.slack_client_secret or "")
+    return RotatingInstallationStore(redis, client_id=settings.slack_client_id or "", rotator=rotator, clock=clock)
 
 
 def oauth_settings(settings: Settings, installations: RedisInstallationStore,

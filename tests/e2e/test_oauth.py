@@ -78,13 +78,13 @@ async def test_install_with_an_unknown_state_stores_nothing(local_slack, start_a
     assert await store.async_find_bot(enterprise_id=None, team_id=NEW_TEAM) is None
 
 
-async def install_through_oauth(local_slack, bot) -> None:
-    """The consent dance of the test above, condensed: the new workspace installs the app."""
+async def install_through_oauth(local_slack, bot, team: str = NEW_TEAM, user: str = NEWBIE) -> None:
+    """The consent dance of the test above, condensed: the new workspace (or ``team``) installs the app."""
     async with aiohttp.ClientSession() as browser:
         async with browser.get(f"{bot.url}/slack/install", allow_redirects=False) as install:
             location, cookie = install.headers["Location"], install.cookies["slack-app-oauth-state"]
         state = parse_qs(urlsplit(location).query)["state"][0]
-        code = local_slack.issue_oauth_code(NEW_TEAM, user_id=NEWBIE)
+        code = local_slack.issue_oauth_code(team, user_id=user)
         async with browser.get(f"{bot.url}/slack/oauth_redirect?code={code}&state={state}",
                                headers={"Cookie": f"{cookie.key}={cookie.value}"}) as done:
             assert done.status == 200, await done.text()
