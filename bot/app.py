@@ -60,6 +60,7 @@ from store.home_views import HomeViews
 from store.outbox import RedisOutbox
 from store.policies import PolicyStore
 from store.schedules import ScheduleStore
+from store.slack_events import SlackEvents
 from store.turns import RedisTurns
 from store.wakeups import WakeQueue
 
@@ -395,7 +396,7 @@ async def _start(
     # handlers get built stores, never a Redis client (issue 27 item 4)
     deps = SlackDeps(runtime=runtime, store=turns, posts=outbox_store.posts, settings=settings, audit=audit,
                      assistant_threads=AssistantThreads(redis.client), policies=policies,
-                     result_key=token_key(secret), public_url=settings.public_url)
+                     result_key=token_key(secret), public_url=settings.public_url, events=SlackEvents(redis.client))
     _wire_governance(deps, policies, redis, client_for, registry)
     # a line per turn event, delivery lag and ids in logs, around everything the frontend shows
     runtime.channel = ObservedChannel(runtime.channel, names=_local_names(local))

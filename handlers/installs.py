@@ -3,7 +3,8 @@
 The installation (or just its bot token) is removed from the installation store, so nothing is
 posted there any more: the outbox's deliveries for that workspace find no installation and are
 skipped as undeliverable (``handlers.delivery.channel``), and its requests stay open in Redis, answerable again
-if the app is reinstalled. Without OAuth (one workspace, one token from the environment) there is no
+if the app is reinstalled. A redelivery of either event (Slack sends one again, up to minutes later, when it
+did not see the 200 in time) changes nothing: it would remove an installation made again meanwhile. Without OAuth (one workspace, one token from the environment) there is no
 store to clean: the event is logged so an operator knows why Slack refuses our calls.
 """
 
@@ -14,15 +15,22 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 
+from handlers.deps import SlackDeps
+
 log = logging.getLogger(__name__)
 
 
-def register(app: AsyncApp) -> None:
-    async def on_uninstalled(context: dict[str, Any]) -> None:
-        await forget_installation(app, context)
+def register(app: AsyncApp, deps: SlackDeps | None = None) -> None:
+    async def first(body: dict[str, Any]) -> bool:
+        return deps is None or await deps.first_delivery(body)
 
-    async def on_tokens_revoked(event: dict[str, Any], context: dict[str, Any]) -> None:
-        await forget_bot_token(app, event, context)
+    async def on_uninstalled(body: dict[str, Any], context: dict[str, Any]) -> None:
+        if await first(body):
+            await forget_installation(app, context)
+
+    async def on_tokens_revoked(body: dict[str, Any], event: dict[str, Any], context: dict[str, Any]) -> None:
+        if await first(body):
+            await forget_bot_token(app, event, context)
 
     app.event("app_uninstalled")(on_uninstalled)
     app.event("tokens_revoked")(on_tokens_revoked)
