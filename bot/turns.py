@@ -32,7 +32,7 @@ from bot.outbox import Outbox, OutboxStore
 from bot.parts import Parts, RuntimeSettings, TurnStore
 from bot.ports import Channel, LiveText, Workspace
 from bot.principals import Principal
-from bot.protocol import HeldLease, InputResponse, RequestRecord
+from bot.protocol import EndedBy, HeldLease, InputResponse, RequestRecord
 from bot.responders import refresh_responders
 from bot.schedules import ScheduleStorePort, parse_member
 from bot.schedules import fire as fire_schedule
@@ -248,9 +248,12 @@ class Runtime:
         you" lists); None when it cannot be known. Response policies must therefore have no side effects."""
         return await self.settler.check(record, principal, decision, within_s=within_s)
 
-    async def cancel_turn(self, session_id: str, principal: Principal | None, *, resume: bool = True) -> bool:
+    async def cancel_turn(self, session_id: str, principal: Principal | None, *, resume: bool = True,
+                          ended_by: EndedBy = "stop") -> bool:
         """Stop the current turn: pending calls never run; late answers authorize nothing. With
-        ``resume=False`` the caller drives the session to end the turn (or the sweep does: it is due)."""
+        ``resume=False`` the caller drives the session to end the turn (or the sweep does: it is due).
+        ``principal``: who stops it (None: the app); its open requests are audited as ended by them, for
+        ``ended_by``'s reason."""
         snap = await self.store.snapshot(session_id)
         state = SessionState.model_validate(snap.state) if snap.state else None
         turn = state.turn if state is not None else None
@@ -258,7 +261,7 @@ class Runtime:
             return await self._cancel_unwritten(session_id, state, snap.inbox, principal, resume=resume)
         if turn.owner is not None and principal is not None and not turn.owner.same_as(principal):
             return False
-        await self._cancel(session_id, turn, resume=resume)
+        await self._cancel(session_id, turn, principal, ended_by, resume=resume)
         return True
 
     async def stop_pressed(self, session_id: str, principal: Principal, *, pressed_at: datetime | None) -> StopResult:
@@ -281,15 +284,16 @@ class Runtime:
             return "over"
         if turn.owner is not None and not turn.owner.same_as(principal):
             return "not theirs"
-        await self._cancel(session_id, turn, resume=True)
+        await self._cancel(session_id, turn, principal, "stop", resume=True)
         return "stopped"
 
-    async def _cancel(self, session_id: str, turn: TurnState, *, resume: bool) -> None:
+    async def _cancel(self, session_id: str, turn: TurnState, by: Principal | None, ended_by: EndedBy, *,
+                      resume: bool) -> None:
         await self.store.request_cancel(session_id, turn.turn_id)
         # a tool of this turn running in this process is told now; on another replica, by its lease renewal
         self.executor.stop_running(session_id, turn.turn_id)
         for record in await self.store.get_requests(turn.open_request_ids()):
-            await self.settler.resolve_unanswered(record, "cancelled")
+            await self.settler.resolve_unanswered(record, "cancelled", ended_by=ended_by, by=by)
         if resume:
             await self.drive(session_id)
 

@@ -353,7 +353,7 @@ async def test_a_delegation_whose_parent_turn_failed_leaves_no_card_that_runs(re
     # the parent's turn is given up on (its request ends "ignored"): the child's card runs nothing either
     runtime, channel, store, parent, _, delegation, ask = await delegated(redis)
     runtime.outbox.consumers["subagents"] = RelayDown()
-    assert await runtime.settler.resolve_unanswered(await store.get_request(delegation.request_id), "ignored")
+    assert await runtime.settler.resolve_unanswered(await store.get_request(delegation.request_id), "ignored", ended_by="turn-failed")
     clicked = await approve(runtime, ask.request_id)
     assert clicked.state == "stale" and RAN == []
 
