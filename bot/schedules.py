@@ -303,7 +303,7 @@ async def fire(schedules: ScheduleStorePort, workspace: Workspace | None, runtim
         log.info("schedule %s: tick %d is no longer its current one (%s); dropped", schedule_id, tick_ms,
                  schedule.next_at.isoformat())
         return
-    if not await admits(schedule.owner, schedule.channel, source=policies):
+    if not await admits(schedule.owner, schedule.channel, source=policies, via="schedule tick"):
         # asked at every tick, not only when it was made: a guest whose channel was closed since gets no
         # turn run as them. The tick is skipped, the schedule kept (reopening the channel resumes it).
         log.warning("schedule %s: %s may no longer start turns in %s; tick skipped", schedule_id,

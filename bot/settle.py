@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from bot import logs
+from bot.admission import GUEST_REFUSAL, admits
 from bot.agents import delegation_live
 from bot.approval import (
     DEFAULT_GRANT_DAYS,
@@ -165,6 +166,11 @@ class Settler:
                                           lease=lease)
             reason = failure or (decision.reason if decision else None) or VERIFY_FAILED
             return await self._refuse(record, response, outcome, decision, reason, custom=custom)
+        if not await admits(principal, record.channel.get("channel_id"), source=self.p.policies, via="answer"):
+            # whom the rule lets answer must also be admitted, as it reads now: a guest whose channel was closed
+            # since she asked answers nothing, as she could type nothing there (no trace in the session, like
+            # the workspace boundary; the refusal is audited). Asked last: for a member it costs nothing.
+            return AnswerResult("forbidden", record, reason=GUEST_REFUSAL)
         return await self._settle(record, response, outcome, decision, custom, note, lease=lease)
 
     async def _admin_cancels(self, record: RequestRecord, principal: Principal, decision: str) -> bool:

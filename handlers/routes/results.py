@@ -62,7 +62,7 @@ async def _post_result(deps: SlackDeps, key: bytes | None, request: web.Request)
         return _error(404, "no such request (it may have expired)")
     if record.request.kind != "external-result":
         return _error(404, "that request does not take a result")
-    if not await admits(claims.principal, record.channel.get("channel_id"), source=deps.policies):
+    if not await admits(claims.principal, record.channel.get("channel_id"), source=deps.policies, via="result"):
         # a result resumes a turn: the one admission rule, as it reads now (a guest's channel may have closed)
         return _error(403, GUEST_REFUSAL)
     response = InputResponse(request_id=request_id, values=values, principal=claims.principal, via="api")
