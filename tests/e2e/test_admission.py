@@ -57,10 +57,13 @@ async def agent(slack, user: str, text: str) -> str:
 
 async def test_a_refused_guest_mentioning_the_agent_is_told_why_and_nothing_starts(local_slack, start_app):
     bot = await start_app(answers(), [])
-    ts, _ = await local_slack.post_message(ERIN, GENERAL, f"<@{BOT_USER_ID}> hello")
+    ts, deliveries = await local_slack.post_message(ERIN, GENERAL, f"<@{BOT_USER_ID}> hello")
     await refusals(local_slack, 1)
     await bot.runtime.wait_idle()
     assert not await bot.store.exists(slack_session_id(TEAM_ID, GENERAL, ts))
+    for delivered in deliveries:  # Slack's redeliveries: nothing more is told or audited
+        assert (await local_slack.redeliver(delivered)).status == 200
+    await bot.runtime.wait_idle()
     # told where she wrote: a message of her own with no replies has no thread anyone would open (seen
     # in the browser walk: the refusal sat unseen in that thread)
     [told] = [e for e in local_slack.ephemerals(ERIN) if e.channel == GENERAL]
