@@ -5,8 +5,8 @@ guest may only where the workspace admits outsiders or an admin opened the chann
 (``/approvers guests on``). Every way a turn can start asks :func:`admits` with the person a verified
 payload named: a mention, a DM (App Home's Messages tab), an assistant thread, ``/agent schedule``, each
 tick of a schedule (the owner, in the schedule's channel, as the policy reads *at the tick*), a result
-posted to the result API, and every answer to a request (a click, a select, a form: the settle path, before
-the response policy), as the policy reads *then*: a guest whose channel was closed since she asked answers
+posted to the result API, and every answer to a request (a click, a select, a form: the settle path, after
+the response policy let the person answer), as the policy reads *then*: a guest whose channel was closed since she asked answers
 nothing, as she could type nothing. Fails closed: a guest is refused when the policy cannot be read. Every
 refusal is audited (``guest.refused``).
 """

@@ -269,7 +269,9 @@ class Runtime:
         known). It stops the turn it was pressed on, and no other: a press that reaches the bot late (a
         frontend's redelivery, minutes later) finds that turn over, and a later turn goes on. Like
         :meth:`cancel_turn`, only the turn's owner stops it. ``"over"``: the turn it was pressed on has ended
-        (another may run now); ``"nothing"``: no turn runs or is queued."""
+        (another may run now); ``"nothing"``: no turn runs or is queued. The press's time is the frontend's
+        clock, a turn's start this server's: a button shown under a turn comes seconds after its start (the
+        status delay), so clocks a little apart decide nothing."""
         snap = await self.store.snapshot(session_id)
         state = SessionState.model_validate(snap.state) if snap.state else None
         turn = state.turn if state is not None else None
