@@ -63,6 +63,7 @@ from store.install_marks import InstallMarks
 from store.outbox import RedisOutbox
 from store.policies import PolicyStore
 from store.schedules import ScheduleStore
+from store.slack_events import SlackEvents
 from store.token_revocations import TokenRevocations
 from store.turns import RedisTurns
 from store.wakeups import WakeQueue
@@ -410,7 +411,8 @@ async def _start(
                      assistant_threads=AssistantThreads(redis.client), policies=policies,
                      result_key=token_key(secret), public_url=settings.public_url,
                      token_holders=TokenHolders(policies, lambda: runtime.settings.clock()),
-                     token_revocations=TokenRevocations(redis.client, keep_s=TOKEN_TTL_S))
+                     token_revocations=TokenRevocations(redis.client, keep_s=TOKEN_TTL_S),
+                     events=SlackEvents(redis.client))
     _wire_governance(deps, policies, redis, client_for, registry)
     # a line per turn event, delivery lag and ids in logs, around everything the frontend shows
     runtime.channel = ObservedChannel(runtime.channel, names=_local_names(local))

@@ -128,6 +128,9 @@ class PolicySource(Protocol):
         self, team_id: str, resource: str, tool_input: dict[str, Any] | None, user_id: str | None
     ) -> Decision | None:
         """The workspace's rule for a call, as a request policy's decision; None when no rule matches."""
+    async def guest_refused(self, team_id: str, principal_id: str, channel_id: str | None, via: str) -> None:
+        """Audit that a guest was refused in ``channel_id`` (``bot.admission``; optional: a source without it
+        audits nothing)."""
 
 
 # --- what policies see ------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from bot.principals import Principal
 from bot.protocol import (
     CONTINUE,
     CancelRequested,
+    EndedBy,
     Event,
     HeldLease,
     InputRequest,
@@ -191,7 +192,7 @@ class Driver:
                   snap.failures)
         # nothing is left waiting on people: its open cards end "no longer needed" (a late click settles
         # nothing), and a delegation's child is stopped by the relay
-        await self._close_open_requests(turn, "ignored")
+        await self._close_open_requests(turn, "ignored", ended_by="turn-failed")
         reports = self._close_step(p, state, "TURN_FAILED", "The turn failed before this call could run.")
         await self._end_turn(p, state, TurnFailed(
             session_id=p.session_id, turn_id=turn.turn_id,
@@ -360,8 +361,9 @@ class Driver:
         records = await self._records(step.request_ids, read)
         open_ids = [rid for rid, r in records.items() if r.status == "open"]
         if open_ids and steer is not None:
+            author = Principal.model_validate(steer["principal"]) if steer.get("principal") else None
             for rid in open_ids:
-                await self.settler.resolve_unanswered(records[rid], "ignored")
+                await self.settler.resolve_unanswered(records[rid], "ignored", ended_by="message", by=author)
             records = {r.request_id: r for r in await self.p.store.get_requests(step.request_ids)}
             open_ids = [rid for rid, r in records.items() if r.status == "open"]
         if open_ids:
@@ -461,15 +463,15 @@ class Driver:
         """A sub-agent's turn whose delegation ended: nothing more of it runs. Its open requests end "no
         longer needed" (their cards are updated) and the turn ends cancelled, as the relay's stop would."""
         assert state.turn is not None
-        await self._close_open_requests(state.turn, "cancelled")
+        await self._close_open_requests(state.turn, "cancelled", ended_by="delegation-ended")
         await self._finish_cancelled(p, state)
 
-    async def _close_open_requests(self, turn: TurnState, outcome: str) -> None:
+    async def _close_open_requests(self, turn: TurnState, outcome: str, *, ended_by: EndedBy) -> None:
         """End the turn's requests still open (its step's and a session-limit prompt) as ``outcome``: their
         cards are updated and a late click settles nothing."""
         for record in await self.p.store.get_requests(turn.open_request_ids()):
             if record.status == "open":
-                await self.settler.resolve_unanswered(record, outcome)
+                await self.settler.resolve_unanswered(record, outcome, ended_by=ended_by)
 
     async def _finish_cancelled(self, p: _Pass, state: SessionState) -> None:
         turn = state.turn
@@ -578,9 +580,7 @@ def _live_text(live: LiveText | None, state: SessionState, step: int) -> TextCal
     """The model's text so far, handed to the frontend as it streams (not durable: see bot.ports.LiveText)."""
     if live is None or state.turn is None or state.agent:  # a sub-agent's words reach people through its parent
         return None
-    ref, turn_id, owner, parts = state.ref, state.turn.turn_id, state.turn.owner, []
-    # a retried request starts over: the text so far then starts over too (a frontend sees it no longer
-    # extends what it showed)
+    ref, turn_id, owner, parts = state.ref, state.turn.turn_id, state.turn.owner, []  # a retry starts `parts` over
 
     async def on_text(delta: str) -> None:
         parts.append(delta)

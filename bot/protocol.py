@@ -25,6 +25,9 @@ ChoiceStyle = Literal["select", "buttons", "radio"]  # how a question's options 
 ResolutionOutcome = Literal["answered", "approved", "denied", "ignored", "cancelled", "invalid", "expired"]
 CandidateOutcome = Literal["pending", "rejected", "failed", "timed-out", "stale"]
 SettledOutcome = Literal["approved", "cancelled"]
+# what ended a request nobody answered: its turn was stopped (a stop button, ``Runtime.cancel_turn``), a newer
+# message steered past it, its deadline passed, its turn failed, its delegation ended, or its turn was gone
+EndedBy = Literal["stop", "message", "expiry", "turn-failed", "delegation-ended", "turn-over"]
 ActionStatus = Literal["completed", "failed", "rejected"]
 
 APPROVE = "approve"
@@ -188,7 +191,10 @@ class Resolution(Contract):
     request_id: str
     kind: RequestKind
     outcome: ResolutionOutcome
-    response: InputResponse | None = None
+    response: InputResponse | None = None  # the answer that settled it (who answered: its principal)
+    # nobody answered it: what ended it, and the person who did (who stopped the turn, wrote the message)
+    ended_by: EndedBy | None = None
+    by: Principal | None = None
 
 
 class Answer(Contract):
@@ -298,6 +304,7 @@ class ApprovalSettled(EventBase):
     note: str | None = None
     grants: list[Grant] = Field(default_factory=list)  # what approving granted ("don't ask again")
     as_admin: bool = False  # a workspace admin cancelled it, past a rule that names others (never an approval)
+    ended_by: EndedBy | None = None  # cancelled without a click: how ``responder`` ended it (a stop, a message)
 
 
 class InputResolved(EventBase):

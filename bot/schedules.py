@@ -311,7 +311,7 @@ async def fire(schedules: ScheduleStorePort, workspace: Workspace | None, runtim
                     schedule.team_id)
         await schedules.advance(schedule, tick, schedule.following(tick))
         return
-    if not await admits(schedule.owner, schedule.channel, source=policies):
+    if not await admits(schedule.owner, schedule.channel, source=policies, via="schedule tick"):
         # asked at every tick, not only when it was made: a guest whose channel was closed since gets no
         # turn run as them. The tick is skipped, the schedule kept (reopening the channel resumes it).
         log.warning("schedule %s: %s may no longer start turns in %s; tick skipped", schedule_id,

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from bot import logs
+from bot.admission import GUEST_REFUSAL, admits
 from bot.agents import delegation_live
 from bot.approval import (
     DEFAULT_GRANT_DAYS,
@@ -43,6 +44,7 @@ from bot.protocol import (
     STOP,
     ApprovalCandidate,
     ApprovalSettled,
+    EndedBy,
     Event,
     Grant,
     HeldLease,
@@ -167,6 +169,11 @@ class Settler:
                                           lease=lease)
             reason = failure or (decision.reason if decision else None) or VERIFY_FAILED
             return await self._refuse(record, response, outcome, decision, reason, custom=custom)
+        if not await admits(principal, record.channel.get("channel_id"), source=self.p.policies, via="answer"):
+            # whom the rule lets answer must also be admitted, as it reads now: a guest whose channel was closed
+            # since she asked answers nothing, as she could type nothing there (no trace in the session, like
+            # the workspace boundary; the refusal is audited). Asked last: for a member it costs nothing.
+            return AnswerResult("forbidden", record, reason=GUEST_REFUSAL)
         return await self._settle(record, response, outcome, decision, custom, note, lease=lease)
 
     async def _admin_cancels(self, record: RequestRecord, principal: Principal, decision: str) -> bool:
@@ -384,14 +391,24 @@ class Settler:
         """A sub-agent's request whose delegation ended before the relay stopped the sub-agent: it ends "no
         longer needed" instead of counting (its card is updated), and the caller drives the child's session,
         whose turn loop ends the turn for the same reason (``bot.drive``)."""
-        await self.resolve_unanswered(record, "cancelled")
+        await self.resolve_unanswered(record, "cancelled", ended_by="delegation-ended")
         return AnswerResult("stale", await self.p.store.get_request(record.request_id), batch_complete=True)
 
-    async def resolve_unanswered(self, record: RequestRecord, outcome: str) -> bool:
-        """Settle an open request nobody answered: ignored (steered past) or cancelled (turn cancelled)."""
+    async def resolve_unanswered(self, record: RequestRecord, outcome: str, *, ended_by: EndedBy,
+                                 by: Principal | None = None) -> bool:
+        """Settle an open request nobody answered: ignored (steered past), cancelled (turn cancelled) or
+        expired. ``ended_by`` says what ended it and ``by`` the person who did, if one did (the audit names
+        them). An approval a person stopped is also settled ``cancelled`` by them, as their Cancel click would
+        be; one a message steered past was decided by nobody (it is ``ignored``: its author is named only)."""
         req = record.request
-        events = [InputResolved(session_id=record.session_id, turn_id=record.turn_id, resolutions=[
-            Resolution(request_id=req.request_id, kind=req.kind, outcome=outcome)])]  # type: ignore[arg-type]
+        sid, tid = record.session_id, record.turn_id
+        events: list[Event] = []
+        if req.kind == "tool-approval" and by is not None and ended_by == "stop":
+            events.append(ApprovalSettled(session_id=sid, turn_id=tid, request_id=req.request_id,
+                                          outcome="cancelled", responder=by, ended_by=ended_by))
+        events.append(InputResolved(session_id=sid, turn_id=tid, resolutions=[
+            Resolution(request_id=req.request_id, kind=req.kind, outcome=outcome,  # type: ignore[arg-type]
+                       ended_by=ended_by, by=by)]))
         result = await self.p.store.settle(record, mode="settle", outcome=outcome, response=None,
                                            batch=record.batch, on_settled=events)
         self.p.outbox.kick(record.session_id)

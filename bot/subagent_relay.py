@@ -15,7 +15,15 @@ from typing import Any, Protocol
 from bot.agents import NO_ANSWER
 from bot.parts import TurnStore
 from bot.principals import APP_PRINCIPAL, Principal
-from bot.protocol import Event, InputRequest, InputRequested, InputResolved, InputResponse, UnknownRequest
+from bot.protocol import (
+    EndedBy,
+    Event,
+    InputRequest,
+    InputRequested,
+    InputResolved,
+    InputResponse,
+    UnknownRequest,
+)
 from bot.session import SessionRef
 from bot.settle import AnswerResult
 from bot.state import SessionState
@@ -35,7 +43,8 @@ class SessionControl(Protocol):
     async def record_message(self, ref: SessionRef, principal: Principal | None, text: str, *,
                              message_id: str | None = None, automated: bool = False) -> dict[str, Any] | None: ...
     async def drive(self, session_id: str) -> None: ...
-    async def cancel_turn(self, session_id: str, principal: Principal | None, *, resume: bool = True) -> bool: ...
+    async def cancel_turn(self, session_id: str, principal: Principal | None, *, resume: bool = True,
+                          ended_by: EndedBy = "stop") -> bool: ...
     async def answer(self, response: InputResponse, *, resume: bool = True) -> AnswerResult: ...
     def spawn(self, coro: Any, *, what: str) -> asyncio.Task[Any]: ...
 
@@ -125,7 +134,7 @@ class SubAgentRelay:
         for _ in range(5):
             # not driven here: this runs inside an outbox pass, which must never wait for a drive slot that
             # slow tools hold (issue 25, item 12); the turn ends in the background
-            if await rt.cancel_turn(child, None, resume=False):
+            if await rt.cancel_turn(child, None, resume=False, ended_by="delegation-ended"):
                 rt.spawn(rt.drive(child), what=f"end the turn of sub-agent session {child}")
                 return
             snap = await rt.store.snapshot(child)

@@ -73,7 +73,7 @@ class Timers:
             return
         await self.p.installed.require(record.team_id)  # an uninstalled workspace's deadlines wait
         if kind == "expire":
-            if await self.settler.resolve_unanswered(record, "expired"):
+            if await self.settler.resolve_unanswered(record, "expired", ended_by="expiry"):
                 log.info("request %s expired unanswered", request_id)
         elif kind == "remind":
             event = InputReminded(session_id=record.session_id, turn_id=record.turn_id, request_id=request_id)

@@ -17,6 +17,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from bot import logs
@@ -32,22 +33,31 @@ from bot.outbox import Outbox, OutboxStore
 from bot.parts import Parts, RuntimeSettings, TurnStore
 from bot.ports import Channel, LiveText, Workspace
 from bot.principals import Principal
-from bot.protocol import HeldLease, InputResponse, RequestRecord
+from bot.protocol import EndedBy, HeldLease, InputResponse, RequestRecord
 from bot.responders import refresh_responders
 from bot.schedules import ScheduleStorePort, parse_member
 from bot.schedules import fire as fire_schedule
 from bot.session import SessionRef
 from bot.settle import AnswerResult, Settler
-from bot.state import SessionState, turn_id_for
+from bot.state import SessionState, TurnState, turn_id_for
 from bot.subagent_relay import SubAgentRelay
 from bot.timers import Timers
 from bot.tool_registry import ToolRegistry
 
-__all__ = ["AnswerResult", "PostResult", "Runtime", "RuntimeSettings", "TurnStore", "model_view"]
+__all__ = ["AnswerResult", "PostResult", "Runtime", "RuntimeSettings", "StopResult", "TurnStore", "model_view"]
 
 log = logging.getLogger(__name__)
 
 FRONTEND = "frontend"
+
+
+StopResult = Literal["stopped", "not theirs", "over", "nothing"]
+
+
+def _queued_at(message: dict[str, Any]) -> datetime:
+    """When a queued message was recorded (``bot.intake.new_message``)."""
+    at = datetime.fromisoformat(str(message.get("at")))
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
 @dataclass
@@ -246,9 +256,12 @@ class Runtime:
         you" lists); None when it cannot be known. Response policies must therefore have no side effects."""
         return await self.settler.check(record, principal, decision, within_s=within_s)
 
-    async def cancel_turn(self, session_id: str, principal: Principal | None, *, resume: bool = True) -> bool:
+    async def cancel_turn(self, session_id: str, principal: Principal | None, *, resume: bool = True,
+                          ended_by: EndedBy = "stop") -> bool:
         """Stop the current turn: pending calls never run; late answers authorize nothing. With
-        ``resume=False`` the caller drives the session to end the turn (or the sweep does: it is due)."""
+        ``resume=False`` the caller drives the session to end the turn (or the sweep does: it is due).
+        ``principal``: who stops it (None: the app); its open requests are audited as ended by them, for
+        ``ended_by``'s reason."""
         snap = await self.store.snapshot(session_id)
         state = SessionState.model_validate(snap.state) if snap.state else None
         turn = state.turn if state is not None else None
@@ -256,14 +269,43 @@ class Runtime:
             return await self._cancel_unwritten(session_id, state, snap.inbox, principal, resume=resume)
         if turn.owner is not None and principal is not None and not turn.owner.same_as(principal):
             return False
+        await self._cancel(session_id, turn, principal, ended_by, resume=resume)
+        return True
+
+    async def stop_pressed(self, session_id: str, principal: Principal, *, pressed_at: datetime | None) -> StopResult:
+        """A person pressed a stop button at ``pressed_at`` (the frontend's own time of the press; None: not
+        known). It stops the turn it was pressed on, and no other: a press that reaches the bot late (a
+        frontend's redelivery, minutes later) finds that turn over, and a later turn goes on. Like
+        :meth:`cancel_turn`, only the turn's owner stops it. ``"over"``: the turn it was pressed on has ended
+        (another may run now); ``"nothing"``: no turn runs or is queued. The press's time is the frontend's
+        clock, a turn's start this server's: a button shown under a turn comes seconds after its start (the
+        status delay), so clocks a little apart decide nothing."""
+        snap = await self.store.snapshot(session_id)
+        state = SessionState.model_validate(snap.state) if snap.state else None
+        turn = state.turn if state is not None else None
+        if turn is None:
+            if not snap.inbox:
+                return "nothing"
+            if pressed_at is not None and _queued_at(snap.inbox[0]) > pressed_at:
+                return "over"  # the next turn's message came after the press
+            stopped = await self._cancel_unwritten(session_id, state, snap.inbox, principal, resume=True)
+            return "stopped" if stopped else "not theirs"
+        if pressed_at is not None and turn.started_at > pressed_at:
+            return "over"
+        if turn.owner is not None and not turn.owner.same_as(principal):
+            return "not theirs"
+        await self._cancel(session_id, turn, principal, "stop", resume=True)
+        return "stopped"
+
+    async def _cancel(self, session_id: str, turn: TurnState, by: Principal | None, ended_by: EndedBy, *,
+                      resume: bool) -> None:
         await self.store.request_cancel(session_id, turn.turn_id)
         # a tool of this turn running in this process is told now; on another replica, by its lease renewal
         self.executor.stop_running(session_id, turn.turn_id)
         for record in await self.store.get_requests(turn.open_request_ids()):
-            await self.settler.resolve_unanswered(record, "cancelled")
+            await self.settler.resolve_unanswered(record, "cancelled", ended_by=ended_by, by=by)
         if resume:
             await self.drive(session_id)
-        return True
 
     async def _cancel_unwritten(self, session_id: str, state: SessionState | None, inbox: list[dict[str, Any]],
                                 principal: Principal | None, *, resume: bool) -> bool:

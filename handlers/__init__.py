@@ -22,7 +22,7 @@ def register(app: AsyncApp, deps: SlackDeps) -> None:
     stop.register(app, deps)  # Slack's stop button on an agent session
     feedback.register(app, deps)
     schedules.register(app, deps)
-    installs.register(app, deps.runtime.installed)
+    installs.register(app, deps)
     if deps.governance is not None:
         home.register(app, deps.governance)
         commands.register(app, deps.governance)

@@ -7,7 +7,9 @@
   session per thread, cards and questions in the thread exactly as in channels. The thread's first request
   gives it its title, and tells the agent which channel the person is looking at.
 
-Everything the listeners must not lose is written before the ack; Slack calls run after it.
+Everything the listeners must not lose is written before the ack; Slack calls run after it. Slack's
+redeliveries of the two events change nothing (``SlackDeps.first_delivery``): no second greeting, no older
+channel written over a newer one.
 """
 
 from __future__ import annotations
@@ -73,11 +75,11 @@ def register(app: AsyncApp, deps: SlackDeps) -> None:
     threads = deps.assistant_threads
     assistant = ThreadsAssistant(thread_context_store=RedisThreadContexts(threads))
 
-    async def started(payload: dict[str, Any], client: Any) -> None:
+    async def started(body: dict[str, Any], payload: dict[str, Any], client: Any) -> None:
         thread = payload.get("assistant_thread") or {}
         channel, thread_ts = thread.get("channel_id"), thread.get("thread_ts")
-        if not channel or not thread_ts:
-            return
+        if not channel or not thread_ts or not await deps.first_delivery(body):
+            return  # (a redelivery: greeted already)
         if (thread.get("context") or {}).get("channel_id"):
             await threads.remember_context(channel, thread_ts, thread["context"])
         deps.runtime.spawn(
@@ -85,12 +87,13 @@ def register(app: AsyncApp, deps: SlackDeps) -> None:
             what=f"welcome in assistant thread {channel}:{thread_ts}",
         )
 
-    async def context_changed(payload: dict[str, Any]) -> None:
+    async def context_changed(body: dict[str, Any], payload: dict[str, Any]) -> None:
         thread = payload.get("assistant_thread") or {}
         if (
             thread.get("channel_id")
             and thread.get("thread_ts")
             and (thread.get("context") or {}).get("channel_id")
+            and await deps.first_delivery(body)  # a redelivery would undo a newer change
         ):
             await threads.remember_context(thread["channel_id"], thread["thread_ts"], thread["context"])
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +16,7 @@ from bot.turns import Runtime
 from store.assistant_threads import AssistantThreads
 from store.audit import AuditLog
 from store.post_ledger import PostLedger
+from store.slack_events import SlackEvents
 from store.token_revocations import TokenRevocations
 from store.turns import RedisTurns
 
@@ -38,3 +40,16 @@ class SlackDeps:
     token_revocations: TokenRevocations | None = None  # when each person's result tokens were last revoked
     public_url: str = ""  # where this bot is reached over HTTP, for the result API's address on cards
     extras: dict[str, Any] = field(default_factory=dict)
+    events: SlackEvents | None = None  # which events were acted on (Slack redelivers them): None, none noted
+
+    async def first_delivery(self, body: dict[str, Any]) -> bool:
+        """False for an event acted on before, here or in another replica: Slack sent it again because it did
+        not see the 200 in time (same ``event_id``, ``X-Slack-Retry-Num``), and a redelivery changes nothing.
+        An event id that is not Slack's shape cannot be noted, and is acted on."""
+        event_id = body.get("event_id")
+        if self.events is None or not isinstance(event_id, str) or not _EVENT_ID.fullmatch(event_id):
+            return True
+        return await self.events.first_delivery(event_id)
+
+
+_EVENT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # Slack's "Ev…" ids: nothing else goes into a Redis key

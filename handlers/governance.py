@@ -121,6 +121,10 @@ class StorePolicySource:
         seen = await self.workspaces.async_workspace(team_id) if self.workspaces is not None else None
         return seen[0] if seen else None
 
+    async def guest_refused(self, team_id: str, principal_id: str, channel_id: str | None, via: str) -> None:
+        await self.policies.record_refusal(team_id, principal_id, f"channel:{channel_id or '-'}", data={"via": via},
+                                           kind="guest.refused")
+
     async def decide(
         self, team_id: str, resource: str, tool_input: dict[str, Any] | None, user_id: str | None
     ) -> Decision | None:

@@ -6,7 +6,9 @@ skipped as undeliverable (``handlers.delivery.channel``). The workspace is marke
 (``bot.installed``), with or without OAuth: nothing of it settles, resumes, fires or runs, and its
 requests stay open in Redis, answerable again once the app is reinstalled. A new installation lifts the
 mark (``store.installations``); so does any later request Slack signs for that workspace, which it sends
-only to an installed app (how a one-token deployment learns it is back).
+only to an installed app (how a one-token deployment learns it is back). A redelivery of either event
+(Slack sends one again, up to minutes later, when it did not see the 200 in time) changes nothing: it
+would remove an installation made again meanwhile.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 from slack_bolt.async_app import AsyncApp
 
 from bot.installed import Installed
+from handlers.deps import SlackDeps
 from handlers.identity import installation_team
 
 log = logging.getLogger(__name__)
@@ -24,12 +27,17 @@ log = logging.getLogger(__name__)
 _LEAVING = frozenset({"app_uninstalled", "tokens_revoked"})
 
 
-def register(app: AsyncApp, installed: Installed) -> None:
-    async def on_uninstalled(context: dict[str, Any]) -> None:
-        await forget_installation(app, context)
-        await installed.uninstalled_from(await _teams(app, context))
+def register(app: AsyncApp, deps: SlackDeps) -> None:
+    installed: Installed = deps.runtime.installed
 
-    async def on_tokens_revoked(event: dict[str, Any], context: dict[str, Any]) -> None:
+    async def on_uninstalled(body: dict[str, Any], context: dict[str, Any]) -> None:
+        if await deps.first_delivery(body):
+            await forget_installation(app, context)
+            await installed.uninstalled_from(await _teams(app, context))
+
+    async def on_tokens_revoked(body: dict[str, Any], event: dict[str, Any], context: dict[str, Any]) -> None:
+        if not await deps.first_delivery(body):
+            return
         await forget_bot_token(app, event, context)
         tokens = event.get("tokens") if isinstance(event.get("tokens"), dict) else {}
         if tokens.get("bot"):  # without its bot token the app can do nothing there: as if uninstalled

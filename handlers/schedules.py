@@ -60,7 +60,7 @@ async def answer(deps: SlackDeps, body: dict[str, Any]) -> str:
         principal = await _as_slack_knows(deps, principal)
         if principal is None:
             return "I couldn't check who you are just now; try again in a minute."
-        if not await admits(principal, body.get("channel_id"), source=deps.policies):
+        if not await admits(principal, body.get("channel_id"), source=deps.policies, via="schedule"):
             log.info("%s may not schedule turns in %s", principal.principal_id, body.get("channel_id"))
             return GUEST_REFUSAL
         when, prompt = split_command(rest)

@@ -7,12 +7,19 @@ whichever replica delivers it. Slack does not move the status itself, so a click
 left (a stale status) moves it to ``active`` here.
 
 Who: the clicker from the verified event; like a typed stop, only the person whose turn it is may stop it
-(``cancel_turn`` refuses anyone else: fail closed), and they are told privately.
+(``Runtime.stop_pressed`` refuses anyone else: fail closed), and they are told privately.
+
+Which turn: the one it was pressed on. Slack sends the event again (same ``event_id``, ``X-Slack-Retry-Num``)
+when it did not see the 200 in time, up to minutes later: a redelivery is dropped by its event id
+(``SlackDeps.first_delivery``), and a press that reaches the bot only after its turn ended (its first delivery
+failed) finds that turn over by the press's own time (``event_ts``): a turn started since goes on.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+from datetime import UTC, datetime
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
@@ -20,7 +27,6 @@ from slack_sdk.errors import SlackApiError
 
 from bot.principals import Principal
 from bot.session import slack_session_id
-from bot.state import SessionState
 from handlers.delivery.private_notes import tell_privately
 from handlers.deps import SlackDeps
 from handlers.identity import event_principal, installation_team
@@ -36,22 +42,38 @@ def register(app: AsyncApp, deps: SlackDeps) -> None:
         team, channel_id, thread_ts = installation_team(body), event.get("channel"), event.get("thread_ts")
         if principal is None or not team or not channel_id or not thread_ts:
             return
+        if not await deps.first_delivery(body):
+            return  # Slack sent it again: the press was acted on already
         sid = slack_session_id(team, channel_id, thread_ts)
         # after the ack: cancelling drives the session, which may wait on its lease
-        deps.runtime.spawn(_stop(deps, client, sid, principal, channel_id, thread_ts),
+        deps.runtime.spawn(_stop(deps, client, sid, principal, channel_id, thread_ts, pressed_at(body, event)),
                            what=f"stop button in {sid}")
 
     app.event("agent_session_stopped")(on_stopped)
 
 
+def pressed_at(body: dict[str, Any], event: dict[str, Any]) -> datetime | None:
+    """When the button was pressed, by Slack's clock: the event's ``event_ts``, else the envelope's
+    ``event_time`` (None: neither is there)."""
+    for raw in (event.get("event_ts"), body.get("event_time")):
+        try:
+            seconds = float(raw) if isinstance(raw, str | int | float) and not isinstance(raw, bool) else None
+        except ValueError:
+            seconds = None
+        if seconds is not None and math.isfinite(seconds) and seconds > 0:
+            return datetime.fromtimestamp(seconds, UTC)
+    return None
+
+
 async def _stop(deps: SlackDeps, client: Any, sid: str, principal: Principal, channel_id: str,
-                thread_ts: str) -> None:
-    if await deps.runtime.cancel_turn(sid, principal):
-        return  # turn.cancelled, once committed, closes the session and says so in the thread
-    raw = (await deps.store.snapshot(sid)).state
-    turn = SessionState.model_validate(raw).turn if raw else None
+                thread_ts: str, pressed: datetime | None) -> None:
+    result = await deps.runtime.stop_pressed(sid, principal, pressed_at=pressed)
+    # stopped: turn.cancelled, once committed, closes the session and says so in the thread;
+    # over: the turn it was pressed on has ended (a late delivery): a later turn goes on, untouched
+    if result in ("stopped", "over"):
+        return
     try:
-        if turn is not None:  # someone else's turn: it goes on
+        if result == "not theirs":  # someone else's turn: it goes on
             await tell_privately(client, principal.slack_user_id or "", NOT_YOURS, channel=channel_id,
                                  thread_ts=thread_ts)
         else:  # nothing running: the status was stale

@@ -99,7 +99,11 @@ class Deliverer:
         return self.socket is not None and self.socket.connected
 
     async def send_event(self, envelope: dict[str, Any]) -> DeliveryResult:
-        outgoing = _Outgoing(
+        return await self._send(self._event(envelope), event_id=envelope["event_id"], retry=self.retry)
+
+    @staticmethod
+    def _event(envelope: dict[str, Any]) -> _Outgoing:
+        return _Outgoing(
             kind=f"event_callback:{envelope['event'].get('type')}",
             body=json.dumps(envelope).encode(),
             content_type="application/json",
@@ -107,7 +111,19 @@ class Deliverer:
             envelope_type="events_api",
             accepts_response_payload=False,
         )
-        return await self._send(outgoing, event_id=envelope["event_id"], retry=self.retry)
+
+    async def redeliver(self, result: DeliveryResult, *, reason: str = "http_timeout") -> DeliveryResult:
+        """Send an event delivered before once more, as Slack does when it did not see the 200 in time: the
+        same body and ``event_id``, signed afresh, numbered with ``X-Slack-Retry-Num`` (the next number) and
+        ``X-Slack-Retry-Reason``; it may come minutes later. The attempt is added to ``result``."""
+        if not result.kind.startswith("event_callback:"):
+            raise ValueError("Slack redelivers events only")
+        outgoing = self._event(result.payload)
+        answer = await self._try(outgoing, len(result.attempts), DeliveryAttempt(error=reason))
+        result.attempts.append(answer.attempt)
+        result.status, result.error, result.detail = answer.attempt.status, answer.attempt.error, answer.attempt.detail
+        result.body, result.content_type = answer.text, answer.content_type
+        return result
 
     async def send_interaction(self, payload: dict[str, Any]) -> DeliveryResult:
         outgoing = _Outgoing(

@@ -395,6 +395,11 @@ class LocalSlack(ViewActions, CommandActions, AiAppActions):
         ``DeliveryResult`` the first attempt returned)."""
         await self.deliverer.wait_retries(timeout_s)
 
+    async def redeliver(self, result: DeliveryResult, *, reason: str = "http_timeout") -> DeliveryResult:
+        """Slack sends an event again although the bot answered it (Slack did not see the 200 in time): same
+        body and ``event_id``, with the next ``X-Slack-Retry-Num`` (``Deliverer.redeliver``)."""
+        return await self.deliverer.redeliver(result, reason=reason)
+
     def fail_next(
         self,
         method: str,

@@ -9,10 +9,14 @@ kind            from event                  actor / subject / data
 ==============  ==========================  ==========================================================
 ``request``     ``input.requested``         who asked / request id / kind, tool, input, prompt
 ``candidate``   ``approval.candidate``      who answered / request id / outcome, reason, approvals
-``settlement``  ``approval.settled``        who decided / request id / outcome, note
+``settlement``  ``approval.settled``        who decided / request id / outcome, note, ``ended_by`` when
+                                            they cancelled it without a click (a stop, a message)
 ``grant``       ``approval.settled`` (ok)   who decided / request id / approval key now granted
-``resolution``  ``input.resolved``          who answered (if anyone) / request id / outcome, answer,
-                                            the edited input (when approved with changes)
+``resolution``  ``input.resolved``          who answered or ended it (if a person did) / request id /
+                                            outcome, answer, the edited input (when approved with
+                                            changes), ``ended_by`` when nobody answered it (``stop``,
+                                            ``message``, ``expiry``, ``turn-failed``, ``delegation-ended``,
+                                            ``turn-over``)
 ``execution``   ``action.result``           — / call id / tool, status, error, sha256 of the output
 ==============  ==========================  ==========================================================
 
@@ -161,7 +165,8 @@ class PassAudit:
             return [("candidate", _who(event.responder), event.request_id, data)]
         if isinstance(event, ApprovalSettled):
             entries = [("settlement", _who(event.responder), event.request_id,
-                        {**base, "outcome": event.outcome, "note": event.note, "as_admin": event.as_admin})]
+                        {**base, "outcome": event.outcome, "note": event.note, "as_admin": event.as_admin,
+                         **({"ended_by": event.ended_by} if event.ended_by else {})})]
             for grant in event.grants:
                 entries.append(("grant", _who(event.responder), event.request_id, {
                     **base, "approval_key": grant.approval_key, "scope": grant.scope, "tool": grant.tool_name,
@@ -172,7 +177,7 @@ class PassAudit:
             return [
                 (
                     "resolution",
-                    _who(r.response.principal if r.response else None),
+                    _who(r.response.principal if r.response else r.by),
                     r.request_id,
                     {
                         **base,
@@ -185,6 +190,7 @@ class PassAudit:
                            if r.response and r.response.edited_input is not None else {}),
                         **({"values": r.response.values} if r.response and r.response.values is not None else {}),
                         **({"via": r.response.via} if r.response and r.response.via else {}),
+                        **({"ended_by": r.ended_by} if r.ended_by else {}),
                     },
                 )
                 for r in event.resolutions

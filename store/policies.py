@@ -445,11 +445,12 @@ class PolicyStore:
         return await self._update(team_id, actor, change)
 
     async def record_refusal(
-        self, team_id: str, actor: str, what: str, *, data: dict[str, Any] | None = None
+        self, team_id: str, actor: str, what: str, *, data: dict[str, Any] | None = None, kind: str = "policy.refused"
     ) -> AuditEntry:
-        """Audit an edit that was refused (e.g. a non-admin trying to change approvers)."""
+        """Audit an edit that was refused (e.g. a non-admin trying to change approvers), or with ``kind``
+        ``guest.refused`` a guest refused by the admission rule (``bot.admission``)."""
         return await self._audit.append(
-            team_id, "policy.refused", actor=actor, subject=what, data={"what": what, **(data or {})}
+            team_id, kind, actor=actor, subject=what, data={"what": what, **(data or {})}
         )
 
     def _lock_for(self, team_id: str) -> asyncio.Lock:

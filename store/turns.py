@@ -445,7 +445,7 @@ class RedisTurns(TurnInbox):
             *[_events_json(evs) for evs in (on_settled, on_partial, on_rejected, on_stale)],
         ]
         gone = [InputResolved(session_id=record.session_id, turn_id=record.turn_id, resolutions=[
-            Resolution(request_id=rid, kind=record.request.kind, outcome="cancelled")])]
+            Resolution(request_id=rid, kind=record.request.kind, outcome="cancelled", ended_by="turn-over")])]
         ends, token = self._ends_at(), secrets.token_hex(8) if lease else ""
         args += [self.retention_ms, _events_json(gone), grant.grant_id if grant is not None else "",
                  grant.model_dump_json() if grant is not None else "", ends, token, self.lease_ms,

@@ -96,7 +96,7 @@ async def _post_result(deps: SlackDeps, key: bytes | None, request: web.Request)
     active = await deps.token_holders.active(claims.principal) if deps.token_holders is not None else None
     if active is not True:  # a deactivated account's token settles nothing; unknown fails closed
         return _error(403, HOLDER_GONE) if active is False else _error(503, HOLDER_UNCHECKED)
-    if not await admits(claims.principal, record.channel.get("channel_id"), source=deps.policies):
+    if not await admits(claims.principal, record.channel.get("channel_id"), source=deps.policies, via="result"):
         # a result resumes a turn: the one admission rule, as it reads now (a guest's channel may have closed)
         return _error(403, GUEST_REFUSAL)
     response = InputResponse(request_id=request_id, values=values, principal=claims.principal, via="api")

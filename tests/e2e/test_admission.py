@@ -1,7 +1,9 @@
-"""One admission check for every way a turn can start (issue 25, item 5): a Slack Connect guest the guest
-gate refuses gets the same refusal at a mention, a DM (App Home's Messages tab), an assistant thread and
-``/agent schedule``; no turn starts, no schedule is kept, no tick runs as them once their channel is
-closed, and the result API refuses them. After ``/approvers guests on`` the same guest works."""
+"""One admission check for every way a turn can start or go on (issue 25, item 5): a Slack Connect guest the
+guest gate refuses gets the same refusal at a mention, a DM (App Home's Messages tab), an assistant thread,
+``/agent schedule`` and a card's buttons; no turn starts, no schedule is kept, no tick runs as them once their
+channel is closed, and neither a click nor the result API answers a request for them. Every refusal is in
+the workspace's audit log (``guest.refused``: who, where, by which way). After ``/approvers guests on`` the
+same guest works."""
 
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ from bot.models.scripted import ScriptedModel, call, say
 from bot.session import slack_session_id
 from bot.tools import ToolContext, tool
 from localslack.seed import ALICE, BOT_USER_ID, CAROL, ERIN, GENERAL, TEAM_ID
-from tests.e2e.test_approval_flow import button, card_in
+from tests.audit_polling import audit_entries
+from tests.e2e.test_approval_flow import RUNS, button, card_in, refund_charge, refund_script
 from tests.e2e.test_external import token_of
 from tests.e2e.test_schedules import later, roots
 
@@ -37,6 +40,15 @@ async def refusals(slack, count: int) -> list:
                                 and len(told) >= count and told)
 
 
+ERIN_ID = f"slack:{TEAM_ID}:{ERIN}"
+
+
+async def guest_refusals(bot) -> list[tuple[str | None, str | None, str]]:  # noqa: ANN001
+    """The audit's guest refusals: (who, where, which way)."""
+    found = await audit_entries(bot.redis.client, TEAM_ID, kind="guest.refused")
+    return [(e.actor, e.subject, e.data.get("via")) for e in found]
+
+
 async def agent(slack, user: str, text: str) -> str:
     result = await slack.slash_command(user, "/agent", text, channel_id=GENERAL)
     assert result.status == 200
@@ -45,14 +57,18 @@ async def agent(slack, user: str, text: str) -> str:
 
 async def test_a_refused_guest_mentioning_the_agent_is_told_why_and_nothing_starts(local_slack, start_app):
     bot = await start_app(answers(), [])
-    ts, _ = await local_slack.post_message(ERIN, GENERAL, f"<@{BOT_USER_ID}> hello")
+    ts, deliveries = await local_slack.post_message(ERIN, GENERAL, f"<@{BOT_USER_ID}> hello")
     await refusals(local_slack, 1)
     await bot.runtime.wait_idle()
     assert not await bot.store.exists(slack_session_id(TEAM_ID, GENERAL, ts))
+    for delivered in deliveries:  # Slack's redeliveries: nothing more is told or audited
+        assert (await local_slack.redeliver(delivered)).status == 200
+    await bot.runtime.wait_idle()
     # told where she wrote: a message of her own with no replies has no thread anyone would open (seen
     # in the browser walk: the refusal sat unseen in that thread)
     [told] = [e for e in local_slack.ephemerals(ERIN) if e.channel == GENERAL]
     assert told.thread_ts is None
+    assert await guest_refusals(bot) == [(ERIN_ID, f"channel:{GENERAL}", "message")], "audited, once"
 
     await open_to_guests(local_slack)
     ts, _ = await local_slack.post_message(ERIN, GENERAL, f"<@{BOT_USER_ID}> hello")
@@ -91,6 +107,7 @@ async def test_a_refused_guest_cannot_schedule_turns(local_slack, start_app):
     said = await agent(local_slack, ERIN, "schedule every 1h post the report")
     assert GUEST_REFUSAL in said
     assert await bot.runtime.schedules.list(TEAM_ID) == []
+    assert await guest_refusals(bot) == [(ERIN_ID, f"channel:{GENERAL}", "schedule")]
     later(bot, 3600 + 1)
     await bot.runtime.recover()
     await bot.runtime.wait_idle()
@@ -132,6 +149,7 @@ async def test_no_tick_runs_as_a_guest_once_their_channel_is_closed(local_slack,
         await bot.runtime.recover()
     await bot.runtime.wait_idle()
     assert len(roots(local_slack)) == 1, "no tick ran as the guest after her channel was closed"
+    assert await guest_refusals(bot) == [(ERIN_ID, f"channel:{GENERAL}", "schedule tick")] * 2
     assert len(await bot.runtime.schedules.list(TEAM_ID)) == 1
 
     await open_to_guests(local_slack)
@@ -155,7 +173,7 @@ async def run_migration(args: Migration, ctx: ToolContext) -> dict:
 
 
 async def test_the_result_api_refuses_a_guest_whose_channel_was_closed(local_slack, start_app):
-    await start_app(ScriptedModel([call("run_migration", database="orders"),
+    bot = await start_app(ScriptedModel([call("run_migration", database="orders"),
                                    lambda messages, tools: say("Result: " + messages[-1]["content"])]),
                     [run_migration])
     await open_to_guests(local_slack)
@@ -173,8 +191,33 @@ async def test_the_result_api_refuses_a_guest_whose_channel_was_closed(local_sla
 
         status, answer = await post({"rows_changed": 3})
         assert status == 403 and answer["error"] == GUEST_REFUSAL
+        assert await guest_refusals(bot) == [(ERIN_ID, f"channel:{GENERAL}", "result")]
         assert any(b["type"] == "actions" for b in local_slack.message(GENERAL, card.ts).blocks), "still open"
         await open_to_guests(local_slack)
         status, answer = await post({"rows_changed": 3})
         assert status == 200 and answer["ok"] is True
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
+
+
+async def test_a_guest_whose_channel_was_closed_cannot_answer_her_own_earlier_card(local_slack, start_app):
+    """Erin asked while #general was open to guests; an admin closed it before she approved. Her click is
+    refused like a message of hers would be (the same words, privately), the card stays open and nothing
+    runs; the refusal is audited. Reopened, the same click counts."""
+    RUNS.clear()
+    bot = await start_app(refund_script(), [refund_charge])
+    await open_to_guests(local_slack)
+    ts, _ = await local_slack.post_message(ERIN, GENERAL, f"<@{BOT_USER_ID}> refund ch_1 please")
+    card = await local_slack.wait_for(lambda: card_in(local_slack, ts))
+    await open_to_guests(local_slack, on=False)
+
+    clicked = await local_slack.click(ERIN, GENERAL, card.ts, button(card, "Approve"))
+    assert clicked.status == 200
+    await refusals(local_slack, 1)
+    await bot.runtime.wait_idle()
+    assert RUNS == [] and card_in(local_slack, ts) is not None, "the card is still open; nothing ran"
+    assert await guest_refusals(bot) == [(ERIN_ID, f"channel:{GENERAL}", "answer")]
+
+    await open_to_guests(local_slack)
+    await local_slack.click(ERIN, GENERAL, card.ts, button(card, "Approve"))
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
+    assert len(RUNS) == 1

@@ -20,7 +20,14 @@ from bot.tools import ToolContext, tool
 from handlers.delivery.status import STATUS_DELAY_S
 from localslack.seed import ALICE, BOT_USER_ID, GENERAL
 from tests.e2e.redis_monitor import monitored
-from tests.e2e.test_approval_flow import RUNS, button, mention_and_wait_for_card, refund_charge, refund_script
+from tests.e2e.test_approval_flow import (
+    RUNS,
+    button,
+    card_in,
+    mention_and_wait_for_card,
+    refund_charge,
+    refund_script,
+)
 
 SHOWN = ("chat.postMessage", "chat.update", "chat.delete", "agents.sessions.setStatus", "agents.sessions.rename",
          "assistant.threads.setStatus")
@@ -296,3 +303,76 @@ async def test_an_approved_call_that_runs_long_is_processing_again_and_the_stop_
 
 def card_in_blocks(message) -> bool:  # noqa: ANN001
     return any(b.get("type") == "actions" for b in message.blocks or [])
+
+
+def stop_then_refund_again_script(*, cancelled: bool = False) -> ScriptedModel:
+    """Turn one: a slow step then a refund card (stopped there, or ``cancelled`` and answered); turn two, in
+    the same thread: another refund card, then the result."""
+    async def answer(messages, tools):  # noqa: ANN001, ARG001
+        return say("Result: " + str(messages[-1]["content"]))
+
+    first = [slow_refund_script().steps[0], *([say("Not refunded.")] if cancelled else [])]
+    return ScriptedModel([*first, call("refund_charge", charge_id="ch_2", amount=7.0), answer])
+
+
+async def second_card(slack, ts: str, first) -> object:  # noqa: ANN001
+    """The thread's newest card with buttons, once it is not ``first``."""
+    return await slack.wait_for(lambda: (c := card_in(slack, ts)) is not None and c.ts != first.ts and c)
+
+
+async def the_second_turn_goes_on(slack, bot, ts: str, card) -> None:  # noqa: ANN001
+    """The second turn's card is still open, and approving it runs the refund and answers."""
+    await bot.runtime.wait_idle()
+    assert NO_LONGER_NEEDED not in slack.message(GENERAL, card.ts).text, "the new card is not touched"
+    assert card_in_blocks(slack.message(GENERAL, card.ts)), "its buttons are still there"
+    await slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+    await slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
+    await bot.runtime.wait_idle()
+    assert [r["charge"] for r in RUNS] == ["ch_2"]
+
+
+async def test_a_redelivered_stop_changes_nothing(local_slack, start_app):
+    """Slack sends ``agent_session_stopped`` again (same event_id, ``X-Slack-Retry-Num``) when it did not see
+    the 200 in time, up to minutes later. By then alice's stopped turn is over and she asked again in the
+    thread: the redelivery is answered 200 and stops nothing; her new card keeps its buttons and works."""
+    RUNS.clear()
+    bot = await start_app(stop_then_refund_again_script(), [refund_charge])
+    ts, card = await mention_and_wait_for_card(local_slack)
+    stopped = await local_slack.stop_agent_session(ALICE, GENERAL, ts, late=True)
+    assert stopped is not None and stopped.status == 200
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Stopped" in m.text)
+    await bot.runtime.wait_idle()
+    await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> refund ch_2 instead", thread_ts=ts)
+    second = await second_card(local_slack, ts, card)
+
+    again = await local_slack.redeliver(stopped)
+    assert again.status == 200 and again.attempts[-1].retry_num == 1
+    await the_second_turn_goes_on(local_slack, bot, ts, second)
+
+
+async def test_a_stop_that_reaches_the_bot_only_after_its_turn_ended_stops_nothing(local_slack, start_app):
+    """Alice pressed stop while her first turn was processing, but Slack could not reach the bot then; its
+    retry arrives minutes later, the first the bot sees of it, when that turn is over and her next one waits
+    on a card. A stop applies to the turn it was pressed on: the new turn goes on."""
+    RUNS.clear()
+    bot = await start_app(stop_then_refund_again_script(cancelled=True), [refund_charge])
+    ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> refund ch_1 please")
+    await local_slack.wait_for(lambda: local_slack.assistant_state(GENERAL, ts).session_status == "processing")
+    url, local_slack.deliverer.retry = local_slack.bot_url, False
+    local_slack.set_bot_url("http://127.0.0.1:9/slack/events")  # nobody there: the press is not delivered now
+    try:
+        pressed = await local_slack.stop_agent_session(ALICE, GENERAL, ts)
+    finally:
+        local_slack.set_bot_url(url)
+        local_slack.deliverer.retry = True
+    assert pressed is not None and pressed.error == "connection_failed"
+    card = await local_slack.wait_for(lambda: card_in(local_slack, ts))
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Cancel"))  # the first turn ends otherwise
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: m.text == "Not refunded.")
+    await bot.runtime.wait_idle()
+    await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> refund ch_2 instead", thread_ts=ts)
+    second = await second_card(local_slack, ts, card)
+
+    late = await local_slack.redeliver(pressed, reason="connection_failed")
+    assert late.status == 200
+    await the_second_turn_goes_on(local_slack, bot, ts, second)

@@ -20,7 +20,7 @@ from blocks.answers import FEEDBACK_ACTION
 from bot.models.openai import OpenAIChatModel
 from bot.models.scripted import ScriptedModel, call, say
 from handlers.delivery.status import STATUS_DELAY_S
-from localslack.seed import ALICE, BOB, BOT_USER_ID, GENERAL, TEAM_ID
+from localslack.seed import ALICE, BOB, BOT_USER_ID, FINANCE, GENERAL, TEAM_ID
 from store.audit import AuditLog
 from tests.e2e.test_approval_flow import RUNS, button, card_in, refund_charge, refund_script
 from tests.e2e.test_status_line import slow_report
@@ -210,3 +210,37 @@ async def test_an_answer_that_quotes_a_broadcast_pings_nobody(local_slack, start
     assert sent and live_pings(sent) == set(), sent
     if slowly:
         assert any(c.method == "chat.startStream" for c in local_slack.calls)
+
+
+async def test_a_redelivered_assistant_thread_started_greets_once(local_slack, start_app):
+    """Slack sends ``assistant_thread_started`` again when it did not see the 200 in time: the thread still
+    has one greeting."""
+    bot = await start_app(refund_script(), [refund_charge])
+    dm, thread_ts, started = await local_slack.open_assistant(ALICE, context_channel=GENERAL)
+    await local_slack.wait_for_message(dm, thread_ts=thread_ts, predicate=lambda m: "Hi <@" in m.text)
+    await bot.runtime.wait_idle()
+    again = await local_slack.redeliver(started)
+    assert again.status == 200
+    await bot.runtime.wait_idle()
+    greetings = [m for m in local_slack.messages(dm, thread_ts=thread_ts) if "Hi <@" in m.text]
+    assert len(greetings) == 1
+
+
+async def test_a_redelivered_context_change_does_not_undo_a_newer_one(local_slack, start_app):
+    """Alice looks at #finance, then at #general; Slack redelivers the first change minutes later. The agent
+    is told she looks at #general."""
+    seen: list[str] = []
+
+    def look(messages, tools):  # noqa: ANN001, ANN202
+        seen.append(str(messages[-1]["content"]))
+        return say("Noted.")
+
+    bot = await start_app(ScriptedModel([look]), [])
+    dm, thread_ts, _ = await local_slack.open_assistant(ALICE, context_channel=GENERAL)
+    to_finance = await local_slack.change_assistant_context(ALICE, dm, thread_ts, FINANCE)
+    await local_slack.change_assistant_context(ALICE, dm, thread_ts, GENERAL)
+    assert (await local_slack.redeliver(to_finance)).status == 200
+    await bot.runtime.wait_idle()
+    await local_slack.post_message(ALICE, dm, "What is this channel about?", thread_ts=thread_ts)
+    await local_slack.wait_for_message(dm, thread_ts=thread_ts, predicate=lambda m: m.text == "Noted.")
+    assert f"<#{GENERAL}>" in seen[0]

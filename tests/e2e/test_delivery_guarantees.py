@@ -466,3 +466,19 @@ async def test_26_a_card_update_that_failed_beside_its_reply_is_retried_and_the_
 
 def _replies(local_slack, thread_ts: str) -> list:
     return [m for m in local_slack.messages(GENERAL, thread_ts=thread_ts) if m.bot_id and "Result:" in (m.text or "")]
+
+
+async def test_a_mention_redelivered_minutes_later_is_not_asked_again(local_slack, start_app):
+    """Slack redelivers both events of a mention (``app_mention`` and its ``message`` twin) after the turn
+    answered: each is one message (by channel and ts), so the model is asked once and the thread has one
+    answer."""
+    model = ScriptedModel([say("Done."), say("Asked twice.")])
+    bot = await start_app(model, [])
+    ts, deliveries = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> hello")
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: m.text == "Done.")
+    await bot.runtime.wait_idle()
+    for delivered in deliveries:
+        assert (await local_slack.redeliver(delivered)).status == 200
+    await bot.runtime.wait_idle()
+    assert [m.text for m in local_slack.messages(GENERAL, thread_ts=ts) if m.bot_id] == ["Done."]
+    assert len(model.requests) == 1

@@ -155,7 +155,8 @@ async def test_expiry_fires_once_the_card_says_so_and_the_turn_goes_on(local_sla
     await bot.runtime.recover()  # swept again: nothing fires twice
     await bot.runtime.wait_idle()
     assert sum("Nobody approved" in m.text for m in local_slack.messages(GENERAL, ts)) == 1
-    assert [e.data["outcome"] for e in await audit_entries(bot, "resolution")] == ["expired"]
+    assert [(e.actor, e.data["outcome"], e.data.get("ended_by")) for e in await audit_entries(bot, "resolution")] \
+        == [(None, "expired", "expiry")], "the audit says what ended it: nobody, the deadline"
 
 
 async def test_an_answer_before_the_deadline_wins_and_the_timer_is_moot(local_slack, start_app):

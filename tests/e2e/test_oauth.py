@@ -114,6 +114,24 @@ async def test_uninstall_removes_the_installation_and_says_so(local_slack, start
     assert any("uninstalled from workspace T0NEW" in r.getMessage() for r in caplog.records)
 
 
+async def test_a_redelivered_uninstall_keeps_an_installation_made_again_since(local_slack, start_app, redis):
+    """The workspace uninstalls the app and installs it again at once; Slack redelivers the
+    ``app_uninstalled`` it did not see answered in time (same event_id, ``X-Slack-Retry-Num``). The new
+    installation stays."""
+    local_slack.add_team(NEW_TEAM, "New Co", NEW_TOKEN)
+    local_slack.add_user(NEWBIE, "newbie", team_id=NEW_TEAM)
+    bot = await start_app(ScriptedModel([]), [], **OAUTH)
+    await install_through_oauth(local_slack, bot)
+    store = RedisInstallationStore(redis, client_id=DEFAULT_CLIENT_ID)
+    revoked, uninstalled = await local_slack.uninstall(NEW_TEAM)
+    assert (revoked.status, uninstalled.status) == (200, 200)
+    assert await store.async_find_bot(enterprise_id=None, team_id=NEW_TEAM) is None
+    await install_through_oauth(local_slack, bot)
+    for delivered in (revoked, uninstalled):
+        assert (await local_slack.redeliver(delivered)).status == 200
+    assert await store.async_find_bot(enterprise_id=None, team_id=NEW_TEAM) is not None
+
+
 async def test_a_revoked_bot_token_is_forgotten(local_slack, start_app, redis, caplog):
     local_slack.add_team(NEW_TEAM, "New Co", NEW_TOKEN)
     local_slack.add_user(NEWBIE, "newbie", team_id=NEW_TEAM)

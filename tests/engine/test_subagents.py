@@ -172,6 +172,9 @@ async def test_cancelling_the_parent_cancels_the_child_and_its_pending_call_neve
     assert (await store.get_request(delegation.request_id)).outcome == "cancelled"
     assert (await store.get_request(ask.request_id)).outcome == "cancelled"
     assert {e.session_id for e in channel.of("turn.cancelled")} == {PARENT, ask.session_id}
+    # each says what ended it: alice's stop, and for the child's card, the end of its delegation
+    ended = {r.request_id: (r.ended_by, r.by) for e in channel.of("input.resolved") for r in e.resolutions}
+    assert ended[delegation.request_id] == ("stop", ALICE) and ended[ask.request_id] == ("delegation-ended", None)
     assert (await approve(runtime, ask.request_id)).state == "stale"
     assert RAN == []
 
@@ -353,7 +356,7 @@ async def test_a_delegation_whose_parent_turn_failed_leaves_no_card_that_runs(re
     # the parent's turn is given up on (its request ends "ignored"): the child's card runs nothing either
     runtime, channel, store, parent, _, delegation, ask = await delegated(redis)
     runtime.outbox.consumers["subagents"] = RelayDown()
-    assert await runtime.settler.resolve_unanswered(await store.get_request(delegation.request_id), "ignored")
+    assert await runtime.settler.resolve_unanswered(await store.get_request(delegation.request_id), "ignored", ended_by="turn-failed")
     clicked = await approve(runtime, ask.request_id)
     assert clicked.state == "stale" and RAN == []
 
