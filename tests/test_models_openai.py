@@ -8,7 +8,6 @@ import socket
 import time
 from collections.abc import AsyncIterator
 from email.utils import formatdate
-from itertools import pairwise
 
 import aiohttp
 import httpx
@@ -125,17 +124,19 @@ async def test_rate_limit_waits_for_retry_after_then_succeeds(fake: FakeOpenAI) 
     assert time.monotonic() - started < 2.0
 
 
-async def test_retry_after_as_http_date_and_capped_by_max_backoff(fake: FakeOpenAI) -> None:
-    fake.reply_error(503, "overloaded", retry_after=formatdate(time.time() + 3600, usegmt=True))
-    fake.reply_error(429, "slow down", retry_after=120)
-    fake.reply_text("done")
+@pytest.mark.parametrize("retry_after", [formatdate(time.time() + 3600, usegmt=True), 120])  # an HTTP date; seconds
+async def test_a_retry_after_longer_than_the_client_waits_is_not_retried(fake: FakeOpenAI, retry_after) -> None:
+    """Waiting a capped while and asking again before the server said it would answer only makes useless
+    requests: the error says how long it asked to wait instead."""
+    fake.reply_error(503, "overloaded", retry_after=retry_after)
+    fake.reply_text("never asked for")
     async with make_model(fake, max_backoff=0.25) as model:
-        response = await model.complete(HELLO, [])
+        with pytest.raises(ModelError) as caught:
+            await model.complete(HELLO, [])
 
-    assert response.text == "done"
-    gaps = [later.received_at - earlier.received_at for earlier, later in pairwise(fake.requests)]
-    assert len(gaps) == 2
-    assert all(0.2 <= gap < 1.0 for gap in gaps), gaps
+    assert caught.value.kind == "rate_limited" and caught.value.retry_after is not None
+    assert caught.value.retry_after > 100
+    assert len(fake.requests) == 1
 
 
 async def test_server_errors_exhaust_retries_into_a_retryable_error(fake: FakeOpenAI) -> None:

@@ -51,26 +51,48 @@ class ModelResponse(DeferredModel):
     tool_calls: list[ToolCall] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
     finish_reason: str | None = None
+    refusal: str | None = None  # OpenAI: the model declined, in its own words (then ``text`` is empty)
+    reasoning: str | None = None  # ``reasoning_content`` (DeepSeek, llama.cpp, vLLM): its thinking, if sent
 
     def to_message(self) -> Message:
-        """The assistant message to append to the history."""
-        message: Message = {"role": "assistant", "content": self.text}
+        """The assistant message to append to the history. A tool-call step keeps its ``reasoning_content``:
+        DeepSeek's thinking mode refuses the next step unless it is sent back (a client that must not send it
+        leaves it out: ``OpenAIChatModel`` does)."""
+        message: Message = {"role": "assistant", "content": self.text or self.refusal}
         if self.tool_calls:
             message["tool_calls"] = [
                 {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
                 for c in self.tool_calls
             ]
+            if self.reasoning:
+                message["reasoning_content"] = self.reasoning
         return message
 
 
 class ModelError(Exception):
-    """The model endpoint failed; ``reason`` is safe to show to people (no secrets)."""
+    """The model endpoint failed; ``reason`` is safe to log (no secrets).
 
-    def __init__(self, reason: str, *, status: int | None = None, retryable: bool = False):
+    ``kind`` names a failure people are told about in words of its own (``bot.model_words``): ``"quota"``
+    (the account is out of credit), ``"rate_limited"`` (asked to wait ``retry_after`` seconds, longer than
+    the client retries), ``"stream_error"`` (the server reported an error mid-answer), ``"cut"`` /
+    ``"filtered"`` (a tool call cut by the length limit or stopped by a content filter: it never runs).
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        status: int | None = None,
+        retryable: bool = False,
+        kind: str | None = None,
+        retry_after: float | None = None,
+    ):
         super().__init__(reason)
         self.reason = reason
         self.status = status
         self.retryable = retryable
+        self.kind = kind
+        self.retry_after = retry_after
 
 
 class ChatModel(Protocol):

@@ -27,6 +27,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import aiohttp
 
 from bot.models.base import Message, ModelError, ModelResponse, TextCallback, ToolCall, ToolSpec, Usage
+from bot.models.providers import DEEPSEEK, provider_kind
 from bot.models.transport import AiohttpTransport, Reply, Transport, TransportFailure
 
 if TYPE_CHECKING:
@@ -87,6 +88,20 @@ class OpenAIChatModel:
         # the same for every request: worked out once
         self._url = f"{_without_credentials(self.base_url)}/chat/completions"
         self._request_headers = self._headers()
+        self.kind = provider_kind(self.base_url)
+        # what this endpoint was found to want otherwise (a 400 naming it), kept for the process's life
+        self._send_stream_options = True
+        self._send_reasoning = self.kind == DEEPSEEK  # DeepSeek's thinking mode refuses a step without it
+
+    @property
+    def fallbacks(self) -> list[str]:
+        """The adjustments in force for this endpoint, in words (for `python -m bot check` and the logs)."""
+        said = []
+        if self.stream and not self._send_stream_options:
+            said.append("streams without stream_options (the endpoint refused it): no token counts")
+        if self._send_reasoning and self.kind != DEEPSEEK:
+            said.append("sends each tool-call step's reasoning_content back (the endpoint asked for it)")
+        return said
 
     def __repr__(self) -> str:  # never show the key
         return f"OpenAIChatModel(model={self.name!r}, base_url={_without_credentials(self.base_url)!r})"
@@ -108,10 +123,12 @@ class OpenAIChatModel:
     async def complete(
         self, messages: list[Message], tools: list[ToolSpec], *, on_text: TextCallback | None = None
     ) -> ModelResponse:
-        body = self._request_body(messages, tools)
         attempts = self.max_retries + 1
         last_failure: _RetryableFailure | None = None
-        for attempt in range(attempts):
+        adjusted = 0
+        attempt = 0
+        while attempt < attempts:
+            body = self._request_body(messages, tools)
             if attempt:
                 delay = self._retry_delay(attempt, last_failure)
                 log.warning(
@@ -128,16 +145,27 @@ class OpenAIChatModel:
                 return await self._attempt(body, on_text)
             except _RetryableFailure as failure:
                 last_failure = failure
+                if failure.retry_after is not None and failure.retry_after > self.max_backoff:
+                    raise self._wait_too_long(failure) from None  # retries within our budget cannot help
+            except ModelError as error:
+                if adjusted < 2 and self._adjust(error, messages):
+                    adjusted += 1
+                    continue  # at once: the endpoint said what it wants, and nothing was shown yet
+                raise
+            attempt += 1
         assert last_failure is not None
         raise self._exhausted_error(last_failure, attempts)
 
     # -- one HTTP attempt -----------------------------------------------------------------------
 
     def _request_body(self, messages: list[Message], tools: list[ToolSpec]) -> dict[str, Any]:
+        if not self._send_reasoning and any("reasoning_content" in m for m in messages):
+            # kept in the history for a server that wants it back; others may refuse a field they do not know
+            messages = [{k: v for k, v in m.items() if k != "reasoning_content"} for m in messages]
         body: dict[str, Any] = {"model": self.name, "messages": messages, "stream": self.stream}
         if tools:
             body["tools"] = [tool.to_openai() for tool in tools]
-        if self.stream:
+        if self.stream and self._send_stream_options:
             # Without this, streamed answers carry no token counts and session budgets go blind.
             body["stream_options"] = {"include_usage": True}
         return body
@@ -197,10 +225,52 @@ class OpenAIChatModel:
             retryable=True,
         )
 
+    def _adjust(self, error: ModelError, messages: list[Message]) -> bool:
+        """A 400 naming something this endpoint wants otherwise: change it for good, once. True = send again."""
+        if error.status != 400:
+            return False
+        where = _without_credentials(self.base_url)
+        if "stream_options" in error.reason and self.stream and self._send_stream_options:
+            self._send_stream_options = False
+            log.warning(
+                "model endpoint %s refuses stream_options: streaming without it (no token counts)", where
+            )
+            return True
+        asked_back = "reasoning_content" in error.reason and "back" in error.reason
+        if asked_back and not self._send_reasoning and any("reasoning_content" in m for m in messages):
+            self._send_reasoning = True
+            log.warning("model endpoint %s wants reasoning_content sent back: sending it", where)
+            return True
+        return False
+
+    def _wait_too_long(self, failure: _RetryableFailure) -> ModelError:
+        assert failure.retry_after is not None
+        reason = (
+            f"model endpoint returned {failure.status} and asked to wait {failure.retry_after:.0f}s, longer than "
+            f"the {self.max_backoff:g}s the client waits between attempts"
+        )
+        reason += f": {failure.detail}" if failure.detail else ""
+        return ModelError(
+            self._redact(reason),
+            status=failure.status,
+            retryable=True,
+            kind="rate_limited",
+            retry_after=failure.retry_after,
+        )
+
     def _status_failure(self, status: int, headers: Mapping[str, str], raw: bytes) -> Exception:
         message = self._redact(_error_message(raw, headers))
+        if status == 429 and _error_code(raw) == "insufficient_quota":
+            # a 429 that waiting does not cure: the account has no credit left
+            return ModelError(
+                f"model account is out of credit (429 insufficient_quota): {message}",
+                status=status,
+                kind="quota",
+            )
         if status in RETRYABLE_STATUSES:
-            return _RetryableFailure("status", message, status=status, retry_after=_retry_after_seconds(headers))
+            return _RetryableFailure(
+                "status", message, status=status, retry_after=_retry_after_seconds(headers)
+            )
         reason = f"model endpoint rejected the request ({status})"
         return ModelError(f"{reason}: {message}" if message else reason, status=status, retryable=False)
 
@@ -259,18 +329,29 @@ class OpenAIChatModel:
             )
             for raw in message.get("tool_calls") or []
         ]
-        return ModelResponse(
-            text=message.get("content") or None,
-            tool_calls=tool_calls,
-            usage=_usage(payload.get("usage")),
-            finish_reason=choice.get("finish_reason"),
+        return _whole(
+            ModelResponse(
+                text=_text_or_none(message.get("content")),
+                tool_calls=tool_calls,
+                usage=_usage(payload.get("usage")),
+                finish_reason=choice.get("finish_reason"),
+                refusal=_text_or_none(message.get("refusal")),
+                reasoning=_text_or_none(message.get("reasoning_content")),
+            )
         )
 
-    async def _read_stream(self, reply: Reply, state: _StreamState, on_text: TextCallback | None) -> ModelResponse:
+    async def _read_stream(
+        self, reply: Reply, state: _StreamState, on_text: TextCallback | None
+    ) -> ModelResponse:
         events = _EventStream()
         while not state.done:
             received = await reply.next_bytes()
             for data in events.feed(received) if received else events.end():
+                if isinstance(data, _ErrorField):  # llama.cpp through 2025: "error: {...}" at HTTP 200
+                    message = self._redact(_error_message(data.value.encode(), {}))
+                    raise ModelError(
+                        f"model endpoint reported an error mid-stream: {message}", kind="stream_error"
+                    )
                 if data.strip() == "[DONE]":
                     state.done = True
                     break
@@ -285,20 +366,24 @@ class OpenAIChatModel:
             if state.emitted_text:
                 raise ModelError("model endpoint stream ended before the answer was complete", retryable=True)
             raise _RetryableFailure("truncated")
-        return state.response()
+        return _whole(state.response())
 
     async def _apply_chunk(self, chunk: Any, state: _StreamState, on_text: TextCallback | None) -> None:
         if not isinstance(chunk, dict):
             return
         if chunk.get("error"):
             message = self._redact(_message_from_payload(chunk))
-            raise ModelError(f"model endpoint reported an error mid-stream: {message}")
+            raise ModelError(f"model endpoint reported an error mid-stream: {message}", kind="stream_error")
         if chunk.get("usage"):
             state.usage = _usage(chunk["usage"])
         for choice in chunk.get("choices") or []:
             if choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta") or {}
+            if isinstance(refusal := delta.get("refusal"), str):
+                state.refusal_parts.append(refusal)
+            if isinstance(reasoning := delta.get("reasoning_content"), str):
+                state.reasoning_parts.append(reasoning)
             content = delta.get("content")
             if content:
                 state.text_parts.append(content)
@@ -307,8 +392,9 @@ class OpenAIChatModel:
                     # stream be retried like any other failure
                     state.emitted_text = getattr(on_text, "restart", None) is None
                     await on_text(content)
-            for position, raw in enumerate(delta.get("tool_calls") or []):
-                state.add_tool_call_delta(raw, position)
+            for raw in delta.get("tool_calls") or []:
+                if isinstance(raw, dict):
+                    state.add_tool_call_delta(raw)
             if choice.get("finish_reason"):
                 state.finish_reason = choice["finish_reason"]
 
@@ -323,17 +409,26 @@ class _PartialToolCall:
 @dataclass
 class _StreamState:
     text_parts: list[str] = field(default_factory=list)
-    tool_calls: dict[int, _PartialToolCall] = field(default_factory=dict)
+    refusal_parts: list[str] = field(default_factory=list)
+    reasoning_parts: list[str] = field(default_factory=list)
+    tool_calls: list[_PartialToolCall] = field(default_factory=list)  # in the order they started
+    receiving: dict[int | None, _PartialToolCall] = field(default_factory=dict)  # by the index deltas name
     usage: Usage = field(default_factory=Usage)
     finish_reason: str | None = None
     done: bool = False
     emitted_text: bool = False
 
-    def add_tool_call_delta(self, raw: dict[str, Any], position: int) -> None:
-        index = raw.get("index", position)
-        partial = self.tool_calls.setdefault(index, _PartialToolCall())
-        if raw.get("id") and not partial.id:
-            partial.id = raw["id"]
+    def add_tool_call_delta(self, raw: dict[str, Any]) -> None:
+        """One tool-call delta. A delta carrying an id the call at its index does not have starts a new call,
+        whatever the index says: Ollama gives every call index 0, and before 0.4.7 no index at all."""
+        index = raw.get("index") if isinstance(raw.get("index"), int) else None
+        call_id = raw.get("id") if isinstance(raw.get("id"), str) else ""
+        partial = self.receiving.get(index)
+        if partial is None or (call_id and partial.id and partial.id != call_id):
+            partial = self.receiving[index] = _PartialToolCall()
+            self.tool_calls.append(partial)
+        if call_id and not partial.id:
+            partial.id = call_id
         function = raw.get("function") or {}
         if function.get("name") and not partial.name:
             partial.name = function["name"]
@@ -343,14 +438,37 @@ class _StreamState:
     def response(self) -> ModelResponse:
         calls = [
             ToolCall(id=p.id or _new_call_id(), name=p.name, arguments="".join(p.arguments) or "{}")
-            for _, p in sorted(self.tool_calls.items())
+            for p in self.tool_calls
         ]
         return ModelResponse(
             text="".join(self.text_parts) or None,
             tool_calls=calls,
             usage=self.usage,
             finish_reason=self.finish_reason,
+            refusal="".join(self.refusal_parts) or None,
+            reasoning="".join(self.reasoning_parts) or None,
         )
+
+
+def _whole(response: ModelResponse) -> ModelResponse:
+    """The response, unless it asks for tool calls that did not arrive whole: a call cut by the length limit or
+    stopped by a content filter never runs (its arguments may be cut JSON, or not what the model meant)."""
+    if response.tool_calls and response.finish_reason == "length":
+        raise ModelError(
+            "model endpoint cut the answer at its length limit (finish_reason length) while it was writing a "
+            "tool call",
+            kind="cut",
+        )
+    if response.tool_calls and response.finish_reason == "content_filter":
+        raise ModelError(
+            "model endpoint's content filter stopped the answer (finish_reason content_filter) in a tool call",
+            kind="filtered",
+        )
+    return response
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def _describe(failure: _RetryableFailure | None) -> str:
@@ -361,19 +479,28 @@ def _describe(failure: _RetryableFailure | None) -> str:
     return failure.kind
 
 
+@dataclass(frozen=True)
+class _ErrorField:
+    """An ``error:`` line: not a field SSE knows, but how llama.cpp's server reported a failure mid-stream
+    until late 2025 (ggml-org/llama.cpp#16109)."""
+
+    value: str
+
+
 class _EventStream:
     """The ``data`` of each server-sent event (multi-line data joined by newlines), from the body's bytes
-    as they arrive: lines end in LF, CRLF or CR, and a line may span any number of reads."""
+    as they arrive: lines end in LF, CRLF or CR, and a line may span any number of reads. An ``error:`` line
+    comes out as an ``_ErrorField``."""
 
     def __init__(self) -> None:
         self._partial = b""  # a line whose end has not arrived yet
         self._data: list[str] = []  # the data lines of the event being read
 
-    def feed(self, received: bytes) -> list[str]:
+    def feed(self, received: bytes) -> list[str | _ErrorField]:
         *lines, self._partial = (self._partial + received).split(b"\n")
         return self._events(lines)
 
-    def end(self) -> list[str]:
+    def end(self) -> list[str | _ErrorField]:
         """The events still held when the body ends (its last line need not end in a newline)."""
         events = self._events([self._partial]) if self._partial else []
         self._partial = b""
@@ -382,8 +509,8 @@ class _EventStream:
             self._data = []
         return events
 
-    def _events(self, lines: list[bytes]) -> list[str]:
-        events: list[str] = []
+    def _events(self, lines: list[bytes]) -> list[str | _ErrorField]:
+        events: list[str | _ErrorField] = []
         for raw in lines:
             # a CR left inside a line ended one (JSON escapes its own): bare-CR streams are split here
             for line in raw.rstrip(b"\r").split(b"\r") if b"\r" in raw else (raw,):
@@ -394,6 +521,8 @@ class _EventStream:
                 elif line.startswith(b"data:"):
                     value = line[6:] if line.startswith(b"data: ") else line[5:]
                     self._data.append(value.decode("utf-8", errors="replace"))
+                elif line.startswith(b"error:"):
+                    events.append(_ErrorField(line[6:].strip().decode("utf-8", errors="replace")))
                 # "event:", "id:", "retry:" and ":" comments carry nothing we use.
         return events
 
@@ -439,6 +568,17 @@ def _text(raw: bytes, headers: Mapping[str, str]) -> str:
         return raw.decode(charset.split(";")[0].strip(" \"'") or "utf-8", errors="replace")
     except LookupError:  # a charset Python does not know
         return raw.decode("utf-8", errors="replace")
+
+
+def _error_code(raw: bytes) -> str:
+    """``error.code`` (else ``error.type``) of an OpenAI-shaped error body, or ""."""
+    try:
+        error = json.loads(raw).get("error")
+    except (ValueError, AttributeError):
+        return ""
+    if not isinstance(error, dict):
+        return ""
+    return str(error.get("code") or error.get("type") or "")
 
 
 def _message_from_payload(payload: Any) -> str:
