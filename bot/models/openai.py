@@ -99,8 +99,9 @@ class OpenAIChatModel:
         said = []
         if self.stream and not self._send_stream_options:
             said.append("streams without stream_options (the endpoint refused it): no token counts")
-        if self._send_reasoning and self.kind != DEEPSEEK:
-            said.append("sends each tool-call step's reasoning_content back (the endpoint asked for it)")
+        if self._send_reasoning:
+            why = "DeepSeek's thinking mode needs it" if self.kind == DEEPSEEK else "the endpoint asked for it"
+            said.append(f"sends each tool-call step's reasoning_content back ({why})")
         return said
 
     def __repr__(self) -> str:  # never show the key
