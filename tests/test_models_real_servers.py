@@ -244,3 +244,58 @@ def test_the_provider_kind_is_read_from_the_url_then_the_model_list(
     url: str, owned_by: str | None, kind: str
 ) -> None:
     assert provider_kind(url, owned_by) == kind
+
+
+# --- Gemini's thought signatures ----------------------------------------------------------------------
+
+
+def drops_signature(body: dict) -> bool:
+    """Gemini's rule: a tool call sent back must carry the thought_signature it came with."""
+    return any("extra_content" not in c for m in body["messages"] for c in m.get("tool_calls") or [])
+
+
+async def test_gemini_gets_each_tool_calls_thought_signature_back(fake: FakeOpenAI) -> None:
+    fake.reply_recorded("gemini_stream_tool_call_thought_signature.sse")
+    fake.reply_text("Read it.")
+    async with make_model(fake) as model:
+        first = await model.complete(HELLO, TOOLS)
+        history = [
+            *HELLO,
+            first.to_message(),
+            {"role": "tool", "tool_call_id": "call_297140", "content": "{}"},
+        ]
+        fake.refuse_when(drops_signature, "gemini_400_missing_thought_signature.json")
+        second = await model.complete(history, TOOLS)
+
+    [call] = first.tool_calls  # no index, and finish_reason "stop": still one whole call
+    assert (call.id, call.name, json.loads(call.arguments)["offset"]) == ("call_297140", "read", 1)
+    assert call.extra == {"google": {"thought_signature": "…"}}
+    assert second.text == "Read it."
+    assert [drops_signature(r.body) for r in fake.requests[1:]] == [True, False]
+    assert model.fallbacks == ["sends each tool call's extra_content back (the endpoint asked for it)"]
+
+
+def test_gemini_is_known_by_its_host_and_sent_its_signatures_from_the_start() -> None:
+    base = "https://generativelanguage.googleapis.com/v1beta/openai"
+    model = OpenAIChatModel("gemini-2.5-flash", base_url=base, api_key=KEY)
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "read", "arguments": "{}"},
+        "extra_content": {"g": 1},
+    }
+    body = model._request_body([*HELLO, {"role": "assistant", "content": None, "tool_calls": [call]}], [])
+
+    assert body["messages"][1]["tool_calls"][0]["extra_content"] == {"g": 1}
+
+
+# --- vLLM's mid-stream errors -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["vllm_stream_error_nested.sse", "vllm_stream_error_flat.sse"])
+async def test_a_vllm_error_mid_stream_is_an_error_not_an_empty_answer(fake: FakeOpenAI, name: str) -> None:
+    with pytest.raises(ModelError) as caught:
+        await replay(fake, name)
+
+    assert caught.value.kind == "stream_error"
+    assert "longer than the maximum model length" in caught.value.reason

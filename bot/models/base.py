@@ -35,6 +35,7 @@ class ToolCall(DeferredModel):
     id: str
     name: str
     arguments: str = "{}"  # raw JSON text, exactly as the model produced it
+    extra: dict[str, Any] | None = None  # the call's ``extra_content`` (Gemini: its thought_signature)
 
 
 class Usage(DeferredModel):
@@ -55,18 +56,28 @@ class ModelResponse(DeferredModel):
     reasoning: str | None = None  # ``reasoning_content`` (DeepSeek, llama.cpp, vLLM): its thinking, if sent
 
     def to_message(self) -> Message:
-        """The assistant message to append to the history. A tool-call step keeps its ``reasoning_content``:
-        DeepSeek's thinking mode refuses the next step unless it is sent back (a client that must not send it
-        leaves it out: ``OpenAIChatModel`` does)."""
+        """The assistant message to append to the history. A tool-call step keeps what servers want back:
+        its ``reasoning_content`` (DeepSeek's thinking mode) and each call's ``extra_content`` (Gemini's thought
+        signatures); a client that must not send them leaves them out (``OpenAIChatModel`` does)."""
         message: Message = {"role": "assistant", "content": self.text or self.refusal}
         if self.tool_calls:
-            message["tool_calls"] = [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                for c in self.tool_calls
-            ]
+            message["tool_calls"] = [_call_message(c) for c in self.tool_calls]
             if self.reasoning:
                 message["reasoning_content"] = self.reasoning
         return message
+
+
+def _call_message(call: ToolCall) -> dict[str, Any]:
+    made: dict[str, Any] = {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    }
+    if call.extra:
+        made["extra_content"] = (
+            call.extra
+        )  # Gemini refuses the next step without the call's thought_signature
+    return made
 
 
 class ModelError(Exception):

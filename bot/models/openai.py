@@ -27,7 +27,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import aiohttp
 
 from bot.models.base import Message, ModelError, ModelResponse, TextCallback, ToolCall, ToolSpec, Usage
-from bot.models.providers import DEEPSEEK, provider_kind
+from bot.models.providers import DEEPSEEK, GEMINI, provider_kind
 from bot.models.transport import AiohttpTransport, Reply, Transport, TransportFailure
 
 if TYPE_CHECKING:
@@ -92,6 +92,9 @@ class OpenAIChatModel:
         # what this endpoint was found to want otherwise (a 400 naming it), kept for the process's life
         self._send_stream_options = True
         self._send_reasoning = self.kind == DEEPSEEK  # DeepSeek's thinking mode refuses a step without it
+        self._send_extra = (
+            self.kind == GEMINI
+        )  # Gemini refuses a step whose calls lost their thought_signature
 
     @property
     def fallbacks(self) -> list[str]:
@@ -100,8 +103,15 @@ class OpenAIChatModel:
         if self.stream and not self._send_stream_options:
             said.append("streams without stream_options (the endpoint refused it): no token counts")
         if self._send_reasoning:
-            why = "DeepSeek's thinking mode needs it" if self.kind == DEEPSEEK else "the endpoint asked for it"
+            why = (
+                "DeepSeek's thinking mode needs it" if self.kind == DEEPSEEK else "the endpoint asked for it"
+            )
             said.append(f"sends each tool-call step's reasoning_content back ({why})")
+        if self._send_extra:
+            why = (
+                "Gemini needs their thought_signature" if self.kind == GEMINI else "the endpoint asked for it"
+            )
+            said.append(f"sends each tool call's extra_content back ({why})")
         return said
 
     def __repr__(self) -> str:  # never show the key
@@ -160,9 +170,9 @@ class OpenAIChatModel:
     # -- one HTTP attempt -----------------------------------------------------------------------
 
     def _request_body(self, messages: list[Message], tools: list[ToolSpec]) -> dict[str, Any]:
-        if not self._send_reasoning and any("reasoning_content" in m for m in messages):
-            # kept in the history for a server that wants it back; others may refuse a field they do not know
-            messages = [{k: v for k, v in m.items() if k != "reasoning_content"} for m in messages]
+        if not (self._send_reasoning and self._send_extra):
+            # kept in the history for a server that wants them back; others may refuse fields they do not know
+            messages = [self._as_sent(m) for m in messages]
         body: dict[str, Any] = {"model": self.name, "messages": messages, "stream": self.stream}
         if tools:
             body["tools"] = [tool.to_openai() for tool in tools]
@@ -226,6 +236,17 @@ class OpenAIChatModel:
             retryable=True,
         )
 
+    def _as_sent(self, message: Message) -> Message:
+        if not self._send_reasoning and "reasoning_content" in message:
+            message = {k: v for k, v in message.items() if k != "reasoning_content"}
+        calls = message.get("tool_calls")
+        if not self._send_extra and calls and any("extra_content" in c for c in calls):
+            message = {
+                **message,
+                "tool_calls": [{k: v for k, v in c.items() if k != "extra_content"} for c in calls],
+            }
+        return message
+
     def _adjust(self, error: ModelError, messages: list[Message]) -> bool:
         """A 400 naming something this endpoint wants otherwise: change it for good, once. True = send again."""
         if error.status != 400:
@@ -241,6 +262,11 @@ class OpenAIChatModel:
         if asked_back and not self._send_reasoning and any("reasoning_content" in m for m in messages):
             self._send_reasoning = True
             log.warning("model endpoint %s wants reasoning_content sent back: sending it", where)
+            return True
+        has_extra = any("extra_content" in c for m in messages for c in m.get("tool_calls") or [])
+        if "thought_signature" in error.reason and not self._send_extra and has_extra:
+            self._send_extra = True
+            log.warning("model endpoint %s wants each tool call's extra_content sent back: sending it", where)
             return True
         return False
 
@@ -327,6 +353,7 @@ class OpenAIChatModel:
                 id=raw.get("id") or _new_call_id(),
                 name=(raw.get("function") or {}).get("name") or "",
                 arguments=_arguments_text((raw.get("function") or {}).get("arguments")),
+                extra=raw.get("extra_content") if isinstance(raw.get("extra_content"), dict) else None,
             )
             for raw in message.get("tool_calls") or []
         ]
@@ -372,7 +399,7 @@ class OpenAIChatModel:
     async def _apply_chunk(self, chunk: Any, state: _StreamState, on_text: TextCallback | None) -> None:
         if not isinstance(chunk, dict):
             return
-        if chunk.get("error"):
+        if chunk.get("error") or chunk.get("object") == "error":  # vLLM before its errors nested in "error"
             message = self._redact(_message_from_payload(chunk))
             raise ModelError(f"model endpoint reported an error mid-stream: {message}", kind="stream_error")
         if chunk.get("usage"):
@@ -405,6 +432,7 @@ class _PartialToolCall:
     id: str = ""
     name: str = ""
     arguments: list[str] = field(default_factory=list)
+    extra: dict[str, Any] | None = None
 
 
 @dataclass
@@ -430,6 +458,8 @@ class _StreamState:
             self.tool_calls.append(partial)
         if call_id and not partial.id:
             partial.id = call_id
+        if isinstance(raw.get("extra_content"), dict):
+            partial.extra = raw["extra_content"]
         function = raw.get("function") or {}
         if function.get("name") and not partial.name:
             partial.name = function["name"]
@@ -438,7 +468,9 @@ class _StreamState:
 
     def response(self) -> ModelResponse:
         calls = [
-            ToolCall(id=p.id or _new_call_id(), name=p.name, arguments="".join(p.arguments) or "{}")
+            ToolCall(
+                id=p.id or _new_call_id(), name=p.name, arguments="".join(p.arguments) or "{}", extra=p.extra
+            )
             for p in self.tool_calls
         ]
         return ModelResponse(
@@ -584,6 +616,8 @@ def _error_code(raw: bytes) -> str:
 
 def _message_from_payload(payload: Any) -> str:
     """The human message of an error body: OpenAI's ``error.message`` and the shapes other servers use."""
+    if isinstance(payload, list) and payload:  # Google's OpenAI-compatible endpoint: a list of one error
+        payload = payload[0]
     if not isinstance(payload, dict):
         return ""
     error = payload.get("error")

@@ -29,6 +29,7 @@ _OWNERS = {"vllm": "vLLM", "llamacpp": "llama.cpp", "library": "Ollama", "organi
 _PORTS = {11434: "Ollama", 1234: "LM Studio", 4000: "LiteLLM proxy"}
 
 DEEPSEEK = "DeepSeek"
+GEMINI = "Gemini (OpenAI-compatible)"
 UNKNOWN = "OpenAI-compatible"
 
 

@@ -177,3 +177,38 @@ async def test_mcp_tool_names_reach_slack_as_the_model_wrote_them(local_slack, s
 
     text = await said(local_slack, ts, "Use every")
     assert "everything__get-sum or memory__read_graph" in text, text
+
+
+class Read(BaseModel):
+    path: str
+    offset: int = 1
+    limit: int = 100
+
+
+@tool
+async def read(args: Read, ctx: ToolContext) -> dict:
+    """Read a file."""
+    WRITTEN.append(args.path)
+    return {"text": "…"}
+
+
+async def test_a_gemini_tool_call_turn_finishes(local_slack, start_app, fake):
+    fake.reply_recorded("gemini_stream_tool_call_thought_signature.sse")
+    fake.refuse_when(
+        lambda body: any(
+            "extra_content" not in c for m in body["messages"] for c in m.get("tool_calls") or []
+        ),
+        "gemini_400_missing_thought_signature.json",
+    )
+    fake.reply_text("I read the skill file.")
+    ts = await ask(local_slack, start_app, fake, [read])
+
+    await said(local_slack, ts, "I read the skill file.")
+    assert WRITTEN == ["/app/skills/agent-runtime/stage-design/SKILL.md"]
+
+
+async def test_a_vllm_error_mid_stream_is_posted_as_an_error(local_slack, start_app, fake):
+    fake.reply_recorded("vllm_stream_error_flat.sse")
+    ts = await ask(local_slack, start_app, fake)
+
+    await said(local_slack, ts, STREAM_ERROR)
