@@ -299,3 +299,29 @@ async def test_a_vllm_error_mid_stream_is_an_error_not_an_empty_answer(fake: Fak
 
     assert caught.value.kind == "stream_error"
     assert "longer than the maximum model length" in caught.value.reason
+
+
+# --- more servers -----------------------------------------------------------------------------------
+
+
+async def test_groqs_token_counts_in_x_groq_are_counted(fake: FakeOpenAI) -> None:
+    response = await replay(fake, "groq_stream_tool_call_x_groq_usage.sse")
+
+    [call] = response.tool_calls
+    assert (call.name, json.loads(call.arguments)) == ("test-tool", {"value": "Sparkle Day"})
+    assert (response.usage.prompt_tokens, response.usage.completion_tokens) == (18, 439)
+
+
+async def test_xais_usage_on_every_chunk_and_a_length_finish_parse(fake: FakeOpenAI) -> None:
+    response = await replay(fake, "xai_stream_usage_every_chunk_length.sse")
+
+    assert response.text is not None and response.text.startswith("Coca-Cola is a carbonated soft drink")
+    assert response.text.endswith(" tailored") and response.finish_reason == "length"
+    assert response.usage.completion_tokens == 200
+
+
+async def test_tool_call_arguments_sent_as_an_object_become_json_text(fake: FakeOpenAI) -> None:
+    response = await replay(fake, "llamacpp_arguments_as_object.json", stream=False)
+
+    [call] = response.tool_calls
+    assert json.loads(call.arguments) == {"filePath": "hello.py", "content": 'print("hello")'}

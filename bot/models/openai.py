@@ -404,6 +404,8 @@ class OpenAIChatModel:
             raise ModelError(f"model endpoint reported an error mid-stream: {message}", kind="stream_error")
         if chunk.get("usage"):
             state.usage = _usage(chunk["usage"])
+        elif isinstance(groq := chunk.get("x_groq"), dict) and groq.get("usage"):  # Groq counts tokens here
+            state.usage = _usage(groq["usage"])
         for choice in chunk.get("choices") or []:
             if choice.get("index", 0) != 0:
                 continue
