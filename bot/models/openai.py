@@ -525,7 +525,8 @@ class _ErrorField:
 class _EventStream:
     """The ``data`` of each server-sent event (multi-line data joined by newlines), from the body's bytes
     as they arrive: lines end in LF, CRLF or CR, and a line may span any number of reads. An ``error:`` line
-    comes out as an ``_ErrorField``."""
+    comes out as an ``_ErrorField``. Not httpx-sse (installed with mcp): it reads httpx responses only, and,
+    as the SSE spec says, drops a field it does not know, such as llama.cpp's ``error:``."""
 
     def __init__(self) -> None:
         self._partial = b""  # a line whose end has not arrived yet
