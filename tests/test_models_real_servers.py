@@ -330,4 +330,8 @@ async def test_tool_call_arguments_sent_as_an_object_become_json_text(fake: Fake
 async def test_lm_studios_empty_tool_call_list_is_a_plain_answer(fake: FakeOpenAI) -> None:
     response = await replay(fake, "lmstudio_empty_tool_calls.json", stream=False)
 
-    assert (response.text, response.tool_calls, response.finish_reason) == ("Hello! It looks like...", [], "stop")
+    assert (response.text, response.tool_calls, response.finish_reason) == (
+        "Hello! It looks like...",
+        [],
+        "stop",
+    )

@@ -13,22 +13,33 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import email.utils
 import json
 import logging
 import random
-import time
-import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import aiohttp
 
-from bot.models.base import Message, ModelError, ModelResponse, TextCallback, ToolCall, ToolSpec, Usage
+from bot.models.base import Message, ModelError, ModelResponse, TextCallback, ToolCall, ToolSpec
 from bot.models.providers import DEEPSEEK, GEMINI, provider_kind
 from bot.models.transport import AiohttpTransport, Reply, Transport, TransportFailure
+from bot.models.wire import (
+    ErrorField,
+    EventStream,
+    StreamState,
+    arguments_text,
+    error_code,
+    error_message,
+    is_event_stream,
+    message_from_payload,
+    new_call_id,
+    retry_after_seconds,
+    text_or_none,
+    usage_of,
+    whole,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -36,7 +47,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
-_ERROR_TEXT_LIMIT = 300
 
 
 class _RetryableFailure(Exception):
@@ -205,7 +215,7 @@ class OpenAIChatModel:
         return self._transport
 
     async def _attempt(self, body: dict[str, Any], on_text: TextCallback | None) -> ModelResponse:
-        stream = _StreamState()
+        stream = StreamState()
         # compact and UTF-8 as it is, like httpx's json=
         data = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
         transport = self._transport or self._open_transport()
@@ -214,7 +224,7 @@ class OpenAIChatModel:
             try:
                 if reply.status >= 400:
                     raise self._status_failure(reply.status, reply.headers, await reply.read())
-                if self.stream and _is_event_stream(reply.headers):
+                if self.stream and is_event_stream(reply.headers):
                     return await self._read_stream(reply, stream, on_text)
                 return self._parse_completion(reply.status, await reply.read())
             finally:
@@ -286,8 +296,8 @@ class OpenAIChatModel:
         )
 
     def _status_failure(self, status: int, headers: Mapping[str, str], raw: bytes) -> Exception:
-        message = self._redact(_error_message(raw, headers))
-        if status == 429 and _error_code(raw) == "insufficient_quota":
+        message = self._redact(error_message(raw, headers))
+        if status == 429 and error_code(raw) == "insufficient_quota":
             # a 429 that waiting does not cure: the account has no credit left
             return ModelError(
                 f"model account is out of credit (429 insufficient_quota): {message}",
@@ -296,7 +306,7 @@ class OpenAIChatModel:
             )
         if status in RETRYABLE_STATUSES:
             return _RetryableFailure(
-                "status", message, status=status, retry_after=_retry_after_seconds(headers)
+                "status", message, status=status, retry_after=retry_after_seconds(headers)
             )
         reason = f"model endpoint rejected the request ({status})"
         return ModelError(f"{reason}: {message}" if message else reason, status=status, retryable=False)
@@ -339,7 +349,7 @@ class OpenAIChatModel:
             raise ModelError("model endpoint returned an unexpected response", status=status)
         choices = payload.get("choices")
         if not choices:
-            message = self._redact(_message_from_payload(payload))
+            message = self._redact(message_from_payload(payload))
             raise ModelError(
                 f"model endpoint returned no choices: {message}"
                 if message
@@ -350,33 +360,33 @@ class OpenAIChatModel:
         message = choice.get("message") or {}
         tool_calls = [
             ToolCall(
-                id=raw.get("id") or _new_call_id(),
+                id=raw.get("id") or new_call_id(),
                 name=(raw.get("function") or {}).get("name") or "",
-                arguments=_arguments_text((raw.get("function") or {}).get("arguments")),
+                arguments=arguments_text((raw.get("function") or {}).get("arguments")),
                 extra=raw.get("extra_content") if isinstance(raw.get("extra_content"), dict) else None,
             )
             for raw in message.get("tool_calls") or []
         ]
-        return _whole(
+        return whole(
             ModelResponse(
-                text=_text_or_none(message.get("content")),
+                text=text_or_none(message.get("content")),
                 tool_calls=tool_calls,
-                usage=_usage(payload.get("usage")),
+                usage=usage_of(payload.get("usage")),
                 finish_reason=choice.get("finish_reason"),
-                refusal=_text_or_none(message.get("refusal")),
-                reasoning=_text_or_none(message.get("reasoning_content")),
+                refusal=text_or_none(message.get("refusal")),
+                reasoning=text_or_none(message.get("reasoning_content")),
             )
         )
 
     async def _read_stream(
-        self, reply: Reply, state: _StreamState, on_text: TextCallback | None
+        self, reply: Reply, state: StreamState, on_text: TextCallback | None
     ) -> ModelResponse:
-        events = _EventStream()
+        events = EventStream()
         while not state.done:
             received = await reply.next_bytes()
             for data in events.feed(received) if received else events.end():
-                if isinstance(data, _ErrorField):  # llama.cpp through 2025: "error: {...}" at HTTP 200
-                    message = self._redact(_error_message(data.value.encode(), {}))
+                if isinstance(data, ErrorField):  # llama.cpp through 2025: "error: {...}" at HTTP 200
+                    message = self._redact(error_message(data.value.encode(), {}))
                     raise ModelError(
                         f"model endpoint reported an error mid-stream: {message}", kind="stream_error"
                     )
@@ -394,18 +404,18 @@ class OpenAIChatModel:
             if state.emitted_text:
                 raise ModelError("model endpoint stream ended before the answer was complete", retryable=True)
             raise _RetryableFailure("truncated")
-        return _whole(state.response())
+        return whole(state.response())
 
-    async def _apply_chunk(self, chunk: Any, state: _StreamState, on_text: TextCallback | None) -> None:
+    async def _apply_chunk(self, chunk: Any, state: StreamState, on_text: TextCallback | None) -> None:
         if not isinstance(chunk, dict):
             return
         if chunk.get("error") or chunk.get("object") == "error":  # vLLM before its errors nested in "error"
-            message = self._redact(_message_from_payload(chunk))
+            message = self._redact(message_from_payload(chunk))
             raise ModelError(f"model endpoint reported an error mid-stream: {message}", kind="stream_error")
         if chunk.get("usage"):
-            state.usage = _usage(chunk["usage"])
+            state.usage = usage_of(chunk["usage"])
         elif isinstance(groq := chunk.get("x_groq"), dict) and groq.get("usage"):  # Groq counts tokens here
-            state.usage = _usage(groq["usage"])
+            state.usage = usage_of(groq["usage"])
         for choice in chunk.get("choices") or []:
             if choice.get("index", 0) != 0:
                 continue
@@ -429,231 +439,12 @@ class OpenAIChatModel:
                 state.finish_reason = choice["finish_reason"]
 
 
-@dataclass
-class _PartialToolCall:
-    id: str = ""
-    name: str = ""
-    arguments: list[str] = field(default_factory=list)
-    extra: dict[str, Any] | None = None
-
-
-@dataclass
-class _StreamState:
-    text_parts: list[str] = field(default_factory=list)
-    refusal_parts: list[str] = field(default_factory=list)
-    reasoning_parts: list[str] = field(default_factory=list)
-    tool_calls: list[_PartialToolCall] = field(default_factory=list)  # in the order they started
-    receiving: dict[int | None, _PartialToolCall] = field(default_factory=dict)  # by the index deltas name
-    usage: Usage = field(default_factory=Usage)
-    finish_reason: str | None = None
-    done: bool = False
-    emitted_text: bool = False
-
-    def add_tool_call_delta(self, raw: dict[str, Any]) -> None:
-        """One tool-call delta. A delta carrying an id the call at its index does not have starts a new call,
-        whatever the index says: Ollama gives every call index 0, and before 0.4.7 no index at all."""
-        index = raw.get("index") if isinstance(raw.get("index"), int) else None
-        call_id = raw.get("id") if isinstance(raw.get("id"), str) else ""
-        partial = self.receiving.get(index)
-        if partial is None or (call_id and partial.id and partial.id != call_id):
-            partial = self.receiving[index] = _PartialToolCall()
-            self.tool_calls.append(partial)
-        if call_id and not partial.id:
-            partial.id = call_id
-        if isinstance(raw.get("extra_content"), dict):
-            partial.extra = raw["extra_content"]
-        function = raw.get("function") or {}
-        if function.get("name") and not partial.name:
-            partial.name = function["name"]
-        if function.get("arguments"):
-            partial.arguments.append(_arguments_text(function["arguments"]))
-
-    def response(self) -> ModelResponse:
-        calls = [
-            ToolCall(
-                id=p.id or _new_call_id(), name=p.name, arguments="".join(p.arguments) or "{}", extra=p.extra
-            )
-            for p in self.tool_calls
-        ]
-        return ModelResponse(
-            text="".join(self.text_parts) or None,
-            tool_calls=calls,
-            usage=self.usage,
-            finish_reason=self.finish_reason,
-            refusal="".join(self.refusal_parts) or None,
-            reasoning="".join(self.reasoning_parts) or None,
-        )
-
-
-def _whole(response: ModelResponse) -> ModelResponse:
-    """The response, unless it asks for tool calls that did not arrive whole: a call cut by the length limit or
-    stopped by a content filter never runs (its arguments may be cut JSON, or not what the model meant)."""
-    if response.tool_calls and response.finish_reason == "length":
-        raise ModelError(
-            "model endpoint cut the answer at its length limit (finish_reason length) while it was writing a "
-            "tool call",
-            kind="cut",
-        )
-    if response.tool_calls and response.finish_reason == "content_filter":
-        raise ModelError(
-            "model endpoint's content filter stopped the answer (finish_reason content_filter) in a tool call",
-            kind="filtered",
-        )
-    return response
-
-
-def _text_or_none(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
 def _describe(failure: _RetryableFailure | None) -> str:
     if failure is None:
         return "?"
     if failure.kind == "status":
         return f"status {failure.status}"
     return failure.kind
-
-
-@dataclass(frozen=True)
-class _ErrorField:
-    """An ``error:`` line: not a field SSE knows, but how llama.cpp's server reported a failure mid-stream
-    until late 2025 (ggml-org/llama.cpp#16109)."""
-
-    value: str
-
-
-class _EventStream:
-    """The ``data`` of each server-sent event (multi-line data joined by newlines), from the body's bytes
-    as they arrive: lines end in LF, CRLF or CR, and a line may span any number of reads. An ``error:`` line
-    comes out as an ``_ErrorField``. Not httpx-sse (installed with mcp): it reads httpx responses only, and,
-    as the SSE spec says, drops a field it does not know, such as llama.cpp's ``error:``."""
-
-    def __init__(self) -> None:
-        self._partial = b""  # a line whose end has not arrived yet
-        self._data: list[str] = []  # the data lines of the event being read
-
-    def feed(self, received: bytes) -> list[str | _ErrorField]:
-        *lines, self._partial = (self._partial + received).split(b"\n")
-        return self._events(lines)
-
-    def end(self) -> list[str | _ErrorField]:
-        """The events still held when the body ends (its last line need not end in a newline)."""
-        events = self._events([self._partial]) if self._partial else []
-        self._partial = b""
-        if self._data:
-            events.append("\n".join(self._data))
-            self._data = []
-        return events
-
-    def _events(self, lines: list[bytes]) -> list[str | _ErrorField]:
-        events: list[str | _ErrorField] = []
-        for raw in lines:
-            # a CR left inside a line ended one (JSON escapes its own): bare-CR streams are split here
-            for line in raw.rstrip(b"\r").split(b"\r") if b"\r" in raw else (raw,):
-                if not line.strip():
-                    if self._data:
-                        events.append("\n".join(self._data))
-                        self._data = []
-                elif line.startswith(b"data:"):
-                    value = line[6:] if line.startswith(b"data: ") else line[5:]
-                    self._data.append(value.decode("utf-8", errors="replace"))
-                elif line.startswith(b"error:"):
-                    events.append(_ErrorField(line[6:].strip().decode("utf-8", errors="replace")))
-                # "event:", "id:", "retry:" and ":" comments carry nothing we use.
-        return events
-
-
-def _is_event_stream(headers: Mapping[str, str]) -> bool:
-    # Some servers ignore "stream": true and answer with plain JSON.
-    return "application/json" not in headers.get("content-type", "")
-
-
-def _usage(raw: Any) -> Usage:
-    if not isinstance(raw, dict):
-        return Usage()
-    return Usage(
-        prompt_tokens=int(raw.get("prompt_tokens") or 0),
-        completion_tokens=int(raw.get("completion_tokens") or 0),
-    )
-
-
-def _arguments_text(arguments: Any) -> str:
-    if arguments is None:
-        return "{}"
-    if isinstance(arguments, str):
-        return arguments
-    return json.dumps(arguments)  # a few servers send an object instead of JSON text
-
-
-def _new_call_id() -> str:
-    # The history needs ids to pair tool results with calls; some servers omit them.
-    return f"call_{uuid.uuid4().hex[:24]}"
-
-
-def _error_message(raw: bytes, headers: Mapping[str, str]) -> str:
-    try:
-        payload = json.loads(raw)
-    except ValueError:
-        payload = None
-    return _message_from_payload(payload) or _text(raw, headers).strip()[:_ERROR_TEXT_LIMIT]
-
-
-def _text(raw: bytes, headers: Mapping[str, str]) -> str:
-    _, _, charset = headers.get("content-type", "").partition("charset=")
-    try:
-        return raw.decode(charset.split(";")[0].strip(" \"'") or "utf-8", errors="replace")
-    except LookupError:  # a charset Python does not know
-        return raw.decode("utf-8", errors="replace")
-
-
-def _error_code(raw: bytes) -> str:
-    """``error.code`` (else ``error.type``) of an OpenAI-shaped error body, or ""."""
-    try:
-        error = json.loads(raw).get("error")
-    except (ValueError, AttributeError):
-        return ""
-    if not isinstance(error, dict):
-        return ""
-    return str(error.get("code") or error.get("type") or "")
-
-
-def _message_from_payload(payload: Any) -> str:
-    """The human message of an error body: OpenAI's ``error.message`` and the shapes other servers use."""
-    if isinstance(payload, list) and payload:  # Google's OpenAI-compatible endpoint: a list of one error
-        payload = payload[0]
-    if not isinstance(payload, dict):
-        return ""
-    error = payload.get("error")
-    if isinstance(error, dict) and error.get("message"):
-        return str(error["message"])[:_ERROR_TEXT_LIMIT]
-    if isinstance(error, str):
-        return error[:_ERROR_TEXT_LIMIT]  # Ollama
-    for key in ("message", "detail"):  # vLLM, FastAPI-based servers
-        if isinstance(payload.get(key), str):
-            return payload[key][:_ERROR_TEXT_LIMIT]
-    return ""
-
-
-def _retry_after_seconds(headers: Mapping[str, str]) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` (OpenAI) or ``Retry-After`` (seconds or an HTTP date)."""
-    milliseconds = headers.get("retry-after-ms")
-    if milliseconds:
-        try:
-            return max(float(milliseconds) / 1000, 0.0)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(when.timestamp() - time.time(), 0.0)
 
 
 def _without_credentials(url: str) -> str:
