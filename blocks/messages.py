@@ -59,7 +59,9 @@ _MD_LINK_RE = re.compile(
 )
 _BARE_URL_RE = re.compile(r"(?<![\w/@.])https?:[^\s<>\ue000\ue001]+", re.I)
 _BOLD_ITALIC_RE = re.compile(r"\*\*\*(?=\S)(.+?)(?<=\S)\*\*\*")
-_BOLD_RE = re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1")
+# "__" opens and closes only at a word's edge (CommonMark: "snake__case__name" stays as written); "**" may
+# sit inside a word. Group 1 or 2 is the bold text.
+_BOLD_RE = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*|(?<!\w)__(?=\S)(.+?)(?<=\S)__(?!\w)")
 _STRIKE_RE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
 _ITALIC_STAR_RE = re.compile(r"(?<![\w*])\*(?=[^\s*])(.+?)(?<=[^\s*])\*(?![\w*])")
 _HEADING_RE = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+(.*?)[ \t]*#*[ \t]*$")
@@ -168,7 +170,7 @@ def _inline(text: str, decision: bool = False) -> str:
         )
     text = escape_mrkdwn(text)
     text = _BOLD_ITALIC_RE.sub(lambda m: f"{_BOLD}_{m.group(1)}_{_BOLD}", text)
-    text = _BOLD_RE.sub(lambda m: f"{_BOLD}{m.group(2)}{_BOLD}", text)
+    text = _BOLD_RE.sub(lambda m: f"{_BOLD}{m.group(1) or m.group(2)}{_BOLD}", text)
     text = _STRIKE_RE.sub(r"~\1~", text)
     text = _ITALIC_STAR_RE.sub(r"_\1_", text)
     text = text.replace(_BOLD, "*")
@@ -185,7 +187,7 @@ def _code_span(ticks: str, code: str) -> str:
 
 def _link(url: str, label: str, written: str | None = None) -> str:
     """A link in a reply. ``written``: the label as the model wrote it (``label`` may hold code spans)."""
-    label_text = _BOLD_RE.sub(r"\2", label).replace("`", "")
+    label_text = _BOLD_RE.sub(lambda m: m.group(1) or m.group(2), label).replace("`", "")
     label_text = escape_mrkdwn(label_text).replace("|", "¦")
     if not re.match(r"^(?:https?://|mailto:)", url, re.I):
         return f"{label_text} ({escape_mrkdwn(url)})"
@@ -306,7 +308,7 @@ def _link_view(url: str, label: str) -> tuple[str, str | None]:
     a link to evil.example is the attack. Being inside the link, the host is never cut apart from it.
     Only http(s) links stay clickable; ``javascript:``, ``data:``, ``mailto:``… are shown as text."""
     target = _http_target(url)
-    text = truncate(one_line(_BOLD_RE.sub(r"\2", label).replace("`", "")), LINK_LABEL_CHARS)
+    text = truncate(one_line(_BOLD_RE.sub(lambda m: m.group(1) or m.group(2), label).replace("`", "")), LINK_LABEL_CHARS)
     honest = bool(text) and not _looks_like_link(text)
     if target is None:
         where = truncate(one_line(url), LINK_SHOWN_CHARS)

@@ -222,7 +222,7 @@ async def _check_model(settings: Settings) -> bool:
 
     base, where, model = settings.openai_base_url.rstrip("/"), _without_credentials(settings.openai_base_url), settings.model
     headers = {"Authorization": f"Bearer {settings.openai_api_key}"}
-    listed = True
+    listed, owned_by = True, None
     try:
         async with httpx.AsyncClient(timeout=15) as client:
             resp = await client.get(f"{base}/models", headers=headers)
@@ -252,7 +252,28 @@ async def _check_model(settings: Settings) -> bool:
         if model not in offered:
             print(f"model: {model} is unknown at {where} — check MODEL (offered: {', '.join(offered[:8]) or 'none'})")
             return False
+        owned_by = next((str(m.get("owned_by")) for m in resp.json()["data"] if m.get("id") == model), None)
     print(f"model: ok, {model} at {where}")
+    return await _check_answer(settings, owned_by)
+
+
+async def _check_answer(settings: Settings, owned_by: str | None) -> bool:
+    """One short answer through the bot's own client: the provider kind, and any fallback the endpoint made it take."""
+    from bot.model_words import failure_words
+    from bot.models.base import ModelError
+    from bot.models.openai import OpenAIChatModel
+    from bot.models.providers import provider_kind
+
+    print(f"model: provider: {provider_kind(settings.openai_base_url, owned_by)}")
+    async with OpenAIChatModel(settings.model, base_url=settings.openai_base_url, api_key=settings.openai_api_key,
+                               timeout=30, max_retries=0) as client:
+        try:
+            await client.complete([{"role": "user", "content": "Reply with the word OK."}], [])
+        except ModelError as exc:
+            print(f"model: a test answer failed: {failure_words(exc)} ({exc.reason})")
+            return False
+        for fallback in client.fallbacks or ["none"]:
+            print(f"model: fallback in force: {fallback}")
     return True
 
 

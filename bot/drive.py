@@ -25,6 +25,7 @@ from bot.history import compact, model_view, user_message
 from bot.installed import RETRY_MS, NotInstalled
 from bot.intake import Intake
 from bot.lease_keeper import LeaseKeeper
+from bot.model_words import answer_words, failure_words
 from bot.models.base import ModelError, TextCallback
 from bot.outbox import DELIVER_UNHURRIED_S
 from bot.parts import Parts
@@ -324,8 +325,15 @@ class Driver:
         turn.steps += 1
         turn.tokens += response.usage.total_tokens
         events: list[Event] = []
-        if response.text:
-            events.append(MessageCompleted(session_id=p.session_id, turn_id=turn.turn_id, text=response.text,
+        shown, unanswered = answer_words(response)
+        if unanswered is not None:  # nothing to show (empty, filtered, cut): said plainly, never silence
+            log.warning("model answered nothing to show in session %s (finish_reason %s)", p.session_id,
+                        response.finish_reason)
+            await self._end_turn(p, state, TurnFailed(session_id=p.session_id, turn_id=turn.turn_id,
+                                                      reason=unanswered))
+            return False
+        if shown:
+            events.append(MessageCompleted(session_id=p.session_id, turn_id=turn.turn_id, text=shown,
                                            step=turn.steps))
         if not response.tool_calls:
             state.history.append(response.to_message())
@@ -560,20 +568,13 @@ class Driver:
 # --- helpers -------------------------------------------------------------------------------------
 
 
-# What the thread says when the model fails: a channel may be shared with another company, so no URL,
-# status body or exception name; the details go to the log (#29 item 4).
-MODEL_UNREACHABLE = "I couldn't reach the AI model just now — try again in a minute; details are in the bot's logs."
-MODEL_REFUSED = "The AI model couldn't answer this request; details are in the bot's logs."
-
-
 def _model_failure(exc: Exception, session_id: str) -> str:
-    """Log the failure in full, and return the plain words for the thread."""
+    """Log the failure in full, and return the plain words for the thread (bot.model_words)."""
     if not isinstance(exc, ModelError):
         log.exception("model client failed in session %s", session_id)
-        return MODEL_REFUSED
-    # reason is already without secrets (the client redacts its key and the URL's credentials)
-    log.warning("model call failed in session %s: %s", session_id, exc.reason)
-    return MODEL_UNREACHABLE if exc.retryable else MODEL_REFUSED
+    else:  # reason is already without secrets (the client redacts its key and the URL's credentials)
+        log.warning("model call failed in session %s: %s", session_id, exc.reason)
+    return failure_words(exc)
 
 
 def _live_text(live: LiveText | None, state: SessionState, step: int) -> TextCallback | None:

@@ -48,3 +48,20 @@ async def test_check_calls_the_model_endpoint_and_names_what_to_fix(redis_url):
     assert "sk-wrong-key" not in refused_out
     assert unknown == 1 and "gpt-nonexistent" in unknown_out and "MODEL" in unknown_out, unknown_out
     assert down == 1 and "model: NOT reachable" in down_out and "OPENAI_BASE_URL" in down_out, down_out
+
+
+async def test_check_names_the_provider_kind_and_the_fallback_in_force(redis_url):
+    async with FakeOpenAI(api_key="sk-right") as fake:
+        fake.refuse_when(lambda body: "stream_options" in body, "proxy_400_unknown_stream_options.json")
+        plain_code, plain_out = await check(
+            redis_url, OPENAI_BASE_URL=fake.base_url, MODEL="gpt-4o-mini", OPENAI_API_KEY="sk-right")
+    assert plain_code == 0, plain_out
+    assert "model: provider: OpenAI-compatible" in plain_out, plain_out
+    assert "model: fallback in force: streams without stream_options (the endpoint refused it)" in plain_out
+
+
+async def test_check_says_an_account_out_of_credit_plainly(redis_url):
+    async with FakeOpenAI(api_key="sk-right") as fake:
+        fake.reply_recorded("openai_429_insufficient_quota.json")
+        code, out = await check(redis_url, OPENAI_BASE_URL=fake.base_url, MODEL="gpt-4o-mini", OPENAI_API_KEY="sk-right")
+    assert code == 1 and "The model account is out of credit (insufficient_quota)" in out, out

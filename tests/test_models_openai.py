@@ -8,7 +8,6 @@ import socket
 import time
 from collections.abc import AsyncIterator
 from email.utils import formatdate
-from itertools import pairwise
 
 import aiohttp
 import httpx
@@ -125,17 +124,23 @@ async def test_rate_limit_waits_for_retry_after_then_succeeds(fake: FakeOpenAI) 
     assert time.monotonic() - started < 2.0
 
 
-async def test_retry_after_as_http_date_and_capped_by_max_backoff(fake: FakeOpenAI) -> None:
-    fake.reply_error(503, "overloaded", retry_after=formatdate(time.time() + 3600, usegmt=True))
-    fake.reply_error(429, "slow down", retry_after=120)
-    fake.reply_text("done")
+@pytest.mark.parametrize(
+    "retry_after", [formatdate(time.time() + 3600, usegmt=True), 120], ids=["http-date", "seconds"]
+)
+async def test_a_retry_after_longer_than_the_client_waits_is_not_retried(
+    fake: FakeOpenAI, retry_after
+) -> None:
+    """Waiting a capped while and asking again before the server said it would answer only makes useless
+    requests: the error says how long it asked to wait instead."""
+    fake.reply_error(503, "overloaded", retry_after=retry_after)
+    fake.reply_text("never asked for")
     async with make_model(fake, max_backoff=0.25) as model:
-        response = await model.complete(HELLO, [])
+        with pytest.raises(ModelError) as caught:
+            await model.complete(HELLO, [])
 
-    assert response.text == "done"
-    gaps = [later.received_at - earlier.received_at for earlier, later in pairwise(fake.requests)]
-    assert len(gaps) == 2
-    assert all(0.2 <= gap < 1.0 for gap in gaps), gaps
+    assert caught.value.kind == "rate_limited" and caught.value.retry_after is not None
+    assert caught.value.retry_after > 100
+    assert len(fake.requests) == 1
 
 
 async def test_server_errors_exhaust_retries_into_a_retryable_error(fake: FakeOpenAI) -> None:
@@ -235,7 +240,9 @@ async def test_connection_refused_becomes_a_retryable_error() -> None:
     assert KEY not in caught.value.reason
 
 
-@pytest.mark.parametrize("cut", ["reply_truncated_stream", "reply_cut_stream"])  # [DONE] missing; connection dropped
+@pytest.mark.parametrize(
+    "cut", ["reply_truncated_stream", "reply_cut_stream"]
+)  # [DONE] missing; connection dropped
 async def test_a_stream_cut_short_is_retried_when_nothing_was_shown(fake: FakeOpenAI, cut: str) -> None:
     getattr(fake, cut)("half an ans")
     fake.reply_text("a whole answer")
@@ -268,7 +275,9 @@ async def test_a_stream_cut_short_is_retried_when_the_callback_can_start_over(fa
     async with make_model(fake, backoff_base=0.01) as model:
         response = await model.complete(HELLO, [], on_text=collector)
 
-    assert response.text == "a whole answer" and restarts == [3]  # told once, after the broken attempt's words
+    assert response.text == "a whole answer" and restarts == [
+        3
+    ]  # told once, after the broken attempt's words
     assert len(fake.requests) == 2
 
 
@@ -294,11 +303,15 @@ async def test_a_connection_dropped_every_time_exhausts_into_a_connection_error(
             await model.complete(HELLO, [])
 
     assert caught.value.retryable is True
-    assert caught.value.reason.startswith(f"could not connect to the model endpoint at {fake.base_url} after 2 attempts")
+    assert caught.value.reason.startswith(
+        f"could not connect to the model endpoint at {fake.base_url} after 2 attempts"
+    )
     assert KEY not in caught.value.reason
 
 
-async def test_a_stream_slower_than_the_timeout_between_chunks_becomes_a_timeout_error(fake: FakeOpenAI) -> None:
+async def test_a_stream_slower_than_the_timeout_between_chunks_becomes_a_timeout_error(
+    fake: FakeOpenAI,
+) -> None:
     """The timeout bounds each wait for bytes: a stream that stalls longer than it between chunks fails."""
     fake.reply_text("slow words here", chunk_delay_s=0.6)
     async with make_model(fake, timeout=0.3, max_retries=0) as model:
@@ -327,7 +340,10 @@ async def test_credentials_in_the_url_are_sent_as_basic_auth_and_never_shown() -
             with pytest.raises(ModelError) as caught:
                 await model.complete(HELLO, [])
 
-    assert fake.requests[0].headers["authorization"] == "Basic " + base64.b64encode(b"proxy-user:proxy secret").decode()
+    assert (
+        fake.requests[0].headers["authorization"]
+        == "Basic " + base64.b64encode(b"proxy-user:proxy secret").decode()
+    )
     assert "secret" not in caught.value.reason
 
 
@@ -338,8 +354,9 @@ async def test_a_proxy_named_in_the_environment_is_used(fake: FakeOpenAI, monkey
         monkeypatch.setenv(name, fake.base_url.removesuffix("/v1"))
     monkeypatch.delenv("NO_PROXY", raising=False)
     monkeypatch.delenv("no_proxy", raising=False)
-    async with OpenAIChatModel("gpt-4o-mini", base_url="http://models.invalid/v1", api_key=KEY, timeout=2.0,
-                               max_retries=0) as model:
+    async with OpenAIChatModel(
+        "gpt-4o-mini", base_url="http://models.invalid/v1", api_key=KEY, timeout=2.0, max_retries=0
+    ) as model:
         assert (await model.complete(HELLO, [])).text == "ok"
 
     assert fake.requests[0].path == "/v1/chat/completions"
@@ -374,5 +391,7 @@ async def test_a_shared_aiohttp_session_is_used_and_left_open_for_its_owner(fake
         await model.aclose()
 
         assert not shared.closed
-        async with shared.get(f"{fake.base_url}/models", headers={"Authorization": f"Bearer {KEY}"}) as listed:
+        async with shared.get(
+            f"{fake.base_url}/models", headers={"Authorization": f"Bearer {KEY}"}
+        ) as listed:
             assert listed.status == 200

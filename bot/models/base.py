@@ -35,6 +35,7 @@ class ToolCall(DeferredModel):
     id: str
     name: str
     arguments: str = "{}"  # raw JSON text, exactly as the model produced it
+    extra: dict[str, Any] | None = None  # the call's ``extra_content`` (Gemini: its thought_signature)
 
 
 class Usage(DeferredModel):
@@ -51,26 +52,58 @@ class ModelResponse(DeferredModel):
     tool_calls: list[ToolCall] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
     finish_reason: str | None = None
+    refusal: str | None = None  # OpenAI: the model declined, in its own words (then ``text`` is empty)
+    reasoning: str | None = None  # ``reasoning_content`` (DeepSeek, llama.cpp, vLLM): its thinking, if sent
 
     def to_message(self) -> Message:
-        """The assistant message to append to the history."""
-        message: Message = {"role": "assistant", "content": self.text}
+        """The assistant message to append to the history. A tool-call step keeps what servers want back:
+        its ``reasoning_content`` (DeepSeek's thinking mode) and each call's ``extra_content`` (Gemini's thought
+        signatures); a client that must not send them leaves them out (``OpenAIChatModel`` does)."""
+        message: Message = {"role": "assistant", "content": self.text or self.refusal}
         if self.tool_calls:
-            message["tool_calls"] = [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                for c in self.tool_calls
-            ]
+            message["tool_calls"] = [_call_message(c) for c in self.tool_calls]
+            if self.reasoning:
+                message["reasoning_content"] = self.reasoning
         return message
 
 
-class ModelError(Exception):
-    """The model endpoint failed; ``reason`` is safe to show to people (no secrets)."""
+def _call_message(call: ToolCall) -> dict[str, Any]:
+    made: dict[str, Any] = {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    }
+    if call.extra:
+        made["extra_content"] = (
+            call.extra
+        )  # Gemini refuses the next step without the call's thought_signature
+    return made
 
-    def __init__(self, reason: str, *, status: int | None = None, retryable: bool = False):
+
+class ModelError(Exception):
+    """The model endpoint failed; ``reason`` is safe to log (no secrets).
+
+    ``kind`` names a failure people are told about in words of its own (``bot.model_words``): ``"quota"``
+    (the account is out of credit), ``"rate_limited"`` (asked to wait ``retry_after`` seconds, longer than
+    the client retries), ``"stream_error"`` (the server reported an error mid-answer), ``"cut"`` /
+    ``"filtered"`` (a tool call cut by the length limit or stopped by a content filter: it never runs).
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        status: int | None = None,
+        retryable: bool = False,
+        kind: str | None = None,
+        retry_after: float | None = None,
+    ):
         super().__init__(reason)
         self.reason = reason
         self.status = status
         self.retryable = retryable
+        self.kind = kind
+        self.retry_after = retry_after
 
 
 class ChatModel(Protocol):

@@ -13,21 +13,33 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import email.utils
 import json
 import logging
 import random
-import time
-import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import aiohttp
 
-from bot.models.base import Message, ModelError, ModelResponse, TextCallback, ToolCall, ToolSpec, Usage
+from bot.models.base import Message, ModelError, ModelResponse, TextCallback, ToolCall, ToolSpec
+from bot.models.providers import DEEPSEEK, GEMINI, provider_kind
 from bot.models.transport import AiohttpTransport, Reply, Transport, TransportFailure
+from bot.models.wire import (
+    ErrorField,
+    EventStream,
+    StreamState,
+    arguments_text,
+    error_code,
+    error_message,
+    is_event_stream,
+    message_from_payload,
+    new_call_id,
+    retry_after_seconds,
+    text_or_none,
+    usage_of,
+    whole,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -35,7 +47,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
-_ERROR_TEXT_LIMIT = 300
 
 
 class _RetryableFailure(Exception):
@@ -87,6 +98,31 @@ class OpenAIChatModel:
         # the same for every request: worked out once
         self._url = f"{_without_credentials(self.base_url)}/chat/completions"
         self._request_headers = self._headers()
+        self.kind = provider_kind(self.base_url)
+        # what this endpoint was found to want otherwise (a 400 naming it), kept for the process's life
+        self._send_stream_options = True
+        self._send_reasoning = self.kind == DEEPSEEK  # DeepSeek's thinking mode refuses a step without it
+        self._send_extra = (
+            self.kind == GEMINI
+        )  # Gemini refuses a step whose calls lost their thought_signature
+
+    @property
+    def fallbacks(self) -> list[str]:
+        """The adjustments in force for this endpoint, in words (for `python -m bot check` and the logs)."""
+        said = []
+        if self.stream and not self._send_stream_options:
+            said.append("streams without stream_options (the endpoint refused it): no token counts")
+        if self._send_reasoning:
+            why = (
+                "DeepSeek's thinking mode needs it" if self.kind == DEEPSEEK else "the endpoint asked for it"
+            )
+            said.append(f"sends each tool-call step's reasoning_content back ({why})")
+        if self._send_extra:
+            why = (
+                "Gemini needs their thought_signature" if self.kind == GEMINI else "the endpoint asked for it"
+            )
+            said.append(f"sends each tool call's extra_content back ({why})")
+        return said
 
     def __repr__(self) -> str:  # never show the key
         return f"OpenAIChatModel(model={self.name!r}, base_url={_without_credentials(self.base_url)!r})"
@@ -108,10 +144,12 @@ class OpenAIChatModel:
     async def complete(
         self, messages: list[Message], tools: list[ToolSpec], *, on_text: TextCallback | None = None
     ) -> ModelResponse:
-        body = self._request_body(messages, tools)
         attempts = self.max_retries + 1
         last_failure: _RetryableFailure | None = None
-        for attempt in range(attempts):
+        adjusted = 0
+        attempt = 0
+        while attempt < attempts:
+            body = self._request_body(messages, tools)
             if attempt:
                 delay = self._retry_delay(attempt, last_failure)
                 log.warning(
@@ -128,16 +166,27 @@ class OpenAIChatModel:
                 return await self._attempt(body, on_text)
             except _RetryableFailure as failure:
                 last_failure = failure
+                if failure.retry_after is not None and failure.retry_after > self.max_backoff:
+                    raise self._wait_too_long(failure) from None  # retries within our budget cannot help
+            except ModelError as error:
+                if adjusted < 2 and self._adjust(error, messages):
+                    adjusted += 1
+                    continue  # at once: the endpoint said what it wants, and nothing was shown yet
+                raise
+            attempt += 1
         assert last_failure is not None
         raise self._exhausted_error(last_failure, attempts)
 
     # -- one HTTP attempt -----------------------------------------------------------------------
 
     def _request_body(self, messages: list[Message], tools: list[ToolSpec]) -> dict[str, Any]:
+        if not (self._send_reasoning and self._send_extra):
+            # kept in the history for a server that wants them back; others may refuse fields they do not know
+            messages = [self._as_sent(m) for m in messages]
         body: dict[str, Any] = {"model": self.name, "messages": messages, "stream": self.stream}
         if tools:
             body["tools"] = [tool.to_openai() for tool in tools]
-        if self.stream:
+        if self.stream and self._send_stream_options:
             # Without this, streamed answers carry no token counts and session budgets go blind.
             body["stream_options"] = {"include_usage": True}
         return body
@@ -166,7 +215,7 @@ class OpenAIChatModel:
         return self._transport
 
     async def _attempt(self, body: dict[str, Any], on_text: TextCallback | None) -> ModelResponse:
-        stream = _StreamState()
+        stream = StreamState()
         # compact and UTF-8 as it is, like httpx's json=
         data = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
         transport = self._transport or self._open_transport()
@@ -175,7 +224,7 @@ class OpenAIChatModel:
             try:
                 if reply.status >= 400:
                     raise self._status_failure(reply.status, reply.headers, await reply.read())
-                if self.stream and _is_event_stream(reply.headers):
+                if self.stream and is_event_stream(reply.headers):
                     return await self._read_stream(reply, stream, on_text)
                 return self._parse_completion(reply.status, await reply.read())
             finally:
@@ -197,10 +246,68 @@ class OpenAIChatModel:
             retryable=True,
         )
 
+    def _as_sent(self, message: Message) -> Message:
+        if not self._send_reasoning and "reasoning_content" in message:
+            message = {k: v for k, v in message.items() if k != "reasoning_content"}
+        calls = message.get("tool_calls")
+        if not self._send_extra and calls and any("extra_content" in c for c in calls):
+            message = {
+                **message,
+                "tool_calls": [{k: v for k, v in c.items() if k != "extra_content"} for c in calls],
+            }
+        return message
+
+    def _adjust(self, error: ModelError, messages: list[Message]) -> bool:
+        """A 400 naming something this endpoint wants otherwise: change it for good, once. True = send again."""
+        if error.status != 400:
+            return False
+        where = _without_credentials(self.base_url)
+        if "stream_options" in error.reason and self.stream and self._send_stream_options:
+            self._send_stream_options = False
+            log.warning(
+                "model endpoint %s refuses stream_options: streaming without it (no token counts)", where
+            )
+            return True
+        asked_back = "reasoning_content" in error.reason and "back" in error.reason
+        if asked_back and not self._send_reasoning and any("reasoning_content" in m for m in messages):
+            self._send_reasoning = True
+            log.warning("model endpoint %s wants reasoning_content sent back: sending it", where)
+            return True
+        has_extra = any("extra_content" in c for m in messages for c in m.get("tool_calls") or [])
+        if "thought_signature" in error.reason and not self._send_extra and has_extra:
+            self._send_extra = True
+            log.warning("model endpoint %s wants each tool call's extra_content sent back: sending it", where)
+            return True
+        return False
+
+    def _wait_too_long(self, failure: _RetryableFailure) -> ModelError:
+        assert failure.retry_after is not None
+        reason = (
+            f"model endpoint returned {failure.status} and asked to wait {failure.retry_after:.0f}s, longer than "
+            f"the {self.max_backoff:g}s the client waits between attempts"
+        )
+        reason += f": {failure.detail}" if failure.detail else ""
+        return ModelError(
+            self._redact(reason),
+            status=failure.status,
+            retryable=True,
+            kind="rate_limited",
+            retry_after=failure.retry_after,
+        )
+
     def _status_failure(self, status: int, headers: Mapping[str, str], raw: bytes) -> Exception:
-        message = self._redact(_error_message(raw, headers))
+        message = self._redact(error_message(raw, headers))
+        if status == 429 and error_code(raw) == "insufficient_quota":
+            # a 429 that waiting does not cure: the account has no credit left
+            return ModelError(
+                f"model account is out of credit (429 insufficient_quota): {message}",
+                status=status,
+                kind="quota",
+            )
         if status in RETRYABLE_STATUSES:
-            return _RetryableFailure("status", message, status=status, retry_after=_retry_after_seconds(headers))
+            return _RetryableFailure(
+                "status", message, status=status, retry_after=retry_after_seconds(headers)
+            )
         reason = f"model endpoint rejected the request ({status})"
         return ModelError(f"{reason}: {message}" if message else reason, status=status, retryable=False)
 
@@ -242,7 +349,7 @@ class OpenAIChatModel:
             raise ModelError("model endpoint returned an unexpected response", status=status)
         choices = payload.get("choices")
         if not choices:
-            message = self._redact(_message_from_payload(payload))
+            message = self._redact(message_from_payload(payload))
             raise ModelError(
                 f"model endpoint returned no choices: {message}"
                 if message
@@ -253,24 +360,36 @@ class OpenAIChatModel:
         message = choice.get("message") or {}
         tool_calls = [
             ToolCall(
-                id=raw.get("id") or _new_call_id(),
+                id=raw.get("id") or new_call_id(),
                 name=(raw.get("function") or {}).get("name") or "",
-                arguments=_arguments_text((raw.get("function") or {}).get("arguments")),
+                arguments=arguments_text((raw.get("function") or {}).get("arguments")),
+                extra=raw.get("extra_content") if isinstance(raw.get("extra_content"), dict) else None,
             )
             for raw in message.get("tool_calls") or []
         ]
-        return ModelResponse(
-            text=message.get("content") or None,
-            tool_calls=tool_calls,
-            usage=_usage(payload.get("usage")),
-            finish_reason=choice.get("finish_reason"),
+        return whole(
+            ModelResponse(
+                text=text_or_none(message.get("content")),
+                tool_calls=tool_calls,
+                usage=usage_of(payload.get("usage")),
+                finish_reason=choice.get("finish_reason"),
+                refusal=text_or_none(message.get("refusal")),
+                reasoning=text_or_none(message.get("reasoning_content")),
+            )
         )
 
-    async def _read_stream(self, reply: Reply, state: _StreamState, on_text: TextCallback | None) -> ModelResponse:
-        events = _EventStream()
+    async def _read_stream(
+        self, reply: Reply, state: StreamState, on_text: TextCallback | None
+    ) -> ModelResponse:
+        events = EventStream()
         while not state.done:
             received = await reply.next_bytes()
             for data in events.feed(received) if received else events.end():
+                if isinstance(data, ErrorField):  # llama.cpp through 2025: "error: {...}" at HTTP 200
+                    message = self._redact(error_message(data.value.encode(), {}))
+                    raise ModelError(
+                        f"model endpoint reported an error mid-stream: {message}", kind="stream_error"
+                    )
                 if data.strip() == "[DONE]":
                     state.done = True
                     break
@@ -285,20 +404,26 @@ class OpenAIChatModel:
             if state.emitted_text:
                 raise ModelError("model endpoint stream ended before the answer was complete", retryable=True)
             raise _RetryableFailure("truncated")
-        return state.response()
+        return whole(state.response())
 
-    async def _apply_chunk(self, chunk: Any, state: _StreamState, on_text: TextCallback | None) -> None:
+    async def _apply_chunk(self, chunk: Any, state: StreamState, on_text: TextCallback | None) -> None:
         if not isinstance(chunk, dict):
             return
-        if chunk.get("error"):
-            message = self._redact(_message_from_payload(chunk))
-            raise ModelError(f"model endpoint reported an error mid-stream: {message}")
+        if chunk.get("error") or chunk.get("object") == "error":  # vLLM before its errors nested in "error"
+            message = self._redact(message_from_payload(chunk))
+            raise ModelError(f"model endpoint reported an error mid-stream: {message}", kind="stream_error")
         if chunk.get("usage"):
-            state.usage = _usage(chunk["usage"])
+            state.usage = usage_of(chunk["usage"])
+        elif isinstance(groq := chunk.get("x_groq"), dict) and groq.get("usage"):  # Groq counts tokens here
+            state.usage = usage_of(groq["usage"])
         for choice in chunk.get("choices") or []:
             if choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta") or {}
+            if isinstance(refusal := delta.get("refusal"), str):
+                state.refusal_parts.append(refusal)
+            if isinstance(reasoning := delta.get("reasoning_content"), str):
+                state.reasoning_parts.append(reasoning)
             content = delta.get("content")
             if content:
                 state.text_parts.append(content)
@@ -307,50 +432,11 @@ class OpenAIChatModel:
                     # stream be retried like any other failure
                     state.emitted_text = getattr(on_text, "restart", None) is None
                     await on_text(content)
-            for position, raw in enumerate(delta.get("tool_calls") or []):
-                state.add_tool_call_delta(raw, position)
+            for raw in delta.get("tool_calls") or []:
+                if isinstance(raw, dict):
+                    state.add_tool_call_delta(raw)
             if choice.get("finish_reason"):
                 state.finish_reason = choice["finish_reason"]
-
-
-@dataclass
-class _PartialToolCall:
-    id: str = ""
-    name: str = ""
-    arguments: list[str] = field(default_factory=list)
-
-
-@dataclass
-class _StreamState:
-    text_parts: list[str] = field(default_factory=list)
-    tool_calls: dict[int, _PartialToolCall] = field(default_factory=dict)
-    usage: Usage = field(default_factory=Usage)
-    finish_reason: str | None = None
-    done: bool = False
-    emitted_text: bool = False
-
-    def add_tool_call_delta(self, raw: dict[str, Any], position: int) -> None:
-        index = raw.get("index", position)
-        partial = self.tool_calls.setdefault(index, _PartialToolCall())
-        if raw.get("id") and not partial.id:
-            partial.id = raw["id"]
-        function = raw.get("function") or {}
-        if function.get("name") and not partial.name:
-            partial.name = function["name"]
-        if function.get("arguments"):
-            partial.arguments.append(_arguments_text(function["arguments"]))
-
-    def response(self) -> ModelResponse:
-        calls = [
-            ToolCall(id=p.id or _new_call_id(), name=p.name, arguments="".join(p.arguments) or "{}")
-            for _, p in sorted(self.tool_calls.items())
-        ]
-        return ModelResponse(
-            text="".join(self.text_parts) or None,
-            tool_calls=calls,
-            usage=self.usage,
-            finish_reason=self.finish_reason,
-        )
 
 
 def _describe(failure: _RetryableFailure | None) -> str:
@@ -359,123 +445,6 @@ def _describe(failure: _RetryableFailure | None) -> str:
     if failure.kind == "status":
         return f"status {failure.status}"
     return failure.kind
-
-
-class _EventStream:
-    """The ``data`` of each server-sent event (multi-line data joined by newlines), from the body's bytes
-    as they arrive: lines end in LF, CRLF or CR, and a line may span any number of reads."""
-
-    def __init__(self) -> None:
-        self._partial = b""  # a line whose end has not arrived yet
-        self._data: list[str] = []  # the data lines of the event being read
-
-    def feed(self, received: bytes) -> list[str]:
-        *lines, self._partial = (self._partial + received).split(b"\n")
-        return self._events(lines)
-
-    def end(self) -> list[str]:
-        """The events still held when the body ends (its last line need not end in a newline)."""
-        events = self._events([self._partial]) if self._partial else []
-        self._partial = b""
-        if self._data:
-            events.append("\n".join(self._data))
-            self._data = []
-        return events
-
-    def _events(self, lines: list[bytes]) -> list[str]:
-        events: list[str] = []
-        for raw in lines:
-            # a CR left inside a line ended one (JSON escapes its own): bare-CR streams are split here
-            for line in raw.rstrip(b"\r").split(b"\r") if b"\r" in raw else (raw,):
-                if not line.strip():
-                    if self._data:
-                        events.append("\n".join(self._data))
-                        self._data = []
-                elif line.startswith(b"data:"):
-                    value = line[6:] if line.startswith(b"data: ") else line[5:]
-                    self._data.append(value.decode("utf-8", errors="replace"))
-                # "event:", "id:", "retry:" and ":" comments carry nothing we use.
-        return events
-
-
-def _is_event_stream(headers: Mapping[str, str]) -> bool:
-    # Some servers ignore "stream": true and answer with plain JSON.
-    return "application/json" not in headers.get("content-type", "")
-
-
-def _usage(raw: Any) -> Usage:
-    if not isinstance(raw, dict):
-        return Usage()
-    return Usage(
-        prompt_tokens=int(raw.get("prompt_tokens") or 0),
-        completion_tokens=int(raw.get("completion_tokens") or 0),
-    )
-
-
-def _arguments_text(arguments: Any) -> str:
-    if arguments is None:
-        return "{}"
-    if isinstance(arguments, str):
-        return arguments
-    return json.dumps(arguments)  # a few servers send an object instead of JSON text
-
-
-def _new_call_id() -> str:
-    # The history needs ids to pair tool results with calls; some servers omit them.
-    return f"call_{uuid.uuid4().hex[:24]}"
-
-
-def _error_message(raw: bytes, headers: Mapping[str, str]) -> str:
-    try:
-        payload = json.loads(raw)
-    except ValueError:
-        payload = None
-    return _message_from_payload(payload) or _text(raw, headers).strip()[:_ERROR_TEXT_LIMIT]
-
-
-def _text(raw: bytes, headers: Mapping[str, str]) -> str:
-    _, _, charset = headers.get("content-type", "").partition("charset=")
-    try:
-        return raw.decode(charset.split(";")[0].strip(" \"'") or "utf-8", errors="replace")
-    except LookupError:  # a charset Python does not know
-        return raw.decode("utf-8", errors="replace")
-
-
-def _message_from_payload(payload: Any) -> str:
-    """The human message of an error body: OpenAI's ``error.message`` and the shapes other servers use."""
-    if not isinstance(payload, dict):
-        return ""
-    error = payload.get("error")
-    if isinstance(error, dict) and error.get("message"):
-        return str(error["message"])[:_ERROR_TEXT_LIMIT]
-    if isinstance(error, str):
-        return error[:_ERROR_TEXT_LIMIT]  # Ollama
-    for key in ("message", "detail"):  # vLLM, FastAPI-based servers
-        if isinstance(payload.get(key), str):
-            return payload[key][:_ERROR_TEXT_LIMIT]
-    return ""
-
-
-def _retry_after_seconds(headers: Mapping[str, str]) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` (OpenAI) or ``Retry-After`` (seconds or an HTTP date)."""
-    milliseconds = headers.get("retry-after-ms")
-    if milliseconds:
-        try:
-            return max(float(milliseconds) / 1000, 0.0)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(when.timestamp() - time.time(), 0.0)
 
 
 def _without_credentials(url: str) -> str:

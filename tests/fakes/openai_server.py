@@ -11,6 +11,10 @@ the trailing usage chunk when ``stream_options.include_usage`` is set), OpenAI's
         model = OpenAIChatModel("gpt-4o-mini", base_url=fake.base_url, api_key="sk-test")
 
 When the queue is empty it answers with ``default_text`` ("ok").
+
+``reply_recorded(name)`` answers with a response a real server sent, byte for byte, from
+tests/data/model_responses/ (see ``tests.fakes.recorded``); ``refuse_when(check, name)`` answers a
+recorded refusal to every request ``check`` finds wrong, as the server it was recorded from does.
 """
 
 from __future__ import annotations
@@ -21,10 +25,13 @@ import re
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+
+from tests.fakes.recorded import Recorded, recorded
 
 ToolCallSpec = tuple[str, dict[str, Any]] | tuple[str, dict[str, Any], str]
 
@@ -42,7 +49,7 @@ class ReceivedRequest:
 
 @dataclass
 class _Reply:
-    kind: str  # "text" | "tool_calls" | "error" | "delay" | "truncated" | "cut"
+    kind: str  # "text" | "tool_calls" | "error" | "delay" | "truncated" | "cut" | "recorded"
     text: str | None = None
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     status: int = 200
@@ -50,6 +57,7 @@ class _Reply:
     retry_after: float | str | None = None
     seconds: float = 0.0
     chunk_delay_s: float = 0.0  # streamed: the pause before each chunk (a model that writes slowly)
+    recording: Recorded | None = None
 
 
 class FakeOpenAI:
@@ -60,6 +68,7 @@ class FakeOpenAI:
         self.requests: list[ReceivedRequest] = []
         self.base_url = ""
         self._queue: deque[_Reply] = deque()
+        self._refusals: list[tuple[Callable[[dict[str, Any]], bool], Recorded]] = []
         self._runner: web.AppRunner | None = None
         self._stopping = asyncio.Event()
 
@@ -133,6 +142,15 @@ class FakeOpenAI:
         or a proxy's idle cut): the body never ends, unlike ``reply_truncated_stream``."""
         self._queue.append(_Reply("cut", text=text))
 
+    def reply_recorded(self, name: str) -> None:
+        """Answer with a recorded response (status, headers and body as the real server sent them)."""
+        self._queue.append(_Reply("recorded", recording=recorded(name)))
+
+    def refuse_when(self, check: Callable[[dict[str, Any]], bool], name: str) -> None:
+        """Answer the recorded refusal ``name`` to every request whose body ``check`` finds wrong, before the
+        queue is looked at (the rule of the server it was recorded from)."""
+        self._refusals.append((check, recorded(name)))
+
     @property
     def pending_replies(self) -> int:
         return len(self._queue)
@@ -196,11 +214,16 @@ class FakeOpenAI:
         if problem := _invalid_body(received.body):
             return _error_response(400, problem, code=None, param=None)
         body: dict[str, Any] = received.body
+        for check, refusal in self._refusals:
+            if check(body):
+                return refusal.response()
         reply, delay = self._next_reply()
         if delay and await self._interrupted_by_stop(delay):
             return web.Response(status=503)
         if reply.kind == "error":
             return _error_response(reply.status, reply.message, retry_after=reply.retry_after)
+        if reply.recording is not None:
+            return reply.recording.response()
         completion = _Completion(body, reply)
         if body.get("stream"):
             return await completion.stream(request)
