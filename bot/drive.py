@@ -25,8 +25,8 @@ from bot.history import compact, model_view, user_message
 from bot.installed import RETRY_MS, NotInstalled
 from bot.intake import Intake
 from bot.lease_keeper import LeaseKeeper
-from bot.model_words import answer_words, failure_words
-from bot.models.base import ModelError, TextCallback
+from bot.model_words import answer_words, logged_failure_words
+from bot.models.base import TextCallback
 from bot.outbox import DELIVER_UNHURRIED_S
 from bot.parts import Parts
 from bot.ports import LiveText
@@ -318,7 +318,7 @@ class Driver:
             )
         except Exception as exc:  # noqa: BLE001 - any model failure ends the turn visibly, never silently
             await self._end_turn(p, state, TurnFailed(session_id=p.session_id, turn_id=turn.turn_id,
-                                                      reason=_model_failure(exc, p.session_id)))
+                                                      reason=logged_failure_words(exc, p.session_id)))
             return False
         # stopped while the model thought: run nothing it asked for, say nothing it wrote. The checkpoints
         # below are refused if a cancel was asked (CancelRequested), and the loop then ends the turn.
@@ -566,15 +566,6 @@ class Driver:
 
 
 # --- helpers -------------------------------------------------------------------------------------
-
-
-def _model_failure(exc: Exception, session_id: str) -> str:
-    """Log the failure in full, and return the plain words for the thread (bot.model_words)."""
-    if not isinstance(exc, ModelError):
-        log.exception("model client failed in session %s", session_id)
-    else:  # reason is already without secrets (the client redacts its key and the URL's credentials)
-        log.warning("model call failed in session %s: %s", session_id, exc.reason)
-    return failure_words(exc)
 
 
 def _live_text(live: LiveText | None, state: SessionState, step: int) -> TextCallback | None:

@@ -7,6 +7,7 @@ ends in silence: an empty answer, a refusal, a cut or filtered answer each get w
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
 
 from bot.models.base import ModelError, ModelResponse
@@ -33,6 +34,17 @@ FILTERED_NOTE = "_(The rest of the answer was withheld by the model provider's c
 FILTERED_ALL = "The model provider's content filter withheld the answer."
 CUT_ALL = "The model reached its length limit before it wrote an answer."
 EMPTY = "The model finished without writing an answer."
+
+log = logging.getLogger(__name__)
+
+
+def logged_failure_words(exc: Exception, session_id: str) -> str:
+    """Log a failed model call in full, and return the plain words for the thread."""
+    if not isinstance(exc, ModelError):
+        log.exception("model client failed in session %s", session_id)
+    else:  # reason is already without secrets (the client redacts its key and the URL's credentials)
+        log.warning("model call failed in session %s: %s", session_id, exc.reason)
+    return failure_words(exc)
 
 
 def failure_words(exc: Exception, now: datetime | None = None) -> str:
