@@ -23,10 +23,24 @@ def _ran(line: str) -> None:
         runs.write(line + "\n")
 
 
-@server.tool()
+@server.tool(annotations=types.ToolAnnotations(readOnlyHint=True))
 def lookup_customer(customer_id: str) -> str:
     """Look up a customer by id."""
     return f"customer {customer_id}: Acme Corp"
+
+
+@server.tool(annotations=types.ToolAnnotations(readOnlyHint=False, destructiveHint=False))
+def note_customer(customer_id: str) -> str:
+    """Add a note to a customer's file (it writes, but destroys nothing: additive)."""
+    _ran(f"noted {customer_id}")
+    return f"customer {customer_id}: noted"
+
+
+@server.tool()
+def peek_customer(customer_id: str) -> str:
+    """Look at a customer (it says nothing of what it does: by the MCP spec, it may write)."""
+    _ran(f"peeked {customer_id}")
+    return f"customer {customer_id}: peeked"
 
 
 @server.tool()
