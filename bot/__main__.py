@@ -48,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     verify = audit_sub.add_parser("verify", help="check the hash chain; exit 1 if an entry was edited or removed")
     verify.add_argument("--team", default=None)
     verify.add_argument("--file", default=None, help="verify an exported JSONL file instead of Redis")
+    verify.add_argument("--head", default=None, help="with --file: the last hash noted when it was exported "
+                                                     "(or a later one); the export must reach it")
     args = parser.parse_args(argv)
     if args.command == "setup":  # before the settings: it is what writes them
         from handlers.setup import setup_command
