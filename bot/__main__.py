@@ -58,12 +58,13 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(setup_command(args))
         except KeyboardInterrupt:
             return 130
-    from store.embedded import DataDirInUse, EmbeddedServerError
+    from store.embedded import DataDirInUse, EmbeddedServerError, make_private
 
     try:
         role = getattr(args, "role", None)
         settings = load_settings(**({"BOT_ROLE": role} if role else {}))
         _configure_logging(settings)
+        make_private(Path(settings.data_dir))  # what the bot keeps there (Redis's files, the local workspace)
         command = args.command or "run"
         if command == "run":
             return asyncio.run(_run(settings))
