@@ -261,6 +261,7 @@ async def _check_model(settings: Settings) -> bool:
 
 async def _check_mcp(path: str, tools: object) -> bool:
     """Connect to each server of BOT_MCP_CONFIG as `run` would, and say what it offers or why not."""
+    from bot import logs
     from bot.mcp import McpServers, load_config
 
     servers = McpServers(load_config(path), tools)  # type: ignore[arg-type]
@@ -270,7 +271,8 @@ async def _check_mcp(path: str, tools: object) -> bool:
             if server.connected:
                 print(f"mcp: {name}: ok, {len(server.tools)} tools ({', '.join(server.tools) or 'none'})")
             else:
-                print(f"mcp: {name}: NOT connected ({server.last_problem or 'no answer in time'})")
+                # printed, not logged: redacted here as the log format would (a server may quote a secret)
+                print(logs.redact(f"mcp: {name}: NOT connected ({server.last_problem or 'no answer in time'})"))
         return all(server.connected for server in servers.servers.values())
     finally:
         await servers.close()

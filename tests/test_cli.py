@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -135,3 +136,18 @@ def test_what_the_bot_keeps_under_its_data_dir_is_private_to_its_user(tmp_path):
     checked = run(["check"], env)
     assert checked.returncode == 0, checked.stderr
     assert open_to_others(data) == []
+
+
+def test_check_names_an_mcp_servers_error_without_the_secrets_it_quotes(redis_url, tmp_path):
+    """A server that refuses quotes the token it was given; `check` says why it is not connected, with
+    every configured secret redacted as the logs redact it."""
+    server = Path(__file__).parent / "fixtures_tools" / "mcp_server.py"
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"crm": {
+        "command": sys.executable, "args": [str(server), "stdio"],
+        "env": {"MCP_RUNS_FILE": str(tmp_path / "runs"), "CRM_TOKEN": "${CRM_TOKEN}",
+                "MCP_LIST_ERROR": "token ${CRM_TOKEN} may not list tools"}}}}))
+    checked = run(["check"], {"REDIS_URL": redis_url, "BOT_MCP_CONFIG": str(config), "CRM_TOKEN": "crm-7f3a9c2e1b55"})
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert "mcp: crm: NOT connected (token *** may not list tools)" in checked.stdout, checked.stdout
+    assert "crm-7f3a9c2e1b55" not in checked.stdout + checked.stderr

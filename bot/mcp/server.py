@@ -412,6 +412,6 @@ def _reason(exc: BaseException) -> str:
         return "connection refused"
     if isinstance(exc, httpx.HTTPStatusError):
         return f"HTTP {exc.response.status_code}"
-    if isinstance(exc, McpError):
-        return exc.error.message
+    if isinstance(exc, McpError):  # the server's own words: it may quote what it was given
+        return logs.redact(exc.error.message)[:200]
     return logs.redact(f"{type(exc).__name__}: {exc}")[:200]

@@ -142,6 +142,8 @@ _listed = server.list_tools
 
 
 async def _list_tools_with_tasks() -> list[types.Tool]:
+    if os.environ.get("MCP_LIST_ERROR"):  # a server that refuses, quoting what it was given
+        raise ValueError(os.environ["MCP_LIST_ERROR"])
     tools = await _listed()
     for tool in tools:
         if tool.name in TASK_SUPPORT:
