@@ -64,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         role = getattr(args, "role", None)
         settings = load_settings(**({"BOT_ROLE": role} if role else {}))
         _configure_logging(settings)
-        make_private(Path(settings.data_dir))  # what the bot keeps there (Redis's files, the local workspace)
+        # the folder itself; what the bot keeps in it (Redis's files, the local workspace) is closed by its writer
+        make_private(Path(settings.data_dir), recursive=False)
         command = args.command or "run"
         if command == "run":
             return asyncio.run(_run(settings))

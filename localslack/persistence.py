@@ -134,11 +134,10 @@ class Persister:
         return True
 
     def _keep_private(self) -> None:
-        """Close to other users what an older version left open: the folder 0700, the file 0600."""
-        for path, private in ((self.path.parent, 0o700), (self.path, 0o600)):
-            with contextlib.suppress(FileNotFoundError):
-                if path.stat().st_mode & 0o077:
-                    path.chmod(path.stat().st_mode & private)
+        """Close to other users a file an older version left open (people's messages are in it)."""
+        with contextlib.suppress(FileNotFoundError):
+            if self.path.stat().st_mode & 0o077:
+                self.path.chmod(0o600)
 
     def schedule(self) -> None:
         """Called on every change: save once, ``save_delay_s`` after the first unsaved change (a request's

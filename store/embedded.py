@@ -154,14 +154,14 @@ def _socket_path_for(data_dir: Path) -> tuple[Path, Path | None]:
     return short_dir / SOCKET_NAME, short_dir
 
 
-def make_private(root: Path) -> None:
-    """Make ``root`` and everything under it the bot's user's alone (no group or other permission bits);
-    raise :class:`EmbeddedServerError` naming what cannot be changed (another user's file). Symlinks are
-    left alone, not followed."""
+def make_private(root: Path, *, recursive: bool = True) -> None:
+    """Make ``root`` (and, ``recursive``, everything under it) the bot's user's alone: no group or other
+    permission bits. Raise :class:`EmbeddedServerError` naming what cannot be changed (another user's
+    file). Symlinks are left alone, not followed."""
     root = Path(root)
     if not root.exists():
         return
-    for path in [root, *root.rglob("*")]:
+    for path in [root, *(root.rglob("*") if recursive else ())]:
         try:
             mode = path.lstat().st_mode
             if stat.S_ISLNK(mode) or not mode & 0o077:
