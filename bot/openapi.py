@@ -53,21 +53,17 @@ from pydantic import AfterValidator, Field
 from bot import logs
 from bot.approval import RequestPolicy, check_policy_name, never, policy_named
 from bot.deferred import DeferredModel
+from bot.openapi_documents import OpenAPIError, load_document, server_url
 from bot.schema_refs import RefBundle
 from bot.schema_tools import SchemaTool
 from bot.tool_names import model_safe_name
 from bot.tools import Tool, ToolContext
 
 CALL_TIMEOUT_S = 30.0
-MAX_REDIRECTS = 5  # when fetching a document, and only on the host it was configured at
 RESULT_CHARS = 20_000  # of a response body handed to the model
 _METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
 _TEMPLATE = re.compile(r"\{([^{}]+)\}")
 Where = Literal["path", "query", "header", "cookie"]
-
-
-class OpenAPIError(ValueError):
-    """A connection that can't be loaded; the message names the connection and what to fix."""
 
 
 class Auth(DeferredModel):
@@ -161,72 +157,6 @@ def load_connections(config_path: str) -> list[Connection]:
         return [Connection.model_validate(item) for item in items]
     except ValueError as exc:
         raise OpenAPIError(f"BOT_OPENAPI: {exc}") from exc
-
-
-def load_document(spec: str, *, relative_to: Path | None = None) -> dict[str, Any]:
-    """An OpenAPI document from a file or an http(s) URL (JSON or YAML)."""
-    if spec.startswith(("http://", "https://")):
-        text = _fetch(spec)
-    else:
-        path = Path(spec) if relative_to is None or Path(spec).is_absolute() else relative_to / spec
-        text = path.read_text()
-    document = _parse(text)
-    if not isinstance(document, dict) or not str(document.get("openapi", "")).startswith("3"):
-        raise OpenAPIError(f"{spec} is not an OpenAPI 3 document")
-    return document
-
-
-def _fetch(spec: str) -> str:
-    """GET the document at ``spec``, following redirects only on the host the operator configured: another
-    host's document could name any server, and the credential goes to the document's server."""
-    url = httpx.URL(spec)
-    with httpx.Client(timeout=CALL_TIMEOUT_S, follow_redirects=False) as http:
-        for _ in range(MAX_REDIRECTS + 1):
-            response = http.get(url)
-            if not response.is_redirect:
-                return response.raise_for_status().text
-            target = url.join(response.headers["location"])
-            if _origin(target) != _origin(httpx.URL(spec)):
-                raise OpenAPIError(f"{logs.redact_url(spec)} redirects to {logs.redact_url(str(target))}, another "
-                                   "host: set spec to where the document is served")
-            url = target
-    raise OpenAPIError(f"{logs.redact_url(spec)}: more than {MAX_REDIRECTS} redirects")
-
-
-def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
-    return url.scheme, url.host, url.port or {"http": 80, "https": 443}.get(url.scheme)
-
-
-def _base_url(connection: Connection, document: dict[str, Any]) -> str:
-    """``base_url``, else the document's first server. A document fetched from a URL may only name a server
-    on that URL's host (relative ones resolve against it): the credential is sent where the operator said."""
-    if connection.base_url:
-        return connection.base_url
-    named = (document.get("servers") or [{}])[0].get("url")
-    if not named:
-        raise OpenAPIError(f"BOT_OPENAPI {connection.name}: set base_url (the document names no server)")
-    if not connection.spec.startswith(("http://", "https://")):
-        return str(named)  # a file the operator keeps: its servers are theirs
-    spec = httpx.URL(connection.spec)
-    try:
-        resolved = spec.join(str(named))
-    except httpx.InvalidURL:
-        resolved = httpx.URL("invalid:")  # a templated server ({region}…): base_url says which
-    if _origin(resolved) != _origin(spec):
-        raise OpenAPIError(f"BOT_OPENAPI {connection.name}: the document at {logs.redact_url(connection.spec)} "
-                           f"names the server {logs.redact_url(str(named))}, on another host; set base_url to the "
-                           "API's URL (calls and their credential go only where you configured)")
-    return str(resolved)
-
-
-def _parse(text: str) -> Any:
-    # JSON is YAML, but a YAML parser takes ~20 s over GitHub's 13 MB description and json well under 1 s
-    if text.lstrip().startswith("{"):
-        try:
-            return json.loads(text)
-        except ValueError:
-            pass  # YAML in flow style, perhaps
-    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
 
 
 def operations_of(document: dict[str, Any], wanted: Iterable[str] | None = None) -> dict[str, Operation]:
@@ -589,7 +519,7 @@ def connection_tools(connection: Connection, *, relative_to: Path | None = None)
     unoffered = [o for o in connection.preview if o not in connection.operations]
     if unoffered:
         raise OpenAPIError(f"BOT_OPENAPI {connection.name}: preview of {', '.join(unoffered)}: not in operations")
-    base_url = _base_url(connection, document)
+    base_url = server_url(connection.name, connection.spec, connection.base_url, document)
     if connection.auth is not None:
         logs.add_secrets(os.environ.get(connection.auth.env))
     tools: list[Tool] = []
