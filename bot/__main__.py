@@ -48,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     verify = audit_sub.add_parser("verify", help="check the hash chain; exit 1 if an entry was edited or removed")
     verify.add_argument("--team", default=None)
     verify.add_argument("--file", default=None, help="verify an exported JSONL file instead of Redis")
+    verify.add_argument("--head", default=None, help="with --file: the last hash noted when it was exported "
+                                                     "(or a later one); the export must reach it")
     args = parser.parse_args(argv)
     if args.command == "setup":  # before the settings: it is what writes them
         from handlers.setup import setup_command
@@ -56,12 +58,14 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(setup_command(args))
         except KeyboardInterrupt:
             return 130
-    from store.embedded import DataDirInUse, EmbeddedServerError
+    from store.embedded import DataDirInUse, EmbeddedServerError, make_private
 
     try:
         role = getattr(args, "role", None)
         settings = load_settings(**({"BOT_ROLE": role} if role else {}))
         _configure_logging(settings)
+        # the folder itself; what the bot keeps in it (Redis's files, the local workspace) is closed by its writer
+        make_private(Path(settings.data_dir), recursive=False)
         command = args.command or "run"
         if command == "run":
             return asyncio.run(_run(settings))
@@ -279,6 +283,7 @@ async def _check_answer(settings: Settings, owned_by: str | None) -> bool:
 
 async def _check_mcp(path: str, tools: object) -> bool:
     """Connect to each server of BOT_MCP_CONFIG as `run` would, and say what it offers or why not."""
+    from bot import logs
     from bot.mcp import McpServers, load_config
 
     servers = McpServers(load_config(path), tools)  # type: ignore[arg-type]
@@ -288,7 +293,8 @@ async def _check_mcp(path: str, tools: object) -> bool:
             if server.connected:
                 print(f"mcp: {name}: ok, {len(server.tools)} tools ({', '.join(server.tools) or 'none'})")
             else:
-                print(f"mcp: {name}: NOT connected ({server.last_problem or 'no answer in time'})")
+                # printed, not logged: redacted here as the log format would (a server may quote a secret)
+                print(logs.redact(f"mcp: {name}: NOT connected ({server.last_problem or 'no answer in time'})"))
         return all(server.connected for server in servers.servers.values())
     finally:
         await servers.close()

@@ -22,6 +22,7 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 ID_FIELDS = ("session_id", "turn_id", "request_id", "team_id")
 _NO_IDS: Mapping[str, str] = MappingProxyType({})
@@ -94,6 +95,20 @@ def redact(text: str) -> str:
         if secret in text:
             text = text.replace(secret, "***")
     return _TOKEN_PATTERNS.sub("***", text)
+
+
+def redact_url(url: str) -> str:
+    """``url`` fit for a log line: no user or password, every query value ``***`` (a key often rides there)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return redact(url)
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    host = f"{host}:{port}" if port is not None else host
+    query = "&".join(f"{name}=***" if value else name for name, value in parse_qsl(parts.query, keep_blank_values=True))
+    return redact(urlunsplit((parts.scheme, host, parts.path, query, "")))
 
 
 def redact_value(value: Any) -> Any:

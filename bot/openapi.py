@@ -53,6 +53,7 @@ from pydantic import AfterValidator, Field
 from bot import logs
 from bot.approval import RequestPolicy, check_policy_name, never, policy_named
 from bot.deferred import DeferredModel
+from bot.openapi_documents import OpenAPIError, load_document, server_url
 from bot.schema_refs import RefBundle
 from bot.schema_tools import SchemaTool
 from bot.tool_names import model_safe_name
@@ -63,10 +64,6 @@ RESULT_CHARS = 20_000  # of a response body handed to the model
 _METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
 _TEMPLATE = re.compile(r"\{([^{}]+)\}")
 Where = Literal["path", "query", "header", "cookie"]
-
-
-class OpenAPIError(ValueError):
-    """A connection that can't be loaded; the message names the connection and what to fix."""
 
 
 class Auth(DeferredModel):
@@ -160,29 +157,6 @@ def load_connections(config_path: str) -> list[Connection]:
         return [Connection.model_validate(item) for item in items]
     except ValueError as exc:
         raise OpenAPIError(f"BOT_OPENAPI: {exc}") from exc
-
-
-def load_document(spec: str, *, relative_to: Path | None = None) -> dict[str, Any]:
-    """An OpenAPI document from a file or an http(s) URL (JSON or YAML)."""
-    if spec.startswith(("http://", "https://")):
-        text = httpx.get(spec, timeout=CALL_TIMEOUT_S, follow_redirects=True).raise_for_status().text
-    else:
-        path = Path(spec) if relative_to is None or Path(spec).is_absolute() else relative_to / spec
-        text = path.read_text()
-    document = _parse(text)
-    if not isinstance(document, dict) or not str(document.get("openapi", "")).startswith("3"):
-        raise OpenAPIError(f"{spec} is not an OpenAPI 3 document")
-    return document
-
-
-def _parse(text: str) -> Any:
-    # JSON is YAML, but a YAML parser takes ~20 s over GitHub's 13 MB description and json well under 1 s
-    if text.lstrip().startswith("{"):
-        try:
-            return json.loads(text)
-        except ValueError:
-            pass  # YAML in flow style, perhaps
-    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
 
 
 def operations_of(document: dict[str, Any], wanted: Iterable[str] | None = None) -> dict[str, Operation]:
@@ -545,9 +519,7 @@ def connection_tools(connection: Connection, *, relative_to: Path | None = None)
     unoffered = [o for o in connection.preview if o not in connection.operations]
     if unoffered:
         raise OpenAPIError(f"BOT_OPENAPI {connection.name}: preview of {', '.join(unoffered)}: not in operations")
-    base_url = connection.base_url or ((document.get("servers") or [{}])[0].get("url"))
-    if not base_url:
-        raise OpenAPIError(f"BOT_OPENAPI {connection.name}: set base_url (the document names no server)")
+    base_url = server_url(connection.name, connection.spec, connection.base_url, document)
     if connection.auth is not None:
         logs.add_secrets(os.environ.get(connection.auth.env))
     tools: list[Tool] = []

@@ -21,6 +21,7 @@ import hashlib
 import logging
 import time
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from bot import logs
 
@@ -62,7 +63,7 @@ def setup(endpoint: str | None) -> bool:
     _provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=_traces_url(endpoint))))
     # our own provider, not the global one: an app's close() ends it, and the next app may start another
     _tracer = _provider.get_tracer("bot")
-    log.info("exporting traces to %s", _traces_url(endpoint))
+    log.info("exporting traces to %s", logs.redact_url(_traces_url(endpoint)))  # a URL may carry a key
     return True
 
 
@@ -76,8 +77,10 @@ def shutdown() -> None:
 
 def _traces_url(endpoint: str) -> str:
     """The OTLP/HTTP convention: the base endpoint gets ``/v1/traces`` appended."""
-    base = endpoint.rstrip("/")
-    return base if base.endswith("/v1/traces") else f"{base}/v1/traces"
+    parts = urlsplit(endpoint)
+    path = parts.path.rstrip("/")
+    path = path if path.endswith("/v1/traces") else f"{path}/v1/traces"
+    return urlunsplit(parts._replace(path=path))  # after the path: a query (a collector's key) stays one
 
 
 def _ids_of_turn(turn_id: str) -> tuple[int, int]:

@@ -9,14 +9,20 @@ when they pass. Every failure names the Slack page where it is fixed. Secrets ar
 from __future__ import annotations
 
 import argparse
+import contextlib
 import getpass
+import io
 import os
+import re
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
 import yaml
+from dotenv import dotenv_values
+from dotenv.parser import parse_stream
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -173,21 +179,50 @@ async def check_app_token(token: str, api_url: str) -> None:
 
 
 def write_env(path: Path, values: dict[str, str | None], *, overwrite: bool, interactive: bool) -> None:
-    """Set ``values`` in the env file (None: remove that line), keeping its other lines; a different existing
-    value changes only with --yes or a typed yes. The file is created 0600: it holds secrets."""
-    lines = path.read_text().splitlines() if path.exists() else []
-    existing = {line.split("=", 1)[0].strip(): line.split("=", 1)[1] for line in lines if "=" in line
-                and not line.lstrip().startswith("#")}
-    changed = [name for name, value in values.items() if name in existing and existing[name].strip() != value]
+    """Set ``values`` in the env file (None: remove it), keeping its other lines; a different existing value
+    changes only with --yes or a typed yes.
+
+    The file is read as the bot's loader reads it (python-dotenv, through pydantic-settings: ``export``,
+    quotes, spaces, any case), so a value in any form it accepts is seen, and replaced rather than doubled.
+    It is written whole to a new file at mode 0600 beside it, then renamed over it: a failed or killed write
+    leaves the old file as it was, and the secrets are never in a file others can read."""
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    bindings = list(parse_stream(io.StringIO(text)))
+    existing = {name.upper(): value for name, value in dotenv_values(stream=io.StringIO(text)).items()}
+    changed = [name for name, value in values.items() if name in existing and existing[name] != value]
     if changed and not overwrite:
         question = f"{path} already sets {', '.join(changed)}; change {'it' if len(changed) == 1 else 'them'}?"
         if not interactive:
             raise SetupFailed(f"{question} Left as it was: run again with --yes to change it")
         if input(f"{question} [y/N] ").strip().lower() not in ("y", "yes"):
             raise SetupFailed(f"{path} was left as it was")
-    kept = [line for line in lines if "=" not in line or line.split("=", 1)[0].strip() not in values]
-    text = "\n".join([*kept, *(f"{name}={value}" for name, value in values.items() if value is not None)]) + "\n"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
-    os.chmod(path, 0o600)  # an existing file keeps its mode on open(): make it private too
+    kept = [b.original.string for b in bindings if b.key is None or b.key.upper() not in values]
+    if kept and not kept[-1].endswith("\n"):
+        kept[-1] += "\n"
+    added = [f"{name}={_quoted(value)}\n" for name, value in values.items() if value is not None]
+    try:
+        _replace_privately(path, "".join([*kept, *added]))
+    except OSError as exc:
+        raise SetupFailed(f"could not write {path} ({exc.strerror or exc}); it was left as it was") from None
+
+
+def _quoted(value: str) -> str:
+    """The value as python-dotenv reads it back: bare when plain, else single-quoted (no expansion)."""
+    if re.fullmatch(r"[A-Za-z0-9_\-.:/@+,]*", value):
+        return value
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _replace_privately(path: Path, text: str) -> None:
+    """Write ``text`` to a new 0600 file in ``path``'s folder, flush it to disk, and rename it over ``path``."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # mode 0600
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -18,6 +18,7 @@ kept. A file that cannot be read is moved aside (``localslack.json.unreadable-<t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import logging
@@ -120,6 +121,7 @@ class Persister:
 
     def load(self) -> bool:
         """Read the saved workspace, if any; True when one was loaded."""
+        self._keep_private()
         try:
             state = json.loads(self.path.read_text())
             restore(self.ws, state)
@@ -132,6 +134,12 @@ class Persister:
             return False
         log.info("local Slack workspace restored from %s", self.path)
         return True
+
+    def _keep_private(self) -> None:
+        """Close to other users a file an older version left open (people's messages are in it)."""
+        with contextlib.suppress(FileNotFoundError):
+            if self.path.stat().st_mode & 0o077:
+                self.path.chmod(0o600)
 
     def schedule(self) -> None:
         """Called on every change: save once, ``save_delay_s`` after the first unsaved change (a request's
@@ -198,9 +206,13 @@ class Persister:
             if seq <= self._on_disk:
                 return
             data = json.dumps(state, separators=(",", ":"))
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            for folder in reversed([p for p in [self.path.parent, *self.path.parent.parents] if not p.exists()]):
+                folder.mkdir(mode=0o700, exist_ok=True)  # people's messages: this user's alone
             tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-            with open(tmp, "w", encoding="utf-8") as out:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()  # a killed write's leftover: created afresh below, at 0600
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with open(fd, "w", encoding="utf-8") as out:
                 out.write(data)
                 out.flush()
                 os.fsync(out.fileno())

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, ValidationError
 
 from bot.deferred import DeferredModel
 
@@ -80,6 +80,40 @@ class VerifyReport(DeferredModel):
     problems: list[str] = Field(default_factory=list)
     last_seq: int | None = None
     last_hash: str | None = None
+    noted_head_seq: int | None = None  # the seq of the entry whose hash was given as the noted head
+
+
+EXPORT_HEAD_FIELD = "export_head"  # an export's last line: {"export_head": {…}}
+
+
+class ExportHead(DeferredModel):
+    """The record that ends an unfiltered export: how many entries it holds and the last one's seq and
+    hash, chained to that entry (``hash`` covers them). Without it, entries cut from the end of a file leave
+    a chain that still verifies; a verifier refuses an export that lacks it or disagrees with it. Anyone can
+    recompute it for a cut file, so the head noted elsewhere when exporting (``verify --head``) is the anchor
+    that also catches a forged one."""
+
+    team_id: str
+    entries: int
+    last_seq: int
+    last_hash: str
+    hash: str
+
+    def computed_hash(self) -> str:
+        return _export_head_hash(self.team_id, self.entries, self.last_seq, self.last_hash)
+
+
+def _export_head_hash(team_id: str, entries: int, last_seq: int, last_hash: str) -> str:
+    body = {"kind": EXPORT_HEAD_FIELD, "team_id": team_id, "entries": entries, "last_seq": last_seq,
+            "last_hash": last_hash}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def export_head(team_id: str, last: AuditEntry | None, count: int) -> ExportHead:
+    """The head record of an export of ``count`` entries ending with ``last`` (none: an empty log)."""
+    last_seq, last_hash = (last.seq, last.hash) if last is not None else (0, GENESIS_HASH)
+    return ExportHead(team_id=team_id, entries=count, last_seq=last_seq, last_hash=last_hash,
+                      hash=_export_head_hash(team_id, count, last_seq, last_hash))
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -149,7 +183,7 @@ class _ChainChecker:
         self.problems: list[str] = []
         self._dropped = 0
         self._prev: AuditEntry | None = None
-        self._team_id: str | None = None
+        self.team_id: str | None = None
 
     def note(self, problem: str) -> None:
         if len(self.problems) < _MAX_REPORTED_PROBLEMS:
@@ -165,10 +199,10 @@ class _ChainChecker:
             edited = True
         if edited:
             self.note(f"seq {entry.seq}: hash does not match its content (entry edited)")
-        if self._team_id is None:
-            self._team_id = entry.team_id
-        elif entry.team_id != self._team_id:
-            self.note(f"seq {entry.seq}: belongs to team {entry.team_id}, not {self._team_id}")
+        if self.team_id is None:
+            self.team_id = entry.team_id
+        elif entry.team_id != self.team_id:
+            self.note(f"seq {entry.seq}: belongs to team {entry.team_id}, not {self.team_id}")
         prev = self._prev
         if prev is None:
             if entry.seq != 1:
@@ -215,10 +249,60 @@ def verify_entries(entries: Iterable[AuditEntry]) -> VerifyReport:
     return checker.report()
 
 
+def verify_export(lines: Iterable[str], *, noted_head: str | None = None) -> VerifyReport:
+    """Check an export's lines: the chain, and the head record that must end it; with ``noted_head`` (the
+    last hash noted elsewhere when it was exported, or any later one), also that the export reaches it."""
+    checker = _ChainChecker()
+    head: ExportHead | None = None
+    noted_seq: int | None = None
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            parsed = json.loads(line)
+            if isinstance(parsed, dict) and EXPORT_HEAD_FIELD in parsed:
+                if head is not None:
+                    checker.note(f"line {number}: a second head record")
+                head = ExportHead.model_validate(parsed[EXPORT_HEAD_FIELD])
+                continue
+            entry = AuditEntry.model_validate(parsed)
+        except (ValueError, ValidationError):
+            checker.note(f"line {number}: not an audit entry")
+            continue
+        if head is not None:
+            checker.note(f"line {number}: an entry after the head record")
+        checker.feed(entry)
+        if entry.hash == noted_head:
+            noted_seq = entry.seq
+    _check_head(checker, head)
+    if noted_head is not None and noted_seq is None:
+        checker.note(f"the noted head {noted_head} is not in this export (entries removed from the end, "
+                     "or another workspace's log)")
+    return checker.report().model_copy(update={"noted_head_seq": noted_seq})
+
+
+def _check_head(checker: _ChainChecker, head: ExportHead | None) -> None:
+    if head is None:
+        checker.note("no head record at its end: entries may have been cut from the end (export it again, "
+                     "or verify against the head noted when it was exported with --head)")
+        return
+    so_far = checker.report()
+    last_seq, last_hash = so_far.last_seq or 0, so_far.last_hash or GENESIS_HASH
+    if head.hash != head.computed_hash():
+        checker.note("the head record does not match its content (edited)")
+    if checker.team_id is not None and head.team_id != checker.team_id:
+        checker.note(f"the head record is of team {head.team_id}, not {checker.team_id}")
+    if (head.entries, head.last_seq) != (checker.count, last_seq):
+        checker.note(f"head says {head.entries} entries up to seq {head.last_seq}, but the export has "
+                     f"{checker.count} up to seq {last_seq} (entries removed from the end, or added)")
+    elif head.last_hash != last_hash:
+        checker.note(f"head's last hash is not the hash of seq {last_seq} (entries replaced)")
+
+
 def read_jsonl(lines: Iterable[str]) -> Iterable[AuditEntry]:
-    """Entries of a JSONL export (blank lines skipped), for :func:`verify_entries`."""
+    """Entries of a JSONL export (blank lines and the head record skipped), for :func:`verify_entries`."""
     for line in lines:
-        if line.strip():
+        if line.strip() and not line.lstrip().startswith('{"export_head"'):
             yield AuditEntry.model_validate_json(line)
 
 

@@ -1,15 +1,20 @@
 """``python -m bot audit export|verify``: a workspace's audit log as JSON lines, and its hash-chain check.
 
 - ``audit export --team T [--kind K] [--actor A] [--subject S] [--since ISO] [--until ISO] [--out FILE]``
-  writes matching entries oldest first (stdout by default). An unfiltered export verifies offline.
-- ``audit verify --team T`` checks the chain as stored in Redis; ``audit verify --file export.jsonl``
-  checks an export. Exit 0 when intact, 1 with every problem listed (edited, removed, reordered
-  entries), 2 for bad arguments.
+  writes matching entries oldest first (stdout by default). An unfiltered export ends with a head record
+  (count, last seq and hash, chained to the last entry) and verifies offline; the head is also printed, to
+  be noted elsewhere.
+- ``audit verify --team T`` checks the chain as stored in Redis; ``audit verify --file export.jsonl
+  [--head HASH]`` checks an export, which must end with its head record, and with ``--head`` that it
+  reaches the head noted elsewhere. Exit 0 when intact, 1 with every problem listed (edited, removed,
+  reordered entries, entries cut from the end), 2 for bad arguments.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -17,10 +22,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
-from pydantic import ValidationError
-
 from bot.config import ConfigError, Settings
-from store.audit import AuditEntry, AuditLog, VerifyReport, verify_entries
+from store.audit import AuditLog, VerifyReport
+from store.audit_chain import EXPORT_HEAD_FIELD, export_head, verify_export
 from store.client import open_redis, ping
 
 OK, PROBLEMS, USAGE = 0, 1, 2
@@ -58,21 +62,36 @@ async def export(settings: Settings, args: argparse.Namespace) -> int:
         "since": parse_time(getattr(args, "since", None), "since"),
         "until": parse_time(getattr(args, "until", None), "until"),
     }
+    filtered = any(v is not None for v in filters.values())
+    count, last = 0, None
     async with _audit_log(settings) as log:
         with _output(getattr(args, "out", None) or "-") as out:
-            count = await log.export_jsonl(args.team, out, **filters)
-    filtered = any(v is not None for v in filters.values())
-    note = " (filtered: this export will not verify as a whole chain)" if filtered else ""
-    print(f"exported {count} entries of {args.team}{note}", file=sys.stderr)
+            async for last in log.iter_entries(args.team, **filters):
+                out.write(last.model_dump_json() + "\n")
+                count += 1
+            if not filtered:  # the end of the chain, so a file cut short no longer verifies
+                head = export_head(args.team, last, count)
+                out.write(json.dumps({EXPORT_HEAD_FIELD: head.model_dump(mode="json")}) + "\n")
+    if filtered:
+        print(f"exported {count} entries of {args.team} (filtered: this export will not verify as a whole "
+              "chain)", file=sys.stderr)
+    else:
+        print(f"exported {count} entries of {args.team}; head: seq {head.last_seq} {head.last_hash} (note it "
+              "elsewhere: `audit verify --file … --head <hash>` then shows no entry was cut)", file=sys.stderr)
     return OK
 
 
 async def verify(settings: Settings, args: argparse.Namespace) -> int:
     path, team = getattr(args, "file", None), getattr(args, "team", None)
+    noted = getattr(args, "head", None)
     if bool(path) == bool(team):
         raise ConfigError("verify needs exactly one of --team (the log in Redis) or --file (an export)")
+    if noted is not None and not path:
+        raise ConfigError("--head checks an export: use it with --file")
+    if noted is not None and not re.fullmatch(r"[0-9a-f]{64}", noted):
+        raise ConfigError(f"--head: not an entry's hash (64 hex digits): {noted!r}")
     if path:
-        report = verify_file(Path(path))
+        report = verify_file(Path(path), noted)
         where = path
     else:
         async with _audit_log(settings) as log:
@@ -81,30 +100,19 @@ async def verify(settings: Settings, args: argparse.Namespace) -> int:
     return print_report(report, where)
 
 
-def verify_file(path: Path) -> VerifyReport:
+def verify_file(path: Path, noted_head: str | None = None) -> VerifyReport:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise ConfigError(f"--file: cannot read {path}: {exc.strerror}") from exc
-    entries: list[AuditEntry] = []
-    unreadable: list[str] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            entries.append(AuditEntry.model_validate_json(line))
-        except ValidationError:
-            unreadable.append(f"line {number}: not an audit entry")
-    report = verify_entries(entries)
-    if unreadable:
-        report = report.model_copy(update={"ok": False, "problems": [*unreadable, *report.problems]})
-    return report
+    return verify_export(lines, noted_head=noted_head)
 
 
 def print_report(report: VerifyReport, where: str) -> int:
     if report.ok:
         head = f", last seq {report.last_seq} ({report.last_hash})" if report.entries else ""
-        print(f"ok: {report.entries} entries in {where} verify{head}")
+        noted = f"; it reaches the noted head (seq {report.noted_head_seq})" if report.noted_head_seq else ""
+        print(f"ok: {report.entries} entries in {where} verify{head}{noted}")
         return OK
     print(f"FAILED: {where} has {len(report.problems)} problem(s) in {report.entries} entries:")
     for problem in report.problems:

@@ -5,6 +5,10 @@ wheel's Python wrappers) so that every setting that matters is explicit: no TCP 
 unix socket only this user can open, and an append-only file in the data directory so parked turns
 survive restarts.
 
+Everything under the data directory is private to the bot's user (the AOF holds bot tokens, parked turns,
+what people typed and the audit log): folders are made 0700, the server runs with umask 077, and
+:func:`make_private` closes at start whatever an earlier version or a loose umask left open.
+
 One process at a time serves a data directory (an ``flock`` on ``<data_dir>/.lock``, which names its
 pid). A server started with ``shared=True`` (``python -m bot run``) also writes its socket's url there,
 so the CLI beside a running bot (``pending``, ``check``, ``audit``) finds it with :func:`shared_server`
@@ -21,6 +25,7 @@ import fcntl
 import os
 import shutil
 import signal
+import stat
 import sys
 import tempfile
 import time
@@ -149,6 +154,36 @@ def _socket_path_for(data_dir: Path) -> tuple[Path, Path | None]:
     return short_dir / SOCKET_NAME, short_dir
 
 
+def make_private(root: Path, *, recursive: bool = True) -> None:
+    """Make ``root`` (and, ``recursive``, everything under it) the bot's user's alone: no group or other
+    permission bits. Raise :class:`EmbeddedServerError` naming what cannot be changed (another user's
+    file). Symlinks are left alone, not followed."""
+    root = Path(root)
+    if not root.exists():
+        return
+    for path in [root, *(root.rglob("*") if recursive else ())]:
+        try:
+            mode = path.lstat().st_mode
+            if stat.S_ISLNK(mode) or not mode & 0o077:
+                continue
+            path.chmod(stat.S_IMODE(mode) & 0o700)
+        except FileNotFoundError:
+            continue  # gone meanwhile (a server's temp file)
+        except PermissionError:
+            raise EmbeddedServerError(
+                f"{path} can be read by other users (mode {stat.S_IMODE(mode):o}) and this user cannot change "
+                f"that (it belongs to uid {path.lstat().st_uid}): it holds the bot's data; chown it to the bot's "
+                "user or remove it"
+            ) from None
+
+
+def private_dirs(path: Path) -> None:
+    """Create ``path`` and any missing parents at mode 0700."""
+    missing = [p for p in [path, *path.parents] if not p.exists()]
+    for folder in reversed(missing):
+        folder.mkdir(mode=0o700, exist_ok=True)
+
+
 def _read_tail(path: Path) -> str:
     try:
         return path.read_text(errors="replace")[-_LOG_TAIL_CHARS:]
@@ -183,7 +218,7 @@ class _DataDirLock:
         return self._file.fileno()
 
     def acquire(self) -> None:
-        lock_file = self.path.open("a+")
+        lock_file = os.fdopen(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600), "a+")
         try:
             fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -284,7 +319,8 @@ class EmbeddedValkey:
         """Start the server and wait until it answers PING; returns its ``unix://`` url."""
         if self._process is not None:
             raise EmbeddedServerError("the embedded Valkey server is already started")
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        private_dirs(self.data_dir)
+        make_private(self.data_dir)
         await self._take_lock()
         try:
             await self._spawn()
@@ -320,7 +356,7 @@ class EmbeddedValkey:
             data_dir=self.data_dir, socket_path=self._socket_path, log_file=self.log_file
         )
         # Early errors (bad config) go to stderr before the logfile is open: send them to the same log.
-        with self.log_file.open("ab") as log:
+        with os.fdopen(os.open(self.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log:
             self._process = await asyncio.create_subprocess_exec(
                 *command,
                 stdin=asyncio.subprocess.DEVNULL,
@@ -331,6 +367,7 @@ class EmbeddedValkey:
                 # itself has exited, not just until we do.
                 pass_fds=(self._lock.fd,),
                 preexec_fn=kill_when_parent_dies(),
+                umask=0o077,  # the AOF, its folder and every rewrite: this user's alone
             )
         self._atexit_hook = _terminate_at_exit(self._process.pid)
         atexit.register(self._atexit_hook)

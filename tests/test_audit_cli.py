@@ -11,6 +11,7 @@ import pytest
 
 from bot.config import Settings
 from store.audit import AuditEntry, AuditLog
+from store.audit_chain import export_head
 from store.audit_cli import audit_command
 
 TEAM = "T0AUDIT"
@@ -54,9 +55,10 @@ async def rewrite_stream(redis, change) -> None:
 async def test_export_then_verify_the_file(settings, log, tmp_path, capsys):
     out = tmp_path / "audit.jsonl"
     assert await audit_command(settings, export_args(out=str(out))) == 0
-    lines = out.read_text().splitlines()
+    *lines, head = out.read_text().splitlines()
     assert [AuditEntry.model_validate_json(line).kind for line in lines] == [
         "request", "candidate", "settlement", "execution"]
+    assert json.loads(head)["export_head"]["entries"] == 4
     assert await audit_command(settings, verify_args(file=str(out))) == 0
     assert "ok: 4 entries" in capsys.readouterr().out
 
@@ -106,7 +108,7 @@ async def test_verify_file_catches_edits_and_garbage(settings, log, tmp_path, ca
     capsys.readouterr()
     assert await audit_command(settings, verify_args(file=str(out))) == 1
     report = capsys.readouterr().out
-    assert "seq 1: hash does not match" in report and "line 5: not an audit entry" in report
+    assert "seq 1: hash does not match" in report and "line 6: not an audit entry" in report
 
 
 async def test_bad_arguments_exit_2(settings, log, capsys):
@@ -114,6 +116,8 @@ async def test_bad_arguments_exit_2(settings, log, capsys):
     assert "--since" in capsys.readouterr().err
     assert await audit_command(settings, verify_args()) == 2
     assert await audit_command(settings, verify_args(file="/nonexistent/audit.jsonl")) == 2
+    assert await audit_command(settings, verify_args(team=TEAM, head="0" * 64)) == 2  # --head goes with --file
+    assert await audit_command(settings, verify_args(file="/nonexistent/audit.jsonl", head="seq 4")) == 2
 
 
 async def test_python_m_bot_audit_exit_codes(log, redis, redis_url, tmp_path):
@@ -130,3 +134,55 @@ async def test_python_m_bot_audit_exit_codes(log, redis, redis_url, tmp_path):
     await rewrite_stream(redis, lambda fields: None if json.loads(fields[b"e"])["seq"] == 1 else fields)
     code, out = await cli("verify", "--team", TEAM)
     assert code == 1 and "first entries removed" in out, out
+
+
+async def cli(redis_url: str, tmp_path, *args: str) -> tuple[int, str]:
+    """``python -m bot audit …`` as an operator runs it: exit code, stdout and stderr."""
+    env = {"REDIS_URL": redis_url, "PATH": "/usr/bin:/bin", "BOT_DATA_DIR": str(tmp_path / "data")}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", "audit", *args, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    out, _ = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode is not None
+    return process.returncode, out.decode()
+
+
+def forged_head(entry_lines: list[str]) -> str:
+    """What someone who cut an export would append: a head that agrees with what is left."""
+    entries = [AuditEntry.model_validate_json(line) for line in entry_lines]
+    return json.dumps({"export_head": export_head(TEAM, entries[-1], len(entries)).model_dump(mode="json")})
+
+
+async def test_an_export_cut_at_its_end_does_not_verify(log, redis_url, tmp_path):
+    """Deleting the last entries of an export (here the settlement and the execution) is caught: the export
+    ends with a head record (count and last hash, chained to the last entry), and verify refuses a file
+    whose head is missing or does not match; a head noted elsewhere (``--head``) catches even a forged one."""
+    export = tmp_path / "audit.jsonl"
+    code, out = await cli(redis_url, tmp_path, "export", "--team", TEAM, "--out", str(export))
+    assert code == 0, out
+    *entries, head = export.read_text().splitlines()
+    noted = json.loads(entries[-1])["hash"]
+    assert f"head: seq 4 {noted}" in out  # what to note elsewhere, said when exporting
+
+    for name, lines in {"cut": entries[:2], "cut, head kept": [*entries[:2], head]}.items():
+        export.write_text("\n".join(lines) + "\n")
+        code, out = await cli(redis_url, tmp_path, "verify", "--file", str(export))
+        assert code == 1, f"{name}: {out}"
+
+    export.write_text("\n".join(entries[:2]) + "\n")
+    code, out = await cli(redis_url, tmp_path, "verify", "--file", str(export))
+    assert "no head record at its end" in out, out
+    export.write_text("\n".join([*entries[:2], head]) + "\n")
+    code, out = await cli(redis_url, tmp_path, "verify", "--file", str(export))
+    assert "head says 4 entries up to seq 4, but the export has 2 up to seq 2" in out, out
+
+    # a head forged to match what is left passes on its own; the head noted elsewhere does not
+    export.write_text("\n".join([*entries[:2], forged_head(entries[:2])]) + "\n")
+    assert (await cli(redis_url, tmp_path, "verify", "--file", str(export)))[0] == 0
+    code, out = await cli(redis_url, tmp_path, "verify", "--file", str(export), "--head", noted)
+    assert code == 1 and f"the noted head {noted} is not in this export" in out, out
+
+    # the whole export verifies, against the noted head too
+    export.write_text("\n".join([*entries, head]) + "\n")
+    code, out = await cli(redis_url, tmp_path, "verify", "--file", str(export), "--head", noted)
+    assert code == 0 and "ok: 4 entries" in out and "it reaches the noted head (seq 4)" in out, out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -110,3 +111,43 @@ def test_console_fills_in_a_form_the_agent_asks_for(redis, redis_url):
     assert "Tell me about the incident" in out and "severity: Severity" in out
     assert "✗ the form's values are not valid" in out  # a bad fill is refused and the form stays open
     assert "Thanks, that's what I needed" in out and "what happened: Checkout is down" in out
+
+
+def open_to_others(root: Path) -> list[str]:
+    """What under ``root`` (itself included) another local user could read or enter."""
+    return [f"{p.relative_to(root.parent)} {p.stat().st_mode & 0o777:o}" for p in [root, *root.rglob("*")]
+            if p.stat().st_mode & 0o077]
+
+
+def test_what_the_bot_keeps_under_its_data_dir_is_private_to_its_user(tmp_path):
+    """With the embedded Valkey, parked turns, what people typed and the audit log are in its append-only
+    files: every file and folder under BOT_DATA_DIR is the bot's user's alone, from the first run; and a
+    data dir an earlier version left open is closed at start."""
+    data = tmp_path / ".data"
+    env = {"BOT_DATA_DIR": str(data), "PATH": os.environ["PATH"]}
+    chatted = run(["chat"], env, stdin="announce release at 5pm\n/quit\n")
+    assert chatted.returncode == 0, chatted.stderr
+    aof = [p for p in data.rglob("*.aof") if "release at 5pm" in p.read_text(errors="replace")]
+    assert aof, sorted(str(p) for p in data.rglob("*"))  # the message is on disk, in the append-only file
+    assert open_to_others(data) == []
+
+    for path in [data, *data.rglob("*")]:  # as an earlier version (or a umask of 022) left it
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    checked = run(["check"], env)
+    assert checked.returncode == 0, checked.stderr
+    assert open_to_others(data) == []
+
+
+def test_check_names_an_mcp_servers_error_without_the_secrets_it_quotes(redis_url, tmp_path):
+    """A server that refuses quotes the token it was given; `check` says why it is not connected, with
+    every configured secret redacted as the logs redact it."""
+    server = Path(__file__).parent / "fixtures_tools" / "mcp_server.py"
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"crm": {
+        "command": sys.executable, "args": [str(server), "stdio"],
+        "env": {"MCP_RUNS_FILE": str(tmp_path / "runs"), "CRM_TOKEN": "${CRM_TOKEN}",
+                "MCP_LIST_ERROR": "token ${CRM_TOKEN} may not list tools"}}}}))
+    checked = run(["check"], {"REDIS_URL": redis_url, "BOT_MCP_CONFIG": str(config), "CRM_TOKEN": "crm-7f3a9c2e1b55"})
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert "mcp: crm: NOT connected (token *** may not list tools)" in checked.stdout, checked.stdout
+    assert "crm-7f3a9c2e1b55" not in checked.stdout + checked.stderr

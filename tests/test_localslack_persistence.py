@@ -90,6 +90,20 @@ async def test_writes_are_debounced_and_atomic(tmp_path: Path) -> None:
         assert [p.name for p in tmp_path.iterdir()] == [STATE_FILE]  # no temp file left behind
 
 
+async def test_the_kept_workspace_is_private_to_its_user(tmp_path: Path) -> None:
+    """People's messages are in the file: it is 0600 in a 0700 folder (made so), and a file an older version
+    left open to other users is closed when the workspace loads it."""
+    data = tmp_path / ".data"
+    async with local(data) as slack:
+        await slack.post_message(ALICE, GENERAL, "the launch code is 0000")
+    state = data / STATE_FILE
+    assert "launch code" in state.read_text()
+    assert (oct(data.stat().st_mode & 0o777), oct(state.stat().st_mode & 0o777)) == ("0o700", "0o600")
+    state.chmod(0o644)
+    async with local(data):
+        assert oct(state.stat().st_mode & 0o777) == "0o600"
+
+
 async def test_reset_forgets_the_workspace(tmp_path: Path) -> None:
     async with local(tmp_path) as slack:
         await slack.post_message(ALICE, GENERAL, "remember me")

@@ -26,6 +26,7 @@ from bot.protocol import MessageCompleted
 from bot.session import SessionRef
 from localslack.seed import ALICE, BOB, BOT_TOKEN, BOT_USER_ID, GENERAL, TEAM_ID
 from tests.e2e.test_approval_flow import button
+from tests.fakes.openai_server import FakeOpenAI
 from tests.test_cli_beside_bot import URL_LINE, cli, machine_env
 
 USER_WORDS = "my cat Zanzibar"  # what alice writes besides the request: never in the logs
@@ -166,6 +167,39 @@ def test_json_logs_from_python_m_bot_run(tmp_path: Path) -> None:
     waiting = next(e for e in entries if "waiting for approval" in e["message"])
     assert waiting["session_id"] and waiting["turn_id"] and waiting["team_id"] == TEAM_ID
     assert USER_WORDS not in text and BOT_TOKEN not in text
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+async def test_a_model_endpoint_that_quotes_the_key_leaves_it_out_of_the_bots_logs(tmp_path: Path, log_format) -> None:
+    """``python -m bot run`` with a model endpoint that refuses, quoting the key it was sent (a key of no
+    recognisable shape): the failure is logged, the key is not."""
+    key = "shapeless-model-key-0042"
+    out_path = tmp_path / "output"
+    async with FakeOpenAI() as fake:
+        fake.reply_error(403, f"key {key} may not use this model")
+        with out_path.open("wb") as out:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "bot", "run"], cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=out,
+                stderr=subprocess.STDOUT, env=machine_env(tmp_path / "data", LOG_FORMAT=log_format,
+                                                          OPENAI_API_KEY=key, OPENAI_BASE_URL=fake.base_url))
+        try:
+            url = await _until(lambda: (m := URL_LINE.search(out_path.read_text())) and m.group(1), process)
+            await asyncio.to_thread(_ui_post, url, ALICE, GENERAL, "@agent hello")
+            await _until(lambda: "may not use this model" in out_path.read_text(), process)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            await asyncio.to_thread(process.wait, 15)
+        assert fake.requests[-1].headers["authorization"] == f"Bearer {key}"  # it was sent
+    assert key not in out_path.read_text()
+
+
+async def _until(condition, process: subprocess.Popen[bytes], within_s: float = 20.0):  # noqa: ANN001, ANN202
+    deadline = time.monotonic() + within_s
+    while not (found := condition()):
+        assert process.poll() is None, "the bot exited"
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+    return found
 
 
 def test_an_unknown_log_format_is_one_line_naming_the_variable(tmp_path: Path) -> None:

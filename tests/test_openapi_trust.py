@@ -4,11 +4,14 @@ the body. The model is scripted; everything between it and the server is the rea
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import logging
 import re
+import threading
 from collections.abc import AsyncIterator, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -263,3 +266,100 @@ async def test_a_nullable_field_can_be_cleared_with_null(redis, notes):
     assert json.loads(result)["status"] == 200, result
     assert SEEN[0]["body"] == {"due": None, "colour": None}
 
+
+
+# --- a document fetched from a URL: the host the operator configured is pinned ---------------------
+
+
+class Host:
+    """A local HTTP server in a thread of its own (the loader fetches synchronously): serves ``routes``
+    (path → (status, headers, body)) and records every request with its credential header."""
+
+    def __init__(self) -> None:
+        self.routes: dict[str, tuple[int, dict[str, str], bytes]] = {}
+        self.seen: list[tuple[str, str | None]] = []
+        host = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+                host.seen.append((self.path, self.headers.get("api_key")))
+                status, headers, body = host.routes.get(self.path.split("?")[0], (404, {}, b"{}"))
+                self.send_response(status)
+                for name, value in {"Content-Type": "application/json", **headers}.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def serve(self, path: str, document: dict | None = None, *, redirect: str | None = None) -> str:
+        self.routes[path] = (302, {"Location": redirect}, b"") if redirect else (200, {}, json.dumps(document).encode())
+        return self.url + path
+
+
+@pytest.fixture
+def hosts(tmp_path, monkeypatch) -> Iterator[tuple[Host, Host]]:
+    """The API's own host (where the operator said the document is) and another one."""
+    ours, other = Host(), Host()
+    other.routes["/api/echo"] = (200, {}, b'{"ok": true}')
+    monkeypatch.setenv("NOTES_KEY", KEY)
+    yield ours, other
+    ours.server.shutdown()
+    other.server.shutdown()
+
+
+def fetched_config(tmp_path, spec: str) -> str:
+    path = tmp_path / "fetched.yaml"
+    path.write_text("connections:\n  - name: notes\n"
+                    f"    spec: {spec}\n"
+                    "    operations: [echo]\n"
+                    "    auth: {type: header, name: api_key, env: NOTES_KEY}\n")
+    return str(path)
+
+
+def serving_at(server: str) -> dict:
+    return {**DOCUMENT, "servers": [{"url": server}]}
+
+
+async def load_and_call(redis, config_path: str) -> str:
+    """Load the connection as the bot does at start; if it loads, let the model call it once."""
+    try:
+        await asyncio.to_thread(openapi_tools, config_path)
+    except OpenAPIError as exc:
+        return f"refused: {exc}"
+    return await run_call(redis, config_path, "notes_echo")
+
+
+async def test_a_fetched_document_naming_another_host_is_refused_and_the_key_stays_home(redis, hosts, tmp_path):
+    ours, other = hosts
+    spec = ours.serve("/openapi.json", serving_at(f"{other.url}/api"))
+    said = await load_and_call(redis, fetched_config(tmp_path, spec))
+    assert other.seen == []  # no request at all, let alone with the key
+    assert said.startswith("refused:") and f"names the server {other.url}/api" in said and "base_url" in said, said
+
+
+async def test_a_document_url_that_redirects_to_another_host_is_not_followed(redis, hosts, tmp_path):
+    ours, other = hosts
+    other.serve("/openapi.json", serving_at(f"{other.url}/api"))
+    spec = ours.serve("/moved.json", redirect=f"{other.url}/openapi.json")
+    said = await load_and_call(redis, fetched_config(tmp_path, spec))
+    assert other.seen == []
+    assert said.startswith("refused:") and f"redirects to {other.url}/openapi.json" in said, said
+
+
+async def test_a_fetched_document_on_the_configured_host_is_served_from_there(redis, hosts, tmp_path):
+    """Its own server, relative (as Petstore's ``/api/v3``) or absolute, and a redirect on the same host, are
+    taken: the call and its key go where the operator pointed."""
+    ours, other = hosts
+    ours.routes["/api/echo"] = (200, {}, b'{"ok": true}')
+    ours.serve("/v2/openapi.json", serving_at("/api"))
+    spec = ours.serve("/openapi.json", redirect="/v2/openapi.json")
+    said = await load_and_call(redis, fetched_config(tmp_path, spec))
+    assert json.loads(said)["status"] == 200, said
+    assert ("/api/echo", KEY) in ours.seen and other.seen == []

@@ -19,8 +19,8 @@ cards, settle path and audit as any tool. Its policy: the server's ``policies`` 
 tool's name or ``<server>.<tool>``), then the file's top-level ``policies`` (patterns over
 ``<server>.<tool>``), first match wins; else the server's ``approval``; else ``always()``. A server's
 ``previews`` (``{"delete_file": "stat_file"}``) names, per tool, another of its tools whose answer to the
-same arguments is the card's preview (``@tool(preview=…)``); it must only read, and one the server marks
-destructive is not used.
+same arguments is the card's preview (``@tool(preview=…)``); it runs before anyone approves, so the server
+must list it with ``readOnlyHint: true`` (any other is refused, by name, and the card has no preview).
 
 Connections live as long as the app: :class:`McpServers` opens them at start, re-lists a server's
 tools when it says its list changed, reconnects a server that went away, and closes them at shutdown.

@@ -241,8 +241,11 @@ class McpServer:
         self._tool_names = set(fresh)
 
     def _preview_of(self, tool: str, listed: dict[str, types.Tool]) -> str | None:
-        """The configured preview of ``tool``, if the server lists it and does not call it destructive
-        (a preview runs before anyone approves: it must only read); else none, said once."""
+        """The configured preview of ``tool``, if the server lists it as read-only; else none, said once.
+
+        A preview runs whenever a card is drawn, before anyone approves, so it must only read. The MCP
+        spec's defaults are the careful ones (no ``readOnlyHint`` means it may write), so only a declared
+        ``readOnlyHint: true`` is taken."""
         preview = self.config.previews.get(tool)
         if preview is None:
             return None
@@ -250,8 +253,11 @@ class McpServer:
         if found is None:
             self._leave_out(f"{tool}'s preview", f"the server lists no tool {preview!r}")
             return None
-        if found.annotations is not None and found.annotations.destructiveHint is True:
-            self._leave_out(f"{tool}'s preview", f"{preview!r} is marked destructive; a preview must only read")
+        read_only = found.annotations.readOnlyHint if found.annotations is not None else None
+        if read_only is not True:
+            said = "no readOnlyHint" if read_only is None else "readOnlyHint: false"
+            self._leave_out(f"{tool}'s preview", f"{preview!r} is listed with {said}; a preview runs before "
+                                                 "anyone approves, so it must be declared readOnlyHint: true")
             return None
         return preview
 
@@ -406,6 +412,6 @@ def _reason(exc: BaseException) -> str:
         return "connection refused"
     if isinstance(exc, httpx.HTTPStatusError):
         return f"HTTP {exc.response.status_code}"
-    if isinstance(exc, McpError):
-        return exc.error.message
+    if isinstance(exc, McpError):  # the server's own words: it may quote what it was given
+        return logs.redact(exc.error.message)[:200]
     return logs.redact(f"{type(exc).__name__}: {exc}")[:200]

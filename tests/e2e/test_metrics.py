@@ -10,7 +10,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from bot.models.scripted import ScriptedModel, say
-from localslack.seed import ALICE, BOT_USER_ID, GENERAL
+from localslack.seed import ALICE, BOT_USER_ID, GENERAL, TEAM_ID
 from tests.e2e.test_approval_flow import RUNS, button, mention_and_wait_for_card, refund_charge, refund_script
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -96,3 +96,34 @@ async def test_a_rate_limited_post_is_counted(local_slack, start_app):
         frozenset({("method", "chat.postMessage"), ("result", "ratelimited")}),
     )
     assert after.get(limited, 0) - before.get(limited, 0) == 1
+
+
+async def test_health_readiness_and_metrics_name_no_workspace_person_thread_or_request(local_slack, start_app):
+    """Anyone who can reach the port can read these: while a request waits (the moment the gauges count
+    it) and after it settled, they carry counts and bounded labels only, never an id or a token."""
+    RUNS.clear()
+    bot = await start_app(refund_script(), [refund_charge])
+    bot.metrics.gauges.ttl_s = 0
+    bot.metrics.gauges.source.workspaces_ttl_s = 0
+    ts, card = await mention_and_wait_for_card(local_slack)
+    [waiting] = await bot.store.pending_for_team(TEAM_ID)
+    ids = [TEAM_ID, ALICE, GENERAL, BOT_USER_ID, ts, card.ts, waiting.request_id, waiting.session_id,
+           waiting.turn_id, waiting.request.action.call_id, local_slack.bot_token, "refund ch_1"]
+
+    async def everything_shown() -> str:
+        async with aiohttp.ClientSession() as http:
+            bodies = []
+            for path in ("/healthz", "/readyz", "/metrics"):
+                async with http.get(f"{bot.url}{path}") as resp:
+                    assert resp.status == 200, path
+                    bodies.append(await resp.text())
+        return "\n".join(bodies)
+
+    shown = await everything_shown()
+    assert 'hitl_open_requests{kind="tool-approval"} 1.0' in shown  # the waiting request is counted
+    assert [i for i in ids if i and i in shown] == []
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
+    await bot.runtime.wait_idle()
+    shown = await everything_shown()
+    assert [i for i in ids if i and i in shown] == []

@@ -4,6 +4,9 @@ request kept in Redis, still says it."""
 
 from __future__ import annotations
 
+import logging
+
+import pytest
 from pydantic import BaseModel
 
 from bot.approval import Approval, always
@@ -13,6 +16,7 @@ from bot.tools import ToolContext, tool
 from localslack.seed import BOB, GENERAL, TEAM_ID
 from tests.e2e.test_approval_flow import button, card_in, mention_and_wait_for_card
 from tests.e2e.test_governance import governance
+from tests.test_mcp_tools import runs, stdio_server, write_config
 
 RUNS: list[str] = []
 PREVIEWED: list[str | None] = []  # the tenant each preview ran under
@@ -55,3 +59,25 @@ async def test_card_and_dm_copy_show_the_preview(local_slack, start_app):
     settled = await local_slack.wait_for(lambda: next(
         (m for m in local_slack.messages(GENERAL, ts) if "Approved" in str(m.blocks)), None))
     assert "balance after refund: $12.00" in str(settled.blocks)
+
+
+@pytest.mark.parametrize(("preview", "says"), [
+    ("note_customer", "readOnlyHint: false"),  # declared additive: it writes
+    ("peek_customer", "no readOnlyHint"),  # declares nothing: by the MCP spec's defaults it may write
+])
+async def test_an_mcp_preview_that_does_not_declare_read_only_is_refused_at_start_and_never_called(
+        local_slack, start_app, tmp_path, caplog, preview, says):
+    """A preview runs when the card is drawn, before anyone approves: only a tool the server lists with
+    ``readOnlyHint: true`` may be one. Any other is refused when the server's tools are listed, by name."""
+    ran = tmp_path / "runs"
+    config = write_config(tmp_path, {"crm": stdio_server(
+        ran, approval="always", previews={"delete_customer": preview, "ship_order": "lookup_customer"})})
+    with caplog.at_level(logging.WARNING, logger="bot.mcp"):
+        await start_app(ScriptedModel([call("crm__delete_customer", customer_id="c7"), say("Done.")]), [],
+                        BOT_MCP_CONFIG=config)
+    ts, card = await mention_and_wait_for_card(local_slack, "delete c7")
+    assert runs(ran) == []  # neither the preview nor the tool ran before anyone decided
+    assert "crm__delete_customer" in str(card.blocks) and "Preview" not in str(card.blocks)
+    refused = [r.getMessage() for r in caplog.records if preview in r.getMessage()]
+    assert refused and all("delete_customer's preview" in line and says in line for line in refused), refused
+    assert not any("lookup_customer" in r.getMessage() for r in caplog.records)  # read-only: accepted

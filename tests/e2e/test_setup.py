@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import stat
 import sys
 from pathlib import Path
@@ -25,13 +26,23 @@ ROOT = Path(__file__).resolve().parents[2]
 SECRET = "0123456789abcdef0123456789abcdef"
 
 
-async def setup(slack: LocalSlack, cwd: Path, *args: str, stdin: str = "") -> tuple[int, str]:
-    """The CLI in a subprocess (the workspace keeps answering in this loop meanwhile); stdout+stderr."""
+async def setup(slack: LocalSlack, cwd: Path, *args: str, stdin: str = "",
+                file_size_limit: int | None = None) -> tuple[int, str]:
+    """The CLI in a subprocess (the workspace keeps answering in this loop meanwhile); stdout+stderr.
+    ``file_size_limit``: the process may write files of that many bytes and no more (``RLIMIT_FSIZE``), as
+    on a disk that fills up while it writes."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "OPENAI_", "BOT_"))}
     env["SLACK_API_URL"] = slack.api_url  # honoured like the bot's own setting
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # the only file it writes is the one under test
+
+    def limit_file_size() -> None:
+        if file_size_limit is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
+
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bot", "setup", *args, cwd=cwd, env={**env, "PYTHONPATH": str(ROOT)},
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        preexec_fn=limit_file_size)
     out, _ = await asyncio.wait_for(proc.communicate(stdin.encode()), 20)
     assert proc.returncode is not None
     return proc.returncode, out.decode()
@@ -84,6 +95,64 @@ async def test_good_http_tokens_write_a_private_env_and_say_the_next_command(in_
     assert code == 0, out
     assert env_file(tmp_path) == {"OPENAI_API_KEY": "sk-keep", "SLACK_BOT_TOKEN": local_slack.bot_token,
                                   "SLACK_SIGNING_SECRET": SECRET, "SLACK_API_URL": local_slack.api_url}
+
+
+async def test_a_write_that_fails_midway_leaves_the_old_env_whole_and_the_token_nowhere_readable(
+        local_slack, tmp_path):
+    """The disk takes 80 bytes and no more while `.env` is rewritten: the file it had is kept as it was (not
+    emptied, not cut), the new token is in no file another user can read, and setup says what happened."""
+    old = "LOG_FORMAT=json\nSLACK_BOT_TOKEN=xoxb-older\nOPENAI_API_KEY=sk-keep-0123456789\nMODEL=gpt-4o\n"
+    (tmp_path / ".env").write_text(old)
+    (tmp_path / ".env").chmod(0o644)  # as an editor or `cp` leaves it
+    code, out = await setup(local_slack, tmp_path, "--bot-token", local_slack.bot_token,
+                            "--signing-secret", SECRET, "--yes", file_size_limit=80)
+    assert code == 1, out
+    assert (tmp_path / ".env").read_text() == old
+    assert [p.name for p in tmp_path.iterdir()] == [".env"]  # no half-written file left beside it
+    assert "could not write .env (File too large); it was left as it was" in out, out
+    assert local_slack.bot_token not in out and SECRET not in out
+
+    code, out = await setup(local_slack, tmp_path, "--bot-token", local_slack.bot_token,
+                            "--signing-secret", SECRET, "--yes")
+    assert code == 0, out
+    assert stat.S_IMODE((tmp_path / ".env").stat().st_mode) == 0o600
+    assert env_file(tmp_path) == {"LOG_FORMAT": "json", "OPENAI_API_KEY": "sk-keep-0123456789", "MODEL": "gpt-4o",
+                                  "SLACK_BOT_TOKEN": local_slack.bot_token, "SLACK_SIGNING_SECRET": SECRET,
+                                  "SLACK_API_URL": local_slack.api_url}
+
+
+async def test_a_value_in_any_form_the_loader_reads_is_seen_and_replaced_not_doubled(
+        in_process, local_slack, tmp_path, monkeypatch):
+    """`.env` is read as the bot reads it (python-dotenv, through pydantic-settings): ``export NAME=…``,
+    quotes, spaces around ``=``, lower case. A different value there is asked about; once changed, one line
+    holds it; the same value written differently is not a change at all."""
+    env = tmp_path / ".env"
+    older = ("# the bot's settings\nexport SLACK_BOT_TOKEN=xoxb-older-0000\nslack_signing_secret = 'old secret'\n"
+             "LOG_FORMAT=json\n")
+    env.write_text(older)
+    code, out = await in_process(local_slack, tmp_path, "--bot-token", local_slack.bot_token,
+                                 "--signing-secret", SECRET)
+    assert code == 1, out
+    assert "already sets SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET" in out and "--yes" in out, out
+    assert env.read_text() == older  # nothing changed unasked
+
+    code, out = await in_process(local_slack, tmp_path, "--bot-token", local_slack.bot_token,
+                                 "--signing-secret", SECRET, "--yes")
+    assert code == 0, out
+    text = env.read_text()
+    assert text.lower().count("slack_bot_token") == 1 and text.lower().count("slack_signing_secret") == 1, text
+    assert "# the bot's settings" in text and "LOG_FORMAT=json" in text
+    loaded = Settings(_env_file=str(env))  # type: ignore[call-arg]
+    assert loaded.slack_bot_token == local_slack.bot_token and loaded.slack_signing_secret == SECRET
+
+    # the same values, quoted and exported: nothing to ask, nothing to change
+    env.write_text(f'export SLACK_BOT_TOKEN="{local_slack.bot_token}"\nSLACK_SIGNING_SECRET = {SECRET}\n'
+                   f"SLACK_API_URL='{local_slack.api_url}'\n")
+    code, out = await in_process(local_slack, tmp_path, "--bot-token", local_slack.bot_token,
+                                 "--signing-secret", SECRET)
+    assert code == 0, out
+    loaded = Settings(_env_file=str(env))  # type: ignore[call-arg]
+    assert loaded.slack_bot_token == local_slack.bot_token and loaded.slack_signing_secret == SECRET
 
 
 async def test_a_missing_scope_is_named_with_where_to_add_it_and_nothing_is_written(in_process, tmp_path):

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
-from bot import tracing
+from bot import logs, tracing
 from localslack.seed import ALICE, GENERAL
 from tests.e2e.test_approval_flow import RUNS, button, mention_and_wait_for_card, refund_charge, refund_script
 
@@ -77,3 +77,15 @@ def test_without_the_package_tracing_is_off_with_one_line(monkeypatch, caplog):
     [line] = [r.getMessage() for r in caplog.records if r.name == "bot.tracing"]
     assert "OTEL_EXPORTER_OTLP_ENDPOINT is set but OpenTelemetry is not installed" in line
     assert "slack-hitl-bot[otel]" in line
+
+
+async def test_the_endpoint_is_logged_without_the_credentials_in_its_url(local_slack, start_app, collector, caplog):
+    """A collector's URL may carry a password or a key: the line that says where traces go names the
+    host and path only, as the bot's log format writes it."""
+    endpoint, _ = collector
+    with caplog.at_level(logging.INFO, logger="bot.tracing"):
+        await start_app(refund_script(), [refund_charge], OTEL_EXPORTER_OTLP_ENDPOINT=endpoint.replace(
+            "http://", "http://otel:pa55-for-traces@") + "/?tenant_key=tk-0123")
+    [line] = [logs.TextFormatter().format(r) for r in caplog.records if "exporting traces" in r.getMessage()]
+    assert "pa55-for-traces" not in line and "tk-0123" not in line, line
+    assert f"exporting traces to {endpoint}/" in line

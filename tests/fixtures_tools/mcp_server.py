@@ -23,10 +23,24 @@ def _ran(line: str) -> None:
         runs.write(line + "\n")
 
 
-@server.tool()
+@server.tool(annotations=types.ToolAnnotations(readOnlyHint=True))
 def lookup_customer(customer_id: str) -> str:
     """Look up a customer by id."""
     return f"customer {customer_id}: Acme Corp"
+
+
+@server.tool(annotations=types.ToolAnnotations(readOnlyHint=False, destructiveHint=False))
+def note_customer(customer_id: str) -> str:
+    """Add a note to a customer's file (it writes, but destroys nothing: additive)."""
+    _ran(f"noted {customer_id}")
+    return f"customer {customer_id}: noted"
+
+
+@server.tool()
+def peek_customer(customer_id: str) -> str:
+    """Look at a customer (it says nothing of what it does: by the MCP spec, it may write)."""
+    _ran(f"peeked {customer_id}")
+    return f"customer {customer_id}: peeked"
 
 
 @server.tool()
@@ -128,6 +142,8 @@ _listed = server.list_tools
 
 
 async def _list_tools_with_tasks() -> list[types.Tool]:
+    if os.environ.get("MCP_LIST_ERROR"):  # a server that refuses, quoting what it was given
+        raise ValueError(os.environ["MCP_LIST_ERROR"])
     tools = await _listed()
     for tool in tools:
         if tool.name in TASK_SUPPORT:
