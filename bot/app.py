@@ -394,7 +394,7 @@ async def _start(
     runtime.add_consumer("notify", ApproverNotices(outbox_store, delivery_client_for, slack_channel.pacing))
     # handlers get built stores, never a Redis client (issue 27 item 4)
     deps = SlackDeps(runtime=runtime, store=turns, posts=outbox_store.posts, settings=settings, audit=audit,
-                     assistant_threads=AssistantThreads(redis.client), policies=policies,
+                     assistant_threads=AssistantThreads(redis.client, retention_s=retention_s), policies=policies,
                      result_key=token_key(secret), public_url=settings.public_url)
     _wire_governance(deps, policies, redis, client_for, registry)
     # a line per turn event, delivery lag and ids in logs, around everything the frontend shows

@@ -45,7 +45,8 @@ gone to its readers (``exists``, the grants listing: a conversation grant lapses
 and its keys are deleted in one DEL by whoever comes first: the recovery sweep (``retire_due``) or the
 next message recorded into it (a revived thread starts afresh: new state, events numbered from 1); both
 re-check in the session's slot and leave alone a session with an open request, a lease, a queued message
-or a delivery pass under way. A request record and its approvals have no end while open and
+or a delivery pass under way. What the bot remembers of an assistant thread (store/assistant_threads.py) is its
+session's once a message is recorded there, and the sweep deletes it with the session's keys. A request record and its approvals have no end while open and
 ``retention_s`` from the settle that closes them; execution markers and message marks get theirs when
 created. A request whose state is gone anyway (removed, or parked before this rule) is closed "no longer
 needed" by the click that finds it, never approved. Indexes drop settled ids as the outbox delivers their

@@ -38,6 +38,7 @@ from bot.protocol import (
 from bot.session import SessionRef
 from bot.state import SavedState
 from store import turn_scripts as lua
+from store.assistant_threads import AssistantThreads
 from store.delivery_pass import BeginWithCheckpoint
 from store.grants import GrantStore, session_ended
 from store.pipelined import Command, evalsha, pipelined
@@ -522,6 +523,8 @@ class RedisTurns(TurnInbox):
                 after.append(("zadd", (RETIRE, {sid: now + self.retention_ms})))
             else:
                 after.append(evalsha(self._forget_if_unchanged, [RETIRE], [sid, claim]))
+                if verdict == 1 and (thread := AssistantThreads.key_of_session(sid)) is not None:
+                    after.append(("delete", (thread,)))  # what the bot remembers of its thread ends with it
         await pipelined(self.redis, after, [self._forget_if_unchanged])
         return sum(1 for verdict, _ in verdicts if verdict == 1)
 
