@@ -27,6 +27,27 @@ from store.session_keys import (
 from store.turn_listings import TurnListings
 
 
+def _audit_asked(reply: Any) -> bool:
+    """The record's script asks for the session's audit progress (an ended session whose audit may lag)."""
+    return isinstance(reply, list) and len(reply) == 2 and reply[0] == b"audit"
+
+
+def progress_key(session_id: str, raw_ref: bytes | str) -> str | None:
+    """Where a session's audit progress is (in its workspace's slot), its workspace read from its ref; None
+    without one (nothing of it is audited)."""
+    from store.audit import AuditLog  # (the audit's key names; the audit itself is the outbox's business)
+
+    team = json.loads(raw_ref).get("team_id") if raw_ref else None
+    return AuditLog.progress_key(team, session_id) if team else None
+
+
+async def audit_progress(redis: Any, session_id: str, raw_ref: bytes | str) -> str:
+    """A session's audit progress ('' none)."""
+    key = progress_key(session_id, raw_ref)
+    progress = await redis.get(key) if key else None
+    return progress.decode() if progress else ""
+
+
 class TurnInbox(TurnListings):
     """Messages in: record (with the lease for this process's drive, or with a read), list, take."""
 
@@ -75,9 +96,13 @@ class TurnInbox(TurnListings):
         lease if free and reads what its holder starts from (either way; the sweep looks when it would lapse)."""
         keys, token = [self.key(session_id, f"msg:{message_id or '-'}"), *self.own_keys(session_id)], secrets.token_hex(8)
         args = [message_id or "", json.dumps(message, separators=(",", ":")), MESSAGE_DEDUPE_SECONDS, now_ms(),
-                token, self.lease_ms]
+                token, self.lease_ms, "?"]
         done, _ = await self._eval_pipelined(self._record_message, keys, args,
                                              [("zadd", (ACTIVE, {session_id: now_ms() + self.lease_ms}))])
+        if _audit_asked(done):
+            args[-1] = await audit_progress(self.redis, session_id, done[1])
+            done, _ = await self._eval_pipelined(self._record_message, keys, args,
+                                                 [("zadd", (ACTIVE, {session_id: now_ms() + self.lease_ms}))])
         seen = self._lease_read(done[2]) if done else None
         return (seen, HeldLease(token=token, snapshot=seen) if done[1] else None) if seen is not None else None
 
@@ -87,11 +112,15 @@ class TurnInbox(TurnListings):
         for a repeat. Read after the record, so at least as new as the message; the inbox before the state,
         so a message that a turn took since is seen with that turn (the take and the state are one write)."""
         keys = [self.key(session_id, f"msg:{message_id or '-'}"), *self.own_keys(session_id)]
-        args = [message_id or "", json.dumps(message, separators=(",", ":")), MESSAGE_DEDUPE_SECONDS, now_ms(), "", 0]
+        args = [message_id or "", json.dumps(message, separators=(",", ":")), MESSAGE_DEDUPE_SECONDS, now_ms(), "", 0,
+                "?"]
         extra: list[Command] = [("zadd", (ACTIVE, {session_id: now_ms() + OUTBOX_GRACE_MS}))]
         if read:
             extra += [("lrange", (self.key(session_id, "inbox"), 0, -1)), ("get", (self.key(session_id, "state"),))]
         recorded, _, *seen = await self._eval_pipelined(self._record_message, keys, args, extra)
+        if _audit_asked(recorded):
+            args[-1] = await audit_progress(self.redis, session_id, recorded[1])
+            recorded, _, *seen = await self._eval_pipelined(self._record_message, keys, args, extra)
         if not recorded:
             return None
         if not read:

@@ -57,7 +57,7 @@ from store.session_keys import (
     now_ms,
     queue,
 )
-from store.turn_inbox import TurnInbox
+from store.turn_inbox import TurnInbox, progress_key
 
 
 class RedisTurns(TurnInbox):
@@ -513,20 +513,40 @@ class RedisTurns(TurnInbox):
         claimed = [(raw[i].decode(), int(raw[i + 1])) for i in range(0, len(raw), 2)]
         if not claimed:
             return 0
-        verdicts = await pipelined(self.redis, [evalsha(self._retire, self.own_keys(sid), [now])
+        verdicts = await pipelined(self.redis, [evalsha(self._retire, self.own_keys(sid), [now, "?"])
                                                 for sid, _ in claimed], [self._retire])
+        verdicts = await self._retire_audited(claimed, verdicts, now)
         after: list[Command] = []
         for (sid, claim), (verdict, ends) in zip(claimed, verdicts, strict=True):
             if verdict == 2:
                 after.append(("zadd", (RETIRE, {sid: int(ends)})))
             elif verdict == 3:
                 after.append(("zadd", (RETIRE, {sid: now + self.retention_ms})))
+            elif verdict == 5:  # its audit lags: a pass offers what it lacks (from the floor), then it is retired
+                after += [("zadd", (OUTBOX, {sid: now})), ("zadd", (RETIRE, {sid: now + self.lease_ms}))]
             else:
                 after.append(evalsha(self._forget_if_unchanged, [RETIRE], [sid, claim]))
                 if verdict == 1 and (thread := AssistantThreads.key_of_session(sid)) is not None:
                     after.append(("delete", (thread,)))  # what the bot remembers of its thread ends with it
         await pipelined(self.redis, after, [self._forget_if_unchanged])
         return sum(1 for verdict, _ in verdicts if verdict == 1)
+
+    async def _retire_audited(self, claimed: list[tuple[str, int]], verdicts: list[Any], now: int) -> list[Any]:
+        """Those whose retirement needs their audit's progress (verdict 4: it is in the workspace's slot), asked
+        again with it (one round trip to read them all, one to retire them)."""
+        asked = [i for i, (verdict, _) in enumerate(verdicts) if verdict == 4]
+        if not asked:
+            return verdicts
+        keys = [progress_key(claimed[i][0], verdicts[i][1]) for i in asked]
+        read = await pipelined(self.redis, [("get", (key,)) for key in keys if key], []) if any(keys) else []
+        found = iter(read)
+        progress = [(next(found) or b"").decode() if key else "" for key in keys]
+        again = await pipelined(self.redis, [evalsha(self._retire, self.own_keys(claimed[i][0]), [now, p])
+                                             for i, p in zip(asked, progress, strict=True)], [self._retire])
+        verdicts = list(verdicts)
+        for i, verdict in zip(asked, again, strict=True):
+            verdicts[i] = verdict
+        return verdicts
 
     async def timer_done(self, member: str, claim: int) -> None:
         """Forget a fired timer, unless it was claimed again meanwhile (we were too slow)."""
