@@ -172,7 +172,13 @@ return 1
 ENTRY_SEPARATOR = b"\x1e"  # (Lua's '\30') between the parts of a begin's entries: no valid JSON text holds it
 AUDIT_RETRY_MS = 5_000  # an audit append that failed in the end: the next pass offers its events then
 _AUDIT_TEAMS_KEPT = 10_000
-_MOOT_RETRIES_KEPT = 10_000
+_MOOT_KEPT = 10_000
+# Drop the audit's floor a close left, once its append is known to have landed, unless a pass wrote another
+# since. KEYS: out; ARGV: the floor
+_DROP_FLOOR = """
+if redis.call('HGET', KEYS[1], '_audit') == ARGV[1] then return redis.call('HDEL', KEYS[1], '_audit') end
+return 0
+"""
 
 
 def _raise_first(replies: list[Any]) -> None:
@@ -212,22 +218,29 @@ class RedisOutbox(RequestReads):
         self._outbox_save = redis.register_script(_OUTBOX_SAVE)
         self._forget_if_unchanged = redis.register_script(FORGET_IF_UNCHANGED)
         self._reschedule_if_unchanged = redis.register_script(RESCHEDULE_IF_UNCHANGED)
+        self._drop_floor = redis.register_script(_DROP_FLOOR)
         self._pass_views: PassViews = {}  # session id → its post ledger's view, while this process delivers
         # the audit log rides the passes (store/audit_events.py): bot/app.py gives one; None: nothing audited
         self.audit = audit
         self._audit_teams: dict[str, str] = {}  # session id → its workspace, as its last pass here read it
-        # session id → the audit's retry its close wrote, found moot (the append landed): taken off the list
-        # with the next sweep's read of it (``outbox_due``), not in a round trip of its own
-        self._moot_retries: dict[str, int] = {}
+        # session id → the audit's retry its close wrote and the audit's floor it left, found moot (the append
+        # landed: None where it wrote none): dropped with the next sweep's read of the list (``outbox_due``), not
+        # in a round trip of their own, so an ended session's floor says its audit lags (store/session_keys.py)
+        self._moot: dict[str, tuple[int | None, str | None]] = {}
         self.posts = PostLedger(redis, self._pass_views, lease_ms=lease_ms, retention_s=retention_s)
 
     async def outbox_due(self, *, limit: int = 100) -> list[str]:
         """Sessions whose committed events may still need delivering, most overdue first. The audit retries
         this process's closes wrote and found moot leave the list in the same round trip, first."""
-        moot, self._moot_retries = self._moot_retries, {}
-        forget = [evalsha(self._forget_if_unchanged, [OUTBOX], [sid, at]) for sid, at in moot.items()]
+        moot, self._moot = self._moot, {}
+        forget: list[Command] = []
+        for sid, (retry_at, floor) in moot.items():
+            if retry_at is not None:
+                forget.append(evalsha(self._forget_if_unchanged, [OUTBOX], [sid, retry_at]))
+            if floor is not None:
+                forget.append(evalsha(self._drop_floor, [self.key(sid, "out")], [floor]))
         *_, raw = await pipelined(self.redis, [*forget, ("zrangebyscore", (OUTBOX, 0, now_ms(), 0, limit))],
-                                  [self._forget_if_unchanged])
+                                  [self._forget_if_unchanged, self._drop_floor])
         return [r.decode() for r in raw]
 
     async def outbox_schedule(self, session_id: str, *, delay_ms: int) -> None:
@@ -354,11 +367,11 @@ class RedisOutbox(RequestReads):
         _, audited = await self.audit.close(view.audit.ref, groups, close)  # type: ignore[union-attr]
         if not audited:  # the floor the close left makes the next pass offer them again: let one come sooner
             await self.outbox_schedule(session_id, delay_ms=AUDIT_RETRY_MS)
-        elif again_in_ms is None:
-            self._moot_retries.pop(session_id, None)
-            self._moot_retries[session_id] = retry_at
-            if len(self._moot_retries) > _MOOT_RETRIES_KEPT:  # (one left behind is a pass with nothing to do)
-                del self._moot_retries[next(iter(self._moot_retries))]
+            return
+        self._moot.pop(session_id, None)
+        self._moot[session_id] = (retry_at if again_in_ms is None else None, floor[1] or None)
+        if len(self._moot) > _MOOT_KEPT:  # (one left behind: a pass with nothing to do, a floor passes drop)
+            del self._moot[next(iter(self._moot))]
 
     def _audit_floor(self, session_id: str, token: str, *, keep: bool) -> tuple[list[AuditGroup], tuple[str, str]]:
         """The audit groups of the pass's events past the session's audit progress, and the audit's floor

@@ -158,16 +158,20 @@ async def test_two_replicas_passes_over_one_session_audit_it_once(redis, redis_u
     assert {k: v for k, v in (await _audited(redis)).items() if k in ONCE} == ONCE
 
 
-async def test_a_close_whose_audit_landed_costs_no_pass_of_its_retry(redis):
-    """The audit's retry goes with every close that audits (store/outbox.py); when the append landed it is
-    moot, and the next sweep's read of the list drops it in the same round trip: no pass runs for it."""
+async def test_a_close_whose_audit_landed_costs_no_pass_of_its_retry_and_leaves_no_floor(redis):
+    """The audit's retry goes with every close that audits (store/outbox.py), and its floor says where the
+    audit may lag; when the append landed both are moot, and the next sweep's read of the list drops them in
+    the same round trip: no pass runs for them, and the session's floor no longer says its audit lags."""
     runtime, channel, _ = _replica(redis)
+    out = runtime.outbox.store.key(session().session_id, "out")  # type: ignore[attr-defined]
     await say(runtime, "deploy")
     assert (await _audited(redis))["request"] == 1
     assert await redis.zscore(OUTBOX, session().session_id) is not None  # the retry, written with the close
+    assert await redis.hget(out, "_audit") is not None
 
     assert await runtime.outbox.sweep() == 0  # nothing due: the moot retry left with the sweep's read
     assert await redis.zscore(OUTBOX, session().session_id) is None
+    assert await redis.hget(out, "_audit") is None
     assert channel.types().count("input.requested") == 1
 
 # --- a process killed between a close whose audit failed and the retry (the retry is the close's) ----------
