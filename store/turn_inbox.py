@@ -17,6 +17,7 @@ from store import turn_scripts as lua
 from store.pipelined import Command
 from store.replay import replay_own, replay_safe
 from store.requests import records_read_in_script
+from store.retirement import audit_asked, audit_progress
 from store.session_keys import (
     ACTIVE,
     DEFAULT_RETENTION_SECONDS,
@@ -25,27 +26,6 @@ from store.session_keys import (
     now_ms,
 )
 from store.turn_listings import TurnListings
-
-
-def _audit_asked(reply: Any) -> bool:
-    """The record's script asks for the session's audit progress (an ended session whose audit may lag)."""
-    return isinstance(reply, list) and len(reply) == 2 and reply[0] == b"audit"
-
-
-def progress_key(session_id: str, raw_ref: bytes | str) -> str | None:
-    """Where a session's audit progress is (in its workspace's slot), its workspace read from its ref; None
-    without one (nothing of it is audited)."""
-    from store.audit import AuditLog  # (the audit's key names; the audit itself is the outbox's business)
-
-    team = json.loads(raw_ref).get("team_id") if raw_ref else None
-    return AuditLog.progress_key(team, session_id) if team else None
-
-
-async def audit_progress(redis: Any, session_id: str, raw_ref: bytes | str) -> str:
-    """A session's audit progress ('' none)."""
-    key = progress_key(session_id, raw_ref)
-    progress = await redis.get(key) if key else None
-    return progress.decode() if progress else ""
 
 
 class TurnInbox(TurnListings):
@@ -99,7 +79,7 @@ class TurnInbox(TurnListings):
                 token, self.lease_ms, "?"]
         done, _ = await self._eval_pipelined(self._record_message, keys, args,
                                              [("zadd", (ACTIVE, {session_id: now_ms() + self.lease_ms}))])
-        if _audit_asked(done):
+        if audit_asked(done):
             args[-1] = await audit_progress(self.redis, session_id, done[1])
             done, _ = await self._eval_pipelined(self._record_message, keys, args,
                                                  [("zadd", (ACTIVE, {session_id: now_ms() + self.lease_ms}))])
@@ -118,7 +98,7 @@ class TurnInbox(TurnListings):
         if read:
             extra += [("lrange", (self.key(session_id, "inbox"), 0, -1)), ("get", (self.key(session_id, "state"),))]
         recorded, _, *seen = await self._eval_pipelined(self._record_message, keys, args, extra)
-        if _audit_asked(recorded):
+        if audit_asked(recorded):
             args[-1] = await audit_progress(self.redis, session_id, recorded[1])
             recorded, _, *seen = await self._eval_pipelined(self._record_message, keys, args, extra)
         if not recorded:

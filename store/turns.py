@@ -44,6 +44,7 @@ from store.grants import GrantStore, session_ended
 from store.pipelined import Command, evalsha, pipelined
 from store.replay import replay_own, replay_safe
 from store.requests import as_parked, record_fields, record_from_packed
+from store.retirement import retire_audited
 from store.session_keys import (
     ACTIVE,
     DEFAULT_RETENTION_SECONDS,
@@ -57,7 +58,7 @@ from store.session_keys import (
     now_ms,
     queue,
 )
-from store.turn_inbox import TurnInbox, progress_key
+from store.turn_inbox import TurnInbox
 
 
 class RedisTurns(TurnInbox):
@@ -515,7 +516,7 @@ class RedisTurns(TurnInbox):
             return 0
         verdicts = await pipelined(self.redis, [evalsha(self._retire, self.own_keys(sid), [now, "?"])
                                                 for sid, _ in claimed], [self._retire])
-        verdicts = await self._retire_audited(claimed, verdicts, now)
+        verdicts = await retire_audited(self.redis, self._retire, self.own_keys, now, claimed, verdicts)
         after: list[Command] = []
         for (sid, claim), (verdict, ends) in zip(claimed, verdicts, strict=True):
             if verdict == 2:
@@ -530,23 +531,6 @@ class RedisTurns(TurnInbox):
                     after.append(("delete", (thread,)))  # what the bot remembers of its thread ends with it
         await pipelined(self.redis, after, [self._forget_if_unchanged])
         return sum(1 for verdict, _ in verdicts if verdict == 1)
-
-    async def _retire_audited(self, claimed: list[tuple[str, int]], verdicts: list[Any], now: int) -> list[Any]:
-        """Those whose retirement needs their audit's progress (verdict 4: it is in the workspace's slot), asked
-        again with it (one round trip to read them all, one to retire them)."""
-        asked = [i for i, (verdict, _) in enumerate(verdicts) if verdict == 4]
-        if not asked:
-            return verdicts
-        keys = [progress_key(claimed[i][0], verdicts[i][1]) for i in asked]
-        read = await pipelined(self.redis, [("get", (key,)) for key in keys if key], []) if any(keys) else []
-        found = iter(read)
-        progress = [(next(found) or b"").decode() if key else "" for key in keys]
-        again = await pipelined(self.redis, [evalsha(self._retire, self.own_keys(claimed[i][0]), [now, p])
-                                             for i, p in zip(asked, progress, strict=True)], [self._retire])
-        verdicts = list(verdicts)
-        for i, verdict in zip(asked, again, strict=True):
-            verdicts[i] = verdict
-        return verdicts
 
     async def timer_done(self, member: str, claim: int) -> None:
         """Forget a fired timer, unless it was claimed again meanwhile (we were too slow)."""
