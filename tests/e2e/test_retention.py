@@ -8,8 +8,15 @@ import asyncio
 import json
 
 from bot.models.scripted import ScriptedModel, call
-from localslack.seed import ALICE, GENERAL
-from tests.e2e.test_approval_flow import RUNS, button, mention_and_wait_for_card, refund_charge, refund_script
+from localslack.seed import ALICE, BOT_USER_ID, GENERAL
+from tests.e2e.test_approval_flow import (
+    RUNS,
+    button,
+    card_in,
+    mention_and_wait_for_card,
+    refund_charge,
+    refund_script,
+)
 from tests.e2e.test_governance import find, open_home
 from tests.e2e.test_grants import clear_cache, replied, replying
 
@@ -63,9 +70,6 @@ async def test_an_assistant_thread_keeps_its_title_while_its_request_is_open(loc
     """What the bot remembers of an assistant thread (its title is claimed, the channel looked at) belongs to
     the thread's session: nothing of it ends while a request is open. A second message after the retention
     passed, with the card still waiting, leaves the thread's title as the first message named it."""
-    from localslack.seed import BOT_USER_ID
-    from tests.e2e.test_approval_flow import card_in
-
     RUNS.clear()
     await start_app(refund_script(), [refund_charge], BOT_RETENTION_DAYS=ONE_SECOND)
     dm, thread_ts, _ = await local_slack.open_assistant(ALICE, context_channel=GENERAL)

@@ -12,8 +12,10 @@ from bot.approval import always
 from bot.builtin import BUILTIN_TOOLS
 from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
+from bot.session import SessionRef, slack_session_id
 from bot.tool_registry import ToolRegistry
 from bot.turns import Runtime, RuntimeSettings
+from store.assistant_threads import AssistantThreads
 from store.audit import AuditLog
 from store.audit_events import PassAudit
 from store.outbox import RedisOutbox
@@ -243,9 +245,6 @@ async def test_an_assistant_thread_s_memory_ends_with_its_session_and_not_before
     """What the bot remembers of an assistant thread is its session's once a message is recorded there: it
     outlives the retention while a request is open and is deleted when the sweep retires the session. A thread
     no message made a session of yet ends a retention after it was last written."""
-    from bot.session import SessionRef, slack_session_id
-    from store.assistant_threads import AssistantThreads
-
     threads = AssistantThreads(redis, retention_s=RETENTION_S)  # type: ignore[arg-type]
     deploy, runs = recording_tool("deploy", approval=always())
     runtime, channel, store = _runtime(redis, ScriptedModel([call("deploy"), model_say("deployed")]), [deploy])
