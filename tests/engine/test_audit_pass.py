@@ -19,11 +19,13 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from bot.approval import always
+from bot.builtin import BUILTIN_TOOLS
 from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
 from bot.session import SessionRef
-from bot.tools import ToolContext
-from bot.turns import Runtime
+from bot.tool_registry import ToolRegistry
+from bot.tools import Tool, ToolContext
+from bot.turns import Runtime, RuntimeSettings
 from store.audit import AuditGroup, AuditLog
 from store.audit_events import PassAudit
 from store.outbox import RedisOutbox
@@ -256,8 +258,6 @@ class _Gate:
     go: asyncio.Event = field(default_factory=asyncio.Event)
 
     def tool(self) -> Any:
-        from bot.tools import Tool
-
         async def deploy(args: dict, ctx: ToolContext) -> dict:
             self.started.set()
             await self.go.wait()
@@ -268,10 +268,6 @@ class _Gate:
 
 def _retiring_replica(client, gate: _Gate | None = None) -> tuple[Runtime, RecordingChannel, RedisTurns]:
     """A runtime with the audit on and the retention shortened."""
-    from bot.builtin import BUILTIN_TOOLS
-    from bot.tool_registry import ToolRegistry
-    from bot.turns import RuntimeSettings
-
     deploy = (gate or _Gate()).tool()
     store = RedisTurns(client, lease_ms=LEASE_MS, retention_s=RETENTION_S)
     outbox = RedisOutbox(client, lease_ms=LEASE_MS, retention_s=RETENTION_S, audit=PassAudit(AuditLog(client)))
