@@ -2,7 +2,9 @@
 audited with its close, each event once, whatever happens to the pass or to the append.
 
 Real Redis, the real outbox: a pass that dies after its Slack posts and before its close, a close that ran
-while its audit append failed, two replicas' passes over one session.
+while its audit append failed, two replicas' passes over one session; a process killed right after such a
+close (a proxy between it and Redis passes nothing more it says) and sessions whose audit lags when their end
+passes.
 """
 
 from __future__ import annotations
