@@ -408,7 +408,7 @@ async def _start(
     runtime.add_consumer("notify", ApproverNotices(outbox_store, delivery_client_for, slack_channel.pacing))
     # handlers get built stores, never a Redis client (issue 27 item 4)
     deps = SlackDeps(runtime=runtime, store=turns, posts=outbox_store.posts, settings=settings, audit=audit,
-                     assistant_threads=AssistantThreads(redis.client), policies=policies,
+                     assistant_threads=AssistantThreads(redis.client, retention_s=retention_s), policies=policies,
                      result_key=token_key(secret), public_url=settings.public_url,
                      token_holders=TokenHolders(policies, lambda: runtime.settings.clock()),
                      token_revocations=TokenRevocations(redis.client, keep_s=TOKEN_TTL_S),

@@ -183,12 +183,15 @@ class Driver:
 
     async def _abandon_turn(self, p: _Pass) -> None:
         snap = await self.p.store.snapshot(p.session_id)
-        if snap.state is None:
-            return
-        state = SessionState.model_validate(snap.state)
+        state = SessionState.model_validate(snap.state) if snap.state else None
+        if state is None or state.turn is None:
+            if not snap.inbox:
+                return
+            # it failed before its first checkpoint (its start goes with that one): nothing of it is saved but
+            # the message that starts it, which would start it again forever; it starts here, to fail
+            state = await self._start_turn(p, state, snap.inbox[0])
         turn = state.turn
-        if turn is None:
-            return
+        assert turn is not None
         log.error("session %s: giving up on turn %s after %d failed attempts", p.session_id, turn.turn_id,
                   snap.failures)
         # nothing is left waiting on people: its open cards end "no longer needed" (a late click settles

@@ -39,6 +39,8 @@ from bot.protocol import Responders
 
 log = logging.getLogger(__name__)
 
+UNDESCRIBED_RULE = ("This request's own rule doesn't say how many approvals it needs, so only the people it names "
+                    "can approve it; you can cancel it.")
 STORE_DOWN = "Approver lists can't be read right now, so nobody can approve this yet. Try again in a minute."
 # A key names a tenant when its last word is one of these, alone or with an id suffix, in any case
 # or spelling: team, teamId, team_id, TEAM-ID, target_team_id, workspaceIds, tenant, enterprise_id…
@@ -225,12 +227,16 @@ async def escalated_answer(policy: Policy | ResponsePolicy | None, ctx: Response
     own request, an outsider (Slack Connect, not let in by the workspace) stays one, and an approval
     counts as one of the distinct approvals the rule requires of the people it names (its quorum, as it
     describes itself: ``n_of_m(2)`` still needs two people, an approver list's "2 required" still two).
-    A rule that cannot say its quorum right now admits nobody this way (fail closed)."""
+    A rule that cannot say its quorum right now admits nobody this way (fail closed). A custom rule that does
+    not describe itself (no ``responders``) has no quorum to keep: people it was escalated to may cancel,
+    never approve, so what it required stays what it alone allows."""
     requester, responder = ctx.request.principal, ctx.response.principal
     if ctx.response.decision == "approve" and requester is not None and requester.same_as(responder):
         return rejected("You can't approve your own request; someone else has to.")
     if await _outsider(ctx, responder):
         return rejected("People from other workspaces can't approve requests here.")
+    if ctx.response.decision == "approve" and as_policy(policy or requester_only()).responders is None:
+        return rejected(UNDESCRIBED_RULE)
     described = await describe_responders(policy, AnswerersContext(request=ctx.request, session=ctx.session,
                                                                     policies=ctx.policies))
     if described is None:

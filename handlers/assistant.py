@@ -114,8 +114,8 @@ def register(app: AsyncApp, deps: SlackDeps) -> None:
                     **event,
                     "text": f"{event.get('text') or ''}\n\n(I am looking at <#{where['channel_id']}>.)",
                 }
-        await events.handle_message(deps, body, seen, context, client)
-        if await threads.claim_title(channel, thread_ts):
+        recorded_in = await events.handle_message(deps, body, seen, context, client)
+        if await threads.claim_title(channel, thread_ts, recorded_in):  # its session owns the thread from now on
             deps.runtime.spawn(
                 _set_title(client, channel, thread_ts, event.get("text") or ""),
                 what=f"title of assistant thread {channel}:{thread_ts}",

@@ -69,22 +69,23 @@ async def _tell_guest(client: Any, user_id: str, channel_id: str, thread_ts: str
 
 
 async def handle_message(deps: SlackDeps, body: dict[str, Any], event: dict[str, Any], context: dict[str, Any],
-                         client: Any) -> None:
-    """A person's message that no mention brought (``handlers.assistant`` routes assistant threads' here)."""
-    await _handle(deps, body, event, context, client, mentioned=False)
+                         client: Any) -> str | None:
+    """A person's message that no mention brought (``handlers.assistant`` routes assistant threads' here).
+    Returns the session the message is recorded in (now, or before: a repeat), None when it was not."""
+    return await _handle(deps, body, event, context, client, mentioned=False)
 
 
 async def _handle(
     deps: SlackDeps, body: dict[str, Any], event: dict[str, Any], context: dict[str, Any], client: Any, *,
     mentioned: bool,
-) -> None:
+) -> str | None:
     if event.get("bot_id") or event.get("subtype") not in PERSON_SUBTYPES:
-        return
+        return None
     principal = event_principal(body, event)
     team, org = installation_team(body), installation_enterprise(body)
     channel_id, ts = event.get("channel"), event.get("ts")
     if principal is None or not team or not channel_id or not ts:
-        return
+        return None
     bot_user = context.get("bot_user_id")
     text = event.get("text") or ""
     mentioned = mentioned or bool(bot_user and f"<@{bot_user}>" in text)
@@ -100,7 +101,7 @@ async def _handle(
         ref = SessionRef(session_id=sid, team_id=team, enterprise_id=org, channel={
             "channel_id": channel_id, "thread_ts": root, TITLE_FIELD: title_of(strip_mention(text, bot_user))})
         if event.get("channel_type") != "im" and not mentioned and not await deps.store.exists(sid):
-            return  # a thread the agent is not part of
+            return None  # a thread the agent is not part of
     if not await may_talk(deps, principal, org, channel_id):
         if not await deps.first_delivery(body):
             return  # Slack sent it again: refused, audited and told already
@@ -110,15 +111,16 @@ async def _handle(
         if event.get("type") == "app_mention" or event.get("channel_type") == "im":
             deps.runtime.spawn(_tell_guest(client, event["user"], channel_id, thread_ts),
                                what=f"tell a guest in {channel_id}")
-        return
+        return None
     # recorded before Slack gets its ack (the app runs with process_before_response): an acknowledged
     # message is never lost, even if this process dies right after; the rest runs in the background
     message = await deps.runtime.record_message(ref, principal, strip_mention(text, bot_user),
                                                 message_id=f"{channel_id}:{ts}", lease=True)  # _process drives
     if message is None:
-        return  # a repeat: the mention's twin event or a Slack retry
+        return sid  # a repeat: the mention's twin event or a Slack retry
     deps.runtime.spawn(_process(deps, client, sid, message, principal.slack_user_id, channel_id, thread_ts),
                        what=f"message {channel_id}:{ts} in {sid}")
+    return sid
 
 
 async def _process(deps: SlackDeps, client: Any, sid: str, message: dict[str, Any], user_id: str | None,

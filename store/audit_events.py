@@ -33,7 +33,11 @@ crash (a thread revived after its retention has a new events stream, whose ids c
 When another replica appended first (the chain's compare-and-set), the append is retried in round trips of
 its own; if it fails in the end, the session keeps where its audit may lag (``_audit`` in its outbox hash,
 written by the pass's close whenever it offers events and dropped once the progress is past it), so the
-next pass reads from there and offers them again. A pass with nothing to audit sends nothing for it.
+next pass reads from there and offers them again. That pass is due by the close itself: a close that offers
+events puts the session back on the outbox list a lease on (store/outbox.py), so a process killed right after
+it still leaves the retry; an append that landed makes it and the floor moot, and the next sweep's read of
+the list drops both. Nothing is retired while its audit lags (the retirement compares the floor with the progress). A pass
+with nothing to audit sends nothing for it.
 
 What people see comes first: a pass posts to Slack, then its close audits what it delivered, a few
 milliseconds later. A reader who has just seen a reply and reads the audit at once may be that early:

@@ -31,7 +31,13 @@ from store.delivery_pass import (
 from store.pipelined import Command, evalsha, pipelined
 from store.post_ledger import PostLedger
 from store.requests import PACK_RECORD_FN, RequestReads, records_read_in_script
-from store.session_keys import DEFAULT_RETENTION_SECONDS, FORGET_IF_UNCHANGED, OUTBOX, now_ms
+from store.session_keys import (
+    DEFAULT_RETENTION_SECONDS,
+    FORGET_IF_UNCHANGED,
+    OUTBOX,
+    RESCHEDULE_IF_UNCHANGED,
+    now_ms,
+)
 
 # One delivery pass over a session (bot/outbox.py). Begin: take the session's deliverer lock and read,
 # for every consumer, its cursor and until when it holds off (epoch ms), and the events after the lowest
@@ -166,6 +172,13 @@ return 1
 ENTRY_SEPARATOR = b"\x1e"  # (Lua's '\30') between the parts of a begin's entries: no valid JSON text holds it
 AUDIT_RETRY_MS = 5_000  # an audit append that failed in the end: the next pass offers its events then
 _AUDIT_TEAMS_KEPT = 10_000
+_MOOT_KEPT = 10_000
+# Drop the audit's floor a close left, once its append is known to have landed, unless a pass wrote another
+# since. KEYS: out; ARGV: the floor
+_DROP_FLOOR = """
+if redis.call('HGET', KEYS[1], '_audit') == ARGV[1] then return redis.call('HDEL', KEYS[1], '_audit') end
+return 0
+"""
 
 
 def _raise_first(replies: list[Any]) -> None:
@@ -204,15 +217,30 @@ class RedisOutbox(RequestReads):
         self._outbox_begin = redis.register_script(_OUTBOX_BEGIN)
         self._outbox_save = redis.register_script(_OUTBOX_SAVE)
         self._forget_if_unchanged = redis.register_script(FORGET_IF_UNCHANGED)
+        self._reschedule_if_unchanged = redis.register_script(RESCHEDULE_IF_UNCHANGED)
+        self._drop_floor = redis.register_script(_DROP_FLOOR)
         self._pass_views: PassViews = {}  # session id → its post ledger's view, while this process delivers
         # the audit log rides the passes (store/audit_events.py): bot/app.py gives one; None: nothing audited
         self.audit = audit
         self._audit_teams: dict[str, str] = {}  # session id → its workspace, as its last pass here read it
+        # session id → the audit's retry its close wrote and the audit's floor it left, found moot (the append
+        # landed: None where it wrote none): dropped with the next sweep's read of the list (``outbox_due``), not
+        # in a round trip of their own, so an ended session's floor says its audit lags (store/session_keys.py)
+        self._moot: dict[str, tuple[int | None, str | None]] = {}
         self.posts = PostLedger(redis, self._pass_views, lease_ms=lease_ms, retention_s=retention_s)
 
     async def outbox_due(self, *, limit: int = 100) -> list[str]:
-        """Sessions whose committed events may still need delivering, most overdue first."""
-        raw = await self.redis.zrangebyscore(OUTBOX, 0, now_ms(), start=0, num=limit)
+        """Sessions whose committed events may still need delivering, most overdue first. The audit retries
+        this process's closes wrote and found moot leave the list in the same round trip, first."""
+        moot, self._moot = self._moot, {}
+        forget: list[Command] = []
+        for sid, (retry_at, floor) in moot.items():
+            if retry_at is not None:
+                forget.append(evalsha(self._forget_if_unchanged, [OUTBOX], [sid, retry_at]))
+            if floor is not None:
+                forget.append(evalsha(self._drop_floor, [self.key(sid, "out")], [floor]))
+        *_, raw = await pipelined(self.redis, [*forget, ("zrangebyscore", (OUTBOX, 0, now_ms(), 0, limit))],
+                                  [self._forget_if_unchanged, self._drop_floor])
         return [r.decode() for r in raw]
 
     async def outbox_schedule(self, session_id: str, *, delay_ms: int) -> None:
@@ -303,21 +331,28 @@ class RedisOutbox(RequestReads):
     async def outbox_end(self, session_id: str, token: str, cursors: dict[str, str], cleared: list[str], *,
                          claim: int, again_in_ms: int | None) -> None:
         """Finish a pass (one round trip): save its progress, release the lock; then either schedule the
-        session again (a consumer is waiting) or take it off the list, unless a commit re-scheduled it."""
-        after: list[Command] = []
-        if again_in_ms is not None:
-            after.append(("zadd", (OUTBOX, {session_id: now_ms() + again_in_ms})))
-        else:
-            after.append(evalsha(self._forget_if_unchanged, [OUTBOX], [session_id, claim]))
+        session again (a consumer is waiting) or take it off the list, unless a commit re-scheduled it. A
+        pass that audits writes the audit's retry instead (one lease on), the close being what may fail
+        to append: found moot when the append landed, it leaves with the next sweep's read of the list."""
         view = self._pass_views.get(session_id)
         # a careful pass that leaves work behind hands its care on: the events it did not reach may have
         # been posted by the deliverer that died
         careful_next = view is not None and view.token == token and view.careful and again_in_ms is not None
         groups, floor = self._audit_floor(session_id, token, keep=False)
+        audits = self.audit is not None and view is not None and view.audit is not None and bool(groups)
+        retry_at = now_ms() + self.lease_ms
+        after: list[Command] = []
+        if again_in_ms is not None:
+            after.append(("zadd", (OUTBOX, {session_id: now_ms() + again_in_ms})))
+        elif audits:  # a kill after this round trip, its append failed, must still leave the audit a retry
+            after.append(evalsha(self._reschedule_if_unchanged, [OUTBOX], [session_id, claim, retry_at]))
+        else:
+            after.append(evalsha(self._forget_if_unchanged, [OUTBOX], [session_id, claim]))
         tidy, posts = self._recorded_in_pass(session_id, token, done=True)
         save = evalsha(self._outbox_save, self._outbox_save_keys(session_id),
                        self._outbox_save_args(token, -1 if careful_next else 0, cursors, cleared, posts, floor))
-        scripts = [self._outbox_save, self._forget_if_unchanged, *(self.audit.scripts if self.audit else [])]
+        scripts = [self._outbox_save, self._forget_if_unchanged, self._reschedule_if_unchanged,
+                   *(self.audit.scripts if self.audit else [])]
 
         async def close(audit_first: list[Command]) -> list[Any]:
             # the audit's append first: a process that dies before the rest is sent has written it or nothing
@@ -326,12 +361,17 @@ class RedisOutbox(RequestReads):
             _raise_first(replies[len(audit_first):])
             return replies
 
-        if self.audit is None or view is None or view.audit is None or not groups:
+        if not audits:
             await close([])
             return
-        _, audited = await self.audit.close(view.audit.ref, groups, close)
-        if not audited:  # the floor the close left makes the next pass offer them again: let one come
+        _, audited = await self.audit.close(view.audit.ref, groups, close)  # type: ignore[union-attr]
+        if not audited:  # the floor the close left makes the next pass offer them again: let one come sooner
             await self.outbox_schedule(session_id, delay_ms=AUDIT_RETRY_MS)
+            return
+        self._moot.pop(session_id, None)
+        self._moot[session_id] = (retry_at if again_in_ms is None else None, floor[1] or None)
+        if len(self._moot) > _MOOT_KEPT:  # (one left behind: a pass with nothing to do, a floor passes drop)
+            del self._moot[next(iter(self._moot))]
 
     def _audit_floor(self, session_id: str, token: str, *, keep: bool) -> tuple[list[AuditGroup], tuple[str, str]]:
         """The audit groups of the pass's events past the session's audit progress, and the audit's floor

@@ -44,8 +44,11 @@ grants, frontend data, outbox cursor) can end while it is open. Once the end has
 gone to its readers (``exists``, the grants listing: a conversation grant lapses with its conversation),
 and its keys are deleted in one DEL by whoever comes first: the recovery sweep (``retire_due``) or the
 next message recorded into it (a revived thread starts afresh: new state, events numbered from 1); both
-re-check in the session's slot and leave alone a session with an open request, a lease, a queued message
-or a delivery pass under way. A request record and its approvals have no end while open and
+re-check in the session's slot and leave alone a session with an open request, a lease, a queued message,
+a delivery pass under way, or an audit that lags (its audit floor, ``_audit`` in ``P:out``, not yet passed by
+its audit progress, which the caller reads in the workspace's slot: the sweep then has a pass audit it first,
+and a message after the end joins the session as it is). What the bot remembers of an assistant thread (store/assistant_threads.py) is its
+session's once a message is recorded there, and the sweep deletes it with the session's keys. A request record and its approvals have no end while open and
 ``retention_s`` from the settle that closes them; execution markers and message marks get theirs when
 created. A request whose state is gone anyway (removed, or parked before this rule) is closed "no longer
 needed" by the click that finds it, never approved. Indexes drop settled ids as the outbox delivers their
@@ -105,6 +108,15 @@ if tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1])) == tonumber(ARGV[2]) then
   return redis.call('ZREM', KEYS[1], ARGV[1])
 end
 return 0
+"""
+
+
+# Schedule a member again (ARGV: member, the score it was left at, the new one), unless someone re-scheduled it
+# meanwhile (a commit: its own time stands); one that left the schedule is put back.
+RESCHEDULE_IF_UNCHANGED = """
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if score and tonumber(score) ~= tonumber(ARGV[2]) then return 0 end
+return redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
 """
 
 

@@ -17,6 +17,7 @@ from store import turn_scripts as lua
 from store.pipelined import Command
 from store.replay import replay_own, replay_safe
 from store.requests import records_read_in_script
+from store.retirement import audit_asked, audit_progress
 from store.session_keys import (
     ACTIVE,
     DEFAULT_RETENTION_SECONDS,
@@ -75,9 +76,13 @@ class TurnInbox(TurnListings):
         lease if free and reads what its holder starts from (either way; the sweep looks when it would lapse)."""
         keys, token = [self.key(session_id, f"msg:{message_id or '-'}"), *self.own_keys(session_id)], secrets.token_hex(8)
         args = [message_id or "", json.dumps(message, separators=(",", ":")), MESSAGE_DEDUPE_SECONDS, now_ms(),
-                token, self.lease_ms]
+                token, self.lease_ms, "?"]
         done, _ = await self._eval_pipelined(self._record_message, keys, args,
                                              [("zadd", (ACTIVE, {session_id: now_ms() + self.lease_ms}))])
+        if audit_asked(done):
+            args[-1] = await audit_progress(self.redis, session_id, done[1])
+            done, _ = await self._eval_pipelined(self._record_message, keys, args,
+                                                 [("zadd", (ACTIVE, {session_id: now_ms() + self.lease_ms}))])
         seen = self._lease_read(done[2]) if done else None
         return (seen, HeldLease(token=token, snapshot=seen) if done[1] else None) if seen is not None else None
 
@@ -87,11 +92,15 @@ class TurnInbox(TurnListings):
         for a repeat. Read after the record, so at least as new as the message; the inbox before the state,
         so a message that a turn took since is seen with that turn (the take and the state are one write)."""
         keys = [self.key(session_id, f"msg:{message_id or '-'}"), *self.own_keys(session_id)]
-        args = [message_id or "", json.dumps(message, separators=(",", ":")), MESSAGE_DEDUPE_SECONDS, now_ms(), "", 0]
+        args = [message_id or "", json.dumps(message, separators=(",", ":")), MESSAGE_DEDUPE_SECONDS, now_ms(), "", 0,
+                "?"]
         extra: list[Command] = [("zadd", (ACTIVE, {session_id: now_ms() + OUTBOX_GRACE_MS}))]
         if read:
             extra += [("lrange", (self.key(session_id, "inbox"), 0, -1)), ("get", (self.key(session_id, "state"),))]
         recorded, _, *seen = await self._eval_pipelined(self._record_message, keys, args, extra)
+        if audit_asked(recorded):
+            args[-1] = await audit_progress(self.redis, session_id, recorded[1])
+            recorded, _, *seen = await self._eval_pipelined(self._record_message, keys, args, extra)
         if not recorded:
             return None
         if not read:

@@ -10,7 +10,17 @@ from store.session_keys import SESSION_KEYS
 
 RETIRE_FN = """
 local SK = {""" + ", ".join(f"['{name}'] = {i}" for i, name in enumerate(SESSION_KEYS)) + """}
-local function retire(base, now, read_end)  -- (``read_end``: the end as the caller read it, false if none)
+local function id_after(a, b)  -- stream id a comes after b
+  local am, as = string.match(a, '^(%d+)-(%d+)$')
+  local bm, bs = string.match(b, '^(%d+)-(%d+)$')
+  if not am then return false end
+  if not bm then return true end
+  am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)
+  return am > bm or (am == bm and as > bs)
+end
+-- ``read_end``: the end as the caller read it (false if none); ``audited``: the session's audit progress as
+-- the caller read it in the workspace's slot ('' nothing audited; nil not read)
+local function retire(base, now, read_end, audited)
   local raw = read_end
   if raw == nil then raw = redis.call('GET', KEYS[base + SK['end']]) end
   if not raw then return 0, 0 end
@@ -19,6 +29,13 @@ local function retire(base, now, read_end)  -- (``read_end``: the end as the cal
   if redis.call('EXISTS', KEYS[base + SK.lease], KEYS[base + SK.open], KEYS[base + SK.inbox]) > 0 then return 3, 0 end
   local lock = redis.call('GET', KEYS[base + SK.outlock])
   if lock and tonumber(string.match(lock, '|(%d+)$') or now + 1) > now then return 3, 0 end  -- a pass under way
+  -- the audit's floor (store/audit_events.py): the audit may lack the events after it, until its progress
+  -- (in the workspace's slot, read by the caller) is past it; nothing is retired while its audit lags
+  local floor = redis.call('HGET', KEYS[base + SK.out], '_audit')
+  if floor and floor ~= '' then
+    if audited == nil then return 4, redis.call('HGET', KEYS[base + SK.out], '_ref') or '' end
+    if not id_after(audited, floor) then return 5, 0 end
+  end
   local all = {}
   for _, i in pairs(SK) do all[#all + 1] = KEYS[base + i] end
   redis.call('DEL', unpack(all))
@@ -26,9 +43,12 @@ local function retire(base, now, read_end)  -- (``read_end``: the end as the cal
 end
 """
 
-# The sweep's step (``retire_due``). KEYS: the session's keys; ARGV: now ms → {verdict, end}
+# The sweep's step (``retire_due``). KEYS: the session's keys; ARGV: now ms, the audit's progress ('?' not read)
+# → {verdict, end, or (4: the progress is needed) the session's ref}
 RETIRE = RETIRE_FN + """
-local verdict, ends = retire(1, tonumber(ARGV[1]))
+local audited = ARGV[2]
+if audited == '?' then audited = nil end
+local verdict, ends = retire(1, tonumber(ARGV[1]), nil, audited)
 return {verdict, ends}
 """
 
@@ -341,7 +361,9 @@ return lease_read(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
 # ms. With a token (the recording process drives the session next) the turn lease is taken too if it is
 # free → {1, taken 1/0}, and ``RECORD_MESSAGE_READ`` (its ``then``) reads after the record what the holder
 # starts from (either way: trying the message as an answer needs the state and inbox) → {1, taken 1/0,
-# ``lease_read``'s answer}. Without a token → 1. A repeat → 0.
+# ``lease_read``'s answer}. Without a token → 1. A repeat → 0. ARGV ends with the audit's progress in the session
+# ('?' not read): a session whose end has passed and whose audit may lag answers {'audit', its ref} instead,
+# having written nothing, and is asked again with it (it is then retired, or, its audit lagging, not).
 # ``replay_own``: the dedupe mark holds the invocation's mark, so a resent copy that finds it (not a repeat) answers
 # as the first did without queuing the message again; a message without an id keeps the mark under its own key.
 RECORD_MESSAGE = RETIRE_FN + TAKE_LEASE_FN + """
@@ -350,18 +372,26 @@ if ARGV[1] ~= '' then
   first_copy = redis.call('SET', KEYS[1], mark, 'NX', 'EX', ARGV[3])
   if not first_copy and redis.call('GET', KEYS[1]) ~= mark then return 0 end
 else first_copy = redis.call('SET', mark_key, 1, 'NX', 'PX', mark_ms) end
+local audited = ARGV[7]
+if audited == '?' then audited = nil end
+local verdict, said
 if first_copy and ARGV[5] ~= '' then  -- the end with the strings RECORD_MESSAGE_READ reads: one MGET
   local got = redis.call('MGET', KEYS[2 + SK['end']], KEYS[2 + SK.state], KEYS[2 + SK.cancel], KEYS[2 + SK.fails])
-  if retire(2, tonumber(ARGV[4]), got[1]) == 1 then got = {false, false, false, false} end  -- (retired: gone)
+  verdict, said = retire(2, tonumber(ARGV[4]), got[1], audited)
+  if verdict == 1 then got = {false, false, false, false} end  -- (retired: gone)
   read.strings = {got[2], got[3], got[4]}
-elseif first_copy then retire(2, tonumber(ARGV[4])) end
+elseif first_copy then verdict, said = retire(2, tonumber(ARGV[4]), nil, audited) end
+if verdict == 4 then  -- ended, and its audit may lag: asked again with the audit's progress, nothing written
+  if ARGV[1] ~= '' then redis.call('DEL', KEYS[1]) else redis.call('DEL', mark_key) end
+  return {'audit', said}
+end
 if first_copy then redis.call('RPUSH', KEYS[2 + SK.inbox], ARGV[2]) end
 if ARGV[5] == '' then return 1 end
 return {1, take_lease(KEYS[2 + SK.lease], ARGV[5], ARGV[6]) and 1 or 0}
 """
 
 RECORD_MESSAGE_READ = LEASE_READ_FN + """
-if type(result) ~= 'table' then return result end
+if type(result) ~= 'table' or result[1] == 'audit' then return result end
 """ + "return {{1, result[2], lease_read({}, read.strings)}}\n".format(
     ", ".join(f"KEYS[{2 + SESSION_KEYS.index(name)}]" for name in ("lease", "state", "grants", "cancel", "inbox",
                                                                    "fails")))

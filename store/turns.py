@@ -38,11 +38,13 @@ from bot.protocol import (
 from bot.session import SessionRef
 from bot.state import SavedState
 from store import turn_scripts as lua
+from store.assistant_threads import AssistantThreads
 from store.delivery_pass import BeginWithCheckpoint
 from store.grants import GrantStore, session_ended
 from store.pipelined import Command, evalsha, pipelined
 from store.replay import replay_own, replay_safe
 from store.requests import as_parked, record_fields, record_from_packed
+from store.retirement import retire_audited
 from store.session_keys import (
     ACTIVE,
     DEFAULT_RETENTION_SECONDS,
@@ -512,16 +514,21 @@ class RedisTurns(TurnInbox):
         claimed = [(raw[i].decode(), int(raw[i + 1])) for i in range(0, len(raw), 2)]
         if not claimed:
             return 0
-        verdicts = await pipelined(self.redis, [evalsha(self._retire, self.own_keys(sid), [now])
+        verdicts = await pipelined(self.redis, [evalsha(self._retire, self.own_keys(sid), [now, "?"])
                                                 for sid, _ in claimed], [self._retire])
+        verdicts = await retire_audited(self.redis, self._retire, self.own_keys, now, claimed, verdicts)
         after: list[Command] = []
         for (sid, claim), (verdict, ends) in zip(claimed, verdicts, strict=True):
             if verdict == 2:
                 after.append(("zadd", (RETIRE, {sid: int(ends)})))
             elif verdict == 3:
                 after.append(("zadd", (RETIRE, {sid: now + self.retention_ms})))
+            elif verdict == 5:  # its audit lags: a pass offers what it lacks (from the floor), then it is retired
+                after += [("zadd", (OUTBOX, {sid: now})), ("zadd", (RETIRE, {sid: now + self.lease_ms}))]
             else:
                 after.append(evalsha(self._forget_if_unchanged, [RETIRE], [sid, claim]))
+                if verdict == 1 and (thread := AssistantThreads.key_of_session(sid)) is not None:
+                    after.append(("delete", (thread,)))  # what the bot remembers of its thread ends with it
         await pipelined(self.redis, after, [self._forget_if_unchanged])
         return sum(1 for verdict, _ in verdicts if verdict == 1)
 

@@ -321,6 +321,37 @@ async def test_11_an_unexpected_error_fails_the_turn_visibly_after_bounded_retri
     assert channel_b.types()[-2:] == ["turn.completed", "session.waiting"]
 
 
+async def test_a_turn_that_fails_before_its_first_checkpoint_is_failed_visibly_and_the_thread_goes_on(redis):
+    """A tool's approval key that raises in the turn's first model step fails the turn before anything of it
+    is saved (its start goes with its first checkpoint). After the failure budget the person is told, the
+    message that started it leaves the queue, and the next message in the thread starts a new turn."""
+    def broken_key(args: dict) -> str:
+        return f"deploy:{args['service']}"  # the model left "service" out: KeyError
+
+    def step(messages: list, tools: list) -> Any:  # "deploy" asks for the call each time; anything else is answered
+        return call("deploy") if user_texts(messages)[-1] == "deploy" else model_say("hello again")
+
+    broken, runs = recording_tool("deploy", approval=once(), approval_key=broken_key)
+    model = ScriptedModel([step, step])
+    runtime, channel, store = make_runtime(redis, model, [broken],
+                                           settings=RuntimeSettings(system_prompt="", max_drive_failures=3))
+    sid = session().session_id
+    await say(runtime, "deploy")
+    for _ in range(3):  # each retry fails the same way (the sweep finds the session due again)
+        await redis.zadd("hitl:active", {sid: 0})
+        await runtime.recover()
+        await runtime.wait_idle()
+
+    assert runs == []
+    assert channel.types()[-3:] == ["turn.started", "turn.failed", "session.waiting"], channel.types()
+    [failed] = channel.of("turn.failed")
+    assert failed.turn_id == channel.of("turn.started")[0].turn_id
+    assert (await store.snapshot(sid)).inbox == []  # the message that started it is no longer queued
+    assert (await say(runtime, "hi")).state == "queued"  # the thread takes new messages again…
+    assert channel.types()[-3:] == ["message.completed", "turn.completed", "session.waiting"]
+    assert [e.text for e in channel.of("message.completed")] == ["hello again"]  # …and answers them
+
+
 async def test_15_once_with_an_approval_key_remembers_by_key_and_always_grants_nothing(redis):
     keyed, keyed_runs = recording_tool("charge", approval=once(), approval_key=lambda a: f"charge:{a['customer']}")
     script = [call("charge", customer="acme"), call("charge", customer="acme"), call("charge", customer="globex"),

@@ -301,6 +301,27 @@ async def test_after_escalation_four_eyes_and_the_list_quorum_still_hold(redis, 
     assert (await approve(runtime, req.request_id, who=DAVE)).state == "settled" and len(runs) == 1
 
 
+async def test_after_escalation_a_custom_rule_that_does_not_describe_itself_keeps_what_it_required(redis, lists):
+    """A custom rule that says neither who answers nor how many (no ``responders``) needs two of finance here.
+    Escalation cannot know its quorum: the people it was escalated to may cancel, never approve, so one
+    approval never settles what needed two; the rule's own people still settle it as it requires."""
+    def two_of_finance(ctx: ResponseContext):
+        if ctx.response.principal.principal_id in {BOB.principal_id, CAROL.principal_id}:
+            return allowed(required=2)
+        return rejected("Only finance can approve this.")
+
+    runtime, runs, store, req = await _escalated(redis, two_of_finance)
+    refused = await approve(runtime, req.request_id, who=DAVE)  # a manager it was escalated to
+    assert refused.state == "rejected" and "cancel" in refused.reason
+    assert runs == [] and await request_status(store, req.request_id) == "open"
+    assert (await approve(runtime, req.request_id, who=BOB)).state == "partial"
+    assert (await approve(runtime, req.request_id, who=CAROL)).state == "settled" and len(runs) == 1
+
+    runtime, runs, store, req = await _escalated(redis, two_of_finance, "s2")
+    cancelled = await cancel(runtime, req.request_id, who=DAVE)  # stepping in to stop it still works
+    assert cancelled.state == "settled" and runs == []
+
+
 async def test_a_list_change_describes_open_requests_again_once_and_the_newest_version_wins(redis, lists):
     rotate, runs = recording_tool("rotate", approval=Approval(request=always(), response=approvers("tool:rotate")))
     runtime, channel, store = make_runtime(redis, ScriptedModel([call("rotate"), model_say("ok")]), [rotate],

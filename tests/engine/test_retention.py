@@ -12,8 +12,10 @@ from bot.approval import always
 from bot.builtin import BUILTIN_TOOLS
 from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
+from bot.session import SessionRef, slack_session_id
 from bot.tool_registry import ToolRegistry
 from bot.turns import Runtime, RuntimeSettings
+from store.assistant_threads import AssistantThreads
 from store.audit import AuditLog
 from store.audit_events import PassAudit
 from store.outbox import RedisOutbox
@@ -214,3 +216,54 @@ async def test_26_an_approve_cycle_renews_no_end_and_asks_no_retention_question(
     assert renewed == [], renewed
     asked = [c for c in seen.commands if c[0].upper() == "EXISTS"]
     assert all(c[1].strip('"').endswith(":state") for c in asked) and len(asked) <= 1, asked
+
+
+async def test_the_cancel_key_and_the_failure_count_outlive_the_retention_while_a_request_is_open(redis):
+    """A session's requested stop and its count of failed drives are its own keys: no end of their own, kept
+    while a request is open (the sweep leaves the session alone), gone with the session once it has ended."""
+    deploy, runs = recording_tool("deploy", approval=always())
+    runtime, channel, store = _runtime(redis, ScriptedModel([call("deploy"), model_say("deployed")]), [deploy])
+    sid = session().session_id
+    await say(runtime, "deploy")
+    [req] = channel.requests()
+    await store.request_cancel(sid, "an-earlier-turn")  # a stop that names no turn under way changes nothing
+    assert await store.drive_failures(sid, failed=True) == 1
+    await asyncio.sleep(RETENTION_S * 2)  # the retention passes while the card waits
+    await runtime.recover()
+    await runtime.wait_idle()
+
+    assert await store.cancel_requested(sid) == "an-earlier-turn"
+    assert await store.drive_failures(sid, failed=True) == 2, "the failure count started over"
+    await approve(runtime, req.request_id)
+    assert len(runs) == 1
+    await asyncio.sleep(RETENTION_S * 2)
+    assert await store.retire_due() == 1
+    assert await store.cancel_requested(sid) is None and await _own_keys(store, sid) == set()
+
+
+async def test_an_assistant_thread_s_memory_ends_with_its_session_and_not_before(redis):
+    """What the bot remembers of an assistant thread is its session's once a message is recorded there: it
+    outlives the retention while a request is open and is deleted when the sweep retires the session. A thread
+    no message made a session of yet ends a retention after it was last written."""
+    threads = AssistantThreads(redis, retention_s=RETENTION_S)  # type: ignore[arg-type]
+    deploy, runs = recording_tool("deploy", approval=always())
+    runtime, channel, store = _runtime(redis, ScriptedModel([call("deploy"), model_say("deployed")]), [deploy])
+    sid = slack_session_id("T1", "D1", "1.0")
+    ref = SessionRef(session_id=sid, team_id="T1", channel={"channel_id": "D1", "thread_ts": "1.0"})
+    await threads.remember_context("D1", "1.0", {"channel_id": "C1"})
+    await threads.remember_context("D9", "9.0", {"channel_id": "C1"})  # opened, never written in
+    await say(runtime, "deploy", ref=ref)
+    assert await threads.claim_title("D1", "1.0", sid) is True  # (the handler's call after the message's record)
+    [req] = channel.requests()
+    await asyncio.sleep(RETENTION_S * 2)  # the retention passes while the card waits
+    await runtime.recover()
+    await runtime.wait_idle()
+
+    assert await threads.context("D1", "1.0") == {"channel_id": "C1"}
+    assert await threads.claim_title("D1", "1.0", sid) is False, "the thread would be named again"
+    assert await threads.context("D9", "9.0") is None  # no session owned it: it ended
+    await approve(runtime, req.request_id)
+    assert len(runs) == 1
+    await asyncio.sleep(RETENTION_S * 2)
+    assert await store.retire_due() == 1
+    assert await redis.exists(threads.key("D1", "1.0")) == 0, "the thread's memory outlived its session"
