@@ -47,7 +47,11 @@ class ClientLimits:
     at once (and gives up after 3 s); a client that trickles bytes, by accident or on purpose, would
     otherwise hold its connection (and the memory of a half-read request) for as long as it likes."""
 
-    head_s: float = 10.0  # request line and headers, from the connection's opening or the last answer on it
+    # request line and headers, from the connection's opening or the last answer on it: aiohttp's keep-alive
+    # timer, so also how long an idle connection stays open; longer than the idle timeout of the proxies
+    # in front of the bot (60 s for AWS's load balancers and nginx's upstreams), which would otherwise
+    # send a request on a connection the bot is closing
+    head_s: float = 75.0
     body_s: float = 10.0  # the body, once the head is in
     linger_s: float = 1.0  # after an early answer (408, 413), unread body is drained this long, then the close
     max_body: int = 4 * 1024 * 1024
