@@ -53,6 +53,7 @@ from handlers.delivery.workspace import SlackWorkspace
 from handlers.deps import SlackDeps
 from handlers.identity import installation_team
 from handlers.metering import MeteredApp, SlackApiMeter
+from handlers.routes.http import ClientLimits
 from store.assistant_threads import AssistantThreads
 from store.audit import AuditLog
 from store.audit_events import PassAudit
@@ -252,12 +253,15 @@ async def start_bot(
     port: int | None = None,
     channel_wrap: Callable[[Channel], Channel] | None = None,
     recovery_interval: float = RECOVERY_INTERVAL_SECONDS,
+    limits: ClientLimits | None = None,
 ) -> BotApp:
-    """Build everything and serve HTTP; returns once the bot answers on its port."""
+    """Build everything and serve HTTP; returns once the bot answers on its port. ``limits``: how slowly a
+    client may send (tests shorten the bounds)."""
     settings.check_slack()
     stack = AsyncExitStack()
     try:
-        return await _start(settings, stack, model, tools, host, port, channel_wrap, recovery_interval)
+        return await _start(settings, stack, model, tools, host, port, channel_wrap, recovery_interval,
+                            limits or ClientLimits())
     except BaseException:
         await stack.aclose()
         raise
@@ -272,6 +276,7 @@ async def _start(
     port: int | None,
     channel_wrap: Callable[[Channel], Channel] | None,
     recovery_interval: float,
+    limits: ClientLimits,
 ) -> BotApp:
     registry = build_tools(settings, tools)
     if settings.mcp_config:  # MCP servers' tools join the registry as the servers answer (bot.mcp)
@@ -422,10 +427,12 @@ async def _start(
 
     app_metrics = AppMetrics(StoreGauges(GaugeReader(redis.client)))
     web_app = handlers.routes.http.web_app(slack if takes_requests else None, signing_secret=secret,
-                                    ready=lambda: ping(redis.client), metrics=app_metrics.exposition)
+                                    ready=lambda: ping(redis.client), metrics=app_metrics.exposition,
+                                    limits=limits)
     if takes_requests:
         handlers.routes.results.add_routes(web_app, deps, deps.result_key)
-    runner = web.AppRunner(web_app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
+    runner = web.AppRunner(web_app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_SECONDS,
+                           **limits.server_args())
     await runner.setup()
     stack.push_async_callback(runner.cleanup)
     if host is None:

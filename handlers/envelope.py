@@ -2,8 +2,10 @@
 
 Bolt and our listeners read fields such as ``body["user"]["id"]`` or ``actions[0]["action_id"]``
 directly; a signed body of the wrong shape would crash them into a 500, which Slack retries. These
-models describe only what we rely on (extra fields are allowed, as Slack adds fields over time), so
-a request that passes can be handled and one that does not is answered 400 with no side effect.
+models describe only what we rely on (extra fields are allowed, as Slack adds fields over time), but
+all of it: every field a listener reads, nested ones included (a chosen option's ``value``, the people
+picked in a select), has the kind Slack sends. So a request that passes can be handled and one that
+does not is answered 400 with no side effect.
 Request types we do not name here (``url_verification``, ``app_rate_limited``, ``ssl_check``…) pass
 through: ``handlers.fallback`` acknowledges what no listener handles.
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import ConfigDict, Field, StrictInt, StringConstraints, ValidationError
 
 from bot.deferred import DeferredModel
 
@@ -34,13 +36,35 @@ class Actor(_Shape):
 
 class Team(_Shape):
     id: SlackId | None = None
+    enterprise_id: SlackId | None = None
 
 
-class Action(_Shape):
+class Org(_Shape):
+    id: SlackId | None = None
+
+
+class Option(_Shape):
+    """A chosen option as Slack echoes it: its ``value`` is always a string."""
+
+    value: str
+
+
+class Choice(_Shape):
+    """What an interactive element holds, in a click's action or a view's state: the fields our listeners
+    and forms read, of the kinds Slack sends (null for an input left empty)."""
+
+    type: str | None = None
+    value: str | None = None
+    selected_option: Option | None = None
+    selected_options: list[Option] | None = None
+    selected_users: list[SlackId] | None = None
+    selected_date: str | None = None
+    selected_date_time: StrictInt | None = None
+
+
+class Action(Choice):
     action_id: str
     block_id: str | None = None
-    value: str | None = None
-    selected_option: dict[str, Any] | None = None
 
 
 class Authorization(_Shape):
@@ -55,14 +79,18 @@ class Interaction(_Shape):
     user: Actor
     team: Team | None = None
     team_id: SlackId | None = None
+    enterprise: Org | None = None
+    enterprise_id: SlackId | None = None
     app_installed_team_id: SlackId | None = None
     authorizations: list[Authorization] | None = None
     trigger_id: str | None = None
 
 
 class Container(_Shape):
+    type: str | None = None
     channel_id: SlackId | None = None
     message_ts: SlackTs | None = None
+    thread_ts: SlackTs | None = None
 
 
 class Channel(_Shape):
@@ -74,16 +102,8 @@ class CardMessage(_Shape):
     thread_ts: SlackTs | None = None
 
 
-class BlockActions(Interaction):
-    actions: list[Action] = Field(min_length=1)
-    container: Container | None = None
-    channel: Channel | None = None
-    message: CardMessage | None = None
-    view: dict[str, Any] | None = None
-
-
 class ViewState(_Shape):
-    values: dict[str, dict[str, dict[str, Any]]] = {}  # block id → action id → the input's value
+    values: dict[str, dict[str, Choice]] = {}  # block id → action id → the input's value
 
 
 class View(_Shape):
@@ -93,6 +113,15 @@ class View(_Shape):
     callback_id: str | None = None
     private_metadata: str | None = None
     state: ViewState | None = None
+    blocks: list[dict[str, Any]] | None = None
+
+
+class BlockActions(Interaction):
+    actions: list[Action] = Field(min_length=1)
+    container: Container | None = None
+    channel: Channel | None = None
+    message: CardMessage | None = None
+    view: View | None = None  # a click in App Home or a modal
 
 
 class ViewPayload(Interaction):
@@ -125,6 +154,7 @@ MESSAGE_EVENTS = {"message", "app_mention"}
 
 class EventCallback(_Shape):
     team_id: SlackId | None = None
+    enterprise_id: SlackId | None = None
     event: Event
     authorizations: list[Authorization] | None = None
 
@@ -134,17 +164,26 @@ class SlashCommand(_Shape):
     user_id: SlackId
     team_id: SlackId
     user_team_id: SlackId | None = None
+    enterprise_id: SlackId | None = None
     channel_id: SlackId | None = None
     trigger_id: str | None = None
     response_url: str | None = None
     text: str = ""
 
 
+class AssistantContext(_Shape):
+    """Where the person is looking: kept per thread, its channel told to the agent."""
+
+    channel_id: SlackId | None = None
+    team_id: SlackId | None = None
+    enterprise_id: SlackId | None = None
+
+
 class AssistantThread(_Shape):
     channel_id: SlackId
     thread_ts: SlackTs
     user_id: SlackId | None = None
-    context: dict[str, Any] | None = None
+    context: AssistantContext | None = None
 
 
 class AssistantThreadEvent(Event):
@@ -165,10 +204,33 @@ class HomeOpened(Event):
     tab: str | None = None
 
 
+class SessionStopped(Event):
+    """``agent_session_stopped``: the stop button's clicker and the session's thread."""
+
+    user: SlackId | None = None
+    user_team: SlackId | None = None
+    team: SlackId | None = None
+    channel: SlackId | None = None
+    thread_ts: SlackTs | None = None
+
+
+class Tokens(_Shape):
+    oauth: list[SlackId] | None = None
+    bot: list[SlackId] | None = None
+
+
+class TokensRevoked(Event):
+    """``tokens_revoked``: whose tokens to forget."""
+
+    tokens: Tokens | None = None
+
+
 # events whose fields our listeners (or Bolt's middleware) read, by event type
 EVENT_SHAPES: dict[str, type[Event]] = {
     **dict.fromkeys(ASSISTANT_EVENTS, AssistantThreadEvent),
     "app_home_opened": HomeOpened,
+    "agent_session_stopped": SessionStopped,
+    "tokens_revoked": TokensRevoked,
 }
 
 

@@ -269,3 +269,49 @@ async def test_every_form_input_renders_and_submits_in_slacks_state_shapes(brows
                 room="suite", extras=["parking"], arrive=date(2026, 12, 24),
                 pickup=datetime(2026, 12, 24, 18, 45, tzinfo=UTC))
             assert slack.open_views(ALICE) == []
+
+
+async def open_thread(page, slack: LocalSlack, root_text: str) -> None:  # noqa: ANN001
+    await page.goto(f"{slack.ui_url}#{GENERAL}")
+    await page.locator("#messages .msg", has_text=root_text).locator(".thread-summary").click()
+
+
+async def test_a_message_on_screen_stays_put_while_others_arrive(browser_page) -> None:  # noqa: ANN001
+    """The page draws a message again only when it changed: one on screen keeps its node while messages arrive
+    elsewhere in the channel and in its thread, so an element held on it (Playwright's
+    ``scroll_into_view_if_needed`` holds one while it waits for the element to be stable) stays attached."""
+    page = browser_page
+    async with LocalSlack(bot_url=None, signing_secret=SECRET) as slack:
+        ts, _ = await slack.post_message(ALICE, GENERAL, "the thread's question")
+        await slack.post_message(BOB, GENERAL, "the reply on screen", thread_ts=ts)
+        await open_thread(page, slack, "the thread's question")
+        reply = page.locator("#thread-messages .msg", has_text="the reply on screen")
+        held = await reply.element_handle()
+        await slack.post_message(BOB, GENERAL, "meanwhile, in the channel")
+        await slack.post_message(ALICE, GENERAL, "a later reply", thread_ts=ts)
+        await playwright_api.expect(page.locator("#thread-messages .msg", has_text="a later reply")).to_be_visible()
+        await playwright_api.expect(page.locator("#messages .msg", has_text="meanwhile")).to_be_visible()
+        assert await held.evaluate("node => node.isConnected"), "the reply was drawn again though it did not change"
+        await reply.scroll_into_view_if_needed(timeout=5_000)
+
+
+async def test_a_click_pressed_while_a_message_arrives_still_counts(browser_page) -> None:  # noqa: ANN001
+    """A person presses on a reaction as another message arrives and releases after it is drawn: the click
+    counts (it was lost when the whole thread was drawn again under the pointer)."""
+    page = browser_page
+    async with LocalSlack(bot_url=None, signing_secret=SECRET) as slack:
+        ts, _ = await slack.post_message(ALICE, GENERAL, "the thread's question")
+        reply_ts, _ = await slack.post_message(BOB, GENERAL, "react to me", thread_ts=ts)
+        reply = slack.message(GENERAL, reply_ts)
+        slack.ws.add_reaction(reply, "eyes", BOB)
+        await open_thread(page, slack, "the thread's question")
+        pill = page.locator("#thread-messages .msg", has_text="react to me").locator(".reaction")
+        box = await pill.bounding_box()
+        assert box is not None
+        await page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        await page.mouse.down()
+        await slack.post_message(BOB, GENERAL, "meanwhile, in the channel")
+        await playwright_api.expect(page.locator("#messages .msg", has_text="meanwhile")).to_be_visible()
+        await page.mouse.up()
+        await playwright_api.expect(pill).to_contain_text("2")
+        assert sorted(next(r for r in reply.reactions if r.name == "eyes").users) == sorted([ALICE, BOB])

@@ -10,14 +10,21 @@ for input: Slack retries those):
    result: :func:`interaction_json`); a signed body that does not parse, or whose shape our
    listeners cannot read (``handlers.envelope``), gets 400 and is logged without its content;
 3. Bolt dispatches it.
+
+A client cannot hold a connection by sending slowly (``ClientLimits``): every route's body must arrive
+within a bound once its head is in (else 408 and the connection closes), and be at most 4 MB (else 413);
+``bot.app`` serves with the head's bound too.
 """
 
 from __future__ import annotations
 
+import asyncio
 import binascii
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
@@ -32,6 +39,28 @@ log = logging.getLogger(__name__)
 
 EVENTS_PATH = "/slack/events"
 METRICS_PATH = "/metrics"  # Prometheus text format (bot.metrics)
+
+
+@dataclass(frozen=True)
+class ClientLimits:
+    """How long a client may take to send its request, and how big the body may be. Slack sends each request
+    at once (and gives up after 3 s); a client that trickles bytes, by accident or on purpose, would
+    otherwise hold its connection (and the memory of a half-read request) for as long as it likes."""
+
+    # request line and headers, from the connection's opening or the last answer on it: aiohttp's keep-alive
+    # timer, so also how long an idle connection stays open; longer than the idle timeout of the proxies
+    # in front of the bot (60 s for AWS's load balancers and nginx's upstreams), which would otherwise
+    # send a request on a connection the bot is closing
+    head_s: float = 75.0
+    body_s: float = 10.0  # the body, once the head is in
+    linger_s: float = 1.0  # after an early answer (408, 413), unread body is drained this long, then the close
+    max_body: int = 4 * 1024 * 1024
+
+    def server_args(self) -> dict[str, Any]:
+        """For ``web.AppRunner``: aiohttp's keep-alive timer runs from a connection's opening and from each
+        answer, and closes the connection if no complete request head has arrived by then (an idle keep-alive
+        connection is the same case: no head yet), so it is the head's bound."""
+        return {"keepalive_timeout": self.head_s, "lingering_time": self.linger_s}
 
 
 # a '%' that does not start an escape of two hex digits (URL-encoding's only other special is '+')
@@ -73,10 +102,10 @@ def web_app(
     *,
     signing_secret: str | None,
     ready: Callable[[], Awaitable[bool]],
-    client_max_size: int = 4 * 1024 * 1024,
+    limits: ClientLimits = ClientLimits(),
     metrics: Callable[[], Awaitable[bytes]] | None = None,
 ) -> web.Application:
-    app = web.Application(client_max_size=client_max_size)
+    app = web.Application(client_max_size=limits.max_body, middlewares=[_body_within(limits.body_s)])
     verifier = SignatureVerifier(signing_secret) if signing_secret else None
 
     async def events(request: web.Request) -> web.Response:
@@ -127,6 +156,28 @@ def web_app(
         app.router.add_get(flow.install_path, install)
         app.router.add_get(flow.redirect_uri_path, callback)
     return app
+
+
+def _body_within(seconds: float) -> Any:
+    """Read every request's body within ``seconds`` before its handler runs (``request.read()`` keeps it, so
+    the handler's own read returns it at once): a body still coming after that is answered 408, and the
+    connection closes."""
+
+    @web.middleware
+    async def body_within(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+                          ) -> web.StreamResponse:
+        if request.can_read_body:
+            try:
+                async with asyncio.timeout(seconds):
+                    await request.read()
+            except TimeoutError:
+                log.warning("closed a connection whose request body took over %s s (%s)", seconds, request.path)
+                response = web.json_response({"error": "request body too slow"}, status=408)
+                response.force_close()
+                return response
+        return await handler(request)
+
+    return body_within
 
 
 def _malformed(why: str) -> web.Response:

@@ -13,6 +13,7 @@
     drafts: new Map(),
     modalKey: null,
     homeKey: null,
+    sidebarKey: null,
     homeOpened: null,
     refreshing: false,
     again: false,
@@ -200,6 +201,10 @@
 
   function renderSidebar() {
     const data = ui.data;
+    // drawn again only when it changed: a redraw would detach the item under a person's pointer
+    const key = JSON.stringify([data.team, data.channels, data.bot, person(data.bot.id), ui.current, ui.tab, ui.me]);
+    if (key === ui.sidebarKey) return;
+    ui.sidebarKey = key;
     $("team-name").textContent = data.team.name;
     $("team-icon").src = data.team.icon;
     const channels = $("nav-channels");
@@ -266,15 +271,13 @@
     const ephemerals = data.ephemerals.filter((e) => e.channel === channel.id && !e.thread_ts);
     const items = [...messages, ...ephemerals.map((e) => ({ ...e, ephemeral: true }))].sort((a, b) => parseFloat(a.ts) - parseFloat(b.ts));
     const scrollTop = list.scrollTop;
-    list.innerHTML = "";
-    if (!items.length) {
-      list.appendChild(emptyChannel(channel));
-    }
+    const entries = items.length ? [] : [{ key: ["empty", channel], make: () => emptyChannel(channel) }];
     let previous = null;
     for (const item of items) {
-      list.appendChild(messageNode(item, { inThread: false, compact: compactAfter(previous, item) }));
+      entries.push(messageEntry(item, { inThread: false, compact: compactAfter(previous, item) }));
       previous = item;
     }
+    drawList(list, entries);
     list.scrollTop = nearBottom || list.dataset.channel !== channel.id ? list.scrollHeight : scrollTop;
     list.dataset.channel = channel.id;
   }
@@ -312,6 +315,44 @@
     if (!previous || previous.ephemeral || item.ephemeral) return false;
     if (previous.user !== item.user || previous.reply_count || previous.subtype === "tombstone") return false;
     return parseFloat(item.ts) - parseFloat(previous.ts) < 300;
+  }
+
+  // A list (a channel's messages, a thread) is drawn again entry by entry: a node whose entry did not change
+  // stays in place, untouched. Redrawn whole on every change in the workspace (a message anywhere, a status),
+  // it detached the node under a person's pointer (a click pressed on one node and released on its
+  // replacement is lost) and every element a browser test held.
+  const nodeKeys = new WeakMap();
+
+  function drawList(list, entries) {
+    const keyed = entries.map((entry) => ({ ...entry, key: JSON.stringify(entry.key) }));
+    const wanted = new Set(keyed.map((entry) => entry.key));
+    const kept = new Map();
+    for (const child of [...list.children]) {
+      const key = nodeKeys.get(child);
+      if (key !== undefined && wanted.has(key) && !kept.has(key)) kept.set(key, child);
+      else child.remove();
+    }
+    let cursor = list.firstChild;
+    for (const { key, make } of keyed) {
+      let node = kept.get(key);
+      kept.delete(key);  // (an entry drawn twice gets a node of its own)
+      if (node && node === cursor) {
+        cursor = cursor.nextSibling;
+        continue;
+      }
+      if (!node) {
+        node = make();
+        nodeKeys.set(node, key);
+      }
+      list.insertBefore(node, cursor);
+    }
+  }
+
+  // what a message's node shows depends on the message, where it is drawn, and who is looking at which people
+  // and channels (names, avatars, mentions)
+  function messageEntry(m, options) {
+    const data = ui.data;
+    return { key: ["msg", m, options, ui.me, data.users, data.channels], make: () => messageNode(m, options) };
   }
 
   function messageNode(m, options) {
@@ -436,17 +477,18 @@
     const ephemerals = ui.data.ephemerals.filter((e) => e.channel === channel && e.thread_ts === ts).map((e) => ({ ...e, ephemeral: true }));
     const items = [...replies, ...ephemerals].sort((a, b) => parseFloat(a.ts) - parseFloat(b.ts));
     const keep = list.scrollTop;
-    list.innerHTML = "";
-    list.appendChild(messageNode(root, { inThread: true }));
-    const divider = document.createElement("div");
-    divider.className = "reply-divider";
-    divider.innerHTML = `<span>${root.reply_count || 0} ${root.reply_count === 1 ? "reply" : "replies"}</span>`;
-    list.appendChild(divider);
+    const entries = [messageEntry(root, { inThread: true }), { key: ["divider", root.reply_count], make: () => {
+      const divider = document.createElement("div");
+      divider.className = "reply-divider";
+      divider.innerHTML = `<span>${root.reply_count || 0} ${root.reply_count === 1 ? "reply" : "replies"}</span>`;
+      return divider;
+    } }];
     let previous = null;
     for (const item of items) {
-      list.appendChild(messageNode(item, { inThread: true, compact: compactAfter(previous, item) }));
+      entries.push(messageEntry(item, { inThread: true, compact: compactAfter(previous, item) }));
       previous = item;
     }
+    drawList(list, entries);
     list.scrollTop = nearBottom || list.dataset.thread !== ts ? list.scrollHeight : keep;
     list.dataset.thread = ts;
     renderAssistant(channel, ts, replies);

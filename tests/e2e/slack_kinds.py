@@ -15,6 +15,19 @@ import time
 from typing import Any
 from urllib.parse import urlencode
 
+from blocks.actions import (
+    APPROVERS_ACTION_PREFIX,
+    APPROVERS_BLOCK_PREFIX,
+    APPROVERS_CALLBACK_ID,
+    APPROVERS_USERS_ACTION_ID,
+    REASON_ACTION_ID,
+    REASON_BLOCK_ID,
+    REASON_CALLBACK_ID,
+    REMOVE_SCHEDULE_ACTION_ID,
+    REVOKE_GRANT_ACTION_ID,
+    modal_metadata,
+)
+from blocks.answers import FEEDBACK_ACTION, POSITIVE
 from localslack.seed import ALICE, BOT_USER_ID, FINANCE, TEAM_ID
 
 FORM = "application/x-www-form-urlencoded"
@@ -212,6 +225,62 @@ def kinds() -> dict[str, tuple[dict[str, Any], str]]:
         "action_ts": "1767225700.000100", "team": TEAM, "user": USER, "callback_id": "kinds_step",
         "trigger_id": "1767225700.1.abc",
         "workflow_step": {"workflow_id": "12345", "step_id": "abc", "inputs": {}, "outputs": []}}, FORM)
+    found.update(ours())
+    return found
+
+
+def _home_click(action: dict[str, Any]) -> dict[str, Any]:
+    """A click in the person's App Home (Slack sends the whole home view with it)."""
+    home = {**_view(), "type": "home", "callback_id": "", "id": "V0HOME"}
+    return {"type": "block_actions", "user": USER, "api_app_id": APP_ID, "token": "deprecated-verification-token",
+            "container": {"type": "view", "view_id": "V0HOME"}, "trigger_id": "1767225660.123456.abcdef",
+            "team": TEAM, "enterprise": None, "is_enterprise_install": False, "view": home,
+            "actions": [{"block_id": "home-block", "action_ts": "1767225660.000100", **action}]}
+
+
+def ours() -> dict[str, tuple[dict[str, Any], str]]:
+    """One request for each of our own listeners, aimed at it (our action ids, callback ids, commands and
+    the events we act on), so junk in them reaches the code that reads them instead of the fallback."""
+    found: dict[str, tuple[dict[str, Any], str]] = {}
+    found["ours: App Home approvers pick"] = (_home_click({
+        "type": "multi_users_select", "action_id": f"{APPROVERS_ACTION_PREFIX}refund_charge",
+        "selected_users": [ALICE, "U0BOB"]}), FORM)
+    found["ours: App Home revoke"] = (_home_click({
+        "type": "button", "action_id": REVOKE_GRANT_ACTION_ID, "text": _text("Revoke"), "value": "g-0001"}), FORM)
+    found["ours: App Home remove schedule"] = (_home_click({
+        "type": "button", "action_id": REMOVE_SCHEDULE_ACTION_ID, "text": _text("Remove"), "value": "s-0001"}), FORM)
+    feedback = block_actions("feedback_buttons", {"value": POSITIVE})
+    feedback["actions"][0]["action_id"] = FEEDBACK_ACTION
+    found["ours: feedback"] = (feedback, FORM)
+    found["ours: a card's button"] = (
+        {**block_actions("button", {"text": _text("Approve"), "value": "approve"}),
+         "actions": [{"type": "button", "action_id": "hitl:0123456789abcdef.feedface:btn:0", "block_id": "b",
+                      "value": "approve", "action_ts": "1767225660.000100"}]}, FORM)
+    found["ours: approvers editor saved"] = ({
+        "type": "view_submission", "team": TEAM, "user": USER, "api_app_id": APP_ID,
+        "token": "deprecated-verification-token", "trigger_id": "1767225700.1.abc",
+        "view": {**_view({f"{APPROVERS_BLOCK_PREFIX}refund_charge": {APPROVERS_USERS_ACTION_ID: {
+            "type": "multi_users_select", "selected_users": [ALICE]}}}), "callback_id": APPROVERS_CALLBACK_ID},
+        "response_urls": [], "is_enterprise_install": False, "enterprise": None}, FORM)
+    found["ours: reason submitted"] = ({
+        "type": "view_submission", "team": TEAM, "user": USER, "api_app_id": APP_ID,
+        "token": "deprecated-verification-token", "trigger_id": "1767225700.1.abc",
+        "view": {**_view({REASON_BLOCK_ID: {REASON_ACTION_ID: {"type": "plain_text_input", "value": SECRET_WORDS}}}),
+                 "callback_id": REASON_CALLBACK_ID,
+                 "private_metadata": modal_metadata("0123456789abcdef.feedface", FINANCE, TS)},
+        "response_urls": [], "is_enterprise_install": False, "enterprise": None}, FORM)
+    found["ours: event agent_session_stopped"] = (event({
+        "type": "agent_session_stopped", "channel": "D0ALICEDM", "thread_ts": THREAD_TS, "user": ALICE,
+        "streaming_message_ts": [], "event_ts": TS}), JSON)
+    found["ours: event tokens_revoked"] = ({
+        "token": "deprecated-verification-token", "team_id": TEAM_ID, "api_app_id": APP_ID, "type": "event_callback",
+        "event_id": "Ev0REVOKED", "event_time": int(time.time()),
+        "event": {"type": "tokens_revoked", "tokens": {"oauth": ["U0NOBODY"], "bot": []}, "event_ts": TS}}, JSON)
+    found["ours: slash command /agent"] = ({
+        "token": "deprecated-verification-token", "team_id": TEAM_ID, "team_domain": "acme-local",
+        "channel_id": FINANCE, "channel_name": "finance", "user_id": ALICE, "user_name": "alice",
+        "command": "/agent", "text": "list", "api_app_id": APP_ID, "is_enterprise_install": "false",
+        "response_url": RESPONSE_URL, "trigger_id": "1767225700.1.abc"}, FORM)
     return found
 
 

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import random
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,9 +26,9 @@ import pytest
 from slack_sdk.errors import SlackApiError
 
 from localslack.seed import ALICE, GENERAL, OTHER_TEAM_ID
-from tests.e2e.slack_kinds import JSON, SECRET_WORDS, encode, kinds
+from tests.e2e.slack_kinds import JSON, SECRET_WORDS, encode, kinds, ours
 from tests.e2e.test_approval_flow import RUNS, button, mention_and_wait_for_card, refund_charge
-from tests.e2e.test_fuzz import RoutingModel, paths, set_path
+from tests.e2e.test_fuzz import WRONG_KINDS, RoutingModel, paths, set_path
 from tests.e2e.test_malformed import signed
 
 SOAK = os.environ.get("SOAK") == "1"
@@ -151,11 +152,42 @@ async def test_junk_in_each_field_never_5xx_and_the_app_still_works(bot, local_s
     assert [run["charge"] for run in RUNS] == ["ch_own"]
 
 
+@pytest.mark.soak
+async def test_a_wrong_kind_in_any_field_of_what_our_listeners_handle_is_never_5xx(bot, caplog, capsys):
+    """Each request aimed at one of our listeners (``slack_kinds.ours``), each of its fields (nested ones
+    included) given a list, an object, a number and null in turn: never a 5xx, no listener fails."""
+    cases = [(name, path, junk) for name, (payload, _) in ours().items() for path in paths(payload)
+             if "blocks" not in path for junk in WRONG_KINDS]
+    caplog.set_level(logging.INFO)
+    failures: list[str] = []
+    statuses: Counter[int] = Counter()
+    gate = asyncio.Semaphore(8)
+
+    async def one(http: httpx.AsyncClient, name: str, path: tuple, junk: Any) -> None:
+        async with gate:
+            response = await post(http, mutated(name, "wrong type", path, junk), KINDS[name][1])
+        statuses[response.status_code] += 1
+        if response.status_code >= 500:
+            failures.append(f"{name}: {'.'.join(map(str, path))} = {junk!r} → {response.status_code}")
+
+    async with httpx.AsyncClient(base_url=bot.url, timeout=30) as http:
+        await asyncio.gather(*(one(http, *case) for case in cases))
+        assert (await http.get("/healthz")).status_code == 200
+    await asyncio.wait_for(bot.runtime.wait_idle(), timeout=30)
+    with capsys.disabled():
+        print(f"\n== wrong kinds in every field our listeners read: {len(cases)} requests, {dict(sorted(statuses.items()))}")
+    assert not failures, (len(failures), failures[:20])
+    errors = [f"{r.name}: {r.getMessage()[:300]}" for r in caplog.records
+              if r.levelno >= logging.ERROR and r.name.split(".")[0] in OUR_LOGGERS and not slack_said_no(r)]
+    assert not errors, errors[:10]
+
+
 def test_the_catalog_covers_what_slack_documents():
     types = {payload.get("type") or ("command" if "command" in payload else None) for payload, _ in KINDS.values()}
     assert {"event_callback", "block_actions", "view_submission", "view_closed", "block_suggestion", "shortcut",
             "message_action", "command", "interactive_message", "workflow_step_edit", "url_verification",
             "app_rate_limited", "dialog_submission"} <= types
-    elements = {p["actions"][0]["type"] for p, _ in KINDS.values() if p.get("type") == "block_actions"}
+    elements = {p["actions"][0]["type"] for name, (p, _) in KINDS.items()
+                if p.get("type") == "block_actions" and not name.startswith("ours:")}
     assert len(elements) == 22, elements
     assert all(ct == JSON for p, ct in KINDS.values() if p.get("type") == "event_callback")

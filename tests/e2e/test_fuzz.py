@@ -73,6 +73,8 @@ class RoutingModel:
             return call("finance_refund", charge_id="ch_fin", amount=5.0)
         if "own refund" in text:
             return call("refund_charge", charge_id="ch_own", amount=3.0)
+        if "which day" in text:
+            return call("ask_question", question="Which day works?", options=[{"label": "Saturday"}, {"label": "Sunday"}])
         return say("noted")
 
 
@@ -158,6 +160,21 @@ def mutate_body(template: dict[str, Any], rng: random.Random, request_ids: list[
     return payload
 
 
+def wire(payload: dict[str, Any], content_type: str) -> bytes:
+    """The body as Slack posts it: JSON for events, form fields for a command, a form's ``payload`` else."""
+    if content_type == JSON:
+        return json.dumps(payload).encode()
+    if "command" in payload:
+        return urlencode({k: v if isinstance(v, str) else json.dumps(v) for k, v in payload.items()}).encode()
+    return urlencode({"payload": json.dumps(payload)}).encode()
+
+
+def signed_headers(body: bytes, content_type: str) -> dict[str, str]:
+    stamp = str(int(time.time()))
+    return {"Content-Type": content_type, "X-Slack-Request-Timestamp": stamp,
+            "X-Slack-Signature": signature(body, stamp, SIGNING_SECRET)}
+
+
 class Fuzzer:
     def __init__(self, http: httpx.AsyncClient, seed: int, templates: dict[str, tuple[dict[str, Any], str]],
                  request_ids: list[str]):
@@ -172,12 +189,7 @@ class Fuzzer:
     def encode(self, payload: dict[str, Any] | bytes, content_type: str, rng: random.Random) -> bytes:
         if isinstance(payload, bytes):
             return payload
-        if content_type == JSON:
-            body = json.dumps(payload).encode()
-        elif "command" in payload:
-            body = urlencode({k: v if isinstance(v, str) else json.dumps(v) for k, v in payload.items()}).encode()
-        else:
-            body = urlencode({"payload": json.dumps(payload)}).encode()
+        body = wire(payload, content_type)
         roll = rng.random()
         if roll < 0.05:
             return body[: rng.randrange(len(body))]  # truncated
@@ -246,7 +258,22 @@ class Fuzzer:
             assert health.status_code == 200, f"the process stopped answering after {start + 200} requests"
 
 
-# --- the test -------------------------------------------------------------------------------------
+# every kind a listener could be handed instead of what Slack sends: a list, an object, a number, null
+WRONG_KINDS: list[Any] = [["x"], {"x": 1}, 7, None]
+
+
+def wrong_kinds_everywhere(templates: dict[str, tuple[dict[str, Any], str]]) -> list[tuple[str, tuple, Any]]:
+    """(template, path, junk) for every nested field of every template but the blocks a card or view is drawn
+    with (Slack echoes them; no listener reads them), each field given each of ``WRONG_KINDS``."""
+    found = []
+    for name, (template, _) in templates.items():
+        for path in paths(template):
+            if "blocks" not in path:
+                found += [(name, path, junk) for junk in WRONG_KINDS]
+    return found
+
+
+# --- the tests ------------------------------------------------------------------------------------
 
 
 async def park_card(slack, text: str) -> tuple[str, Any]:
@@ -267,6 +294,20 @@ async def captured_click(slack, card, label: str) -> dict[str, Any]:
     return result.payload
 
 
+async def captured_pick(slack, card, option_label: str) -> dict[str, Any]:
+    """The exact block_actions payload Slack would send for alice's pick in a card's menu (not delivered)."""
+    menu = next(e for b in card.blocks for e in b.get("elements", []) if "options" in e)
+    value = next(o["value"] for o in menu["options"] if o["text"]["text"] == option_label)
+    previous = slack.bot_url
+    slack.set_bot_url(None)
+    try:
+        result = await slack.select(ALICE, GENERAL, card.ts, menu["action_id"], value)
+    finally:
+        slack.set_bot_url(previous)
+    assert result.payload and result.payload["actions"][0].get("selected_option"), result
+    return result.payload
+
+
 async def captured_events(slack, text: str, thread_ts: str | None, *, channel: str = GENERAL,
                           author: str = DAVE) -> list[dict[str, Any]]:
     previous = slack.bot_url
@@ -278,19 +319,32 @@ async def captured_events(slack, text: str, thread_ts: str | None, *, channel: s
     return [d.payload for d in deliveries]
 
 
-@pytest.mark.soak
-async def test_fuzzed_requests_never_crash_never_5xx_never_settle(local_slack, start_app, caplog, capsys):
+class LiveCards:
+    """Cards parked the way people make them, and captured requests aimed at them."""
+
+    def __init__(self, bot, cards: list[tuple[str, Any]], request_ids: list[str],
+                 templates: dict[str, tuple[dict[str, Any], str]]):
+        self.bot, self.cards, self.request_ids, self.templates = bot, cards, request_ids, templates
+
+
+@pytest.fixture
+async def live(local_slack, start_app) -> LiveCards:
+    """Alice's finance refund (only bob may approve), her own refund and her question (only she may answer);
+    templates of a click on each card, a pick in the question's menu, typed answers, new threads, the freeform
+    modal's submission and ``/approvers``."""
     RUNS.clear()
     # the recovery sweep runs as in production: Slack's rate limits push some notes back to it
     bot = await start_app(RoutingModel(), [finance_refund, refund_charge], recovery_interval=0.5)
     fin_ts, fin_card = await park_card(local_slack, "finance refund please")
     own_ts, own_card = await park_card(local_slack, "own refund please")
-    store = bot.store
-    request_ids = [decode_action_id(button(card, "Approve")).request_id for card in (fin_card, own_card)]
+    day_ts, day_card = await park_card(local_slack, "which day for the offsite?")
+    request_ids = [decode_action_id(button(card, label)).request_id
+                   for card, label in ((fin_card, "Approve"), (own_card, "Approve"), (day_card, "Type your own answer"))]
 
     templates: dict[str, tuple[dict[str, Any], str]] = {
         "approve click": (await captured_click(local_slack, fin_card, "Approve"), FORM),
         "cancel click": (await captured_click(local_slack, own_card, "Cancel"), FORM),
+        "menu pick": (await captured_pick(local_slack, day_card, "Sunday"), FORM),
     }
     for thread_ts, text in ((fin_ts, "approve"), (own_ts, "yes")):
         for envelope in await captured_events(local_slack, text, thread_ts):
@@ -313,7 +367,42 @@ async def test_fuzzed_requests_never_crash_never_5xx_never_settle(local_slack, s
         "command": "/approvers", "text": "finance_refund add <@U0DAVE>", "user_id": DAVE, "team_id": click["team"]["id"],
         "channel_id": GENERAL, "trigger_id": click["trigger_id"], "response_url": "https://hooks.slack.invalid/x",
     }, FORM)
+    return LiveCards(bot, [(fin_ts, fin_card), (own_ts, own_card), (day_ts, day_card)], request_ids, templates)
 
+
+async def nothing_settled_and_the_right_people_still_can(local_slack, live: LiveCards) -> None:
+    """No card settled and no tool ran; then bob and alice approve the refunds (each tool runs once) and alice
+    answers her question."""
+    assert RUNS == []
+    for rid, (_, card) in zip(live.request_ids, live.cards, strict=True):
+        try:
+            record = await live.bot.store.get_request(rid)
+        except UnknownRequest:  # pragma: no cover - a failure message worth reading
+            pytest.fail(f"request {rid} disappeared")
+        assert record.status == "open", (rid, record.status, record.responder)
+        assert card_in(local_slack, card.thread_ts or card.ts) is not None, "the card lost its buttons"
+    [(fin_ts, fin_card), (own_ts, own_card), (day_ts, day_card)] = live.cards
+    await local_slack.click(BOB, GENERAL, fin_card.ts, button(fin_card, "Approve"))
+    await local_slack.wait_for_message(GENERAL, thread_ts=fin_ts, predicate=lambda m: "Result:" in m.text,
+                                       timeout_s=10)
+    await local_slack.click(ALICE, GENERAL, own_card.ts, button(own_card, "Approve"))
+    await local_slack.wait_for_message(GENERAL, thread_ts=own_ts, predicate=lambda m: "Result:" in m.text,
+                                       timeout_s=10)
+    assert sorted(run["charge"] for run in RUNS) == ["ch_fin", "ch_own"]
+    pick = live.templates["menu pick"][0]["actions"][0]
+    await local_slack.select(ALICE, GENERAL, day_card.ts, pick["action_id"], pick["selected_option"]["value"])
+    await local_slack.wait_for_message(GENERAL, thread_ts=day_ts, predicate=lambda m: "Sunday" in m.text,
+                                       timeout_s=10)
+
+
+def listener_errors(caplog) -> list[str]:
+    return [f"{r.name}: {r.getMessage()[:300]}" for r in caplog.records if r.levelno >= logging.ERROR
+            and r.name.split(".")[0] in ("bot", "handlers", "store", "blocks", "slack_bolt", "aiohttp")]
+
+
+@pytest.mark.soak
+async def test_fuzzed_requests_never_crash_never_5xx_never_settle(local_slack, live, caplog, capsys):
+    bot, templates, request_ids = live.bot, live.templates, live.request_ids
     seed = int(os.environ.get("FUZZ_SEED") or (secrets.randbits(32) if SOAK else DEFAULT_SEED))
     caplog.set_level(logging.ERROR)
     async with httpx.AsyncClient(base_url=bot.url, timeout=30) as http:
@@ -326,25 +415,42 @@ async def test_fuzzed_requests_never_crash_never_5xx_never_settle(local_slack, s
         print(f"\n== fuzz (seed {seed}): {REQUESTS} requests, answers {json.dumps(answers)}")
     assert not fuzzer.server_errors, fuzzer.server_errors[:10]
     assert not fuzzer.wrongly_accepted, fuzzer.wrongly_accepted[:10]
-    errors = [r for r in caplog.records if r.levelno >= logging.ERROR and r.name.split(".")[0] in
-              ("bot", "handlers", "store", "blocks", "slack_bolt", "aiohttp")]
-    assert not errors, [f"{r.name}: {r.getMessage()[:300]}" for r in errors[:10]]
+    errors = listener_errors(caplog)
+    assert not errors, errors[:10]
+    await nothing_settled_and_the_right_people_still_can(local_slack, live)
 
-    # nothing settled, nothing ran
-    assert RUNS == []
-    for rid, card in zip(request_ids, (fin_card, own_card), strict=True):
-        try:
-            record = await store.get_request(rid)
-        except UnknownRequest:  # pragma: no cover - a failure message worth reading
-            pytest.fail(f"request {rid} disappeared")
-        assert record.status == "open", (rid, record.status, record.responder)
-        assert card_in(local_slack, card.thread_ts or card.ts) is not None, "the card lost its buttons"
 
-    # and the right people still can
-    await local_slack.click(BOB, GENERAL, fin_card.ts, button(fin_card, "Approve"))
-    await local_slack.wait_for_message(GENERAL, thread_ts=fin_ts, predicate=lambda m: "Result:" in m.text,
-                                       timeout_s=10)
-    await local_slack.click(ALICE, GENERAL, own_card.ts, button(own_card, "Approve"))
-    await local_slack.wait_for_message(GENERAL, thread_ts=own_ts, predicate=lambda m: "Result:" in m.text,
-                                       timeout_s=10)
-    assert sorted(run["charge"] for run in RUNS) == ["ch_fin", "ch_own"]
+@pytest.mark.soak
+async def test_a_wrong_kind_of_value_in_any_field_is_refused_never_5xx_never_settles(local_slack, live, caplog, capsys):
+    """Each field of each request aimed at the live cards (a click, a menu pick, a typed answer, a modal's
+    submission, a command: every nested field a listener reads), given a list, an object, a number and null
+    in turn, signed: answered without a 5xx, nothing logged as a failure, nothing settled."""
+    cases = wrong_kinds_everywhere(live.templates)
+    caplog.set_level(logging.ERROR)
+    failures: list[str] = []
+    gate = asyncio.Semaphore(CONCURRENCY)
+
+    async def one(http: httpx.AsyncClient, index: int, name: str, path: tuple, junk: Any) -> None:
+        template, content_type = live.templates[name]
+        payload = json.loads(json.dumps(template))
+        as_outsider(payload, random.Random(index))
+        set_path(payload, path, junk)
+        body = wire(payload, content_type)
+        async with gate:
+            response = await http.post("/slack/events", content=body, headers=signed_headers(body, content_type))
+        statuses[response.status_code] += 1
+        if response.status_code >= 500:
+            failures.append(f"{name}: {'.'.join(map(str, path))} = {junk!r} → {response.status_code}")
+
+    statuses: Counter[int] = Counter()
+    async with httpx.AsyncClient(base_url=live.bot.url, timeout=30) as http:
+        await asyncio.gather(*(one(http, index, *case) for index, case in enumerate(cases)))
+        assert (await http.get("/healthz")).status_code == 200
+    await asyncio.wait_for(live.bot.runtime.wait_idle(), timeout=30)
+    with capsys.disabled():
+        print(f"\n== wrong kinds in every field of requests aimed at live cards: {len(cases)} requests, "
+              f"answers {dict(sorted(statuses.items()))}")
+    assert not failures, (len(failures), failures[:20])
+    errors = listener_errors(caplog)
+    assert not errors, errors[:10]
+    await nothing_settled_and_the_right_people_still_can(local_slack, live)

@@ -21,6 +21,8 @@ import pytest
 from bot.models.scripted import ScriptedModel
 from localslack.seed import ALICE, TEAM_ID
 from tests.e2e.conftest import SIGNING_SECRET
+from tests.e2e.test_approval_flow import mention_and_wait_for_card
+from tests.e2e.test_slack_surface import question_script
 
 FORM = "application/x-www-form-urlencoded"
 JSON = "application/json"
@@ -208,3 +210,37 @@ async def test_unsigned_or_badly_signed_is_a_401(http, case):
     body, headers = _unsigned_cases()[case]  # built afresh: timestamps are relative to now
     response = await post(http, body, headers)
     assert response.status_code == 401, (case, response.status_code, response.text)
+
+
+# --- signed, aimed at a live card, with junk where a listener reads ------------------------------
+
+
+async def captured_choice(slack, card, action_id: str, value: str) -> dict:
+    """The exact block_actions payload Slack would send for alice's pick in a card's menu (not delivered)."""
+    previous = slack.bot_url
+    slack.set_bot_url(None)
+    try:
+        result = await slack.select(ALICE, "C0GENERAL", card.ts, action_id, value)
+    finally:
+        slack.set_bot_url(previous)
+    assert result.payload and result.payload["actions"][0].get("selected_option"), result
+    return result.payload
+
+
+@pytest.mark.parametrize("junk", [["Sunday"], {"value": "Sunday"}, 7, None], ids=["list", "dict", "number", "null"])
+async def test_a_pick_whose_option_value_is_not_a_string_is_a_400_and_answers_nothing(local_slack, start_app, junk):
+    bot = await start_app(question_script(), [])
+    ts, card = await mention_and_wait_for_card(local_slack, "plan the offsite")
+    menu = next(e for b in card.blocks for e in b.get("elements", []) if "options" in e)
+    sunday = next(o["value"] for o in menu["options"] if "Sunday" in json.dumps(o["text"]))
+    pick = await captured_choice(local_slack, card, menu["action_id"], sunday)
+    pick["actions"][0]["selected_option"]["value"] = junk
+    async with httpx.AsyncClient(base_url=bot.url, timeout=10) as http:
+        body = form_payload(pick)
+        response = await post(http, body, signed(body, FORM))
+        assert response.status_code == 400, (response.status_code, response.text)
+        assert (await http.get("/healthz")).status_code == 200
+    # the question is still open: the real pick answers it
+    await local_slack.select(ALICE, "C0GENERAL", card.ts, menu["action_id"], sunday)
+    reply = await local_slack.wait_for_message("C0GENERAL", thread_ts=ts, predicate=lambda m: "You said" in m.text)
+    assert "Sunday" in reply.text
