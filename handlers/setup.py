@@ -1,6 +1,8 @@
-"""``python -m bot setup``: from nothing to a working app in a real Slack workspace (#29 item 11).
+"""``python -m bot setup``: from nothing to a working app in a real Slack workspace.
 
-It prints the link that creates the app from ``manifest.yml``, takes the two tokens (flags, the
+It says how to create the app from ``manifest.yml`` (at a terminal, with a short local link that opens Slack's
+create page with the manifest filled in: Slack's own link carries the whole manifest, thousands of
+characters nobody can read), takes the two tokens (flags, the
 environment, or typed without echo), checks them with Slack's own answers — ``auth.test`` and the scopes it
 reports in ``x-oauth-scopes``, ``apps.connections.open`` for an app-level token — and writes ``.env`` only
 when they pass. Every failure names the Slack page where it is fixed. Secrets are never printed.
@@ -9,18 +11,22 @@ when they pass. Every failure names the Slack page where it is fixed. Secrets ar
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import getpass
 import io
+import json
 import os
 import re
 import sys
 import tempfile
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
 import yaml
+from aiohttp import web
 from dotenv import dotenv_values
 from dotenv.parser import parse_stream
 from slack_sdk.errors import SlackApiError, SlackClientError
@@ -29,7 +35,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.config import BOT_SCOPES
 
 MANIFEST = Path(__file__).resolve().parents[1] / "manifest.yml"
-CREATE_APP_URL = "https://api.slack.com/apps?new_app=1&manifest_yaml="
+NEW_APP_URL = "https://api.slack.com/apps?new_app=1"
+CREATE_APP_URL = NEW_APP_URL + "&manifest_json="
 DEFAULT_API_URL = "https://slack.com/api/"
 
 # What each of Slack's answers means for the person, and where they fix it.
@@ -69,11 +76,18 @@ class Tokens:
 
 async def setup_command(args: argparse.Namespace) -> int:
     interactive = sys.stdin.isatty()
-    print("1. Create the Slack app from this project's manifest (pick your workspace, then Create):")
-    print(f"   {create_app_url()}")
-    print("2. Install it: OAuth & Permissions → Install to Workspace. Then paste its tokens below.\n")
+    async with served_create_link(interactive) as link:
+        print("1. Create the Slack app from this project's manifest (pick your workspace, then Create):")
+        if link:
+            print(f"   open {link} (Slack's create page with manifest.yml filled in; served while setup runs),")
+        print(f"   or open {NEW_APP_URL}, choose \"From a manifest\" and paste manifest.yml.")
+        print("2. Install it: OAuth & Permissions → Install to Workspace. Then paste its tokens below.\n")
+        return await _set_up(args, interactive)
+
+
+async def _set_up(args: argparse.Namespace, interactive: bool) -> int:
     try:
-        tokens = _tokens(args, interactive)
+        tokens = await asyncio.to_thread(_tokens, args, interactive)  # the loop serves the link meanwhile
         await check_bot_token(tokens.bot_token, args.api_url)
         if tokens.app_token:
             await check_app_token(tokens.app_token, args.api_url)
@@ -88,7 +102,7 @@ async def setup_command(args: argparse.Namespace) -> int:
         values |= {"SLACK_SIGNING_SECRET": tokens.signing_secret} if tokens.signing_secret else {}
         if args.api_url.rstrip("/") != DEFAULT_API_URL.rstrip("/"):
             values["SLACK_API_URL"] = args.api_url
-        write_env(Path(args.env_file), values, overwrite=args.yes, interactive=interactive)
+        await asyncio.to_thread(write_env, Path(args.env_file), values, overwrite=args.yes, interactive=interactive)
     except SetupFailed as exc:
         print(f"\nsetup stopped: {exc}", file=sys.stderr)
         return 1
@@ -98,8 +112,35 @@ async def setup_command(args: argparse.Namespace) -> int:
 
 
 def create_app_url(manifest: Path = MANIFEST) -> str:
-    """Slack's create-from-manifest link: the app's page opens with this manifest filled in."""
-    return CREATE_APP_URL + quote(manifest.read_text(), safe="")
+    """Slack's create-from-manifest link: the app's page opens with this manifest filled in (as compact
+    JSON: the YAML's comments would only lengthen it)."""
+    loaded = yaml.safe_load(manifest.read_text())
+    return CREATE_APP_URL + quote(json.dumps(loaded, separators=(",", ":"), ensure_ascii=False), safe="")
+
+
+@contextlib.asynccontextmanager
+async def served_create_link(serve: bool = True, manifest: Path = MANIFEST) -> AsyncIterator[str | None]:
+    """A short address on this machine that sends the browser on to :func:`create_app_url`, for as long as
+    the block runs (None when ``serve`` is false: piped input ends too soon for anyone to click)."""
+    if not serve:
+        yield None
+        return
+    target = create_app_url(manifest)
+
+    async def go(_request: web.Request) -> web.Response:
+        raise web.HTTPFound(target)
+
+    app = web.Application()
+    app.router.add_get("/", go)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        yield f"http://{host}:{port}/"
+    finally:
+        await runner.cleanup()
 
 
 def manifest_scopes(manifest: Path = MANIFEST) -> list[str]:

@@ -5,6 +5,7 @@ written only when they pass, and every failure names what to fix on which Slack 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import resource
 import stat
@@ -12,12 +13,14 @@ import sys
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
+import httpx
 import pytest
 import yaml
 
 from bot.__main__ import main
 from bot.app import start_bot
 from bot.config import Settings
+from handlers.setup import served_create_link
 from localslack.seed import ALICE, GENERAL
 from localslack.server import LocalSlack
 from tests.e2e.test_approval_flow import RUNS, button, mention_and_wait_for_card, refund_charge, refund_script
@@ -73,9 +76,8 @@ async def test_good_http_tokens_write_a_private_env_and_say_the_next_command(in_
     code, out = await setup(local_slack, tmp_path, "--bot-token", local_slack.bot_token,
                             "--signing-secret", SECRET, "--yes")
     assert code == 0, out
-    link = next(word for word in out.split() if word.startswith("https://api.slack.com/apps?new_app=1"))
-    created = yaml.safe_load(parse_qs(urlparse(link).query)["manifest_yaml"][0])
-    assert created == yaml.safe_load((ROOT / "manifest.yml").read_text())  # the app is made from manifest.yml
+    assert "https://api.slack.com/apps?new_app=1," in out and "paste manifest.yml" in out
+    assert max(len(line) for line in out.splitlines()) < 400  # what a person is given, they can read
     assert "ok: the bot token works: @agent in " in out and "every scope the manifest asks for" in out
     assert "Request URL" in out and "/slack/events" in out  # HTTP mode: where Slack must send events
     assert "make run" in out
@@ -218,3 +220,20 @@ async def test_from_setup_to_a_first_approval_with_nothing_but_the_env_it_wrote(
         assert len(RUNS) == 1
     finally:
         await bot.close()
+
+
+async def test_the_short_local_link_opens_slacks_create_page_with_the_manifest_filled_in():
+    """Slack's own create-from-manifest link is thousands of characters; a person at a terminal is given a
+    short local one that redirects to it while setup runs, and nothing is served once setup ends."""
+    async with served_create_link() as link:
+        assert link is not None and len(link) < 40
+        async with httpx.AsyncClient() as client:
+            answer = await client.get(link, follow_redirects=False)
+    assert answer.status_code == 302
+    target = urlparse(answer.headers["location"])
+    assert f"{target.scheme}://{target.netloc}{target.path}" == "https://api.slack.com/apps"
+    created = json.loads(parse_qs(target.query)["manifest_json"][0])
+    assert created == yaml.safe_load((ROOT / "manifest.yml").read_text())  # the app is made from manifest.yml
+    with pytest.raises(httpx.ConnectError):
+        async with httpx.AsyncClient() as client:
+            await client.get(link)
