@@ -182,9 +182,8 @@ async def _run(settings: Settings) -> int:
 
 
 async def _check(settings: Settings) -> int:
-    from slack_sdk.web.async_client import AsyncWebClient
-
     from bot.app import build_tools
+    from handlers.setup import SetupFailed, check_bot_token
     from store.client import open_redis, ping
 
     settings.check_slack()
@@ -209,8 +208,11 @@ async def _check(settings: Settings) -> int:
     if settings.local_mode:
         print("slack: no SLACK_BOT_TOKEN — `run` starts the local Slack workspace")
     elif settings.slack_bot_token:
-        resp = await AsyncWebClient(token=settings.slack_bot_token, base_url=settings.slack_api_url).auth_test()
-        print(f"slack: ok as {resp.get('user')} in {resp.get('team')}")
+        try:  # the same check as setup's, with its words: what is wrong and where it is fixed
+            await check_bot_token(settings.slack_bot_token, settings.slack_api_url)
+        except SetupFailed as exc:
+            print(f"slack: NOT ok — {exc}")
+            ok = False
     if settings.openai_api_key:
         ok &= await _check_model(settings)
     else:

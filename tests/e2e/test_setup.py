@@ -24,6 +24,7 @@ from handlers.setup import served_create_link
 from localslack.seed import ALICE, GENERAL
 from localslack.server import LocalSlack
 from tests.e2e.test_approval_flow import RUNS, button, mention_and_wait_for_card, refund_charge, refund_script
+from tests.test_cli import run
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "0123456789abcdef0123456789abcdef"
@@ -237,3 +238,17 @@ async def test_the_short_local_link_opens_slacks_create_page_with_the_manifest_f
     with pytest.raises(httpx.ConnectError):
         async with httpx.AsyncClient() as client:
             await client.get(link)
+
+
+async def test_check_says_in_one_line_why_slack_is_not_reachable_or_refuses_the_token(local_slack, redis_url):
+    """A wrong SLACK_API_URL or a revoked token is a line naming the fix and exit 1, never a traceback."""
+    env = {"REDIS_URL": redis_url, "SLACK_SIGNING_SECRET": "s"}
+    unreachable = await asyncio.to_thread(
+        run, ["check"], {**env, "SLACK_BOT_TOKEN": "xoxb-1", "SLACK_API_URL": "http://127.0.0.1:9/api/"})
+    assert unreachable.returncode == 1 and "Traceback" not in unreachable.stderr, unreachable.stderr
+    assert "slack: NOT ok — could not reach Slack at http://127.0.0.1:9/api/" in unreachable.stdout
+    refused = await asyncio.to_thread(
+        run, ["check"], {**env, "SLACK_BOT_TOKEN": "xoxb-not-a-token", "SLACK_API_URL": local_slack.api_url})
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
+    assert "slack: NOT ok — invalid_auth: the bot token is wrong or revoked" in refused.stdout, refused.stdout
+    assert "xoxb-not-a-token" not in refused.stdout + refused.stderr
