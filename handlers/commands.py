@@ -180,6 +180,8 @@ async def revoke_tokens(gov: Governance, run: Invocation, user_id: str) -> None:
             return
     holder = slack_user(run.team, user_id).principal_id
     await revocations.revoke(holder, int(gov.deps.runtime.settings.clock() * 1000))
+    await gov.audit.append(run.team, "result-tokens.revoked", actor=run.principal.principal_id, subject=holder,
+                           data={"via": f"{COMMAND} revoke-tokens"})
     log.info("result tokens of %s revoked by %s", holder, run.principal.principal_id)
     await reply(run, REVOKED.format(user=user_id))
 

@@ -64,8 +64,12 @@ async def _revoke(deps: SlackDeps, key: bytes | None, request: web.Request) -> w
     claims = await _claims(deps, key, request)
     if claims is None:
         return _error(401, UNAUTHORIZED)
-    await deps.token_revocations.revoke(claims.principal.principal_id, int(deps.runtime.settings.clock() * 1000))
-    log.info("result tokens of %s revoked by their holder", claims.principal.principal_id)
+    holder = claims.principal.principal_id
+    await deps.token_revocations.revoke(holder, int(deps.runtime.settings.clock() * 1000))
+    if deps.audit is not None and claims.principal.team_id:  # a revocation is a decision: audited like one
+        await deps.audit.append(claims.principal.team_id, "result-tokens.revoked", actor=holder, subject=holder,
+                                data={"via": "api"})
+    log.info("result tokens of %s revoked by their holder", holder)
     return web.json_response({"ok": True, "revoked": "every result token of this holder issued until now"})
 
 

@@ -8,7 +8,8 @@ import json
 import aiohttp
 
 from bot.models.scripted import ScriptedModel, call, say
-from localslack.seed import ALICE, BOB, CAROL, GENERAL
+from localslack.seed import ALICE, BOB, CAROL, GENERAL, TEAM_ID
+from tests.audit_polling import audit_entries
 from tests.e2e.test_approval_flow import button, mention_and_wait_for_card
 from tests.e2e.test_external import run_migration, script, token_of
 
@@ -55,6 +56,9 @@ async def test_the_holder_revokes_their_token_and_a_new_one_works(local_slack, s
     assert status == 200 and answer["ok"] is True, answer
     assert (await send("POST", url, token, {"rows_changed": 3}))[0] == 401
     assert still_open(local_slack, card)
+    holder = f"slack:{TEAM_ID}:{BOB}"
+    [revoked] = await audit_entries(bot.redis.client, TEAM_ID, kind="result-tokens.revoked")
+    assert (revoked.actor, revoked.subject, revoked.data["via"]) == (holder, holder, "api")  # who, whose, how
 
     later = bot.runtime.settings.clock() + 1  # a token given after the revocation is good
     bot.runtime.settings.clock = lambda: later
@@ -64,7 +68,7 @@ async def test_the_holder_revokes_their_token_and_a_new_one_works(local_slack, s
 
 
 async def test_a_workspace_admin_revokes_someones_tokens_and_nobody_else_can(local_slack, start_app):
-    await start_app(script(), [run_migration])
+    bot = await start_app(script(), [run_migration])
     _, card = await mention_and_wait_for_card(local_slack, "migrate orders")
     url, token = await token_for(local_slack, card)
 
@@ -79,6 +83,8 @@ async def test_a_workspace_admin_revokes_someones_tokens_and_nobody_else_can(loc
     await local_slack.wait_for(lambda: [e for e in local_slack.ephemerals(CAROL) if "revoked" in e.text])
     assert (await send("POST", url, token, {"rows_changed": 3}))[0] == 401
     assert still_open(local_slack, card)
+    [revoked] = await audit_entries(bot.redis.client, TEAM_ID, kind="result-tokens.revoked")
+    assert (revoked.actor, revoked.subject) == (f"slack:{TEAM_ID}:{CAROL}", f"slack:{TEAM_ID}:{BOB}")
 
 
 async def test_a_token_shown_to_another_request_gets_the_same_answer_as_one_for_no_request(
