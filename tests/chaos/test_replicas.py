@@ -16,6 +16,7 @@ Bounded in ``make test``; ``SOAK=1`` runs more rounds.
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
 
@@ -113,10 +114,11 @@ async def test_replica_killed_mid_turn_the_other_finishes_it(cluster: Cluster, c
     assert not broken, "\n".join(broken)
 
 
-
 BUSY_ROUNDS = 8 if SOAK else 2
 TURNS_AT_ONCE = 6
-SLACK_AWAY_S = 0.25  # each Slack call takes this long: a pass outlives its lock, and another replica takes over
+# each Slack call takes this long: a pass outlives its lock, and another replica takes the session over
+SLACK_AWAY_S = float(os.environ.get("CHAOS_SLACK_AWAY_S") or 0.25)
+LOOKS_PER_MINUTE = float(os.environ.get("CHAOS_LOOKS_PER_MINUTE") or 20)
 
 
 @pytest.mark.soak
@@ -129,6 +131,9 @@ async def test_busy_turns_at_two_replicas_one_killed_as_answers_land_answer_once
         await cluster.start(name)
     cluster.route("a")
     cluster.slack.api.answer_delay_s = SLACK_AWAY_S
+    # the looks in a thread that a deliverer taking over makes before posting: Slack limits them hard (apps
+    # outside the Marketplace get conversations.replies about once a minute)
+    cluster.slack.rate_limits.limit("conversations.replies", per_minute=LOOKS_PER_MINUTE, burst=1)
     trials: list[Trial] = []
     for number in range(BUSY_ROUNDS):
         victim = names[number % 2]
