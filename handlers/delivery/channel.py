@@ -15,7 +15,6 @@ from typing import Any, Protocol
 
 from slack_sdk.errors import SlackApiError
 
-from blocks.actions import request_id_of_block
 from blocks.answers import answer_messages
 from blocks.cards import render_requests, render_settled, render_waiting
 from blocks.ephemeral import refused_text
@@ -38,6 +37,7 @@ from bot.protocol import (
     TurnFailed,
 )
 from bot.session import SessionRef
+from handlers.delivery.marks import CLAIMED, TRANSIENT_ERRORS, event_time, find_post, post_mark
 from handlers.delivery.pacing import SlackPacing
 from handlers.delivery.private_notes import tell_privately
 from handlers.delivery.sessions import (
@@ -49,14 +49,13 @@ from handlers.delivery.sessions import (
     waiting_title,
 )
 from handlers.delivery.status import StatusLines
-from handlers.delivery.streams import LiveAnswers, StreamPacing, answer_field, post_mark
+from handlers.delivery.streams import LiveAnswers, StreamPacing, answer_field
 from handlers.delivery.tasks import TaskStreams
 from handlers.deps import ClientFor
 from store.outbox import RedisOutbox
 
 log = logging.getLogger(__name__)
 
-CLAIMED = "claimed"
 # longer than one chat.postMessage can take: the delivery client's timeout (bot/app.py) plus its retries
 # of connection errors, which are immediate
 CLAIM_IN_FLIGHT_S = 12.0
@@ -92,9 +91,7 @@ def _claimed_at(value: str | None) -> float:
         return 0.0  # an old-style claim: treat it as stale
 
 
-# Slack's answers that mean "try again later" (the outbox retries with backoff)
-TRANSIENT_ERRORS = {"ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout"}
-# ... and those that mean the conversation or the app is gone for good
+# Slack's answers that mean "try again later" (TRANSIENT_ERRORS: the outbox retries with backoff), and those that mean the conversation or the app is gone for good
 GONE_ERRORS = {"channel_not_found", "is_archived", "not_in_channel", "account_inactive", "token_revoked",
                "invalid_auth", "team_access_not_granted", "missing_scope", "no_permission"}
 # what a sub-agent's session (bot.agents) shows in its parent's thread: its requests, not its text or status
@@ -202,14 +199,14 @@ class SlackChannel:
                                        loading_messages("running_tool", event.tool_name))
                 if event.standing is not None:  # it skipped its card: say whose approval let it, once
                     await self._post_once(session, f"standing:{event.turn_id}:{event.call_id}",
-                                          standing_note(event.standing))
+                                          standing_note(event.standing), at=event_time(event))
             case "message.completed":
                 assert isinstance(event, MessageCompleted)
                 later = await self.live.finish(session, event)  # a streamed answer ends in its stream
                 if later is None:
-                    await self._post_reply(session, event.seq, event.text)
+                    await self._post_reply(session, event)
                 for i, message in enumerate(later or [], start=1):
-                    await self._post_once(session, answer_field(event.seq, i), message)
+                    await self._post_once(session, answer_field(event.seq, i), message, at=event_time(event))
             case "approval.candidate":
                 assert isinstance(event, ApprovalCandidate)
                 await self._candidate(event, session)
@@ -225,11 +222,13 @@ class SlackChannel:
                     await self._session_status(session, "active")
                 if event.type == "turn.cancelled":
                     await self._session_status(session, "closed")
-                    await self._post(session, event.seq, ":octagonal_sign: Stopped. Nothing else from this turn will run.")
+                    await self._post_once(session, f"post:{event.seq}:0",
+                                          {"text": ":octagonal_sign: Stopped. Nothing else from this turn will run."},
+                                          at=event_time(event))
             case "turn.failed":
                 assert isinstance(event, TurnFailed)
                 await self.status.clear(session)
-                await self._post_once(session, f"post:{event.seq}:0", failure_message(event.reason))
+                await self._post_once(session, f"post:{event.seq}:0", failure_message(event.reason), at=event_time(event))
                 await self._session_status(session, "active")  # it answered, with the failure: people may go on
             case _:
                 pass
@@ -290,17 +289,20 @@ class SlackChannel:
         # one card per message, so updating one card never touches another
         for req in event.requests:
             for message in render_requests([req]):
-                await self._post_once(session, card_field(req.request_id), message, request_id=req.request_id)
+                await self._post_once(session, card_field(req.request_id), message, request_id=req.request_id,
+                                      at=event_time(event))
 
     async def _post_once(
-        self, session: SessionRef, field: str, message: dict[str, Any], *, request_id: str | None = None
+        self, session: SessionRef, field: str, message: dict[str, Any], *, request_id: str | None = None,
+        at: int | None = None,
     ) -> dict[str, str] | None:
-        """Post a message unless this post was made before; returns where it is."""
+        """Post a message unless this post was made before; returns where it is. ``at``: the time of the event
+        it shows (``marks.event_time``), which tells it from the posts of the session's other lives."""
         sid, channel = session.session_id, session.channel["channel_id"]
         await self.pacing.posts.wait(channel)  # before the claim: no claim is held while we wait our turn
         if self.ledger.pass_is_careful(sid) and await self.ledger.get(sid, field) is None:
             # the last deliverer died mid-pass, and claimed its posts in memory: look before posting
-            found = await self._find_post(session, field, request_id)
+            found = await self._find_post(session, field, request_id, at)
             if found is not None:
                 await self.ledger.set(sid, field, json.dumps(found), in_pass=True)
                 return found
@@ -310,7 +312,7 @@ class SlackChannel:
                 return json.loads(existing)  # posted and recorded already
             # claimed but not recorded: the worker died mid-post, its answer was lost, or (rarely, as
             # posts are made under the outbox lock) it is still posting. Look in the thread first.
-            found = await self._find_post(session, field, request_id)
+            found = await self._find_post(session, field, request_id, at)
             if found is not None:
                 await self.ledger.set(sid, field, json.dumps(found))
                 return found
@@ -322,7 +324,7 @@ class SlackChannel:
         try:
             resp = await client.chat_postMessage(
                 channel=channel, thread_ts=session.channel.get("thread_ts") or None, text=message["text"],
-                blocks=message.get("blocks"), metadata=post_mark(field),
+                blocks=message.get("blocks"), metadata=post_mark(field, at),
             )
         except SlackApiError:
             # Slack answered "no": nothing was posted, so the next attempt may post at once. (A network
@@ -333,24 +335,11 @@ class SlackChannel:
         await self.ledger.set(sid, field, json.dumps(posted), in_pass=True)
         return posted
 
-    async def _find_post(self, session: SessionRef, field: str, request_id: str | None) -> dict[str, str] | None:
+    async def _find_post(self, session: SessionRef, field: str, request_id: str | None,
+                         at: int | None = None) -> dict[str, str] | None:
         client = await self.client_for(session.team_id)
-        channel, thread_ts = session.channel["channel_id"], session.channel.get("thread_ts")
-        try:
-            if thread_ts:
-                resp = await client.conversations_replies(channel=channel, ts=thread_ts, limit=200,
-                                                          include_all_metadata=True)
-            else:
-                resp = await client.conversations_history(channel=channel, limit=200, include_all_metadata=True)
-        except SlackApiError:
-            return None
-        for message in resp.get("messages", []):
-            payload = (message.get("metadata") or {}).get("event_payload") or {}
-            by_card = request_id is not None and any(
-                request_id_of_block(b.get("block_id")) == request_id for b in message.get("blocks") or [])
-            if payload.get("post") == field or by_card:
-                return {"channel": channel, "ts": message["ts"]}
-        return None
+        return await find_post(client, session.channel["channel_id"], session.channel.get("thread_ts"), field,
+                               at=at, request_id=request_id)
 
     async def _card(self, session: SessionRef, request_id: str) -> dict[str, Any] | None:
         field = card_field(request_id)
@@ -434,12 +423,9 @@ class SlackChannel:
 
     # --- replies and status -------------------------------------------------------------------
 
-    async def _post_reply(self, session: SessionRef, seq: int | None, text: str) -> None:
-        for i, message in enumerate(answer_messages(text)):
-            await self._post_once(session, answer_field(seq, i), message)
-
-    async def _post(self, session: SessionRef, seq: int | None, text: str) -> None:
-        await self._post_once(session, f"post:{seq}:0", {"text": text})
+    async def _post_reply(self, session: SessionRef, event: MessageCompleted) -> None:
+        for i, message in enumerate(answer_messages(event.text)):
+            await self._post_once(session, answer_field(event.seq, i), message, at=event_time(event))
 
 def settled_card(record: RequestRecord, resolution: Resolution, at: Any) -> dict[str, Any]:
     """A request's card once it is resolved (the thread's card and approvers' copies alike)."""

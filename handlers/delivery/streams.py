@@ -43,6 +43,7 @@ from blocks.tasks import markdown_chunk
 from bot.principals import Principal
 from bot.protocol import MessageCompleted
 from bot.session import SessionRef
+from handlers.delivery.marks import UNSURE, event_time, post_mark
 from handlers.delivery.pacing import Pacer, PacingMode, pacer
 from handlers.delivery.tasks import Taken, TaskStreams
 from handlers.deps import ClientFor
@@ -69,12 +70,6 @@ STREAM_UNAVAILABLE = {
 DONE = "done"  # + ":<seq of the message.completed that finished it>"
 # what Slack answers when the message to finish is deleted or its stream already ended (issue 25 item 21)
 MESSAGE_GONE = {"message_not_found", "message_not_in_streaming_state"}
-POST_MARK = "hitl_post"  # message metadata event type: lets a retry find a post whose answer was lost
-
-
-def post_mark(field: str) -> dict[str, Any]:
-    """The metadata that names a message by its post ledger field (found in the thread by a careful pass)."""
-    return {"event_type": POST_MARK, "event_payload": {"post": field}}
 
 
 def answer_field(seq: int | None, part: int = 0) -> str:
@@ -340,7 +335,7 @@ class LiveAnswers:
                     markdown_text=None if chunks else rest or None,
                     chunks=chunks,
                     blocks=[feedback_block()],
-                    metadata=post_mark(answer_field(event.seq)),  # found by the answer's post if DONE is lost
+                    metadata=post_mark(answer_field(event.seq), event_time(event)),  # found by its post if DONE is lost
                 )
                 mine, later = True, []
             except SlackApiError as exc:
@@ -365,10 +360,9 @@ class LiveAnswers:
             except SlackApiError as exc:
                 if exc.response.get("error") not in MESSAGE_GONE:
                     raise
-                # the message was deleted: the answer is posted anew, whole. Not marked done, so a repeat
-                # delivery comes here again, and the channel's posts (claimed per event) make it once
+                # the message was deleted: the answer is posted anew, whole, unless another deliverer did
                 log.info("the answer's message in %s is gone (%s): posting it anew", sid, exc.response.get("error"))
-                return None
+                return await self._post_anew(session, event)
         await self.ledger.set(sid, name, f"{DONE}:{event.seq}", in_pass=True)
         return later  # type: ignore[return-value]
 
@@ -388,17 +382,24 @@ class LiveAnswers:
             # before it leaves a careful pass, whose post of the answer finds this message in the thread
             await client.chat_stopStream(channel=taken.channel, ts=taken.ts,
                                          chunks=[*taken.chunks, markdown_chunk(final)], blocks=[feedback_block()],
-                                         metadata=post_mark(answer_field(event.seq)))
+                                         metadata=post_mark(answer_field(event.seq), event_time(event)))
         except SlackApiError as exc:
             if exc.response.get("error") not in MESSAGE_GONE:
                 raise
-            # gone, or ended already (by a dead pass's answer, which the post's careful look finds): post it
+            # gone, or ended already: by Slack, or by another deliverer's answer (a pass that died, or one whose
+            # lock ran out while it went on). The answer is posted unless that one is in the thread
             log.info("the tasks' message in %s is gone (%s): posting the answer", session.session_id,
                      exc.response.get("error"))
-            return None
+            return await self._post_anew(session, event)
         await self.ledger.set(session.session_id, stream_field(event.turn_id, event.step),
                                      f"{DONE}:{event.seq}", in_pass=True)
         return []
+
+    async def _post_anew(self, session: SessionRef, event: MessageCompleted) -> None:
+        """The answer is to be posted whole, but another deliverer may have shown it already (its stream ended
+        with it, or posted anew): its post is claimed as maybe made, so the post looks in the thread first.
+        Written to Redis now: a deliverer whose lock ran out claims there, not in this pass's memory."""
+        await self.ledger.set(session.session_id, answer_field(event.seq), UNSURE)
 
     async def _stop_tasks(self, session: SessionRef, taken: Taken) -> None:
         """End the tasks' stream with their last states; the answer goes elsewhere."""

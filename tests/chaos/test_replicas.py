@@ -6,6 +6,9 @@
 - A replica SIGKILLed while its slow tool runs (or right after the tool's effect landed): the other
   replica, which never saw the click, finishes the turn from Redis through its recovery sweep
   (``RECOVERY_INTERVAL_SECONDS`` in bot/app.py), and the call is not run twice.
+- Busy turns, Slack slow, clicks at both replicas and one SIGKILLed as the answers land: deliverers take
+  sessions over from each other (a pass outlives its lock, or its process dies), and each thread shows its
+  answer once: a stream another deliverer ended with the answer counts as delivered.
 
 Bounded in ``make test``; ``SOAK=1`` runs more rounds.
 """
@@ -13,6 +16,7 @@ Bounded in ``make test``; ``SOAK=1`` runs more rounds.
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
 
@@ -24,6 +28,7 @@ from tests.chaos.harness import (
     Trial,
     click,
     click_payload,
+    final_replies,
     finish,
     open_turn,
     poll,
@@ -105,5 +110,52 @@ async def test_replica_killed_mid_turn_the_other_finishes_it(cluster: Cluster, c
 
     with capsys.disabled():
         print("\n" + report("replica killed mid-turn, the other finishes", trials, cluster))
+    broken = [f"{t.describe()} -> {problems(t)}" for t in trials if problems(t)]
+    assert not broken, "\n".join(broken)
+
+
+BUSY_ROUNDS = 8 if SOAK else 2
+TURNS_AT_ONCE = 6
+# each Slack call takes this long: a pass outlives its lock, and another replica takes the session over
+SLACK_AWAY_S = float(os.environ.get("CHAOS_SLACK_AWAY_S") or 0.25)
+LOOKS_PER_MINUTE = float(os.environ.get("CHAOS_LOOKS_PER_MINUTE") or 20)
+
+
+@pytest.mark.soak
+async def test_busy_turns_at_two_replicas_one_killed_as_answers_land_answer_once(cluster: Cluster, capsys):
+    """Turns in flight together, each click posted to both replicas, Slack slow to answer (passes outlive their
+    locks, so replicas take sessions over from each other), and a replica SIGKILLed as the first answers land:
+    every thread shows its answer once."""
+    names = ["a", "b"]
+    for name in names:
+        await cluster.start(name)
+    cluster.route("a")
+    cluster.slack.api.answer_delay_s = SLACK_AWAY_S
+    # the looks in a thread that a deliverer taking over makes before posting: Slack limits them hard (apps
+    # outside the Marketplace get conversations.replies about once a minute)
+    cluster.slack.rate_limits.limit("conversations.replies", per_minute=LOOKS_PER_MINUTE, burst=1)
+    trials: list[Trial] = []
+    for number in range(BUSY_ROUNDS):
+        victim = names[number % 2]
+        batch = [Trial(key=f"b{number:03d}n{i}", moment="answer_landing") for i in range(TURNS_AT_ONCE)]
+        trials += batch
+        await asyncio.gather(*(open_turn(cluster.slack, t) for t in batch))
+        payloads = [await click_payload(cluster.slack, t) for t in batch]
+        await asyncio.gather(*(cluster.post_interaction(p, names) for p in payloads))
+        try:
+            await poll(lambda: any(final_replies(cluster.slack, t) for t in batch), 20)  # noqa: B023
+        except TimeoutError:
+            for t in batch:
+                t.notes.append("no answer landed before the kill")
+        cluster.kill(victim, "answer_landing")
+        cluster.route(names[(number + 1) % 2])
+        await cluster.start(victim)
+        await asyncio.gather(*(finish(cluster.slack, cluster, t, timeout_s=40, reclick_after_s=60) for t in batch))
+        await asyncio.sleep(2 * SLACK_AWAY_S + 1.0)  # a second post of an answer lands within a pass or two
+        for t in batch:
+            t.replies = len(final_replies(cluster.slack, t))
+
+    with capsys.disabled():
+        print("\n" + report("busy turns at two replicas, one killed as answers land", trials, cluster))
     broken = [f"{t.describe()} -> {problems(t)}" for t in trials if problems(t)]
     assert not broken, "\n".join(broken)

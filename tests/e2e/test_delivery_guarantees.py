@@ -97,9 +97,10 @@ async def test_a_reply_whose_answer_was_lost_is_found_not_posted_again(local_sla
                     if f.startswith(b"post:")]
     await bot.outbox_store.posts.set(sid, field.decode(), "claimed:1")  # posted long ago; the worker died before recording it
     ref = SessionRef(session_id=sid, team_id="T0LOCAL", channel={"channel_id": GENERAL, "thread_ts": ts})
-    seq = int(field.decode().split(":")[1])
-    await SlackChannel(bot.outbox_store, lambda team: _client(bot), states=bot.store).deliver(
-        MessageCompleted(session_id=sid, turn_id="t", text="hello", seq=seq), ref)
+    # the same event delivered again (as the outbox reads it from the session's events)
+    [done] = [e for e in await bot.store.events(sid) if isinstance(e, MessageCompleted)]
+    assert field.decode() == f"post:{done.seq}:0"
+    await SlackChannel(bot.outbox_store, lambda team: _client(bot), states=bot.store).deliver(done, ref)
     assert [m.text for m in local_slack.messages(GENERAL, thread_ts=ts)].count("hello") == 1
 
 
