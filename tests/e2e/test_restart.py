@@ -95,7 +95,7 @@ async def test_kill_9_between_card_and_click(local_slack, redis, redis_url, tmp_
         await stop_process(second, timeout_s=10)
 
 
-async def test_26_kill_9_between_the_reply_and_its_card_update_posts_the_reply_once(
+async def test_kill_9_between_the_reply_and_its_card_update_posts_the_reply_once(
         local_slack, redis, redis_url, tmp_path):
     """The settled card's edit and the answer go out side by side: a process killed after the answer landed
     and before the card's edit did leaves both to the next one, which edits the card and finds the answer
