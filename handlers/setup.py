@@ -1,4 +1,4 @@
-"""``python -m bot setup``: from nothing to a working app in a real Slack workspace (#29 item 11).
+"""``python -m bot setup``: from nothing to a working app in a real Slack workspace.
 
 It prints the link that creates the app from ``manifest.yml``, takes the two tokens (flags, the
 environment, or typed without echo), checks them with Slack's own answers — ``auth.test`` and the scopes it
