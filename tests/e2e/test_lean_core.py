@@ -1,4 +1,4 @@
-"""What an approve cycle costs in Redis, as Redis sees it (issue 26, the lean core).
+"""What an approve cycle costs in Redis, as Redis sees it.
 
 Each test runs real approve cycles over signed HTTP through LocalSlack and records, with Redis's own
 ``MONITOR``, every command the app sent or its scripts ran; it asserts on the commands a change removed,

@@ -1,4 +1,4 @@
-"""Retention as Slack sees it (issue 25, items 9 and 13), with ``BOT_RETENTION_DAYS`` set to one second:
+"""Retention as Slack sees it, with ``BOT_RETENTION_DAYS`` set to one second:
 a card approved after the retention passed still runs its call, and a conversation grant that lapsed
 with its conversation leaves App Home."""
 

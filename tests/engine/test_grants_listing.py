@@ -1,4 +1,4 @@
-"""A standing grant and its App Home listing have one lifetime and one write (issue 25, item 13).
+"""A standing grant and its App Home listing have one lifetime and one write.
 
 ``GrantStore.list`` is what App Home shows (handlers/home.py). Real Valkey; the retention is shortened
 in the store's settings.

@@ -1,6 +1,6 @@
 """Regression tests for the review's breaks of "exactly once" and "fail closed" (one test per defect).
 
-Each test names the defect it pins (issue 8's numbering). They run on a real Valkey with real runtimes;
+Each test is named by the behaviour it pins. They run on a real Valkey with real runtimes;
 "a dead worker" is a runtime whose tasks are cancelled before they finish, the way kill -9 leaves them.
 """
 
@@ -135,7 +135,7 @@ async def test_a_worker_that_lost_its_lease_cannot_start_a_call(redis):
 
 
 async def test_a_checkpoint_that_starts_calls_is_fenced_and_never_starts_one_twice(redis):
-    # the checkpoint that makes approved calls ready starts them in its own script (issue 26 item 1): the
+    # the checkpoint that makes approved calls ready starts them in its own script: the
     # same fence and the same "once" as begin_execution
     runtime, _, store = make_runtime(redis, ScriptedModel([]), [])
     sid = session().session_id
@@ -541,7 +541,7 @@ async def test_a_first_message_leaves_the_queue_only_with_the_turn_that_saves_it
     assert json.loads(await redis.get(store.key(sid, "state"))) == {"ref": session().model_dump(mode="json")}
 
 
-# --- issue 26: the turn's start and its model step go with the next write; a lone call's result with its step's
+# --- the turn's start and its model step go with the next write; a lone call's result with its step's
 
 
 async def test_a_crash_while_the_model_thinks_leaves_the_message_queued_and_the_turn_starts_once(redis):

@@ -1,4 +1,4 @@
-"""A delivery pass begun by the checkpoint whose events go out at once (issue 26 item 2, DESIGN §12 Outbox).
+"""A delivery pass begun by the checkpoint whose events go out at once (DESIGN §12 Outbox).
 
 The process that commits a drive's park or its turn's end delivers those events right away; the checkpoint's
 round trip takes the session's deliverer lock and reads what a pass's begin reads, so the pass sends no begin

@@ -1,6 +1,6 @@
 """Retention never takes what an open request needs, and never hides a revived thread from the audit
-log (issue 25, items 9 and 11); a session's end is written once by its owner and its keys are retired
-when it has passed, by the sweep or by the next message (issue 26 item 3). Real Valkey; the retention is
+log; a session's end is written once by its owner and its keys are retired
+when it has passed, by the sweep or by the next message. Real Valkey; the retention is
 shortened to a fraction of a second in the store's settings instead of waiting 30 days.
 """
 
@@ -73,7 +73,7 @@ async def test_a_parked_turn_outlives_the_retention_while_its_request_is_open(re
 
 
 async def test_the_sweep_retires_an_ended_session_once_and_never_a_held_one(redis):
-    """Issue 26 item 3: once a session's end has passed, the sweep deletes its own keys (one DEL) and takes it
+    """Once a session's end has passed, the sweep deletes its own keys (one DEL) and takes it
     off the schedule; while something holds it (here a turn under way: the lease) it is left alone and looked
     at again later, and the unit of work that held it writes its new end when it ends."""
     runtime, channel, store = _runtime(redis, ScriptedModel([model_say("hi")]), [])
@@ -158,9 +158,9 @@ async def _calls(redis, *names: str) -> dict[str, int]:
 
 
 async def test_a_pass_records_its_posts_in_its_closing_script(redis):
-    """Issue 26: where a pass's posts are (``PostLedger.set(..., in_pass=True)``) is written by the pass's closing
+    """Where a pass's posts are (``PostLedger.set(..., in_pass=True)``) is written by the pass's closing
     script, not by a separate write and ``EVAL`` of a retention rule; the frontend data has no end of its own
-    (it ends with its session, issue 26 item 3), so nothing asks whether a request is open."""
+    (it ends with its session), so nothing asks whether a request is open."""
     store = RedisOutbox(redis, retention_s=RETENTION_S)  # type: ignore[arg-type]
     sid = session().session_id
     warm = await store.outbox_begin(sid, ["frontend"], "token")  # the scripts loaded: no NOSCRIPT resend counted
@@ -179,7 +179,7 @@ async def test_a_pass_records_its_posts_in_its_closing_script(redis):
 
 
 async def test_a_claim_is_one_script_that_keeps_only_what_it_wrote(redis):
-    """Issue 26: claiming a post (``PostLedger.claim``) is one script that reads back only when it lost; the
+    """Claiming a post (``PostLedger.claim``) is one script that reads back only when it lost; the
     winner is told, the loser sees the first claim; nothing gives the frontend data an end (its session's)."""
     store = RedisOutbox(redis, retention_s=RETENTION_S)  # type: ignore[arg-type]
     sid = session().session_id
@@ -196,7 +196,7 @@ async def test_a_claim_is_one_script_that_keeps_only_what_it_wrote(redis):
 
 
 async def test_an_approve_cycle_renews_no_end_and_asks_no_retention_question(redis, redis_url):
-    """Issue 26 item 3: a session's end is written once per unit of work by its owner, not renewed on every
+    """A session's end is written once per unit of work by its owner, not renewed on every
     write. In one approve cycle no session key gets an end (``PEXPIRE``) or loses one (``PERSIST``) but the
     settled request's own record, and no script asks whether a request is open (``EXISTS P:open``); the
     settle's one look at whether its turn is still there stays (it decides "approved" from "no longer

@@ -1,4 +1,4 @@
-"""The session's ref (where its posts go, what the deliverer routes by) as its delivery pass reads it (issue 26).
+"""The session's ref (where its posts go, what the deliverer routes by) as its delivery pass reads it.
 
 A lease holder's checkpoint writes the ref only when it changed (the last mark carries the sum of the ref it
 left): whatever checkpoints wrote it, the pass reads the latest ref. On a real Valkey.
