@@ -201,7 +201,7 @@ async def test_an_approve_cycle_renews_no_end_and_asks_no_retention_question(red
     settled request's own record, and no script asks whether a request is open (``EXISTS P:open``); the
     settle's one look at whether its turn is still there stays (it decides "approved" from "no longer
     needed"). What the user sees is unchanged: the approved call runs and the turn answers."""
-    from tests.e2e.test_lean_core import monitored
+    from tests.e2e.test_redis_cost_per_cycle import monitored
 
     deploy, runs = recording_tool("deploy", approval=always())
     runtime, channel, store = _runtime(redis, ScriptedModel([call("deploy"), model_say("deployed")]), [deploy])
