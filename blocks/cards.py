@@ -8,7 +8,7 @@ for why, and tests/test_blocks_cards_golden.py for the proof that Slack gets the
 slack_sdk's models).
 
 A card is where people decide, so text from the model or a tool (the prompt, option labels, the tool's
-input, a typed answer or note) can neither ping anyone nor dress a link up as another one (issue 9):
+input, a typed answer or note) can neither ping anyone nor dress a link up as another one:
 prompts and labels go through :func:`blocks.messages.decision_mrkdwn` / ``decision_plain``, the
 tool's input and people's words are shown exactly (``literal_mrkdwn``), and every mrkdwn text object is
 ``verbatim`` so Slack adds no links or mentions of its own. The mentions the card makes itself

@@ -1,4 +1,4 @@
-"""Block Kit elements and composition objects as plain dicts, for the request card (issue 26).
+"""Block Kit elements and composition objects as plain dicts, for the request card.
 
 The card is built as plain Block Kit dicts, not slack_sdk models: the cards are on
 every approval's path, and slack_sdk's objects cost ~5 × their dicts to build and serialise (each

@@ -1,6 +1,6 @@
 """A tool's input as the card's fields: each value shown exactly as the tool gets it (strings as written,
 nested values as compact JSON, money as money), the hosts its links really go to named beneath it, and
-what an approver changed ("edited from …"). Keys a model wrote are never reworded (issue 9)."""
+what an approver changed ("edited from …"). Keys a model wrote are never reworded."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ apart from that escaping. Mentions a model or a person wrote (``<!channel>``, ``
 uses): nothing they typed may ping a person or a group on the bot's behalf.
 
 Cards are where people decide, so text a model or a tool wrote is held to stricter rules there
-(:func:`decision_mrkdwn`, :func:`decision_plain`, :func:`literal_mrkdwn`, issue 9): every link shows
+(:func:`decision_mrkdwn`, :func:`decision_plain`, :func:`literal_mrkdwn`): every link shows
 its real host, no mention written by a model pings anyone, and characters that hide or reorder text
 are dropped or shown.
 """
@@ -340,7 +340,7 @@ def _ping_name(target: str) -> str:
 
 
 def no_pings(text: str) -> str:
-    """The one neutralizer (issue 25, item 15): ``text`` someone typed or the model wrote, with every
+    """The one neutralizer: ``text`` someone typed or the model wrote, with every
     token that would notify a person or a group on the bot's behalf turned into the plain name it
     stands for: ``<!channel>`` → "@channel", ``<@U0BOB|bob>`` → "@U0BOB" (the id, never a label the
     writer chose), ``<!subteam^S1|@admins>`` → "@S1". For Markdown (a ``markdown`` block, streamed

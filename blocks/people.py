@@ -1,5 +1,5 @@
 """Who a request is about, in words: who asked, who may answer as its response policy described itself
-(issue 27: policies describe themselves), and who has approved so far. Mentions are built from verified
+(policies describe themselves), and who has approved so far. Mentions are built from verified
 ids; a policy's own words are shown literally, so they ping nobody."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A turn's tool calls as the tasks of a streamed answer (issue 28 item 3): Slack's stream chunks, as dicts.
+"""A turn's tool calls as the tasks of a streamed answer: Slack's stream chunks, as dicts.
 
 ``chat.startStream`` / ``appendStream`` / ``stopStream`` take ``chunks``: ``task_update`` ({id, title,
 status: pending | in_progress | complete | error, details, output}), ``plan_update`` ({title}) and

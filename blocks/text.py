@@ -3,7 +3,7 @@ Slack localises, names as inline code, and the ``verbatim`` text objects and req
 context blocks (block ids start with the request id, see :func:`blocks.actions.block_id`).
 
 Every mrkdwn text object is ``verbatim`` so Slack adds no links or mentions of its own to words a model
-or a tool wrote (issue 9); the ``<…>`` tokens built here from verified ids still render.
+or a tool wrote; the ``<…>`` tokens built here from verified ids still render.
 
 The request-scoped blocks are Block Kit dicts (:mod:`blocks.elements` says why).
 """

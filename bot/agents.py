@@ -1,4 +1,4 @@
-"""Sub-agents (issue 13, item 4): a ``delegate`` tool runs a named agent with its own instructions,
+"""Sub-agents: a ``delegate`` tool runs a named agent with its own instructions,
 tools and policies, in a session of its own, and the parent turn waits for it durably.
 
 Nothing here is a second engine. A delegation is a request of the one protocol (kind ``delegation``):

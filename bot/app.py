@@ -130,7 +130,7 @@ def _workspace_recorder(installations: Any) -> Any:
 
 
 class ModelOnFirstUse:
-    """The configured model client, built when a turn first asks it (issue 26 item 6, start fast): a
+    """The configured model client, built when a turn first asks it (to start fast): a
     restarted process serves the first click, settles it and runs its tool without importing or building the
     model's client (when that client was httpx, its import and TLS context were about a tenth of the start)."""
 
@@ -339,7 +339,7 @@ async def _start(
         client = AsyncWebClient(base_url=api_url, session=http, retry_handlers=slack_retry_handlers())
     slack = MeteredApp(  # AsyncApp, timing each ack (hitl_slack_ack_seconds)
         # named: without a name Bolt names the app after its caller's file with inspect.stack(), which reads
-        # the source of every frame (30-70 ms of each start: issue 26 item 6)
+        # the source of every frame (30-70 ms of each start)
         name="slack-hitl-bot",
         client=client,
         signing_secret=secret,
@@ -411,7 +411,7 @@ async def _start(
     if settings.schedules_config:
         await _apply_schedules_file(settings.schedules_config, schedules, runtime.settings.clock())
     runtime.add_consumer("notify", ApproverNotices(outbox_store, delivery_client_for, slack_channel.pacing))
-    # handlers get built stores, never a Redis client (issue 27 item 4)
+    # handlers get built stores, never a Redis client
     deps = SlackDeps(runtime=runtime, store=turns, posts=outbox_store.posts, settings=settings, audit=audit,
                      assistant_threads=AssistantThreads(redis.client, retention_s=retention_s), policies=policies,
                      result_key=token_key(secret), public_url=settings.public_url,

@@ -1,4 +1,4 @@
-"""The base of the app's pydantic models: each builds its validator when first used (issue 26 item 6).
+"""The base of the app's pydantic models: each builds its validator when first used.
 
 Pydantic builds a model's validator (its core schema) when the class is created, unless ``defer_build``
 is set. Built at import, the app's ~100 models cost every restarted process their build before it could

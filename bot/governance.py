@@ -62,7 +62,7 @@ async def listed_people(source: PolicySource | None, team_id: str, resource: str
 async def _admissible(source: PolicySource | None, team_id: str, user_ids: list[str]) -> list[str]:
     """``user_ids`` without the outsiders among them (a list saved before the editor checked, or while the
     workspace let outsiders in): nobody is named as able to answer, or sent a request, who would be
-    refused (issue 25, item 14). Raises when that cannot be known: then nobody is named or told."""
+    refused. Raises when that cannot be known: then nobody is named or told."""
     if source is None or not user_ids:
         return user_ids
     outside = await source.outsiders(team_id, user_ids)

@@ -42,7 +42,7 @@ class LeaseKeeper:
 
     def start(self) -> None:
         # the renewing task begins at the first wake-up: most drives (a model step, a commit) end before it
-        # and so cost no task (issue 26)
+        # and so cost no task
         loop = asyncio.get_running_loop()
         self._first = loop.call_later(self._wake_every(), self._begin, loop.time())
 

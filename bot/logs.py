@@ -1,4 +1,4 @@
-"""Logging (issue 15 item 3): human-readable by default, one JSON object per line with ``LOG_FORMAT=json``.
+"""Logging: human-readable by default, one JSON object per line with ``LOG_FORMAT=json``.
 
 - **Ids ride along.** Where a turn is driven, an answer settled or an event delivered, the session,
   turn, request and workspace ids are put in a context variable (:func:`bound`, :func:`bind`); every

@@ -1,4 +1,4 @@
-"""Prometheus metrics (issue 15 item 2): the one module that owns the metric objects.
+"""Prometheus metrics: the one module that owns the metric objects.
 
 The counters and histograms are process-wide, like loggers: the engine's modules bump them where the
 work happens (a settle, a tool run, a timer, a delivery) without any object being passed around, and

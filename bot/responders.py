@@ -1,4 +1,4 @@
-"""Open requests follow their approver lists (issue 29, item 7).
+"""Open requests follow their approver lists.
 
 A request says who may settle it (``InputRequest.responders``), described when it is made; the buttons
 themselves always check the list as it reads at the click (``bot.governance``). When an admin changes a

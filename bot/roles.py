@@ -1,4 +1,4 @@
-"""Process roles that scale apart (issue 26 item 4; DESIGN §13: the ack path is apart from turn work).
+"""Process roles that scale apart (DESIGN §13: the ack path is apart from turn work).
 
 ``python -m bot run --role web|worker|all`` (``BOT_ROLE``):
 

@@ -133,7 +133,7 @@ class SubAgentRelay:
             return
         for _ in range(5):
             # not driven here: this runs inside an outbox pass, which must never wait for a drive slot that
-            # slow tools hold (issue 25, item 12); the turn ends in the background
+            # slow tools hold; the turn ends in the background
             if await rt.cancel_turn(child, None, resume=False, ended_by="delegation-ended"):
                 rt.spawn(rt.drive(child), what=f"end the turn of sub-agent session {child}")
                 return

@@ -1,4 +1,4 @@
-"""Optional OpenTelemetry traces (issue 15 item 2): on when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set and the
+"""Optional OpenTelemetry traces: on when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set and the
 ``otel`` extra is installed (``pip install 'slack-hitl-bot[otel]'``); otherwise every call here is a no-op.
 
 **A turn is a trace.** A turn is driven in pieces — by whichever replica holds its lease, before and

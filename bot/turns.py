@@ -334,7 +334,7 @@ class Runtime:
         passed (DESIGN §12, Retention: their keys deleted; never one that something still holds). Returns how
         much it found.
 
-        It never waits on a tool or a model (issue 25, item 12): a turn it finds is continued in a tracked
+        It never waits on a tool or a model: a turn it finds is continued in a tracked
         background task, so one slow tool cannot hold up every expiry, reminder, escalation, schedule and
         delivery of this replica, nor its start-up."""
         await self.parts.installed.refresh()  # each sweep reads the install marks: clicks then read none

@@ -12,7 +12,7 @@ as false. Anything that goes wrong (Slack error, timeout, a person from another 
 admin*: we fail closed and log why. Answers are cached in the process for a short while (60 s) so App Home
 and ``/approvers`` do not call Slack on every click; a demoted admin loses rights within that time.
 
-Listeners must not wait on Slack before their ack (issue 8): they use :meth:`AdminCheck.cached_admin`
+Listeners must not wait on Slack before their ack: they use :meth:`AdminCheck.cached_admin`
 (no Slack call) or :meth:`AdminCheck.admin_status` with a ``within`` budget, and tell "could not
 check" (``None``) apart from "not an admin" (``False``). One lookup per person runs at a time; one
 cut short by a budget carries on and fills the cache, so asking again soon gets the answer.

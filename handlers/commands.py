@@ -5,7 +5,7 @@
 - ``/approvers edit`` — the editor for admins; a refusal (and an audit entry) for others.
 - ``/approvers help`` (or any other word) — usage.
 
-Slack's answer never waits on Slack (issue 8; Bolt answers when the listener returns): the command is
+Slack's answer never waits on Slack (Bolt answers when the listener returns): the command is
 acknowledged at once, then a background task opens a "Loading…" modal with the command's trigger_id
 (valid for 3 s, so that goes first), asks Slack whether the person is an admin, reads the lists and
 updates the modal. When the modal cannot be opened the same content goes out as a private message

@@ -38,7 +38,7 @@ def register(app: AsyncApp, deps: SlackDeps) -> None:
 
     async def on_message(body: dict[str, Any], event: dict[str, Any], context: dict[str, Any], client: Any) -> None:
         if _twin_of_a_mention(event, context.get("bot_user_id")):
-            return  # its app_mention brings it: one record instead of two (issue 26)
+            return  # its app_mention brings it: one record instead of two
         await _handle(deps, body, event, context, client, mentioned=False)
 
     app.event("app_mention")(on_mention)

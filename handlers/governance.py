@@ -1,4 +1,4 @@
-"""Governance in Slack: approver lists, admins and the audit log (issue 4, DESIGN §10).
+"""Governance in Slack: approver lists, admins and the audit log (DESIGN §10).
 
 :class:`SlackPolicySource` is the ``bot.approval.PolicySource`` that the response-policy helpers
 (``approvers()``, ``four_eyes()``, ``n_of_m()``, ``tenant_policy()``) and the admission rule read: the policy
@@ -264,7 +264,7 @@ class Governance:
     async def _outsider_problem(self, team_id: str, user_ids: list[str], within: float) -> str | None:
         """Why the people chosen for a list can't all be on it: an approver the rules would refuse
         (from another organisation) is never listed, so nobody is shown or sent a request they can't
-        answer (issue 25, item 14). Fails closed when Slack can't say who they are in time."""
+        answer. Fails closed when Slack can't say who they are in time."""
         if not user_ids or await self.source.allows_external(team_id):
             return None
         try:

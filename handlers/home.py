@@ -5,7 +5,7 @@ What App Home shows, and keeping open homes current as requests come and go, is 
 ``handlers.delivery.home``. The buttons on App Home cards use the same ``hitl:`` action ids as the
 cards in threads, so ``handlers/answers.py`` settles them.
 
-Nothing here waits on Slack before Slack gets its answer (issue 8): building a home asks Slack
+Nothing here waits on Slack before Slack gets its answer: building a home asks Slack
 (``users.info``, permalinks, ``views.publish``), so it always runs in a tracked background task.
 """
 

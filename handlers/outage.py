@@ -1,4 +1,4 @@
-"""What a person sees when Redis cannot be reached while they click (issue 25 item 22).
+"""What a person sees when Redis cannot be reached while they click.
 
 Slack does not retry interactivity requests (clicks, submissions, shortcuts, slash commands) and shows a
 bare error for anything but a 2xx. So a request of theirs whose listener failed because the store was

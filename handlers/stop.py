@@ -1,4 +1,4 @@
-"""Slack's stop button under a ``processing`` agent session (``agent_session_stopped``, issue 28 item 2).
+"""Slack's stop button under a ``processing`` agent session (``agent_session_stopped``).
 
 It stops the turn exactly as the runtime's cancel does for anyone else (``Runtime.cancel_turn``): open
 requests resolve as no longer needed, a running tool is told, nothing of the turn runs afterwards. The

@@ -4,7 +4,7 @@
 asked). Unset → a private embedded Valkey in a data directory, owned by the returned handle; or, for the
 CLI beside a running bot (``join=True``), a client on the server that bot shares (``share=True``).
 
-Every client is built to ride out a blip and a burst (issue 8, #20 and #22):
+Every client is built to ride out a blip and a burst:
 
 - Bounded waits. Every connect has a timeout (``CONNECT_TIMEOUT_S``) and every try of a command or
   pipeline one deadline (``SOCKET_TIMEOUT_S``, set by ``BoundedRetry``), so no call made before a Slack
@@ -64,7 +64,7 @@ DEFAULT_DATA_DIR = Path(".data/redis")
 # answer "try again" to, as nothing was recorded
 UNREACHABLE: tuple[type[Exception], ...] = (RedisConnectionError, RedisTimeoutError, ClusterDownError)
 # Any error a store call may raise (Redis's own, UNREACHABLE's among them): what code outside store/ catches,
-# so that it imports no Redis library (issue 27 item 4)
+# so that it imports no Redis library
 StoreError = RedisError
 SUPPORTED_SCHEMES = ("redis", "rediss", "unix")
 _PASSWORD_IN_URL = re.compile(r"(//[^/@:]*:)[^@/]*@")

@@ -43,7 +43,7 @@ def replay_mark(keys: list[Any]) -> str:
 
 
 def replay_own(body: str, *, then: str = "") -> str:
-    """For a script that keeps its mark in what it writes anyway (issue 26: no key of its own, two commands
+    """For a script that keeps its mark in what it writes anyway (no key of its own, two commands
     fewer): called as a ``replay_safe`` one (the mark key last, its lifetime last), but the body sees
     ``mark`` (this invocation's id, unique: the mark key's last 16 characters), ``mark_key`` and ``mark_ms``,
     and answers a resent copy itself. ``then`` as in :func:`replay_safe`; the body may leave it what it read

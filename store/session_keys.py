@@ -34,7 +34,7 @@ Global, advisory indexes (outside any slot; readers re-check the records):
   hitl:retire                 zset session_id → its end: the sweep retires it once that has passed
   hitl:{ws:<team>}:pending    zset request_id → created time, for "waiting on you" listings
 
-Retention (DESIGN §12; issue 26 item 3), by owner, once. A session's own keys (``SESSION_KEYS``: all of
+Retention (DESIGN §12), by owner, once. A session's own keys (``SESSION_KEYS``: all of
 the above but requests, execution markers and message marks) carry no TTL and are never renewed. When a
 unit of work ends, the script that ends it writes ``P:end`` = now + ``retention_s`` and the same round trip
 puts the session on ``hitl:retire``: the drive's last checkpoint that opens no request (the turn ended), a
@@ -89,7 +89,7 @@ def slot_of_request(request_id: str) -> str:
     return slot
 
 
-# Retention by owner, once (DESIGN §12; issue 26 item 3). A session's own keys (``SESSION_KEYS``) carry no
+# Retention by owner, once (DESIGN §12). A session's own keys (``SESSION_KEYS``) carry no
 # TTL: nothing renews an end on every write. The session's end (``P:end``, epoch ms) is written once per unit
 # of work by whoever ends it, in the script that ends it: the drive's last checkpoint when it opens no request
 # (the turn ended), a lease let go with no request open, the settle that completes its step's requests; the

@@ -1,4 +1,4 @@
-"""The hand-over from web processes to workers (issue 26 item 4; ``bot.roles``).
+"""The hand-over from web processes to workers (``bot.roles``).
 
   hitl:wake   list of wake-ups, pushed on the left, taken from the right (oldest first)
 

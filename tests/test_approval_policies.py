@@ -224,7 +224,7 @@ def test_only_once_and_custom_policies_record_grants():
 
 
 
-# --- typed policies (issue 27) ---------------------------------------------------------------------
+# --- typed policies ---------------------------------------------------------------------
 
 
 def test_a_plain_function_is_wrapped_once_as_a_custom_policy():

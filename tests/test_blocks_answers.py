@@ -1,4 +1,4 @@
-"""The AI surface's pure builders (issue 14): answers as a markdown block with feedback buttons, within
+"""The AI surface's pure builders: answers as a markdown block with feedback buttons, within
 Slack's limits (checked with LocalSlack's Block Kit validator), and the split view's greeting and prompts."""
 
 from __future__ import annotations

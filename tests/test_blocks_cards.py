@@ -555,7 +555,7 @@ def test_expiry_is_shown_as_a_slack_date_and_questions_say_whom_they_are_for() -
     assert f"Question for <@U0ALICE> · expires <!date^{int(expires.timestamp())}^" in texts(blocks)
 
 
-# --- who may answer, on the card (issue 11: people find out before they click) -----------------------
+# --- who may answer, on the card: people find out before they click -----------------------
 
 BOB, CAROL, DAVE = (slack_user("T1", u) for u in ("U0BOB", "U0CAROL", "U0DAVE"))
 

@@ -1,4 +1,4 @@
-"""The cards Slack receives stay byte-for-byte the same JSON (issue 26: the card builders' hot path).
+"""The cards Slack receives stay byte-for-byte the same JSON (the card builders' hot path).
 
 ``tests/data/cards_golden.json`` holds what the slack_sdk-model builders sent for a representative set of
 requests (amounts, long text, approver lists, four-eyes, escalated, expired, cancelled, edited, forms,

@@ -288,7 +288,7 @@ def test_a_read_only_home_card_still_says_who_may_answer() -> None:
 
 
 def test_standing_approvals_link_their_thread_and_calls_under_them_say_whose_they_are():
-    """Issue 29 item 6: a conversation grant links its thread; the note a call under a grant leaves."""
+    """A conversation grant links its thread; the note a call under a grant leaves."""
     from datetime import UTC, datetime
 
     from blocks.grants import standing_note

@@ -30,12 +30,12 @@ from tests.blocks_validation import assert_mrkdwn_escaped, assert_valid_message
         ("> quoted **text**", "> quoted *text*"),
         ("a < b && c > d", "a &lt; b &amp;&amp; c &gt; d"),
         ("use `a **not bold** <b>`", "use `a **not bold** &lt;b&gt;`"),
-        # a model's mention names the person, it does not ping them (issue 25, item 15); channels stay links
+        # a model's mention names the person, it does not ping them; channels stay links
         ("ping <@U123ABC> in <#C42|general>", "ping @U123ABC in <#C42|general>"),
         ("<!channel> <!here> <!subteam^S1>", "@channel @here @S1"),
         ("see <https://example.com>", "see <https://example.com>"),
         ("see <https://example.com/?a=1&b=2>", "see <https://example.com/?a=1&amp;b=2>"),
-        # a label that reads like another address shows the real one (issue 9)
+        # a label that reads like another address shows the real one
         ("[https://stripe.com/login](https://evil.example/l)", "<https://evil.example/l|evil.example/l>"),
         ("<https://evil.example|https://stripe.com>", "<https://evil.example|evil.example>"),
         ("[<@U1> docs](https://x.io)", "<https://x.io|@U1 docs>"),

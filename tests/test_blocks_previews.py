@@ -1,4 +1,4 @@
-"""A call's preview (``@tool(preview=…)``, issue 28 item 4) on its card, the approver's DM copy and App Home."""
+"""A call's preview (``@tool(preview=…)``) on its card, the approver's DM copy and App Home."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Decision surfaces cannot be spoofed (issue 9): hostile text from the model or a tool on cards, in the
+"""Decision surfaces cannot be spoofed: hostile text from the model or a tool on cards, in the
 freeform modal, on settled cards and in a failed turn's message.
 
 Pure builder tests on the Block Kit dicts. Every card also goes through tests/blocks_validation.py, and
@@ -466,7 +466,7 @@ def test_replies_show_the_real_address_for_a_label_that_reads_like_another() -> 
         "<https://evil.example|evil.example>"  # was a link nested in a link's label
     )
     # what a model may write in a reply is unchanged: labels in words, plain links; a mention it writes
-    # names the person without pinging them (issue 25, item 15)
+    # names the person without pinging them
     assert markdown_to_mrkdwn(
         "[the receipt](https://pay.example/r/1) for <@U1> at <https://pay.example>"
     ) == ("<https://pay.example/r/1|the receipt> for @U1 at <https://pay.example>")
@@ -566,7 +566,7 @@ def test_a_cut_label_drops_a_link_whole_rather_than_show_part_of_its_host() -> N
     assert decision_plain("see <https://stripe.com.evil.example|x>", 100) == "see x (stripe.com.evil.example)"
 
 
-# --- no ping on the bot's behalf, in any builder (issue 25, item 15) ---------------------------
+# --- no ping on the bot's behalf, in any builder ---------------------------
 
 # What a person or the model may type: every way Slack pings someone, as tokens and as bare words.
 PINGS = (

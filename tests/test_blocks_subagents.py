@@ -1,4 +1,4 @@
-"""Cards of sub-agents (issue 13, item 4): the delegation card, its settled form, and the label on a
+"""Cards of sub-agents: the delegation card, its settled form, and the label on a
 sub-agent's own requests — valid Block Kit, with people's and models' text escaped."""
 
 from __future__ import annotations

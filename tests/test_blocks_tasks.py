@@ -1,4 +1,4 @@
-"""blocks/tasks.py: a turn's tool calls as Slack's stream chunks (issue 28 item 3), as dicts."""
+"""blocks/tasks.py: a turn's tool calls as Slack's stream chunks, as dicts."""
 
 from __future__ import annotations
 

@@ -178,7 +178,7 @@ async def test_an_admin_adds_an_approver_in_app_home_who_then_approves(
 async def test_an_outsider_picked_as_approver_in_app_home_is_refused_and_not_left_on_screen(
     workspace: WorkspacePage, product: RunningProduct
 ) -> None:
-    """Issue 25 item 14, walked: the bot refuses a Slack Connect user as an approver and republishes the
+    """Walked through in a browser: the bot refuses a Slack Connect user as an approver and republishes the
     stored list. Slack keeps what a person picked in an element while its block id stays the same, so the
     refused pick must not stay on screen looking saved."""
     ws = workspace

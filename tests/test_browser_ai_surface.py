@@ -1,4 +1,4 @@
-"""The AI split view in a browser (issue 14): headless Chromium on the local workspace, the real bot over
+"""The AI split view in a browser: headless Chromium on the local workspace, the real bot over
 signed HTTP, a local OpenAI-wire model that writes slowly. A person opens the agent beside #general, sees
 the suggested prompts, clicks one, and watches the answer appear in more than one step."""
 

@@ -1,4 +1,4 @@
-"""A streamed answer's tasks in a browser (issue 28 items 3 and 6): headless Chromium on the local workspace,
+"""A streamed answer's tasks in a browser: headless Chromium on the local workspace,
 the real bot over signed HTTP. One turn asks for two refunds at once: the answer's plan shows both calls
 waiting on alice, live; she approves one and cancels the other with a reason; the plan ends with one task
 complete (approved by @alice, its result) and one in error (cancelled: the reason)."""

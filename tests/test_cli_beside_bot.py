@@ -1,4 +1,4 @@
-"""The CLI beside a running bot (issue 15): ``python -m bot pending | check | audit`` use the embedded
+"""The CLI beside a running bot: ``python -m bot pending | check | audit`` use the embedded
 Redis of the ``python -m bot run`` serving the same BOT_DATA_DIR, ``reset-local`` refuses to delete it,
 and a port the bot cannot listen on is one line naming its variable (exit 2).
 

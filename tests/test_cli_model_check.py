@@ -1,4 +1,4 @@
-"""`python -m bot check` really calls the model endpoint (#29 item 4): OK with the model's name, or one line
+"""`python -m bot check` really calls the model endpoint: OK with the model's name, or one line
 naming the setting to fix and a non-zero exit when the endpoint is down, refuses the key, or lacks the model."""
 
 from __future__ import annotations

@@ -132,7 +132,7 @@ async def test_due_timers_are_claimed_once_and_forgotten(cluster_redis: RedisCli
 
 
 async def test_an_ended_session_is_retired_on_the_cluster(cluster_redis: RedisClient) -> None:
-    """Retention (issue 26 item 3): the schedule is claimed in its own slot and each session retired by a
+    """Retention: the schedule is claimed in its own slot and each session retired by a
     script in the session's slot, by the sweep or by the message that uses the thread again."""
     store = RedisTurns(cluster_redis, retention_s=0.2)  # type: ignore[arg-type]
     model = ScriptedModel([model_say("one"), model_say("two"), model_say("three")], by_turn_position=False)

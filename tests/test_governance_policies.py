@@ -384,7 +384,7 @@ async def test_an_unreadable_list_describes_nothing(dead_store):
     assert await describe_responders(approvers("tool:refund"), asked_by(ALICE)) is None
 
 
-# --- refusals say who may do what was tried (issue 29 item 2) -------------------------------
+# --- refusals say who may do what was tried -------------------------------
 
 
 async def test_a_requester_off_the_list_is_told_who_may_approve(policies):

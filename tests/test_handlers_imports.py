@@ -1,6 +1,6 @@
-"""The handlers import one another one way only (issue 8): App Home and ``/approvers`` build on
+"""The handlers import one another one way only: App Home and ``/approvers`` build on
 ``handlers.governance``, which imports neither; the outbound room (``handlers.delivery``) imports no
-listener (issue 27 item 3). Every import counts: top level, inside functions and
+listener. Every import counts: top level, inside functions and
 under ``TYPE_CHECKING``, and module names in strings (``importlib.import_module("handlers.home")``)."""
 
 from __future__ import annotations

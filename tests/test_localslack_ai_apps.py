@@ -1,6 +1,6 @@
 """LocalSlack's Agents & AI Apps surface, seen through slack_sdk's AsyncWebClient (the bot's client) and a
 signature-checking request URL: assistant.threads.*, chat.*Stream, the markdown block and feedback buttons,
-assistant_thread_* events and feedback clicks (issue 14)."""
+assistant_thread_* events and feedback clicks."""
 
 from __future__ import annotations
 
@@ -259,7 +259,7 @@ async def test_a_restart_keeps_titles_prompts_and_a_stream_in_progress(tmp_path)
 
 
 async def test_a_stream_carries_tasks_and_a_plan_with_slacks_chunks(slack: LocalSlack, client: AsyncWebClient):
-    """Issue 28 items 3 and 6: ``task_update`` / ``plan_update`` chunks, ``task_display_mode``; a task is
+    """``task_update`` / ``plan_update`` chunks, ``task_display_mode``; a task is
     replaced by the next update with its id; the stopped message holds them as a plan block of task cards."""
     ts = await thread_in_general(slack)
     started = await client.chat_startStream(

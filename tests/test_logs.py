@@ -1,4 +1,4 @@
-"""Structured logs (issue 15 item 3): ``LOG_FORMAT=json`` is one JSON object per line with the ids of what
+"""Structured logs: ``LOG_FORMAT=json`` is one JSON object per line with the ids of what
 is being worked on; tokens and secrets never show; what people and the model write shows only with
 ``LOG_CONTENT=1``; a person watching ``make run`` reads a line per turn event."""
 

@@ -32,7 +32,7 @@ def test_manifest_subscribes_to_every_event_the_handlers_listen_for():
 
 
 def test_the_ai_split_view_is_declared_with_its_events_and_scope():
-    """Issue 14: the assistant view, the events Bolt's AsyncAssistant listens for, and assistant:write."""
+    """The assistant view, the events Bolt's AsyncAssistant listens for, and assistant:write."""
     assert manifest()["features"]["assistant_view"]["assistant_description"]
     assert len(manifest()["features"]["assistant_view"]["suggested_prompts"]) <= 4
     events = set(manifest()["settings"]["event_subscriptions"]["bot_events"])
@@ -70,6 +70,6 @@ def test_group_dm_threads_are_heard_and_nothing_unused_is_asked_for():
 
 
 def test_the_app_is_declared_as_an_agent_with_the_stop_buttons_event():
-    """Issue 28: agent sessions need the app declared as an agent; the stop button sends agent_session_stopped."""
+    """Agent sessions need the app declared as an agent; the stop button sends agent_session_stopped."""
     assert manifest()["features"]["agent_view"]["agent_description"]
     assert "agent_session_stopped" in manifest()["settings"]["event_subscriptions"]["bot_events"]

@@ -1,4 +1,4 @@
-"""An MCP tool's preview (issue 28 item 4): the config names another tool of the same server
+"""An MCP tool's preview: the config names another tool of the same server
 (``"previews": {"delete_customer": "lookup_customer"}``), called with the proposed arguments when the
 card is made; the tool itself runs only once approved. Against the real SDK server of test_mcp_tools."""
 

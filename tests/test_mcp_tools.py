@@ -1,4 +1,4 @@
-"""MCP servers' tools as agent tools (issue 13, item 1), against real MCP servers written with the SDK
+"""MCP servers' tools as agent tools, against real MCP servers written with the SDK
 (tests/fixtures_tools/mcp_server.py), over stdio and over streamable HTTP: listed and callable under
 the configured policies, a changed list picked up, elicitation as a form card, a server that is down,
 hangs or dies said plainly to the model while the bot serves on, and config errors that name the fix."""
@@ -302,7 +302,7 @@ def test_check_connects_to_each_server_and_says_what_it_offers_or_why_not(redis_
     assert "NOT connected" in down and "Traceback" not in result.stderr
 
 
-# --- what the bot cannot use, said clearly (issue 25 item 19) --------------------------------------------
+# --- what the bot cannot use, said clearly --------------------------------------------
 
 
 async def test_a_tool_that_requires_task_augmented_calls_is_left_out_and_said_once(redis, tmp_path, caplog):

@@ -1,4 +1,4 @@
-"""An OpenAPI operation's preview (issue 28 item 4): the connection names a GET operation
+"""An OpenAPI operation's preview: the connection names a GET operation
 (``preview: {addNote: getCustomer}``), called with the proposed arguments it takes, the session's tenant
 and the configured credential when the card is made; the operation itself runs only once approved."""
 

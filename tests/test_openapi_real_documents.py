@@ -1,4 +1,4 @@
-"""Real OpenAPI documents nobody here wrote (issue 25 items 16-18 and the README's Petstore section):
+"""Real OpenAPI documents nobody here wrote (and the README's Petstore section):
 
 - GitHub's full REST description (``api.github.com.json`` of the npm package ``@octokit/openapi``, MIT,
   gzipped in tests/data/openapi) loads with a few configured operations, quickly and in little memory,
@@ -60,7 +60,7 @@ async def run_calls(redis, tools, *calls, approve: bool = False) -> dict[str, st
     return tool_results(shown(model))
 
 
-# --- GitHub (item 16) -------------------------------------------------------------------------------
+# --- GitHub -------------------------------------------------------------------------------
 
 GITHUB_OPERATIONS = "[repos/get, issues/create, issues/list-for-repo, pulls/list]"
 
@@ -154,7 +154,7 @@ async def test_configured_github_operations_work(redis, github):
     assert SEEN[2]["body"] == {"title": "It broke", "labels": ["bug"], "milestone": None}
 
 
-# --- load errors and recursive schemas (item 16) ------------------------------------------------
+# --- load errors and recursive schemas ------------------------------------------------
 
 
 def _document(body_schema: dict, schemas: dict) -> dict:

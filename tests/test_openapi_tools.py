@@ -1,4 +1,4 @@
-"""OpenAPI operations as tools (issue 13, item 2), against a local HTTP server that serves the document
+"""OpenAPI operations as tools, against a local HTTP server that serves the document
 and the API: arguments validated from the schema, GET runs while POST asks, the tenant from the
 session and never from the arguments, credentials from the environment, failures said plainly."""
 

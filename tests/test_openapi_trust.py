@@ -1,4 +1,4 @@
-"""OpenAPI connections keep the tenant and the secret (issue 25 items 1-4, 17, 18), against a real local
+"""OpenAPI connections keep the tenant and the secret, against a real local
 HTTP server that records exactly what it received: the raw path, every query pair, the headers and
 the body. The model is scripted; everything between it and the server is the real code."""
 
@@ -135,7 +135,7 @@ async def run_call(redis, config_path: str, tool: str, **arguments) -> str:
     return tool_results(shown(model))["c1"]
 
 
-# --- item 1: a path parameter is one opaque segment ---------------------------------------------
+# --- a path parameter is one opaque segment ---------------------------------------------
 
 
 @pytest.mark.parametrize("values", [
@@ -155,7 +155,7 @@ async def test_a_path_parameter_with_slashes_or_dots_inside_stays_one_segment(re
     assert seen["path"] == "/api/workspaces/T1/files/..%2FT2/a%20b%3Fc%23d/..."
 
 
-# --- item 2: configured credentials always win --------------------------------------------------
+# --- configured credentials always win --------------------------------------------------
 
 
 async def test_the_model_is_not_offered_the_credential_header_and_cannot_set_it(redis, notes):
@@ -178,7 +178,7 @@ async def test_a_query_or_cookie_credential_is_not_the_models_either(redis, note
     assert sent[name] == KEY
 
 
-# --- item 3: a tenant in the JSON body is pinned ------------------------------------------------
+# --- a tenant in the JSON body is pinned ------------------------------------------------
 
 
 async def test_a_tenant_in_the_body_is_filled_from_the_session_at_every_level(redis, notes):
@@ -205,7 +205,7 @@ def test_a_tenant_the_loader_cannot_pin_refuses_the_connection_naming_why(tmp_pa
         openapi_tools(str(tmp_path / "c.yaml"))
 
 
-# --- item 4: the secret is redacted from what the model reads and from the logs ------------------
+# --- the secret is redacted from what the model reads and from the logs ------------------
 
 
 @pytest.fixture
@@ -238,7 +238,7 @@ async def test_an_api_that_echoes_the_key_never_shows_it_to_the_model_or_the_log
     assert log_text and KEY not in "\n".join(log_text)
 
 
-# --- item 17: names the model API accepts ---------------------------------------------------------
+# --- names the model API accepts ---------------------------------------------------------
 
 
 def test_tool_names_fit_the_model_apis_rule_and_are_stable(notes):
@@ -249,7 +249,7 @@ def test_tool_names_fit_the_model_apis_rule_and_are_stable(notes):
     assert len(set(names)) == len(names)
 
 
-# --- item 18: query styles, and nullable ----------------------------------------------------------
+# --- query styles, and nullable ----------------------------------------------------------
 
 
 async def test_query_parameters_are_serialized_by_their_style(redis, notes):

@@ -1,4 +1,4 @@
-"""The Redis client rides out blips and bursts (issue 8, #20 and #22), against real valkey-server processes.
+"""The Redis client rides out blips and bursts, against real valkey-server processes.
 
 Each test sets the client from ``open_redis`` beside a plain ``redis.asyncio.Redis.from_url`` client in
 the same situation, so it shows what the settings in store/client.py change for a caller.

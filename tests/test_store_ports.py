@@ -1,4 +1,4 @@
-"""Handlers reach Redis only through the store's ports (issue 27 item 4; DESIGN §2, the rules of the house).
+"""Handlers reach Redis only through the store's ports (DESIGN §2, the rules of the house).
 
 No module under handlers/ imports the Redis client library (``redis``, ``redis.asyncio``, ``redis.exceptions``)
 or touches a ``.redis`` attribute (a raw client held by a store or by a handler object): what handlers need of

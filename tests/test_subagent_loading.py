@@ -1,4 +1,4 @@
-"""BOT_TOOLS modules define sub-agents beside tools (issue 13, item 4): ``delegate`` appears, listing
+"""BOT_TOOLS modules define sub-agents beside tools: ``delegate`` appears, listing
 them; a tool only sub-agents list is private to them; names stay unique."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""MCP servers' tools as agent tools (issue 13, item 1), with the official ``mcp`` SDK as the client.
+"""MCP servers' tools as agent tools, with the official ``mcp`` SDK as the client.
 
 Servers are listed in the file ``BOT_MCP_CONFIG`` names, in the ``mcpServers`` shape other MCP clients
 use, plus our approval policies::

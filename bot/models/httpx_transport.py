@@ -1,5 +1,5 @@
 """An ``httpx.AsyncClient`` handed to ``OpenAIChatModel(client=...)``, as before the model client moved to
-aiohttp (issue 26): still honoured, so code that shares its own httpx client keeps working. Imported only
+aiohttp: still honoured, so code that shares its own httpx client keeps working. Imported only
 then; the model's own session is aiohttp's (bot.models.transport)."""
 
 from __future__ import annotations

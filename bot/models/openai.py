@@ -6,7 +6,7 @@ is safe to show to people: the API key never appears in a reason or a log line.
 
 It speaks HTTP through aiohttp, which the app has imported already for Slack: a fraction of httpx's
 CPU per request, and nothing more to import when a restarted process's first turn calls the model
-(issue 26, docs/PERFORMANCE.md).
+(docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations

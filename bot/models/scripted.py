@@ -101,7 +101,7 @@ def _plain_copy(value: Any) -> Any:
     """A deep copy of JSON-like data (what messages and tool schemas are).
 
     ``copy.deepcopy`` and pydantic's deep ``model_copy`` keep a memo and dispatch per type; on the tool
-    schemas sent with every model call that was the largest single cost of a scripted cycle (issue 26).
+    schemas sent with every model call that was the largest single cost of a scripted cycle.
     Anything not a dict, list or scalar (a tuple, an object) still goes through ``copy.deepcopy``.
     """
     if isinstance(value, dict):

@@ -1,4 +1,4 @@
-"""Multi-workspace install: Bolt's OAuth flow on our Redis stores (issue 4 §7).
+"""Multi-workspace install: Bolt's OAuth flow on our Redis stores.
 
 Set ``SLACK_CLIENT_ID`` and ``SLACK_CLIENT_SECRET`` and the bot serves ``GET /slack/install`` (a
 redirect to Slack's consent page) and ``GET /slack/oauth_redirect`` (code → ``oauth.v2.access`` →

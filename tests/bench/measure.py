@@ -1,4 +1,4 @@
-"""The three measurements of issue 2 ("Measure"), each returning plain figures."""
+"""The engine's three measurements, each returning plain figures."""
 
 from __future__ import annotations
 

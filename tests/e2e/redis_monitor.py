@@ -1,4 +1,4 @@
-"""Redis's own ``MONITOR`` for tests that assert which commands a flow costs (issues 26 and 28)."""
+"""Redis's own ``MONITOR`` for tests that assert which commands a flow costs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every kind of request Slack documents sending to an app, as Slack shapes them (issue 25 item 20).
+"""Every kind of request Slack documents sending to an app, as Slack shapes them.
 
 Built from reference/slack/payloads/ and Slack's documented shapes: Events API envelopes of several event
 types, ``block_actions`` for each interactive element, view submissions and closes, options requests

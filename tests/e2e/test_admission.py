@@ -1,4 +1,4 @@
-"""One admission check for every way a turn can start or go on (issue 25, item 5): a Slack Connect guest the
+"""One admission check for every way a turn can start or go on: a Slack Connect guest the
 guest gate refuses gets the same refusal at a mention, a DM (App Home's Messages tab), an assistant thread,
 ``/agent schedule`` and a card's buttons; no turn starts, no schedule is kept, no tick runs as them once their
 channel is closed, and neither a click nor the result API answers a request for them. Every refusal is in

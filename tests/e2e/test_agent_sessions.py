@@ -1,7 +1,7 @@
-"""Each turn's thread is a Slack agent session (issue 28 items 1, 2 and 5): its status follows the turn,
+"""Each turn's thread is a Slack agent session: its status follows the turn,
 Slack's stop button stops it, and where Slack refuses the methods the status line serves instead.
 
-A status that would last less than the status delay is not shown (issue 28's budget: at most four Slack
+A status that would last less than the status delay is not shown (the budget: at most four Slack
 calls per approve cycle with the session in them): ``processing`` comes only when a step is slow, and
 ``suspended`` at once only when the session showed it working, else once the card has waited the delay."""
 
@@ -61,7 +61,7 @@ async def quick_approve_cycle(slack, text: str) -> str:  # noqa: ANN001
 
 
 async def test_a_quick_approve_cycle_is_at_most_four_slack_calls_with_the_session_in_them(local_slack, start_app):
-    """Issue 28's budget: card, card update, reply and one session call (the session created ``active``,
+    """The budget: card, card update, reply and one session call (the session created ``active``,
     titled with the request), counted as ``make bench`` counts them: every Web API call of a cycle after
     a first one (which looks up what the app keeps afterwards)."""
     bot = await start_app(ScriptedModel([call("refund_charge", charge_id="ch_1", amount=5.0), say("Refunded."),
@@ -134,7 +134,7 @@ async def test_a_card_that_waits_longer_than_the_delay_suspends_the_session_nami
     await bot.runtime.wait_idle()
     assert state().session_log == [{"status": "suspended", "title": "Waiting for @alice to approve refund_charge"},
                                    {"status": "active", "title": "refund ch_1 please"}]
-    # the card waited past the delay, so the call is a task of a streamed answer (issue 28 item 3): the reply
+    # the card waited past the delay, so the call is a task of a streamed answer: the reply
     # is that stream's stopStream instead of a post
     assert shown_calls(local_slack) == ["chat.postMessage", "session:suspended", "chat.update",
                                         "agents.sessions.rename", "session:active"]

@@ -1,4 +1,4 @@
-"""Slack's Agents & AI Apps surface end to end (issue 14): the real app over signed HTTP, LocalSlack as
+"""Slack's Agents & AI Apps surface end to end: the real app over signed HTTP, LocalSlack as
 Slack, a local OpenAI-wire model that writes slowly, real Redis.
 
 - answers stream into Slack while the model writes them, batched, and end completed with feedback buttons;
@@ -194,7 +194,7 @@ PINGING_ANSWER = (
 @pytest.mark.parametrize("slowly", [False, True], ids=["posted whole", "streamed"])
 async def test_an_answer_that_quotes_a_broadcast_pings_nobody(local_slack, start_app, fake_openai, slowly):
     """What the model writes (here quoting an announcement a person typed) reaches Slack with every mention
-    as a plain name: in the markdown block, the fallback text and every streamed piece (issue 25, item 15)."""
+    as a plain name: in the markdown block, the fallback text and every streamed piece."""
     from tests.test_blocks_spoofing import live_pings
 
     fake_openai.reply_text(PINGING_ANSWER, chunk_delay_s=WORD_DELAY_S if slowly else 0.0)

@@ -1,4 +1,4 @@
-"""How bot/app.py joins the parts (issue 26 item 5, issue 27 items 4-5): each store is built once, with what
+"""How bot/app.py joins the parts: each store is built once, with what
 it needs, and handed to every part that uses it; nothing is completed after construction."""
 
 from __future__ import annotations

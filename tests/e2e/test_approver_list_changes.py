@@ -1,4 +1,4 @@
-"""Approver lists change while requests wait (issue 29, item 7): open cards and DM copies say who may
+"""Approver lists change while requests wait: open cards and DM copies say who may
 answer now, a newly added approver is told once about what already waits for them, and saving an empty
 list says that nobody can approve then."""
 

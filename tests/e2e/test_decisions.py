@@ -1,4 +1,4 @@
-"""Richer decisions as Slack drives them (issue 12): cancel with a reason (modal and typed), edit before
+"""Richer decisions as Slack drives them: cancel with a reason (modal and typed), edit before
 approving, templates, questions as select menus. Every one goes through the one settle path."""
 
 from __future__ import annotations

@@ -138,7 +138,7 @@ async def test_a_card_whose_deliverer_died_before_its_pass_ended_is_found_not_po
     assert json.loads(recorded)["ts"] == _cards_of(local_slack, ts, req.request_id)[0].ts
 
 
-async def test_26_a_card_claimed_in_a_dead_pass_memory_is_found_not_posted_again(local_slack, start_app):
+async def test_a_card_claimed_in_a_dead_pass_memory_is_found_not_posted_again(local_slack, start_app):
     bot = await start_app(refund_script(), [refund_charge])
     ts, _ = await mention_and_wait_for_card(local_slack)
     await bot.runtime.wait_idle()
@@ -174,7 +174,7 @@ async def test_26_a_card_claimed_in_a_dead_pass_memory_is_found_not_posted_again
     await successor.outbox_end(sid, "third-token", {}, [], claim=0, again_in_ms=None)
 
 
-async def test_26_a_post_whose_answer_was_lost_leaves_its_claim_with_the_pass_end(local_slack, start_app):
+async def test_a_post_whose_answer_was_lost_leaves_its_claim_with_the_pass_end(local_slack, start_app):
     bot = await start_app(refund_script(), [refund_charge])
     ts, _ = await mention_and_wait_for_card(local_slack)
     await bot.runtime.wait_idle()
@@ -192,7 +192,7 @@ async def test_26_a_post_whose_answer_was_lost_leaves_its_claim_with_the_pass_en
     assert await bot.store.redis.hget(bot.store.key(sid, "chan"), "post:98:0") is None
 
 
-async def test_26_an_answer_that_ended_its_tasks_stream_in_a_dead_pass_is_not_posted_again(local_slack, start_app):
+async def test_an_answer_that_ended_its_tasks_stream_in_a_dead_pass_is_not_posted_again(local_slack, start_app):
     bot = await start_app(ScriptedModel([say("hello")]), [])
     ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> hi")
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: m.text == "hello")
@@ -242,7 +242,7 @@ async def test_26_an_answer_that_ended_its_tasks_stream_in_a_dead_pass_is_not_po
     assert [m.ts for m in tasks_messages()] == [shown.ts], "and so is the task"
 
 
-async def test_26_an_answer_streamed_in_a_dead_pass_is_not_posted_again(local_slack, start_app):
+async def test_an_answer_streamed_in_a_dead_pass_is_not_posted_again(local_slack, start_app):
     bot = await start_app(ScriptedModel([say("hello")]), [])
     ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> hi")
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: m.text == "hello")
@@ -420,7 +420,7 @@ async def test_a_failing_consumer_never_makes_slack_delivery_repeat(local_slack,
     assert "Approved" in str(local_slack.message(GENERAL, card.ts).blocks)
 
 
-async def test_26_a_reply_does_not_wait_for_its_card_update_and_is_posted_once(local_slack, start_app):
+async def test_a_reply_does_not_wait_for_its_card_update_and_is_posted_once(local_slack, start_app):
     # the settled card and the answer are different messages: Slack slow to edit the card holds up no answer
     RUNS.clear()
     bot = await start_app(refund_script(), [refund_charge])
@@ -443,7 +443,7 @@ async def test_26_a_reply_does_not_wait_for_its_card_update_and_is_posted_once(l
     assert len(_replies(local_slack, ts)) == 1 and len(RUNS) == 1
 
 
-async def test_26_a_card_update_that_failed_beside_its_reply_is_retried_and_the_reply_not_posted_again(
+async def test_a_card_update_that_failed_beside_its_reply_is_retried_and_the_reply_not_posted_again(
         local_slack, start_app):
     RUNS.clear()
     bot = await start_app(refund_script(), [refund_charge])

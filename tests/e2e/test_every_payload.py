@@ -1,5 +1,5 @@
 """Every kind of request Slack documents, signed with the app's secret, is answered 2xx or 4xx — never a
-5xx — and so is each one with junk in any field (issue 25 item 20).
+5xx — and so is each one with junk in any field.
 
 ``tests/e2e/slack_kinds.py`` holds one of each kind (events of several types, ``block_actions`` of each
 element type, view submissions and closes, options requests, shortcuts, slash commands, legacy attachment

@@ -1,4 +1,4 @@
-"""External execution as Slack drives it (issue 12, item 5): the agent proposes, a person runs it
+"""External execution as Slack drives it: the agent proposes, a person runs it
 elsewhere and submits the result from the card, or a system posts it with a token only admitted
 people get (HMAC, bound to the request and the person, expiring, single-use). Validated, audited,
 resumed once."""
@@ -162,7 +162,7 @@ async def run_ticketed_migration(args: Migration, ctx: ToolContext) -> dict:
 
 
 async def test_a_posted_result_the_result_model_refuses_is_not_settled(local_slack, start_app):
-    """The result model's own validators run before a result settles (issue 25, item 8): the JSON
+    """The result model's own validators run before a result settles: the JSON
     schema alone would take both refused bodies below."""
     await start_app(ScriptedModel([call("run_ticketed_migration", database="orders"),
                                    lambda messages, tools: say("Result: " + messages[-1]["content"])]),

@@ -1,4 +1,4 @@
-"""Forms as Slack drives them (issue 12, item 4): ``ctx.form()`` in a tool and the built-in
+"""Forms as Slack drives them: ``ctx.form()`` in a tool and the built-in
 ``request_info``. The card has "Open form"; the modal comes from the one form generator; errors show
 inline; typed replies don't answer forms; only the requester may fill one in; the tool resumes once."""
 

@@ -1,4 +1,4 @@
-"""Fuzzing the Slack endpoint: thousands of mutated requests against the running app (issue 8, "Prove it").
+"""Fuzzing the Slack endpoint: thousands of mutated requests against the running app.
 
 Two approval cards are parked first, the way people make them: alice's refund that only bob may approve
 (a custom response policy) and alice's own refund (requester-only). Then the fuzzer sends mutated

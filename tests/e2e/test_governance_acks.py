@@ -1,4 +1,4 @@
-"""Ack discipline of App Home and ``/approvers`` (issue 8): Slack gets its answer before the bot asks
+"""Ack discipline of App Home and ``/approvers``: Slack gets its answer before the bot asks
 Slack anything, so a slow Slack never turns a command or a click into "operation timed out".
 
 Slack is made slow on purpose: the bot talks to LocalSlack's Web API through :class:`HeldSlack`, a

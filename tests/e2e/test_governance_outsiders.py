@@ -1,4 +1,4 @@
-"""Outsiders are never made approvers, and nothing about a request reaches them (issue 25, item 14).
+"""Outsiders are never made approvers, and nothing about a request reaches them.
 
 erin (``U0EXT``) is a Slack Connect user from Other Corp, a member of #general. Approvals of people from
 another organisation are refused unless the workspace lets outsiders in, so the editors (App Home and

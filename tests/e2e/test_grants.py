@@ -1,4 +1,4 @@
-"""'Approve and don't ask again' as Slack drives it (issue 12, item 3): a scope named on the card,
+"""'Approve and don't ask again' as Slack drives it: a scope named on the card,
 recorded through the one settle path, shown and revocable in App Home, never approving what is
 already pending, never offered where the tool's policy does not allow it."""
 
@@ -185,7 +185,7 @@ def standing_notes(slack, ts) -> list[str]:
 
 async def test_one_dont_ask_again_click_grants_only_the_scope_it_named(local_slack, start_app):
     """once(grant_days=…): "don't ask again for 7 days" is one standing approval (the requester's), not
-    that and a second one for the conversation (issue 29 item 6)."""
+    that and a second one for the conversation."""
     RUNS.clear()
     await start_app(turns("rotate_key", 1), [rotate_key])
     ts, card = await mention_and_wait_for_card(local_slack, "rotate the key")
@@ -198,7 +198,7 @@ async def test_one_dont_ask_again_click_grants_only_the_scope_it_named(local_sla
 
 async def test_conversation_grants_link_their_thread_and_calls_under_grants_say_so(local_slack, start_app):
     """A conversation grant in App Home links its thread; each call that runs under a standing approval
-    says in its thread whose approval it was and where to revoke it (issue 29 item 6)."""
+    says in its thread whose approval it was and where to revoke it."""
     RUNS.clear()
     steps = [call("clear_cache"), replying, call("clear_cache"), replying]
     await start_app(ScriptedModel(steps), [clear_cache])

@@ -1,5 +1,5 @@
 """Threads in a group DM (mpim) work like threads in a channel: the manifest grants `mpim:history` and
-subscribes to `message.mpim` (issue 9), and LocalSlack refuses `conversations.*` on a group DM without it."""
+subscribes to `message.mpim`, and LocalSlack refuses `conversations.*` on a group DM without it."""
 
 from __future__ import annotations
 

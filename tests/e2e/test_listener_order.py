@@ -1,4 +1,4 @@
-"""Which of the app's Bolt listeners takes a request does not depend on their order (issue 26, the lean core).
+"""Which of the app's Bolt listeners takes a request does not depend on their order.
 
 Bolt runs the first listener whose matchers all pass, in registration order, and tries every one before it
 (each try builds Bolt's whole set of listener arguments). ``handlers.register`` puts the approve cycle's

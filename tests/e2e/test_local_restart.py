@@ -1,5 +1,5 @@
 """``make run`` twice: the local Slack workspace is kept under BOT_DATA_DIR, so a turn parked before a
-restart is answered in the same thread after it (issue 9: "history that survives a restart")."""
+restart is answered in the same thread after it: history survives a restart."""
 
 from __future__ import annotations
 

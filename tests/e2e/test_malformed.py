@@ -113,7 +113,7 @@ SIGNED_MALFORMED = {
     "event_callback without an event": (json.dumps(event_callback(None)).encode(), JSON),
     "event_callback whose authorizations is a string": (
         json.dumps(event_callback({"type": "app_mention"}, authorizations="T0LOCAL")).encode(), JSON),
-    # issue 25 item 20: kinds whose fields Bolt reads before any listener (a 500 from its middleware before)
+    # kinds whose fields Bolt reads before any listener (a 500 from its middleware before)
     "interactive_message whose callback_id is a number": (form_payload(
         {"type": "interactive_message", "callback_id": 0, "actions": [{"name": "a", "type": "button"}],
          "user": {"id": ALICE}, "team": {"id": TEAM_ID}}), FORM),

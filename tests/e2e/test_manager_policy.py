@@ -1,4 +1,4 @@
-"""A response policy added in one file (issue 27): any two of a list, one of them a manager.
+"""A response policy added in one file: any two of a list, one of them a manager.
 
 ``bot/manager_approval.py`` is the whole of it: nothing in handlers/, blocks/, bot/mcp/ or bot/openapi.py
 names it, yet App Home offers its two lists and says how it reads, the card says who may answer, and a

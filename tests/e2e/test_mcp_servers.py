@@ -1,4 +1,4 @@
-"""MCP tools over streamable HTTP, through Slack (issue 13, item 1): the real app started with
+"""MCP tools over streamable HTTP, through Slack: the real app started with
 ``BOT_MCP_CONFIG`` naming a real MCP server (tests/fixtures_tools/mcp_server.py, run by uvicorn in a
 process of its own), a header filled in from the environment, an approval card and the server's
 elicitation as a form card in the thread, both settled by clicks over signed HTTP and audited."""
@@ -82,7 +82,7 @@ async def test_over_http_through_slack_approve_then_fill_in_the_servers_form(
 
         told = await result_reply(local_slack, ts)
         # the server got the header filled in from the environment, and echoed it: the model reads the
-        # echo with the secret redacted, as the logs would (issue 25, item 4's rule for every connection)
+        # echo with the secret redacted, as the logs would (the rule for every connection)
         assert json.loads(told["w1"]) == {"result": "Bearer ***"}
         assert "s3cret" not in json.dumps(told)
         assert "shipped o7 to 9 Elm Road in 2 boxes" in told["s1"]

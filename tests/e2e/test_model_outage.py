@@ -1,4 +1,4 @@
-"""A model outage as the channel sees it (#29 item 4): a plain sentence, no URL and no exception name (the
+"""A model outage as the channel sees it: a plain sentence, no URL and no exception name (the
 channel may be shared with another company); the details go to the bot's logs."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The README's OpenAPI example, end to end (issue 25): the real Swagger Petstore v3 document configured
+"""The README's OpenAPI example, end to end: the real Swagger Petstore v3 document configured
 with ``BOT_OPENAPI`` exactly as the README shows it, the bot started as in production, a person
 mentioning it in Slack (localslack, signed like Slack), and a local server playing Petstore.
 

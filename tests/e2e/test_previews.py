@@ -1,4 +1,4 @@
-"""A preview on every card (issue 28 item 4), as Slack shows it: the card in the thread and the approver's
+"""A preview on every card, as Slack shows it: the card in the thread and the approver's
 DM copy say what the call would do before anyone decides; the settled card, rendered later from the
 request kept in Redis, still says it."""
 

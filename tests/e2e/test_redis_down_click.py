@@ -1,4 +1,4 @@
-"""A click while Redis is down (issue 25 item 22): answered in time, privately, and counted.
+"""A click while Redis is down: answered in time, privately, and counted.
 
 Slack does not retry interactivity requests and shows a bare failure on anything but a 2xx, so a click
 that cannot be recorded is answered 200 within the 3 s ack and the clicker alone reads "I couldn't record

@@ -1,4 +1,4 @@
-"""Redis restarts under a parked turn (issue 8, #20): the turn survives, and the click is answered 200.
+"""Redis restarts under a parked turn: the turn survives, and the click is answered 200.
 
 The bot runs in-process on its own Valkey (append-only file on, as store/embedded.py always sets it),
 which the tests stop and start again on the same data dir and unix socket while a card waits: the

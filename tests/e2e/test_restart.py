@@ -81,10 +81,10 @@ async def test_kill_9_between_card_and_click(local_slack, redis, redis_url, tmp_
         except TimeoutError:
             pass
         assert settled(), [(c.method, c.params.get("text"), c.params.get("ts")) for c in local_slack.calls]
-        # the thread's agent session, suspended when the first process died, ends active (issue 28)
+        # the thread's agent session, suspended when the first process died, ends active
         await local_slack.wait_for(lambda: local_slack.assistant_state(GENERAL, ts).session_status == "active")
         # processing shows only for a slow step and suspended only once the card waited the status delay
-        # (issue 28's call budget), so the kill may come before either; a kill before the card's pass saved
+        # (the call budget: at most four Slack calls per approve cycle), so the kill may come before either; a kill before the card's pass saved
         # its cursor makes the next process deliver those events again, so a status may come twice (setStatus
         # is idempotent). The order and the end hold
         statuses = [e["status"] for e in local_slack.assistant_state(GENERAL, ts).session_log]
@@ -95,7 +95,7 @@ async def test_kill_9_between_card_and_click(local_slack, redis, redis_url, tmp_
         await stop_process(second, timeout_s=10)
 
 
-async def test_26_kill_9_between_the_reply_and_its_card_update_posts_the_reply_once(
+async def test_kill_9_between_the_reply_and_its_card_update_posts_the_reply_once(
         local_slack, redis, redis_url, tmp_path):
     """The settled card's edit and the answer go out side by side: a process killed after the answer landed
     and before the card's edit did leaves both to the next one, which edits the card and finds the answer

@@ -1,4 +1,4 @@
-"""Retention as Slack sees it (issue 25, items 9 and 13), with ``BOT_RETENTION_DAYS`` set to one second:
+"""Retention as Slack sees it, with ``BOT_RETENTION_DAYS`` set to one second:
 a card approved after the retention passed still runs its call, and a conversation grant that lapsed
 with its conversation leaves App Home."""
 
@@ -23,7 +23,7 @@ from tests.e2e.test_grants import clear_cache, replied, replying
 ONE_SECOND = str(1 / 86400)  # BOT_RETENTION_DAYS
 
 
-async def test_9_a_card_approved_after_the_retention_still_runs_its_call(local_slack, start_app):
+async def test_a_card_approved_after_the_retention_still_runs_its_call(local_slack, start_app):
     RUNS.clear()
     await start_app(refund_script(), [refund_charge], BOT_RETENTION_DAYS=ONE_SECOND)
     ts, card = await mention_and_wait_for_card(local_slack)
@@ -37,7 +37,7 @@ async def test_9_a_card_approved_after_the_retention_still_runs_its_call(local_s
     assert "Approved" in str(local_slack.message(GENERAL, card.ts).blocks)
 
 
-async def test_13_a_lapsed_conversation_grant_leaves_app_home(local_slack, start_app):
+async def test_a_lapsed_conversation_grant_leaves_app_home(local_slack, start_app):
     await start_app(ScriptedModel([call("clear_cache"), replying]), [clear_cache], BOT_RETENTION_DAYS=ONE_SECOND)
     ts, card = await mention_and_wait_for_card(local_slack, "clear the cache")
     await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve, don’t ask again here"))
@@ -51,7 +51,7 @@ async def test_13_a_lapsed_conversation_grant_leaves_app_home(local_slack, start
     assert find(home.blocks, "grants:revoke") is None, "a lapsed conversation grant is still offered in App Home"
 
 
-async def test_9_a_card_whose_turn_is_gone_says_so_and_is_updated(local_slack, start_app):
+async def test_a_card_whose_turn_is_gone_says_so_and_is_updated(local_slack, start_app):
     RUNS.clear()
     bot = await start_app(refund_script(), [refund_charge])
     ts, card = await mention_and_wait_for_card(local_slack)

@@ -1,4 +1,4 @@
-"""Scheduled turns as Slack drives them (issue 13, item 3): ``/agent schedule``, fired by the recovery
+"""Scheduled turns as Slack drives them: ``/agent schedule``, fired by the recovery
 sweep of any replica exactly once per tick, run by the app on behalf of the person who scheduled it
 (their approvals come to them: no deadlock), told apart by ``ctx.session.automated``."""
 
@@ -195,7 +195,7 @@ async def test_a_schedules_file_it_cannot_use_stops_the_start_naming_the_variabl
 
 async def test_editing_a_schedule_while_another_replica_holds_its_tick_leaves_one_chain(local_slack, start_app,
                                                                                        tmp_path):
-    """Issue 25, item 6. Replica A has claimed the hourly tick and is starting its thread (Slack is slow
+    """Replica A has claimed the hourly tick and is starting its thread (Slack is slow
     just then) when the file is edited to ``every 2h`` and applied by replica B. The tick A holds still
     fires once; after it only the edited schedule ticks: 2 turns in the next 4 h, not 4 from two chains."""
     from bot.app import _apply_schedules_file

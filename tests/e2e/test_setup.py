@@ -1,4 +1,4 @@
-"""`python -m bot setup` against the local workspace acting as Slack (#29 item 11): the tokens are checked
+"""`python -m bot setup` against the local workspace acting as Slack: the tokens are checked
 with Slack's own answers (auth.test and its ``x-oauth-scopes`` header, apps.connections.open), `.env` is
 written only when they pass, and every failure names what to fix on which Slack page."""
 
@@ -201,7 +201,7 @@ async def test_socket_mode_app_token_is_checked_with_apps_connections_open(in_pr
 
 
 async def test_from_setup_to_a_first_approval_with_nothing_but_the_env_it_wrote(local_slack, tmp_path, redis_url):
-    """Issue 29's "a new person reaches a first approval with the README and setup alone": the local
+    """A new person reaches a first approval with the README and setup alone: the local
     workspace plays the person's Slack. `setup` gets the two tokens Slack's pages show, writes `.env`; the
     bot started from that file alone (plus where Redis is) takes a mention to a card, and Alice's click to
     the tool's run and the reply."""

@@ -1,4 +1,4 @@
-"""SLACK_PACING (#26 item 7): ``slack`` (the default) keeps inside Slack's per-method tiers; ``off`` adds no
+"""SLACK_PACING: ``slack`` (the default) keeps inside Slack's per-method tiers; ``off`` adds no
 waiting of its own, for apps with raised limits and for benchmarks, yet still honours a 429's Retry-After.
 
 The pacing itself (bursts, then one call per interval) is tested in tests/test_pacing.py; here the real app

@@ -1,4 +1,4 @@
-"""Start fast (issue 26 item 6): a restarted bot reads and builds only what its first click needs.
+"""Start fast: a restarted bot reads and builds only what its first click needs.
 
 - What Redis sees (INFO commandstats) while a bot starts and runs its start-up sweep: no SCAN or KEYS
   (nothing is listed at start), and the same commands whether 1 or 5 turns are parked (the start does not

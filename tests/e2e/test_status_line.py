@@ -1,5 +1,5 @@
-"""The status line costs Slack calls only when work is slow (issue 10: at most card, update and reply per
-approve cycle; issue 9: progress on long work)."""
+"""The status line costs Slack calls only when work is slow (at most card, update and reply per
+approve cycle) and shows progress on long work."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ async def slow_report(args: Job) -> dict:
 
 
 async def test_slow_work_shows_a_live_status_under_the_thread_that_goes_with_the_reply(local_slack, start_app):
-    """Issue 14: where Slack allows it (channel threads too, since setStatus takes chat:write) the status is
+    """Where Slack allows it (channel threads too, since setStatus takes chat:write) the status is
     Slack's own, under the thread: one call, no message to post and delete. The status line message is the
     fallback (tests/e2e/test_ai_surface.py)."""
     model = ScriptedModel([call("slow_report", name="q3"), say("Here is the q3 report.")])

@@ -1,4 +1,4 @@
-"""Sub-agents as Slack shows them (issue 13, item 4): the delegation card and the sub-agent's own
+"""Sub-agents as Slack shows them: the delegation card and the sub-agent's own
 approval card land in the mention's thread, labelled with its name; Approve on the child's card lets
 the parent answer in the thread; Cancel on the delegation card stops the child."""
 
@@ -71,7 +71,7 @@ async def test_cancel_on_the_delegation_card_stops_the_sub_agent(local_slack, st
 async def test_approve_on_the_sub_agents_card_right_after_cancelling_the_delegation_runs_nothing(
     local_slack, start_app
 ):
-    # issue 25, item 7: the second click comes before the relay has stopped the sub-agent
+    # the second click comes before the relay has stopped the sub-agent
     RAN.clear()
     model, *_ = models(parent_then=say("Stopped."))
     await start_app(model, [crm_lookup, RESEARCHER])

@@ -1,4 +1,4 @@
-"""Sweeps never wait on a tool or a model (issue 25, item 12): a replica that finds a turn to continue
+"""Sweeps never wait on a tool or a model: a replica that finds a turn to continue
 when it starts hands it to a background drive and answers at once, and a schedule's tick starts its turn
 in the background, so the sweep that fired it (and every deadline after it) goes on beside a slow tool."""
 

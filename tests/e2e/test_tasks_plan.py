@@ -1,4 +1,4 @@
-"""Tool calls as tasks of the streamed answer (issue 28 item 3), end to end: the real app over signed HTTP,
+"""Tool calls as tasks of the streamed answer, end to end: the real app over signed HTTP,
 LocalSlack as Slack (``task_update`` chunks with Slack's names), real Redis.
 
 A turn whose call still waits or runs after the status delay gets a stream with its tasks; each task ends in

@@ -1,4 +1,4 @@
-"""The words people see (issue 29 items 1-3, 9), as Slack drives the app through the local workspace:
+"""The words people see, as Slack drives the app through the local workspace:
 refusals that say who may do what was tried, text meant for the model kept from the thread, and
 "nothing is waiting" when a typed answer has nothing to answer."""
 

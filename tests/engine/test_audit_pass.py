@@ -1,4 +1,4 @@
-"""The audit log rides the delivery pass (issue 26 items 1-2; store/audit_events.py): what a pass delivered is
+"""The audit log rides the delivery pass (store/audit_events.py): what a pass delivered is
 audited with its close, each event once, whatever happens to the pass or to the append.
 
 Real Redis, the real outbox: a pass that dies after its Slack posts and before its close, a close that ran

@@ -1,4 +1,4 @@
-"""A click needs no read before its settle, and is never decided on a stale record (issue 26, the lean core).
+"""A click needs no read before its settle, and is never decided on a stale record.
 
 The process that parked a request (or read it last) keeps its record, with its revision, in a small
 bounded memory; a click there is checked against that copy. The settle (or the refusal) checks the

@@ -1,4 +1,4 @@
-"""The outbox's three kinds of consumer, told apart by what they offer (bot.ports; issue 26, the lean core).
+"""The outbox's three kinds of consumer, told apart by what they offer (bot.ports).
 
 A consumer with ``deliver_batch`` gets a pass's events in one call; one with ``start_delivery`` may let an
 event land while the next begins; any other gets ``deliver`` per event. A method set to None does not

@@ -1,4 +1,4 @@
-"""Richer decisions in the engine (issue 12): a cancel's reason, approving with edited arguments,
+"""Richer decisions in the engine: a cancel's reason, approving with edited arguments,
 templates and question styles — all through the one settle path, all fail closed."""
 
 from __future__ import annotations

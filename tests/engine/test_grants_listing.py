@@ -1,4 +1,4 @@
-"""A standing grant and its App Home listing have one lifetime and one write (issue 25, item 13).
+"""A standing grant and its App Home listing have one lifetime and one write.
 
 ``GrantStore.list`` is what App Home shows (handlers/home.py). Real Valkey; the retention is shortened
 in the store's settings.
@@ -60,7 +60,7 @@ async def _in_force(store: RedisTurns) -> bool:
     return "restart" in (await store.snapshot(session().session_id)).grants
 
 
-async def test_13_a_grant_whose_listing_cannot_be_written_is_not_in_force(redis):
+async def test_a_grant_whose_listing_cannot_be_written_is_not_in_force(redis):
     runtime, channel, store, runs = _runtime(redis)
     await say(runtime, "restart it")
     [req] = channel.requests()
@@ -75,7 +75,7 @@ async def test_13_a_grant_whose_listing_cannot_be_written_is_not_in_force(redis)
     assert await request_status(store, req.request_id) == "open" and runs == []  # nothing happened: click again
 
 
-async def test_13_a_lapsed_conversation_grant_leaves_app_home(redis):
+async def test_a_lapsed_conversation_grant_leaves_app_home(redis):
     runtime, channel, store, runs = _runtime(redis, turns=2)
     await say(runtime, "restart it")
     [req] = channel.requests()
@@ -91,7 +91,7 @@ async def test_13_a_lapsed_conversation_grant_leaves_app_home(redis):
     assert len(channel.requests()) == 2 and len(runs) == 1, "the lapsed grant still approved a call"
 
 
-async def test_13_a_click_that_did_not_count_lists_no_grant(redis):
+async def test_a_click_that_did_not_count_lists_no_grant(redis):
     runtime, channel, store, runs = _runtime(redis)
     await say(runtime, "restart it")
     [req] = channel.requests()

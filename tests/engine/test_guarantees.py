@@ -1,6 +1,6 @@
 """Regression tests for the review's breaks of "exactly once" and "fail closed" (one test per defect).
 
-Each test names the defect it pins (issue 8's numbering). They run on a real Valkey with real runtimes;
+Each test is named by the behaviour it pins. They run on a real Valkey with real runtimes;
 "a dead worker" is a runtime whose tasks are cancelled before they finish, the way kill -9 leaves them.
 """
 
@@ -50,7 +50,7 @@ def _not_the_requester(ctx):
     return allowed()
 
 
-async def test_1_a_replica_without_the_tool_refuses_instead_of_using_another_rule(redis):
+async def test_a_replica_without_the_tool_refuses_instead_of_using_another_rule(redis):
     gated, runs = recording_tool("wire", approval=Approval(request=always(), response=_not_the_requester))
     runtime_a, channel, store = make_runtime(redis, ScriptedModel([call("wire"), model_say("sent")]), [gated])
     await say(runtime_a, "wire the money")
@@ -65,7 +65,7 @@ async def test_1_a_replica_without_the_tool_refuses_instead_of_using_another_rul
     assert await runtime_b.check_response(await store.get_request(req.request_id), ALICE) is None
 
 
-async def test_2_answers_from_another_workspace_settle_nothing(redis):
+async def test_answers_from_another_workspace_settle_nothing(redis):
     anyone = Approval(request=always(), response=lambda ctx: allowed())
     gated, runs = recording_tool("deploy", approval=anyone)
     runtime, channel, store = make_runtime(redis, ScriptedModel([call("deploy"), model_say("ok")]), [gated])
@@ -81,7 +81,7 @@ async def test_2_answers_from_another_workspace_settle_nothing(redis):
     assert len(runs) == 1
 
 
-async def test_2_a_colleague_from_another_workspace_of_the_org_crosses_the_boundary(redis):
+async def test_a_colleague_from_another_workspace_of_the_org_crosses_the_boundary(redis):
     anyone = Approval(request=always(), response=lambda ctx: allowed())
     gated, runs = recording_tool("deploy", approval=anyone)
     runtime, channel, store = make_runtime(redis, ScriptedModel([call("deploy"), model_say("ok")]), [gated])
@@ -100,7 +100,7 @@ async def test_2_a_colleague_from_another_workspace_of_the_org_crosses_the_bound
     assert record.session_info["enterprise_id"] == "E1"  # the org travels with the request
 
 
-async def test_5_markers_stay_unique_after_keep_going(redis):
+async def test_markers_stay_unique_after_keep_going(redis):
     gated, runs = recording_tool("deploy", approval=always())
     script = [call("deploy", call_id="call_0", env="a"), call("deploy", call_id="call_0", env="b"),
               model_say("both done")]
@@ -120,7 +120,7 @@ async def test_5_markers_stay_unique_after_keep_going(redis):
     assert_valid_history(shown(model))
 
 
-async def test_6_a_worker_that_lost_its_lease_cannot_start_a_call(redis):
+async def test_a_worker_that_lost_its_lease_cannot_start_a_call(redis):
     runtime, _, store = make_runtime(redis, ScriptedModel([]), [])
     sid = session().session_id
     stale = await store.acquire_lease(sid)
@@ -134,8 +134,8 @@ async def test_6_a_worker_that_lost_its_lease_cannot_start_a_call(redis):
     assert (await store.begin_execution(sid, "turn_x:step:call_1:0", fresh)) == (True, None)
 
 
-async def test_6_a_checkpoint_that_starts_calls_is_fenced_and_never_starts_one_twice(redis):
-    # the checkpoint that makes approved calls ready starts them in its own script (issue 26 item 1): the
+async def test_a_checkpoint_that_starts_calls_is_fenced_and_never_starts_one_twice(redis):
+    # the checkpoint that makes approved calls ready starts them in its own script: the
     # same fence and the same "once" as begin_execution
     runtime, _, store = make_runtime(redis, ScriptedModel([]), [])
     sid = session().session_id
@@ -158,7 +158,7 @@ async def test_6_a_checkpoint_that_starts_calls_is_fenced_and_never_starts_one_t
     assert await store.begin_execution(sid, "turn_x:s:call_1:0", fresh) == (False, "started")
 
 
-async def test_6_a_state_the_lease_script_cannot_decode_is_still_driven(redis):
+async def test_a_state_the_lease_script_cannot_decode_is_still_driven(redis):
     # the lease's script decodes the state to find the requests its turn waits on; a state Lua's JSON
     # cannot read (nested deeper than its 1,000 levels: a tool's output kept in the state, in an app that
     # raised Python's recursion limit) must not keep the session from its lease: its requests are then
@@ -182,7 +182,7 @@ async def test_6_a_state_the_lease_script_cannot_decode_is_still_driven(redis):
     assert snap.state["turn"]["step"]["request_ids"] == ["x"] and snap.requests == {}
 
 
-async def test_6_lease_renewal_survives_a_redis_blip(redis):
+async def test_lease_renewal_survives_a_redis_blip(redis):
     _, _, store = make_runtime(redis, ScriptedModel([]), [], lease_ms=600)
     sid = session().session_id
     token = await store.acquire_lease(sid)
@@ -196,7 +196,7 @@ async def test_6_lease_renewal_survives_a_redis_blip(redis):
     await keeper.stop()
 
 
-async def test_19_the_lease_never_outlives_the_work(redis):
+async def test_the_lease_never_outlives_the_work(redis):
     runtime, channel, store = make_runtime(redis, ScriptedModel([model_say("hi")]), [], lease_ms=300)
     await say(runtime, "hello")
     sid = session().session_id
@@ -237,7 +237,7 @@ def _asks_and_waits(entered: asyncio.Event):
     return [Tool(choose, name="choose"), Tool(slow, name="slow", idempotent=True)]
 
 
-async def test_7_a_question_asked_before_a_crash_is_asked_again(redis):
+async def test_a_question_asked_before_a_crash_is_asked_again(redis):
     entered = asyncio.Event()
     script = [calls(("choose", {}, "c1"), ("slow", {}, "s1")), model_say("done")]
     runtime_a, _, _ = make_runtime(redis, ScriptedModel(script), _asks_and_waits(entered), lease_ms=300)
@@ -268,7 +268,7 @@ async def test_7_a_question_asked_before_a_crash_is_asked_again(redis):
     assert channel_b.types()[-2:] == ["turn.completed", "session.waiting"]
 
 
-async def test_8_a_tool_that_catches_everything_still_parks_on_its_question(redis):
+async def test_a_tool_that_catches_everything_still_parks_on_its_question(redis):
     async def careless(args: dict, ctx: ToolContext) -> dict:
         try:
             answer = await ctx.ask("Proceed?", ["yes", "no"])
@@ -286,7 +286,7 @@ async def test_8_a_tool_that_catches_everything_still_parks_on_its_question(redi
     assert json.loads(tool_results(shown(model))["k1"]) == {"answer": "yes"}
 
 
-async def test_10_odd_digits_are_text_and_nothing_is_lost(redis):
+async def test_odd_digits_are_text_and_nothing_is_lost(redis):
     async def pick(args: dict, ctx: ToolContext) -> dict:
         answer = await ctx.ask("How many?", ["one", "two"])
         return {"option": answer.option_id, "text": answer.text}
@@ -301,7 +301,7 @@ async def test_10_odd_digits_are_text_and_nothing_is_lost(redis):
     assert [m["text"] for m in await store.inbox(session().session_id)] in ([], ["①", "9" * 5000])
 
 
-async def test_11_an_unexpected_error_fails_the_turn_visibly_after_bounded_retries(redis):
+async def test_an_unexpected_error_fails_the_turn_visibly_after_bounded_retries(redis):
     gated, runs = recording_tool("deploy", approval=always())
     runtime_a, channel_a, store = make_runtime(redis, ScriptedModel([call("deploy"), model_say("ok")]), [gated])
     await say(runtime_a, "deploy")
@@ -352,7 +352,7 @@ async def test_a_turn_that_fails_before_its_first_checkpoint_is_failed_visibly_a
     assert [e.text for e in channel.of("message.completed")] == ["hello again"]  # …and answers them
 
 
-async def test_15_once_with_an_approval_key_remembers_by_key_and_always_grants_nothing(redis):
+async def test_once_with_an_approval_key_remembers_by_key_and_always_grants_nothing(redis):
     keyed, keyed_runs = recording_tool("charge", approval=once(), approval_key=lambda a: f"charge:{a['customer']}")
     script = [call("charge", customer="acme"), call("charge", customer="acme"), call("charge", customer="globex"),
               model_say("done")]
@@ -373,7 +373,7 @@ async def test_15_once_with_an_approval_key_remembers_by_key_and_always_grants_n
     assert (await store2.snapshot(ref.session_id)).grants == set()
 
 
-async def test_16_a_refused_click_on_a_settled_request_says_who_settled_it(redis):
+async def test_a_refused_click_on_a_settled_request_says_who_settled_it(redis):
     only_bob = Approval(request=always(), response=lambda ctx: allowed() if ctx.response.principal.same_as(BOB)
                         else rejected("Only Bob."))
     gated, _ = recording_tool("deploy", approval=only_bob)
@@ -388,7 +388,7 @@ async def test_16_a_refused_click_on_a_settled_request_says_who_settled_it(redis
     assert late.record.status == "settled" and late.record.responder.same_as(BOB)
 
 
-async def test_18_what_a_dead_process_settled_still_reaches_the_frontend(redis):
+async def test_what_a_dead_process_settled_still_reaches_the_frontend(redis):
     gated, runs = recording_tool("deploy", approval=always())
     runtime_a, channel_a, store = make_runtime(redis, ScriptedModel([call("deploy"), model_say("ok")]), [gated])
     await say(runtime_a, "deploy")
@@ -419,7 +419,7 @@ class StuckChannel(RecordingChannel):
         await super().deliver(event, session)
 
 
-async def test_18_events_are_not_stranded_when_the_deliverer_dies_mid_delivery(redis):
+async def test_events_are_not_stranded_when_the_deliverer_dies_mid_delivery(redis):
     runtime_a, _, store = make_runtime(redis, ScriptedModel([model_say("the answer")]), [],
                                        channel=StuckChannel(), lease_ms=300)
     await runtime_a.record_message(session(), ALICE, "hi", message_id="m1")
@@ -437,7 +437,7 @@ async def test_18_events_are_not_stranded_when_the_deliverer_dies_mid_delivery(r
     assert await runtime_b.outbox.store.outbox_due() == []  # and, delivered, it leaves the list
 
 
-async def test_13_settled_data_has_a_retention_and_indexes_forget_it(redis):
+async def test_settled_data_has_a_retention_and_indexes_forget_it(redis):
     gated, _ = recording_tool("deploy", approval=always())
     runtime, channel, store = make_runtime(redis, ScriptedModel([call("deploy"), model_say("ok")]), [gated])
     await say(runtime, "deploy")
@@ -453,7 +453,7 @@ async def test_13_settled_data_has_a_retention_and_indexes_forget_it(redis):
     assert markers and all([await redis.ttl(k) > 0 for k in markers])
 
 
-async def test_13_long_sessions_keep_a_bounded_history(redis):
+async def test_long_sessions_keep_a_bounded_history(redis):
     model = ScriptedModel([model_say(f"reply {i}") for i in range(30)], by_turn_position=False)
     runtime, _, store = make_runtime(redis, model, [], settings=RuntimeSettings(system_prompt="sys", history_limit=10))
     for i in range(30):
@@ -484,7 +484,7 @@ def _saved_or_queued(snap) -> list[str]:
     return queued + saved
 
 
-async def test_20_a_steering_message_is_never_in_neither_place(redis):
+async def test_a_steering_message_is_never_in_neither_place(redis):
     # The owner writes while a tool runs; the worker takes the message into the next model call and dies
     # while the model thinks. The message was acknowledged to Slack: it must be queued or saved at that
     # moment, and the next worker must show it to the model.
@@ -521,7 +521,7 @@ async def test_20_a_steering_message_is_never_in_neither_place(redis):
     assert channel_b.types()[-2:] == ["turn.completed", "session.waiting"]
 
 
-async def test_20_a_first_message_leaves_the_queue_only_with_the_turn_that_saves_it(redis):
+async def test_a_first_message_leaves_the_queue_only_with_the_turn_that_saves_it(redis):
     # The first commit of a turn takes the message; if that commit cannot happen (the lease is gone),
     # the message stays queued for whoever drives the session next.
     runtime, _, store = make_runtime(redis, ScriptedModel([model_say("hi")]), [])
@@ -541,10 +541,10 @@ async def test_20_a_first_message_leaves_the_queue_only_with_the_turn_that_saves
     assert json.loads(await redis.get(store.key(sid, "state"))) == {"ref": session().model_dump(mode="json")}
 
 
-# --- issue 26: the turn's start and its model step go with the next write; a lone call's result with its step's
+# --- the turn's start and its model step go with the next write; a lone call's result with its step's
 
 
-async def test_26_a_crash_while_the_model_thinks_leaves_the_message_queued_and_the_turn_starts_once(redis):
+async def test_a_crash_while_the_model_thinks_leaves_the_message_queued_and_the_turn_starts_once(redis):
     # the turn's start is written with the step's first checkpoint: a worker that dies while the model thinks
     # has written nothing, the message is still queued, and the next worker starts the turn (once)
     model_a = _DiesThinking([call("deploy", call_id="d1"), model_say("deployed")], dies_at=0)
@@ -573,7 +573,7 @@ async def test_26_a_crash_while_the_model_thinks_leaves_the_message_queued_and_t
     assert await store.inbox(session().session_id) == []
 
 
-async def test_26_a_stop_while_the_model_thinks_stops_the_turn_not_yet_written(redis):
+async def test_a_stop_while_the_model_thinks_stops_the_turn_not_yet_written(redis):
     # nothing of the turn is written yet (its start goes with its first checkpoint), yet its owner can stop
     # it: the turn the first queued message starts has an id known in advance, and its first checkpoint is
     # refused once a stop was asked
@@ -600,7 +600,7 @@ async def test_26_a_stop_while_the_model_thinks_stops_the_turn_not_yet_written(r
     assert user_texts((await store.snapshot(session().session_id)).state["history"]) == ["deploy prod"]
 
 
-async def test_26_a_slow_model_still_has_its_turn_s_start_written_while_it_thinks(redis):
+async def test_a_slow_model_still_has_its_turn_s_start_written_while_it_thinks(redis):
     # the start waits for the next write only as long as a start may wait to be delivered: a model (or a
     # request policy) that takes longer has the start written alone, so the status line and the stop
     # button come while it thinks, as before
@@ -625,7 +625,7 @@ async def test_26_a_slow_model_still_has_its_turn_s_start_written_while_it_think
     assert channel.types() == ["turn.started", "message.completed", "turn.completed", "session.waiting"]
 
 
-async def test_26_a_call_s_result_is_recorded_even_when_its_step_s_checkpoint_is_refused(redis):
+async def test_a_call_s_result_is_recorded_even_when_its_step_s_checkpoint_is_refused(redis):
     # the last call's result rides the step's checkpoint; the checkpoint is fenced, the result is not (a
     # fact about the world): a worker that lost its lease meanwhile still leaves the result for its successor
     sid = session().session_id
@@ -646,7 +646,7 @@ async def test_26_a_call_s_result_is_recorded_even_when_its_step_s_checkpoint_is
     assert "turn.completed" not in channel.types(), "the refused checkpoint wrote nothing else"
 
 
-async def test_26_with_several_calls_each_result_is_durable_as_it_finishes(redis):
+async def test_with_several_calls_each_result_is_durable_as_it_finishes(redis):
     # only the step's last call to finish waits for the step's checkpoint; a call that finishes while another
     # still runs has its result recorded at once
     release = asyncio.Event()
@@ -677,7 +677,7 @@ async def test_26_with_several_calls_each_result_is_durable_as_it_finishes(redis
     assert channel.types()[-2:] == ["turn.completed", "session.waiting"]
 
 
-async def test_26_a_drive_s_last_checkpoint_sees_a_stop_and_a_message_that_came_while_it_held_the_lease(redis):
+async def test_a_drive_s_last_checkpoint_sees_a_stop_and_a_message_that_came_while_it_held_the_lease(redis):
     # their own attempts to drive found the lease taken: the drive that lets it go must see them (the stop read
     # by its script as it lets go, the inbox after it); a stop or message after that finds the lease free
     _, _, store = make_runtime(redis, ScriptedModel([]), [])

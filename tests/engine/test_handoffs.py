@@ -1,4 +1,4 @@
-"""The writes that start work take the turn lease for the drive that follows (issue 26, the lean core).
+"""The writes that start work take the turn lease for the drive that follows.
 
 A new message's record and the settle that completes a step take the session's turn lease in their own
 script when this process drives next (role ``all`` or ``worker``) and it is free. It is the same

@@ -1,4 +1,4 @@
-"""The turn loop hands the model's text so far to the frontend as it streams (bot.ports.LiveText, issue 14):
+"""The turn loop hands the model's text so far to the frontend as it streams (bot.ports.LiveText):
 per model step, numbered like the step's message.completed, with the person the turn serves. Not durable:
 nothing of it is in the session's events."""
 

@@ -1,4 +1,4 @@
-"""A delivery pass begun by the checkpoint whose events go out at once (issue 26 item 2, DESIGN §12 Outbox).
+"""A delivery pass begun by the checkpoint whose events go out at once (DESIGN §12 Outbox).
 
 The process that commits a drive's park or its turn's end delivers those events right away; the checkpoint's
 round trip takes the session's deliverer lock and reads what a pass's begin reads, so the pass sends no begin
@@ -38,7 +38,7 @@ def _said(sid: str, text: str) -> MessageCompleted:
     return MessageCompleted(session_id=sid, turn_id="t", text=text)
 
 
-async def test_26_a_checkpoint_after_a_dead_deliverer_begins_a_careful_pass_over_what_it_committed(redis):
+async def test_a_checkpoint_after_a_dead_deliverer_begins_a_careful_pass_over_what_it_committed(redis):
     runtime, _, store = make_runtime(redis, ScriptedModel([]), [])
     outbox = runtime.outbox.store
     ref = session("careful")
@@ -58,7 +58,7 @@ async def test_26_a_checkpoint_after_a_dead_deliverer_begins_a_careful_pass_over
     assert await redis.zscore(OUTBOX, sid) == opening.begun.claim  # due again one lease on, if this one dies
 
 
-async def test_26_a_checkpoint_takes_no_lock_another_pass_holds_and_its_events_go_out_after_that_pass(redis):
+async def test_a_checkpoint_takes_no_lock_another_pass_holds_and_its_events_go_out_after_that_pass(redis):
     runtime, channel, store = make_runtime(redis, ScriptedModel([model_say("the answer")]), [])
     ref = session("busy")
     sid = ref.session_id
@@ -77,7 +77,7 @@ async def test_26_a_checkpoint_takes_no_lock_another_pass_holds_and_its_events_g
     assert [e.text for e in channel.of("message.completed")] == ["the answer"]
 
 
-async def test_26_a_refused_checkpoint_never_leaves_the_lock_its_round_trip_took(redis):
+async def test_a_refused_checkpoint_never_leaves_the_lock_its_round_trip_took(redis):
     runtime, channel, store = make_runtime(redis, ScriptedModel([]), [])
     ref = session("refused")
     sid = ref.session_id
@@ -102,7 +102,7 @@ async def test_26_a_refused_checkpoint_never_leaves_the_lock_its_round_trip_took
     assert [e.text for e in channel.of("message.completed")] == ["before"]  # nothing of the refused write
 
 
-async def test_26_a_commit_after_the_checkpoint_s_read_gets_a_pass_of_its_own(redis):
+async def test_a_commit_after_the_checkpoint_s_read_gets_a_pass_of_its_own(redis):
     runtime, channel, store = make_runtime(redis, ScriptedModel([]), [])
     ref = session("after")
     sid = ref.session_id
@@ -122,7 +122,7 @@ async def test_26_a_commit_after_the_checkpoint_s_read_gets_a_pass_of_its_own(re
     assert await runtime.outbox.store.outbox_due() == []
 
 
-async def test_26_a_web_process_never_takes_the_deliverer_lock(redis):
+async def test_a_web_process_never_takes_the_deliverer_lock(redis):
     web = WebRuntime(wakeups=WakeQueue(redis), store=RedisTurns(redis), outbox_store=RedisOutbox(redis),
                      model=ScriptedModel([]), tools=ToolRegistry([]), channel=RecordingChannel(),
                      settings=RuntimeSettings(system_prompt=""))

@@ -1,4 +1,4 @@
-"""What a delivery pass reads is what the checkpoints committed, exactly (issue 26: the begin's script
+"""What a delivery pass reads is what the checkpoints committed, exactly (the begin's script
 hands the entries back as one JSON text). On a real Valkey."""
 
 from __future__ import annotations

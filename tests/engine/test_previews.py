@@ -1,4 +1,4 @@
-"""``@tool(preview=fn)`` (issue 28 item 4): a read-only function run with the proposed arguments before the
+"""``@tool(preview=fn)``: a read-only function run with the proposed arguments before the
 card is posted; its short result is stored on the request (any replica renders it from Redis). It never
 runs the tool, and a slow or failing preview says "preview unavailable" within its bound."""
 

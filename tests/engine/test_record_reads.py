@@ -1,4 +1,4 @@
-"""Request records read from Redis: always validated, each read its caller's own (issue 26, the lean core).
+"""Request records read from Redis: always validated, each read its caller's own.
 
 A cycle reads its settled record twice (the settle's lease read, then the delivery pass's read for the
 card's edit); the store validates the same bytes once (store/requests.py). What a caller sees must not

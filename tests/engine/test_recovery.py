@@ -174,7 +174,7 @@ async def test_a_slow_tool_keeps_its_lease(redis):
     assert channel_a.types()[-2:] == ["turn.completed", "session.waiting"]
 
 
-# --- issue 25, item 12: timers never wait on a tool or a model ------------------------------------------
+# --- timers never wait on a tool or a model ------------------------------------------
 
 
 class _ByPrompt:

@@ -236,7 +236,7 @@ async def test_two_distinct_approvers_required(redis):
     assert channel.of("approval.settled")[0].responder == CAROL
 
 
-# --- escalation widens who may answer, never what is required (issue 25, item 10) -------------------
+# --- escalation widens who may answer, never what is required -------------------
 
 
 class _Clock:

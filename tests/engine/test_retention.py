@@ -1,6 +1,6 @@
 """Retention never takes what an open request needs, and never hides a revived thread from the audit
-log (issue 25, items 9 and 11); a session's end is written once by its owner and its keys are retired
-when it has passed, by the sweep or by the next message (issue 26 item 3). Real Valkey; the retention is
+log; a session's end is written once by its owner and its keys are retired
+when it has passed, by the sweep or by the next message. Real Valkey; the retention is
 shortened to a fraction of a second in the store's settings instead of waiting 30 days.
 """
 
@@ -51,7 +51,7 @@ async def _own_keys(store: RedisTurns, session_id: str) -> set[str]:
     return {k.decode()[len(prefix):] for k in await store.session_keys(session_id)} & set(SESSION_KEYS)
 
 
-async def test_9_a_parked_turn_outlives_the_retention_while_its_request_is_open(redis):
+async def test_a_parked_turn_outlives_the_retention_while_its_request_is_open(redis):
     deploy, runs = recording_tool("deploy", approval=always())
     model = ScriptedModel([model_say("hi"), call("deploy"), model_say("deployed")])
     runtime, channel, store = _runtime(redis, model, [deploy])
@@ -72,8 +72,8 @@ async def test_9_a_parked_turn_outlives_the_retention_while_its_request_is_open(
     assert [e.text for e in channel.of("message.completed")] == ["hi", "deployed"]
 
 
-async def test_26_the_sweep_retires_an_ended_session_once_and_never_a_held_one(redis):
-    """Issue 26 item 3: once a session's end has passed, the sweep deletes its own keys (one DEL) and takes it
+async def test_the_sweep_retires_an_ended_session_once_and_never_a_held_one(redis):
+    """Once a session's end has passed, the sweep deletes its own keys (one DEL) and takes it
     off the schedule; while something holds it (here a turn under way: the lease) it is left alone and looked
     at again later, and the unit of work that held it writes its new end when it ends."""
     runtime, channel, store = _runtime(redis, ScriptedModel([model_say("hi")]), [])
@@ -95,7 +95,7 @@ async def test_26_the_sweep_retires_an_ended_session_once_and_never_a_held_one(r
     assert await redis.zscore(RETIRE, sid) is None and await store.retire_due() == 0
 
 
-async def test_9_a_request_whose_turn_is_gone_is_no_longer_available(redis):
+async def test_a_request_whose_turn_is_gone_is_no_longer_available(redis):
     deploy, runs = recording_tool("deploy", approval=always())
     runtime, channel, store = _runtime(redis, ScriptedModel([call("deploy"), model_say("deployed")]), [deploy])
     await say(runtime, "deploy")
@@ -111,7 +111,7 @@ async def test_9_a_request_whose_turn_is_gone_is_no_longer_available(redis):
     assert await store.pending_for_team("T1") == []
 
 
-async def test_11_a_thread_revived_after_the_retention_is_audited_again(redis):
+async def test_a_thread_revived_after_the_retention_is_audited_again(redis):
     deploy, runs = recording_tool("deploy")  # runs without asking: an execution
     gated, _ = recording_tool("refund", approval=always())  # asks: a request
     life = [call("deploy"), call("refund"), model_say("done")]
@@ -141,7 +141,7 @@ async def test_11_a_thread_revived_after_the_retention_is_audited_again(redis):
     assert len(await audited("execution")) == 4
 
 
-async def test_9_a_request_whose_turn_is_gone_is_not_listed_as_waiting(redis):
+async def test_a_request_whose_turn_is_gone_is_not_listed_as_waiting(redis):
     deploy, _ = recording_tool("deploy", approval=always())
     runtime, channel, store = _runtime(redis, ScriptedModel([call("deploy"), model_say("deployed")]), [deploy])
     await say(runtime, "deploy")
@@ -157,10 +157,10 @@ async def _calls(redis, *names: str) -> dict[str, int]:
     return {name: stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in names}
 
 
-async def test_26_a_pass_records_its_posts_in_its_closing_script(redis):
-    """Issue 26: where a pass's posts are (``PostLedger.set(..., in_pass=True)``) is written by the pass's closing
+async def test_a_pass_records_its_posts_in_its_closing_script(redis):
+    """Where a pass's posts are (``PostLedger.set(..., in_pass=True)``) is written by the pass's closing
     script, not by a separate write and ``EVAL`` of a retention rule; the frontend data has no end of its own
-    (it ends with its session, issue 26 item 3), so nothing asks whether a request is open."""
+    (it ends with its session), so nothing asks whether a request is open."""
     store = RedisOutbox(redis, retention_s=RETENTION_S)  # type: ignore[arg-type]
     sid = session().session_id
     warm = await store.outbox_begin(sid, ["frontend"], "token")  # the scripts loaded: no NOSCRIPT resend counted
@@ -178,8 +178,8 @@ async def test_26_a_pass_records_its_posts_in_its_closing_script(redis):
     assert spent == {"eval": 0, "exists": 0, "pexpire": 0}, spent  # was an EVAL, 2 EXISTS and a PEXPIRE
 
 
-async def test_26_a_claim_is_one_script_that_keeps_only_what_it_wrote(redis):
-    """Issue 26: claiming a post (``PostLedger.claim``) is one script that reads back only when it lost; the
+async def test_a_claim_is_one_script_that_keeps_only_what_it_wrote(redis):
+    """Claiming a post (``PostLedger.claim``) is one script that reads back only when it lost; the
     winner is told, the loser sees the first claim; nothing gives the frontend data an end (its session's)."""
     store = RedisOutbox(redis, retention_s=RETENTION_S)  # type: ignore[arg-type]
     sid = session().session_id
@@ -195,13 +195,13 @@ async def test_26_a_claim_is_one_script_that_keeps_only_what_it_wrote(redis):
     assert spent == {"eval": 0, "exists": 0, "pexpire": 0, "hget": 1}, spent  # was 2 EVALs, 2 of each, 2 HGETs
 
 
-async def test_26_an_approve_cycle_renews_no_end_and_asks_no_retention_question(redis, redis_url):
-    """Issue 26 item 3: a session's end is written once per unit of work by its owner, not renewed on every
+async def test_an_approve_cycle_renews_no_end_and_asks_no_retention_question(redis, redis_url):
+    """A session's end is written once per unit of work by its owner, not renewed on every
     write. In one approve cycle no session key gets an end (``PEXPIRE``) or loses one (``PERSIST``) but the
     settled request's own record, and no script asks whether a request is open (``EXISTS P:open``); the
     settle's one look at whether its turn is still there stays (it decides "approved" from "no longer
     needed"). What the user sees is unchanged: the approved call runs and the turn answers."""
-    from tests.e2e.test_lean_core import monitored
+    from tests.e2e.test_redis_cost_per_cycle import monitored
 
     deploy, runs = recording_tool("deploy", approval=always())
     runtime, channel, store = _runtime(redis, ScriptedModel([call("deploy"), model_say("deployed")]), [deploy])

@@ -1,4 +1,4 @@
-"""The session's ref (where its posts go, what the deliverer routes by) as its delivery pass reads it (issue 26).
+"""The session's ref (where its posts go, what the deliverer routes by) as its delivery pass reads it.
 
 A lease holder's checkpoint writes the ref only when it changed (the last mark carries the sum of the ref it
 left): whatever checkpoints wrote it, the pass reads the latest ref. On a real Valkey.
@@ -24,7 +24,7 @@ async def _ref_read_by_a_pass(outbox: RedisOutbox, sid: str, token: str) -> Sess
     return begun.ref
 
 
-async def test_26_a_changed_ref_is_written_by_the_next_checkpoint_and_an_unchanged_one_stays(redis):
+async def test_a_changed_ref_is_written_by_the_next_checkpoint_and_an_unchanged_one_stays(redis):
     store, outbox = RedisTurns(redis), RedisOutbox(redis)
     ref = session("ref-changes")
     sid = ref.session_id
@@ -44,7 +44,7 @@ async def test_26_a_changed_ref_is_written_by_the_next_checkpoint_and_an_unchang
     assert await _ref_read_by_a_pass(outbox, sid, "p4") == ref
 
 
-async def test_26_a_ref_written_without_a_lease_is_replaced_by_the_holder_s_next_checkpoint(redis):
+async def test_a_ref_written_without_a_lease_is_replaced_by_the_holder_s_next_checkpoint(redis):
     store, outbox = RedisTurns(redis), RedisOutbox(redis)
     ref = session("ref-tokenless")
     sid = ref.session_id

@@ -1,4 +1,4 @@
-"""Sub-agents (issue 13, item 4): ``delegate`` runs a named agent in its own session; its requests show
+"""Sub-agents: ``delegate`` runs a named agent in its own session; its requests show
 in the parent's thread labelled with its name; the parent waits durably; cancelling the parent (or
 steering past it) cancels the child. One engine, one settle path."""
 
@@ -302,7 +302,7 @@ async def test_a_child_turn_that_fails_for_good_closes_its_open_cards_and_the_pa
     assert (await store.get_request(delegation.request_id)).status != "open"
 
 
-# --- issue 25, item 7: whatever ends a delegation ends the sub-agent's open requests -------------------
+# --- whatever ends a delegation ends the sub-agent's open requests -------------------
 
 
 class RelayDown:
@@ -386,7 +386,7 @@ async def test_a_delegation_past_its_deadline_stops_the_sub_agent_and_the_parent
 
 
 async def test_stopping_a_sub_agent_never_holds_up_the_sweep_behind_busy_turns(redis):
-    # issue 25, item 12: the relay stops the child from inside an outbox pass; with every drive slot of this
+    # the relay stops the child from inside an outbox pass; with every drive slot of this
     # process held by slow tools, that pass (and so the sweep, and every deadline after it) must not wait
     from bot.protocol import InputResponse as Response
     from bot.tools import Tool

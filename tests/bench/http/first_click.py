@@ -1,4 +1,4 @@
-"""``python -m tests.bench.http.first_click [--parked 0,10000] [--restarts 5]``: start fast (issue 26 item 6).
+"""``python -m tests.bench.http.first_click [--parked 0,10000] [--restarts 5]``: start fast.
 
 The restart part of ``python -m tests.bench.http`` alone, for the project and the durable floor, without
 the minutes of cycles before it: a fresh ``python -m bot run`` after a kill -9, with one real turn parked

@@ -1,4 +1,4 @@
-"""The guarantees ladder (issue 26): ``python -m tests.bench.http.ladder --rung N --redis-url … …``, a contender.
+"""The guarantees ladder: ``python -m tests.bench.http.ladder --rung N --redis-url … …``, a contender.
 
 The durable floor (``durable.py``) with the product's own guarantees added one rung at a time, each
 written as plainly as Bolt, redis-py and pydantic allow (no engine, no abstraction), so that the HTTP

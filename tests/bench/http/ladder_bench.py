@@ -1,6 +1,6 @@
 """``python -m tests.bench.http.ladder_bench [--quick]``: the guarantees ladder beside the floor and the project.
 
-Issue 26 asks the approve cycle to cost ≤ 1.5 × the durable floor's CPU; the floor leaves out most of
+The project's goal is an approve cycle that costs ≤ 1.5 × the durable floor's CPU; the floor leaves out most of
 what the product promises. The ladder (``ladder.py``) adds the product's guarantees to the floor one
 rung at a time, written as plainly as possible. This runs the durable floor, each rung and the project
 in ONE run, each its own process behind its own LocalSlack, all on one model server and one Redis,

@@ -268,7 +268,7 @@ PEERS = (("p", "project"), ("d", "durable floor"), ("b", "bare Bolt"), ("l", "La
 
 
 def peer_rows(run: Run) -> list[list[str]]:
-    """Issue 26's table: the project beside the durable floor, bare Bolt and the LangGraph peer."""
+    """The peers' table: the project beside the durable floor, bare Bolt and the LangGraph peer."""
     keys = [k for k, _ in PEERS if k in run.sides]
     base = run.conditions[0].label
 
@@ -350,7 +350,7 @@ def render(run: Run) -> str:
     names = dict(PEERS)
     keys = [k for k, _ in PEERS if k in run.sides]
     peers = _markdown(["per approve cycle", *(names[k] for k in keys)], peer_rows(run), ["---", *("---:" for _ in keys)])
-    return "\n".join([*head, "The approve cycle beside its peers (issue 26):", "", *peers, "", *table,
+    return "\n".join([*head, "The approve cycle beside its peers:", "", *peers, "", *table,
                       "", "For information:", "", *info, "", "The floor (raw aiohttp: "
                       "signature check, 200):", "", *floor, "", "The durable floor (the project's cycle with the "
                       "least durability: `tests/bench/http/durable.py`):", "", *durable, "", *details(run)])

@@ -1,4 +1,4 @@
-"""What an approve cycle costs in Redis, as Redis sees it (issue 26, the lean core).
+"""What an approve cycle costs in Redis, as Redis sees it.
 
 Each test runs real approve cycles over signed HTTP through LocalSlack and records, with Redis's own
 ``MONITOR``, every command the app sent or its scripts ran; it asserts on the commands a change removed,
@@ -71,7 +71,7 @@ async def approve_cycle(local_slack, text: str) -> None:
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
 
 
-async def test_26_nobody_looking_at_app_home_is_asked_at_most_once_a_second(local_slack, start_app, redis_url):
+async def test_nobody_looking_at_app_home_is_asked_at_most_once_a_second(local_slack, start_app, redis_url):
     RUNS.clear()
     bot = await start_app(refund_script(), [refund_charge])
     async with monitored(redis_url) as seen:
@@ -86,7 +86,7 @@ async def test_26_nobody_looking_at_app_home_is_asked_at_most_once_a_second(loca
     assert all(gap >= 0.95 for gap in gaps), f"asked {len(looks)} times, {gaps} s apart"
 
 
-async def test_26_a_quick_cycle_claims_its_posts_without_a_round_trip_of_their_own(local_slack, start_app, redis_url):
+async def test_a_quick_cycle_claims_its_posts_without_a_round_trip_of_their_own(local_slack, start_app, redis_url):
     seen = await one_cycle_seen(local_slack, start_app, redis_url)
     # the deliverer's lock makes it the session's only poster: a post is claimed in the pass's memory, and
     # where it landed is written with the pass's closing round trip (crash safety: test_delivery_guarantees)
@@ -94,7 +94,7 @@ async def test_26_a_quick_cycle_claims_its_posts_without_a_round_trip_of_their_o
     assert claims == [], f"posts claimed one by one in Redis: {claims}"
 
 
-async def test_26_a_mention_is_recorded_once_not_once_per_event_slack_sends(local_slack, start_app, redis_url):
+async def test_a_mention_is_recorded_once_not_once_per_event_slack_sends(local_slack, start_app, redis_url):
     seen = await one_cycle_seen(local_slack, start_app, redis_url)
     # Slack sends a channel mention twice (``app_mention`` and its ``message`` twin): the twin is left to
     # the mention in memory; a Slack retry of either is still dropped in Redis by message id
@@ -102,7 +102,7 @@ async def test_26_a_mention_is_recorded_once_not_once_per_event_slack_sends(loca
     assert len(records) == 1, f"the mention was recorded {len(records)} times: {records}"
 
 
-async def test_26_a_quick_resume_delivers_the_settled_card_with_the_answer_in_one_pass(local_slack, start_app,
+async def test_a_quick_resume_delivers_the_settled_card_with_the_answer_in_one_pass(local_slack, start_app,
                                                                                          redis_url):
     seen = await one_cycle_seen(local_slack, start_app, redis_url)
     passes = [c for c in seen.commands if c[0] == "XRANGE" and c[1].endswith(":events")]
@@ -111,7 +111,7 @@ async def test_26_a_quick_resume_delivers_the_settled_card_with_the_answer_in_on
     assert len(passes) == 2, f"{len(passes)} delivery passes in one approve cycle"
 
 
-async def test_26_a_slow_tool_does_not_hold_up_the_settled_card(local_slack, start_app):
+async def test_a_slow_tool_does_not_hold_up_the_settled_card(local_slack, start_app):
     release = asyncio.Event()
 
     @tool(name="refund_charge", approval=always())
@@ -130,7 +130,7 @@ async def test_26_a_slow_tool_does_not_hold_up_the_settled_card(local_slack, sta
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
 
 
-async def test_26_a_new_message_reads_its_session_with_its_record(local_slack, start_app):
+async def test_a_new_message_reads_its_session_with_its_record(local_slack, start_app):
     # the mention, and a typed "approve" that answers the card: each message's record reads the session's
     # state in its own round trip, so trying it as an answer reads nothing alone
     for typed in (False, True):
@@ -138,21 +138,21 @@ async def test_26_a_new_message_reads_its_session_with_its_record(local_slack, s
         assert trips.sent_by("state") == 0, trips.counts
 
 
-async def test_26_the_checkpoint_that_makes_a_call_ready_starts_it(local_slack, start_app):
+async def test_the_checkpoint_that_makes_a_call_ready_starts_it(local_slack, start_app):
     # the approved call's execution marker is written by the checkpoint that announces it (fenced by the
     # lease in the same script), not by a round trip of its own before the tool runs
     trips = await one_cycle_counted(local_slack, start_app)
     assert trips.sent_by("begin_execution") == 0, trips.counts
 
 
-async def test_26_the_resume_reads_its_step_s_requests_with_its_lease(local_slack, start_app):
+async def test_the_resume_reads_its_step_s_requests_with_its_lease(local_slack, start_app):
     # the lease's script returns the records of the parked step's requests with the state: the resume
     # applies the answers without reading them again
     trips = await one_cycle_counted(local_slack, start_app)
     assert trips.sent_by("get_requests", "_resume_step") == 0, trips.counts
 
 
-async def test_26_the_settled_card_s_request_is_read_with_its_delivery_pass(local_slack, start_app):
+async def test_the_settled_card_s_request_is_read_with_its_delivery_pass(local_slack, start_app):
     # the pass's begin reads the records its events name (the settled card's request) with the events, so
     # updating the card reads nothing of its own; the card still says who approved it
     trips = await one_cycle_counted(local_slack, start_app)
@@ -162,7 +162,7 @@ async def test_26_the_settled_card_s_request_is_read_with_its_delivery_pass(loca
     assert settled, "the card was not updated to say it was approved"
 
 
-async def test_26_the_checkpoint_whose_events_go_out_at_once_begins_their_delivery_pass(local_slack, start_app):
+async def test_the_checkpoint_whose_events_go_out_at_once_begins_their_delivery_pass(local_slack, start_app):
     # the park and the turn's end take the deliverer lock and read what a begin reads in their own round
     # trip: a pass sends no begin of its own, and each of the cycle's two passes still closes
     trips = await one_cycle_counted(local_slack, start_app)
@@ -170,7 +170,7 @@ async def test_26_the_checkpoint_whose_events_go_out_at_once_begins_their_delive
     assert trips.sent_by("outbox_end") == 2, trips.counts
 
 
-async def test_26_a_new_message_s_record_takes_the_lease_for_its_drive(local_slack, start_app):
+async def test_a_new_message_s_record_takes_the_lease_for_its_drive(local_slack, start_app):
     # the mention's record takes the free turn lease in its own script, with what the drive starts from:
     # the drive that starts the turn takes no lease of its own (and a typed "approve", whose record takes
     # it for the resume, neither)
@@ -179,14 +179,14 @@ async def test_26_a_new_message_s_record_takes_the_lease_for_its_drive(local_sla
         assert trips.sent_by("acquire_lease_and_read", "process_message") == 0, trips.counts
 
 
-async def test_26_the_settle_that_completes_the_step_takes_the_lease_for_the_resume(local_slack, start_app):
+async def test_the_settle_that_completes_the_step_takes_the_lease_for_the_resume(local_slack, start_app):
     # the click's settle completes the step and takes the free turn lease with what the resume starts from:
     # no drive of the cycle takes the lease with a round trip of its own
     trips = await one_cycle_counted(local_slack, start_app)
     assert trips.sent_by("acquire_lease_and_read") == 0, trips.counts
 
 
-async def test_26_a_turn_s_start_and_its_model_step_are_written_with_the_park(local_slack, start_app):
+async def test_a_turn_s_start_and_its_model_step_are_written_with_the_park(local_slack, start_app):
     # while the model thinks, nothing needs to be durable that the inbox does not keep (the mention stays
     # queued until the turn's first checkpoint): the mention's drive writes one checkpoint, the park, and the
     # resume three (the calls' start, their results, the turn's end)
@@ -196,7 +196,7 @@ async def test_26_a_turn_s_start_and_its_model_step_are_written_with_the_park(lo
     assert trips.sent_by("_checkpoint") == 4, trips.counts
 
 
-async def test_26_a_lone_call_s_result_is_written_with_its_step_s_checkpoint(local_slack, start_app, redis_url):
+async def test_a_lone_call_s_result_is_written_with_its_step_s_checkpoint(local_slack, start_app, redis_url):
     # the step's last (here only) call to finish has its result recorded in its execution marker by the
     # checkpoint that reports the step's results, in the same script: one write, not two
     trips = await one_cycle_counted(local_slack, start_app)
@@ -209,7 +209,7 @@ async def test_26_a_lone_call_s_result_is_written_with_its_step_s_checkpoint(loc
     assert markers and all(json.loads(m)["status"] == "completed" for m in markers), markers
 
 
-async def test_26_a_click_on_the_card_this_process_parked_reads_nothing_before_its_settle(local_slack, start_app):
+async def test_a_click_on_the_card_this_process_parked_reads_nothing_before_its_settle(local_slack, start_app):
     # the process keeps the records it parked (with their revision): the click's answer is checked against
     # that copy and its settle checks the revision, so the click sends no read of its own
     trips = await one_cycle_counted(local_slack, start_app)
@@ -228,26 +228,26 @@ def marks_by_script(seen: Monitored) -> dict[str, int]:
     return marks
 
 
-async def test_26_a_message_s_record_keeps_its_replay_mark_in_its_dedupe_mark(local_slack, start_app, redis_url):
+async def test_a_message_s_record_keeps_its_replay_mark_in_its_dedupe_mark(local_slack, start_app, redis_url):
     # a record resent after its reply was lost finds its own dedupe mark (tests/test_store_replay.py): it
     # keeps no replay mark of its own
     seen = await one_cycle_seen(local_slack, start_app, redis_url)
     assert marks_by_script(seen).get("msg", 0) == 0, marks_by_script(seen)
 
 
-async def test_26_a_settle_keeps_its_replay_mark_in_its_request_s_record(local_slack, start_app, redis_url):
+async def test_a_settle_keeps_its_replay_mark_in_its_request_s_record(local_slack, start_app, redis_url):
     # the click's settle writes its mark with the request's record, which it reads and writes anyway
     seen = await one_cycle_seen(local_slack, start_app, redis_url)
     assert marks_by_script(seen).get("req", 0) == 0, marks_by_script(seen)
 
 
-async def test_26_a_lease_holder_s_checkpoint_keeps_no_replay_mark_key_of_its_own(local_slack, start_app, redis_url):
+async def test_a_lease_holder_s_checkpoint_keeps_no_replay_mark_key_of_its_own(local_slack, start_app, redis_url):
     # each checkpoint keeps its mark in the session's last mark (the lease fences it: one at a time)
     seen = await one_cycle_seen(local_slack, start_app, redis_url)
     assert marks_by_script(seen).get("lease", 0) == 0, marks_by_script(seen)
 
 
-async def test_26_a_script_reads_a_session_s_flags_with_one_mget(local_slack, start_app, redis_url):
+async def test_a_script_reads_a_session_s_flags_with_one_mget(local_slack, start_app, redis_url):
     # the lease's reads (a record's, a settle's) and a checkpoint's fencing read the state, the lease, a
     # requested cancel and the failure count with one MGET, not a GET each
     seen = await one_cycle_seen(local_slack, start_app, redis_url)
@@ -256,7 +256,7 @@ async def test_26_a_script_reads_a_session_s_flags_with_one_mget(local_slack, st
     assert alone == [], alone
 
 
-async def test_26_a_pass_s_close_writes_the_session_s_cursors_and_audit_floor_in_one_hset(local_slack, start_app,
+async def test_a_pass_s_close_writes_the_session_s_cursors_and_audit_floor_in_one_hset(local_slack, start_app,
                                                                                           redis_url):
     seen = await one_cycle_seen(local_slack, start_app, redis_url)
     closes: list[int] = []  # per close script (its keys: the session's out, then its outlock): HSETs of out
@@ -272,7 +272,7 @@ async def test_26_a_pass_s_close_writes_the_session_s_cursors_and_audit_floor_in
     assert max(closes, default=0) == 1, closes  # (a pass with nothing to move writes none)
 
 
-async def test_26_a_checkpoint_that_lets_the_lease_go_reads_the_session_s_strings_with_one_mget(
+async def test_a_checkpoint_that_lets_the_lease_go_reads_the_session_s_strings_with_one_mget(
         local_slack, start_app, redis_url):
     # the park's and the turn end's reads after their script (what is left to do, read by a process that no
     # longer holds the lease): the state, a requested cancel and the failure count in one MGET
@@ -282,7 +282,7 @@ async def test_26_a_checkpoint_that_lets_the_lease_go_reads_the_session_s_string
     assert alone == [], alone
 
 
-async def test_26_a_settle_numbers_its_events_and_counts_its_record_s_revision_in_the_writes_it_makes(
+async def test_a_settle_numbers_its_events_and_counts_its_record_s_revision_in_the_writes_it_makes(
         local_slack, start_app, redis_url):
     # one INCRBY for all its events' seqs (not an INCR each); the record's revision set with its close's HSET
     # from the revision it read (not a HINCRBY of its own)
@@ -292,7 +292,7 @@ async def test_26_a_settle_numbers_its_events_and_counts_its_record_s_revision_i
     assert extra == [], extra
 
 
-async def test_26_a_settle_reads_its_turn_s_state_once(local_slack, start_app, redis_url):
+async def test_a_settle_reads_its_turn_s_state_once(local_slack, start_app, redis_url):
     # whether its turn is still there, and what the resume starts from: one MGET, not an EXISTS before it
     seen = await one_cycle_seen(local_slack, start_app, redis_url)
     checks = [" ".join(c) for kind, c in zip(seen.kinds, seen.commands, strict=True)
@@ -300,7 +300,7 @@ async def test_26_a_settle_reads_its_turn_s_state_once(local_slack, start_app, r
     assert checks == [], checks
 
 
-async def test_26_a_message_s_record_reads_its_session_s_strings_once(local_slack, start_app, redis_url):
+async def test_a_message_s_record_reads_its_session_s_strings_once(local_slack, start_app, redis_url):
     # the session's end (is it to be retired first?) with what the drive starts from: one MGET, no GET before it
     seen = await one_cycle_seen(local_slack, start_app, redis_url)
     ends = [" ".join(c) for kind, c in zip(seen.kinds, seen.commands, strict=True)
@@ -308,7 +308,7 @@ async def test_26_a_message_s_record_reads_its_session_s_strings_once(local_slac
     assert ends == [], ends
 
 
-async def test_26_a_lease_holder_s_checkpoint_reads_its_replay_mark_with_its_lease_and_writes_it_with_its_state(
+async def test_a_lease_holder_s_checkpoint_reads_its_replay_mark_with_its_lease_and_writes_it_with_its_state(
         local_slack, start_app, redis_url):
     seen = await one_cycle_seen(local_slack, start_app, redis_url)
     apart = [" ".join(c) for kind, c in zip(seen.kinds, seen.commands, strict=True)
@@ -317,7 +317,7 @@ async def test_26_a_lease_holder_s_checkpoint_reads_its_replay_mark_with_its_lea
     assert apart == [], apart
 
 
-async def test_26_a_checkpoint_writes_the_session_s_ref_only_when_it_changed(local_slack, start_app, redis_url):
+async def test_a_checkpoint_writes_the_session_s_ref_only_when_it_changed(local_slack, start_app, redis_url):
     # the ref (where the session's posts go) is written by the session's first checkpoint; the cycle's later
     # checkpoints carry the same ref, and the last mark they read with the lease says it is there already
     seen = await one_cycle_seen(local_slack, start_app, redis_url)
@@ -326,7 +326,7 @@ async def test_26_a_checkpoint_writes_the_session_s_ref_only_when_it_changed(loc
     assert len(refs) == 1, refs
 
 
-async def test_26_a_drive_that_lets_the_lease_go_reads_only_what_came_meanwhile(local_slack, start_app, redis_url):
+async def test_a_drive_that_lets_the_lease_go_reads_only_what_came_meanwhile(local_slack, start_app, redis_url):
     # after the park and the turn's end: a stop asked until the script let the lease go (read by the script with
     # its lease) and the inbox; the state is the one just written, grants and the failure count are not needed.
     # The one snapshot the app reads is the next step's (after the calls' results), which needs the grants.
@@ -337,7 +337,7 @@ async def test_26_a_drive_that_lets_the_lease_go_reads_only_what_came_meanwhile(
     assert len([c for c in app if c[0] == "GET" and c[1].endswith(":cancel")]) == 1, app
 
 
-async def test_26_a_pass_takes_a_free_lock_without_reading_it_first(local_slack, start_app, redis_url):
+async def test_a_pass_takes_a_free_lock_without_reading_it_first(local_slack, start_app, redis_url):
     # the begin's SET NX takes a free deliverer lock; only a lock held (by this pass, a live one, a dead one) is
     # read. So the lock is read once per pass, by its close (is it still ours?)
     seen = await one_cycle_seen(local_slack, start_app, redis_url)
