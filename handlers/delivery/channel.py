@@ -119,7 +119,7 @@ class SlackChannel:
         self.sessions = AgentSessions(store, client_for)
         self.status = StatusLines(store.posts, client_for, self.pacing, on_slow=self._slow_step)  # the thread as a Slack agent session, where Slack has them
         # bot.ports.LiveText: answers streamed as they are written (a stream makes a pending status moot)
-        # the turn's tool calls as tasks of its streamed answer (issue 28 item 3), fed by deliver()
+        # the turn's tool calls as tasks of its streamed answer, fed by deliver()
         stream_pacing = StreamPacing(self.pacing.mode)
         self.tasks = TaskStreams(store.posts, client_for, names=self.sessions.handles, starts=stream_pacing.starts,
                                  appends=stream_pacing.appends, on_stream=self.status.forget_pending)

@@ -211,7 +211,7 @@ class ApproverNotices:
                              also: list[str] | None = None) -> None:
         """Every approver's copy of the card shows what ``render`` gives (the settled or waiting card). The
         card is rendered only when someone may have a copy: most requests have none, and a card costs CPU on
-        every approval's path (issue 26)."""
+        every approval's path."""
         req = record.request
         mode, people = notified(req)
         told = (people if mode == "dm" else []) + [p.slack_user_id for p in record.escalated_to if p.slack_user_id]

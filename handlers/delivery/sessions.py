@@ -1,4 +1,4 @@
-"""Each turn's thread as a Slack agent session (``agents.sessions.setStatus``, issue 28 item 1).
+"""Each turn's thread as a Slack agent session (``agents.sessions.setStatus``).
 
 The status follows the session's committed events, set by the outbox consumer (``handlers.delivery.channel``), so
 any replica sets it and a replica that dies mid-turn leaves it to the next delivery of the same events:
@@ -7,7 +7,7 @@ turn waits on a person (the title says on whom), ``active`` when it answered or 
 was stopped.
 
 Like the status line (``handlers.delivery.status``), a status that would last less than the status delay is not
-shown: issue 28 allows one session call in a quick approve cycle (card, update, reply: four in all).
+shown: the budget allows one session call in a quick approve cycle (card, update, reply: four in all).
 ``processing`` comes only once a step is still running after the delay (Slack's stop button with it);
 ``suspended`` at once only when the session showed the agent working, else once the card has waited the
 delay (:meth:`AgentSessions.suspend_later`, in this process: a kill -9 meanwhile leaves the session as it

@@ -68,7 +68,7 @@ STREAM_UNAVAILABLE = {
     "restricted_action",
 }
 DONE = "done"  # + ":<seq of the message.completed that finished it>"
-# what Slack answers when the message to finish is deleted or its stream already ended (issue 25 item 21)
+# what Slack answers when the message to finish is deleted or its stream already ended
 MESSAGE_GONE = {"message_not_found", "message_not_in_streaming_state"}
 
 

@@ -1,4 +1,4 @@
-"""A turn's tool calls as tasks of its streamed answer (issue 28 item 3): ``chat.startStream(chunks=[task_update…],
+"""A turn's tool calls as tasks of its streamed answer: ``chat.startStream(chunks=[task_update…],
 task_display_mode=…)``, updated with ``appendStream`` chunks, ended by the answer's ``stopStream``.
 
 The tasks follow the session's committed events, as the outbox delivers them (any replica): a card

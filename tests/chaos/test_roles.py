@@ -1,4 +1,4 @@
-"""Process roles (issue 26 item 4): ``python -m bot run --role web|worker|all``.
+"""Process roles: ``python -m bot run --role web|worker|all``.
 
 Real processes on a real Redis, Slack played by LocalSlack over signed HTTP, the model by the ledger
 brain. Web processes receive Slack's requests, record, settle and ack; worker processes drive turns,

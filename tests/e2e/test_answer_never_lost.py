@@ -1,4 +1,4 @@
-"""An answer is never lost because the message it was to update is gone (issue 25 item 21).
+"""An answer is never lost because the message it was to update is gone.
 
 The answer streams into Slack while the model writes; before the committed ``message.completed`` finishes
 it, the streamed message is deleted (``chat.delete``, as a person or an admin can) or its stream is over

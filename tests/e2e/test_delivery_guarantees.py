@@ -1,4 +1,4 @@
-"""Delivery guarantees over real HTTP and a real local Slack (issue 8: #9, #12, #14, #17).
+"""Delivery guarantees over real HTTP and a real local Slack.
 
 - a message Slack saw acknowledged is already in Redis (recorded before the ack);
 - a card offered twice at once is posted once (claimed before it is sent);
@@ -374,7 +374,7 @@ async def test_a_rate_limited_card_waits_as_slack_asked_and_holds_up_no_one_else
     done = asyncio.Event()
 
     async def sweeping() -> None:  # what every replica's recovery loop does (stopped by a flag: see
-        while not done.is_set():  # issue 8 #19, a cancellation can be lost inside a Redis call)
+        while not done.is_set():  # a cancellation can be lost inside a Redis call)
             await bot.runtime.recover()
             await asyncio.sleep(0.2)
 

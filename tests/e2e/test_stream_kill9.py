@@ -1,4 +1,4 @@
-"""kill -9 in the middle of a streamed answer (issue 14): a second process, sharing only Redis, re-runs the
+"""kill -9 in the middle of a streamed answer: a second process, sharing only Redis, re-runs the
 model step and finishes the first process's stream with the whole answer — one message, completed."""
 
 from __future__ import annotations
