@@ -15,7 +15,7 @@ import json
 import logging
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar, Unpack, overload
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -28,7 +28,7 @@ from bot.ports import PostedMessage, Workspace
 from bot.principals import Principal
 from bot.protocol import PREVIEW_UNAVAILABLE, Answer, ChoiceStyle, InputOption
 from bot.session import SessionInfo
-from bot.tool_options import Card, Deadlines, Execution, grouped
+from bot.tool_options import Card, Deadlines, Execution, Options, check_known, grouped
 from bot.tool_signatures import read_signature
 
 log = logging.getLogger(__name__)
@@ -237,9 +237,8 @@ _preview_threads = DaemonThreads(64, "preview")
 class Tool:
     """A callable the model may use, with its input model and approval policy.
 
-    Options come in groups: ``card=Card(...)`` (how the request reads), ``deadlines=Deadlines(...)`` (when an
-    unanswered one moves on), ``execution=Execution(...)`` (how the call runs); each group's fields may
-    also be given as flat keywords (``prompt="..."``, ``expires_after=3600``)."""
+    Its options are typed keywords (:class:`bot.tool_options.Options`: ``prompt="..."``,
+    ``expires_after=3600``…); the same grouped (``card=Card(...)``…) are accepted for compatibility."""
 
     def __init__(
         self,
@@ -252,7 +251,7 @@ class Tool:
         card: Card | None = None,
         deadlines: Deadlines | None = None,
         execution: Execution | None = None,
-        **flat: Any,
+        **flat: Unpack[Options],
     ):
         card, deadlines, execution = grouped(card, deadlines, execution, flat)
         self.card, self.deadlines, self.execution = card, deadlines, execution
@@ -415,16 +414,35 @@ def _validation_message(exc: ValidationError) -> str:
     return "invalid arguments: " + "; ".join(parts)
 
 
-def tool(fn: ToolFn | None = None, /, **options: Any) -> Any:
+class ToolOptions(Options, total=False):
+    """Everything ``@tool`` takes: :class:`Tool`'s own options and :class:`~bot.tool_options.Options`."""
+
+    name: str | None
+    description: str | None
+    approval: Approval | Policy | RequestPolicy | None
+    approval_key: Callable[[Any], str] | None
+    card: Card | None  # the grouped spellings, accepted for compatibility
+    deadlines: Deadlines | None
+    execution: Execution | None
+
+
+@overload
+def tool(fn: ToolFn, /, **options: Unpack[ToolOptions]) -> Tool: ...
+@overload
+def tool(fn: None = None, /, **options: Unpack[ToolOptions]) -> Callable[[ToolFn], Tool]: ...
+
+
+def tool(fn: ToolFn | None = None, /, **options: Unpack[ToolOptions]) -> Tool | Callable[[ToolFn], Tool]:
     """Turn a function ``(args: Model, ctx: ToolContext)``, or one of plain typed parameters
     ``(charge_id: str, amount: float, ctx: ToolContext)`` (``bot.tool_signatures``), into a :class:`Tool`
-    (sync functions work too), as ``@tool`` or ``@tool(...)``. ``options`` are :class:`Tool`'s: ``name``, ``description``, ``approval``,
-    ``approval_key``, and the groups ``card=Card(...)``, ``deadlines=Deadlines(...)``,
-    ``execution=Execution(...)`` (see each for what its options do), whose fields may also be given flat::
+    (sync functions work too), as ``@tool`` or ``@tool(...)``. ``options``: ``name``, ``description``,
+    ``approval``, ``approval_key`` and :class:`~bot.tool_options.Options` (what each does), as keywords::
 
-        @tool(approval=always(), card=Card(prompt="Refund ${amount:,.2f}?", editable=True),
-              deadlines=Deadlines(expires_after=timedelta(hours=8)))
-        async def refund_charge(args: Refund, ctx: ToolContext) -> dict: ...
+        @tool(approval=always(), prompt="Refund ${amount:,.2f}?", editable=True,
+              expires_after=timedelta(hours=8))
+        async def refund_charge(charge_id: str, amount: float, ctx: ToolContext) -> dict: ...
+
+    An option it does not have raises TypeError naming the closest it has.
     """
 
     def wrap(f: ToolFn) -> Tool:
@@ -432,11 +450,11 @@ def tool(fn: ToolFn | None = None, /, **options: Any) -> Any:
 
     if fn is not None:
         return wrap(fn)
-    grouped(None, None, None, {k: v for k, v in options.items() if k not in _TOOL_OWN})  # a misspelt option fails here
+    check_known({k: v for k, v in options.items() if k not in _TOOL_OWN})  # a misspelt option fails here
     return wrap
 
 
-_TOOL_OWN = frozenset(inspect.signature(Tool.__init__).parameters) - {"self", "fn", "flat"}
+_TOOL_OWN = frozenset(ToolOptions.__annotations__) - frozenset(Options.__annotations__)
 
 
 def _duration(value: timedelta | float | None, name: str) -> timedelta | None:
