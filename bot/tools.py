@@ -240,6 +240,8 @@ class Tool:
     Its options are typed keywords (:class:`bot.tool_options.Options`: ``prompt="..."``,
     ``expires_after=3600``…); the same grouped (``card=Card(...)``…) are accepted for compatibility."""
 
+    delegates: bool = False  # the built-in ``delegate``: the executor makes each call a delegation request
+
     def __init__(
         self,
         fn: ToolFn,
