@@ -13,6 +13,7 @@ wherever it is, and may be left out):
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, get_origin, get_type_hints
@@ -82,17 +83,21 @@ def _model_of(
     """The arguments' model, generated from the plain parameters (``create_model``, built when first used)."""
     fields: dict[str, Any] = {}
     for p in parameters:
-        if p.name.startswith("_"):
+        if p.name.startswith("_") or (p.name.startswith("model_") and hasattr(BaseModel, p.name)):
             raise TypeError(
-                f"tool {_name(fn)}: parameter {p.name} starts with an underscore, which pydantic "
-                "keeps private; rename it"
+                f"tool {_name(fn)}: a parameter cannot be called {p.name} (pydantic keeps the name for "
+                "itself); rename it"
             )
         annotation = hints.get(p.name, Any)
         fields[p.name] = (annotation, ... if p.default is inspect.Parameter.empty else p.default)
     model_name = "".join(part.title() for part in _name(fn).split("_")) or "Arguments"
-    return create_model(
-        model_name, __config__=ConfigDict(defer_build=True), __module__=fn.__module__, **fields
-    )
+    with (
+        warnings.catch_warnings()
+    ):  # a field named like an old BaseModel method (json, copy) works as a field
+        warnings.filterwarnings("ignore", message=".*shadows an attribute in parent", category=UserWarning)
+        return create_model(
+            model_name, __config__=ConfigDict(defer_build=True), __module__=fn.__module__, **fields
+        )
 
 
 def _hints(fn: Callable[..., Any]) -> dict[str, Any]:

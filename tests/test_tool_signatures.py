@@ -103,6 +103,16 @@ def test_the_context_may_be_left_out_and_a_tool_may_take_nothing():
     assert asyncio.run(ping.invoke(ping.parse(None), context())) == "pong"
 
 
+def test_a_parameter_named_like_an_old_pydantic_method_is_a_plain_field(recwarn):
+    @tool
+    async def render(json: str, copy: int = 1) -> str:
+        return json * copy
+
+    assert set(render.spec().parameters["properties"]) == {"json", "copy"}
+    assert asyncio.run(render.invoke(render.parse({"json": "ab", "copy": 2}), context())) == "abab"
+    assert not [w for w in recwarn if "shadows" in str(w.message)]
+
+
 def test_the_card_prompt_approval_key_and_preview_read_the_plain_arguments():
     args = refund.parse({"charge_id": "ch_1001", "amount": 40})
     assert refund.approval_prompt(args) == "Refund $40.00 on ch_1001?"
@@ -145,6 +155,11 @@ def test_signatures_no_model_can_describe_are_refused_when_the_tool_is_made():
 
         @tool
         async def twice(a: ToolContext, b: ToolContext) -> None: ...
+
+    with pytest.raises(TypeError, match="cannot be called model_config"):
+
+        @tool
+        async def configured(model_config: str) -> None: ...
 
     with pytest.raises(ValueError, match="editable"):
 
