@@ -14,7 +14,7 @@ import asyncio
 import inspect
 import json
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -77,8 +77,16 @@ def rejected(reason: str) -> Decision:
     return Decision(type="rejected", reason=reason)
 
 
-def normalize_status(value: Any) -> Decision:
-    """A request policy's answer in any accepted form: strings, booleans, None, dicts and Decision."""
+# What a request policy may return. ``Decision`` (``Approved(reason)``/``Denied(reason)`` make one) is the
+# documented spelling; the rest are kept for policies written before it, and read here, in one place:
+# a status string, a dict ``{"type"|"status": …, "reason": …}``, True (ask a person), False or None (run).
+RequestVerdict = Decision | StatusType | dict[str, Any] | bool | None
+# What a response policy may return: ``allowed()``/``rejected(reason)``, or their dict form.
+ResponseVerdict = Decision | dict[str, Any]
+
+
+def normalize_status(value: RequestVerdict) -> Decision:
+    """A request policy's answer in any accepted form (:data:`RequestVerdict`), as a :class:`Decision`."""
     if value is None or value is False:
         return Decision(type="not-applicable")
     if value is True:
@@ -90,7 +98,7 @@ def normalize_status(value: Any) -> Decision:
     raise TypeError(f"a request policy returned {value!r}; expected a status string, bool, dict or Approved/Denied")
 
 
-def normalize_decision(value: Any) -> Decision:
+def normalize_decision(value: ResponseVerdict) -> Decision:
     """A response policy's answer: ``allowed()``/``rejected(reason)`` or their dict form."""
     if isinstance(value, dict):
         value = Decision.model_validate(value)
@@ -150,7 +158,7 @@ class ApprovalContext(DeferredModel):
     policies: Any = Field(default=None, exclude=True, repr=False)  # the PolicySource the runtime was given
 
 
-RequestPolicy = Callable[[ApprovalContext], Any]
+RequestPolicy = Callable[[ApprovalContext], RequestVerdict | Awaitable[RequestVerdict]]
 
 
 async def evaluate_request_policy(
@@ -479,7 +487,7 @@ class ResponseContext(DeferredModel):
     policies: Any = Field(default=None, exclude=True, repr=False)  # the PolicySource the runtime was given
 
 
-ResponsePolicy = Callable[[ResponseContext], Any]
+ResponsePolicy = Callable[[ResponseContext], ResponseVerdict | Awaitable[ResponseVerdict]]
 
 
 class AnswerersContext(DeferredModel):

@@ -20,9 +20,6 @@ from pydantic import BaseModel, Field
 
 from bot import (
     Approval,
-    Card,
-    Deadlines,
-    Execution,
     ToolContext,
     WorkspaceError,
     always,
@@ -45,7 +42,7 @@ class CustomerQuery(BaseModel):
     name: str = Field(description="Customer name, e.g. Acme")
 
 
-@tool(approval=never(), card=Card(example="Look up Acme"))
+@tool(approval=never(), example="Look up Acme")
 async def lookup_customer(args: CustomerQuery, ctx: ToolContext) -> dict:
     """Look up a customer's plan, seats and last charge. Read-only."""
     found = CUSTOMERS.get(args.name.strip().lower())
@@ -59,10 +56,10 @@ class Refund(BaseModel):
 
 
 @tool(approval=Approval(request=always(), response=approvers("tool:refund_charge")),
-      card=Card(prompt="Refund ${amount:,.2f} on {charge_id} ({reason})?", editable=True,
-                denied_message="The refund was not approved. Tell the customer it is under review; do not retry.",
-                example="Refund ch_1001 for $30, the customer was charged twice"),
-      deadlines=Deadlines(remind_after=timedelta(hours=4), expires_after=timedelta(days=1)))
+      prompt="Refund ${amount:,.2f} on {charge_id} ({reason})?", editable=True,
+      denied_message="The refund was not approved. Tell the customer it is under review; do not retry.",
+      example="Refund ch_1001 for $30, the customer was charged twice",
+      remind_after=timedelta(hours=4), expires_after=timedelta(days=1))
 async def refund_charge(args: Refund, ctx: ToolContext) -> dict:
     """Refund part or all of a charge. Needs a finance approver."""
     refund_id = "re_" + hashlib.sha1(ctx.idempotency_key.encode()).hexdigest()[:10]  # same id on any retry
@@ -75,8 +72,7 @@ class Deploy(BaseModel):
     version: str = Field(default="latest")
 
 
-@tool(approval=Approval(request=always(), response=four_eyes()), execution=Execution(dangerous=True),
-      card=Card(example="Deploy api to production"))
+@tool(approval=Approval(request=always(), response=four_eyes()), dangerous=True, example="Deploy api to production")
 async def deploy_service(args: Deploy, ctx: ToolContext) -> dict:
     """Deploy a service version to an environment. Someone other than the requester must approve."""
     approver = ctx.principal.principal_id if ctx.principal else "unknown"
@@ -89,7 +85,7 @@ class Announcement(BaseModel):
     text: str = Field(min_length=1, max_length=2000)
 
 
-@tool(approval=once(grant_days=7), card=Card(example="Announce the maintenance window tonight at 10pm UTC"))
+@tool(approval=once(grant_days=7), example="Announce the maintenance window tonight at 10pm UTC")
 async def post_announcement(args: Announcement, ctx: ToolContext) -> dict:
     """Post an announcement to a channel. Asks the first time in a conversation."""
     if ctx.workspace is None:

@@ -29,7 +29,7 @@ from bot.model_words import answer_words, logged_failure_words
 from bot.models.base import TextCallback
 from bot.outbox import DELIVER_UNHURRIED_S
 from bot.parts import Parts
-from bot.ports import LiveText
+from bot.ports import LiveText, StepText
 from bot.principals import Principal
 from bot.protocol import (
     CONTINUE,
@@ -575,17 +575,7 @@ def _live_text(live: LiveText | None, state: SessionState, step: int) -> TextCal
     """The model's text so far, handed to the frontend as it streams (not durable: see bot.ports.LiveText)."""
     if live is None or state.turn is None or state.agent:  # a sub-agent's words reach people through its parent
         return None
-    ref, turn_id, owner, parts = state.ref, state.turn.turn_id, state.turn.owner, []  # a retry starts `parts` over
-
-    async def on_text(delta: str) -> None:
-        parts.append(delta)
-        try:
-            live.text_so_far(ref, turn_id, step, "".join(parts), owner)
-        except Exception:  # noqa: BLE001 - showing text early is a courtesy; the answer is committed anyway
-            log.exception("live text failed in %s", ref.session_id)
-
-    on_text.restart = parts.clear  # type: ignore[attr-defined]  # a retried request: the text starts over
-    return on_text
+    return StepText(live, state.ref, state.turn.turn_id, step, state.turn.owner)  # a retry starts it over
 
 
 def _same(message: dict[str, Any], owner: Principal | None) -> bool:

@@ -26,7 +26,6 @@ from bot.approval import (
     grant_offers,
     records_grant,
 )
-from bot.builtin.delegate import is_delegate
 from bot.metrics import TOOL_RUNS, TOOL_SECONDS
 from bot.parts import Parts, TurnStore
 from bot.protocol import (
@@ -162,7 +161,7 @@ class Executor:
             return
         try:
             args = tool.parse(call.arguments)
-            if is_delegate(tool) and self.p.tools.agent(args.agent) is None:  # type: ignore[union-attr]
+            if tool.delegates and self.p.tools.agent(args.agent) is None:  # type: ignore[union-attr]
                 known = ", ".join(a.name for a in self.p.tools.agents())
                 raise ValueError(f"unknown sub-agent {args.agent!r}; available: {known}")  # type: ignore[union-attr]
         except ValueError as exc:
@@ -182,7 +181,7 @@ class Executor:
         if status.type == "denied":
             call.status, call.result = "done", CallResult(
                 status="rejected", output=denied_output(status.reason or DENIED_MESSAGE))
-        elif status.type == "user-approval" or tool.external or is_delegate(tool):
+        elif status.type == "user-approval" or tool.external or tool.delegates:
             call.status = "awaiting"  # an external call or a delegation always waits for its result
         else:
             call.status = "ready"
@@ -254,7 +253,7 @@ class Executor:
         args = tool.parse(call.arguments)
         if tool.external:
             return self._external_request(state, call, tool, args)
-        if is_delegate(tool):
+        if tool.delegates:
             return self._delegation_request(state, call, args)
         req = InputRequest(
             request_id=new_request_id(state.ref.session_id),

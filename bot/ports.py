@@ -6,13 +6,17 @@ satisfy these Protocols.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable
 from typing import Protocol, runtime_checkable
 
 from bot.deferred import DeferredModel
+from bot.models.base import RestartableText
 from bot.principals import Principal
 from bot.protocol import Event
 from bot.session import SessionRef
+
+log = logging.getLogger(__name__)
 
 
 class Undeliverable(Exception):  # noqa: N818 - a verdict, not a bug
@@ -74,6 +78,25 @@ class LiveText(Protocol):
 
     def text_so_far(self, session: SessionRef, turn_id: str, step: int, text: str,
                     owner: Principal | None) -> None: ...
+
+
+class StepText(RestartableText):
+    """One model step's text, handed to a :class:`LiveText` whole as it grows; a retried request (after a
+    broken stream) starts it over. Showing text early is a courtesy: a failure is logged, never raised."""
+
+    def __init__(self, live: LiveText, session: SessionRef, turn_id: str, step: int, owner: Principal | None):
+        self.live, self.session, self.turn_id, self.step, self.owner = live, session, turn_id, step, owner
+        self.parts: list[str] = []
+
+    async def __call__(self, delta: str) -> None:
+        self.parts.append(delta)
+        try:
+            self.live.text_so_far(self.session, self.turn_id, self.step, "".join(self.parts), self.owner)
+        except Exception:  # noqa: BLE001 - the answer is committed anyway
+            log.exception("live text failed in %s", self.session.session_id)
+
+    def restart(self) -> None:
+        self.parts.clear()
 
 
 @runtime_checkable

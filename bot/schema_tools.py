@@ -7,12 +7,12 @@ The model is shown the schema as it is, and the arguments it writes are checked 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Unpack
 
 from jsonschema import Draft202012Validator
 
 from bot.models.base import ToolSpec
-from bot.tools import Tool
+from bot.tools import Tool, ToolOptions
 
 MAX_PROBLEMS = 10  # schema errors named to the model, at most
 
@@ -20,7 +20,7 @@ MAX_PROBLEMS = 10  # schema errors named to the model, at most
 class SchemaTool(Tool):
     """A :class:`Tool` whose arguments are a JSON object checked against ``schema``."""
 
-    def __init__(self, fn: Callable[..., Any], schema: dict[str, Any], **options: Any):
+    def __init__(self, fn: Callable[..., Any], schema: dict[str, Any], **options: Unpack[ToolOptions]):
         self.schema = schema
         self.validator = Draft202012Validator(schema)
         super().__init__(fn, **options)

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Iterable
 
 from bot.agents import DELEGATE, SubAgent
-from bot.builtin.delegate import delegate_tool, describe, is_delegate
+from bot.builtin.delegate import delegate_tool, describe
 from bot.models.base import ToolSpec
 from bot.tools import Tool
 
@@ -43,7 +43,7 @@ class ToolRegistry:
     def register_agent(self, agent: SubAgent) -> None:
         if not isinstance(agent, SubAgent):
             raise TypeError(f"not a Tool or a SubAgent: {agent!r}")
-        if DELEGATE in self._tools and not is_delegate(self._tools[DELEGATE]):
+        if DELEGATE in self._tools and not self._tools[DELEGATE].delegates:
             raise ValueError(f"sub-agent {agent.name}: a tool of yours is named {DELEGATE!r}, the built-in's name")
         for t in agent.tools:
             known = self._tools.get(t.name)

@@ -15,7 +15,7 @@ import json
 import logging
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Generic, Literal, TypeVar, get_type_hints
+from typing import Any, Generic, Literal, TypeVar, Unpack, overload
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -28,7 +28,8 @@ from bot.ports import PostedMessage, Workspace
 from bot.principals import Principal
 from bot.protocol import PREVIEW_UNAVAILABLE, Answer, ChoiceStyle, InputOption
 from bot.session import SessionInfo
-from bot.tool_options import Card, Deadlines, Execution, grouped
+from bot.tool_options import Card, Deadlines, Execution, Options, check_known, grouped
+from bot.tool_signatures import read_signature
 
 log = logging.getLogger(__name__)
 
@@ -236,9 +237,10 @@ _preview_threads = DaemonThreads(64, "preview")
 class Tool:
     """A callable the model may use, with its input model and approval policy.
 
-    Options come in groups: ``card=Card(...)`` (how the request reads), ``deadlines=Deadlines(...)`` (when an
-    unanswered one moves on), ``execution=Execution(...)`` (how the call runs); each group's fields may
-    also be given as flat keywords (``prompt="..."``, ``expires_after=3600``)."""
+    Its options are typed keywords (:class:`bot.tool_options.Options`: ``prompt="..."``,
+    ``expires_after=3600``…); the same grouped (``card=Card(...)``…) are accepted for compatibility."""
+
+    delegates: bool = False  # the built-in ``delegate``: the executor makes each call a delegation request
 
     def __init__(
         self,
@@ -251,7 +253,7 @@ class Tool:
         card: Card | None = None,
         deadlines: Deadlines | None = None,
         execution: Execution | None = None,
-        **flat: Any,
+        **flat: Unpack[Options],
     ):
         card, deadlines, execution = grouped(card, deadlines, execution, flat)
         self.card, self.deadlines, self.execution = card, deadlines, execution
@@ -270,9 +272,11 @@ class Tool:
         if (deadlines.escalate_after is None) != (deadlines.escalate_to is None):
             raise ValueError("escalate_after and escalate_to go together (after how long, to which approver list)")
         self.escalate_to = deadlines.escalate_to
-        self.input_model = _input_model(fn)
+        self.signature = read_signature(fn, ToolContext)
+        self.input_model = self.signature.model  # given or generated from plain parameters; None: raw JSON
         if card.editable and self.input_model is None:
-            raise ValueError(f"{self.name}: editable=True needs a pydantic model as the tool's first parameter")
+            raise ValueError(f"{self.name}: editable=True needs typed arguments (a pydantic model or typed "
+                             "parameters), not a raw dict")
         self.editable = card.editable  # approvers may change the arguments first ("Edit & approve")
         self.prompt = card.prompt
         self.denied_message = card.denied_message  # what the model is told when a person does not approve
@@ -283,7 +287,6 @@ class Tool:
         self.result_form = form_schema(execution.result) if execution.result is not None else None
         self.shown_as = _shown_as(self.input_model)
         self.labels = _titles(self.input_model)
-        self._wants_ctx = len(inspect.signature(fn).parameters) >= 2
         self.preview_fn = card.preview  # read-only: what the call would do, shown on its card (never runs the tool)
         limit = _duration(card.preview_timeout, "preview_timeout")
         assert limit is not None
@@ -387,12 +390,12 @@ class Tool:
         return inspect.iscoroutinefunction(self.fn)
 
     async def invoke(self, args: BaseModel | dict[str, Any], ctx: ToolContext) -> Any:
-        call_args = (args, ctx) if self._wants_ctx else (args,)
+        positional, keywords = self.signature.call(args, ctx)
         if not inspect.iscoroutinefunction(self.fn):
             # a sync tool runs in a thread so it never blocks other sessions, lease renewal or acks
-            result = await asyncio.to_thread(self.fn, *call_args)
+            result = await asyncio.to_thread(self.fn, *positional, **keywords)
             return await result if inspect.isawaitable(result) else result
-        return await self.fn(*call_args)
+        return await self.fn(*positional, **keywords)
 
 
 def _cut(text: str, limit: int) -> str:
@@ -405,17 +408,6 @@ def as_dict(args: BaseModel | dict[str, Any]) -> dict[str, Any]:
     return args.model_dump(mode="json", by_alias=True) if isinstance(args, BaseModel) else dict(args)
 
 
-def _input_model(fn: ToolFn) -> type[BaseModel] | None:
-    params = list(inspect.signature(fn).parameters.values())
-    if not params:
-        return None
-    hints = get_type_hints(fn)
-    annotation = hints.get(params[0].name)
-    if inspect.isclass(annotation) and issubclass(annotation, BaseModel):
-        return annotation
-    return None
-
-
 def _validation_message(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
@@ -424,15 +416,35 @@ def _validation_message(exc: ValidationError) -> str:
     return "invalid arguments: " + "; ".join(parts)
 
 
-def tool(fn: ToolFn | None = None, /, **options: Any) -> Any:
-    """Turn a function ``(args: Model, ctx: ToolContext)`` into a :class:`Tool` (sync functions work too),
-    as ``@tool`` or ``@tool(...)``. ``options`` are :class:`Tool`'s: ``name``, ``description``, ``approval``,
-    ``approval_key``, and the groups ``card=Card(...)``, ``deadlines=Deadlines(...)``,
-    ``execution=Execution(...)`` (see each for what its options do), whose fields may also be given flat::
+class ToolOptions(Options, total=False):
+    """Everything ``@tool`` takes: :class:`Tool`'s own options and :class:`~bot.tool_options.Options`."""
 
-        @tool(approval=always(), card=Card(prompt="Refund ${amount:,.2f}?", editable=True),
-              deadlines=Deadlines(expires_after=timedelta(hours=8)))
-        async def refund_charge(args: Refund, ctx: ToolContext) -> dict: ...
+    name: str | None
+    description: str | None
+    approval: Approval | Policy | RequestPolicy | None
+    approval_key: Callable[[Any], str] | None
+    card: Card | None  # the grouped spellings, accepted for compatibility
+    deadlines: Deadlines | None
+    execution: Execution | None
+
+
+@overload
+def tool(fn: ToolFn, /, **options: Unpack[ToolOptions]) -> Tool: ...
+@overload
+def tool(fn: None = None, /, **options: Unpack[ToolOptions]) -> Callable[[ToolFn], Tool]: ...
+
+
+def tool(fn: ToolFn | None = None, /, **options: Unpack[ToolOptions]) -> Tool | Callable[[ToolFn], Tool]:
+    """Turn a function ``(args: Model, ctx: ToolContext)``, or one of plain typed parameters
+    ``(charge_id: str, amount: float, ctx: ToolContext)`` (``bot.tool_signatures``), into a :class:`Tool`
+    (sync functions work too), as ``@tool`` or ``@tool(...)``. ``options``: ``name``, ``description``,
+    ``approval``, ``approval_key`` and :class:`~bot.tool_options.Options` (what each does), as keywords::
+
+        @tool(approval=always(), prompt="Refund ${amount:,.2f}?", editable=True,
+              expires_after=timedelta(hours=8))
+        async def refund_charge(charge_id: str, amount: float, ctx: ToolContext) -> dict: ...
+
+    An option it does not have raises TypeError naming the closest it has.
     """
 
     def wrap(f: ToolFn) -> Tool:
@@ -440,11 +452,11 @@ def tool(fn: ToolFn | None = None, /, **options: Any) -> Any:
 
     if fn is not None:
         return wrap(fn)
-    grouped(None, None, None, {k: v for k, v in options.items() if k not in _TOOL_OWN})  # a misspelt option fails here
+    check_known({k: v for k, v in options.items() if k not in _TOOL_OWN})  # a misspelt option fails here
     return wrap
 
 
-_TOOL_OWN = frozenset(inspect.signature(Tool.__init__).parameters) - {"self", "fn", "flat"}
+_TOOL_OWN = frozenset(ToolOptions.__annotations__) - frozenset(Options.__annotations__)
 
 
 def _duration(value: timedelta | float | None, name: str) -> timedelta | None:

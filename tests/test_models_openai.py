@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from bot.models import ModelError, OpenAIChatModel, ToolSpec
+from bot.models.base import RestartableText
 from tests.fakes import FakeOpenAI
 
 KEY = "sk-test-0123456789abcdef"
@@ -266,12 +267,17 @@ async def test_a_stream_cut_short_after_text_was_shown_is_not_repeated(fake: Fak
 
 
 async def test_a_stream_cut_short_is_retried_when_the_callback_can_start_over(fake: FakeOpenAI) -> None:
-    """A frontend that can be told the text starts over (``on_text.restart``, as bot.drive's live text):
+    """A frontend that can be told the text starts over (a ``RestartableText``, as bot.drive's live text):
     the broken stream is retried like any other failure."""
     fake.reply_truncated_stream("half an ans")
     fake.reply_text("a whole answer")
-    collector, restarts = Collector(), []
-    collector.restart = lambda: restarts.append(len(collector.deltas))  # type: ignore[attr-defined]
+    restarts: list[int] = []
+
+    class StartsOver(Collector, RestartableText):
+        def restart(self) -> None:
+            restarts.append(len(self.deltas))
+
+    collector = StartsOver()
     async with make_model(fake, backoff_base=0.01) as model:
         response = await model.complete(HELLO, [], on_text=collector)
 

@@ -1,4 +1,4 @@
-"""The public face (issue 27 item 2): a tool author imports from ``bot`` only, and ``import bot`` stays cheap."""
+"""The public face: a tool author imports from ``bot`` only, and ``import bot`` stays cheap."""
 
 from __future__ import annotations
 

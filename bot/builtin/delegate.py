@@ -36,12 +36,12 @@ def describe(agents: Iterable[SubAgent]) -> str:
     return "\n".join([LEAD, *lines])
 
 
+class DelegateTool(Tool):
+    """``delegate``: each call becomes a delegation request (``Tool.delegates``), never a run."""
+
+    delegates = True
+
+
 def delegate_tool() -> Tool:
     """A fresh ``delegate`` for one registry (its description lists that registry's sub-agents)."""
-    made = Tool(_delegate, name=DELEGATE, description=LEAD, prompt="{task}")
-    made.delegates = True  # type: ignore[attr-defined] - what the executor makes a delegation request of
-    return made
-
-
-def is_delegate(tool: Tool) -> bool:
-    return getattr(tool, "delegates", False)
+    return DelegateTool(_delegate, name=DELEGATE, description=LEAD, prompt="{task}")

@@ -6,6 +6,7 @@ the history is stored in that shape, so any OpenAI-compatible endpoint can conti
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -15,6 +16,19 @@ from bot.deferred import DeferredModel
 
 Message = dict[str, Any]
 TextCallback = Callable[[str], Awaitable[None]]
+
+
+class RestartableText(ABC):
+    """A text callback that can be told the text starts over (``restart()``): a model client may retry a
+    stream broken after it showed words, since the retry's text replaces them. A plain ``TextCallback``
+    cannot unsay what it showed, so a stream broken mid-text is not retried for it."""
+
+    @abstractmethod
+    async def __call__(self, delta: str) -> None: ...
+
+    @abstractmethod
+    def restart(self) -> None:
+        """What was streamed so far is void: the next delta starts the text anew."""
 
 
 class ToolSpec(DeferredModel):

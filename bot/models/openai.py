@@ -22,7 +22,15 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import aiohttp
 
-from bot.models.base import Message, ModelError, ModelResponse, TextCallback, ToolCall, ToolSpec
+from bot.models.base import (
+    Message,
+    ModelError,
+    ModelResponse,
+    RestartableText,
+    TextCallback,
+    ToolCall,
+    ToolSpec,
+)
 from bot.models.providers import DEEPSEEK, GEMINI, provider_kind
 from bot.models.transport import AiohttpTransport, Reply, Transport, TransportFailure
 from bot.models.wire import (
@@ -160,8 +168,8 @@ class OpenAIChatModel:
                     delay,
                 )
                 await asyncio.sleep(delay)
-                if (restart := getattr(on_text, "restart", None)) is not None:
-                    restart()  # what the broken attempt wrote is void: the text starts over
+                if isinstance(on_text, RestartableText):
+                    on_text.restart()  # what the broken attempt wrote is void: the text starts over
             try:
                 return await self._attempt(body, on_text)
             except _RetryableFailure as failure:
@@ -428,9 +436,9 @@ class OpenAIChatModel:
             if content:
                 state.text_parts.append(content)
                 if on_text is not None:
-                    # a callback that can be told the text starts over (``restart``) lets a broken
-                    # stream be retried like any other failure
-                    state.emitted_text = getattr(on_text, "restart", None) is None
+                    # a callback that can be told the text starts over lets a broken stream be
+                    # retried like any other failure
+                    state.emitted_text = not isinstance(on_text, RestartableText)
                     await on_text(content)
             for raw in delta.get("tool_calls") or []:
                 if isinstance(raw, dict):
