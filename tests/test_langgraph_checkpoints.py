@@ -24,6 +24,7 @@ from langgraph.checkpoint.serde.types import INTERRUPT
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 from redis.crc import key_slot
+from redis.exceptions import ResponseError
 
 from store.client import RedisClient, open_redis
 from store.langgraph_checkpoints import RedisCheckpointSaver
@@ -253,7 +254,23 @@ async def test_hostile_thread_ids_keep_to_their_own_slot_and_data(redis: redis_a
         assert found.config["configurable"]["thread_id"] == thread_id
     all_keys = [k for t in HOSTILE_IDS for k in saver.thread_keys(t)]
     assert len(set(all_keys)) == len(all_keys) == 3 * len(HOSTILE_IDS)
-    assert {t async for t in saver._thread_ids()} == set(HOSTILE_IDS)
+    assert {t.config["configurable"]["thread_id"] async for t in saver.alist(None)} == set(HOSTILE_IDS)
+
+
+async def test_keys_that_hold_another_threads_data_are_neither_read_nor_written(
+    redis: redis_asyncio.Redis,
+) -> None:
+    saver = RedisCheckpointSaver(redis)
+    config = {"configurable": {"thread_id": "mine", "checkpoint_ns": ""}}
+    await saver.aput(config, _checkpoint({"x": 1}, {"x": 1}), {"source": "input", "step": -1}, {"x": 1})
+    # as if another thread's id had the same digest
+    await redis.hset(saver.thread_keys("mine")[1], "tid", "theirs")
+    before = await redis.hgetall(saver.thread_keys("mine")[1])
+
+    assert await saver.aget_tuple(thread("mine")) is None
+    with pytest.raises(ResponseError, match="another thread"):
+        await saver.aput(config, _checkpoint({"x": 2}, {"x": 2}), {"source": "loop", "step": 0}, {"x": 2})
+    assert await redis.hgetall(saver.thread_keys("mine")[1]) == before
 
 
 async def test_a_caller_chosen_checkpoint_id_cannot_reach_into_the_key_space(
@@ -284,6 +301,10 @@ async def test_a_graph_parks_and_resumes_on_a_redis_cluster(
     finally:
         await handle.close()
     assert runs == {"prepare": 1, "approve": 2, "pay": 1}
+    saver = RedisCheckpointSaver(cluster_redis)
+    assert {t.config["configurable"]["thread_id"] async for t in saver.alist(None)} == {"{tenant}:refund/1"}
+    await saver.adelete_thread("{tenant}:refund/1")
+    assert [t async for t in saver.alist(None)] == []
 
 
 def test_importing_the_bot_and_the_store_does_not_import_langgraph() -> None:
