@@ -18,7 +18,14 @@ the caller passes a serializer that pickles), stored as ``<type>\\n<bytes>``. Ev
 ``aput_writes``, ``adelete_thread``) is one Lua script on the thread's three keys, so it is atomic and
 Cluster-safe; a read is one script too (the checkpoint, its channel values and its pending writes in one
 round trip). Bounded: ``adelete_thread`` deletes the thread's three keys, and ``ttl_s`` makes every write
-(re)arm a TTL on them, so a thread left alone that long is gone.
+(re)arm a TTL on them, so a thread left alone that long is gone. A write resent after a lost reply
+(store/client.py retries) changes nothing: ``aput`` sets the same fields again, ``aput_writes`` adds only
+the writes not there yet.
+
+Use (``pip install '.[langgraph]'``)::
+
+    handle = await open_redis(os.environ.get("REDIS_URL"), cluster=os.environ.get("REDIS_CLUSTER") == "1")
+    graph = builder.compile(checkpointer=RedisCheckpointSaver(handle.client, ttl_s=7 * 86400))
 
 Async only: LangGraph runs an async graph (``ainvoke``, ``astream``) on the async methods; the sync ones
 raise ``NotImplementedError`` naming their async twin, as ``BaseCheckpointSaver`` allows.
@@ -48,8 +55,10 @@ from langgraph.checkpoint.base import (
     writes_sort_key,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from redis.commands.core import AsyncScript
 
 from store.client import RedisClient
+from store.pipelined import evalsha, pipelined
 
 # Checkpoint ids are LangGraph's uuid6 strings; a caller-chosen one (time travel) is held to a safe shape, as
 # ids are parts of field names and of the newline-separated lists the scripts keep
@@ -238,7 +247,7 @@ class RedisCheckpointSaver(BaseCheckpointSaver[str]):
             "\n".join(blob_fields),
             *blobs,
         ]
-        await self._put(keys=self.thread_keys(thread_id), args=args)
+        await self._run(self._put, keys=self.thread_keys(thread_id), args=args)
         return _config(thread_id, ns, checkpoint_id)
 
     async def aput_writes(
@@ -259,11 +268,11 @@ class RedisCheckpointSaver(BaseCheckpointSaver[str]):
             type_, data = self.serde.dumps_typed(value)
             head = json.dumps([task_id, channel, type_, task_path, idx]).encode()
             args += [f"{member}:{task_id.encode().hex()}:{idx}", head + b"\n" + data, "1" if idx < 0 else "0"]
-        await self._put_writes(keys=self.thread_keys(thread_id), args=args)
+        await self._run(self._put_writes, keys=self.thread_keys(thread_id), args=args)
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint, channel value and pending write of the thread, in all its namespaces."""
-        await self._delete(keys=self.thread_keys(thread_id), args=[])
+        await self._run(self._delete, keys=self.thread_keys(thread_id), args=[])
 
     def get_next_version(self, current: str | int | float | None, channel: None) -> str:
         """``<counter>.<random>``: increasing, and two branches forked from one checkpoint never share a
@@ -303,6 +312,12 @@ class RedisCheckpointSaver(BaseCheckpointSaver[str]):
         raise NotImplementedError(_ASYNC_ONLY.format("adelete_thread"))
 
     # -- inside -------------------------------------------------------------------------------------------
+    async def _run(self, script: AsyncScript, *, keys: list[str], args: list[Any]) -> Any:
+        # the store's way with scripts: EVALSHA, and on a cluster node that lacks it (a promoted replica) the
+        # body on that slot's node (store/pipelined.py)
+        (reply,) = await pipelined(self.redis, [evalsha(script, keys, args)], [script])
+        return reply
+
     def _dump(self, value: Any) -> bytes:
         type_, data = self.serde.dumps_typed(value)
         return type_.encode() + b"\n" + data
@@ -312,8 +327,10 @@ class RedisCheckpointSaver(BaseCheckpointSaver[str]):
         return self.serde.loads_typed((type_.decode(), data))
 
     async def _fetch(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointTuple | None:
-        row = await self._get(
-            keys=self.thread_keys(thread_id), args=[str(thread_id), ns.encode().hex(), checkpoint_id]
+        row = await self._run(
+            self._get,
+            keys=self.thread_keys(thread_id),
+            args=[str(thread_id), ns.encode().hex(), checkpoint_id],
         )
         if not row:
             return None

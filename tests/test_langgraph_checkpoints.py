@@ -13,6 +13,7 @@ import operator
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Callable
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -65,8 +66,11 @@ def thread(thread_id: str) -> dict[str, Any]:
     return {"configurable": {"thread_id": thread_id}}
 
 
-async def park_then_resume_elsewhere(first: RedisClient, second: RedisClient, thread_id: str) -> Counter[str]:
-    """Run the refund graph on ``first`` until it asks, then resume it with a new saver on ``second``."""
+async def park_then_resume_elsewhere(
+    first: RedisClient, second: RedisClient, thread_id: str, meanwhile: Callable[[], object] = lambda: None
+) -> Counter[str]:
+    """Run the refund graph on ``first`` until it asks, call ``meanwhile``, then resume it with a new saver
+    on ``second``."""
     runs: Counter[str] = Counter()
     parked = (
         await refund_graph(runs)
@@ -75,6 +79,7 @@ async def park_then_resume_elsewhere(first: RedisClient, second: RedisClient, th
     )
     assert [i.value for i in parked["__interrupt__"]] == [{"question": "refund 42?"}]
     assert runs == {"prepare": 1, "approve": 1}
+    meanwhile()
 
     other_process = refund_graph(runs).compile(checkpointer=RedisCheckpointSaver(second))
     done = await other_process.ainvoke(Command(resume="yes"), thread(thread_id))
@@ -297,7 +302,17 @@ async def test_a_graph_parks_and_resumes_on_a_redis_cluster(
 ) -> None:
     handle = await open_redis(valkey_cluster.url, cluster=True)
     try:
-        runs = await park_then_resume_elsewhere(cluster_redis, handle.client, "{tenant}:refund/1")
+        # the slot's master forgets the scripts meanwhile (as a promoted replica that never ran them)
+        runs = await park_then_resume_elsewhere(
+            cluster_redis,
+            handle.client,
+            "{tenant}:refund/1",
+            lambda: (
+                valkey_cluster.master_of(RedisCheckpointSaver.thread_keys("{tenant}:refund/1")[0])
+                .client()
+                .script_flush()
+            ),
+        )
     finally:
         await handle.close()
     assert runs == {"prepare": 1, "approve": 2, "pay": 1}
