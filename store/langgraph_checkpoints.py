@@ -33,7 +33,6 @@ raise ``NotImplementedError`` naming their async twin, as ``BaseCheckpointSaver`
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import random
@@ -63,7 +62,7 @@ from store.pipelined import evalsha, pipelined
 # Checkpoint ids are LangGraph's uuid6 strings; a caller-chosen one (time travel) is held to a safe shape, as
 # ids are parts of field names and of the newline-separated lists the scripts keep
 _CHECKPOINT_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}", re.ASCII)
-_FETCH_BATCH = 32  # checkpoints fetched at once by alist
+_FETCH_BATCH = 32  # checkpoints alist fetches in one round trip
 
 _EXPIRE_FN = """
 local function expire(ttl)
@@ -207,9 +206,7 @@ class RedisCheckpointSaver(BaseCheckpointSaver[str]):
             if limit is not None:
                 members = members[:limit]
             for start in range(0, len(members), _FETCH_BATCH):
-                batch = members[start : start + _FETCH_BATCH]
-                found = await asyncio.gather(*(self._fetch(thread_id, n, c) for n, c in batch))
-                for item in found:
+                for item in await self._fetch_many(thread_id, members[start : start + _FETCH_BATCH]):
                     if item is not None:
                         if limit is not None:
                             limit -= 1
@@ -327,13 +324,20 @@ class RedisCheckpointSaver(BaseCheckpointSaver[str]):
         return self.serde.loads_typed((type_.decode(), data))
 
     async def _fetch(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointTuple | None:
+        """The checkpoint ``checkpoint_id`` ('': the namespace's newest) with its values and writes."""
         row = await self._run(
-            self._get,
-            keys=self.thread_keys(thread_id),
-            args=[str(thread_id), ns.encode().hex(), checkpoint_id],
+            self._get, keys=self.thread_keys(thread_id), args=_get_args(thread_id, ns, checkpoint_id)
         )
-        if not row:
-            return None
+        return self._tuple(thread_id, ns, row) if row else None
+
+    async def _fetch_many(self, thread_id: str, members: list[tuple[str, str]]) -> list[CheckpointTuple]:
+        """Those of ``members`` (namespace, checkpoint id) still there, in one round trip on one server."""
+        keys = self.thread_keys(thread_id)
+        commands = [evalsha(self._get, keys, _get_args(thread_id, ns, c)) for ns, c in members]
+        rows = await pipelined(self.redis, commands, [self._get])
+        return [self._tuple(thread_id, ns, row) for (ns, _), row in zip(members, rows, strict=True) if row]
+
+    def _tuple(self, thread_id: str, ns: str, row: list[Any]) -> CheckpointTuple:
         member, body, meta, parent, blob_fields, blobs, writes = row
         checkpoint_id = member.split(b":", 1)[1].decode()
         values = {}
@@ -351,7 +355,7 @@ class RedisCheckpointSaver(BaseCheckpointSaver[str]):
 
     def _pending_writes(self, raws: Sequence[bytes]) -> list[PendingWrite]:
         rows = []
-        for raw in raws:
+        for raw in filter(None, raws):  # (a write gone meanwhile: none, as the thread was deleted)
             head, _, data = raw.partition(b"\n")
             task_id, channel, type_, task_path, idx = json.loads(head)
             rows.append((writes_sort_key(task_path, task_id, idx), (task_id, channel, type_, data)))
@@ -414,6 +418,10 @@ def _checked_id(checkpoint_id: str | None) -> str:
     if not checkpoint_id or not _CHECKPOINT_ID.fullmatch(checkpoint_id):
         raise ValueError(f"not a checkpoint id: {checkpoint_id!r}")
     return checkpoint_id
+
+
+def _get_args(thread_id: str, ns: str, checkpoint_id: str) -> list[str]:
+    return [str(thread_id), ns.encode().hex(), checkpoint_id]
 
 
 def _member(ns: str, checkpoint_id: str) -> str:
