@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import ConfigDict, Field, model_validator
 
-from bot.daemon_threads import DaemonThreads
 from bot.deferred import DeferredModel
+from bot.ops.daemon_threads import DaemonThreads
 from bot.principals import Principal
 from bot.protocol import GrantOffer, GrantScope, Responders
 from bot.session import SessionInfo
@@ -129,7 +129,7 @@ class PolicySource(Protocol):
     ) -> Decision | None:
         """The workspace's rule for a call, as a request policy's decision; None when no rule matches."""
     async def guest_refused(self, team_id: str, principal_id: str, channel_id: str | None, via: str) -> None:
-        """Audit that a guest was refused in ``channel_id`` (``bot.admission``; optional: a source without it
+        """Audit that a guest was refused in ``channel_id`` (``bot.engine.admission``; optional: a source without it
         audits nothing)."""
 
 

@@ -16,7 +16,6 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from bot import logs, tracing
 from bot.agents import DELEGATE, child_session_id
 from bot.approval import (
     AnswerersContext,
@@ -27,8 +26,9 @@ from bot.approval import (
     records_grant,
 )
 from bot.builtin.delegate import is_delegate
-from bot.metrics import TOOL_RUNS, TOOL_SECONDS
-from bot.parts import Parts, TurnStore
+from bot.engine.parts import Parts, TurnStore
+from bot.ops import logs, tracing
+from bot.ops.metrics import TOOL_RUNS, TOOL_SECONDS
 from bot.protocol import (
     CANCEL,
     ActionRef,
