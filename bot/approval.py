@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import ConfigDict, Field, model_validator
 
+from bot.daemon_threads import DaemonThreads
 from bot.deferred import DeferredModel
-from bot.ops.daemon_threads import DaemonThreads
 from bot.principals import Principal
 from bot.protocol import GrantOffer, GrantScope, Responders
 from bot.session import SessionInfo

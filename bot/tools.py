@@ -20,10 +20,10 @@ from typing import Any, Generic, Literal, TypeVar, get_type_hints
 from pydantic import BaseModel, Field, ValidationError
 
 from bot.approval import Approval, ApprovalContext, Policy, RequestPolicy, as_approval
+from bot.daemon_threads import DaemonThreads
 from bot.deferred import DeferredModel
 from bot.forms import form_schema
 from bot.models.base import ToolSpec
-from bot.ops.daemon_threads import DaemonThreads
 from bot.ports import PostedMessage, Workspace
 from bot.principals import Principal
 from bot.protocol import PREVIEW_UNAVAILABLE, Answer, ChoiceStyle, InputOption

@@ -1,1 +1,1 @@
-"""Running it in production: logs, metrics, traces, the events' log lines, the heap, and threads for user code."""
+"""Running it in production: logs, metrics, traces, the events' log lines, and the heap's settings."""
