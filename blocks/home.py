@@ -45,9 +45,9 @@ from blocks.limits import (
 from blocks.schedules import schedule_line
 from blocks.text import inline_code, mention, slack_date, user_mention
 from bot.deferred import DeferredModel
+from bot.engine.schedules import Schedule
 from bot.principals import Principal
 from bot.protocol import Grant, InputRequest
-from bot.schedules import Schedule
 
 EMPTY_WAITING = "Nothing is waiting on you. Requests you can approve will appear here."
 EMPTY_REQUESTED = "You have no open requests."

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from blocks.limits import escape_mrkdwn, one_line, truncate
 from blocks.text import inline_code, mention, slack_date
-from bot.schedules import Schedule
+from bot.engine.schedules import Schedule
 
 
 def when_text(schedule: Schedule) -> str:

@@ -49,7 +49,7 @@ __all__ = sorted(_WHERE)
 
 def __getattr__(name: str) -> Any:
     where = _WHERE.get(name)
-    if where is None:  # a submodule (``from bot import logs``) is imported by Python itself after this
+    if where is None:  # a submodule (``from bot import builtin``) is imported by Python itself after this
         raise AttributeError(f"module 'bot' has no attribute {name!r}")
     value = getattr(import_module(where), name)
     globals()[name] = value  # once: later lookups don't come here

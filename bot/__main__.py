@@ -112,7 +112,7 @@ def _add_setup_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[
 
 def _configure_logging(settings: Settings) -> None:
     """LOG_FORMAT and LOG_CONTENT; the configured secrets are never shown, whatever logs them."""
-    from bot import logs
+    from bot.ops import logs
 
     logs.configure(settings.log_format, log_content=settings.log_content)
     logs.add_secrets(settings.slack_bot_token, settings.slack_app_token, settings.slack_signing_secret,
@@ -142,9 +142,9 @@ def _reset_local(settings: Settings) -> int:
 
 
 async def _run(settings: Settings) -> int:
-    from bot import logs
     from bot.app import start_bot
-    from bot.heap import settle_after_start
+    from bot.ops import logs
+    from bot.ops.heap import settle_after_start
 
     bot = await start_bot(settings)
     settle_after_start()  # this process serves from now on: what it built to start is kept out of GC scans
@@ -265,7 +265,7 @@ async def _check_model(settings: Settings) -> bool:
 
 async def _check_answer(settings: Settings, owned_by: str | None) -> bool:
     """One short answer through the bot's own client: the provider kind, and any fallback the endpoint made it take."""
-    from bot.model_words import failure_words
+    from bot.engine.model_words import failure_words
     from bot.models.base import ModelError
     from bot.models.openai import OpenAIChatModel
     from bot.models.providers import provider_kind
@@ -285,8 +285,8 @@ async def _check_answer(settings: Settings, owned_by: str | None) -> bool:
 
 async def _check_mcp(path: str, tools: object) -> bool:
     """Connect to each server of BOT_MCP_CONFIG as `run` would, and say what it offers or why not."""
-    from bot import logs
-    from bot.mcp import McpServers, load_config
+    from bot.connections.mcp import McpServers, load_config
+    from bot.ops import logs
 
     servers = McpServers(load_config(path), tools)  # type: ignore[arg-type]
     try:
@@ -368,8 +368,8 @@ async def _pending(settings: Settings, team: str | None) -> int:
 async def _chat(settings: Settings) -> int:
     from bot.app import build_model, build_tools
     from bot.console import ConsoleChannel, ConsoleWorkspace, cancel_leftovers, chat_loop, new_console_session
+    from bot.engine.turns import Runtime, RuntimeSettings
     from bot.principals import CONSOLE_TEAM
-    from bot.turns import Runtime, RuntimeSettings
     from store.audit import AuditLog
     from store.client import open_redis
     from store.outbox import RedisOutbox

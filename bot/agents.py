@@ -4,7 +4,7 @@ tools and policies, in a session of its own, and the parent turn waits for it du
 Nothing here is a second engine. A delegation is a request of the one protocol (kind ``delegation``):
 
 - the parent's call to ``delegate`` parks the parent turn on a ``delegation`` request (Cancel only);
-- :class:`bot.subagent_relay.SubAgentRelay`, a consumer of committed events like the audit log (at least once, any
+- :class:`bot.engine.subagent_relay.SubAgentRelay`, a consumer of committed events like the audit log (at least once, any
   replica, after crashes), starts the child when that request is committed: it queues the task as the
   child session's first message (once, keyed by the request) and drives it with the same turn loop;
 - the child's own requests (approvals, questions) are ordinary requests of the child session, shown in

@@ -33,19 +33,19 @@ import handlers
 import handlers.routes.http
 import handlers.routes.results
 from blocks.forms import FormUnsupported, check_form_model
-from bot import tracing
 from bot.builtin import BUILTIN_TOOLS
 from bot.config import ConfigError, Settings
-from bot.installed import Installed
-from bot.metrics import AppMetrics, MeteredModel, StoreGauges
+from bot.engine.installed import Installed
+from bot.engine.result_tokens import TOKEN_TTL_S, TokenHolders, token_key
+from bot.engine.roles import NoModel, Wakeups, WebRuntime
+from bot.engine.tool_registry import ToolRegistry
+from bot.engine.turns import Runtime, RuntimeSettings
 from bot.models.base import ChatModel
-from bot.observed import ObservedChannel
+from bot.ops import tracing
+from bot.ops.metrics import AppMetrics, MeteredModel, StoreGauges
+from bot.ops.observed import ObservedChannel
 from bot.ports import Channel
-from bot.result_tokens import TOKEN_TTL_S, TokenHolders, token_key
-from bot.roles import NoModel, Wakeups, WebRuntime
-from bot.tool_registry import ToolRegistry
 from bot.tools import Tool
-from bot.turns import Runtime, RuntimeSettings
 from handlers.delivery.channel import SlackChannel
 from handlers.delivery.notices import ApproverNotices
 from handlers.delivery.pacing import SlackPacing
@@ -173,10 +173,10 @@ def build_tools(settings: Settings, extra: list[Tool] | None = None) -> ToolRegi
         registry.load_modules(settings.tool_modules)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
-    if settings.openapi_config:  # OpenAPI operations as tools (bot.openapi)
+    if settings.openapi_config:  # OpenAPI operations as tools (bot.connections.openapi)
         # imported here: it brings YAML and jsonschema, which a bot without connections never needs
         # (start-up time counts: a restarted replica serves no click before it has imported)
-        from bot.openapi import OpenAPIError, openapi_tools
+        from bot.connections.openapi import OpenAPIError, openapi_tools
 
         try:
             for t in openapi_tools(settings.openapi_config):
@@ -199,7 +199,7 @@ def build_tools(settings: Settings, extra: list[Tool] | None = None) -> ToolRegi
 def _mcp_config(path: str) -> Any:
     """BOT_MCP_CONFIG, read and checked; what is wrong stops the bot naming it (exit 2)."""
     # imported here: the MCP SDK is for bots that use MCP servers (start-up time counts)
-    from bot.mcp import McpConfigError, load_config
+    from bot.connections.mcp import McpConfigError, load_config
 
     try:
         return load_config(path)
@@ -224,7 +224,7 @@ class BotApp:
     metrics: AppMetrics | None = None  # what GET /metrics shows
     _stack: AsyncExitStack = field(default_factory=AsyncExitStack)
     _recovery: asyncio.Task[Any] | None = None
-    _wakeups: asyncio.Task[Any] | None = None  # a worker taking hand-overs from web processes (bot.roles)
+    _wakeups: asyncio.Task[Any] | None = None  # a worker taking hand-overs from web processes (bot.engine.roles)
 
     async def close(self) -> None:
         """Stop taking requests, let running work finish briefly, then release everything.
@@ -279,8 +279,8 @@ async def _start(
     limits: ClientLimits,
 ) -> BotApp:
     registry = build_tools(settings, tools)
-    if settings.mcp_config:  # MCP servers' tools join the registry as the servers answer (bot.mcp)
-        from bot.mcp import McpServers
+    if settings.mcp_config:  # MCP servers' tools join the registry as the servers answer (bot.connections.mcp)
+        from bot.connections.mcp import McpServers
 
         mcp_servers = McpServers(_mcp_config(settings.mcp_config), registry)
         stack.push_async_callback(mcp_servers.close)
@@ -381,7 +381,7 @@ async def _start(
         channel = channel_wrap(channel)
     schedules = ScheduleStore(redis.client)
     role = settings.role
-    # a web process drives no turn: it hands sessions to workers (bot.roles) and never builds a model client
+    # a web process drives no turn: it hands sessions to workers (bot.engine.roles) and never builds a model client
     runtime_class: Any = Runtime
     handover: dict[str, Any] = {}
     if model is None:  # built here, so its HTTP session is closed here; a model handed in is its owner's to close
@@ -493,7 +493,7 @@ def _wire_governance(deps: SlackDeps, source: SlackPolicySource | None, redis: R
 
 async def _apply_schedules_file(path: str, schedules: ScheduleStore, clock: float) -> None:
     """BOT_SCHEDULES: the file's schedules become the stored file-defined ones (added, changed, removed)."""
-    from bot.schedules import ScheduleError, configured_schedule, load_schedules_file
+    from bot.engine.schedules import ScheduleError, configured_schedule, load_schedules_file
 
     now = datetime.fromtimestamp(clock, UTC)
     try:

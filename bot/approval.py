@@ -137,7 +137,7 @@ class PolicySource(Protocol):
     ) -> Decision | None:
         """The workspace's rule for a call, as a request policy's decision; None when no rule matches."""
     async def guest_refused(self, team_id: str, principal_id: str, channel_id: str | None, via: str) -> None:
-        """Audit that a guest was refused in ``channel_id`` (``bot.admission``; optional: a source without it
+        """Audit that a guest was refused in ``channel_id`` (``bot.engine.admission``; optional: a source without it
         audits nothing)."""
 
 

@@ -58,17 +58,17 @@ class Settings(BaseSettings):
     max_active_turns: int = Field(default=8, alias="BOT_MAX_ACTIVE_TURNS", ge=1)
     localslack_port: int = Field(default=3001, alias="LOCALSLACK_PORT")
     public_url: str = Field(default="", alias="BOT_PUBLIC_URL")  # e.g. https://bot.example.com (result API links)
-    openapi_config: str | None = Field(default=None, alias="BOT_OPENAPI")  # OpenAPI connections (bot.openapi)
-    mcp_config: str | None = Field(default=None, alias="BOT_MCP_CONFIG")  # MCP servers (bot.mcp)
-    schedules_config: str | None = Field(default=None, alias="BOT_SCHEDULES")  # schedules file (bot.schedules)
-    log_format: Literal["text", "json"] = Field(default="text", alias="LOG_FORMAT")  # bot.logs
+    openapi_config: str | None = Field(default=None, alias="BOT_OPENAPI")  # OpenAPI connections (bot.connections.openapi)
+    mcp_config: str | None = Field(default=None, alias="BOT_MCP_CONFIG")  # MCP servers (bot.connections.mcp)
+    schedules_config: str | None = Field(default=None, alias="BOT_SCHEDULES")  # schedules file (bot.engine.schedules)
+    log_format: Literal["text", "json"] = Field(default="text", alias="LOG_FORMAT")  # bot.ops.logs
     log_content: bool = Field(default=False, alias="LOG_CONTENT")  # message text in logs (off: lengths only)
-    otel_endpoint: str | None = Field(default=None, alias="OTEL_EXPORTER_OTLP_ENDPOINT")  # traces (bot.tracing)
+    otel_endpoint: str | None = Field(default=None, alias="OTEL_EXPORTER_OTLP_ENDPOINT")  # traces (bot.ops.tracing)
     # slack: keep inside Slack's per-method tiers (handlers/delivery/pacing.py); off: no waiting of our own, only a
     # 429's Retry-After (apps with raised limits, benchmarks)
     slack_pacing: Literal["slack", "off"] = Field(default="slack", alias="SLACK_PACING")
     # web: receive Slack's requests, record, settle, ack; worker: drive turns, run tools, deliver to Slack,
-    # fire timers; all: both in one process (bot.roles)
+    # fire timers; all: both in one process (bot.engine.roles)
     role: Literal["web", "worker", "all"] = Field(default="all", alias="BOT_ROLE")
 
     @field_validator("port", "localslack_port")

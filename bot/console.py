@@ -18,12 +18,12 @@ import sys
 import uuid
 from typing import TextIO
 
-from bot.inputs import NOTHING_WAITING
+from bot.engine.inputs import NOTHING_WAITING
+from bot.engine.turns import Runtime
 from bot.ports import PostedMessage
 from bot.principals import CONSOLE_TEAM, Principal, console_user
 from bot.protocol import Event, InputRequest, InputResponse, Responders, UnknownRequest
 from bot.session import SessionRef
-from bot.turns import Runtime
 
 _MENTION = re.compile(r"<@([^>|]+)(?:\|[^>]*)?>")
 

@@ -221,7 +221,7 @@ async def workspace_admin(source: PolicySource | None, team_id: str | None, prin
 
 
 async def escalated_answer(policy: Policy | ResponsePolicy | None, ctx: ResponseContext) -> Decision:
-    """The answer of someone a request was escalated to (``bot.timers``), whom ``policy`` itself refused.
+    """The answer of someone a request was escalated to (``bot.engine.timers``), whom ``policy`` itself refused.
 
     Escalation widens who may answer, never what is required: the requester still can't approve their
     own request, an outsider (Slack Connect, not let in by the workspace) stays one, and an approval

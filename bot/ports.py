@@ -55,7 +55,7 @@ class Workspace(Protocol):
 
 
 class Channel(Protocol):
-    """A consumer of a session's committed events, in order (see ``bot.outbox``).
+    """A consumer of a session's committed events, in order (see ``bot.engine.outbox``).
 
     Raising from ``deliver`` means "not now": the same event is offered again later, with backoff,
     so a frontend must make a repeat harmless. Raise :class:`Undeliverable` for an event that can

@@ -412,7 +412,7 @@ class HeldLease(Contract):
     token: str
     snapshot: SessionSnapshot | None = None
     # when it was taken (this process's monotonic clock): a drive that starts long after checks it is still
-    # held before asking the model anything (bot.drive: nothing is written before the model is asked)
+    # held before asking the model anything (bot.engine.drive: nothing is written before the model is asked)
     taken_at: float = Field(default_factory=time.monotonic, exclude=True)
 
 

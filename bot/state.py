@@ -71,7 +71,7 @@ class StepState(DeferredModel):
 
 def turn_id_for(session_id: str, number: int, message: dict[str, Any]) -> str:
     """The id of the session's turn ``number`` that queued ``message`` starts: known before anything of the
-    turn is written (its start goes with its first checkpoint, bot.drive), so that a stop asked meanwhile
+    turn is written (its start goes with its first checkpoint, bot.engine.drive), so that a stop asked meanwhile
     names it (``Runtime.cancel_turn``), and a worker that starts it again after a crash gives it the same."""
     seed = f"{session_id}|{number}|{message.get('id') or json.dumps(message, sort_keys=True)}"
     return f"turn_{hashlib.sha256(seed.encode()).hexdigest()[:12]}"

@@ -40,13 +40,13 @@ from blocks.ephemeral import already_settled_text, not_found_text, refused_text,
 from blocks.forms import form_blocks, parse_form_state, unshowable_fields
 from blocks.modals import edit_modal, form_modal, freeform_answer, freeform_modal, reason_modal, reason_text
 from blocks.outcomes import resolution_label
+from bot.engine.result_tokens import TOKEN_TTL_S, issue_token
+from bot.engine.settle import NOT_EDITABLE
+from bot.engine.turns import AnswerResult
 from bot.forms import FormSchemaError, model_from_schema
-from bot.logs import content
+from bot.ops.logs import content
 from bot.principals import Principal
 from bot.protocol import APPROVE, CANCEL, InputResponse, RequestRecord, UnknownRequest
-from bot.result_tokens import TOKEN_TTL_S, issue_token
-from bot.settle import NOT_EDITABLE
-from bot.turns import AnswerResult
 from handlers.delivery.private_notes import tell_privately
 from handlers.deps import SlackDeps
 from handlers.identity import interaction_principal
@@ -92,7 +92,7 @@ async def _on_action(deps: SlackDeps, ack: Any, body: dict[str, Any], action: di
     started = time.monotonic()
     # an answer (not a form or a token) starts from the record as this process parked or last read it, if
     # it kept one: the settle checks its revision and, if the request changed since, the answer is checked
-    # again against the stored one (bot.settle), so a stale copy never decides it
+    # again against the stored one (bot.engine.settle), so a stale copy never decides it
     settles = decoded.control not in MODAL_CONTROLS and decoded.control != "token"
     kept = deps.store.recent_request(decoded.request_id) if settles else None
     try:

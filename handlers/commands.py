@@ -165,7 +165,7 @@ def _whose_tokens(args: list[str], own: str) -> str | None:
 
 async def revoke_tokens(gov: Governance, run: Invocation, user_id: str) -> None:
     """``/approvers revoke-tokens [@person]``: your own result tokens, or (workspace admins) anyone's: every
-    token given to them until now settles nothing any more (``bot.result_tokens``)."""
+    token given to them until now settles nothing any more (``bot.engine.result_tokens``)."""
     revocations = gov.deps.token_revocations
     if revocations is None:
         await reply(run, "Result tokens are off here: there is nothing to revoke.")

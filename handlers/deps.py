@@ -11,8 +11,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.approval import PolicySource
 from bot.config import Settings
-from bot.result_tokens import TokenHolders
-from bot.turns import Runtime
+from bot.engine.result_tokens import TokenHolders
+from bot.engine.turns import Runtime
 from store.assistant_threads import AssistantThreads
 from store.audit import AuditLog
 from store.post_ledger import PostLedger

@@ -14,8 +14,8 @@ from typing import Any
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 
-from bot.admission import GUEST_REFUSAL, admits, audit_refusal
-from bot.inputs import NOTHING_WAITING, strip_mention
+from bot.engine.admission import GUEST_REFUSAL, admits, audit_refusal
+from bot.engine.inputs import NOTHING_WAITING, strip_mention
 from bot.principals import Principal
 from bot.session import SessionRef, slack_session_id
 from handlers.delivery.private_notes import tell_privately
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 PERSON_SUBTYPES = {None, "file_share", "thread_broadcast"}
 
 
-GUEST_TEXT = GUEST_REFUSAL  # the one refusal, the same at every entry point (``bot.admission``)
+GUEST_TEXT = GUEST_REFUSAL  # the one refusal, the same at every entry point (``bot.engine.admission``)
 
 
 def register(app: AsyncApp, deps: SlackDeps) -> None:
@@ -54,7 +54,7 @@ def _twin_of_a_mention(event: dict[str, Any], bot_user: str | None) -> bool:
 
 async def may_talk(deps: SlackDeps, principal: Principal, org: str | None, channel_id: str | None) -> bool:
     """Whether this person may talk to the agent (start or steer a turn): the one admission rule,
-    ``bot.admission.admits``, over this app's policy store. ``org`` is the installation's Enterprise org
+    ``bot.engine.admission.admits``, over this app's policy store. ``org`` is the installation's Enterprise org
     from the verified payload (the principal carries it too). Fails closed."""
     if org and not principal.attributes.get("enterprise_id"):
         principal = principal.model_copy(update={"attributes": {**principal.attributes, "enterprise_id": org}})

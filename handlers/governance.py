@@ -26,10 +26,10 @@ from typing import Any
 from blocks.deadlines import duration_text
 from blocks.home import ApproverListView
 from bot.approval import CUSTOM_RESPONSE_LABEL, Decision, Policy, requester_only
+from bot.engine.tool_registry import ToolRegistry
 from bot.governance import ApproverList, list_name, lists_read
-from bot.logs import content
+from bot.ops.logs import content
 from bot.principals import APP_PRINCIPAL, Principal
-from bot.tool_registry import ToolRegistry
 from bot.tools import Tool
 from handlers.admins import AdminCheck, ClientFor
 from handlers.deps import SlackDeps
@@ -156,7 +156,7 @@ class SlackPolicySource(StorePolicySource):
         return await self.admins.admin_status(team_id, user_id, within=ADMIN_CHECK_S) is True
 
     async def account_active(self, team_id: str, user_id: str) -> bool | None:
-        """``bot.result_tokens.Accounts``: Slack's word now (not the admins' cache) on whether the account is
+        """``bot.engine.result_tokens.Accounts``: Slack's word now (not the admins' cache) on whether the account is
         active; None when Slack cannot say. The caller keeps the answer briefly (``TokenHolders``)."""
         self.admins.forget(team_id, user_id)
         user = await self.admins.user(team_id, user_id)

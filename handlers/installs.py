@@ -3,7 +3,7 @@
 The installation (or just its bot token) is removed from the installation store, so nothing is
 posted there any more: the outbox's deliveries for that workspace find no installation and are
 skipped as undeliverable (``handlers.delivery.channel``). The workspace is marked uninstalled
-(``bot.installed``), with or without OAuth: nothing of it settles, resumes, fires or runs, and its
+(``bot.engine.installed``), with or without OAuth: nothing of it settles, resumes, fires or runs, and its
 requests stay open in Redis, answerable again once the app is reinstalled. A new installation lifts the
 mark (``store.installations``); so does any later request Slack signs for that workspace, which it sends
 only to an installed app (how a one-token deployment learns it is back). A redelivery of either event
@@ -18,7 +18,7 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 
-from bot.installed import Installed
+from bot.engine.installed import Installed
 from handlers.deps import SlackDeps
 from handlers.identity import installation_team
 

@@ -23,7 +23,7 @@ from slack_sdk.http_retry.request import HttpRequest
 from slack_sdk.http_retry.response import HttpResponse
 from slack_sdk.http_retry.state import RetryState
 
-from bot.metrics import SLACK_ACK, SLACK_CALLS
+from bot.ops.metrics import SLACK_ACK, SLACK_CALLS
 
 _METHOD = re.compile(r"[a-zA-Z][a-zA-Z0-9_.]{0,63}")
 PAYLOADS = frozenset(

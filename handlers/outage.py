@@ -20,7 +20,7 @@ from typing import Any
 
 from slack_bolt.response import BoltResponse
 
-from bot.metrics import STORE_UNAVAILABLE
+from bot.ops.metrics import STORE_UNAVAILABLE
 from handlers.delivery.private_notes import tell_privately
 from handlers.metering import payload_type
 from store.client import UNREACHABLE

@@ -1,4 +1,4 @@
-"""``/agent``: schedule turns the app runs on your behalf (``bot.schedules``), list and remove them.
+"""``/agent``: schedule turns the app runs on your behalf (``bot.engine.schedules``), list and remove them.
 
 - ``/agent schedule <when> <prompt>`` — e.g. ``/agent schedule daily 09:00 summarise open refunds``;
   each time it comes due, the agent starts a thread in this channel and works on the prompt as you:
@@ -20,9 +20,9 @@ from typing import Any
 from slack_bolt.async_app import AsyncApp
 
 from blocks.schedules import schedule_line
-from bot.admission import GUEST_REFUSAL, admits
+from bot.engine.admission import GUEST_REFUSAL, admits
+from bot.engine.schedules import WHEN_HELP, ScheduleError, known_zone, new_schedule, split_command
 from bot.principals import Principal
-from bot.schedules import WHEN_HELP, ScheduleError, known_zone, new_schedule, split_command
 from handlers.deps import SlackDeps
 from handlers.identity import command_principal
 

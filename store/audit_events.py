@@ -22,7 +22,7 @@ kind            from event                  actor / subject / data
 
 Policy changes and refused edits are written by ``store.policies.PolicyStore`` itself.
 
-It is no consumer of the outbox with a cursor of its own: it rides the delivery pass (``bot.outbox``,
+It is no consumer of the outbox with a cursor of its own: it rides the delivery pass (``bot.engine.outbox``,
 store/outbox.py). The pass reads the session's audit progress (``hitl:{ws:<team>}:audit:upto:<session>``,
 the stream id of its last audited event, in the workspace's hash slot) beside its begin, and appends the
 session's new auditable events in the same pipeline as its close, before the close's own script: one

@@ -57,7 +57,7 @@ class PassView:
 
 @dataclass
 class BeginWithCheckpoint:
-    """What a checkpoint sends after its script to begin a delivery pass in its round trip (``bot.outbox.
+    """What a checkpoint sends after its script to begin a delivery pass in its round trip (``bot.engine.outbox.
     PassOpening``; ``RedisOutbox.begin_with_checkpoint``): ``commands`` (the begin's, scripts among them:
     ``scripts``), and ``finish``, which takes their replies and sets the opening's pass when the lock was taken."""
 

@@ -1,7 +1,7 @@
-"""The gauges of ``/metrics`` read from Redis at scrape time (``bot.metrics.StoreGauges`` caches them).
+"""The gauges of ``/metrics`` read from Redis at scrape time (``bot.ops.metrics.StoreGauges`` caches them).
 
 Nothing on the hot path writes anything for them: they are sizes of indexes that already exist
-(store/session_keys.py). A read costs, at most every ``bot.metrics.GAUGE_CACHE_S`` per replica:
+(store/session_keys.py). A read costs, at most every ``bot.ops.metrics.GAUGE_CACHE_S`` per replica:
 
 - every ``WORKSPACES_TTL_S``, one SCAN pass for the workspaces' pending indexes (``hitl:{ws:*}:pending``;
   O(keyspace) on the server, so it is kept rare; a workspace new since then shows at the next pass);
@@ -22,7 +22,7 @@ from typing import Any
 
 from redis.asyncio import Redis, RedisCluster
 
-from bot.metrics import StoreCounts
+from bot.ops.metrics import StoreCounts
 from store.session_keys import ACTIVE, OUTBOX, TIMERS, SessionRedis
 
 WORKSPACES_TTL_S = 300.0

@@ -1,4 +1,4 @@
-"""Which workspaces the app was uninstalled from (the rule is ``bot.installed``).
+"""Which workspaces the app was uninstalled from (the rule is ``bot.engine.installed``).
 
 One hash beside the installations' directory, ``hitl:{inst:directory}:uninstalled`` (team → when), read
 whole. Written only when Slack's signed events say the app left or came back (and by a new installation),

@@ -1,4 +1,4 @@
-"""The outbox in Redis: committed events → the consumers that deliver them (DESIGN §12; bot/outbox.py).
+"""The outbox in Redis: committed events → the consumers that deliver them (DESIGN §12; bot/engine/outbox.py).
 
 A session's events stream (``P:events``) is the source of truth of what the agent said; each consumer keeps
 its cursor in ``P:out``. A session is on ``hitl:outbox`` while its committed events may still need
@@ -15,7 +15,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from bot.outbox import OutboxPass, PassOpening
+from bot.engine.outbox import OutboxPass, PassOpening
 from bot.protocol import Event, RequestRecord, event_from_json
 from bot.session import SessionRef
 from store.audit import AuditGroup, stream_id_after
@@ -39,7 +39,7 @@ from store.session_keys import (
     now_ms,
 )
 
-# One delivery pass over a session (bot/outbox.py). Begin: take the session's deliverer lock and read,
+# One delivery pass over a session (bot/engine/outbox.py). Begin: take the session's deliverer lock and read,
 # for every consumer, its cursor and until when it holds off (epoch ms), and the events after the lowest
 # cursor of the consumers not holding off (a held consumer far behind must not starve the others).
 # The session's frontend data (where its cards and replies are) comes with it: the pass reads it from
@@ -208,7 +208,7 @@ class _Begin:
 
 
 class RedisOutbox(RequestReads):
-    """What the outbox needs of Redis (bot.outbox.OutboxStore), and what a delivery pass reads and notes
+    """What the outbox needs of Redis (bot.engine.outbox.OutboxStore), and what a delivery pass reads and notes
     on requests; ``posts``: the session's post ledger, read through the pass's view while it delivers."""
 
     def __init__(self, redis: Redis, *, lease_ms: int = 30_000, retention_s: int = DEFAULT_RETENTION_SECONDS,

@@ -448,7 +448,7 @@ class PolicyStore:
         self, team_id: str, actor: str, what: str, *, data: dict[str, Any] | None = None, kind: str = "policy.refused"
     ) -> AuditEntry:
         """Audit an edit that was refused (e.g. a non-admin trying to change approvers), or with ``kind``
-        ``guest.refused`` a guest refused by the admission rule (``bot.admission``)."""
+        ``guest.refused`` a guest refused by the admission rule (``bot.engine.admission``)."""
         return await self._audit.append(
             team_id, kind, actor=actor, subject=what, data={"what": what, **(data or {})}
         )

@@ -1,4 +1,4 @@
-"""Schedules in Redis (DESIGN §12, Time; ``bot.schedules``).
+"""Schedules in Redis (DESIGN §12, Time; ``bot.engine.schedules``).
 
   hitl:{ws:<team>}:schedules          hash schedule id → ``Schedule`` JSON
   hitl:{ws:<team>}:sched:<id>:<tick>  the thread a tick started (``SessionRef`` JSON; first writer wins)
@@ -17,7 +17,7 @@ from datetime import datetime
 
 from redis.asyncio import Redis
 
-from bot.schedules import Schedule, reconcile, timer_member
+from bot.engine.schedules import Schedule, reconcile, timer_member
 from bot.session import SessionRef
 
 TIMERS = b"hitl:timers"
@@ -80,7 +80,7 @@ class ScheduleStore:
 
         The next tick's timer goes in first: a crash before the schedule is moved on then leaves the
         tick itself to fire again (harmlessly), and a timer whose schedule has moved elsewhere finds
-        it is not the current tick and does nothing (``bot.schedules.fire``)."""
+        it is not the current tick and does nothing (``bot.engine.schedules.fire``)."""
         key = self.key(schedule.team_id)
         expected = schedule.stored_as or schedule.model_dump_json()
         if following is None:

@@ -1,4 +1,4 @@
-"""Revoked result tokens (``bot.result_tokens``): when each person's tokens were last revoked.
+"""Revoked result tokens (``bot.engine.result_tokens``): when each person's tokens were last revoked.
 
 One key per person, ``hitl:result-tokens-revoked:<principal id>`` → epoch milliseconds, kept as long as a
 token lives: after that, every token it revoked has expired anyway. Written only by the holder (with their

@@ -15,7 +15,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from bot.outbox import PassOpening
+from bot.engine.outbox import PassOpening
 from bot.principals import Principal
 from bot.protocol import (
     CancelRequested,
@@ -62,7 +62,7 @@ from store.turn_inbox import TurnInbox
 
 
 class RedisTurns(TurnInbox):
-    """What the turn loop needs of Redis (bot.parts.TurnStore; their delivery: store/outbox.py). Methods are
+    """What the turn loop needs of Redis (bot.engine.parts.TurnStore; their delivery: store/outbox.py). Methods are
     small and mostly one round trip each."""
 
     def __init__(self, redis: Redis, *, lease_ms: int = 30_000, retention_s: int = DEFAULT_RETENTION_SECONDS):
@@ -338,7 +338,7 @@ class RedisTurns(TurnInbox):
                 extra.append(("zadd", (RETIRE, {session_id: ends})))
         # after a drive's last checkpoint (``release`` with a token), what came while the lease was held: the
         # script read a requested stop as it let go, the inbox is read here; the state is the one just written
-        # (another holder's since re-checks for work itself), grants and failures are not needed (bot.drive)
+        # (another holder's since re-checks for work itself), grants and failures are not needed (bot.engine.drive)
         lean = release and bool(token) and state is not None
         known = None if release or not read else _as_data(state)  # the next step starts from it
         reads: list[Command] = ([("lrange", (self.key(session_id, "inbox"), 0, -1))] if lean else

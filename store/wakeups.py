@@ -1,4 +1,4 @@
-"""The hand-over from web processes to workers (``bot.roles``).
+"""The hand-over from web processes to workers (``bot.engine.roles``).
 
   hitl:wake   list of wake-ups, pushed on the left, taken from the right (oldest first)
 
@@ -20,7 +20,7 @@ WAKE_CAP = 10_000
 
 
 class WakeQueue:
-    """``bot.roles.WakePort`` on Redis: LPUSH + LTRIM in one round trip, BRPOP to wait."""
+    """``bot.engine.roles.WakePort`` on Redis: LPUSH + LTRIM in one round trip, BRPOP to wait."""
 
     def __init__(self, redis: Any):
         self.redis = redis

@@ -620,7 +620,7 @@ def every_builder_output(hostile_text: str) -> dict[str, object]:
         thread_mention,
     )
     from blocks.schedules import schedule_line
-    from bot.schedules import Schedule
+    from bot.engine.schedules import Schedule
 
     h = hostile_text
     asked = question(h, [h, "b"], [h, "d"])

@@ -23,12 +23,12 @@ from slack_sdk.oauth.installation_store.models.installation import Installation
 
 from bot.approval import always
 from bot.builtin import BUILTIN_TOOLS
+from bot.engine.tool_registry import ToolRegistry
+from bot.engine.turns import Runtime, RuntimeSettings
 from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
 from bot.protocol import InputResponse
 from bot.session import session_slot
-from bot.tool_registry import ToolRegistry
-from bot.turns import Runtime, RuntimeSettings
 from localslack.seed import ALICE as SLACK_ALICE
 from localslack.seed import GENERAL
 from localslack.server import LocalSlack

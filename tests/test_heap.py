@@ -1,4 +1,4 @@
-"""The serving process's heap settling (bot.heap): the start's objects leave the collector's scans, and
+"""The serving process's heap settling (bot.ops.heap): the start's objects leave the collector's scans, and
 garbage made afterwards is still reclaimed."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bot.heap import settle_after_start
+from bot.ops.heap import settle_after_start
 
 
 @pytest.fixture

@@ -1,9 +1,10 @@
 """The house rules of DESIGN §2 and docs/DESIGN.md, read from the code's own imports.
 
 Each rule is what a newcomer relies on when they open the tree: the engine (``bot/`` but its
-composition root) imports nothing of Slack, Redis or our frontends; ``handlers/`` and ``blocks/`` never
-reach Redis; no room's modules import each other in a loop; no product module grows past what one
-person reads in a sitting. The imports are parsed (nothing is imported), so a rule broken anywhere in a
+composition root) imports nothing of Slack, Redis or our frontends; ``bot/``'s own rooms stand on floors,
+each importing only itself and the rooms below it; ``handlers/`` and ``blocks/`` never reach Redis; no
+room's modules import each other in a loop; no product module grows past what one person reads in a
+sitting. The imports are parsed (nothing is imported), so a rule broken anywhere in a
 file — at module level or inside a function — fails here with the file and the line.
 """
 
@@ -19,6 +20,12 @@ ROOT = Path(__file__).resolve().parents[1]
 ROOMS = ("bot", "handlers", "blocks", "store", "localslack")
 # the engine's composition root and CLI: the only bot/ modules that may wire the outside in
 COMPOSITION_ROOT = {"bot.app", "bot.__main__"}
+# bot/'s rooms, bottom up (docs/DESIGN.md, "The house on one page"): each imports only itself and those below.
+# The contract is bot/'s top files (the face, the author's API, the models every room shares) and bot/models/;
+# the top floor is the composition root and the terminal frontend it starts (``python -m bot chat``).
+BOT_FLOORS = ("contract", "ops", "builtin", "engine", "connections", "top floor")
+BOT_FOLDERS = {"ops", "builtin", "engine", "connections"}  # bot/<folder>/: a room of its own
+TOP_FLOOR = COMPOSITION_ROOT | {"bot.console"}
 MAX_LINES = 600
 
 
@@ -105,6 +112,28 @@ def test_the_engine_imports_nothing_outward():
     outward = {"handlers", "blocks", "store", "localslack", "slack_bolt", "slack_sdk", "redis"}
     assert _breaking(lambda imp: _room(imp.module) == "bot" and imp.module not in COMPOSITION_ROOT
                      and _room(imp.target) in outward) == []
+
+
+def _bot_room(dotted: str) -> str:
+    """Which of bot/'s rooms a bot module is in: ``bot.engine.turns`` → engine, ``bot.tools`` → contract."""
+    if dotted in TOP_FLOOR:
+        return "top floor"
+    parts = dotted.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in BOT_FOLDERS else "contract"
+
+
+def _runs_back_up(imp: Import) -> bool:
+    """An import by a bot/ module of a bot/ room above its own."""
+    return (_room(imp.module) == "bot" and _room(imp.target) == "bot"
+            and BOT_FLOORS.index(_bot_room(imp.target)) > BOT_FLOORS.index(_bot_room(imp.module)))
+
+
+@pytest.mark.parametrize("room", BOT_FLOORS[:-1])
+def test_a_room_of_bot_imports_nothing_above_it(room):
+    """The contract imports nothing of ops or the engine; ops nothing of the engine or the connections; the
+    engine nothing of the connections (MCP, OpenAPI) or the composition root. So a room is read from the
+    rooms below it alone, and an arrow back up would say a floor stands on the wrong one."""
+    assert _breaking(lambda imp: _bot_room(imp.module) == room and _runs_back_up(imp)) == []
 
 
 @pytest.mark.parametrize("room", ["handlers", "blocks"])
@@ -207,3 +236,17 @@ def test_the_rules_see_a_circle_and_a_type_only_import(tmp_path):
     found = [(i.target, i.type_only, i.line) for i in _imports(probe, "bot.probe")]
     assert found == [("typing", False, 1), ("redis", True, 3), ("store", False, 5),
                      ("store.client", False, 5)]
+
+
+def test_the_rules_know_the_rooms_of_bot_and_see_an_arrow_back_up():
+    """The checker itself: every room of bot/ has its modules on disk; a made-up import of a higher room by a
+    lower one is caught, and one downward is not."""
+    modules = {_module_name(p) for p in _product_files() if _room(_module_name(p)) == "bot"}
+    assert {_bot_room(m) for m in modules} == set(BOT_FLOORS)
+    assert _bot_room("bot.engine.turns") == "engine" and _bot_room("bot.engine") == "engine"
+    assert _bot_room("bot.tools") == "contract" and _bot_room("bot.models.base") == "contract"
+    assert _runs_back_up(Import("bot.tools", "bot.engine.turns", 1, False))
+    assert _runs_back_up(Import("bot.ops.metrics", "bot.connections.mcp", 1, True))
+    assert _runs_back_up(Import("bot.engine.turns", "bot.app", 1, False))
+    assert not _runs_back_up(Import("bot.engine.turns", "bot.ops.logs", 1, False))
+    assert not _runs_back_up(Import("bot.connections.openapi", "bot.engine.tool_registry", 1, False))

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from bot import logs
 from bot.app import start_bot
 from bot.config import Settings
-from bot.observed import ObservedChannel
+from bot.ops import logs
+from bot.ops.observed import ObservedChannel
 from bot.ports import NullChannel
 from bot.protocol import MessageCompleted
 from bot.session import SessionRef

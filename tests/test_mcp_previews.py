@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.mcp import McpConfigError, load_config
+from bot.connections.mcp import McpConfigError, load_config
 from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
 from tests.engine.harness import approve, make_runtime, say

@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
-from bot.mcp import START_WAIT_S, McpConfigError, McpServers, load_config, tool_name
+from bot.connections.mcp import START_WAIT_S, McpConfigError, McpServers, load_config, tool_name
+from bot.engine.turns import Runtime
 from bot.models.scripted import ScriptedModel, call, calls
 from bot.models.scripted import say as model_say
 from bot.protocol import InputResponse
-from bot.turns import Runtime
 from tests.engine.harness import ALICE, approve, make_runtime, say, shown, tool_results
 
 SERVER = Path(__file__).parent / "fixtures_tools" / "mcp_server.py"
@@ -175,7 +175,7 @@ async def test_a_changed_tool_list_reaches_the_model_without_a_restart(redis, tm
 async def test_a_server_that_is_down_hangs_or_dies_is_a_clear_tool_error_and_the_bot_serves_on(
     redis, tmp_path, caplog
 ):
-    caplog.set_level(logging.INFO, logger="bot.mcp")
+    caplog.set_level(logging.INFO, logger="bot.connections.mcp")
     config = write_config(
         tmp_path,
         {
@@ -306,7 +306,7 @@ def test_check_connects_to_each_server_and_says_what_it_offers_or_why_not(redis_
 
 
 async def test_a_tool_that_requires_task_augmented_calls_is_left_out_and_said_once(redis, tmp_path, caplog):
-    caplog.set_level(logging.INFO, logger="bot.mcp")
+    caplog.set_level(logging.INFO, logger="bot.connections.mcp")
     config = write_config(tmp_path, {"crm": stdio_server(tmp_path / "runs", approval="never")})
     model = ScriptedModel([call("crm__add_report_tool", call_id="a1"), model_say("added")])
     runtime, _, _ = make_runtime(redis, model, [])
@@ -354,7 +354,7 @@ def sse_server(tmp_path) -> Iterator[str]:
 
 @pytest.mark.parametrize("path", ["/sse", "/messages/"])
 async def test_a_server_on_the_old_sse_transport_is_named_as_such(redis, tmp_path, caplog, sse_server, path):
-    caplog.set_level(logging.INFO, logger="bot.mcp")
+    caplog.set_level(logging.INFO, logger="bot.connections.mcp")
     config = write_config(tmp_path, {"legacy": {"url": sse_server + path}})
     runtime, _, _ = make_runtime(redis, ScriptedModel([]), [])
     async with connected(config, runtime) as servers:

@@ -1,4 +1,4 @@
-"""The /metrics gauges read from Redis at scrape time (store.gauges, bot.metrics.StoreGauges): by kind,
+"""The /metrics gauges read from Redis at scrape time (store.gauges, bot.ops.metrics.StoreGauges): by kind,
 bounded, cached against scrape storms, answering even when Redis does not, and on a Redis Cluster."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
 from bot.approval import always
-from bot.metrics import AppMetrics, StoreCounts, StoreGauges
 from bot.models.scripted import ScriptedModel, call, calls
+from bot.ops.metrics import AppMetrics, StoreCounts, StoreGauges
 from store.client import RedisClient
 from store.gauges import GaugeReader
 from tests.engine.harness import make_runtime, recording_tool, say, session

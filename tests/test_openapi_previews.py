@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from bot.connections.openapi import OpenAPIError, openapi_tools
 from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
-from bot.openapi import OpenAPIError, openapi_tools
 from tests.engine.harness import approve, make_runtime, say
 from tests.test_openapi_tools import SEEN, crm  # noqa: F401 - crm is the fixture: a real local HTTP API
 

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from bot.connections.openapi import OpenAPIError, openapi_tools
 from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
-from bot.openapi import OpenAPIError, openapi_tools
 from bot.protocol import InputResponse
 from tests.engine.harness import ALICE, make_runtime, say, shown, tool_results
 
@@ -88,7 +88,7 @@ def test_the_full_github_document_loads_only_what_is_configured_in_little_time_a
     probe = textwrap.dedent(f"""
         import json, re, time
         started = time.perf_counter()
-        from bot.openapi import openapi_tools
+        from bot.connections.openapi import openapi_tools
         tools = openapi_tools({github_config(github_document, 1)!r})
         print(json.dumps({{"seconds": time.perf_counter() - started,
                           # VmHWM is this program's own peak: ru_maxrss keeps the forking pytest's across exec

@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
+from bot.connections.openapi import OpenAPIError, openapi_tools
 from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
-from bot.openapi import OpenAPIError, openapi_tools
 from bot.protocol import InputResponse
 from tests.engine.harness import ALICE, make_runtime, say, session, shown, tool_results
 

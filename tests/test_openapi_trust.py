@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from bot import logs
+from bot.connections.openapi import OpenAPIError, openapi_tools
 from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
-from bot.openapi import OpenAPIError, openapi_tools
+from bot.ops import logs
 from tests.engine.harness import make_runtime, say, session, shown, tool_results
 
 KEY = "pk-live-7f3a9c2e1b"  # the connection's secret: never sent but by us, never shown

@@ -1,4 +1,4 @@
-"""Result tokens (bot.result_tokens): bound to one request and one person, expiring, unforgeable,
+"""Result tokens (bot.engine.result_tokens): bound to one request and one person, expiring, unforgeable,
 and whatever is presented as one is a verdict, never an exception."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
+from bot.engine.result_tokens import issue_token, token_key, verify_token
 from bot.principals import slack_user
-from bot.result_tokens import issue_token, token_key, verify_token
 from bot.tools import tool
 
 KEY = token_key("signing-secret")
@@ -70,7 +70,7 @@ def test_the_mac_is_compared_in_constant_time_and_never_with_equality() -> None:
     import ast
     import inspect
 
-    from bot import result_tokens
+    from bot.engine import result_tokens
 
     tree = ast.parse(inspect.getsource(result_tokens.verify_token))
     calls = {ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}

@@ -1,4 +1,4 @@
-"""Reading when a schedule fires (bot.schedules.parse_when): what people write, in UTC."""
+"""Reading when a schedule fires (bot.engine.schedules.parse_when): what people write, in UTC."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from bot.schedules import (
+from bot.engine.schedules import (
     ConfiguredSchedule,
     ScheduleError,
     configured_schedule,
@@ -90,8 +90,8 @@ def test_a_schedules_file_that_is_wrong_names_the_variable_and_the_field(tmp_pat
 
 def test_daily_is_the_schedulers_wall_clock_even_across_a_dst_change() -> None:
     """``daily 09:00`` in Paris is 07:00 UTC in summer time and 08:00 UTC after the clocks go back."""
+    from bot.engine.schedules import new_schedule
     from bot.principals import slack_user
-    from bot.schedules import new_schedule
 
     before_change = datetime(2026, 10, 24, 12, 0, tzinfo=UTC)  # CEST (UTC+2); clocks go back on the 25th
     schedule = new_schedule("T1", "C1", "daily 09:00", "report", slack_user("T1", "U1"), before_change,
@@ -107,7 +107,7 @@ def test_daily_is_the_schedulers_wall_clock_even_across_a_dst_change() -> None:
 
 
 def test_a_schedule_stored_before_time_zones_keeps_utc() -> None:
-    from bot.schedules import Schedule
+    from bot.engine.schedules import Schedule
 
     old = ('{"schedule_id":"ab12cd34","team_id":"T1","channel":"C1","prompt":"p","owner":{"authenticator":"slack",'
            '"issuer":"T1","principal_type":"user","principal_id":"slack:T1:U1"},"when":"daily 09:00",'
@@ -118,8 +118,8 @@ def test_a_schedule_stored_before_time_zones_keeps_utc() -> None:
 
 def test_a_schedule_line_names_its_zone_and_gives_the_next_time_as_a_slack_date() -> None:
     from blocks.schedules import schedule_line
+    from bot.engine.schedules import new_schedule
     from bot.principals import slack_user
-    from bot.schedules import new_schedule
 
     daily = new_schedule("T1", "C1", "daily 09:00", "report", slack_user("T1", "U1"), NOW, tz="Europe/Paris")
     line = schedule_line(daily)

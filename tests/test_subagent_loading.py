@@ -8,7 +8,7 @@ import pytest
 from bot.agents import SubAgent
 from bot.app import build_tools
 from bot.config import Settings
-from bot.tool_registry import ToolRegistry
+from bot.engine.tool_registry import ToolRegistry
 from bot.tools import tool
 from tests.fixtures_tools import subagent_pack
 

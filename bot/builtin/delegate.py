@@ -1,6 +1,6 @@
 """``delegate``: hand a task to a named sub-agent and wait for its answer (``bot.agents``).
 
-Registered by ``bot.tool_registry.ToolRegistry`` as soon as it holds a sub-agent; its description lists them. Like an
+Registered by ``bot.engine.tool_registry.ToolRegistry`` as soon as it holds a sub-agent; its description lists them. Like an
 ``external=True`` tool its function never runs: the executor turns the call into a ``delegation``
 request, and the call's result is the sub-agent's final answer.
 """

@@ -99,7 +99,7 @@ CHILD_SHOWN = {"approval.candidate", "input.resolved", "input.escalated", "input
 
 
 class SlackChannel:
-    """Events in, Slack messages out: a consumer of the outbox (``bot.outbox``).
+    """Events in, Slack messages out: a consumer of the outbox (``bot.engine.outbox``).
 
     Every post is claimed in Redis before it is sent and recorded after, so an event delivered
     again (after a crash, a 5xx or a lost answer) never posts twice: a claim without a record is
@@ -190,7 +190,7 @@ class SlackChannel:
         if session.parent and event.type not in CHILD_SHOWN:
             return  # a sub-agent's session: its cards show in the thread; its words reach people through the parent
         match event.type:
-            case "turn.started":  # delivered up to bot.outbox.DELIVER_UNHURRIED_S late: the wait counts from its time
+            case "turn.started":  # delivered up to bot.engine.outbox.DELIVER_UNHURRIED_S late: the wait counts from its time
                 # (the session shows processing only once the step is slow: _slow_step)
                 self.status.show_later(session, status_text("thinking"), loading_messages("thinking"), since=event.at)
             case "action.started":
@@ -390,7 +390,7 @@ class SlackChannel:
                                      blocks=message["blocks"])
 
     async def _escalated(self, event: InputEscalated | InputRespondersChanged, session: SessionRef) -> None:
-        """The card says who else may answer now (their buttons already work: ``bot.settle``), after an
+        """The card says who else may answer now (their buttons already work: ``bot.engine.settle``), after an
         escalation or a change of the approver list its rule reads."""
         record = await self.store.pass_request(session.session_id, event.request_id)
         card = await self._card(session, event.request_id)

@@ -1,4 +1,4 @@
-"""Telling the people who can act (a consumer of the outbox, ``bot.outbox``, with a cursor of its own).
+"""Telling the people who can act (a consumer of the outbox, ``bot.engine.outbox``, with a cursor of its own).
 
 When a request needs someone other than the person who asked, they hear of it where they are:
 

@@ -32,13 +32,13 @@ from slack_bolt.async_app import AsyncApp
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.signature import SignatureVerifier
 
-from bot.metrics import CONTENT_TYPE
+from bot.ops.metrics import CONTENT_TYPE
 from handlers.envelope import problem
 
 log = logging.getLogger(__name__)
 
 EVENTS_PATH = "/slack/events"
-METRICS_PATH = "/metrics"  # Prometheus text format (bot.metrics)
+METRICS_PATH = "/metrics"  # Prometheus text format (bot.ops.metrics)
 
 
 @dataclass(frozen=True)
@@ -133,14 +133,14 @@ def web_app(
             return web.json_response({"ok": True, "redis": "up"})
         return web.json_response({"ok": False, "redis": "down"}, status=503)
 
-    if slack is not None:  # None: a worker process (bot.roles) serves health and metrics only
+    if slack is not None:  # None: a worker process (bot.engine.roles) serves health and metrics only
         app.router.add_post(EVENTS_PATH, events)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     if metrics is not None:
 
         async def scrape(request: web.Request) -> web.Response:
-            # unauthenticated, as Prometheus expects: only counts, no ids and no text (bot.metrics)
+            # unauthenticated, as Prometheus expects: only counts, no ids and no text (bot.ops.metrics)
             return web.Response(body=await metrics(), headers={"Content-Type": CONTENT_TYPE})
 
         app.router.add_get(METRICS_PATH, scrape)

@@ -24,7 +24,7 @@ from slack_sdk.oauth.token_rotation.async_rotator import AsyncTokenRotator
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.config import ConfigError, Settings
-from bot.installed import Installed
+from bot.engine.installed import Installed
 from handlers.tokens import RotatingInstallationStore
 from store.installations import RedisInstallationStore, RedisOAuthStateStore
 

@@ -1,7 +1,7 @@
 """External results over HTTP (DESIGN §12): ``POST /hitl/requests/<id>/result``.
 
 A system that ran an ``external=True`` call posts its result as JSON with ``Authorization: Bearer
-<token>`` — a token the card gave to someone the response policy admits (``bot.result_tokens``). The
+<token>`` — a token the card gave to someone the response policy admits (``bot.engine.result_tokens``). The
 result settles through the one settle path as that person, marked ``via: "api"``: validated against the
 tool's result model, the response policy asked again, exactly once, audited. Answers are JSON with an
 ``error`` that says what to fix. A token that is not ours, not for this request, expired or revoked gets
@@ -17,10 +17,10 @@ from typing import Any
 
 from aiohttp import web
 
-from bot.admission import GUEST_REFUSAL, admits
-from bot.installed import NOT_INSTALLED
+from bot.engine.admission import GUEST_REFUSAL, admits
+from bot.engine.installed import NOT_INSTALLED
+from bot.engine.result_tokens import HOLDER_GONE, HOLDER_UNCHECKED, TokenClaims, verify_token
 from bot.protocol import InputResponse, UnknownRequest
-from bot.result_tokens import HOLDER_GONE, HOLDER_UNCHECKED, TokenClaims, verify_token
 from handlers.deps import SlackDeps
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
 
-from bot.turns import AnswerResult
+from bot.engine.turns import AnswerResult
 
 from .population import Cloner, read_template
 from .scenario import Bench

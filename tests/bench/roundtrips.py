@@ -171,7 +171,7 @@ async def main(args: argparse.Namespace) -> list[str]:
         for n in range(3):  # warm-up: scripts loaded, connections open
             await cycle.one_cycle(slack, who, n)
         await bot.runtime.wait_idle()
-        await asyncio.sleep(0.6)  # anything deferred (bot.outbox.DELIVER_UNHURRIED_S) is done
+        await asyncio.sleep(0.6)  # anything deferred (bot.engine.outbox.DELIVER_UNHURRIED_S) is done
         before = await cycle._commands(redis)
         before_by_name = await _by_name(redis)
         if args.server_time:

@@ -16,14 +16,14 @@ from redis.asyncio import Redis
 
 from bot.approval import always
 from bot.builtin import BUILTIN_TOOLS
+from bot.engine.tool_registry import ToolRegistry
+from bot.engine.turns import AnswerResult, Runtime, RuntimeSettings
 from bot.models.base import Message, ModelResponse, ToolSpec
 from bot.models.scripted import ScriptedModel, call, say
 from bot.principals import slack_user
 from bot.protocol import Event, InputResponse
 from bot.session import SessionRef, slack_session_id
-from bot.tool_registry import ToolRegistry
 from bot.tools import ToolContext, tool
-from bot.turns import AnswerResult, Runtime, RuntimeSettings
 from store.outbox import RedisOutbox
 from store.turns import RedisTurns
 

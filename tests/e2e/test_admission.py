@@ -12,8 +12,8 @@ import json
 import aiohttp
 from pydantic import BaseModel
 
-from bot.admission import GUEST_REFUSAL
 from bot.approval import Approval, always
+from bot.engine.admission import GUEST_REFUSAL
 from bot.models.scripted import ScriptedModel, call, say
 from bot.session import slack_session_id
 from bot.tools import ToolContext, tool

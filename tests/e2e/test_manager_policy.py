@@ -1,6 +1,6 @@
 """A response policy added in one file: any two of a list, one of them a manager.
 
-``bot/manager_approval.py`` is the whole of it: nothing in handlers/, blocks/, bot/mcp/ or bot/openapi.py
+``bot/manager_approval.py`` is the whole of it: nothing in handlers/, blocks/, bot/connections/mcp/ or bot/connections/openapi.py
 names it, yet App Home offers its two lists and says how it reads, the card says who may answer, and a
 click is held to it (two approvals, one from the managers' list, never the requester's).
 """

@@ -72,7 +72,7 @@ async def test_an_mcp_preview_that_does_not_declare_read_only_is_refused_at_star
     ran = tmp_path / "runs"
     config = write_config(tmp_path, {"crm": stdio_server(
         ran, approval="always", previews={"delete_customer": preview, "ship_order": "lookup_customer"})})
-    with caplog.at_level(logging.WARNING, logger="bot.mcp"):
+    with caplog.at_level(logging.WARNING, logger="bot.connections.mcp"):
         await start_app(ScriptedModel([call("crm__delete_customer", customer_id="c7"), say("Done.")]), [],
                         BOT_MCP_CONFIG=config)
     ts, card = await mention_and_wait_for_card(local_slack, "delete c7")

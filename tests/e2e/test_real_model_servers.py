@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 from pydantic import BaseModel
 
-from bot.model_words import (
+from bot.engine.model_words import (
     CUT_NOTE,
     CUT_TOOL_CALL,
     FILTERED_NOTE,

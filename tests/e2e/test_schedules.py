@@ -128,7 +128,7 @@ async def test_app_home_lists_schedules_and_the_owner_removes_one(local_slack, s
 async def test_a_tick_fired_again_after_a_crash_starts_nothing_twice(local_slack, start_app):
     """A replica died after starting the tick's thread and turn but before moving the timer on: the next
     sweep fires the same tick again, and finds both already there."""
-    from bot.schedules import fire
+    from bot.engine.schedules import fire
 
     RUNS.clear()
     bot = await start_app(turns("nightly_report", 2), [nightly_report])
@@ -232,7 +232,7 @@ async def test_editing_a_schedule_while_another_replica_holds_its_tick_leaves_on
 async def test_a_tick_that_is_no_longer_the_schedules_current_one_starts_nothing(local_slack, start_app):
     """A timer left from before an edit (or a next tick put in by a replica whose schedule was edited
     meanwhile) finds its schedule has moved on: it starts no thread and no turn, and changes nothing."""
-    from bot.schedules import fire
+    from bot.engine.schedules import fire
 
     RUNS.clear()
     bot = await start_app(turns("nightly_report", 2), [nightly_report])

@@ -29,7 +29,7 @@ MODEL_CLIENT = ("bot.models.openai", "bot.models.transport")
 NOT_FOR_THE_MODEL = ("httpx", "httpcore", "h11", "anyio", "bot.models.httpx_transport")
 # what a bot without BOT_OPENAPI_CONFIG, BOT_MCP_CONFIG, SLACK_CLIENT_ID, SLACK_APP_TOKEN, a local workspace or
 # OTEL_EXPORTER_OTLP_ENDPOINT never needs, first click included
-UNUSED_HERE = ("bot.openapi", "yaml", "jsonschema", "bot.mcp", "mcp", "handlers.routes.oauth", "store.installations",
+UNUSED_HERE = ("bot.connections.openapi", "yaml", "jsonschema", "bot.connections.mcp", "mcp", "handlers.routes.oauth", "store.installations",
                "slack_bolt.adapter.socket_mode", "slack_sdk.socket_mode", "localslack",
                "opentelemetry.exporter", "opentelemetry.sdk.trace", "bot.models.demo")
 # the models every start builds: the settings it reads, and the principal it acts as (bot.principals.APP_PRINCIPAL)

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
-from bot import logs, tracing
+from bot.ops import logs, tracing
 from localslack.seed import ALICE, GENERAL
 from tests.e2e.test_approval_flow import RUNS, button, mention_and_wait_for_card, refund_charge, refund_script
 
@@ -71,10 +71,10 @@ async def test_an_approve_cycle_is_one_trace_per_turn(local_slack, start_app, co
 def test_without_the_package_tracing_is_off_with_one_line(monkeypatch, caplog):
     assert tracing.setup(None) is False  # no endpoint: nothing to do, nothing said
     monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
-    with caplog.at_level(logging.WARNING, logger="bot.tracing"):
+    with caplog.at_level(logging.WARNING, logger="bot.ops.tracing"):
         assert tracing.setup("http://127.0.0.1:4318") is False
     assert not tracing.enabled()
-    [line] = [r.getMessage() for r in caplog.records if r.name == "bot.tracing"]
+    [line] = [r.getMessage() for r in caplog.records if r.name == "bot.ops.tracing"]
     assert "OTEL_EXPORTER_OTLP_ENDPOINT is set but OpenTelemetry is not installed" in line
     assert "slack-hitl-bot[otel]" in line
 
@@ -83,7 +83,7 @@ async def test_the_endpoint_is_logged_without_the_credentials_in_its_url(local_s
     """A collector's URL may carry a password or a key: the line that says where traces go names the
     host and path only, as the bot's log format writes it."""
     endpoint, _ = collector
-    with caplog.at_level(logging.INFO, logger="bot.tracing"):
+    with caplog.at_level(logging.INFO, logger="bot.ops.tracing"):
         await start_app(refund_script(), [refund_charge], OTEL_EXPORTER_OTLP_ENDPOINT=endpoint.replace(
             "http://", "http://otel:pa55-for-traces@") + "/?tenant_key=tk-0123")
     [line] = [logs.TextFormatter().format(r) for r in caplog.records if "exporting traces" in r.getMessage()]

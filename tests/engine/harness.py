@@ -9,15 +9,15 @@ from redis.asyncio import Redis
 
 from bot.approval import PolicySource
 from bot.builtin import BUILTIN_TOOLS
+from bot.engine.tool_registry import ToolRegistry
+from bot.engine.turns import AnswerResult, Runtime, RuntimeSettings
 from bot.models.base import ChatModel, Message
 from bot.models.scripted import ScriptedModel
 from bot.ports import LiveText
 from bot.principals import Principal, slack_user
 from bot.protocol import Event, InputResponse
 from bot.session import SessionRef
-from bot.tool_registry import ToolRegistry
 from bot.tools import Tool, ToolContext
-from bot.turns import AnswerResult, Runtime, RuntimeSettings
 from store.audit import AuditLog
 from store.audit_events import PassAudit
 from store.outbox import RedisOutbox

@@ -22,12 +22,12 @@ from redis.backoff import NoBackoff
 
 from bot.approval import always
 from bot.builtin import BUILTIN_TOOLS
+from bot.engine.tool_registry import ToolRegistry
+from bot.engine.turns import Runtime, RuntimeSettings
 from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
 from bot.session import SessionRef
-from bot.tool_registry import ToolRegistry
 from bot.tools import Tool, ToolContext
-from bot.turns import Runtime, RuntimeSettings
 from store.audit import AuditGroup, AuditLog
 from store.audit_events import PassAudit
 from store.outbox import RedisOutbox

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+from bot.engine.turns import RuntimeSettings
 from bot.models.base import ModelResponse
 from bot.models.scripted import ScriptedModel
 from bot.models.scripted import say as model_say
-from bot.turns import RuntimeSettings
 from tests.engine.harness import ALICE, make_runtime, session
 
 

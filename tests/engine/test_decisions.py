@@ -191,7 +191,7 @@ async def restart(args: dict, ctx: ToolContext) -> dict:
 
 
 async def test_a_requester_grant_expires_after_its_days_and_then_asks_again(redis):
-    from bot.parts import RuntimeSettings
+    from bot.engine.parts import RuntimeSettings
     from tests.engine.harness import session
 
     RAN.clear()

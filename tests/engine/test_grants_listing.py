@@ -14,11 +14,11 @@ from redis.exceptions import ResponseError
 
 from bot.approval import always
 from bot.builtin import BUILTIN_TOOLS
+from bot.engine.tool_registry import ToolRegistry
+from bot.engine.turns import Runtime, RuntimeSettings
 from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
 from bot.protocol import InputResponse
-from bot.tool_registry import ToolRegistry
-from bot.turns import Runtime, RuntimeSettings
 from store.outbox import RedisOutbox
 from store.turns import RedisTurns
 from tests.engine.harness import (

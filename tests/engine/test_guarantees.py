@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 
 from bot.approval import Approval, allowed, always, once, rejected
-from bot.lease_keeper import LeaseKeeper
+from bot.engine.lease_keeper import LeaseKeeper
+from bot.engine.turns import RuntimeSettings
 from bot.models.scripted import ScriptedModel, call, calls
 from bot.models.scripted import say as model_say
 from bot.principals import slack_user
 from bot.protocol import InputResponse, LeaseLost, MessageTaken
 from bot.tools import Tool, ToolContext
-from bot.turns import RuntimeSettings
 from store.session_keys import OUTBOX, RETIRE
 from tests.engine.harness import (
     ALICE,

@@ -12,11 +12,11 @@ from __future__ import annotations
 import asyncio
 
 from bot.approval import always
+from bot.engine.roles import WebRuntime
+from bot.engine.tool_registry import ToolRegistry
+from bot.engine.turns import RuntimeSettings
 from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
-from bot.roles import WebRuntime
-from bot.tool_registry import ToolRegistry
-from bot.turns import RuntimeSettings
 from store.outbox import RedisOutbox
 from store.turns import RedisTurns
 from store.wakeups import WakeQueue

@@ -1,8 +1,8 @@
 """The model sees a bounded window of a long session, never a tool result without its call."""
 
+from bot.engine.turns import RuntimeSettings, model_view
 from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
-from bot.turns import RuntimeSettings, model_view
 from tests.engine.harness import assert_valid_history, make_runtime, recording_tool, say, shown
 
 

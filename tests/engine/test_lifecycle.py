@@ -10,12 +10,12 @@ import pytest
 import redis.asyncio as redis_asyncio
 
 from bot.approval import Denied, always
-from bot.call_outcomes import IGNORED_MESSAGE
+from bot.engine.call_outcomes import IGNORED_MESSAGE
+from bot.engine.turns import RuntimeSettings
 from bot.models.scripted import ScriptedModel, call, calls
 from bot.models.scripted import say as model_say
 from bot.protocol import InputResponse
 from bot.tools import Tool, ToolContext
-from bot.turns import RuntimeSettings
 from tests.chaos.harness import poll
 from tests.engine.harness import (
     ALICE,

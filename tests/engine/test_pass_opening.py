@@ -14,13 +14,13 @@ import asyncio
 import contextlib
 import time
 
+from bot.engine.outbox import PassOpening
+from bot.engine.roles import WebRuntime
+from bot.engine.tool_registry import ToolRegistry
+from bot.engine.turns import RuntimeSettings
 from bot.models.scripted import ScriptedModel
 from bot.models.scripted import say as model_say
-from bot.outbox import PassOpening
 from bot.protocol import LeaseLost, MessageCompleted
-from bot.roles import WebRuntime
-from bot.tool_registry import ToolRegistry
-from bot.turns import RuntimeSettings
 from store.outbox import RedisOutbox
 from store.session_keys import OUTBOX
 from store.turns import RedisTurns

@@ -20,11 +20,11 @@ from bot.approval import (
     never,
     once,
 )
-from bot.call_outcomes import DENIED_MESSAGE
+from bot.engine.call_outcomes import DENIED_MESSAGE
+from bot.engine.turns import RuntimeSettings
 from bot.models.scripted import ScriptedModel, call, calls
 from bot.models.scripted import say as model_say
 from bot.tools import ToolContext, tool
-from bot.turns import RuntimeSettings
 from tests.engine.harness import (
     ALICE,
     approve,

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from bot.approval import ONLY_REQUESTER, Approval, ResponseContext, allowed, always, rejected
+from bot.engine.turns import RuntimeSettings
 from bot.governance import approvers, four_eyes, n_of_m
 from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
 from bot.principals import slack_user
-from bot.turns import RuntimeSettings
 from tests.engine.harness import (
     ALICE,
     BOB,

@@ -10,11 +10,11 @@ import asyncio
 
 from bot.approval import always
 from bot.builtin import BUILTIN_TOOLS
+from bot.engine.tool_registry import ToolRegistry
+from bot.engine.turns import Runtime, RuntimeSettings
 from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
 from bot.session import SessionRef, slack_session_id
-from bot.tool_registry import ToolRegistry
-from bot.turns import Runtime, RuntimeSettings
 from store.assistant_threads import AssistantThreads
 from store.audit import AuditLog
 from store.audit_events import PassAudit

@@ -283,7 +283,7 @@ async def test_a_child_turn_that_fails_for_good_closes_its_open_cards_and_the_pa
     # the sub-agent is loaded nowhere any more: the replica that keeps trying gives up after its retries.
     # Nothing may be left open: the child's approval card ends "no longer needed" (a late click does
     # nothing), and the parent's delegation gets the failure instead of waiting forever.
-    from bot.turns import RuntimeSettings
+    from bot.engine.turns import RuntimeSettings
 
     runtime, channel, store, parent, child, delegation, ask = await delegated(redis)
     replica_b, channel_b, _ = make_runtime(redis, ScriptedModel([]), [notify_team],
@@ -388,9 +388,9 @@ async def test_a_delegation_past_its_deadline_stops_the_sub_agent_and_the_parent
 async def test_stopping_a_sub_agent_never_holds_up_the_sweep_behind_busy_turns(redis):
     # the relay stops the child from inside an outbox pass; with every drive slot of this
     # process held by slow tools, that pass (and so the sweep, and every deadline after it) must not wait
+    from bot.engine.turns import RuntimeSettings
     from bot.protocol import InputResponse as Response
     from bot.tools import Tool
-    from bot.turns import RuntimeSettings
     from store.session_keys import OUTBOX
 
     RAN.clear()

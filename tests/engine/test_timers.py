@@ -1,4 +1,4 @@
-"""Deadlines fire once (bot/timers.py): across replicas, after a crash between firing and forgetting
+"""Deadlines fire once (bot/engine/timers.py): across replicas, after a crash between firing and forgetting
 the timer, and never after an answer. Time is the runtime's clock, moved by the test."""
 
 from __future__ import annotations

@@ -9,8 +9,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from bot.approval import always
-from bot.call_outcomes import DENIED_MESSAGE
-from bot.inputs import first_open_input, match_text
+from bot.engine.call_outcomes import DENIED_MESSAGE
+from bot.engine.inputs import first_open_input, match_text
+from bot.engine.turns import RuntimeSettings
 from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
 from bot.protocol import (
@@ -20,7 +21,6 @@ from bot.protocol import (
     approval_options,
     session_limit_options,
 )
-from bot.turns import RuntimeSettings
 from tests.engine.harness import (
     ALICE,
     make_runtime,

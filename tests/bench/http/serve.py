@@ -1,9 +1,9 @@
 """What every contender process shares: announce where it listens, answer the bench's control calls, stop.
 
-Imports only the standard library, aiohttp and ``bot.heap`` (the garbage collector's settings), so a
+Imports only the standard library, aiohttp and ``bot.ops.heap`` (the garbage collector's settings), so a
 bare contender started for the restart figure pays for nothing the bench itself needs.
 
-Once it serves, every contender settles its heap as ``python -m bot run`` does (``bot.heap``): the
+Once it serves, every contender settles its heap as ``python -m bot run`` does (``bot.ops.heap``): the
 figures compare the apps, not a process setting any of them could make.
 """
 
@@ -50,7 +50,7 @@ async def control_site(idle: Callable[[], Awaitable[None]]) -> tuple[web.AppRunn
 
 async def serve_until_stopped(url: str, idle: Callable[[], Awaitable[None]]) -> None:
     """Print where the app answers (one JSON line: the bench waits for it), then run until SIGTERM/SIGINT."""
-    from bot.heap import settle_after_start
+    from bot.ops.heap import settle_after_start
 
     control, control_port = await control_site(idle)
     settle_after_start()

@@ -16,7 +16,7 @@ claim to expire and another replica finishes the same tick; nothing starts twice
 A tick fires only while it is its schedule's current one (``next_at``), and moving the schedule on is a
 compare-and-set on the schedule as the tick read it: an edit (or removal) made while another replica
 held a tick wins, and that tick neither starts a second timer chain nor writes the old schedule back.
-Every tick also asks the admission rule (``bot.admission``) for its owner in its channel, as it reads
+Every tick also asks the admission rule (``bot.engine.admission``) for its owner in its channel, as it reads
 then: a guest whose channel was closed since gets the tick skipped, not a turn run as them.
 """
 
@@ -32,10 +32,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
-from bot.admission import admits
 from bot.approval import PolicySource
 from bot.deferred import DeferredModel
-from bot.installed import Installed
+from bot.engine.admission import admits
+from bot.engine.installed import Installed
 from bot.ports import Workspace, WorkspaceError
 from bot.principals import Principal, slack_user
 from bot.protocol import utcnow

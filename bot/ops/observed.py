@@ -16,8 +16,8 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 
-from bot import logs, tracing
-from bot.metrics import DELIVERY_LAG, TURN_EVENTS
+from bot.ops import logs, tracing
+from bot.ops.metrics import DELIVERY_LAG, TURN_EVENTS
 from bot.ports import Channel, as_landing
 from bot.principals import Principal
 from bot.protocol import (
@@ -76,7 +76,7 @@ class ObservedChannel:
     def _observe(self, event: Event, session: SessionRef) -> None:
         DELIVERY_LAG.observe(max((datetime.now(UTC) - event.at).total_seconds(), 0.0))
         TURN_EVENTS.labels(event.type).inc()
-        if isinstance(event, TurnStarted) and event.turn_id:  # the root of the turn's trace (bot.tracing)
+        if isinstance(event, TurnStarted) and event.turn_id:  # the root of the turn's trace (bot.ops.tracing)
             tracing.turn_started(event.turn_id, session.session_id, session.team_id, event.at.timestamp())
         if log.isEnabledFor(logging.INFO):  # the lines cost more than the rest: only when shown
             for line in self.describe(event, session):

@@ -21,10 +21,10 @@ import asyncio
 import logging
 from typing import Any, Literal, Protocol
 
+from bot.engine.outbox import Outbox, OutboxStore, PassOpening
+from bot.engine.turns import Runtime
 from bot.models.base import Message, ModelError, ModelResponse, TextCallback, ToolSpec
-from bot.outbox import Outbox, OutboxStore, PassOpening
 from bot.ports import Channel
-from bot.turns import Runtime
 
 log = logging.getLogger(__name__)
 

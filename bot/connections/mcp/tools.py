@@ -11,11 +11,11 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from mcp import types
 
-from bot import logs
 from bot.approval import RequestPolicy
+from bot.connections.schema_tools import SchemaTool
+from bot.connections.tool_names import model_safe_name
 from bot.forms import FormSchemaError, model_from_schema
-from bot.schema_tools import SchemaTool
-from bot.tool_names import model_safe_name
+from bot.ops import logs
 from bot.tools import AskParked, ToolContext
 
 RESULT_CHARS = 20_000  # of a tool's text handed to the model
@@ -26,7 +26,7 @@ class McpToolError(RuntimeError):
 
 
 class ToolCaller(Protocol):
-    """The server a tool is called on (``bot.mcp.server.McpServer``)."""
+    """The server a tool is called on (``bot.connections.mcp.server.McpServer``)."""
 
     name: str
 

@@ -5,7 +5,7 @@ the operation's path, query, header and cookie parameters plus ``body`` (its JSO
 described to the model with their JSON schemas and validated against them (``jsonschema``) before any
 policy runs. GET and HEAD run without asking (``never()``); every other method asks (``always()``); the
 connection's ``approval`` map overrides either per operation. Tool names are ``<connection>_<operationId>``
-made valid for model APIs (:func:`bot.tool_names.model_safe_name`, as MCP's are).
+made valid for model APIs (:func:`bot.connections.tool_names.model_safe_name`, as MCP's are).
 
 Only the configured operations are resolved (a ``$ref`` that recurses stays a ``$ref`` into the tool's
 ``$defs``), so GitHub's 13 MB description loads in well under a second. OpenAPI 3.0's ``nullable`` becomes
@@ -50,13 +50,13 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from pydantic import AfterValidator, Field
 
-from bot import logs
 from bot.approval import RequestPolicy, check_policy_name, never, policy_named
+from bot.connections.openapi_documents import OpenAPIError, load_document, server_url
+from bot.connections.schema_tools import SchemaTool
+from bot.connections.tool_names import model_safe_name
 from bot.deferred import DeferredModel
-from bot.openapi_documents import OpenAPIError, load_document, server_url
+from bot.ops import logs
 from bot.schema_refs import RefBundle
-from bot.schema_tools import SchemaTool
-from bot.tool_names import model_safe_name
 from bot.tools import Tool, ToolContext
 
 CALL_TIMEOUT_S = 30.0

@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from bot import logs
-from bot.admission import GUEST_REFUSAL, admits
 from bot.agents import delegation_live
 from bot.approval import (
     DEFAULT_GRANT_DAYS,
@@ -30,12 +28,14 @@ from bot.approval import (
     grant_offers,
     requester_only,
 )
+from bot.engine.admission import GUEST_REFUSAL, admits
+from bot.engine.installed import NOT_INSTALLED
+from bot.engine.outbox import DELIVER_UNHURRIED_S
+from bot.engine.parts import Parts
 from bot.forms import checked_values, validated_result
 from bot.governance import escalated_answer, workspace_admin
-from bot.installed import NOT_INSTALLED
-from bot.metrics import SETTLED
-from bot.outbox import DELIVER_UNHURRIED_S
-from bot.parts import Parts
+from bot.ops import logs
+from bot.ops.metrics import SETTLED
 from bot.principals import Principal
 from bot.protocol import (
     APPROVE,
@@ -390,7 +390,7 @@ class Settler:
     async def _orphaned(self, record: RequestRecord) -> AnswerResult:
         """A sub-agent's request whose delegation ended before the relay stopped the sub-agent: it ends "no
         longer needed" instead of counting (its card is updated), and the caller drives the child's session,
-        whose turn loop ends the turn for the same reason (``bot.drive``)."""
+        whose turn loop ends the turn for the same reason (``bot.engine.drive``)."""
         await self.resolve_unanswered(record, "cancelled", ended_by="delegation-ended")
         return AnswerResult("stale", await self.p.store.get_request(record.request_id), batch_complete=True)
 
@@ -418,7 +418,7 @@ class Settler:
 
 
 def with_escalation(policy: Any, record: RequestRecord) -> Any:
-    """``policy``, or, once the request was escalated (``bot.timers``), ``policy`` that also lets the
+    """``policy``, or, once the request was escalated (``bot.engine.timers``), ``policy`` that also lets the
     people it was escalated to answer — under everything the rule requires (``escalated_answer``)."""
     people = record.escalated_to
     if not people:

@@ -12,7 +12,7 @@ Firing is idempotent, so a timer fired twice after a crash changes nothing:
 - **remind**: an ``input.reminded`` event, appended only while the request is open and only once
   (the request record remembers it); the Slack frontend reminds the people who may answer.
 - **escalate**: the people on the request's ``escalate_to`` approver list, as it reads at that moment,
-  are stored on the request (once) and may answer too (``bot.settle``); an ``input.escalated`` event
+  are stored on the request (once) and may answer too (``bot.engine.settle``); an ``input.escalated`` event
   tells the frontend, which updates the card and tells them.
 
 Time comes from ``RuntimeSettings.clock``, so tests move it forward instead of waiting.
@@ -23,12 +23,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
+from bot.engine.installed import NotInstalled
+from bot.engine.parts import Parts
+from bot.engine.settle import Settler
 from bot.governance import listed_people
-from bot.installed import NotInstalled
-from bot.metrics import TIMERS_FIRED
-from bot.parts import Parts
+from bot.ops.metrics import TIMERS_FIRED
 from bot.protocol import InputEscalated, InputReminded, RequestRecord, UnknownRequest
-from bot.settle import Settler
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class Timers:
         return fired
 
     async def _fire(self, kind: str, request_id: str) -> None:
-        if kind == "schedule":  # not a request's: a scheduled turn's tick (``bot.schedules``)
+        if kind == "schedule":  # not a request's: a scheduled turn's tick (``bot.engine.schedules``)
             if self.on_schedule is not None:
                 await self.on_schedule(request_id)
             return

@@ -4,11 +4,11 @@ Every entry point (a message, an answer, a cancel, the recovery sweep) first wri
 Redis and then moves the session forward with :meth:`Runtime.drive`, which is idempotent. The jobs
 live in their own modules, behind this one class:
 
-- ``bot.intake``  — messages in: record durably, typed answers
-- ``bot.settle``  — the one settle path: workspace boundary, response policy, atomic settle
-- ``bot.drive``   — the turn loop under a fenced lease
-- ``bot.execute`` — request policies and exactly-once tool execution
-- ``bot.outbox``  — committed events out to Slack, App Home and the audit log
+- ``bot.engine.intake``  — messages in: record durably, typed answers
+- ``bot.engine.settle``  — the one settle path: workspace boundary, response policy, atomic settle
+- ``bot.engine.drive``   — the turn loop under a fenced lease
+- ``bot.engine.execute`` — request policies and exactly-once tool execution
+- ``bot.engine.outbox``  — committed events out to Slack, App Home and the audit log
 """
 
 from __future__ import annotations
@@ -20,29 +20,29 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from bot import logs
 from bot.approval import Decision, PolicySource
-from bot.drive import Driver
-from bot.execute import Executor
-from bot.history import model_view
-from bot.installed import Installed
-from bot.intake import Intake, QueuedMessage
-from bot.metrics import ANSWERS, SETTLE
+from bot.engine.drive import Driver
+from bot.engine.execute import Executor
+from bot.engine.history import model_view
+from bot.engine.installed import Installed
+from bot.engine.intake import Intake, QueuedMessage
+from bot.engine.outbox import Outbox, OutboxStore
+from bot.engine.parts import Parts, RuntimeSettings, TurnStore
+from bot.engine.responders import refresh_responders
+from bot.engine.schedules import ScheduleStorePort, parse_member
+from bot.engine.schedules import fire as fire_schedule
+from bot.engine.settle import AnswerResult, Settler
+from bot.engine.subagent_relay import SubAgentRelay
+from bot.engine.timers import Timers
+from bot.engine.tool_registry import ToolRegistry
 from bot.models.base import ChatModel
-from bot.outbox import Outbox, OutboxStore
-from bot.parts import Parts, RuntimeSettings, TurnStore
+from bot.ops import logs
+from bot.ops.metrics import ANSWERS, SETTLE
 from bot.ports import Channel, LiveText, Workspace
 from bot.principals import Principal
 from bot.protocol import EndedBy, HeldLease, InputResponse, RequestRecord
-from bot.responders import refresh_responders
-from bot.schedules import ScheduleStorePort, parse_member
-from bot.schedules import fire as fire_schedule
 from bot.session import SessionRef
-from bot.settle import AnswerResult, Settler
 from bot.state import SessionState, TurnState, turn_id_for
-from bot.subagent_relay import SubAgentRelay
-from bot.timers import Timers
-from bot.tool_registry import ToolRegistry
 
 __all__ = ["AnswerResult", "PostResult", "Runtime", "RuntimeSettings", "StopResult", "TurnStore", "model_view"]
 
@@ -55,7 +55,7 @@ StopResult = Literal["stopped", "not theirs", "over", "nothing"]
 
 
 def _queued_at(message: dict[str, Any]) -> datetime:
-    """When a queued message was recorded (``bot.intake.new_message``)."""
+    """When a queued message was recorded (``bot.engine.intake.new_message``)."""
     at = datetime.fromisoformat(str(message.get("at")))
     return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
@@ -87,7 +87,7 @@ class Runtime:
     """Drives sessions: one turn per session at a time, any number of sessions and replicas."""
 
     # this process drives the sessions it records and settles in (role ``all`` or ``worker``), so the writes
-    # that start work may take the turn lease for it (``bot.roles.WebRuntime``: a web process hands over)
+    # that start work may take the turn lease for it (``bot.engine.roles.WebRuntime``: a web process hands over)
     drives_here = True
 
     def __init__(
@@ -106,12 +106,12 @@ class Runtime:
         policies: PolicySource | None = None,
         installed: Installed | None = None,
     ):
-        """``store``: the turns (``TurnStore``); ``outbox_store``: their delivery (``bot.outbox.OutboxStore``),
+        """``store``: the turns (``TurnStore``); ``outbox_store``: their delivery (``bot.engine.outbox.OutboxStore``),
         which only the outbox uses. ``live``: where answers are shown while the model writes them
         (``bot.ports.LiveText``);
         ``policies``: the approver lists, workspace rules and admins the policies read (``ctx.policies``;
         None: those rules fail closed); ``installed``: which workspaces the app is installed in
-        (``bot.installed``; None: all)."""
+        (``bot.engine.installed``; None: all)."""
         self._tasks: set[asyncio.Task[Any]] = set()
         self._recovering: set[str] = set()  # sessions the sweep is driving in the background (``recover``)
         self.outbox = self._outbox(outbox_store, channel)
@@ -124,7 +124,7 @@ class Runtime:
         self.executor = Executor(self.parts)
         self.driver = Driver(self.parts, self.settler, self.intake, self.executor)
         self.timers = Timers(self.parts, self.settler, on_schedule=self._fire_schedule)
-        self.schedules = schedules  # scheduled turns (``bot.schedules``), where the frontend offers them
+        self.schedules = schedules  # scheduled turns (``bot.engine.schedules``), where the frontend offers them
         # sub-agents: delegations start, report and stop through committed events. Every replica relays,
         # also one without sub-agents loaded: a consumer missing from the replica that happens to deliver
         # a session's events would never be offered them again (the session leaves the outbox list), and
@@ -132,7 +132,7 @@ class Runtime:
         self.add_consumer("subagents", SubAgentRelay(self))
 
     def _outbox(self, store: OutboxStore, channel: Channel) -> Outbox:
-        """The outbox every part delivers through (``bot.roles.WebRuntime`` hands its deliveries over)."""
+        """The outbox every part delivers through (``bot.engine.roles.WebRuntime`` hands its deliveries over)."""
         return Outbox(store, {FRONTEND: channel}, self.spawn)
 
     # the parts' shared objects, for callers that held them before the split
@@ -309,7 +309,7 @@ class Runtime:
 
     async def _cancel_unwritten(self, session_id: str, state: SessionState | None, inbox: list[dict[str, Any]],
                                 principal: Principal | None, *, resume: bool) -> bool:
-        """Stop the turn the first queued message starts, whose start may not be written yet (bot.drive writes
+        """Stop the turn the first queued message starts, whose start may not be written yet (bot.engine.drive writes
         it with the turn's first checkpoint): its id is known in advance, and that checkpoint is refused."""
         if not inbox:
             return False
@@ -325,7 +325,7 @@ class Runtime:
     async def drive(self, session_id: str, held: HeldLease | None = None) -> None:
         """Move the session forward if this worker can take its lease; safe to call any time. ``held``: the
         turn lease a record or settle took for this drive (``Driver.drive``)."""
-        with logs.bound(session_id=session_id):  # its log lines say which session (and turn: bot.drive)
+        with logs.bound(session_id=session_id):  # its log lines say which session (and turn: bot.engine.drive)
             await self.driver.drive(session_id, held)
 
     async def recover(self) -> int:
@@ -362,7 +362,7 @@ class Runtime:
 
     async def refresh_responders(self, team_id: str, resource: str, version: int) -> int:
         """An approver list changed: the open requests whose rule reads it say who may answer now
-        (``bot.responders``); returns how many changed."""
+        (``bot.engine.responders``); returns how many changed."""
         return await refresh_responders(self.parts, team_id, resource, version)
 
     def spawn(self, coro: Any, *, what: str) -> asyncio.Task[Any]:

@@ -32,8 +32,8 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from bot import tracing
 from bot.models.base import ChatModel, Message, ModelResponse, TextCallback, ToolSpec
+from bot.ops import tracing
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,8 @@ import logging
 from typing import Any, Protocol
 
 from bot.agents import NO_ANSWER
-from bot.parts import TurnStore
+from bot.engine.parts import TurnStore
+from bot.engine.settle import AnswerResult
 from bot.principals import APP_PRINCIPAL, Principal
 from bot.protocol import (
     EndedBy,
@@ -25,7 +26,6 @@ from bot.protocol import (
     UnknownRequest,
 )
 from bot.session import SessionRef
-from bot.settle import AnswerResult
 from bot.state import SessionState
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ ENDED = ("turn.completed", "turn.failed", "turn.cancelled")
 
 
 class SessionControl(Protocol):
-    """What the relay does to sessions: the runtime's own entry points (``bot.turns.Runtime``)."""
+    """What the relay does to sessions: the runtime's own entry points (``bot.engine.turns.Runtime``)."""
 
     @property
     def store(self) -> TurnStore: ...

@@ -16,7 +16,6 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from bot import logs, tracing
 from bot.agents import DELEGATE, child_session_id
 from bot.approval import (
     AnswerersContext,

@@ -16,16 +16,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot import logs
 from bot.agents import delegation_live
-from bot.call_outcomes import apply_resolutions, unreported_results
-from bot.early_start import EarlyStart
-from bot.execute import Executor, ToolUnavailable, make_record
-from bot.history import compact, model_view, user_message
-from bot.installed import RETRY_MS, NotInstalled
-from bot.intake import Intake
-from bot.lease_keeper import LeaseKeeper
-from bot.model_words import answer_words, logged_failure_words
+from bot.engine.call_outcomes import apply_resolutions, unreported_results
+from bot.engine.early_start import EarlyStart
+from bot.engine.execute import Executor, ToolUnavailable, make_record
+from bot.engine.history import compact, model_view, user_message
+from bot.engine.installed import RETRY_MS, NotInstalled
+from bot.engine.intake import Intake
+from bot.engine.lease_keeper import LeaseKeeper
+from bot.engine.model_words import answer_words, logged_failure_words
+from bot.engine.outbox import DELIVER_UNHURRIED_S
+from bot.engine.parts import Parts
+from bot.engine.settle import Settler
 from bot.models.base import TextCallback
 from bot.outbox import DELIVER_UNHURRIED_S
 from bot.parts import Parts
@@ -53,7 +55,6 @@ from bot.protocol import (
     session_limit_options,
 )
 from bot.session import SessionRef, new_request_id
-from bot.settle import Settler
 from bot.state import CallResult, CallState, SavedState, SessionState, StepState, TurnState, turn_id_for
 
 log = logging.getLogger(__name__)
@@ -158,7 +159,7 @@ class Driver:
 
     async def _still_held(self, session_id: str, held: HeldLease) -> bool:
         """Is a lease an earlier write took for this drive still ours? Asked (one round trip) only when it was
-        taken a while ago: nothing is written before the model is asked (bot.early_start), so a holder that
+        taken a while ago: nothing is written before the model is asked (bot.engine.early_start), so a holder that
         stalled past its lease would otherwise ask the model for a turn another worker has taken over."""
         lease_s = int(getattr(self.p.store, "lease_ms", 30_000)) / 1000
         if time.monotonic() - held.taken_at < lease_s / 3:
@@ -252,7 +253,7 @@ class Driver:
             state, inbox = await self._start_turn(p, state, inbox[0]), inbox[1:]
         turn = state.turn
         assert turn is not None
-        logs.bind(turn_id=turn.turn_id, team_id=state.ref.team_id)  # for this drive's log lines (bot.logs)
+        logs.bind(turn_id=turn.turn_id, team_id=state.ref.team_id)  # for this drive's log lines (bot.ops.logs)
         if snap.cancel == turn.turn_id:
             await self._finish_cancelled(p, state)
             return True
@@ -303,7 +304,7 @@ class Driver:
             token_budget=self.p.settings.token_budget,
             automated=bool(message.get("automated")),
         )
-        # written with the turn's first checkpoint (or alone, if that is slow to come: bot.early_start)
+        # written with the turn's first checkpoint (or alone, if that is slow to come: bot.engine.early_start)
         p.carry.append(TurnStarted(session_id=p.session_id, turn_id=state.turn.turn_id, principal=principal))
         return state
 

@@ -5,7 +5,7 @@
 after a park that may last days — so no one process can hold a span open for it. Its trace id is
 therefore derived from its ``turn_id`` (a hash), and so is the id of its root span ``turn``, written
 when ``turn.started`` is delivered. Every span started while a turn is being worked on (the turn id
-is in ``bot.logs``' context) is that root's child, whichever process starts it: model calls
+is in ``bot.ops.logs``' context) is that root's child, whichever process starts it: model calls
 (``model.complete``), tool runs (``tool.run``), Slack Web API calls (``slack <method>``, from the
 shared HTTP session, ``slack_trace_config``), all children of the root. Outside a turn (a click's ack)
 a span starts a trace of its own.
@@ -23,7 +23,7 @@ import time
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from bot import logs
+from bot.ops import logs
 
 log = logging.getLogger(__name__)
 

@@ -29,15 +29,15 @@ error saying so. A tool the server lists as callable only as a task (``execution
 "required"``) is left out, as the bot makes plain calls; a server that answers with the old HTTP+SSE
 transport is named as such (it is not supported: streamable HTTP is). A server's ``elicitation/create`` becomes a form card in the calling session's
 thread through ``ctx.form`` — durable by replay, so a tool that elicits is called again when the form
-is answered (see :class:`bot.mcp.tools.Elicitation`).
+is answered (see :class:`bot.connections.mcp.tools.Elicitation`).
 
 The package's rooms: ``config`` (the file), ``tools`` (a server's tools as agent tools) and ``server``
 (the connections and the calls on them).
 """
 
-from bot.mcp.config import McpConfig, McpConfigError, ServerConfig, load_config
-from bot.mcp.server import START_WAIT_S, McpServer, McpServers
-from bot.mcp.tools import McpTool, McpToolError, tool_name
+from bot.connections.mcp.config import McpConfig, McpConfigError, ServerConfig, load_config
+from bot.connections.mcp.server import START_WAIT_S, McpServer, McpServers
+from bot.connections.mcp.tools import McpTool, McpToolError, tool_name
 
 __all__ = [
     "START_WAIT_S",

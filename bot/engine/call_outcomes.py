@@ -8,10 +8,10 @@ import json
 from typing import Any
 
 from bot.agents import delegation_result, out_of_time
-from bot.execute import denied_output
+from bot.engine.execute import denied_output
+from bot.engine.tool_registry import ToolRegistry
 from bot.protocol import ActionResult, Answer, Event, RequestRecord
 from bot.state import CallResult, StepState, TurnState
-from bot.tool_registry import ToolRegistry
 
 IGNORED_MESSAGE = "Ignored because the user continued without responding."
 DENIED_MESSAGE = "Tool execution was denied."

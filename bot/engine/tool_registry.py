@@ -60,7 +60,7 @@ class ToolRegistry:
         return self._tools.get(name)
 
     def unregister(self, name: str) -> None:
-        """Take a main-agent tool away (``bot.mcp``: its server no longer lists it)."""
+        """Take a main-agent tool away (``bot.connections.mcp``: its server no longer lists it)."""
         if name in self._main:
             self._main.discard(name)
             self._tools.pop(name, None)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 
 from bot.approval import AnswerersContext, RequestView, describe_responders
+from bot.engine.parts import Parts
 from bot.governance import lists_read
-from bot.parts import Parts
 from bot.principals import Principal
 from bot.protocol import InputRespondersChanged, RequestRecord, Responders
 from bot.session import SessionInfo

@@ -1,5 +1,5 @@
 """``BOT_MCP_CONFIG``: the MCP servers to connect to, in the ``mcpServers`` shape other MCP clients use,
-plus our approval policies (see :mod:`bot.mcp`). Read once at start; a file that can't be used stops
+plus our approval policies (see :mod:`bot.connections.mcp`). Read once at start; a file that can't be used stops
 the bot with one line naming the server, the field or the variable, and the fix."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field, ValidationError, model_validator
 
-from bot import logs
 from bot.approval import check_policy_name
 from bot.deferred import DeferredModel
+from bot.ops import logs
 
 DEFAULT_TIMEOUT_S = 30.0
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")

@@ -1,6 +1,6 @@
 """What the runtime's parts share: settings, the turns' store interface and the objects they all use.
 
-The :class:`bot.turns.Runtime` façade builds one :class:`Parts` and hands it to intake, settle,
+The :class:`bot.engine.turns.Runtime` façade builds one :class:`Parts` and hands it to intake, settle,
 drive, execute and the outbox, so each job lives in its own module and none owns another.
 """
 
@@ -14,15 +14,15 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from bot.approval import PolicySource
-from bot.installed import Installed
+from bot.engine.installed import Installed
+from bot.engine.outbox import Outbox, PassOpening
+from bot.engine.tool_registry import ToolRegistry
 from bot.models.base import ChatModel
-from bot.outbox import Outbox, PassOpening
 from bot.ports import LiveText, Workspace
 from bot.principals import Principal
 from bot.protocol import Event, Grant, HeldLease, RequestRecord, Responders, SessionSnapshot, SettleResult
 from bot.session import SessionRef
 from bot.state import SavedState
-from bot.tool_registry import ToolRegistry
 
 RESPONSE_POLICY_TIMEOUT = 10.0
 REQUEST_POLICY_TIMEOUT = 30.0  # auto() asks a model and bounds itself at 30 s; a hung custom policy denies
@@ -40,7 +40,7 @@ class GrantRegistry(Protocol):
 
 class TurnStore(Protocol):
     """What the turn loop needs from persistence (``store.turns.RedisTurns``). The delivery of committed
-    events has its own port (``bot.outbox.OutboxStore``, ``store.outbox.RedisOutbox``), which the runtime
+    events has its own port (``bot.engine.outbox.OutboxStore``, ``store.outbox.RedisOutbox``), which the runtime
     takes beside this one and hands to its outbox only."""
 
     grants: GrantRegistry
@@ -133,5 +133,5 @@ class Parts:
     # wiring builds it before the runtime; every policy context carries it (ctx.policies). None: those rules
     # fail closed
     policies: PolicySource | None = None
-    # which workspaces the app is installed in (bot.installed): an uninstalled one's work waits
+    # which workspaces the app is installed in (bot.engine.installed): an uninstalled one's work waits
     installed: Installed = field(default_factory=Installed)

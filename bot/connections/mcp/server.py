@@ -17,11 +17,11 @@ from mcp import ClientSession, McpError, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from bot import logs
 from bot.approval import policy_named
-from bot.mcp.config import McpConfig, ServerConfig
-from bot.mcp.tools import Elicitation, McpTool, McpToolError, call_result
-from bot.tool_registry import ToolRegistry
+from bot.connections.mcp.config import McpConfig, ServerConfig
+from bot.connections.mcp.tools import Elicitation, McpTool, McpToolError, call_result
+from bot.engine.tool_registry import ToolRegistry
+from bot.ops import logs
 from bot.tools import Tool, ToolContext
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""A turn's start, written alone only when its first checkpoint is slow to come (bot.drive).
+"""A turn's start, written alone only when its first checkpoint is slow to come (bot.engine.drive).
 
 A new turn's start (``turn.started``, the queued messages it takes in, the state then) goes with the turn's
 first checkpoint (the park, its calls' start, or its end): while the model thinks nothing needs to be
@@ -13,12 +13,12 @@ import asyncio
 import contextlib
 from typing import Any
 
-from bot.outbox import DELIVER_UNHURRIED_S
-from bot.parts import Parts
+from bot.engine.outbox import DELIVER_UNHURRIED_S
+from bot.engine.parts import Parts
 from bot.protocol import Event
 from bot.state import SessionState
 
-# As long as a start may wait to be delivered with the next checkpoint's events (bot.outbox): the frontends'
+# As long as a start may wait to be delivered with the next checkpoint's events (bot.engine.outbox): the frontends'
 # status-line delay counts from the event's time, so it shows as it did.
 EARLY_START_S = DELIVER_UNHURRIED_S
 

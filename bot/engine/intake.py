@@ -11,12 +11,12 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from bot.inputs import first_open_input, is_bare_answer, match_text
-from bot.parts import Parts
+from bot.engine.inputs import first_open_input, is_bare_answer, match_text
+from bot.engine.parts import Parts
+from bot.engine.settle import AnswerResult, Settler
 from bot.principals import Principal
 from bot.protocol import HeldLease, SessionSnapshot, utcnow
 from bot.session import SessionRef
-from bot.settle import AnswerResult, Settler
 from bot.state import SessionState
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import yaml
 
-from bot import logs
+from bot.ops import logs
 
 FETCH_TIMEOUT_S = 30.0
 MAX_REDIRECTS = 5  # when fetching a document, and only on the host it was configured at

@@ -1,0 +1,1 @@
+"""The machinery: the turn loop, settle, execution, the outbox, timers; `turns.Runtime` is its façade."""
