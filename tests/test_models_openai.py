@@ -267,7 +267,7 @@ async def test_a_stream_cut_short_after_text_was_shown_is_not_repeated(fake: Fak
 
 
 async def test_a_stream_cut_short_is_retried_when_the_callback_can_start_over(fake: FakeOpenAI) -> None:
-    """A frontend that can be told the text starts over (a ``RestartableText``, as bot.drive's live text):
+    """A frontend that can be told the text starts over (a ``RestartableText``, as bot.engine.drive's live text):
     the broken stream is retried like any other failure."""
     fake.reply_truncated_stream("half an ans")
     fake.reply_text("a whole answer")

@@ -15,7 +15,7 @@ import pytest
 import bot.tool_options as tool_options
 import bot.tools as tools
 from bot import Card, Deadlines, Execution, tool
-from bot.schema_tools import SchemaTool
+from bot.connections.schema_tools import SchemaTool
 
 ROOT = Path(__file__).resolve().parents[1]
 

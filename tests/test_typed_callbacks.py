@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from bot.agents import SubAgent
+from bot.engine.tool_registry import ToolRegistry
 from bot.models import OpenAIChatModel
 from bot.models.base import RestartableText
-from bot.tool_registry import ToolRegistry
 from tests.engine.harness import make_runtime, say
 from tests.engine.test_live_text import RecordingLive
 from tests.engine.test_smoke import refund_charge

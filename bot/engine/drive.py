@@ -29,8 +29,7 @@ from bot.engine.outbox import DELIVER_UNHURRIED_S
 from bot.engine.parts import Parts
 from bot.engine.settle import Settler
 from bot.models.base import TextCallback
-from bot.outbox import DELIVER_UNHURRIED_S
-from bot.parts import Parts
+from bot.ops import logs
 from bot.ports import LiveText, StepText
 from bot.principals import Principal
 from bot.protocol import (

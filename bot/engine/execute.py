@@ -25,8 +25,9 @@ from bot.approval import (
     grant_offers,
     records_grant,
 )
-from bot.metrics import TOOL_RUNS, TOOL_SECONDS
-from bot.parts import Parts, TurnStore
+from bot.engine.parts import Parts, TurnStore
+from bot.ops import logs, tracing
+from bot.ops.metrics import TOOL_RUNS, TOOL_SECONDS
 from bot.protocol import (
     CANCEL,
     ActionRef,
