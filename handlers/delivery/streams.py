@@ -112,6 +112,7 @@ class _Live:
     edited_at: float = 0.0  # the fallback's last edit (monotonic)
     finishing: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
+    starting: bool = False  # its pump went past its wait: a startStream (or append) may be under way
 
 
 class LiveAnswers:
@@ -176,7 +177,10 @@ class LiveAnswers:
         try:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(live.finishing.wait(), self.stream_after_s)
-            if live.finishing.is_set() or not await self._start(live):
+            if live.finishing.is_set():
+                return
+            live.starting = True
+            if not await self._start(live):
                 return
             while not live.finishing.is_set() and not live.dead:
                 with contextlib.suppress(TimeoutError):
@@ -292,7 +296,9 @@ class LiveAnswers:
         live = self._live.pop(f"{sid}|{name}", None)
         if live is not None:
             live.finishing.set()
-            if live.task is not None:  # a startStream or append under way lands first
+            # a startStream or append under way lands first; a pump still waiting for its moment ends by
+            # itself, and waiting for it would cost the answer several turns of a busy event loop
+            if live.task is not None and live.starting:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(asyncio.shield(live.task), FINISH_WAIT_S)
         raw = await self.ledger.get(sid, name)

@@ -76,8 +76,9 @@ async def test_a_quick_approve_cycle_is_at_most_four_slack_calls_with_the_sessio
 
     cycle = [c.method if c.method != "agents.sessions.setStatus" else f"session:{c.params.get('status')}"
              for c in local_slack.calls[before:]]
-    assert cycle == ["chat.postMessage", "chat.update", "chat.postMessage", "session:active"], \
-        f"card, card update, reply, and the session created active: {cycle}"
+    # the card's update and the reply are sent side by side (neither waits on the other): either lands first
+    assert cycle[:1] == ["chat.postMessage"] and sorted(cycle[1:3]) == ["chat.postMessage", "chat.update"] \
+        and cycle[3:] == ["session:active"], f"card, card update and reply, and the session created active: {cycle}"
     assert len(cycle) <= 4
     state = local_slack.assistant_state(GENERAL, ts)
     assert [e["status"] for e in state.session_log] == ["active"]
@@ -115,10 +116,12 @@ async def test_a_turn_with_an_approval_is_processing_then_suspended_on_whom_then
     assert state().session_log[0]["title"] == "refund ch_1 please", "created titled with the first request"
     assert state().session_title == "refund ch_1 please", "answered: the title is the request again"
     # the whole turn, in Slack calls: processing once the step is slow (with the live status under the thread),
-    # the card, suspended at once (it showed the agent working) naming whom, the card's update, the reply
-    assert shown_calls(local_slack) == [
+    # the card, suspended at once (it showed the agent working) naming whom, the card's update and the reply
+    # (side by side: either lands first)
+    shown = shown_calls(local_slack)
+    assert shown[:5] + sorted(shown[5:7]) + shown[7:] == [
         "session:processing", "assistant.threads.setStatus", "chat.postMessage", "session:suspended",
-        "agents.sessions.rename", "chat.update", "chat.postMessage", "agents.sessions.rename", "session:active"]
+        "agents.sessions.rename", "chat.postMessage", "chat.update", "agents.sessions.rename", "session:active"]
 
 
 async def test_a_card_that_waits_longer_than_the_delay_suspends_the_session_naming_whom(local_slack, start_app):

@@ -23,7 +23,7 @@ from localslack.models import DeliveryResult, Message
 from localslack.seed import ALICE, BOT_USER_ID
 from localslack.server import LocalSlack
 
-from .model import BenchModel
+from .model import BenchModel, result_times
 from .procs import Child
 
 CHANNELS = [f"C0HTTP{i:03d}" for i in range(128)]  # threads are spread so no channel's history grows long
@@ -73,6 +73,11 @@ class Samples:
     acks_light: list[float] = field(default_factory=list)
     acks_burst: list[float] = field(default_factory=list)
     click_to_end: list[float] = field(default_factory=list)  # click sent → the cycle's last Slack call, 5 clicks/s
+    # at 32 concurrent: the tool's result made → the reply's Slack call answered, and its two parts: → the model
+    # call carrying the result arrived, → the reply (all wall clock, stamped where they happen)
+    result_to_reply: list[float] = field(default_factory=list)
+    result_to_model: list[float] = field(default_factory=list)
+    model_to_reply: list[float] = field(default_factory=list)
     to_model: list[float] = field(default_factory=list)  # mention sent → its first model request arrived
     to_card: list[float] = field(default_factory=list)  # mention sent → card seen in Slack
     cycles: int = 0
@@ -166,6 +171,18 @@ class Side:
         return max((c.at for c in self.slack.calls if c.at >= since and c.params.get("channel") == thread.channel
                     and (c.params.get("thread_ts") == thread.ts or c.params.get("ts") == thread.card_ts)),
                    default=math.nan)
+
+    def note_result_to_reply(self, thread: Thread, samples: Samples) -> None:
+        """The reply's Slack call and the stamps the bench's model echoed in it (see ``model.result_times``)."""
+        for call in reversed(self.slack.calls):
+            if (call.method == "chat.postMessage" and call.params.get("thread_ts") == thread.ts
+                    and call.params.get("channel") == thread.channel
+                    and (stamps := result_times(str(call.params.get("text") or "")))):
+                made, asked = stamps
+                samples.result_to_reply.append(call.at - made)
+                samples.result_to_model.append(asked - made)
+                samples.model_to_reply.append(call.at - asked)
+                return
 
     async def await_end(self, thread: Thread) -> None:
         if self.has_cycle:
@@ -270,6 +287,8 @@ async def throughput_batch(side: Side, samples: Samples, concurrency: int, per_w
             thread = await side.park()
             await side.click(thread)
             await side.await_end(thread)
+            if side.replies:
+                side.note_result_to_reply(thread, samples)
 
     async def everyone() -> float:
         began = time.monotonic()

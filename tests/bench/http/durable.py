@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import time
 import uuid
 from typing import Any
 
@@ -153,7 +154,7 @@ def floor_app(secret: str, token: str, slack_url: str, model_url: str, redis_url
             if answer[0] != b"ok":
                 return
             turn = ParkedTurn.model_validate_json(answer[1])
-            result = {"refunded": json.loads(turn.call.arguments)["charge_id"]}
+            result = {"refunded": json.loads(turn.call.arguments)["charge_id"], "at": time.time()}
             said = await complete([*turn.messages, {"role": "tool", "tool_call_id": turn.call.id,
                                                     "content": json.dumps(result)}], [TOOL])
             where = body["container"]

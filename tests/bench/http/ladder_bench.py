@@ -39,7 +39,7 @@ from .drive import BenchError, Side, throughput_batch
 from .ladder import RUNGS, leftovers
 from .model import BenchModel
 from .procs import Child
-from .report import _markdown, _value
+from .report import _markdown, _value, percentile_ms
 
 _BEGAN = time.monotonic()
 
@@ -165,6 +165,11 @@ def render(sides: list[Side], args: argparse.Namespace, started: datetime, load:
         ["… of them script calls (EVALSHA)", *(_value(scripts[s.key], "") for s in sides)],
         ["Redis server CPU per cycle", *(_value(server[s.key], "ms") for s in sides)],
         ["Slack calls per cycle", *(_value(slack[s.key], "") for s in sides)],
+        *([f"the tool's result → the reply's Slack call, {name}, {args.concurrency} at once", *(
+            _value(percentile_ms(getattr(s.samples["cycles"], part), q), "ms") for s in sides)]
+          for part, what in (("result_to_reply", ""), ("result_to_model", " … → the model call with it"),
+                             ("model_to_reply", " … that model call → the reply"))
+          for q, name in ((0.5, f"p50{what}"), (0.99, f"p99{what}"))),
         ["CPU ÷ the floor's", *(_ratio(cpu[s.key], cpu[floor]) for s in sides)],
         ["cycles/s ÷ the floor's", *(_ratio(rate[s.key], rate[floor]) for s in sides)],
         ["Redis commands ÷ the floor's", *(_ratio(cmds[s.key], cmds[floor]) for s in sides)],

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -71,7 +72,7 @@ def build_graph(complete: Any, checkpointer: Any) -> Any:
 
     async def tool(state: Turn) -> Turn:
         call = state["call"]
-        result = {"refunded": json.loads(call["function"]["arguments"])["charge_id"]}
+        result = {"refunded": json.loads(call["function"]["arguments"])["charge_id"], "at": time.time()}
         message = {"role": "tool", "tool_call_id": call["id"], "content": json.dumps(result)}
         return {"messages": [*state["messages"], message], "call": {}}
 

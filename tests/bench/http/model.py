@@ -6,6 +6,11 @@ bench's tool gets a ``refund_charge`` call; one whose last message is that tool'
 "Refunded."; anything else (the bare Bolt app's one call) gets "ok". The wire format, streamed or
 not, is the fake's (``_Completion``), so the project's client parses what a real endpoint sends.
 
+A tool result carrying ``at`` (the wall-clock time the bench's tool made it) gets the reply
+"Refunded. [result <at> asked <t>]", ``t`` the wall-clock time the request arrived, so the bench reads
+from the reply in Slack when the tool's result was made and when the second model call came
+(``result_times``).
+
 Every request is answered after ``delay_s`` (the model's latency). The first request mentioning a
 thread's tag (``ch_<tag>`` in a user message) is noted with ``time.monotonic()``: the bench compares
 that with the moment it sent the mention.
@@ -35,10 +40,23 @@ def _text_of(message: dict[str, Any]) -> str:
     return str(content or "")
 
 
+STAMPS = re.compile(r"\[result ([0-9.]+) asked ([0-9.]+)\]")
+
+
+def result_times(text: str) -> tuple[float, float] | None:
+    """From a reply's text: when the tool's result was made, and when the model call carrying it arrived."""
+    found = STAMPS.search(text)
+    return (float(found[1]), float(found[2])) if found else None
+
+
 def _reply_for(body: dict[str, Any]) -> _Reply:
     messages = body.get("messages") or []
     if messages and messages[-1].get("role") == "tool":
-        return _Reply("text", text="Refunded.")
+        try:
+            made = float(json.loads(_text_of(messages[-1]))["at"])
+        except (ValueError, KeyError, TypeError):
+            return _Reply("text", text="Refunded.")
+        return _Reply("text", text=f"Refunded. [result {made:.6f} asked {time.time():.6f}]")
     offered = {(t.get("function") or {}).get("name") for t in body.get("tools") or []}
     if TOOL_NAME in offered:
         tag = next((m[1] for msg in messages if msg.get("role") == "user" for m in [TAG.search(_text_of(msg))] if m),

@@ -285,6 +285,8 @@ def peer_rows(run: Run) -> list[list[str]]:
         line("Slack calls per cycle", "", lambda k, x: _per_cycle(x, x.counts.slack.total())),
         line("click → the cycle's last Slack call, the reply (p50, 5 clicks/s)", "ms",
              lambda k, x: percentile_ms(x.click_to_end, 0.5)),
+        line("the tool's result → the reply's Slack call (p50, 32 threads at once)", "ms",
+             lambda k, x: percentile_ms(x.result_to_reply, 0.5)),
         line("click → ack p99 at 50 clicks/s", "ms", lambda k, x: percentile_ms(x.acks_burst, 0.99)),
         line("click → ack p99 at 5 clicks/s", "ms", lambda k, x: percentile_ms(x.acks_light, 0.99)),
         line("app_mention → first model request (p50)", "ms", lambda k, x: percentile_ms(x.to_model, 0.5)),
