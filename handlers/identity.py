@@ -14,19 +14,22 @@ from bot.principals import Principal, slack_user
 
 
 def installation_team(body: dict[str, Any]) -> str | None:
-    """The workspace the app is installed in, from an event envelope or an interaction payload."""
-    auths = body.get("authorizations") or []
-    if auths and auths[0].get("team_id"):
-        return auths[0]["team_id"]
-    view = body.get("view") or {}
+    """The workspace the app is installed in, from an event envelope or an interaction payload. Only a string
+    is a workspace id: any other kind in its place (junk in a signed request) names no workspace."""
+    auths = body.get("authorizations")
+    first = auths[0] if isinstance(auths, list) and auths and isinstance(auths[0], dict) else {}
+    if isinstance(first.get("team_id"), str) and first["team_id"]:
+        return first["team_id"]
+    view = body.get("view") if isinstance(body.get("view"), dict) else {}
+    team, user = body.get("team"), body.get("user")
     for candidate in (
         view.get("app_installed_team_id"),
         body.get("app_installed_team_id"),
-        (body.get("team") or {}).get("id") if isinstance(body.get("team"), dict) else None,
+        team.get("id") if isinstance(team, dict) else None,
         body.get("team_id"),
-        (body.get("user") or {}).get("team_id") if isinstance(body.get("user"), dict) else None,
+        user.get("team_id") if isinstance(user, dict) else None,
     ):
-        if candidate:
+        if isinstance(candidate, str) and candidate:
             return candidate
     return None
 

@@ -114,6 +114,22 @@ def slack_said_no(record: logging.LogRecord) -> bool:
     return isinstance(record.exc_info[1] if record.exc_info else None, SlackApiError)
 
 
+async def test_a_wrong_kind_of_team_id_in_any_kind_is_never_5xx(bot):
+    """Every field naming a workspace, in every kind of request (Slack's rate-limit notice and a modal's
+    suggestions included), given each wrong type: a 4xx or a 200, never a 5xx. The full junk sweep under
+    ``make soak`` found two such 500s that the bounded sample in ``make test`` had not drawn."""
+    cases = [(name, path, wrong) for name, (payload, _) in KINDS.items() for path in paths(payload)
+             if "team" in str(path[-1]) for wrong in WRONG_TYPES]
+    assert len(cases) > 100
+    failures = []
+    async with httpx.AsyncClient(base_url=bot.url, timeout=30) as http:
+        for name, path, wrong in cases:
+            response = await post(http, mutated(name, "wrong type", path, wrong), KINDS[name][1])
+            if response.status_code >= 500:
+                failures.append(f"{name}: {wrong!r} at {'.'.join(map(str, path))} → {response.status_code}")
+    assert not failures, failures[:20]
+
+
 @pytest.mark.soak
 async def test_junk_in_each_field_never_5xx_and_the_app_still_works(bot, local_slack, caplog, capsys):
     everything = every_junk()
