@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -16,22 +15,16 @@ from bot.models import ModelError, OpenAIChatModel, ToolSpec
 from bot.models.providers import provider_kind
 from tests.fakes import FakeOpenAI
 from tests.fakes.recorded import all_recorded, recorded
+from tests.test_models_openai import HELLO, KEY, make_model
 
-KEY = "sk-test-0123456789abcdef"
-HELLO = [{"role": "user", "content": "hello"}]
 TOOLS = [ToolSpec(name="file_write"), ToolSpec(name="refund_charge")]
-WEATHER = "I'm unable to provide real-time weather updates. To get the current weather in San Francisco, I recommend"
 
 
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeOpenAI]:
     async with FakeOpenAI(api_key=KEY) as server:
         yield server
-
-
-def make_model(fake: FakeOpenAI, **options) -> OpenAIChatModel:
-    settings = {"api_key": KEY, "timeout": 2.0, "backoff_base": 0.01, "max_backoff": 2.0} | options
-    return OpenAIChatModel("gpt-4o-mini", base_url=fake.base_url, **settings)
+WEATHER = "I'm unable to provide real-time weather updates. To get the current weather in San Francisco, I recommend"
 
 
 async def replay(fake: FakeOpenAI, name: str, **options):  # noqa: ANN201
