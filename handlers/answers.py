@@ -367,8 +367,7 @@ async def settle_ack_spawn(
     a store that does not answer the probe in ``PROBE_S`` is one that hangs.
     """
     rid = record.request_id
-    task = deps.runtime.spawn(deps.runtime.answer(response, resume=False, record=record, lease=True),
-                              what=f"{what} {rid}")  # (_after_answer resumes the turn with the lease it took)
+    task = deps.runtime.receive_answer(response, record=record)  # (the engine resumes the turn itself)
     started = time.monotonic()
     done, _ = await asyncio.wait({task}, timeout=min(budget_s, READ_BUDGET_S) if kept else budget_s)
     if not done and kept:
@@ -390,16 +389,13 @@ async def _after_answer(
     deps: SlackDeps, client: Any, body: dict[str, Any], user_id: str | None, result: AnswerResult,
     *, quiet_refusals: bool = False,
 ) -> None:
-    """Explain the outcome privately where the card does not, then resume the turn."""
+    """Explain the outcome privately where the card does not (the engine resumes the turn itself)."""
     if result.state == "stale":
         await _tell(client, body, user_id, result.record, _settled_text(result.record))
     elif result.state == "forbidden" and not quiet_refusals:
         await _tell(client, body, user_id, None, result.reason or "That answer cannot count.")
     elif result.state == "invalid":
         await _tell(client, body, user_id, result.record, result.reason or "That is not one of the options.")
-    if result.batch_complete:
-        deps.runtime.spawn(deps.runtime.drive(result.record.session_id, result.held),
-                           what=f"resume {result.record.session_id}")
 
 
 def _settled_text(record: RequestRecord) -> str:

@@ -250,3 +250,19 @@ def test_the_rules_know_the_rooms_of_bot_and_see_an_arrow_back_up():
     assert _runs_back_up(Import("bot.engine.turns", "bot.app", 1, False))
     assert not _runs_back_up(Import("bot.engine.turns", "bot.ops.logs", 1, False))
     assert not _runs_back_up(Import("bot.connections.openapi", "bot.engine.tool_registry", 1, False))
+
+
+def _attribute_uses(room: str, names: set[str]) -> list[str]:
+    """Where ``room``'s modules name any attribute in ``names`` (``x.held``, ``runtime.drive(...)``)."""
+    found = []
+    for path in sorted((ROOT / room).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Attribute) and node.attr in names:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} .{node.attr}")
+    return found
+
+
+def test_leases_never_leave_the_engine():
+    # an answer or a message that arrives is handed to the engine, which settles or records it and resumes the
+    # turn itself with the lease it took: the listeners neither hold a turn lease nor drive a turn
+    assert _attribute_uses("handlers", {"held", "drive", "process_message", "record_message", "answer"}) == []

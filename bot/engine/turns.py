@@ -76,11 +76,7 @@ class _InBackground:
 
     async def post_message(self, ref: SessionRef, principal: Principal | None, text: str, *,
                            message_id: str | None = None, automated: bool = False) -> object:
-        rt = self.runtime
-        message = await rt.record_message(ref, principal, text, message_id=message_id, automated=automated, lease=True)
-        if message is not None:
-            rt.spawn(rt.process_message(ref.session_id, message), what=f"start the turn of {ref.session_id}")
-        return message
+        return await self.runtime.receive_message(ref, principal, text, message_id=message_id, automated=automated)
 
 
 class Runtime:
@@ -220,6 +216,37 @@ class Runtime:
         if message is None:
             return PostResult("duplicate")
         return await self.process_message(ref.session_id, message)
+
+    async def receive_message(
+        self, ref: SessionRef, principal: Principal | None, text: str, *, message_id: str | None = None,
+        automated: bool = False,
+    ) -> asyncio.Task[PostResult] | None:
+        """A message arrived (call this before acknowledging it): it is recorded durably now, with the turn
+        lease when free, and answered, steered, queued or started in the engine's own tracked task, which
+        drives the turn with that lease. None for a repeat; else that task, whose result says what the
+        message did (the caller may wait on it for its own notes, never to resume the turn)."""
+        message = await self.record_message(ref, principal, text, message_id=message_id, automated=automated,
+                                            lease=True)
+        if message is None:
+            return None
+        return self.spawn(self.process_message(ref.session_id, message), what=f"message in {ref.session_id}")
+
+    def receive_answer(
+        self, response: InputResponse, *, record: RequestRecord | None = None, note: str | None = None,
+    ) -> asyncio.Task[AnswerResult]:
+        """An answer arrived (a click, a modal, a result): settle it in a tracked task of the engine's, whose
+        result is the settle's outcome (the caller waits on it, within its budget, to acknowledge a click that
+        is recorded and to tell the clicker). When the settle is the step's last, the turn resumes in another
+        task of the engine's, in this process, with the turn lease that settle took: the lease never leaves
+        the engine, and the caller's wait is the settle's alone (as a signal to a workflow)."""
+        return self.spawn(self._settle_then_resume(response, record, note), what=f"answer {response.request_id}")
+
+    async def _settle_then_resume(self, response: InputResponse, record: RequestRecord | None,
+                                  note: str | None) -> AnswerResult:
+        result = await self.answer(response, note=note, resume=False, record=record, lease=True)
+        if result.batch_complete:
+            self.spawn(self.drive(result.record.session_id, result.held), what=f"resume {result.record.session_id}")
+        return result
 
     async def answer(
         self,
