@@ -100,16 +100,16 @@ async def _on_action(deps: SlackDeps, ack: Any, body: dict[str, Any], action: di
             record = kept or await deps.store.get_request(decoded.request_id)
     except UnknownRequest:
         await ack()
-        deps.runtime.spawn(_tell(client, body, principal.slack_user_id, None, not_found_text()),
+        deps.tasks.spawn(_tell(client, body, principal.slack_user_id, None, not_found_text()),
                            what="tell about an unknown request")
         return
     if decoded.control == "token":
         await ack()
-        deps.runtime.spawn(_send_token(deps, client, body, principal, record), what=f"result token for {record.request_id}")
+        deps.tasks.spawn(_send_token(deps, client, body, principal, record), what=f"result token for {record.request_id}")
         return
     if decoded.control in MODAL_CONTROLS:
         await ack()
-        deps.runtime.spawn(_open_modal(deps, client, body, principal, record, decoded.control),
+        deps.tasks.spawn(_open_modal(deps, client, body, principal, record, decoded.control),
                            what=f"open the {decoded.control} form of {record.request_id}")
         return
     raw_value = action.get("value") if action.get("type") == "button" else (action.get("selected_option") or {}).get("value")
@@ -381,7 +381,7 @@ async def settle_ack_spawn(
         return
     await ack()
     quiet = bool(done) and refusal is not None  # the modal already showed any refusal inline
-    deps.runtime.spawn(_finish(deps, client, body, response.principal.slack_user_id, task, quiet_refusals=quiet),
+    deps.tasks.spawn(_finish(deps, client, body, response.principal.slack_user_id, task, quiet_refusals=quiet),
                        what=f"after {what} {rid}")
 
 

@@ -111,7 +111,7 @@ async def _handle(
         # told once, where they asked (a mention arrives twice: only its app_mention tells), not on every reply;
         # a top-level message is answered in the channel: its own thread has no replies, so nobody opens it
         if event.get("type") == "app_mention" or event.get("channel_type") == "im":
-            deps.runtime.spawn(_tell_guest(client, event["user"], channel_id, thread_ts),
+            deps.tasks.spawn(_tell_guest(client, event["user"], channel_id, thread_ts),
                                what=f"tell a guest in {channel_id}")
         return None
     # recorded before Slack gets its ack (the app runs with process_before_response): an acknowledged
@@ -121,7 +121,7 @@ async def _handle(
                                                  message_id=f"{channel_id}:{ts}")
     if arrived is None:
         return sid  # a repeat: the mention's twin event or a Slack retry
-    deps.runtime.spawn(_tell_if_nothing_waiting(client, arrived, principal.slack_user_id, channel_id, thread_ts),
+    deps.tasks.spawn(_tell_if_nothing_waiting(client, arrived, principal.slack_user_id, channel_id, thread_ts),
                        what=f"after message {channel_id}:{ts} in {sid}")
     return sid
 

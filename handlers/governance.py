@@ -300,7 +300,7 @@ class Governance:
         except (StoreError, PolicyUpdateConflict) as exc:
             log.warning("could not save the approvers of %s in %s: %r", resource, team_id, exc)
             return "the approver lists can't be saved right now. Try again in a minute."
-        self.deps.runtime.spawn(self._refresh_open_requests(team_id, resource),
+        self.deps.tasks.spawn(self._refresh_open_requests(team_id, resource),
                                 what=f"open requests after a change of {resource} in {team_id}")
         return None
 

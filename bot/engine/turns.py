@@ -37,6 +37,7 @@ from bot.engine.timers import Timers
 from bot.engine.tool_registry import ToolRegistry
 from bot.models.base import ChatModel
 from bot.ops import logs
+from bot.ops.background import Background
 from bot.ops.metrics import ANSWERS, SETTLE
 from bot.ports import Channel, LiveText, Workspace
 from bot.principals import Principal
@@ -108,7 +109,7 @@ class Runtime:
         ``policies``: the approver lists, workspace rules and admins the policies read (``ctx.policies``;
         None: those rules fail closed); ``installed``: which workspaces the app is installed in
         (``bot.engine.installed``; None: all)."""
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self.background = Background()  # its tracked tasks (``spawn``)
         self._recovering: set[str] = set()  # sessions the sweep is driving in the background (``recover``)
         self.outbox = self._outbox(outbox_store, channel)
         self.parts = Parts(store=store, model=model, reviewer=reviewer or model, tools=tools,
@@ -394,30 +395,15 @@ class Runtime:
 
     def spawn(self, coro: Any, *, what: str) -> asyncio.Task[Any]:
         """Run slow work after an ack; failures are logged with context, never lost silently."""
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-
-        def done(t: asyncio.Task[Any]) -> None:
-            self._tasks.discard(t)
-            if not t.cancelled() and t.exception() is not None:
-                log.error("background task failed: %s", what, exc_info=t.exception())
-
-        task.add_done_callback(done)
-        return task
+        return self.background.spawn(coro, what=what)
 
     async def wait_idle(self) -> None:
         """Wait for spawned background work, deliveries included (tests, graceful shutdown)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self.background.wait_idle()
 
     async def abandon(self, *, within_s: float = 2.0) -> int:
         """Cancel the background work still running (shutdown, after the grace period) and wait a bounded
         time for it to stop, so none of it outlives the connections it uses. Safe: whatever it had not
         committed is redone from the last checkpoint by whoever drives the session next. Returns how
         many tasks were still running."""
-        tasks = [t for t in self._tasks if not t.done()]
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=within_s)
-        return len(tasks)
+        return await self.background.abandon(within_s=within_s)
