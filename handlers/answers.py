@@ -101,7 +101,7 @@ async def _on_action(deps: SlackDeps, ack: Any, body: dict[str, Any], action: di
     except UnknownRequest:
         await ack()
         deps.tasks.spawn(_tell(client, body, principal.slack_user_id, None, not_found_text()),
-                           what="tell about an unknown request")
+                         what="tell about an unknown request")
         return
     if decoded.control == "token":
         await ack()
@@ -110,7 +110,7 @@ async def _on_action(deps: SlackDeps, ack: Any, body: dict[str, Any], action: di
     if decoded.control in MODAL_CONTROLS:
         await ack()
         deps.tasks.spawn(_open_modal(deps, client, body, principal, record, decoded.control),
-                           what=f"open the {decoded.control} form of {record.request_id}")
+                         what=f"open the {decoded.control} form of {record.request_id}")
         return
     raw_value = action.get("value") if action.get("type") == "button" else (action.get("selected_option") or {}).get("value")
     response = _clicked(record, decoded.control, raw_value, principal).model_copy(
@@ -358,8 +358,8 @@ async def settle_ack_spawn(
     The answer is settled in Redis first, waited for at most ``budget_s`` (the response policy may be
     slow; the settle goes on in the background either way), so a click acknowledged is a click recorded.
     With ``refusal`` (a modal), a refusal known in time is the ack itself: the modal shows it under its
-    input, and is not told again after the ack. Then the ack, then what needs Slack or the turn (notes
-    to the clicker, resuming the turn) in a tracked background task.
+    input, and is not told again after the ack. Then the ack, then the notes to the clicker in the
+    listeners' own tasks; the turn is resumed by the engine (``Runtime.receive_answer``), never here.
 
     A store that cannot be reached is the person's "try again" (handlers.outage), as when the read before it
     fails: the settle's own failure within the budget is raised; and ``kept`` (the record was this process's
@@ -382,7 +382,7 @@ async def settle_ack_spawn(
     await ack()
     quiet = bool(done) and refusal is not None  # the modal already showed any refusal inline
     deps.tasks.spawn(_finish(deps, client, body, response.principal.slack_user_id, task, quiet_refusals=quiet),
-                       what=f"after {what} {rid}")
+                     what=f"after {what} {rid}")
 
 
 async def _after_answer(

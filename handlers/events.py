@@ -112,7 +112,7 @@ async def _handle(
         # a top-level message is answered in the channel: its own thread has no replies, so nobody opens it
         if event.get("type") == "app_mention" or event.get("channel_type") == "im":
             deps.tasks.spawn(_tell_guest(client, event["user"], channel_id, thread_ts),
-                               what=f"tell a guest in {channel_id}")
+                             what=f"tell a guest in {channel_id}")
         return None
     # recorded before Slack gets its ack (the app runs with process_before_response): an acknowledged
     # message is never lost, even if this process dies right after; the rest runs in the engine's background
@@ -122,7 +122,7 @@ async def _handle(
     if arrived is None:
         return sid  # a repeat: the mention's twin event or a Slack retry
     deps.tasks.spawn(_tell_if_nothing_waiting(client, arrived, principal.slack_user_id, channel_id, thread_ts),
-                       what=f"after message {channel_id}:{ts} in {sid}")
+                     what=f"after message {channel_id}:{ts} in {sid}")
     return sid
 
 

@@ -125,7 +125,7 @@ async def edit_from_home(gov: Governance, ack: Any, body: dict[str, Any], action
         # who they are (an admin? the people chosen from another organisation?) needs Slack: after the ack
         await ack()
         gov.deps.tasks.spawn(_check_and_apply(gov, edit),
-                               what=f"App Home edit of {name} by {edit.user}")
+                             what=f"App Home edit of {name} by {edit.user}")
         return
     note = await _apply_edit(gov, edit, admin)
     await ack()
