@@ -42,6 +42,7 @@ from bot.engine.tool_registry import ToolRegistry
 from bot.engine.turns import Runtime, RuntimeSettings
 from bot.models.base import ChatModel
 from bot.ops import tracing
+from bot.ops.background import Background
 from bot.ops.metrics import AppMetrics, MeteredModel, StoreGauges
 from bot.ops.observed import ObservedChannel
 from bot.ports import Channel
@@ -236,12 +237,19 @@ class BotApp:
             if loop is not None:
                 loop.cancel()
         try:
-            await asyncio.wait_for(self.runtime.wait_idle(), SHUTDOWN_GRACE_SECONDS)
+            await asyncio.wait_for(self.wait_idle(), SHUTDOWN_GRACE_SECONDS)
         except TimeoutError:
             log.warning("shutting down with work in progress; another worker will continue it")
-        # nothing may outlive the Redis and Slack connections closed next
-        await self.runtime.abandon()
+        # nothing may outlive the Redis and Slack connections closed next: the listeners' tasks, the engine's
+        await asyncio.gather(self.deps.tasks.abandon(), self.runtime.abandon())
         await self._stack.aclose()
+
+    async def wait_idle(self) -> None:
+        """Wait until the engine and the listeners have no background work left (each may start the
+        other's: a listener's note waits on a settle, a delivery refreshes App Home)."""
+        while self.deps.tasks.busy() or self.runtime.background.busy():
+            await self.deps.tasks.wait_idle()
+            await self.runtime.wait_idle()
 
 
 async def start_bot(
@@ -345,7 +353,7 @@ async def _start(
         signing_secret=secret,
         oauth_settings=oauth,
         # a listener's ack goes out when it returns: listeners record what must not be lost, ack,
-        # and hand slow work to runtime.spawn — so an acknowledged message is always in Redis
+        # and hand slow work to their own tasks (deps.tasks) — so an acknowledged message is always in Redis
         process_before_response=True,
         # handlers.routes.http checks every signature on the raw bytes before anything is parsed
         request_verification_enabled=False,
@@ -417,7 +425,7 @@ async def _start(
                      result_key=token_key(secret), public_url=settings.public_url,
                      token_holders=TokenHolders(policies, lambda: runtime.settings.clock()),
                      token_revocations=TokenRevocations(redis.client, keep_s=TOKEN_TTL_S),
-                     events=SlackEvents(redis.client))
+                     events=SlackEvents(redis.client), tasks=Background())
     _wire_governance(deps, policies, redis, client_for, registry)
     # a line per turn event, delivery lag and ids in logs, around everything the frontend shows
     runtime.channel = ObservedChannel(runtime.channel, names=_local_names(local))
@@ -485,7 +493,7 @@ def _wire_governance(deps: SlackDeps, source: SlackPolicySource | None, redis: R
     if deps.settings.local_mode:  # the local workspace's finance approver (bob) approves the demo's refunds
         from localslack.seed import BOB, TEAM_ID
 
-        deps.runtime.spawn(deps.governance.seed_demo(TEAM_ID, BOB), what="seed the demo approver list")
+        deps.tasks.spawn(deps.governance.seed_demo(TEAM_ID, BOB), what="seed the demo approver list")
     # open App Homes follow requests as they appear and settle: a consumer with its own cursor, so a refresh
     # that fails is retried alone and never makes Slack delivery repeat
     deps.runtime.add_consumer("home", HomeRefresh(deps.governance))

@@ -100,17 +100,17 @@ async def _on_action(deps: SlackDeps, ack: Any, body: dict[str, Any], action: di
             record = kept or await deps.store.get_request(decoded.request_id)
     except UnknownRequest:
         await ack()
-        deps.runtime.spawn(_tell(client, body, principal.slack_user_id, None, not_found_text()),
-                           what="tell about an unknown request")
+        deps.tasks.spawn(_tell(client, body, principal.slack_user_id, None, not_found_text()),
+                         what="tell about an unknown request")
         return
     if decoded.control == "token":
         await ack()
-        deps.runtime.spawn(_send_token(deps, client, body, principal, record), what=f"result token for {record.request_id}")
+        deps.tasks.spawn(_send_token(deps, client, body, principal, record), what=f"result token for {record.request_id}")
         return
     if decoded.control in MODAL_CONTROLS:
         await ack()
-        deps.runtime.spawn(_open_modal(deps, client, body, principal, record, decoded.control),
-                           what=f"open the {decoded.control} form of {record.request_id}")
+        deps.tasks.spawn(_open_modal(deps, client, body, principal, record, decoded.control),
+                         what=f"open the {decoded.control} form of {record.request_id}")
         return
     raw_value = action.get("value") if action.get("type") == "button" else (action.get("selected_option") or {}).get("value")
     response = _clicked(record, decoded.control, raw_value, principal).model_copy(
@@ -358,8 +358,8 @@ async def settle_ack_spawn(
     The answer is settled in Redis first, waited for at most ``budget_s`` (the response policy may be
     slow; the settle goes on in the background either way), so a click acknowledged is a click recorded.
     With ``refusal`` (a modal), a refusal known in time is the ack itself: the modal shows it under its
-    input, and is not told again after the ack. Then the ack, then what needs Slack or the turn (notes
-    to the clicker, resuming the turn) in a tracked background task.
+    input, and is not told again after the ack. Then the ack, then the notes to the clicker in the
+    listeners' own tasks; the turn is resumed by the engine (``Runtime.receive_answer``), never here.
 
     A store that cannot be reached is the person's "try again" (handlers.outage), as when the read before it
     fails: the settle's own failure within the budget is raised; and ``kept`` (the record was this process's
@@ -367,8 +367,7 @@ async def settle_ack_spawn(
     a store that does not answer the probe in ``PROBE_S`` is one that hangs.
     """
     rid = record.request_id
-    task = deps.runtime.spawn(deps.runtime.answer(response, resume=False, record=record, lease=True),
-                              what=f"{what} {rid}")  # (_after_answer resumes the turn with the lease it took)
+    task = deps.runtime.receive_answer(response, record=record)  # (the engine resumes the turn itself)
     started = time.monotonic()
     done, _ = await asyncio.wait({task}, timeout=min(budget_s, READ_BUDGET_S) if kept else budget_s)
     if not done and kept:
@@ -382,24 +381,21 @@ async def settle_ack_spawn(
         return
     await ack()
     quiet = bool(done) and refusal is not None  # the modal already showed any refusal inline
-    deps.runtime.spawn(_finish(deps, client, body, response.principal.slack_user_id, task, quiet_refusals=quiet),
-                       what=f"after {what} {rid}")
+    deps.tasks.spawn(_finish(deps, client, body, response.principal.slack_user_id, task, quiet_refusals=quiet),
+                     what=f"after {what} {rid}")
 
 
 async def _after_answer(
     deps: SlackDeps, client: Any, body: dict[str, Any], user_id: str | None, result: AnswerResult,
     *, quiet_refusals: bool = False,
 ) -> None:
-    """Explain the outcome privately where the card does not, then resume the turn."""
+    """Explain the outcome privately where the card does not (the engine resumes the turn itself)."""
     if result.state == "stale":
         await _tell(client, body, user_id, result.record, _settled_text(result.record))
     elif result.state == "forbidden" and not quiet_refusals:
         await _tell(client, body, user_id, None, result.reason or "That answer cannot count.")
     elif result.state == "invalid":
         await _tell(client, body, user_id, result.record, result.reason or "That is not one of the options.")
-    if result.batch_complete:
-        deps.runtime.spawn(deps.runtime.drive(result.record.session_id, result.held),
-                           what=f"resume {result.record.session_id}")
 
 
 def _settled_text(record: RequestRecord) -> str:

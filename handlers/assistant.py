@@ -82,7 +82,7 @@ def register(app: AsyncApp, deps: SlackDeps) -> None:
             return  # (a redelivery: greeted already)
         if (thread.get("context") or {}).get("channel_id"):
             await threads.remember_context(channel, thread_ts, thread["context"])
-        deps.runtime.spawn(
+        deps.tasks.spawn(
             _welcome(deps, client, channel, thread_ts, thread.get("user_id")),
             what=f"welcome in assistant thread {channel}:{thread_ts}",
         )
@@ -116,7 +116,7 @@ def register(app: AsyncApp, deps: SlackDeps) -> None:
                 }
         recorded_in = await events.handle_message(deps, body, seen, context, client)
         if await threads.claim_title(channel, thread_ts, recorded_in):  # its session owns the thread from now on
-            deps.runtime.spawn(
+            deps.tasks.spawn(
                 _set_title(client, channel, thread_ts, event.get("text") or ""),
                 what=f"title of assistant thread {channel}:{thread_ts}",
             )

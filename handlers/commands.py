@@ -130,7 +130,7 @@ async def handle_command(gov: Governance, ack: Any, body: dict[str, Any], client
         work = revoke_tokens(gov, run, whose or run.user)
     else:
         work = send_list(gov, run) if sub == "list" else show_modal(gov, run)
-    gov.deps.runtime.spawn(work, what=f"{COMMAND} {sub or 'modal'} for {run.user}")
+    gov.deps.tasks.spawn(work, what=f"{COMMAND} {sub or 'modal'} for {run.user}")
 
 
 async def set_guests(gov: Governance, run: Invocation, *, admitted: bool) -> None:
@@ -332,4 +332,4 @@ async def handle_submission(gov: Governance, ack: Any, body: dict[str, Any], vie
                                                               block_id="approvers-saved-empty"))
     else:
         await ack()
-    gov.deps.runtime.spawn(republish(gov, team, user), what=f"App Home of {user} after {COMMAND}")
+    gov.deps.tasks.spawn(republish(gov, team, user), what=f"App Home of {user} after {COMMAND}")

@@ -13,6 +13,7 @@ from bot.approval import PolicySource
 from bot.config import Settings
 from bot.engine.result_tokens import TokenHolders
 from bot.engine.turns import Runtime
+from bot.ops.background import Background
 from store.assistant_threads import AssistantThreads
 from store.audit import AuditLog
 from store.post_ledger import PostLedger
@@ -41,6 +42,9 @@ class SlackDeps:
     public_url: str = ""  # where this bot is reached over HTTP, for the result API's address on cards
     extras: dict[str, Any] = field(default_factory=dict)
     events: SlackEvents | None = None  # which events were acted on (Slack redelivers them): None, none noted
+    # the listeners' own work after an ack (private notes, modals, App Home): their task group, apart from the
+    # engine's (``runtime.spawn``); the composition root drains it and then cancels what is left at shutdown
+    tasks: Background = field(default_factory=Background)
 
     async def first_delivery(self, body: dict[str, Any]) -> bool:
         """False for an event acted on before, here or in another replica: Slack sent it again because it did

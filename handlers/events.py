@@ -8,6 +8,7 @@ message is recorded in Redis before the ack, so one that Slack saw acknowledged 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -16,6 +17,7 @@ from slack_sdk.errors import SlackApiError
 
 from bot.engine.admission import GUEST_REFUSAL, admits, audit_refusal
 from bot.engine.inputs import NOTHING_WAITING, strip_mention
+from bot.engine.turns import PostResult
 from bot.principals import Principal
 from bot.session import SessionRef, slack_session_id
 from handlers.delivery.private_notes import tell_privately
@@ -109,24 +111,28 @@ async def _handle(
         # told once, where they asked (a mention arrives twice: only its app_mention tells), not on every reply;
         # a top-level message is answered in the channel: its own thread has no replies, so nobody opens it
         if event.get("type") == "app_mention" or event.get("channel_type") == "im":
-            deps.runtime.spawn(_tell_guest(client, event["user"], channel_id, thread_ts),
-                               what=f"tell a guest in {channel_id}")
+            deps.tasks.spawn(_tell_guest(client, event["user"], channel_id, thread_ts),
+                             what=f"tell a guest in {channel_id}")
         return None
     # recorded before Slack gets its ack (the app runs with process_before_response): an acknowledged
-    # message is never lost, even if this process dies right after; the rest runs in the background
-    message = await deps.runtime.record_message(ref, principal, strip_mention(text, bot_user),
-                                                message_id=f"{channel_id}:{ts}", lease=True)  # _process drives
-    if message is None:
+    # message is never lost, even if this process dies right after; the rest runs in the engine's background
+    # task (it answers, steers, queues or starts a turn with it, and drives the turn with the record's lease)
+    arrived = await deps.runtime.receive_message(ref, principal, strip_mention(text, bot_user),
+                                                 message_id=f"{channel_id}:{ts}")
+    if arrived is None:
         return sid  # a repeat: the mention's twin event or a Slack retry
-    deps.runtime.spawn(_process(deps, client, sid, message, principal.slack_user_id, channel_id, thread_ts),
-                       what=f"message {channel_id}:{ts} in {sid}")
+    deps.tasks.spawn(_tell_if_nothing_waiting(client, arrived, principal.slack_user_id, channel_id, thread_ts),
+                     what=f"after message {channel_id}:{ts} in {sid}")
     return sid
 
 
-async def _process(deps: SlackDeps, client: Any, sid: str, message: dict[str, Any], user_id: str | None,
-                   channel_id: str, thread_ts: str | None) -> None:
-    """Answer, steer, queue or start a turn; a bare "approve" with nothing waiting is told so, privately."""
-    result = await deps.runtime.process_message(sid, message)
+async def _tell_if_nothing_waiting(client: Any, arrived: asyncio.Task[PostResult], user_id: str | None,
+                                   channel_id: str, thread_ts: str | None) -> None:
+    """A bare "approve" with nothing waiting is told so, privately."""
+    try:
+        result = await arrived
+    except Exception:  # noqa: BLE001 - the engine's task logged it
+        return
     if result.state != "nothing waiting" or not user_id:
         return
     try:

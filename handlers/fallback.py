@@ -49,7 +49,7 @@ def register(app: AsyncApp, deps: SlackDeps) -> None:
     app.event(ANYTHING)(ignore)
 
     async def errors(error: Exception, body: Any, client: Any) -> BoltResponse | None:
-        return await on_error(error, body, client, deps.runtime.spawn)
+        return await on_error(error, body, client, deps.tasks.spawn)
 
     app.error(errors)
 

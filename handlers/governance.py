@@ -300,8 +300,8 @@ class Governance:
         except (StoreError, PolicyUpdateConflict) as exc:
             log.warning("could not save the approvers of %s in %s: %r", resource, team_id, exc)
             return "the approver lists can't be saved right now. Try again in a minute."
-        self.deps.runtime.spawn(self._refresh_open_requests(team_id, resource),
-                                what=f"open requests after a change of {resource} in {team_id}")
+        self.deps.tasks.spawn(self._refresh_open_requests(team_id, resource),
+                              what=f"open requests after a change of {resource} in {team_id}")
         return None
 
     async def _refresh_open_requests(self, team_id: str, resource: str) -> None:

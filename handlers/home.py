@@ -42,14 +42,14 @@ def register(app: AsyncApp, gov: Governance) -> None:
         if event.get("tab", "home") != "home" or not team or not user:
             return
         # Bolt answers the event when this returns; the home is built and published after that
-        gov.deps.runtime.spawn(republish(gov, team, user), what=f"publish the App Home of {user}")
+        gov.deps.tasks.spawn(republish(gov, team, user), what=f"publish the App Home of {user}")
 
     async def on_edit(ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
         await edit_from_home(gov, ack, body, action)
 
     async def on_revoke(ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
         await ack()
-        gov.deps.runtime.spawn(revoke_grant(gov, body, action.get("value") or ""), what="revoke a standing approval")
+        gov.deps.tasks.spawn(revoke_grant(gov, body, action.get("value") or ""), what="revoke a standing approval")
 
     app.event("app_home_opened")(on_home_opened)
     app.action(APPROVERS_ACTION_PATTERN)(on_edit)
@@ -57,7 +57,7 @@ def register(app: AsyncApp, gov: Governance) -> None:
 
     async def on_remove_schedule(ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
         await ack()
-        gov.deps.runtime.spawn(remove_schedule(gov, body, action.get("value") or ""), what="remove a schedule")
+        gov.deps.tasks.spawn(remove_schedule(gov, body, action.get("value") or ""), what="remove a schedule")
 
     app.action(REMOVE_SCHEDULE_ACTION_ID)(on_remove_schedule)
 
@@ -124,12 +124,12 @@ async def edit_from_home(gov: Governance, ack: Any, body: dict[str, Any], action
     if admin is None or (admin and not gov.admins.all_cached(edit.team, chosen)):
         # who they are (an admin? the people chosen from another organisation?) needs Slack: after the ack
         await ack()
-        gov.deps.runtime.spawn(_check_and_apply(gov, edit),
-                               what=f"App Home edit of {name} by {edit.user}")
+        gov.deps.tasks.spawn(_check_and_apply(gov, edit),
+                             what=f"App Home edit of {name} by {edit.user}")
         return
     note = await _apply_edit(gov, edit, admin)
     await ack()
-    gov.deps.runtime.spawn(_after_edit(gov, edit, note), what=f"after the App Home edit by {edit.user}")
+    gov.deps.tasks.spawn(_after_edit(gov, edit, note), what=f"after the App Home edit by {edit.user}")
 
 
 @dataclass(frozen=True)

@@ -46,8 +46,8 @@ def register(app: AsyncApp, deps: SlackDeps) -> None:
             return  # Slack sent it again: the press was acted on already
         sid = slack_session_id(team, channel_id, thread_ts)
         # after the ack: cancelling drives the session, which may wait on its lease
-        deps.runtime.spawn(_stop(deps, client, sid, principal, channel_id, thread_ts, pressed_at(body, event)),
-                           what=f"stop button in {sid}")
+        deps.tasks.spawn(_stop(deps, client, sid, principal, channel_id, thread_ts, pressed_at(body, event)),
+                         what=f"stop button in {sid}")
 
     app.event("agent_session_stopped")(on_stopped)
 

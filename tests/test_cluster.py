@@ -243,7 +243,7 @@ async def test_the_click_settles_after_a_failover(
     RUNS.clear()
     bot = await start_clustered_app(refund_script(), [refund_charge])
     ts, card = await mention_and_wait_for_card(local_slack)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     [record] = await bot.store.pending_for_team("T0LOCAL")
     key = _state_key(record.session_id)
     master = valkey_cluster.master_of(key)

@@ -250,3 +250,31 @@ def test_the_rules_know_the_rooms_of_bot_and_see_an_arrow_back_up():
     assert _runs_back_up(Import("bot.engine.turns", "bot.app", 1, False))
     assert not _runs_back_up(Import("bot.engine.turns", "bot.ops.logs", 1, False))
     assert not _runs_back_up(Import("bot.connections.openapi", "bot.engine.tool_registry", 1, False))
+
+
+def _attribute_uses(room: str, names: set[str]) -> list[str]:
+    """Where ``room``'s modules name any attribute in ``names`` (``x.held``, ``runtime.drive(...)``)."""
+    found = []
+    for path in sorted((ROOT / room).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Attribute) and node.attr in names:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} .{node.attr}")
+    return found
+
+
+def test_leases_never_leave_the_engine():
+    # an answer or a message that arrives is handed to the engine, which settles or records it and resumes the
+    # turn itself with the lease it took: the listeners neither hold a turn lease nor drive a turn
+    assert _attribute_uses("handlers", {"held", "drive", "process_message", "record_message", "answer"}) == []
+
+
+def test_listeners_run_their_work_in_their_own_tasks():
+    # the engine's tasks are the engine's (turns, deliveries, settles): a listener's notes, modals and App Home
+    # go in the listeners' own task group (``SlackDeps.tasks``), which shutdown drains and cancels as well
+    found = []
+    for path in sorted((ROOT / "handlers").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if (isinstance(node, ast.Attribute) and node.attr == "spawn" and isinstance(node.value, ast.Attribute)
+                    and node.value.attr == "runtime"):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert found == []

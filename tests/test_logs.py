@@ -82,7 +82,7 @@ async def test_an_approve_cycle_logs_json_lines_with_ids_and_no_text(redis_url, 
         card = await slack.wait_for(lambda: _card(slack, ts))
         await slack.click(BOB, GENERAL, card.ts, button(card, "Approve"))
         await slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Refunded $40.00" in m.text)
-        await bot.runtime.wait_idle()
+        await bot.wait_idle()
     finally:
         await bot.close()
 

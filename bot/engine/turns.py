@@ -37,6 +37,7 @@ from bot.engine.timers import Timers
 from bot.engine.tool_registry import ToolRegistry
 from bot.models.base import ChatModel
 from bot.ops import logs
+from bot.ops.background import Background
 from bot.ops.metrics import ANSWERS, SETTLE
 from bot.ports import Channel, LiveText, Workspace
 from bot.principals import Principal
@@ -76,11 +77,7 @@ class _InBackground:
 
     async def post_message(self, ref: SessionRef, principal: Principal | None, text: str, *,
                            message_id: str | None = None, automated: bool = False) -> object:
-        rt = self.runtime
-        message = await rt.record_message(ref, principal, text, message_id=message_id, automated=automated, lease=True)
-        if message is not None:
-            rt.spawn(rt.process_message(ref.session_id, message), what=f"start the turn of {ref.session_id}")
-        return message
+        return await self.runtime.receive_message(ref, principal, text, message_id=message_id, automated=automated)
 
 
 class Runtime:
@@ -112,7 +109,7 @@ class Runtime:
         ``policies``: the approver lists, workspace rules and admins the policies read (``ctx.policies``;
         None: those rules fail closed); ``installed``: which workspaces the app is installed in
         (``bot.engine.installed``; None: all)."""
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self.background = Background()  # its tracked tasks (``spawn``)
         self._recovering: set[str] = set()  # sessions the sweep is driving in the background (``recover``)
         self.outbox = self._outbox(outbox_store, channel)
         self.parts = Parts(store=store, model=model, reviewer=reviewer or model, tools=tools,
@@ -220,6 +217,37 @@ class Runtime:
         if message is None:
             return PostResult("duplicate")
         return await self.process_message(ref.session_id, message)
+
+    async def receive_message(
+        self, ref: SessionRef, principal: Principal | None, text: str, *, message_id: str | None = None,
+        automated: bool = False,
+    ) -> asyncio.Task[PostResult] | None:
+        """A message arrived (call this before acknowledging it): it is recorded durably now, with the turn
+        lease when free, and answered, steered, queued or started in the engine's own tracked task, which
+        drives the turn with that lease. None for a repeat; else that task, whose result says what the
+        message did (the caller may wait on it for its own notes, never to resume the turn)."""
+        message = await self.record_message(ref, principal, text, message_id=message_id, automated=automated,
+                                            lease=True)
+        if message is None:
+            return None
+        return self.spawn(self.process_message(ref.session_id, message), what=f"message in {ref.session_id}")
+
+    def receive_answer(
+        self, response: InputResponse, *, record: RequestRecord | None = None, note: str | None = None,
+    ) -> asyncio.Task[AnswerResult]:
+        """An answer arrived (a click, a modal, a result): settle it in a tracked task of the engine's, whose
+        result is the settle's outcome (the caller waits on it, within its budget, to acknowledge a click that
+        is recorded and to tell the clicker). When the settle is the step's last, the turn resumes in another
+        task of the engine's, in this process, with the turn lease that settle took: the lease never leaves
+        the engine, and the caller's wait is the settle's alone (as a signal to a workflow)."""
+        return self.spawn(self._settle_then_resume(response, record, note), what=f"answer {response.request_id}")
+
+    async def _settle_then_resume(self, response: InputResponse, record: RequestRecord | None,
+                                  note: str | None) -> AnswerResult:
+        result = await self.answer(response, note=note, resume=False, record=record, lease=True)
+        if result.batch_complete:
+            self.spawn(self.drive(result.record.session_id, result.held), what=f"resume {result.record.session_id}")
+        return result
 
     async def answer(
         self,
@@ -367,30 +395,15 @@ class Runtime:
 
     def spawn(self, coro: Any, *, what: str) -> asyncio.Task[Any]:
         """Run slow work after an ack; failures are logged with context, never lost silently."""
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-
-        def done(t: asyncio.Task[Any]) -> None:
-            self._tasks.discard(t)
-            if not t.cancelled() and t.exception() is not None:
-                log.error("background task failed: %s", what, exc_info=t.exception())
-
-        task.add_done_callback(done)
-        return task
+        return self.background.spawn(coro, what=what)
 
     async def wait_idle(self) -> None:
         """Wait for spawned background work, deliveries included (tests, graceful shutdown)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self.background.wait_idle()
 
     async def abandon(self, *, within_s: float = 2.0) -> int:
         """Cancel the background work still running (shutdown, after the grace period) and wait a bounded
         time for it to stop, so none of it outlives the connections it uses. Safe: whatever it had not
         committed is redone from the last checkpoint by whoever drives the session next. Returns how
         many tasks were still running."""
-        tasks = [t for t in self._tasks if not t.done()]
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=within_s)
-        return len(tasks)
+        return await self.background.abandon(within_s=within_s)

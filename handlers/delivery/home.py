@@ -220,7 +220,7 @@ class HomeRefresh:
             ids = [event.request_id]
         else:
             return
-        self.gov.deps.runtime.spawn(self._refresh(team, ids), what=f"refresh App Homes for {event.type}")
+        self.gov.deps.tasks.spawn(self._refresh(team, ids), what=f"refresh App Homes for {event.type}")
 
     async def _anyone_looking(self, team: str) -> bool:
         """Whether anyone in the workspace looked at their App Home lately: asked of Redis at most once a

@@ -104,9 +104,7 @@ async def _post_result(deps: SlackDeps, key: bytes | None, request: web.Request)
         # a result resumes a turn: the one admission rule, as it reads now (a guest's channel may have closed)
         return _error(403, GUEST_REFUSAL)
     response = InputResponse(request_id=request_id, values=values, principal=claims.principal, via="api")
-    result = await deps.runtime.answer(response, resume=False, record=record)
-    if result.batch_complete:
-        deps.runtime.spawn(deps.runtime.drive(record.session_id), what=f"resume {record.session_id}")
+    result = await deps.runtime.receive_answer(response, record=record)  # (the engine resumes the turn)
     if result.state == "settled":
         return web.json_response({"ok": True, "request_id": request_id})
     reason = result.reason or ("it was already settled" if result.state == "stale" else result.state)

@@ -120,11 +120,11 @@ async def run(cycles: int, idle_s: float) -> list[str]:
         timed = Contender("app, timed", who.url)
         try:
             await one_cycle(slack, who, 0)  # warm-up: scripts loaded, connections open
-            await bot.runtime.wait_idle()
+            await bot.wait_idle()
             # latency first, with no MONITOR on (it slows every node down)
             for n in range(1, min(cycles, LATENCY_CYCLES) + 1):
                 await one_cycle(slack, timed, 10_000 + n)
-            await bot.runtime.wait_idle()
+            await bot.wait_idle()
             for monitor in monitors:
                 monitor.start()
             time.sleep(0.5)  # the monitors are connected
@@ -132,7 +132,7 @@ async def run(cycles: int, idle_s: float) -> list[str]:
             started = time.perf_counter()
             for n in range(1, cycles + 1):  # one at a time: the scripted model serves one conversation
                 await one_cycle(slack, who, n)
-            await bot.runtime.wait_idle()  # its audit log and deliveries belong to the cycles
+            await bot.wait_idle()  # its audit log and deliveries belong to the cycles
             elapsed = time.perf_counter() - started
             _count(monitors, False)
             cycle_counts = _snapshot(monitors)

@@ -147,7 +147,7 @@ async def run_batch(slack: LocalSlack, who: Contender, redis: Redis, bot: BotApp
         await one_cycle(slack, who, who.done)
         who.done += 1
     if bot is not None:
-        await bot.runtime.wait_idle()  # its audit log and deliveries belong to the cycle
+        await bot.wait_idle()  # its audit log and deliveries belong to the cycle
     who.cpu_s += time.process_time() - cpu
     who.slack_calls += len(slack.calls) - calls
     who.redis_commands += await _commands(redis) - commands

@@ -170,7 +170,7 @@ async def main(args: argparse.Namespace) -> list[str]:
     try:
         for n in range(3):  # warm-up: scripts loaded, connections open
             await cycle.one_cycle(slack, who, n)
-        await bot.runtime.wait_idle()
+        await bot.wait_idle()
         await asyncio.sleep(0.6)  # anything deferred (bot.engine.outbox.DELIVER_UNHURRIED_S) is done
         before = await cycle._commands(redis)
         before_by_name = await _by_name(redis)
@@ -183,7 +183,7 @@ async def main(args: argparse.Namespace) -> list[str]:
         try:
             for n in range(args.cycles):
                 await cycle.one_cycle(slack, who, 100 + n)
-                await bot.runtime.wait_idle()
+                await bot.wait_idle()
         finally:
             trips.on = False
             if args.server_time:

@@ -59,11 +59,11 @@ async def test_a_refused_guest_mentioning_the_agent_is_told_why_and_nothing_star
     bot = await start_app(answers(), [])
     ts, deliveries = await local_slack.post_message(ERIN, GENERAL, f"<@{BOT_USER_ID}> hello")
     await refusals(local_slack, 1)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert not await bot.store.exists(slack_session_id(TEAM_ID, GENERAL, ts))
     for delivered in deliveries:  # Slack's redeliveries: nothing more is told or audited
         assert (await local_slack.redeliver(delivered)).status == 200
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     # told where she wrote: a message of her own with no replies has no thread anyone would open (seen
     # in the browser walk: the refusal sat unseen in that thread)
     [told] = [e for e in local_slack.ephemerals(ERIN) if e.channel == GENERAL]
@@ -81,7 +81,7 @@ async def test_a_refused_guest_in_a_dm_with_the_app_is_told_why_and_nothing_star
     dm = local_slack.dm_channel(ERIN)
     await local_slack.post_message(ERIN, dm, "hello")
     await refusals(local_slack, 1)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert not await bot.store.exists(slack_session_id(TEAM_ID, dm, "dm"))
 
     await bot.deps.governance.policies.set_allow_external(TEAM_ID, True, actor="test")  # outsiders admitted
@@ -94,7 +94,7 @@ async def test_a_refused_guest_in_an_assistant_thread_is_told_why_and_nothing_st
     dm, thread_ts, _ = await local_slack.open_assistant(ERIN, context_channel=GENERAL)
     await local_slack.post_message(ERIN, dm, "hello", thread_ts=thread_ts)
     await refusals(local_slack, 1)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert not await bot.store.exists(slack_session_id(TEAM_ID, dm, thread_ts))
 
     await bot.deps.governance.policies.set_allow_external(TEAM_ID, True, actor="test")
@@ -110,7 +110,7 @@ async def test_a_refused_guest_cannot_schedule_turns(local_slack, start_app):
     assert await guest_refusals(bot) == [(ERIN_ID, f"channel:{GENERAL}", "schedule")]
     later(bot, 3600 + 1)
     await bot.runtime.recover()
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert roots(local_slack) == []
 
     await open_to_guests(local_slack)
@@ -147,7 +147,7 @@ async def test_no_tick_runs_as_a_guest_once_their_channel_is_closed(local_slack,
     for _ in range(2):
         later(bot, 3600 + 1)
         await bot.runtime.recover()
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert len(roots(local_slack)) == 1, "no tick ran as the guest after her channel was closed"
     assert await guest_refusals(bot) == [(ERIN_ID, f"channel:{GENERAL}", "schedule tick")] * 2
     assert len(await bot.runtime.schedules.list(TEAM_ID)) == 1
@@ -213,7 +213,7 @@ async def test_a_guest_whose_channel_was_closed_cannot_answer_her_own_earlier_ca
     clicked = await local_slack.click(ERIN, GENERAL, card.ts, button(card, "Approve"))
     assert clicked.status == 200
     await refusals(local_slack, 1)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert RUNS == [] and card_in(local_slack, ts) is not None, "the card is still open; nothing ran"
     assert await guest_refusals(bot) == [(ERIN_ID, f"channel:{GENERAL}", "answer")]
 

@@ -68,10 +68,10 @@ async def test_a_quick_approve_cycle_is_at_most_four_slack_calls_with_the_sessio
                                          call("refund_charge", charge_id="ch_2", amount=5.0), say("Refunded.")],
                                         by_turn_position=False), [refund_charge])
     await quick_approve_cycle(local_slack, "refund ch_1 please")
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     before = len(local_slack.calls)
     ts = await quick_approve_cycle(local_slack, "refund ch_2 please")
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     await asyncio.sleep(STATUS_DELAY_S + 0.3)  # a status armed during the cycle would be set by now
 
     cycle = [c.method if c.method != "agents.sessions.setStatus" else f"session:{c.params.get('status')}"
@@ -92,7 +92,7 @@ async def test_a_quick_cycle_records_its_session_status_with_the_pass_closing_ro
     bot = await start_app(refund_script(), [refund_charge])
     async with monitored(redis_url) as monitor:
         await quick_approve_cycle(local_slack, "refund ch_1 please")
-        await bot.runtime.wait_idle()
+        await bot.wait_idle()
     seen = monitor.by_kind()  # (client type: "lua" run by a script, else sent by the app; command)
 
     writes = [(kind, command) for kind, command in seen if command.startswith("HSET") and "agent_session" in command]
@@ -110,7 +110,7 @@ async def test_a_turn_with_an_approval_is_processing_then_suspended_on_whom_then
     assert state().session_title == "Waiting for @alice to approve refund_charge", "suspended names whom, by name"
     await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
     await local_slack.wait_for(lambda: state().session_status == "active")
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
 
     assert [e["status"] for e in state().session_log] == ["processing", "suspended", "active"]
     assert state().session_log[0]["title"] == "refund ch_1 please", "created titled with the first request"
@@ -134,7 +134,7 @@ async def test_a_card_that_waits_longer_than_the_delay_suspends_the_session_nami
     assert state().session_title == "Waiting for @alice to approve refund_charge"
     await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
     await local_slack.wait_for(lambda: state().session_status == "active")
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert state().session_log == [{"status": "suspended", "title": "Waiting for @alice to approve refund_charge"},
                                    {"status": "active", "title": "refund ch_1 please"}]
     # the card waited past the delay, so the call is a task of a streamed answer: the reply
@@ -152,7 +152,7 @@ async def test_where_slack_refuses_agent_sessions_it_asks_once_per_workspace_qui
     for text in ("one", "two"):
         ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> {text}")
         await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: m.text.endswith("."))
-        await bot.runtime.wait_idle()
+        await bot.wait_idle()
     asked = [c for c in local_slack.calls if c.method == "agents.sessions.setStatus"]
     assert [c.response.get("error") for c in asked] == ["not_authorized"], "asked once, then never again"
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING and "agent" in r.getMessage().lower()]
@@ -170,7 +170,7 @@ async def test_the_stop_button_mid_approval_ends_the_card_and_runs_nothing(local
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Stopped" in m.text)
     await local_slack.wait_for(lambda: local_slack.assistant_state(GENERAL, ts).session_status == "closed")
     assert NO_LONGER_NEEDED in local_slack.message(GENERAL, card.ts).text
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert RUNS == [], "nothing runs after the stop"
     assert not [m for m in local_slack.messages(GENERAL, thread_ts=ts) if "Result:" in m.text]
 
@@ -182,14 +182,14 @@ async def test_the_stop_button_mid_approval_on_another_replica_ends_the_card_and
     RUNS.clear()
     first = await start_app(slow_refund_script(), [refund_charge])
     ts, card = await mention_and_wait_for_card(local_slack)
-    await first.runtime.wait_idle()
+    await first.wait_idle()
     second = await start_app(refund_script(), [refund_charge])  # Slack now delivers to the second replica
     delivered = await local_slack.stop_agent_session(ALICE, GENERAL, ts, late=True)
     assert delivered is not None and delivered.status == 200
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Stopped" in m.text)
     await local_slack.wait_for(lambda: local_slack.assistant_state(GENERAL, ts).session_status == "closed")
-    await first.runtime.wait_idle()
-    await second.runtime.wait_idle()
+    await first.wait_idle()
+    await second.wait_idle()
     assert NO_LONGER_NEEDED in local_slack.message(GENERAL, card.ts).text
     assert RUNS == [], "nothing runs after the stop"
     assert not [m for m in local_slack.messages(GENERAL, thread_ts=ts) if "Result:" in m.text]
@@ -240,7 +240,7 @@ async def test_the_stop_button_mid_tool_tells_the_running_call_and_stops_the_tur
     await told_of_the_stop()
     GATE["release"].set()
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Stopped" in m.text)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert EXPORTS == [], "the call under way is told and stops before its side effect; the next never starts"
     [task] = next(m for m in local_slack.messages(GENERAL, thread_ts=ts) if m.bot_id and m.tasks).tasks
     assert (task["title"], task["status"], task.get("details")) == ("long_export", "error", "stopped"), \
@@ -266,8 +266,8 @@ async def test_the_stop_button_reaching_another_replica_stops_the_turn_running_o
     await told_of_the_stop()  # the first replica learns it from Redis, with its lease renewal
     GATE["release"].set()
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Stopped" in m.text)
-    await first.runtime.wait_idle()
-    await second.runtime.wait_idle()
+    await first.wait_idle()
+    await second.wait_idle()
     assert EXPORTS == [], "the call under way on the first replica is told and stops; nothing runs after it"
     await local_slack.wait_for(lambda: local_slack.assistant_state(GENERAL, ts).session_status == "closed")
     assert not [m for m in local_slack.messages(GENERAL, thread_ts=ts) if "exported" in m.text.lower()
@@ -299,7 +299,7 @@ async def test_an_approved_call_that_runs_long_is_processing_again_and_the_stop_
     await local_slack.stop_agent_session(ALICE, GENERAL, ts)
     GATE["release"].set()
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Stopped" in m.text)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert EXPORTS == ["q3"] and state().session_status == "closed"
     assert sum(1 for m in local_slack.messages(GENERAL, thread_ts=ts) if card_in_blocks(m)) == 0, "no second card"
 
@@ -325,12 +325,12 @@ async def second_card(slack, ts: str, first) -> object:  # noqa: ANN001
 
 async def the_second_turn_goes_on(slack, bot, ts: str, card) -> None:  # noqa: ANN001
     """The second turn's card is still open, and approving it runs the refund and answers."""
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert NO_LONGER_NEEDED not in slack.message(GENERAL, card.ts).text, "the new card is not touched"
     assert card_in_blocks(slack.message(GENERAL, card.ts)), "its buttons are still there"
     await slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
     await slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert [r["charge"] for r in RUNS] == ["ch_2"]
 
 
@@ -344,7 +344,7 @@ async def test_a_redelivered_stop_changes_nothing(local_slack, start_app):
     stopped = await local_slack.stop_agent_session(ALICE, GENERAL, ts, late=True)
     assert stopped is not None and stopped.status == 200
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Stopped" in m.text)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> refund ch_2 instead", thread_ts=ts)
     second = await second_card(local_slack, ts, card)
 
@@ -372,7 +372,7 @@ async def test_a_stop_that_reaches_the_bot_only_after_its_turn_ended_stops_nothi
     card = await local_slack.wait_for(lambda: card_in(local_slack, ts))
     await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Cancel"))  # the first turn ends otherwise
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: m.text == "Not refunded.")
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> refund ch_2 instead", thread_ts=ts)
     second = await second_card(local_slack, ts, card)
 

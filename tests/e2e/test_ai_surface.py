@@ -218,10 +218,10 @@ async def test_a_redelivered_assistant_thread_started_greets_once(local_slack, s
     bot = await start_app(refund_script(), [refund_charge])
     dm, thread_ts, started = await local_slack.open_assistant(ALICE, context_channel=GENERAL)
     await local_slack.wait_for_message(dm, thread_ts=thread_ts, predicate=lambda m: "Hi <@" in m.text)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     again = await local_slack.redeliver(started)
     assert again.status == 200
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     greetings = [m for m in local_slack.messages(dm, thread_ts=thread_ts) if "Hi <@" in m.text]
     assert len(greetings) == 1
 
@@ -240,7 +240,7 @@ async def test_a_redelivered_context_change_does_not_undo_a_newer_one(local_slac
     to_finance = await local_slack.change_assistant_context(ALICE, dm, thread_ts, FINANCE)
     await local_slack.change_assistant_context(ALICE, dm, thread_ts, GENERAL)
     assert (await local_slack.redeliver(to_finance)).status == 200
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     await local_slack.post_message(ALICE, dm, "What is this channel about?", thread_ts=thread_ts)
     await local_slack.wait_for_message(dm, thread_ts=thread_ts, predicate=lambda m: m.text == "Noted.")
     assert f"<#{GENERAL}>" in seen[0]

@@ -40,7 +40,7 @@ async def test_a_streamed_answer_whose_message_was_deleted_is_posted_anew_once(
     assert (await web_api(local_slack, "chat.delete", channel=GENERAL, ts=live.ts))["ok"]
 
     await local_slack.wait_for(lambda: answers_in(local_slack, ts), timeout_s=15)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     await asyncio.sleep(0.5)  # a second post would have landed by now
     assert len(answers_in(local_slack, ts)) == 1
     assert not [r for r in caplog.records if "Slack rejected message.completed" in r.getMessage()]
@@ -77,7 +77,7 @@ async def test_a_posted_and_edited_answer_whose_message_was_deleted_is_posted_an
         return [m for m in local_slack.messages(dm) if m.bot_id and m.blocks and m.blocks[0].get("text") == ANSWER]
 
     await local_slack.wait_for(whole, timeout_s=15)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     await asyncio.sleep(0.5)
     assert len(whole()) == 1
     assert not [r for r in caplog.records if "Slack rejected message.completed" in r.getMessage()]

@@ -34,7 +34,7 @@ async def _client(bot):  # noqa: ANN001, ANN202
 async def _thread_with_a_turn(local_slack, bot) -> tuple[str, str, TurnStarted]:  # noqa: ANN001
     ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> hi")
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: m.text == "hello")
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     sid = f"slack:T0LOCAL:{GENERAL}:{ts}"
     [started] = [e for e in await bot.store.events(sid) if isinstance(e, TurnStarted)]
     return ts, sid, started
@@ -118,7 +118,7 @@ async def test_a_revived_thread_answer_is_posted_though_the_old_life_has_one_wit
     await bot.store.redis.set(bot.store.key(sid, "outlock"), "dead-token|1")
 
     await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> and again", thread_ts=ts)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     [again] = [e for e in await bot.store.events(sid) if isinstance(e, MessageCompleted)]
     assert again.seq == first.seq  # numbered afresh in its new stream: the old answer's number
     await local_slack.wait_for(

@@ -138,7 +138,7 @@ async def test_eight_concurrent_clicks_one_execution(local_slack, start_app):
     results = await asyncio.gather(*(local_slack.click(ALICE, GENERAL, card.ts, action) for _ in range(8)))
     assert all(r.status == 200 for r in results)
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert len(RUNS) == 1
     already = [e for e in local_slack.ephemerals(ALICE) if "Already approved" in e.text]
     assert already, "late clickers are told who settled it"

@@ -70,6 +70,6 @@ async def test_someone_from_another_organisation_put_on_a_list_is_never_told(loc
     version = (await policies.get(TEAM_ID)).version
     assert await bot.runtime.refresh_responders(TEAM_ID, "tool:pay_vendor", version) == 1
     await local_slack.wait_for(lambda: len(_bot_dms(local_slack, DAVE)) == 1)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert f"<@{ERIN}>" not in json.dumps(local_slack.message(GENERAL, card.ts).blocks)
     assert _bot_dms(local_slack, ERIN) == []

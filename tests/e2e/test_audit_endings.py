@@ -27,7 +27,7 @@ async def test_a_cancel_click_names_who_cancelled(local_slack, start_app):
     ts, card = await mention_and_wait_for_card(local_slack)
     await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Cancel"))
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: m.text == "Not done.")
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     found = await endings(bot)
     assert [(e.actor, e.data["outcome"]) for e in found["settlement"]] == [(ALICE_ID, "cancelled")]
     assert [(e.actor, e.data["outcome"]) for e in found["resolution"]] == [(ALICE_ID, "denied")]
@@ -41,7 +41,7 @@ async def test_the_stop_button_names_who_stopped_the_request(local_slack, start_
     ts, _ = await mention_and_wait_for_card(local_slack)
     await local_slack.stop_agent_session(ALICE, GENERAL, ts, late=True)
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Stopped" in m.text)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     found = await endings(bot)
     assert [(e.actor, e.data["outcome"], e.data.get("ended_by")) for e in found["settlement"]] == [
         (ALICE_ID, "cancelled", "stop")]
@@ -60,7 +60,7 @@ async def test_a_typed_stop_that_steers_past_the_card_names_its_author(local_sla
     ts, _ = await mention_and_wait_for_card(local_slack)
     await local_slack.post_message(ALICE, GENERAL, "stop", thread_ts=ts)
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: m.text == "Stopped it.")
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     found = await endings(bot)
     assert found["settlement"] == []
     assert [(e.actor, e.data["outcome"], e.data.get("ended_by")) for e in found["resolution"]] == [

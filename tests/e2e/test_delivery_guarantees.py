@@ -64,8 +64,7 @@ async def test_a_message_is_in_redis_before_slack_gets_the_ack(local_slack, star
     queued = [m["text"] for m in snap.inbox]
     started = [m["content"] for m in (snap.state or {}).get("history", []) if m.get("role") == "user"]
     assert "remember this" in queued + started
-    for task in list(bot.runtime._tasks):  # the model would block shutdown
-        task.cancel()
+    await bot.runtime.abandon()  # the model would block shutdown
 
 
 async def test_a_card_offered_twice_at_once_is_posted_once(local_slack, start_app):
@@ -91,7 +90,7 @@ async def test_a_reply_whose_answer_was_lost_is_found_not_posted_again(local_sla
     bot = await start_app(ScriptedModel([say("hello")]), [])
     ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> hi")
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: m.text == "hello")
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     sid = f"slack:T0LOCAL:{GENERAL}:{ts}"
     [(field, _)] = [(f, v) for f, v in (await bot.store.redis.hgetall(bot.store.key(sid, "chan"))).items()
                     if f.startswith(b"post:")]
@@ -107,7 +106,7 @@ async def test_a_reply_whose_answer_was_lost_is_found_not_posted_again(local_sla
 async def test_a_card_whose_deliverer_died_before_its_pass_ended_is_found_not_posted_again(local_slack, start_app):
     bot = await start_app(refund_script(), [refund_charge])
     ts, first = await mention_and_wait_for_card(local_slack)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     sid = f"slack:T0LOCAL:{GENERAL}:{ts}"
     [request_id] = [r.request_id for r in await bot.store.pending_for_team("T0LOCAL")]
     # a finished pass left where its card is in Redis, and lets go of what it had read
@@ -141,7 +140,7 @@ async def test_a_card_whose_deliverer_died_before_its_pass_ended_is_found_not_po
 async def test_a_card_claimed_in_a_dead_pass_memory_is_found_not_posted_again(local_slack, start_app):
     bot = await start_app(refund_script(), [refund_charge])
     ts, _ = await mention_and_wait_for_card(local_slack)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     sid = f"slack:T0LOCAL:{GENERAL}:{ts}"
     [request_id] = [r.request_id for r in await bot.store.pending_for_team("T0LOCAL")]
     req = (await bot.store.get_request(request_id)).request.model_copy(update={"request_id": new_request_id(sid)})
@@ -177,7 +176,7 @@ async def test_a_card_claimed_in_a_dead_pass_memory_is_found_not_posted_again(lo
 async def test_a_post_whose_answer_was_lost_leaves_its_claim_with_the_pass_end(local_slack, start_app):
     bot = await start_app(refund_script(), [refund_charge])
     ts, _ = await mention_and_wait_for_card(local_slack)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     sid = f"slack:T0LOCAL:{GENERAL}:{ts}"
     store = RedisOutbox(bot.store.redis)
     assert await store.outbox_begin(sid, ["frontend"], "token") is not None
@@ -196,7 +195,7 @@ async def test_an_answer_that_ended_its_tasks_stream_in_a_dead_pass_is_not_poste
     bot = await start_app(ScriptedModel([say("hello")]), [])
     ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> hi")
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: m.text == "hello")
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     sid = f"slack:T0LOCAL:{GENERAL}:{ts}"
     [started] = [e for e in await bot.store.events(sid) if isinstance(e, TurnStarted)]
     ref = SessionRef(session_id=sid, team_id="T0LOCAL", channel={"channel_id": GENERAL, "thread_ts": ts})
@@ -246,7 +245,7 @@ async def test_an_answer_streamed_in_a_dead_pass_is_not_posted_again(local_slack
     bot = await start_app(ScriptedModel([say("hello")]), [])
     ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> hi")
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: m.text == "hello")
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     sid = f"slack:T0LOCAL:{GENERAL}:{ts}"
     [started] = [e for e in await bot.store.events(sid) if isinstance(e, TurnStarted)]
     ref = SessionRef(session_id=sid, team_id="T0LOCAL", channel={"channel_id": GENERAL, "thread_ts": ts})
@@ -283,13 +282,13 @@ async def test_a_settled_request_leaves_the_pending_index_with_its_card_update_e
         local_slack, start_app):
     bot = await start_app(refund_script(), [refund_charge])
     ts, card = await mention_and_wait_for_card(local_slack)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     sid = f"slack:T0LOCAL:{GENERAL}:{ts}"
     pending = bot.store.pending_key("T0LOCAL")
     [request_id] = [r.request_id for r in await bot.store.pending_for_team("T0LOCAL")]
     await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
     await local_slack.wait_for(lambda: card_in(local_slack, ts) is None)  # the card was updated
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert await bot.store.redis.zscore(pending, request_id) is None  # dropped by the pass that updated it
 
     # a deliverer updates a settled request's card and dies before its pass ends: the index entry the
@@ -317,7 +316,7 @@ async def test_a_channel_that_is_gone_does_not_hold_up_other_sessions(local_slac
     bot = await start_app(refund_script(), [refund_charge])
     local_slack.fail_next("chat.postMessage", error="channel_not_found")  # the card (no status line: it was quick)
     dead_ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> refund ch_1")
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert card_in(local_slack, dead_ts) is None
     dead_sid = f"slack:T0LOCAL:{GENERAL}:{dead_ts}"
     await bot.runtime.recover()  # (the audit's retry its pass's close wrote is moot: the sweep's read drops it)
@@ -335,18 +334,18 @@ async def test_the_audit_log_has_each_event_once_despite_retries(local_slack, st
     bot = await start_app(refund_script(), [refund_charge])
     local_slack.fail_next("chat.postMessage", error="internal_error", times=6)  # the card fails a few times
     ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> refund ch_1")
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     sid = f"slack:T0LOCAL:{GENERAL}:{ts}"
     for _ in range(6):
         # as if each backoff had run out: the sweep finds the session due and the hold lapsed
         await bot.store.redis.hdel(bot.store.key(sid, "out"), "_hold:frontend")
         await bot.store.redis.zadd(OUTBOX, {sid: 0})
         await bot.runtime.recover()
-        await bot.runtime.wait_idle()
+        await bot.wait_idle()
     card = await local_slack.wait_for(lambda: card_in(local_slack, ts))
     await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Refunded" in m.text or "refund" in m.text.lower())
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     entries = [e async for e in AuditLog(bot.store.redis).iter_entries("T0LOCAL")]
     requests = [e for e in entries if e.kind == "request"]
     assert len(requests) == 1
@@ -364,7 +363,7 @@ async def test_a_rate_limited_card_waits_as_slack_asked_and_holds_up_no_one_else
     # Slack answers 429 + Retry-After: 2 to the card of the first session
     local_slack.fail_next("chat.postMessage", status=429, retry_after=2)
     first_ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> refund ch_1")
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     refused_at = asyncio.get_running_loop().time()
     assert card_in(local_slack, first_ts) is None
     # another conversation is served at once, while the first one waits
@@ -425,7 +424,7 @@ async def test_a_reply_does_not_wait_for_its_card_update_and_is_posted_once(loca
     RUNS.clear()
     bot = await start_app(refund_script(), [refund_charge])
     ts, card = await mention_and_wait_for_card(local_slack)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     held = local_slack.hold_next("chat.update")
     try:
         await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
@@ -437,7 +436,7 @@ async def test_a_reply_does_not_wait_for_its_card_update_and_is_posted_once(loca
     finally:
         held.release()
     await local_slack.wait_for(lambda: card_in(local_slack, ts) is None)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert local_slack.calls_to("chat.update")[0].params["ts"] == card.ts
     assert "Approved" in str(local_slack.message(GENERAL, card.ts).blocks)
     assert len(_replies(local_slack, ts)) == 1 and len(RUNS) == 1
@@ -448,12 +447,12 @@ async def test_a_card_update_that_failed_beside_its_reply_is_retried_and_the_rep
     RUNS.clear()
     bot = await start_app(refund_script(), [refund_charge])
     ts, card = await mention_and_wait_for_card(local_slack)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     local_slack.fail_next("chat.update", error="internal_error")  # Slack fails to edit the card, once
     await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, timeout_s=0.8,
                                        predicate=lambda m: "Result:" in m.text and not m.streaming)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert card_in(local_slack, ts) is not None  # not edited: the session's events are offered again later
     sid = f"slack:T0LOCAL:{GENERAL}:{ts}"
     assert await bot.store.redis.zscore(OUTBOX, sid) is not None
@@ -461,7 +460,7 @@ async def test_a_card_update_that_failed_beside_its_reply_is_retried_and_the_rep
     await bot.store.redis.hdel(bot.store.key(sid, "out"), "_hold:frontend")
     await bot.store.redis.zadd(OUTBOX, {sid: 0})
     await bot.runtime.recover()
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert card_in(local_slack, ts) is None and "Approved" in str(local_slack.message(GENERAL, card.ts).blocks)
     assert len(_replies(local_slack, ts)) == 1 and len(RUNS) == 1
 
@@ -478,9 +477,9 @@ async def test_a_mention_redelivered_minutes_later_is_not_asked_again(local_slac
     bot = await start_app(model, [])
     ts, deliveries = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> hello")
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: m.text == "Done.")
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     for delivered in deliveries:
         assert (await local_slack.redeliver(delivered)).status == 200
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert [m.text for m in local_slack.messages(GENERAL, thread_ts=ts) if m.bot_id] == ["Done."]
     assert len(model.requests) == 1

@@ -62,7 +62,7 @@ async def test_each_kind_is_answered_without_a_5xx(bot, name, caplog):
         assert response.text == "", response.text
     if payload.get("type") == "url_verification":
         assert payload["challenge"] in response.text
-    await asyncio.wait_for(bot.runtime.wait_idle(), timeout=10)
+    await asyncio.wait_for(bot.wait_idle(), timeout=10)
     # LOG_CONTENT is off: what a person typed shows in no log line (Bolt's "Unhandled request" included)
     leaked = [f"{r.name}: {r.getMessage()[:200]}" for r in caplog.records if SECRET_WORDS in r.getMessage()]
     assert not leaked, leaked
@@ -150,7 +150,7 @@ async def test_junk_in_each_field_never_5xx_and_the_app_still_works(bot, local_s
     async with httpx.AsyncClient(base_url=bot.url, timeout=30) as http:
         await asyncio.gather(*(one(http, case) for case in chosen))
         assert (await http.get("/healthz")).status_code == 200
-    await asyncio.wait_for(bot.runtime.wait_idle(), timeout=30)
+    await asyncio.wait_for(bot.wait_idle(), timeout=30)
     with capsys.disabled():
         print(f"\n== every kind, junk in each field: {len(chosen)} of {len(everything)} requests, {statuses}")
     assert not failures, failures[:20]
@@ -189,7 +189,7 @@ async def test_a_wrong_kind_in_any_field_of_what_our_listeners_handle_is_never_5
     async with httpx.AsyncClient(base_url=bot.url, timeout=30) as http:
         await asyncio.gather(*(one(http, *case) for case in cases))
         assert (await http.get("/healthz")).status_code == 200
-    await asyncio.wait_for(bot.runtime.wait_idle(), timeout=30)
+    await asyncio.wait_for(bot.wait_idle(), timeout=30)
     with capsys.disabled():
         print(f"\n== wrong kinds in every field our listeners read: {len(cases)} requests, {dict(sorted(statuses.items()))}")
     assert not failures, (len(failures), failures[:20])

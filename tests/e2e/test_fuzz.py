@@ -408,7 +408,7 @@ async def test_fuzzed_requests_never_crash_never_5xx_never_settle(local_slack, l
     async with httpx.AsyncClient(base_url=bot.url, timeout=30) as http:
         fuzzer = Fuzzer(http, seed, templates, request_ids)
         await fuzzer.run(REQUESTS)
-    await asyncio.wait_for(bot.runtime.wait_idle(), timeout=30)
+    await asyncio.wait_for(bot.wait_idle(), timeout=30)
 
     with capsys.disabled():
         answers = {f"{kind} {status}": n for (kind, status), n in sorted(fuzzer.answers.items())}
@@ -446,7 +446,7 @@ async def test_a_wrong_kind_of_value_in_any_field_is_refused_never_5xx_never_set
     async with httpx.AsyncClient(base_url=live.bot.url, timeout=30) as http:
         await asyncio.gather(*(one(http, index, *case) for index, case in enumerate(cases)))
         assert (await http.get("/healthz")).status_code == 200
-    await asyncio.wait_for(live.bot.runtime.wait_idle(), timeout=30)
+    await asyncio.wait_for(live.bot.wait_idle(), timeout=30)
     with capsys.disabled():
         print(f"\n== wrong kinds in every field of requests aimed at live cards: {len(cases)} requests, "
               f"answers {dict(sorted(statuses.items()))}")

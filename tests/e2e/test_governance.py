@@ -285,13 +285,13 @@ async def test_two_of_three_waits_for_two_distinct_approvers(local_slack, start_
         lambda: "1 of 2" in json.dumps((m := local_slack.message(GENERAL, card.ts)).blocks) and m)
     assert any(b["type"] == "actions" for b in waiting.blocks), "buttons stay until the second approval"
     await local_slack.click(BOB, GENERAL, card.ts, button(card, "Approve"))  # the same person again
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert RUNS == []
     await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))  # the requester never counts
     await local_slack.wait_for(lambda: [e for e in local_slack.ephemerals(ALICE) if "can't approve your own" in e.text])
     await local_slack.click(CAROL, GENERAL, card.ts, button(card, "Approve"))
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert len(RUNS) == 1
     settled = local_slack.message(GENERAL, card.ts)
     assert all(b["type"] != "actions" for b in settled.blocks)
@@ -319,7 +319,7 @@ async def test_slack_connect_clicker_refused_unless_workspace_allows_external(lo
     await local_slack.click(ERIN, GENERAL, card.ts, button(card, "Approve"))
     refusal = await local_slack.wait_for(lambda: local_slack.ephemerals(ERIN))
     assert "other workspaces" in refusal[-1].text
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert RUNS == []
     await governance(bot).policies.set_allow_external(TEAM_ID, True, actor="test")
     await local_slack.click(ERIN, GENERAL, card.ts, button(card, "Approve"))
@@ -417,7 +417,7 @@ async def test_audit_records_the_flow_and_exports_and_verifies(local_slack, star
     await local_slack.wait_for(lambda: local_slack.ephemerals(DAVE))
     await local_slack.click(BOB, GENERAL, card.ts, button(card, "Approve"))
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
 
     entries = await audit_entries(bot)
     kinds = [e.kind for e in entries]
@@ -467,7 +467,7 @@ async def test_offline_demo_starts_with_bob_approving_refunds_once(redis, redis_
 
     bot = await start_bot(offline(), host="127.0.0.1", port=0, recovery_interval=0)
     try:
-        await bot.runtime.wait_idle()
+        await bot.wait_idle()
         listing = await governance(bot).policies.approvers(TEAM_ID, "tool:refund_charge")
         assert listing is not None and listing.approvers == [BOB]
         await bot.localslack.open_home(CAROL)
@@ -479,7 +479,7 @@ async def test_offline_demo_starts_with_bob_approving_refunds_once(redis, redis_
 
     again = await start_bot(offline(), host="127.0.0.1", port=0, recovery_interval=0)
     try:
-        await again.runtime.wait_idle()
+        await again.wait_idle()
         assert await governance(again).policies.approvers(TEAM_ID, "tool:refund_charge") is None, \
             "an admin's change is never undone by the demo seed"
     finally:
@@ -539,7 +539,7 @@ async def test_a_slack_connect_guest_cannot_start_a_turn_unless_the_workspace_ad
     assert deliveries and all(d.status == 200 for d in deliveries)
     [note] = await local_slack.wait_for(lambda: local_slack.ephemerals(ERIN))
     assert "Only people of this workspace can ask the agent" in note.text
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert not await bot.store.exists(f"slack:{TEAM_ID}:{GENERAL}:{ts}"), "nothing was started or queued"
     assert card_in(local_slack, ts) is None
     await governance(bot).policies.set_allow_external(TEAM_ID, True, actor="test")
@@ -595,7 +595,7 @@ async def test_an_admin_opens_one_channel_to_slack_connect_guests_and_only_that_
 
     async def guest_asks() -> str:
         ts, _ = await local_slack.post_message(ERIN, GENERAL, f"<@{BOT_USER_ID}> pay initech")
-        await bot.runtime.wait_idle()
+        await bot.wait_idle()
         return ts
 
     await local_slack.slash_command(CAROL, "/approvers", "guests on", channel_id=FINANCE)  # another channel

@@ -208,7 +208,7 @@ async def test_bad_response_urls_and_triggers_never_answer_500(local_slack, star
                                                      "response_url": response_url})
                 assert result.status == 200, (user, text, response_url, result.status, result.body)
                 assert result.elapsed_s < PROMPT_S
-    await asyncio.wait_for(bot.runtime.wait_idle(), 30)
+    await asyncio.wait_for(bot.wait_idle(), 30)
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert not errors, [f"{r.name}: {r.getMessage()}" for r in errors]
     assert any("could not reply to /approvers" in r.getMessage() for r in caplog.records)
@@ -292,3 +292,23 @@ async def test_app_home_edit_answers_at_once_whether_or_not_admin_rights_are_kno
         == [BOB, DAVE])
     assert (await store.approvers(TEAM_ID, "tool:pay_vendor")).approvers == [BOB, DAVE]
     assert local_slack.messages(local_slack.dm_channel(CAROL)) == [], "nothing to tell an admin whose edit saved"
+
+
+def _listener_work() -> list[asyncio.Task[Any]]:
+    """The tasks still running code of handlers/ (a listener's work after its ack)."""
+    return [t for t in asyncio.all_tasks() if not t.done()
+            and "/handlers/" in getattr(getattr(t.get_coro(), "cr_code", None), "co_filename", "")]
+
+
+async def test_a_listener_s_work_still_waiting_on_slack_never_outlives_shutdown(local_slack, start_app, held_slack):
+    bot = await start_behind(start_app, held_slack)
+    await held_slack.hold("*")  # Slack answers no Web API call until the test ends
+    result = await local_slack.open_home(CAROL)
+    assert result.ok and result.elapsed_s < PROMPT_S
+    await held_slack.until_waiting("views.publish")
+    assert _listener_work(), "App Home is published after the ack"
+    started = time.monotonic()
+    await bot.close()
+    assert time.monotonic() - started < 10, "shutdown waits a bounded time"
+    assert _listener_work() == [], "nothing of the listeners outlives the connections shutdown closed"
+    assert local_slack.home_view(CAROL) is None

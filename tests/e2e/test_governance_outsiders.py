@@ -67,7 +67,7 @@ async def test_an_outsider_already_on_a_list_is_neither_named_nor_sent_the_reque
     text = json.dumps(card.blocks)
     assert f"Waiting on <@{BOB}>" in text and ERIN not in text
     await local_slack.wait_for(lambda: card_in(local_slack, None, local_slack.dm_channel(BOB)))
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert local_slack.messages(local_slack.dm_channel(ERIN)) == []  # no copy, no charge details by DM
 
 

@@ -81,7 +81,7 @@ async def test_dont_ask_the_requester_again_covers_their_next_conversations_unti
     assert RUNS == ["api"]
     settled = json.dumps(local_slack.message(GENERAL, card.ts).blocks)
     assert f"Won\\u2019t ask <@{ALICE}> again for 7 days" in settled
-    await bot.runtime.wait_idle()  # the audit log is written by the delivery, not before the reply
+    await bot.wait_idle()  # the audit log is written by the delivery, not before the reply
     entries = await AuditLog(bot.redis.client).entries(TEAM_ID, kind="grant", limit=None)
     [grant] = entries
     assert grant.data["scope"] == "requester" and grant.data["approval_key"] == "restart_service"

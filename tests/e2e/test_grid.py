@@ -76,7 +76,7 @@ async def test_an_org_colleague_from_the_other_workspace_approves_and_the_org_to
     bot = await start_app(script("deploy", target="web"), ALL_TOOLS, **OAUTH)
     # dev's own workspace is Sales: the app learns it belongs to Globex from Sales' own verified requests
     await _mention(local_slack, DEV, SALES_CHANNEL, "deploy web")  # parks a card in Sales
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
 
     ts = await _mention(local_slack, CHI, SUPPORT_CHANNEL, "deploy web")
     card = await local_slack.wait_for(lambda: card_in(local_slack, ts, channel=SUPPORT_CHANNEL))
@@ -145,7 +145,7 @@ async def test_org_wide_another_workspaces_admin_rules_nothing_and_an_org_admin_
     bot = await start_app(script("deploy", target="web"), ALL_TOOLS, **OAUTH)
     _also_in_sales(local_slack, CHI)
     await _mention(local_slack, DEV, SALES_CHANNEL, "deploy web")  # the app learns Sales is in the org install
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
 
     refused = await _guests_on(local_slack, CHI, SALES_CHANNEL)
     assert "Only workspace admins" in refused

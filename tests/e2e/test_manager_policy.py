@@ -66,10 +66,10 @@ async def test_two_approvals_are_needed_and_one_must_come_from_a_manager(local_s
     await local_slack.wait_for(lambda: ephemeral_with(local_slack, CAROL, "must come from a manager"))
     await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))  # the requester never counts
     await local_slack.wait_for(lambda: ephemeral_with(local_slack, ALICE, "can't approve your own"))
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert RAN == []
 
     await local_slack.click(DAVE, GENERAL, card.ts, button(card, "Approve"))
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert RAN == [DAVE]

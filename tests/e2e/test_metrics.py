@@ -55,7 +55,7 @@ async def test_an_approve_cycle_shows_in_metrics(local_slack, start_app):
     result = await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
     assert result.status == 200
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     after, text = await scrape(bot)
 
     def moved(name: str, **labels: str) -> float:
@@ -124,6 +124,6 @@ async def test_health_readiness_and_metrics_name_no_workspace_person_thread_or_r
     assert [i for i in ids if i and i in shown] == []
     await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     shown = await everything_shown()
     assert [i for i in ids if i and i in shown] == []

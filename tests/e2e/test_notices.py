@@ -130,8 +130,8 @@ async def test_a_reminder_fires_once_in_the_thread_and_by_dm(local_slack, start_
     assert "after 1 h" in reminder.text and f"Waiting on <@{BOB}>" in reminder.text
     dm = local_slack.dm_channel(BOB)
     await local_slack.wait_for_message(dm, predicate=lambda m: "Still waiting" in m.text)
-    await bot.runtime.wait_idle()
-    await second.runtime.wait_idle()
+    await bot.wait_idle()
+    await second.wait_idle()
     assert sum("Still waiting" in m.text for m in local_slack.messages(GENERAL, ts)) == 1
     assert sum("Still waiting" in m.text for m in local_slack.messages(dm, None)) == 1
     assert card_in(local_slack, ts) is not None  # still open: a reminder decides nothing
@@ -153,7 +153,7 @@ async def test_expiry_fires_once_the_card_says_so_and_the_turn_goes_on(local_sla
     assert "Expired after 10 min — nobody answered" in str(settled.blocks)
     assert card_in(local_slack, ts) is None and RUNS == []
     await bot.runtime.recover()  # swept again: nothing fires twice
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert sum("Nobody approved" in m.text for m in local_slack.messages(GENERAL, ts)) == 1
     assert [(e.actor, e.data["outcome"], e.data.get("ended_by")) for e in await audit_entries(bot, "resolution")] \
         == [(None, "expired", "expiry")], "the audit says what ended it: nobody, the deadline"
@@ -168,7 +168,7 @@ async def test_an_answer_before_the_deadline_wins_and_the_timer_is_moot(local_sl
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Done." in m.text)
     clock.now += 601
     await bot.runtime.recover()
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert RUNS == ["acme"]
     assert "Approved" in str(next(m for m in local_slack.messages(GENERAL, ts) if m.ts == card.ts).blocks)
     assert await bot.runtime.store.timers_due(int(clock.now * 1000) + 10**9) == []  # nothing left behind
@@ -204,15 +204,15 @@ async def test_escalation_lets_the_managers_answer_tells_them_once_and_not_befor
     await local_slack.wait_for(lambda: "escalated to" in str(local_slack.message(GENERAL, card.ts).blocks))
     dm = local_slack.dm_channel(DAVE)
     copy = await local_slack.wait_for(lambda: card_in(local_slack, None, dm))
-    await bot.runtime.wait_idle()
-    await second.runtime.wait_idle()
+    await bot.wait_idle()
+    await second.wait_idle()
     assert sum("Nobody answered in" in m.text for m in local_slack.messages(GENERAL, ts)) == 1
 
     await local_slack.click(DAVE, dm, copy.ts, button(copy, "Approve"))  # now dave's answer counts
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Done." in m.text)
     assert RUNS == ["acme"]
-    await bot.runtime.wait_idle()  # the copies follow in the same delivery pass as the answer
-    await second.runtime.wait_idle()
+    await bot.wait_idle()  # the copies follow in the same delivery pass as the answer
+    await second.wait_idle()
     assert card_in(local_slack, ts) is None and card_in(local_slack, None, dm) is None
     assert card_in(local_slack, None, local_slack.dm_channel(BOB)) is None  # bob's copy followed too
 
@@ -265,7 +265,7 @@ async def test_a_question_with_a_timeout_expires_once_its_card_says_so_and_the_m
     settled = next(m for m in local_slack.messages(GENERAL, ts) if m.ts == card.ts)
     assert "Expired after 30 min — nobody answered" in str(settled.blocks)
     await bot.runtime.recover()
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert sum("Nobody picked" in m.text for m in local_slack.messages(GENERAL, ts)) == 1
 
 
@@ -302,7 +302,7 @@ async def test_app_home_says_what_is_due_when_and_follows_the_clock(local_slack,
 
     clock.now += 8 * 3600 + 1
     await bot.runtime.recover()
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     bob = str((await open_home(local_slack, BOB)).blocks)
     assert f"Reminded {stamp(req.remind_at)}" in bob and "escalated to the `finance_managers` list" in bob
 
@@ -320,6 +320,6 @@ async def test_a_deadline_set_before_a_restart_fires_once_in_the_process_after_i
     await after.runtime.recover()
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Nobody approved" in m.text)
     await after.runtime.recover()
-    await after.runtime.wait_idle()
+    await after.wait_idle()
     assert sum("Nobody approved" in m.text for m in local_slack.messages(GENERAL, ts)) == 1
     assert "Expired after 10 min" in str(local_slack.message(GENERAL, card.ts).blocks) and RUNS == []

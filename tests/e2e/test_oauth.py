@@ -162,7 +162,7 @@ async def test_an_org_wide_install_answers_in_every_workspace_of_the_org(local_s
     body = json.dumps(envelope).encode()
     answer = await local_slack.deliver_raw(body, {"Content-Type": "application/json", **local_slack.sign(body)})
     assert answer.status == 200
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     posts = [c for c in local_slack.calls_to("chat.postMessage") if "hello from the org install" in str(c.params)]
     assert posts and posts[0].ok and posts[0].token == BOT_TOKEN, [c.response for c in local_slack.calls]
 

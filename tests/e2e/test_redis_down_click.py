@@ -42,7 +42,7 @@ async def test_a_click_while_redis_is_down_is_answered_200_with_a_private_try_ag
     RUNS.clear()
     bot = await start_on(refund_script(), [refund_charge])
     ts, card = await mention_and_wait_for_card(local_slack)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     before = await unavailable_count(bot.url)
 
     await valkey.stop()
@@ -61,7 +61,7 @@ async def test_a_click_while_redis_is_down_is_answered_200_with_a_private_try_ag
     assert result.status == 200, result
     reply = await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
     assert "refunded" in reply.text
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert RUNS == [{"charge": "ch_1", "principal": "slack:T0LOCAL:U0ALICE"}]
 
 
@@ -147,7 +147,7 @@ async def test_a_click_while_redis_hangs_is_answered_within_slacks_3_s(
     try:
         bot = await start_on(refund_script(), [refund_charge], redis_url=f"redis://127.0.0.1:{proxy.port}/0")
         ts, card = await mention_and_wait_for_card(local_slack)
-        await bot.runtime.wait_idle()
+        await bot.wait_idle()
 
         proxy.hung = True
         started = time.monotonic()

@@ -56,7 +56,7 @@ async def _restart_after(server: EmbeddedValkey, delay_s: float) -> str:
 async def _approve_and_expect_one_run(local_slack: LocalSlack, bot: BotApp, ts: str, card: Any) -> None:
     reply = await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
     assert "refunded" in reply.text
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert RUNS == [{"charge": "ch_1", "principal": "slack:T0LOCAL:U0ALICE"}]
     updated = local_slack.message(GENERAL, card.ts)
     assert updated is not None and all(b["type"] != "actions" for b in updated.blocks), "buttons must be gone"
@@ -70,7 +70,7 @@ async def test_a_parked_turn_survives_a_redis_restart_and_is_approved_after(
     url = valkey.url
     bot = await start_on(refund_script(), [refund_charge])
     ts, card = await mention_and_wait_for_card(local_slack)
-    await bot.runtime.wait_idle()  # the turn is parked: nothing of it is in flight
+    await bot.wait_idle()  # the turn is parked: nothing of it is in flight
 
     await valkey.stop()
     assert await valkey.start() == url  # same data dir: the append-only file is read back
@@ -87,7 +87,7 @@ async def test_a_click_that_arrives_while_redis_restarts_is_answered_200(
     url = valkey.url
     bot = await start_on(refund_script(), [refund_charge])
     ts, card = await mention_and_wait_for_card(local_slack)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
 
     await valkey.stop()
     restart = asyncio.create_task(_restart_after(valkey, 0.3))  # back while the click is being handled
@@ -106,7 +106,7 @@ async def test_after_a_restart_behind_a_proxy_the_click_is_answered_200_once_rea
     try:
         bot = await start_on(refund_script(), [refund_charge], redis_url=f"redis://127.0.0.1:{proxy.port}/0")
         ts, card = await mention_and_wait_for_card(local_slack)
-        await bot.runtime.wait_idle()  # the bot's pool now holds the connections the turn used
+        await bot.wait_idle()  # the bot's pool now holds the connections the turn used
 
         await valkey.stop()
         proxy.drop_connections()  # the server behind the proxy is gone; the bot is not told

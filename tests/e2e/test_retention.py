@@ -55,7 +55,7 @@ async def test_a_card_whose_turn_is_gone_says_so_and_is_updated(local_slack, sta
     RUNS.clear()
     bot = await start_app(refund_script(), [refund_charge])
     ts, card = await mention_and_wait_for_card(local_slack)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     await bot.store.redis.delete(bot.store.key(f"slack:T0LOCAL:{GENERAL}:{ts}", "state"))  # its turn is gone
 
     await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))

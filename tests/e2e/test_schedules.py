@@ -141,7 +141,7 @@ async def test_a_tick_fired_again_after_a_crash_starts_nothing_twice(local_slack
     await store.add(scheduled)  # as if the crash came before the one-shot schedule was cleared
     await fire(store, workspace, bot.runtime, "T0LOCAL", scheduled.schedule_id, tick_ms)
     await local_slack.wait_for(lambda: len(RUNS) == 1)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert len(roots(local_slack)) == 1 and RUNS == [True]
 
 
@@ -222,8 +222,8 @@ async def test_editing_a_schedule_while_another_replica_holds_its_tick_leaves_on
     for _ in range(8):  # four hours in half-hour steps, both replicas sweeping
         now[0] += 1800
         await asyncio.gather(a.runtime.recover(), b.runtime.recover())
-        await a.runtime.wait_idle()
-        await b.runtime.wait_idle()
+        await a.wait_idle()
+        await b.wait_idle()
     assert len(roots(local_slack)) == 1 + 2 and len(RUNS) == 1 + 2
     [edited] = await a.runtime.schedules.list("T0LOCAL")
     assert edited.when == "every 2h", "the edit stands: the held tick did not write the old schedule back"
@@ -241,7 +241,7 @@ async def test_a_tick_that_is_no_longer_the_schedules_current_one_starts_nothing
     stale_ms = int(scheduled.next_at.timestamp() * 1000) - 30 * 60 * 1000
     await fire(bot.runtime.schedules, bot.runtime.parts.workspace, bot.runtime, "T0LOCAL", scheduled.schedule_id,
                stale_ms)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert roots(local_slack) == [] and RUNS == []
     [after] = await bot.runtime.schedules.list("T0LOCAL")
     assert after.next_at == scheduled.next_at

@@ -85,7 +85,7 @@ async def test_duplicate_and_retried_events_reach_the_model_once(local_slack, st
     retried = await local_slack.deliver_raw(body, headers)
     assert retried.status == 200
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "hello there" in m.text)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert len(model.requests) == 1
 
 
@@ -133,7 +133,7 @@ async def test_failed_card_post_is_reposted(local_slack, start_app):
     bot = await start_app(refund_script(), [refund_charge])
     local_slack.fail_next("chat.postMessage", error="internal_error", times=20)  # Slack is having a bad minute
     ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> refund ch_1")
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert card_in(local_slack, ts) is None
     local_slack.api.faults.clear()  # Slack is back
     [sid] = await bot.store.redis.zrange(OUTBOX, 0, -1)  # the events stay committed, due for another try
@@ -173,7 +173,7 @@ async def test_bot_messages_edits_and_deletes_never_reach_the_agent(local_slack,
     bot = await start_app(model, [])
     ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> hi")
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "first" in m.text)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     base = {"type": "event_callback", "team_id": "T0LOCAL", "api_app_id": "A0LOCAL", "event_time": int(time.time()),
             "authorizations": [{"team_id": "T0LOCAL", "user_id": BOT_USER_ID, "is_bot": True}]}
     events = [
@@ -188,5 +188,5 @@ async def test_bot_messages_edits_and_deletes_never_reach_the_agent(local_slack,
         body = json.dumps({**base, "event_id": f"EvIGNORED{n}", "event": event}).encode()
         result = await local_slack.deliver_raw(body, {**local_slack.sign(body), "Content-Type": "application/json"})
         assert result.status == 200
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert len(model.requests) == 1

@@ -43,14 +43,14 @@ async def _park(local_slack, start_app, turns: int) -> None:
                           [refund_charge])
     for n in range(turns):
         await mention_and_wait_for_card(local_slack, f"refund ch_{n} please", user=ALICE)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     await bot.close()
 
 
 async def _commands_of_a_start(start_app, redis) -> Counter[str]:
     await redis.config_resetstat()
     bot = await start_app(ScriptedModel([]), [refund_charge])  # returns after its start-up sweep
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     stats = await redis.info("commandstats")
     return Counter({name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()
                     if name.removeprefix("cmdstat_") not in IGNORED})

@@ -26,7 +26,7 @@ async def test_a_quick_approve_cycle_makes_three_slack_calls(local_slack, start_
     ts, card = await mention_and_wait_for_card(local_slack)
     await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     await asyncio.sleep(STATUS_DELAY_S + 0.3)  # a status line armed during the cycle would be posted by now
     calls = chat_calls(local_slack)  # card, then its update and the reply, side by side (either lands first)
     assert calls[:1] == ["chat.postMessage"] and sorted(calls[1:]) == ["chat.postMessage", "chat.update"], calls

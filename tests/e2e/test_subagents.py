@@ -48,7 +48,7 @@ async def test_the_sub_agents_card_is_approved_in_the_thread_and_the_parent_repl
     await local_slack.wait_for(
         lambda: "Finished" in json.dumps(local_slack.message(GENERAL, delegation.ts).blocks)
     )
-    await bot.runtime.wait_idle()  # the audit log is written by the delivery, not before the card's update
+    await bot.wait_idle()  # the audit log is written by the delivery, not before the card's update
     resolutions = await AuditLog(bot.redis.client).entries(TEAM_ID, kind="resolution", limit=None)
     assert any(
         e.data.get("via") == "subagent" and e.data["request_kind"] == "delegation" for e in resolutions

@@ -123,7 +123,7 @@ async def test_where_slack_refuses_task_chunks_the_answer_is_posted_as_before(lo
     for text, answer in (("look up ch_3", "The lookup failed."), ("look up ch_4", "Failed again.")):
         ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> {text}")
         await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m, a=answer: m.text == a)
-        await bot.runtime.wait_idle()
+        await bot.wait_idle()
     starts = [c for c in local_slack.calls if c.method == "chat.startStream"]
     assert [c.response.get("error") for c in starts] == ["invalid_arguments"], "asked once, then never again"
 

@@ -51,7 +51,7 @@ async def test_an_approve_cycle_is_one_trace_per_turn(local_slack, start_app, co
     ts, card = await mention_and_wait_for_card(local_slack)
     await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     await bot.close()  # exports what is left
 
     [root] = [s for s in spans if s.name == "turn"]

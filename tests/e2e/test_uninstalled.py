@@ -87,7 +87,7 @@ async def test_a_result_for_an_uninstalled_workspace_is_refused_saying_why_and_i
     status, answer = await post_result(url, token, {"rows_changed": 3})
     assert status == 403 and "not installed" in answer["error"], (status, answer)
     await bot.runtime.recover()  # a sweep finds nothing of it to run either
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert RAN == []
     assert any(b["type"] == "actions" for b in local_slack.message(GENERAL, card.ts).blocks)  # still open
 
@@ -116,9 +116,9 @@ async def test_a_turn_whose_workspace_uninstalled_the_app_while_a_tool_ran_takes
     await local_slack.wait_for(lambda: RAN == ["slow_export"])
     await uninstall(local_slack)
     EXPORTING.set()
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     await bot.runtime.recover()
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert RAN == ["slow_export"]
 
 
@@ -140,7 +140,7 @@ async def test_a_schedule_tick_of_an_uninstalled_workspace_is_skipped_and_logged
     later(bot, 3601)
     with caplog.at_level(logging.INFO):
         await bot.runtime.recover()
-        await bot.runtime.wait_idle()
+        await bot.wait_idle()
     assert roots(local_slack) == [] and RAN == []
     assert any(
         "not installed" in r.getMessage() and scheduled.schedule_id in r.getMessage() for r in caplog.records
@@ -185,7 +185,7 @@ async def test_an_open_request_waits_through_an_uninstall_and_settles_once_insta
     status, answer = await post_result(url, token, {"rows_changed": 3})
     assert status == 403 and "not installed" in answer["error"], (status, answer)
     await bot.runtime.recover()
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert RAN == []
 
     await install_through_oauth(local_slack, bot)
@@ -209,7 +209,7 @@ async def test_with_one_token_the_next_request_slack_signs_for_the_workspace_say
     status, answer = await post_result(url, token, {"rows_changed": 3})
     assert status == 200, answer
     await local_slack.wait_for(lambda: RAN == ["drop_table"])
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
 
 
 async def test_a_deadline_of_an_uninstalled_workspace_waits_and_the_card_stays_open(local_slack, start_app):
@@ -221,7 +221,7 @@ async def test_a_deadline_of_an_uninstalled_workspace_waits_and_the_card_stays_o
     await uninstall(local_slack)
     clock.now += 601
     await bot.runtime.recover()
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert not any("Nobody approved" in m.text for m in local_slack.messages(GENERAL, ts))
     assert card_in(local_slack, ts) is not None
 
@@ -284,7 +284,7 @@ async def test_an_org_wide_uninstall_reaches_every_workspace_of_the_org_it_serve
             "team": TEAM_ID,
         },
     )
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert await bot.runtime.installed.installed(TEAM_ID)
     await event("Ev0GONE", {"type": "app_uninstalled"})
     assert not await bot.runtime.installed.installed(TEAM_ID)

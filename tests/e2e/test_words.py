@@ -66,7 +66,7 @@ async def test_a_workspace_admin_may_cancel_a_stuck_request_never_approve_it_and
     [reason] = [b for b in modal.blocks if b["type"] == "input"]
     await local_slack.submit_view(CAROL, modal.id, {reason["block_id"]: {reason["element"]["action_id"]: "Stuck"}})
     await local_slack.wait_for(lambda: "Cancelled" in str(local_slack.message(GENERAL, card.ts).blocks))
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert RAN == []
     [settlement] = await audit_entries(bot, "settlement")
     assert settlement.actor == f"slack:{TEAM_ID}:{CAROL}" and settlement.data["outcome"] == "cancelled"
@@ -79,13 +79,13 @@ async def test_approve_typed_with_nothing_waiting_is_told_so_and_starts_no_turn(
     bot = await start_app(DemoModel(), [])
     ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> hello")
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "offline" in m.text)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     before = len(local_slack.messages(GENERAL, ts))
 
     await local_slack.post_message(ALICE, GENERAL, "approve", thread_ts=ts)
     [told] = await local_slack.wait_for(lambda: local_slack.ephemerals(ALICE))
     assert told.text == "Nothing is waiting for an answer here." and told.thread_ts == ts
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     assert len(local_slack.messages(GENERAL, ts)) == before + 1  # alice's "approve": no help text after it
 
 
@@ -99,7 +99,7 @@ async def test_a_denial_written_for_the_model_never_reaches_the_thread(local_sla
     await local_slack.click(BOB, GENERAL, card.ts, button(card, "Cancel"))
     told = await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "didn't do it" in m.text)
     assert told.text == "I didn't do it: it was not approved."
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     thread = " ".join(m.text + str(m.blocks) for m in local_slack.messages(GENERAL, ts))
     assert "under review" not in thread and "do not retry" not in thread
 

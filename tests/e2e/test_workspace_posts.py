@@ -36,7 +36,7 @@ async def test_an_approved_announcement_is_posted_once_in_the_channel_it_names(l
     approve = button(card, "Approve")
     await asyncio.gather(*(local_slack.click(ALICE, GENERAL, card.ts, approve) for _ in range(4)))
     reply = await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Result:" in m.text)
-    await bot.runtime.wait_idle()
+    await bot.wait_idle()
     posts = _bot_posts(local_slack, FINANCE)[before:]
     assert [p.text for p in posts] == ["Standup moved to 10:00 @channel\n_Posted for @alice, approved by @alice_"]
     result = json.loads(reply.text.removeprefix("Result: "))

@@ -85,9 +85,7 @@ async def _kill(runtime: Runtime, client: redis_asyncio.Redis) -> None:
     alive = client.connection_pool
     client.connection_pool = redis_asyncio.ConnectionPool.from_url("unix:///nonexistent/redis.sock")
     await alive.disconnect()
-    for task in list(runtime._tasks):
-        task.cancel()
-    await asyncio.gather(*runtime._tasks, return_exceptions=True)
+    await runtime.abandon()
 
 
 async def _approve_and_finish(runtime: Runtime, channel: RecordingChannel) -> None:

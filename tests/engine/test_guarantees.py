@@ -395,9 +395,7 @@ async def test_what_a_dead_process_settled_still_reaches_the_frontend(redis):
     [req] = channel_a.requests()
     before = len(channel_a.events)
     await runtime_a.answer(decision(req.request_id, "approve"), resume=False)
-    for task in list(runtime_a._tasks):  # kill -9: its delivery never happens
-        task.cancel()
-    await asyncio.gather(*runtime_a._tasks, return_exceptions=True)
+    await runtime_a.abandon()  # kill -9: its delivery never happens
     assert channel_a.events[before:] == []
 
     runtime_b, channel_b, _ = make_runtime(redis, ScriptedModel([call("deploy"), model_say("ok")]), [gated])
@@ -425,9 +423,7 @@ async def test_events_are_not_stranded_when_the_deliverer_dies_mid_delivery(redi
     await runtime_a.record_message(session(), ALICE, "hi", message_id="m1")
     await runtime_a.drive(session().session_id)
     await asyncio.sleep(0.05)  # the deliverer is now stuck inside Slack's call
-    for task in list(runtime_a._tasks):  # kill -9 mid-delivery
-        task.cancel()
-    await asyncio.gather(*runtime_a._tasks, return_exceptions=True)
+    await runtime_a.abandon()  # kill -9 mid-delivery
 
     runtime_b, channel_b, _ = make_runtime(redis, ScriptedModel([]), [], lease_ms=300)
     await asyncio.sleep(0.4)  # one lease later, any replica's sweep finds the session due again
