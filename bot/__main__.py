@@ -366,7 +366,7 @@ async def _pending(settings: Settings, team: str | None) -> int:
 
 
 async def _chat(settings: Settings) -> int:
-    from bot.app import build_model, build_tools
+    from bot.assembly import build_model, load_tools
     from bot.console import ConsoleChannel, ConsoleWorkspace, cancel_leftovers, chat_loop, new_console_session
     from bot.engine.turns import Runtime, RuntimeSettings
     from bot.principals import CONSOLE_TEAM
@@ -380,7 +380,7 @@ async def _chat(settings: Settings) -> int:
                               data_dir=Path(settings.data_dir) / "redis")
     try:
         store = RedisTurns(handle.client)
-        tools = build_tools(settings)
+        tools = load_tools(settings)
         policies = await _use_policies(PolicyStore(handle.client, AuditLog(handle.client)),
                                        seed_refunds=tools.get("refund_charge") is not None)
         runtime = Runtime(store=store, outbox_store=RedisOutbox(handle.client), model=build_model(settings),
@@ -394,20 +394,16 @@ async def _chat(settings: Settings) -> int:
     return 0
 
 
-async def _use_policies(store: PolicyStore, *, seed_refunds: bool) -> PolicySource | None:
+async def _use_policies(store: PolicyStore, *, seed_refunds: bool) -> PolicySource:
     """Approver lists for the console's workspace; like the local Slack demo, "bob" approves refunds
     until the console workspace's lists are edited."""
-    try:
-        from handlers.governance import StorePolicySource
-    except ImportError:
-        return None
+    from bot.engine.policy_source import StorePolicySource
     from bot.principals import CONSOLE_TEAM
 
-    source = StorePolicySource(store)
-    policy = await source.policies.get(CONSOLE_TEAM)
+    policy = await store.get(CONSOLE_TEAM)
     if seed_refunds and policy.version == 0 and not policy.tools:
-        await source.policies.set_approvers(CONSOLE_TEAM, "tool:refund_charge", ["bob"], actor="bot:console")
-    return source
+        await store.set_approvers(CONSOLE_TEAM, "tool:refund_charge", ["bob"], actor="bot:console")
+    return StorePolicySource(store)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ import handlers
 import handlers.routes.http
 import handlers.routes.results
 from blocks.forms import FormUnsupported, check_form_model
-from bot.builtin import BUILTIN_TOOLS
+from bot.assembly import build_model, load_tools, mcp_config
 from bot.config import ConfigError, Settings
 from bot.engine.installed import Installed
 from bot.engine.result_tokens import TOKEN_TTL_S, TokenHolders, token_key
@@ -158,36 +158,9 @@ class ModelOnFirstUse:
         return getattr(self.built(), name)
 
 
-def build_model(settings: Settings) -> ChatModel:
-    if settings.openai_api_key:
-        from bot.models.openai import OpenAIChatModel
-
-        return OpenAIChatModel(settings.model, base_url=settings.openai_base_url, api_key=settings.openai_api_key)
-    from bot.models.demo import DemoModel
-
-    return DemoModel()
-
-
 def build_tools(settings: Settings, extra: list[Tool] | None = None) -> ToolRegistry:
-    registry = ToolRegistry(BUILTIN_TOOLS)
-    try:
-        registry.load_modules(settings.tool_modules)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
-    if settings.openapi_config:  # OpenAPI operations as tools (bot.connections.openapi)
-        # imported here: it brings YAML and jsonschema, which a bot without connections never needs
-        # (start-up time counts: a restarted replica serves no click before it has imported)
-        from bot.connections.openapi import OpenAPIError, openapi_tools
-
-        try:
-            for t in openapi_tools(settings.openapi_config):
-                registry.register(t)
-        except OpenAPIError as exc:
-            raise ConfigError(str(exc)) from exc
-    if settings.mcp_config:  # checked here, so `check` and a bad file stop at once; connected in _start
-        _mcp_config(settings.mcp_config)
-    for t in extra or []:
-        registry.register(t)
+    """The tools (``bot.assembly.load_tools``), with what Slack needs of them checked."""
+    registry = load_tools(settings, extra)
     for t in registry:
         if t.editable:  # "Edit & approve" shows the arguments as a form: every field must have an input
             try:
@@ -195,17 +168,6 @@ def build_tools(settings: Settings, extra: list[Tool] | None = None) -> ToolRegi
             except FormUnsupported as exc:
                 raise ConfigError(f"tool {t.name}: editable=True, but {exc}") from exc
     return registry
-
-
-def _mcp_config(path: str) -> Any:
-    """BOT_MCP_CONFIG, read and checked; what is wrong stops the bot naming it (exit 2)."""
-    # imported here: the MCP SDK is for bots that use MCP servers (start-up time counts)
-    from bot.connections.mcp import McpConfigError, load_config
-
-    try:
-        return load_config(path)
-    except McpConfigError as exc:
-        raise ConfigError(str(exc)) from exc
 
 
 @dataclass
@@ -290,7 +252,7 @@ async def _start(
     if settings.mcp_config:  # MCP servers' tools join the registry as the servers answer (bot.connections.mcp)
         from bot.connections.mcp import McpServers
 
-        mcp_servers = McpServers(_mcp_config(settings.mcp_config), registry)
+        mcp_servers = McpServers(mcp_config(settings.mcp_config), registry)
         stack.push_async_callback(mcp_servers.close)
         # waits for each server's first answer (at most START_WAIT_S); one that is down joins when it answers
         await mcp_servers.start()

@@ -116,8 +116,8 @@ class ApproverList(DeferredModel):
 
 
 class PolicySource(Protocol):
-    """Where approver lists and rules come from (``handlers.governance.SlackPolicySource`` over the Redis policy
-    store). The runtime is given one (``Parts.policies``) and passes it to every policy in its context
+    """Where approver lists and rules come from (``bot.engine.policy_source.StorePolicySource`` over the policy
+    store; ``handlers.governance.SlackPolicySource`` adds Slack's word on admins and outsiders). The runtime is given one (``Parts.policies``) and passes it to every policy in its context
     (``ctx.policies``); nothing keeps it on a module."""
 
     async def approver_list(self, team_id: str, resource: str) -> ApproverList | None: ...

@@ -25,9 +25,10 @@ from typing import Any
 
 from blocks.deadlines import duration_text
 from blocks.home import ApproverListView
-from bot.approval import CUSTOM_RESPONSE_LABEL, Decision, Policy, requester_only
+from bot.approval import CUSTOM_RESPONSE_LABEL, Policy, requester_only
+from bot.engine.policy_source import StorePolicySource
 from bot.engine.tool_registry import ToolRegistry
-from bot.governance import ApproverList, list_name, lists_read
+from bot.governance import list_name, lists_read
 from bot.ops.logs import content
 from bot.principals import APP_PRINCIPAL, Principal
 from bot.tools import Tool
@@ -36,7 +37,7 @@ from handlers.deps import SlackDeps
 from store.audit import AuditLog
 from store.client import StoreError
 from store.home_views import HomeViews
-from store.policies import PolicyStore, PolicyUpdateConflict, match_rule
+from store.policies import PolicyStore, PolicyUpdateConflict
 
 log = logging.getLogger(__name__)
 
@@ -89,56 +90,6 @@ def rule_without_list(t: Tool) -> str | None:
     return response_policy(t).label or CUSTOM_RESPONSE_LABEL
 
 
-class StorePolicySource:
-    """``bot.governance.PolicySource`` over the Redis policy store. Errors propagate: the helpers fail closed."""
-
-    def __init__(self, policies: PolicyStore, workspaces: Any = None) -> None:
-        self.policies = policies
-        self.workspaces = workspaces  # store.installations.RedisInstallationStore (OAuth mode) or None
-
-    async def approver_list(self, team_id: str, resource: str) -> ApproverList | None:
-        policy = await self.policies.get(team_id)
-        listing = policy.tool_policy(resource)
-        if listing is None:
-            return None
-        return ApproverList(
-            approvers=sorted(policy.eligible_approvers(resource)), required_approvals=listing.required_approvals
-        )
-
-    async def allows_external(self, team_id: str) -> bool:
-        return (await self.policies.get(team_id)).allow_external
-
-    async def outsiders(self, team_id: str, user_ids: list[str]) -> set[str]:
-        """Without Slack nobody's organisation can be looked up: none are known (``Governance`` asks Slack)."""
-        return set()
-
-    async def admits_guests(self, team_id: str, channel_id: str | None) -> bool:
-        policy = await self.policies.get(team_id)
-        return policy.allow_external or (channel_id is not None and channel_id in policy.guest_channels)
-
-    async def workspace_org(self, team_id: str) -> str | None:
-        """Known only where verified requests from that workspace were seen (the OAuth directory)."""
-        seen = await self.workspaces.async_workspace(team_id) if self.workspaces is not None else None
-        return seen[0] if seen else None
-
-    async def guest_refused(self, team_id: str, principal_id: str, channel_id: str | None, via: str) -> None:
-        await self.policies.record_refusal(team_id, principal_id, f"channel:{channel_id or '-'}", data={"via": via},
-                                           kind="guest.refused")
-
-    async def decide(
-        self, team_id: str, resource: str, tool_input: dict[str, Any] | None, user_id: str | None
-    ) -> Decision | None:
-        policy = await self.policies.get(team_id)
-        roles = policy.roles_of(user_id) if user_id else set()
-        rule = match_rule(policy, resource, tool_input, roles)
-        if rule is None:
-            return None
-        if rule.effect == "allow":
-            return Decision(type="not-applicable")
-        return Decision(type=_DECIDED[rule.effect], reason=rule.description or None)
-
-
-_DECIDED = {"deny": "denied", "require_approval": "user-approval"}  # a stored rule's effect, as a decision
 ADMIN_CHECK_S = 1.0  # users.info's wait when an admin cancels (Slack's ack budget is 3 s)
 
 
@@ -148,6 +99,7 @@ class SlackPolicySource(StorePolicySource):
 
     def __init__(self, policies: PolicyStore, admins: AdminCheck, workspaces: Any = None) -> None:
         super().__init__(policies, workspaces)
+        self.policies: PolicyStore = policies  # Governance edits the lists through it, not only reads them
         self.admins = admins
 
     async def is_admin(self, team_id: str, user_id: str) -> bool:

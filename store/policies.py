@@ -243,6 +243,10 @@ class TenantPolicy(DeferredModel):
             eligible.update(self.roles.get(group, []))
         return eligible
 
+    def rule_for(self, resource: str, tool_input: dict[str, Any] | None, user_roles: set[str]) -> Rule | None:
+        """The rule that decides a call of ``resource`` (:func:`match_rule`), for the engine's policy source."""
+        return match_rule(self, resource, tool_input, user_roles)
+
 
 def match_rule(
     policy: TenantPolicy,

@@ -151,3 +151,18 @@ def test_check_names_an_mcp_servers_error_without_the_secrets_it_quotes(redis_ur
     assert checked.returncode == 1, checked.stdout + checked.stderr
     assert "mcp: crm: NOT connected (token *** may not list tools)" in checked.stdout, checked.stdout
     assert "crm-7f3a9c2e1b55" not in checked.stdout + checked.stderr
+
+
+def test_the_console_chat_loads_no_slack_code(redis, redis_url):
+    """The terminal chat needs no Slack: it runs without loading the Slack libraries or our Slack side."""
+    probe = ("import atexit, runpy, sys; sys.argv = ['bot', 'chat']; "
+             "atexit.register(lambda: print('LOADED', sorted({m.split('.')[0] for m in sys.modules} "
+             "& {'slack_sdk', 'slack_bolt', 'handlers'}), file=sys.stderr)); "
+             "runpy.run_module('bot', run_name='__main__', alter_sys=True)")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "OPENAI_", "BOT_", "PORT"))}
+    result = subprocess.run([sys.executable, "-c", probe], cwd=WORKDIR,
+                            env={**clean, "REDIS_URL": redis_url, "PYTHONPATH": str(Path(__file__).parents[1])},
+                            input="refund ch_1001 40 dollars\n/quit\n", capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "approval needed" in result.stdout  # the chat did run, up to a card that waits for bob
+    assert "LOADED []" in result.stderr, result.stderr[-2000:]

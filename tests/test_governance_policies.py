@@ -23,10 +23,10 @@ from bot.approval import (
     rejected,
     requester_only,
 )
+from bot.engine.policy_source import StorePolicySource
 from bot.governance import STORE_DOWN, PolicySource, approvers, four_eyes, n_of_m, tenant_policy
 from bot.principals import APP_PRINCIPAL, Principal, slack_user
 from bot.session import SessionAuth, SessionInfo
-from handlers.governance import StorePolicySource
 from store.audit import AuditLog
 from store.policies import Condition, PolicyStore, Rule
 

@@ -79,7 +79,7 @@ def make_runtime(
 
 def stored_policies(redis: Redis) -> Any:
     """The approver lists and rules in Redis, as a process without Slack reads them (``python -m bot chat``)."""
-    from handlers.governance import StorePolicySource  # here: most engine tests never load the Slack side
+    from bot.engine.policy_source import StorePolicySource
 
     return StorePolicySource(PolicyStore(redis, AuditLog(redis)))
 
