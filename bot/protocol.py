@@ -9,6 +9,8 @@ and produced with ``by_alias=True`` for HTTP/streaming clients.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -426,6 +428,36 @@ class SettleResult(Contract):
     record: RequestRecord | None = None  # the record after the attempt (stale: who settled it)
     events: list[Event] = Field(default_factory=list)  # what was appended, with sequence numbers
     held: HeldLease | None = None  # the turn lease, taken for the resume (``settle(lease=True)``)
+
+
+@dataclass(frozen=True, slots=True)
+class SettleCommand:
+    """One settle attempt, whole, as the engine's settler hands it to the store (``TurnStore.settle``), which
+    applies it atomically in one round trip. A plain frozen dataclass: it is built once per click and read
+    once by the store, so nothing is validated or copied on the way.
+
+    ``mode``: "settle" counts the answer, "reject" records a refusal and settles nothing. ``outcome``: the
+    resolution written. ``required``: the distinct approvals that settle it. ``grant``: the conversation
+    grant the settle writes with its record. ``batch``: the other requests of the step. ``on_*``: the events
+    appended for each way it ends (the store appends only those of the way it did). ``lease``: this process
+    resumes the turn next, so a settle that completes the step takes the turn lease if it is free. ``rev``:
+    the revision of the record the answer was checked against (``RequestChanged`` if it changed since)."""
+
+    record: RequestRecord
+    mode: Literal["settle", "reject"]
+    outcome: str
+    response: InputResponse | None = None
+    responder_id: str = ""
+    required: int = 1
+    grant: Grant | None = None
+    note: str | None = None
+    batch: Sequence[str] = ()
+    on_settled: Sequence[Event] = ()
+    on_partial: Sequence[Event] = ()
+    on_rejected: Sequence[Event] = ()
+    on_stale: Sequence[Event] = ()
+    lease: bool = False
+    rev: int | None = None
 
 
 class RequestChanged(Exception):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,10 +21,8 @@ from bot.principals import Principal
 from bot.protocol import (
     CancelRequested,
     Event,
-    Grant,
     HeldLease,
     InputResolved,
-    InputResponse,
     LeaseLost,
     MessageTaken,
     RequestChanged,
@@ -31,6 +30,7 @@ from bot.protocol import (
     Resolution,
     Responders,
     SessionSnapshot,
+    SettleCommand,
     SettleResult,
     UnknownRequest,
     event_from_json,
@@ -390,34 +390,18 @@ class RedisTurns(TurnInbox):
 
     # requests --------------------------------------------------------------------------------
 
-    async def settle(
-        self,
-        record: RequestRecord,
-        *,
-        mode: str,
-        outcome: str,
-        response: InputResponse | None,
-        responder_id: str = "",
-        required: int = 1,
-        grant: Grant | None = None,
-        note: str | None = None,
-        batch: list[str] = (),  # type: ignore[assignment]
-        on_settled: list[Event] = (),  # type: ignore[assignment]
-        on_partial: list[Event] = (),  # type: ignore[assignment]
-        on_rejected: list[Event] = (),  # type: ignore[assignment]
-        on_stale: list[Event] = (),  # type: ignore[assignment]
-        lease: bool = False,
-        rev: int | None = None,
-    ) -> SettleResult:
-        """One atomic settle attempt (one round trip). ``batch``: the other requests of the step. ``lease``:
-        this process resumes the turn next: a settle that completes the step takes the turn lease if it is
-        free, with what its holder starts from (``SettleResult.held``). ``rev``: the revision of the record the
-        answer was checked against; RequestChanged (nothing written) if the open request changed since.
+    async def settle(self, command: SettleCommand) -> SettleResult:
+        """One atomic settle attempt (one round trip), as ``command`` says (``bot.protocol.SettleCommand``):
+        with ``lease``, a settle that completes the step takes the turn lease if it is free, with what its
+        holder starts from (``SettleResult.held``); with ``rev``, RequestChanged (nothing written) if the open
+        request changed since.
 
         ``grant``: the conversation grant approving records. It is listed for the workspace first (its own
         round trip; a failure raises and nothing is settled), then the settle writes the grant and its
         record together. The listing is an index: ``GrantStore.list`` shows only grants in force, so an
         entry whose settle never came (a crash, a click that did not count) is dropped, never shown."""
+        c = command
+        record, mode, response, grant, lease = c.record, c.mode, c.response, c.grant, c.lease
         if grant is not None:
             await self.grants.add(grant)
         rid = record.request_id
@@ -430,28 +414,28 @@ class RedisTurns(TurnInbox):
             self.key(record.session_id, "grants"),
             *[self.key(record.session_id, name) for name in ("open", "state", "granted", "end", "lease", "cancel",
                                                             "inbox", "fails")],
-            *[self.request_key(b) for b in batch if b != rid],
+            *[self.request_key(b) for b in c.batch if b != rid],
         ]
         responder = response.principal if response else None
         args = [
             mode,
             datetime.now(UTC).isoformat(),
-            outcome,
+            c.outcome,
             response.model_dump_json() if response else "",
             responder.model_dump_json() if responder else "",
-            responder_id,
-            required,
+            c.responder_id,
+            c.required,
             grant.approval_key if grant is not None else "",
-            note or "",
+            c.note or "",
             EVENTS_MAXLEN,
-            *[_events_json(evs) for evs in (on_settled, on_partial, on_rejected, on_stale)],
+            *[_events_json(evs) for evs in (c.on_settled, c.on_partial, c.on_rejected, c.on_stale)],
         ]
         gone = [InputResolved(session_id=record.session_id, turn_id=record.turn_id, resolutions=[
             Resolution(request_id=rid, kind=record.request.kind, outcome="cancelled", ended_by="turn-over")])]
         ends, token = self._ends_at(), secrets.token_hex(8) if lease else ""
         args += [self.retention_ms, _events_json(gone), grant.grant_id if grant is not None else "",
                  grant.model_dump_json() if grant is not None else "", ends, token, self.lease_ms,
-                 "" if rev is None else rev]
+                 "" if c.rev is None else c.rev]
         # in the same round trip: have the sweep look at the session soon, so a turn whose last answer
         # this was resumes even if this process dies before it drives it, and the outbox delivers what
         # the settle appended (the card update) even then
@@ -471,7 +455,7 @@ class RedisTurns(TurnInbox):
             assert fresh is not None  # (read by the same script that found its status: it is there)
             self.remember(fresh)
             raise RequestChanged(fresh.model_copy())
-        chosen = {"settled": on_settled, "partial": on_partial, "rejected": on_rejected, "stale": on_stale,
+        chosen = {"settled": c.on_settled, "partial": c.on_partial, "rejected": c.on_rejected, "stale": c.on_stale,
                   "gone": gone}[state]
         events = _with_seq([_fill_approvals(e, int(count)) for e in chosen], int(first))
         return SettleResult(
@@ -580,7 +564,7 @@ def _as_data(state: SavedState) -> dict[str, Any] | None:
     return json.loads(state) if isinstance(state, str) else state
 
 
-def _events_json(events: list[Event]) -> str:
+def _events_json(events: Sequence[Event]) -> str:
     if not events:
         return ""
     return json.dumps([e.model_dump_json(exclude_none=True) for e in events])
@@ -592,7 +576,7 @@ def _fill_approvals(event: Event, count: int) -> Event:
     return event
 
 
-def _with_seq(events: list[Event], first: int) -> list[Event]:
+def _with_seq(events: Sequence[Event], first: int) -> list[Event]:
     """The events as written, numbered: copies (the caller's own are left as they were), not validated
     again (they are the engine's own, just serialized from these very objects)."""
     return [event.model_copy(update={"seq": first + i}) for i, event in enumerate(events)]

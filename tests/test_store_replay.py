@@ -198,7 +198,7 @@ async def test_a_message_without_an_id_whose_answer_was_lost_is_queued_once(prox
 
 
 async def test_a_settle_whose_answer_was_lost_settles_once_and_holds_its_lease(proxied) -> None:
-    from bot.protocol import InputResponse
+    from bot.protocol import InputResponse, SettleCommand
     from tests.engine.harness import ALICE, make_runtime, say
     from tests.engine.test_decisions import refund_charge, script
 
@@ -211,15 +211,17 @@ async def test_a_settle_whose_answer_was_lost_settles_once_and_holds_its_lease(p
     proxy.lose_next_reply()
     # the resent copy finds its mark with the request's record (store.replay.replay_own): without it, it
     # would answer "stale" and nobody would resume the turn until the sweep
-    settled = await store.settle(record, mode="settle", outcome="approved", response=response,
-                                 on_settled=[MessageCompleted(session_id=record.session_id, turn_id="t",
-                                                              text="settled")], lease=True)
+    settled = await store.settle(SettleCommand(record, mode="settle", outcome="approved", response=response,
+                                               on_settled=(MessageCompleted(session_id=record.session_id,
+                                                                            turn_id="t", text="settled"),),
+                                               lease=True))
     assert proxy.lost == 1
     assert settled.state == "settled" and settled.batch_complete and settled.held is not None
     assert await store.redis.get(store.key(record.session_id, "lease")) == settled.held.token.encode()
     texts = [e.text for e in await store.events(record.session_id) if isinstance(e, MessageCompleted)]
     assert texts.count("settled") == 1  # its events once
-    assert (await store.settle(record, mode="settle", outcome="approved", response=response)).state == "stale"
+    again = SettleCommand(record, mode="settle", outcome="approved", response=response)
+    assert (await store.settle(again)).state == "stale"
 
 
 async def test_a_lease_holder_s_commit_whose_answer_was_lost_applies_once_and_keeps_the_lease(proxied) -> None:

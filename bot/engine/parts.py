@@ -20,7 +20,16 @@ from bot.engine.tool_registry import ToolRegistry
 from bot.models.base import ChatModel
 from bot.ports import LiveText, Workspace
 from bot.principals import Principal
-from bot.protocol import Event, Grant, HeldLease, RequestRecord, Responders, SessionSnapshot, SettleResult
+from bot.protocol import (
+    Event,
+    Grant,
+    HeldLease,
+    RequestRecord,
+    Responders,
+    SessionSnapshot,
+    SettleCommand,
+    SettleResult,
+)
 from bot.session import SessionRef
 from bot.state import SavedState
 
@@ -73,7 +82,7 @@ class TurnStore(Protocol):
     async def emit(self, session_id: str, events: list[Event]) -> list[Event]: ...
     async def get_request(self, request_id: str) -> RequestRecord: ...
     async def get_requests(self, request_ids: list[str]) -> list[RequestRecord]: ...
-    async def settle(self, record: RequestRecord, **kwargs: Any) -> SettleResult: ...
+    async def settle(self, command: SettleCommand) -> SettleResult: ...
     async def record_message(self, session_id: str, message: dict[str, Any], *, message_id: str | None) -> bool: ...
     async def record_message_and_read(self, session_id: str, message: dict[str, Any], *, message_id: str | None,
                                       read: bool = True) -> SessionSnapshot | None: ...

@@ -54,6 +54,7 @@ from bot.protocol import (
     RequestChanged,
     RequestRecord,
     Resolution,
+    SettleCommand,
 )
 from bot.session import SessionInfo
 from bot.tools import as_dict
@@ -318,8 +319,8 @@ class Settler:
                                      responder=principal)] if custom else []
         refusal = ApprovalCandidate(session_id=sid, turn_id=tid, request_id=rid, outcome=kind,
                                     responder=principal, reason=reason, reply_to=response.reply_to)
-        result = await self.p.store.settle(record, mode="reject", outcome=outcome, response=response,
-                                           on_rejected=[*pending, refusal], rev=record.rev)
+        result = await self.p.store.settle(SettleCommand(record, mode="reject", outcome=outcome, response=response,
+                                                         on_rejected=(*pending, refusal), rev=record.rev))
         self.p.outbox.kick(sid)
         if result.state in ("stale", "gone"):  # say who settled it meanwhile, or that it is no longer needed
             return AnswerResult("stale", await self.p.store.get_request(rid))
@@ -352,7 +353,7 @@ class Settler:
                                                responder=principal, approvals=-1, required=required)]
         stale = [ApprovalCandidate(session_id=sid, turn_id=tid, request_id=rid, outcome="stale",
                                    responder=principal, reason="Another response settled this approval.")]
-        result = await self.p.store.settle(
+        result = await self.p.store.settle(SettleCommand(
             record,
             mode="settle",
             outcome=resolution,
@@ -367,7 +368,7 @@ class Settler:
             on_stale=stale,
             lease=lease,
             rev=record.rev,
-        )
+        ))
         if result.state == "settled":
             SETTLED.labels(req.kind, resolution).inc()
             # a requester grant is its own listing (one write, its end in it), written once the settle
@@ -409,8 +410,8 @@ class Settler:
         events.append(InputResolved(session_id=sid, turn_id=tid, resolutions=[
             Resolution(request_id=req.request_id, kind=req.kind, outcome=outcome,  # type: ignore[arg-type]
                        ended_by=ended_by, by=by)]))
-        result = await self.p.store.settle(record, mode="settle", outcome=outcome, response=None,
-                                           batch=record.batch, on_settled=events)
+        result = await self.p.store.settle(SettleCommand(record, mode="settle", outcome=outcome, batch=record.batch,
+                                                         on_settled=events))
         self.p.outbox.kick(record.session_id)
         if result.state == "settled":
             SETTLED.labels(req.kind, outcome).inc()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from bot.approval import Approval, ResponseContext, allowed, always, rejected
 from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
-from bot.protocol import RequestChanged
+from bot.protocol import RequestChanged, SettleCommand
 from tests.engine.harness import ALICE, BOB, CAROL, decision, make_runtime, recording_tool, say
 
 
@@ -98,7 +98,7 @@ async def test_a_settle_checked_against_an_old_revision_writes_nothing(redis):
     await store_b.redis.hincrby(store_b.request_key(card.request_id), "rev", 1)  # changed meanwhile
     before = await store_b.redis.xlen(store_b.key(old.session_id, "events"))
     try:
-        await store_b.settle(old, mode="settle", outcome="approved", response=None, rev=old.rev)
+        await store_b.settle(SettleCommand(old, mode="settle", outcome="approved", rev=old.rev))
         raise AssertionError("a settle checked against an old revision was not refused")
     except RequestChanged as changed:
         assert changed.record.rev == 2 and changed.record.status == "open"
