@@ -305,6 +305,8 @@ class LiveAnswers:
         # this answer ends the turn's task stream, if one is open (handlers.delivery.tasks)
         taken = await self.tasks.take(session, event) if self.tasks is not None else None
         if raw and raw.startswith(DONE):  # this step's answer was shown already
+            if taken is not None:  # a task stream opened since (a pass redone): it ends too, without text
+                await self._stop_tasks(session, taken)
             # the same event again (a repeat delivery) shows nothing; a later step reusing the number (a
             # session-limit "continue" restarts the count) is posted whole
             return [] if raw == f"{DONE}:{event.seq}" else None

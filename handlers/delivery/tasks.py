@@ -102,13 +102,15 @@ class _Turn:
     channel: str = ""
     ts: str = ""
     unsent: set[str] = field(default_factory=set)  # tasks changed since Slack was told
+    # calls an answer's stopStream showed already: a redelivered event of one starts no stream of its own
+    ended: list[str] = field(default_factory=list)
     timer: asyncio.Task[None] | None = None
     flusher: asyncio.Task[None] | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def record(self) -> str:
         return json.dumps({"gen": self.gen, "state": self.state, "channel": self.channel, "ts": self.ts,
-                           "owner": self.owner, "tasks": self.tasks})
+                           "owner": self.owner, "tasks": self.tasks, "ended": self.ended})
 
     def task(self, task_id: str, title: str) -> dict[str, Any]:
         found = next((t for t in self.tasks if t["id"] == task_id), None)
@@ -175,9 +177,11 @@ class TaskStreams:
     def _apply(self, turn: _Turn, event: Event) -> set[str]:
         """The event's change to the turn's tasks: the ids of the tasks it changed."""
         changed: set[str] = set()
+        if isinstance(event, ActionStarted | ActionResult) and event.call_id in turn.ended:
+            return changed  # delivered again after its step's answer (a pass redone): shown and ended already
         if isinstance(event, InputRequested):
             for req in event.requests:
-                if req.kind != "tool-approval" or req.action is None:
+                if req.kind != "tool-approval" or req.action is None or req.action.call_id in turn.ended:
                     continue
                 if req.principal is not None and req.principal.slack_user_id and not turn.owner:
                     turn.owner = _owner(req.principal)
@@ -242,6 +246,7 @@ class TaskStreams:
                 turn.gen, turn.state, turn.tasks = int(saved["gen"]), saved["state"], list(saved["tasks"])
                 turn.channel, turn.ts, turn.owner = saved.get("channel", ""), saved.get("ts", ""), saved["owner"]
                 turn.unsent = {t["id"] for t in turn.tasks}  # what Slack has of them is unknown: say it again
+                turn.ended = list(saved.get("ended") or [])
         self._turns[key] = turn
         if len(self._turns) > TURNS_KEPT:  # turns that ended on another replica: forget the oldest
             oldest = next(iter(self._turns))
@@ -366,6 +371,7 @@ class TaskStreams:
             taken = None
             if turn.state == OPEN:
                 taken = Taken(turn.channel, turn.ts, await self._chunks(turn))
+            turn.ended += [t["id"] for t in turn.tasks]
             turn.gen, turn.state, turn.tasks, turn.unsent, turn.channel, turn.ts = turn.gen + 1, NEW, [], set(), "", ""
             await self.ledger.set(session.session_id, tasks_field(turn.turn_id), turn.record(), in_pass=True)
             return taken

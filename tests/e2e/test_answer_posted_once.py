@@ -20,7 +20,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.app import slack_retry_handlers
 from bot.models.scripted import ScriptedModel, say
 from bot.ports import RetryLater
-from bot.protocol import ActionResult, ActionStarted, MessageCompleted, TurnStarted
+from bot.protocol import ActionResult, ActionStarted, MessageCompleted, TurnCompleted, TurnStarted
 from bot.session import SessionRef
 from handlers.delivery.channel import SlackChannel
 from localslack.seed import ALICE, BOT_TOKEN, BOT_USER_ID, GENERAL
@@ -169,4 +169,55 @@ async def test_an_answer_whose_careful_look_slack_rate_limited_is_looked_for_aga
     await second.deliver(done, ref)
     await second.close()
     await successor.outbox_end(sid, "retry-token", {}, [], claim=0, again_in_ms=None)
+    assert [m.ts for m in answers()] == [shown.ts], "the answer is in the thread once"
+
+
+def unstopped_streams(slack) -> dict[str, int]:  # noqa: ANN001
+    """Each stream Slack saw started (by its message's ts) whose starts and stops differ in number."""
+    started = [c.response["ts"] for c in slack.calls_to("chat.startStream") if c.response.get("ok")]
+    stopped = [c.params.get("ts") for c in slack.calls_to("chat.stopStream")]
+    return {ts: started.count(ts) - stopped.count(ts) for ts in set(started) if started.count(ts) != stopped.count(ts)}
+
+
+async def test_a_redelivered_turn_stops_every_task_stream_it_starts(local_slack, start_app):
+    bot = await start_app(ScriptedModel([say("hello")]), [])
+    ts, sid, started = await _thread_with_a_turn(local_slack, bot)
+    ref = SessionRef(session_id=sid, team_id="T0LOCAL", channel={"channel_id": GENERAL, "thread_ts": ts})
+    answer = "Refunded ch_9."
+    events = [
+        TurnStarted(session_id=sid, turn_id="t9", seq=901, principal=started.principal),
+        ActionStarted(session_id=sid, turn_id="t9", seq=902, call_id="c9", tool_name="refund_charge"),
+        ActionResult(session_id=sid, turn_id="t9", seq=903, call_id="c9", tool_name="refund_charge",
+                     status="completed", output={"refunded": "ch_9"}),
+        MessageCompleted(session_id=sid, turn_id="t9", seq=904, step=1, text=answer),
+        TurnCompleted(session_id=sid, turn_id="t9", seq=905),
+    ]
+
+    def answers() -> list:
+        return [m for m in local_slack.messages(GENERAL, thread_ts=ts) if m.bot_id and answer in (m.text or "")]
+
+    outbox = RedisOutbox(bot.store.redis)
+    deliverer = SlackChannel(outbox, lambda team: _client(bot), states=bot.store)
+    deliverer.tasks.delay_s = 0.0  # the call runs past the status delay: its task stream starts
+
+    async def deliver_pass(token: str, batch: list) -> None:
+        assert await outbox.outbox_begin(sid, ["frontend"], token) is not None
+        for event in batch:
+            await deliver_each(event)
+        await outbox.outbox_end(sid, token, {}, [], claim=0, again_in_ms=None)
+
+    async def deliver_each(event) -> None:  # noqa: ANN001
+        await deliverer.deliver(event, ref)
+        if isinstance(event, ActionStarted):  # the call runs a while: its task shows
+            await local_slack.wait_for(lambda: local_slack.calls_to("chat.startStream"), timeout_s=5)
+        await asyncio.sleep(0.05)
+
+    await deliver_pass("first-token", events)
+    [shown] = answers()
+    # the same events again (a pass whose progress was not saved is delivered again, from its first event)
+    await deliver_pass("again-token", events)
+    await asyncio.sleep(0.3)
+    await deliverer.close()
+    assert unstopped_streams(local_slack) == {}, "every stream Slack saw started was stopped once"
+    assert not [m for m in local_slack.messages(GENERAL, thread_ts=ts) if m.streaming]
     assert [m.ts for m in answers()] == [shown.ts], "the answer is in the thread once"
