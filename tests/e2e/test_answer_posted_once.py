@@ -221,3 +221,55 @@ async def test_a_redelivered_turn_stops_every_task_stream_it_starts(local_slack,
     assert unstopped_streams(local_slack) == {}, "every stream Slack saw started was stopped once"
     assert not [m for m in local_slack.messages(GENERAL, thread_ts=ts) if m.streaming]
     assert [m.ts for m in answers()] == [shown.ts], "the answer is in the thread once"
+
+
+async def test_a_task_stream_started_late_by_a_pass_that_outlived_its_lock_is_stopped_without_the_answer(
+    local_slack, start_app
+):
+    bot = await start_app(ScriptedModel([say("hello")]), [])
+    ts, sid, started = await _thread_with_a_turn(local_slack, bot)
+    ref = SessionRef(session_id=sid, team_id="T0LOCAL", channel={"channel_id": GENERAL, "thread_ts": ts})
+    answer = "Refunded ch_9."
+    events = [
+        TurnStarted(session_id=sid, turn_id="t9", seq=901, principal=started.principal),
+        ActionStarted(session_id=sid, turn_id="t9", seq=902, call_id="c9", tool_name="refund_charge"),
+        ActionResult(session_id=sid, turn_id="t9", seq=903, call_id="c9", tool_name="refund_charge",
+                     status="completed", output={"refunded": "ch_9"}),
+        MessageCompleted(session_id=sid, turn_id="t9", seq=904, step=1, text=answer),
+        TurnCompleted(session_id=sid, turn_id="t9", seq=905),
+    ]
+
+    def answers() -> list:
+        return [m for m in local_slack.messages(GENERAL, thread_ts=ts) if m.bot_id and answer in (m.text or "")]
+
+    # the first deliverer starts the task's stream, and Slack is slow to answer it: its lock runs out meanwhile
+    stalled = RedisOutbox(bot.store.redis, lease_ms=300)
+    assert await stalled.outbox_begin(sid, ["frontend"], "stalled-token") is not None
+    first = SlackChannel(stalled, lambda team: _client(bot), states=bot.store)
+    first.tasks.delay_s = 0.0
+    slow_start = local_slack.hold_next("chat.startStream")
+    for event in events[:2]:
+        await first.deliver(event, ref)
+    await asyncio.wait_for(slow_start.reached.wait(), 5)
+    await asyncio.sleep(0.4)
+
+    # another replica takes the session over: no stream is open in its eyes, so it posts the answer whole
+    successor = RedisOutbox(bot.store.redis)
+    assert await successor.outbox_begin(sid, ["frontend"], "next-token") is not None
+    second = SlackChannel(successor, lambda team: _client(bot), states=bot.store)
+    for event in events:
+        await second.deliver(event, ref)
+    await second.close()
+    await successor.outbox_end(sid, "next-token", {}, [], claim=0, again_in_ms=None)
+    [shown] = answers()
+
+    # the first one's start lands, and it goes on with what it had not delivered
+    slow_start.release()
+    await asyncio.sleep(0.3)
+    for event in events[2:]:
+        await first.deliver(event, ref)
+    await first.close()
+    await stalled.outbox_end(sid, "stalled-token", {}, [], claim=0, again_in_ms=None)
+    assert unstopped_streams(local_slack) == {}, "every stream Slack saw started was stopped once"
+    assert not [m for m in local_slack.messages(GENERAL, thread_ts=ts) if m.streaming]
+    assert [m.ts for m in answers()] == [shown.ts], "the answer is in the thread once"
