@@ -164,6 +164,7 @@ class TaskStreams:
             return
         turn = await self._turn(session, event.turn_id)
         async with turn.lock:
+            await self._sync(turn)
             changed = self._apply(turn, event)
             if not changed:
                 return
@@ -253,6 +254,23 @@ class TaskStreams:
             if oldest != key:
                 self._drop(self._turns.pop(oldest))
         return turn
+
+    async def _sync(self, turn: _Turn) -> None:
+        """Another replica may have opened the turn's stream (this one lost the claim, or the turn was elsewhere)
+        or ended it with an answer since this process looked: the record says (read with the pass: free), so the
+        stream is carried on and stopped here, and this process's record never hides it."""
+        raw = await self.ledger.get(turn.session.session_id, tasks_field(turn.turn_id))
+        with contextlib.suppress(ValueError, TypeError, KeyError):
+            saved = json.loads(raw) if raw else None
+            if saved is None or int(saved["gen"]) < turn.gen:
+                return
+            if int(saved["gen"]) > turn.gen:  # an answer ended the stream this process knew: the record is newer
+                turn.gen, turn.state, turn.tasks = int(saved["gen"]), saved["state"], list(saved["tasks"])
+                turn.channel, turn.ts, turn.ended = saved.get("channel", ""), saved.get("ts", ""), saved.get("ended", [])
+                turn.unsent = {t["id"] for t in turn.tasks}
+            elif saved["state"] == OPEN and turn.state != OPEN:  # opened by another replica: carried on here
+                turn.state, turn.channel, turn.ts = OPEN, saved["channel"], saved["ts"]
+                turn.unsent = {t["id"] for t in turn.tasks}
 
     # --- Slack ------------------------------------------------------------------------------------------
 
@@ -368,6 +386,7 @@ class TaskStreams:
             turn = await self._turn(session, event.turn_id)
         async with turn.lock:
             self._cancel_timers(turn)
+            await self._sync(turn)
             taken = None
             if turn.state == OPEN:
                 taken = Taken(turn.channel, turn.ts, await self._chunks(turn))
@@ -388,6 +407,7 @@ class TaskStreams:
             self._turns.pop(f"{session.session_id}|{turn_id}", None)
         async with turn.lock:
             self._cancel_timers(turn)
+            await self._sync(turn)
             if turn.state != OPEN:
                 return
             for task in turn.tasks:

@@ -25,6 +25,7 @@ from bot.session import SessionRef
 from handlers.delivery.channel import SlackChannel
 from localslack.seed import ALICE, BOT_TOKEN, BOT_USER_ID, GENERAL
 from store.outbox import RedisOutbox
+from tests.chaos.harness import unstopped_streams
 
 
 async def _client(bot):  # noqa: ANN001, ANN202
@@ -172,13 +173,6 @@ async def test_an_answer_whose_careful_look_slack_rate_limited_is_looked_for_aga
     assert [m.ts for m in answers()] == [shown.ts], "the answer is in the thread once"
 
 
-def unstopped_streams(slack) -> dict[str, int]:  # noqa: ANN001
-    """Each stream Slack saw started (by its message's ts) whose starts and stops differ in number."""
-    started = [c.response["ts"] for c in slack.calls_to("chat.startStream") if c.response.get("ok")]
-    stopped = [c.params.get("ts") for c in slack.calls_to("chat.stopStream")]
-    return {ts: started.count(ts) - stopped.count(ts) for ts in set(started) if started.count(ts) != stopped.count(ts)}
-
-
 async def test_a_redelivered_turn_stops_every_task_stream_it_starts(local_slack, start_app):
     bot = await start_app(ScriptedModel([say("hello")]), [])
     ts, sid, started = await _thread_with_a_turn(local_slack, bot)
@@ -273,3 +267,60 @@ async def test_a_task_stream_started_late_by_a_pass_that_outlived_its_lock_is_st
     assert unstopped_streams(local_slack) == {}, "every stream Slack saw started was stopped once"
     assert not [m for m in local_slack.messages(GENERAL, thread_ts=ts) if m.streaming]
     assert [m.ts for m in answers()] == [shown.ts], "the answer is in the thread once"
+
+
+async def test_a_task_stream_another_replica_opened_is_stopped_by_the_answer_that_takes_the_session_over(
+    local_slack, start_app
+):
+    bot = await start_app(ScriptedModel([say("hello")]), [])
+    ts, sid, started = await _thread_with_a_turn(local_slack, bot)
+    ref = SessionRef(session_id=sid, team_id="T0LOCAL", channel={"channel_id": GENERAL, "thread_ts": ts})
+    answer = "Refunded ch_9."
+    events = [
+        TurnStarted(session_id=sid, turn_id="t9", seq=901, principal=started.principal),
+        ActionStarted(session_id=sid, turn_id="t9", seq=902, call_id="c9", tool_name="refund_charge"),
+        ActionResult(session_id=sid, turn_id="t9", seq=903, call_id="c9", tool_name="refund_charge",
+                     status="completed", output={"refunded": "ch_9"}),
+        MessageCompleted(session_id=sid, turn_id="t9", seq=904, step=1, text=answer),
+        TurnCompleted(session_id=sid, turn_id="t9", seq=905),
+    ]
+
+    def answers() -> list:
+        return [m for m in local_slack.messages(GENERAL, thread_ts=ts) if m.bot_id and answer in (m.text or "")]
+
+    # one replica starts showing the running call as a task; Slack is slow to answer, its lock runs out
+    dying = RedisOutbox(bot.store.redis, lease_ms=300)
+    assert await dying.outbox_begin(sid, ["frontend"], "dying-token") is not None
+    first = SlackChannel(dying, lambda team: _client(bot), states=bot.store)
+    first.tasks.delay_s = 0.0
+    slow_start = local_slack.hold_next("chat.startStream")
+    for event in events[:2]:
+        await first.deliver(event, ref)
+    await asyncio.wait_for(slow_start.reached.wait(), 5)
+    await asyncio.sleep(0.4)
+
+    # the other replica takes the session over and finds the task's stream claimed: it leaves it to the first
+    second_outbox = RedisOutbox(bot.store.redis)
+    second = SlackChannel(second_outbox, lambda team: _client(bot), states=bot.store)
+    second.tasks.delay_s = 0.0
+
+    async def second_pass(token: str, batch: list) -> None:
+        assert await second_outbox.outbox_begin(sid, ["frontend"], token) is not None
+        for event in batch:
+            await second.deliver(event, ref)
+            await asyncio.sleep(0.05)
+        await second_outbox.outbox_end(sid, token, {}, [], claim=0, again_in_ms=None)
+
+    await second_pass("next-token", events[:2])
+    # the first one's start lands (its stream is recorded), and then it dies
+    slow_start.release()
+    await local_slack.wait_for(lambda: [c for c in local_slack.calls_to("chat.startStream") if c.response], 5)
+    await asyncio.sleep(0.2)
+    await first.close()
+
+    # the rest of the turn is delivered by the other replica: its answer ends the stream the first one opened
+    await second_pass("last-token", events[2:])
+    await second.close()
+    assert unstopped_streams(local_slack) == {}, "every stream Slack saw started was stopped once"
+    assert not [m for m in local_slack.messages(GENERAL, thread_ts=ts) if m.streaming]
+    assert len(answers()) == 1, "the answer is in the thread once"
