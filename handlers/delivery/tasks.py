@@ -271,6 +271,13 @@ class TaskStreams:
             elif saved["state"] == OPEN and turn.state != OPEN:  # opened by another replica: carried on here
                 turn.state, turn.channel, turn.ts = OPEN, saved["channel"], saved["ts"]
                 turn.unsent = {t["id"] for t in turn.tasks}
+        if turn.state != OPEN:  # the record may be another replica's, written over the stream's opener's
+            where = await self.ledger.get(turn.session.session_id, f"{tasks_field(turn.turn_id)}:{turn.gen}")
+            with contextlib.suppress(ValueError, TypeError, KeyError):
+                if where and where.startswith("{"):
+                    opened = json.loads(where)
+                    turn.state, turn.channel, turn.ts = OPEN, opened["channel"], opened["ts"]
+                    turn.unsent = {t["id"] for t in turn.tasks}
 
     # --- Slack ------------------------------------------------------------------------------------------
 
@@ -321,6 +328,9 @@ class TaskStreams:
             return
         turn.state, turn.channel, turn.ts = OPEN, resp.get("channel") or session.channel["channel_id"], resp["ts"]
         turn.unsent.clear()
+        # where the stream is, under the claim only the one that started it writes: a replica whose record of
+        # the turn (written with its own passes) says otherwise still finds it, to carry it on and stop it
+        await self.ledger.set(sid, claim, json.dumps({"channel": turn.channel, "ts": turn.ts}))
         await self.ledger.set(sid, tasks_field(turn.turn_id), turn.record())
 
     async def _flush_later(self, turn: _Turn) -> None:
@@ -415,6 +425,8 @@ class TaskStreams:
                     task.update(status="error", details="stopped" if how == "turn.cancelled" else "the turn failed")
                     turn.unsent.add(task["id"])
             turn.state = OFF
+            # stopped: no replica carries it on after this (written with the pass's closing round trip)
+            await self.ledger.set(session.session_id, f"{tasks_field(turn_id)}:{turn.gen}", OFF, in_pass=True)
             client = await self.client_for(session.team_id)
             try:
                 await client.chat_stopStream(channel=turn.channel, ts=turn.ts, chunks=await self._chunks(turn) or None)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.app import slack_retry_handlers
@@ -269,9 +270,12 @@ async def test_a_task_stream_started_late_by_a_pass_that_outlived_its_lock_is_st
     assert [m.ts for m in answers()] == [shown.ts], "the answer is in the thread once"
 
 
+@pytest.mark.parametrize("lands", ["after_its_pass", "within_its_pass"])
 async def test_a_task_stream_another_replica_opened_is_stopped_by_the_answer_that_takes_the_session_over(
-    local_slack, start_app
+    local_slack, start_app, lands
 ):
+    """``within_its_pass``: the other replica's pass ends after the start landed, and its record of the turn (no
+    stream, in its eyes) is written over the opener's."""
     bot = await start_app(ScriptedModel([say("hello")]), [])
     ts, sid, started = await _thread_with_a_turn(local_slack, bot)
     ref = SessionRef(session_id=sid, team_id="T0LOCAL", channel={"channel_id": GENERAL, "thread_ts": ts})
@@ -304,19 +308,24 @@ async def test_a_task_stream_another_replica_opened_is_stopped_by_the_answer_tha
     second = SlackChannel(second_outbox, lambda team: _client(bot), states=bot.store)
     second.tasks.delay_s = 0.0
 
-    async def second_pass(token: str, batch: list) -> None:
+    async def second_pass(token: str, batch: list, meanwhile=None) -> None:  # noqa: ANN001
         assert await second_outbox.outbox_begin(sid, ["frontend"], token) is not None
         for event in batch:
             await second.deliver(event, ref)
             await asyncio.sleep(0.05)
+        if meanwhile is not None:
+            await meanwhile()
         await second_outbox.outbox_end(sid, token, {}, [], claim=0, again_in_ms=None)
 
-    await second_pass("next-token", events[:2])
-    # the first one's start lands (its stream is recorded), and then it dies
-    slow_start.release()
-    await local_slack.wait_for(lambda: [c for c in local_slack.calls_to("chat.startStream") if c.response], 5)
-    await asyncio.sleep(0.2)
-    await first.close()
+    async def start_lands() -> None:  # the first one's start lands (its stream is recorded), and then it dies
+        slow_start.release()
+        await local_slack.wait_for(lambda: [c for c in local_slack.calls_to("chat.startStream") if c.response], 5)
+        await asyncio.sleep(0.2)
+        await first.close()
+
+    await second_pass("next-token", events[:2], start_lands if lands == "within_its_pass" else None)
+    if lands == "after_its_pass":
+        await start_lands()
 
     # the rest of the turn is delivered by the other replica: its answer ends the stream the first one opened
     await second_pass("last-token", events[2:])
