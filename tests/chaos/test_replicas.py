@@ -8,7 +8,8 @@
   (``RECOVERY_INTERVAL_SECONDS`` in bot/app.py), and the call is not run twice.
 - Busy turns, Slack slow, clicks at both replicas and one SIGKILLed as the answers land: deliverers take
   sessions over from each other (a pass outlives its lock, or its process dies), and each thread shows its
-  answer once: a stream another deliverer ended with the answer counts as delivered.
+  answer once: a stream another deliverer ended with the answer counts as delivered; every stream Slack saw
+  started was stopped exactly once.
 
 Bounded in ``make test``; ``SOAK=1`` runs more rounds.
 """
@@ -34,6 +35,7 @@ from tests.chaos.harness import (
     poll,
     problems,
     report,
+    unstopped_streams,
 )
 
 SAME_CLICK_ROUNDS = 30 if SOAK else 4
@@ -114,6 +116,13 @@ async def test_replica_killed_mid_turn_the_other_finishes_it(cluster: Cluster, c
     assert not broken, "\n".join(broken)
 
 
+def stream_calls(slack, streams: dict[str, int]) -> list[str]:  # noqa: ANN001
+    """What Slack was asked of each stream (to say why one was left open)."""
+    return [f"{c.method} {c.params.get('ts') or c.response.get('ts')} {c.response.get('error') or 'ok'} "
+            f"{sorted(c.params)}" for c in slack.calls
+            if c.method.endswith("Stream") and (c.params.get("ts") or c.response.get("ts")) in streams]
+
+
 BUSY_ROUNDS = 8 if SOAK else 2
 TURNS_AT_ONCE = 6
 # each Slack call takes this long: a pass outlives its lock, and another replica takes the session over
@@ -154,8 +163,15 @@ async def test_busy_turns_at_two_replicas_one_killed_as_answers_land_answer_once
         await asyncio.sleep(2 * SLACK_AWAY_S + 1.0)  # a second post of an answer lands within a pass or two
         for t in batch:
             t.replies = len(final_replies(cluster.slack, t))
+    streams = {
+        "streams_started": len([c for c in cluster.slack.calls_to("chat.startStream") if c.response.get("ok")]),
+        "streams_stopped": len([c for c in cluster.slack.calls_to("chat.stopStream") if c.response.get("ok")]),
+        "unstopped": unstopped_streams(cluster.slack),
+    }
 
     with capsys.disabled():
-        print("\n" + report("busy turns at two replicas, one killed as answers land", trials, cluster))
+        print("\n" + report("busy turns at two replicas, one killed as answers land", trials, cluster, streams))
     broken = [f"{t.describe()} -> {problems(t)}" for t in trials if problems(t)]
     assert not broken, "\n".join(broken)
+    # every stream Slack saw started (an answer's, a turn's tasks) was stopped, once: none streams forever
+    assert not streams["unstopped"], [streams, *stream_calls(cluster.slack, streams["unstopped"])]
