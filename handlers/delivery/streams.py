@@ -397,6 +397,8 @@ class LiveAnswers:
         except SlackApiError as exc:
             if exc.response.get("error") not in MESSAGE_GONE:
                 await self.ledger.delete(sid, post)  # Slack said no: nothing shows the answer yet
+                # the stream is taken: the retry posts the answer whole, and the tasks end without it
+                self.tasks.stop_later(session, taken.channel, taken.ts, taken.chunks, exc)  # type: ignore[union-attr]
                 raise
             # gone, or ended already: by Slack, or by another deliverer's answer (a pass that died, or one whose
             # lock ran out while it went on). The answer is posted unless that one is in the thread
@@ -421,5 +423,8 @@ class LiveAnswers:
     async def _stop_tasks(self, session: SessionRef, taken: Taken) -> None:
         """End the tasks' stream with their last states; the answer goes elsewhere."""
         client = await self.client_for(session.team_id)
-        with contextlib.suppress(SlackApiError):
+        try:
             await client.chat_stopStream(channel=taken.channel, ts=taken.ts, chunks=taken.chunks or None)
+        except SlackApiError as exc:  # rate limited or down: sent again later; else ended or gone already
+            if self.tasks is not None:
+                self.tasks.stop_later(session, taken.channel, taken.ts, taken.chunks, exc)

@@ -60,6 +60,7 @@ from bot.protocol import (
     TurnStarted,
 )
 from bot.session import SessionRef
+from handlers.delivery.marks import retry_after, transient
 from handlers.delivery.pacing import Pacer
 from handlers.delivery.status import STATUS_DELAY_S
 from handlers.deps import ClientFor
@@ -67,6 +68,7 @@ from store.post_ledger import PostLedger
 
 log = logging.getLogger(__name__)
 
+STOP_TRIES = 5  # a stop Slack rate limits is sent again this many times, each after Slack's Retry-After
 FLUSH_EVERY_S = 1.0  # task changes are sent at most once a second (appendStream, Tier 4), or with the answer
 TURNS_KEPT = 10_000  # turns this process keeps tasks of in memory (their record in Redis stays)
 # Slack refuses the task surface in this workspace: remember it, fall back to today's answer
@@ -135,13 +137,42 @@ class TaskStreams:
         self.on_stream = on_stream
         self._turns: dict[str, _Turn] = {}  # "<session>|<turn>"
         self._refused: set[str] = set()  # workspaces where Slack refused streamed tasks
+        self._stopping: set[asyncio.Task[None]] = set()  # stops sent again after Slack's wait
 
     def available(self, session: SessionRef) -> bool:
         return (bool(session.channel.get("thread_ts")) and not session.parent
                 and (session.team_id or "") not in self._refused)
 
+    def stop_later(self, session: SessionRef, channel: str, ts: str, chunks: list[dict[str, Any]],
+                   exc: SlackApiError) -> bool:
+        """A stop Slack could not take now (rate limited, down): sent again in a while, so the stream does not
+        stay open (the answer goes elsewhere; a second stop of an ended stream changes nothing). False: the
+        error was no such thing."""
+        if not transient(exc):
+            return False
+        task = asyncio.create_task(self._stop_again(session, channel, ts, chunks, retry_after(exc)))
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
+        return True
+
+    async def _stop_again(self, session: SessionRef, channel: str, ts: str, chunks: list[dict[str, Any]],
+                          wait_s: float) -> None:
+        for _ in range(STOP_TRIES):
+            await asyncio.sleep(wait_s)
+            client = await self.client_for(session.team_id)
+            try:
+                await client.chat_stopStream(channel=channel, ts=ts, chunks=chunks or None)
+                return
+            except SlackApiError as exc:
+                if not transient(exc):
+                    return  # ended already, or gone
+                wait_s = max(retry_after(exc), wait_s)
+            except Exception:  # noqa: BLE001 - a courtesy: tried again after the next wait
+                log.info("stopping the tasks of %s failed", session.session_id, exc_info=True)
+
     async def close(self) -> None:
         tasks = [t for turn in self._turns.values() for t in (turn.timer, turn.flusher) if t is not None]
+        tasks += list(self._stopping)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -431,7 +462,9 @@ class TaskStreams:
             try:
                 await client.chat_stopStream(channel=turn.channel, ts=turn.ts, chunks=await self._chunks(turn) or None)
             except SlackApiError as exc:
-                if exc.response.get("error") not in GONE:
+                if exc.response.get("error") not in GONE and not self.stop_later(
+                    session, turn.channel, turn.ts, await self._chunks(turn), exc
+                ):
                     self._refusal(session, exc)
             await self.ledger.set(session.session_id, tasks_field(turn_id), turn.record(), in_pass=True)
 

@@ -333,3 +333,49 @@ async def test_a_task_stream_another_replica_opened_is_stopped_by_the_answer_tha
     assert unstopped_streams(local_slack) == {}, "every stream Slack saw started was stopped once"
     assert not [m for m in local_slack.messages(GENERAL, thread_ts=ts) if m.streaming]
     assert len(answers()) == 1, "the answer is in the thread once"
+
+
+async def test_a_task_stream_whose_stop_slack_rate_limited_is_stopped_later_and_the_answer_shown_once(
+    local_slack, start_app
+):
+    bot = await start_app(ScriptedModel([say("hello")]), [])
+    ts, sid, started = await _thread_with_a_turn(local_slack, bot)
+    ref = SessionRef(session_id=sid, team_id="T0LOCAL", channel={"channel_id": GENERAL, "thread_ts": ts})
+    answer = "Refunded ch_9."
+    events = [
+        TurnStarted(session_id=sid, turn_id="t9", seq=901, principal=started.principal),
+        ActionStarted(session_id=sid, turn_id="t9", seq=902, call_id="c9", tool_name="refund_charge"),
+        ActionResult(session_id=sid, turn_id="t9", seq=903, call_id="c9", tool_name="refund_charge",
+                     status="completed", output={"refunded": "ch_9"}),
+        MessageCompleted(session_id=sid, turn_id="t9", seq=904, step=1, text=answer),
+        TurnCompleted(session_id=sid, turn_id="t9", seq=905),
+    ]
+
+    def answers() -> list:
+        return [m for m in local_slack.messages(GENERAL, thread_ts=ts) if m.bot_id and answer in (m.text or "")]
+
+    # the outbox's client does not wait out a 429 inside the call (bot.app.slack_retry_handlers)
+    delivery = AsyncWebClient(token=BOT_TOKEN, base_url=local_slack.api_url,
+                              retry_handlers=slack_retry_handlers(wait_on_rate_limits=False))
+
+    async def delivery_client(team):  # noqa: ANN001, ANN202
+        return delivery
+
+    outbox = RedisOutbox(bot.store.redis)
+    deliverer = SlackChannel(outbox, delivery_client, states=bot.store)
+    deliverer.tasks.delay_s = 0.0
+    assert await outbox.outbox_begin(sid, ["frontend"], "a-token") is not None
+    for event in events[:2]:
+        await deliverer.deliver(event, ref)
+    await local_slack.wait_for(lambda: local_slack.calls_to("chat.startStream"), timeout_s=5)
+    await deliverer.deliver(events[2], ref)
+    local_slack.fail_next("chat.stopStream", status=429, retry_after=1)  # Tier 2: spent for a moment
+    with contextlib.suppress(RetryLater):  # the outbox delivers the answer again later
+        await deliverer.deliver(events[3], ref)
+    for event in events[3:]:
+        await deliverer.deliver(event, ref)
+    await outbox.outbox_end(sid, "a-token", {}, [], claim=0, again_in_ms=None)
+    await local_slack.wait_for(lambda: not unstopped_streams(local_slack), timeout_s=5)
+    await deliverer.close()
+    assert not [m for m in local_slack.messages(GENERAL, thread_ts=ts) if m.streaming]
+    assert len(answers()) == 1, "the answer is in the thread once"
