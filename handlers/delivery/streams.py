@@ -43,7 +43,7 @@ from blocks.tasks import markdown_chunk
 from bot.principals import Principal
 from bot.protocol import MessageCompleted
 from bot.session import SessionRef
-from handlers.delivery.marks import UNSURE, event_time, post_mark
+from handlers.delivery.marks import CLAIMED, UNSURE, event_time, post_mark
 from handlers.delivery.pacing import Pacer, PacingMode, pacer
 from handlers.delivery.tasks import Taken, TaskStreams
 from handlers.deps import ClientFor
@@ -305,6 +305,8 @@ class LiveAnswers:
         # this answer ends the turn's task stream, if one is open (handlers.delivery.tasks)
         taken = await self.tasks.take(session, event) if self.tasks is not None else None
         if raw and raw.startswith(DONE):  # this step's answer was shown already
+            if taken is not None:  # a task stream opened since (a pass redone): it ends too, without text
+                await self._stop_tasks(session, taken)
             # the same event again (a repeat delivery) shows nothing; a later step reusing the number (a
             # session-limit "continue" restarts the count) is posted whole
             return [] if raw == f"{DONE}:{event.seq}" else None
@@ -379,7 +381,10 @@ class LiveAnswers:
         states and the whole text (in place of the post a quick answer gets). Too long for one stream
         message, or the message gone: the tasks are stopped and the answer is posted whole."""
         final = no_pings(event.text)
-        if len(final) > MARKDOWN_TEXT:
+        sid, post = session.session_id, answer_field(event.seq)
+        if len(final) > MARKDOWN_TEXT or not await self._claim_answer(sid, post):
+            # too long, or another deliverer posted it whole (this pass's lock ran out while its start landed):
+            # the tasks end without it, and the post finds the answer it made (or makes it)
             await self._stop_tasks(session, taken)
             return None
         client = await self.client_for(session.team_id)
@@ -391,15 +396,23 @@ class LiveAnswers:
                                          metadata=post_mark(answer_field(event.seq), event_time(event)))
         except SlackApiError as exc:
             if exc.response.get("error") not in MESSAGE_GONE:
+                await self.ledger.delete(sid, post)  # Slack said no: nothing shows the answer yet
+                # the stream is taken: the retry posts the answer whole, and the tasks end without it
+                self.tasks.stop_later(session, taken.channel, taken.ts, taken.chunks, exc)  # type: ignore[union-attr]
                 raise
             # gone, or ended already: by Slack, or by another deliverer's answer (a pass that died, or one whose
             # lock ran out while it went on). The answer is posted unless that one is in the thread
             log.info("the tasks' message in %s is gone (%s): posting the answer", session.session_id,
                      exc.response.get("error"))
             return await self._post_anew(session, event)
-        await self.ledger.set(session.session_id, stream_field(event.turn_id, event.step),
-                                     f"{DONE}:{event.seq}", in_pass=True)
+        await self.ledger.set(sid, post, json.dumps({"channel": taken.channel, "ts": taken.ts}), in_pass=True)
+        await self.ledger.set(sid, stream_field(event.turn_id, event.step), f"{DONE}:{event.seq}", in_pass=True)
         return []
+
+    async def _claim_answer(self, sid: str, post: str) -> bool:
+        """Claim the answer's post for the tasks' stop: in the pass's memory while its lock is fresh (no round
+        trip), in Redis once it ran out, where the deliverer that took over claimed it if it posted the answer."""
+        return await self.ledger.claim(sid, post, f"{CLAIMED}:{time.time():.3f}", in_pass=True)
 
     async def _post_anew(self, session: SessionRef, event: MessageCompleted) -> None:
         """The answer is to be posted whole, but another deliverer may have shown it already (its stream ended
@@ -410,5 +423,8 @@ class LiveAnswers:
     async def _stop_tasks(self, session: SessionRef, taken: Taken) -> None:
         """End the tasks' stream with their last states; the answer goes elsewhere."""
         client = await self.client_for(session.team_id)
-        with contextlib.suppress(SlackApiError):
+        try:
             await client.chat_stopStream(channel=taken.channel, ts=taken.ts, chunks=taken.chunks or None)
+        except SlackApiError as exc:  # rate limited or down: sent again later; else ended or gone already
+            if self.tasks is not None:
+                self.tasks.stop_later(session, taken.channel, taken.ts, taken.chunks, exc)

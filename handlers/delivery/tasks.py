@@ -60,6 +60,7 @@ from bot.protocol import (
     TurnStarted,
 )
 from bot.session import SessionRef
+from handlers.delivery.marks import retry_after, transient
 from handlers.delivery.pacing import Pacer
 from handlers.delivery.status import STATUS_DELAY_S
 from handlers.deps import ClientFor
@@ -67,6 +68,7 @@ from store.post_ledger import PostLedger
 
 log = logging.getLogger(__name__)
 
+STOP_TRIES = 5  # a stop Slack rate limits is sent again this many times, each after Slack's Retry-After
 FLUSH_EVERY_S = 1.0  # task changes are sent at most once a second (appendStream, Tier 4), or with the answer
 TURNS_KEPT = 10_000  # turns this process keeps tasks of in memory (their record in Redis stays)
 # Slack refuses the task surface in this workspace: remember it, fall back to today's answer
@@ -102,13 +104,15 @@ class _Turn:
     channel: str = ""
     ts: str = ""
     unsent: set[str] = field(default_factory=set)  # tasks changed since Slack was told
+    # calls an answer's stopStream showed already: a redelivered event of one starts no stream of its own
+    ended: list[str] = field(default_factory=list)
     timer: asyncio.Task[None] | None = None
     flusher: asyncio.Task[None] | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def record(self) -> str:
         return json.dumps({"gen": self.gen, "state": self.state, "channel": self.channel, "ts": self.ts,
-                           "owner": self.owner, "tasks": self.tasks})
+                           "owner": self.owner, "tasks": self.tasks, "ended": self.ended})
 
     def task(self, task_id: str, title: str) -> dict[str, Any]:
         found = next((t for t in self.tasks if t["id"] == task_id), None)
@@ -133,13 +137,42 @@ class TaskStreams:
         self.on_stream = on_stream
         self._turns: dict[str, _Turn] = {}  # "<session>|<turn>"
         self._refused: set[str] = set()  # workspaces where Slack refused streamed tasks
+        self._stopping: set[asyncio.Task[None]] = set()  # stops sent again after Slack's wait
 
     def available(self, session: SessionRef) -> bool:
         return (bool(session.channel.get("thread_ts")) and not session.parent
                 and (session.team_id or "") not in self._refused)
 
+    def stop_later(self, session: SessionRef, channel: str, ts: str, chunks: list[dict[str, Any]],
+                   exc: SlackApiError) -> bool:
+        """A stop Slack could not take now (rate limited, down): sent again in a while, so the stream does not
+        stay open (the answer goes elsewhere; a second stop of an ended stream changes nothing). False: the
+        error was no such thing."""
+        if not transient(exc):
+            return False
+        task = asyncio.create_task(self._stop_again(session, channel, ts, chunks, retry_after(exc)))
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
+        return True
+
+    async def _stop_again(self, session: SessionRef, channel: str, ts: str, chunks: list[dict[str, Any]],
+                          wait_s: float) -> None:
+        for _ in range(STOP_TRIES):
+            await asyncio.sleep(wait_s)
+            client = await self.client_for(session.team_id)
+            try:
+                await client.chat_stopStream(channel=channel, ts=ts, chunks=chunks or None)
+                return
+            except SlackApiError as exc:
+                if not transient(exc):
+                    return  # ended already, or gone
+                wait_s = max(retry_after(exc), wait_s)
+            except Exception:  # noqa: BLE001 - a courtesy: tried again after the next wait
+                log.info("stopping the tasks of %s failed", session.session_id, exc_info=True)
+
     async def close(self) -> None:
         tasks = [t for turn in self._turns.values() for t in (turn.timer, turn.flusher) if t is not None]
+        tasks += list(self._stopping)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -162,6 +195,7 @@ class TaskStreams:
             return
         turn = await self._turn(session, event.turn_id)
         async with turn.lock:
+            await self._sync(turn)
             changed = self._apply(turn, event)
             if not changed:
                 return
@@ -175,9 +209,11 @@ class TaskStreams:
     def _apply(self, turn: _Turn, event: Event) -> set[str]:
         """The event's change to the turn's tasks: the ids of the tasks it changed."""
         changed: set[str] = set()
+        if isinstance(event, ActionStarted | ActionResult) and event.call_id in turn.ended:
+            return changed  # delivered again after its step's answer (a pass redone): shown and ended already
         if isinstance(event, InputRequested):
             for req in event.requests:
-                if req.kind != "tool-approval" or req.action is None:
+                if req.kind != "tool-approval" or req.action is None or req.action.call_id in turn.ended:
                     continue
                 if req.principal is not None and req.principal.slack_user_id and not turn.owner:
                     turn.owner = _owner(req.principal)
@@ -242,12 +278,37 @@ class TaskStreams:
                 turn.gen, turn.state, turn.tasks = int(saved["gen"]), saved["state"], list(saved["tasks"])
                 turn.channel, turn.ts, turn.owner = saved.get("channel", ""), saved.get("ts", ""), saved["owner"]
                 turn.unsent = {t["id"] for t in turn.tasks}  # what Slack has of them is unknown: say it again
+                turn.ended = list(saved.get("ended") or [])
         self._turns[key] = turn
         if len(self._turns) > TURNS_KEPT:  # turns that ended on another replica: forget the oldest
             oldest = next(iter(self._turns))
             if oldest != key:
                 self._drop(self._turns.pop(oldest))
         return turn
+
+    async def _sync(self, turn: _Turn) -> None:
+        """Another replica may have opened the turn's stream (this one lost the claim, or the turn was elsewhere)
+        or ended it with an answer since this process looked: the record says (read with the pass: free), so the
+        stream is carried on and stopped here, and this process's record never hides it."""
+        raw = await self.ledger.get(turn.session.session_id, tasks_field(turn.turn_id))
+        with contextlib.suppress(ValueError, TypeError, KeyError):
+            saved = json.loads(raw) if raw else None
+            if saved is None or int(saved["gen"]) < turn.gen:
+                return
+            if int(saved["gen"]) > turn.gen:  # an answer ended the stream this process knew: the record is newer
+                turn.gen, turn.state, turn.tasks = int(saved["gen"]), saved["state"], list(saved["tasks"])
+                turn.channel, turn.ts, turn.ended = saved.get("channel", ""), saved.get("ts", ""), saved.get("ended", [])
+                turn.unsent = {t["id"] for t in turn.tasks}
+            elif saved["state"] == OPEN and turn.state != OPEN:  # opened by another replica: carried on here
+                turn.state, turn.channel, turn.ts = OPEN, saved["channel"], saved["ts"]
+                turn.unsent = {t["id"] for t in turn.tasks}
+        if turn.state != OPEN:  # the record may be another replica's, written over the stream's opener's
+            where = await self.ledger.get(turn.session.session_id, f"{tasks_field(turn.turn_id)}:{turn.gen}")
+            with contextlib.suppress(ValueError, TypeError, KeyError):
+                if where and where.startswith("{"):
+                    opened = json.loads(where)
+                    turn.state, turn.channel, turn.ts = OPEN, opened["channel"], opened["ts"]
+                    turn.unsent = {t["id"] for t in turn.tasks}
 
     # --- Slack ------------------------------------------------------------------------------------------
 
@@ -298,6 +359,9 @@ class TaskStreams:
             return
         turn.state, turn.channel, turn.ts = OPEN, resp.get("channel") or session.channel["channel_id"], resp["ts"]
         turn.unsent.clear()
+        # where the stream is, under the claim only the one that started it writes: a replica whose record of
+        # the turn (written with its own passes) says otherwise still finds it, to carry it on and stop it
+        await self.ledger.set(sid, claim, json.dumps({"channel": turn.channel, "ts": turn.ts}))
         await self.ledger.set(sid, tasks_field(turn.turn_id), turn.record())
 
     async def _flush_later(self, turn: _Turn) -> None:
@@ -363,9 +427,11 @@ class TaskStreams:
             turn = await self._turn(session, event.turn_id)
         async with turn.lock:
             self._cancel_timers(turn)
+            await self._sync(turn)
             taken = None
             if turn.state == OPEN:
                 taken = Taken(turn.channel, turn.ts, await self._chunks(turn))
+            turn.ended += [t["id"] for t in turn.tasks]
             turn.gen, turn.state, turn.tasks, turn.unsent, turn.channel, turn.ts = turn.gen + 1, NEW, [], set(), "", ""
             await self.ledger.set(session.session_id, tasks_field(turn.turn_id), turn.record(), in_pass=True)
             return taken
@@ -382,6 +448,7 @@ class TaskStreams:
             self._turns.pop(f"{session.session_id}|{turn_id}", None)
         async with turn.lock:
             self._cancel_timers(turn)
+            await self._sync(turn)
             if turn.state != OPEN:
                 return
             for task in turn.tasks:
@@ -389,11 +456,15 @@ class TaskStreams:
                     task.update(status="error", details="stopped" if how == "turn.cancelled" else "the turn failed")
                     turn.unsent.add(task["id"])
             turn.state = OFF
+            # stopped: no replica carries it on after this (written with the pass's closing round trip)
+            await self.ledger.set(session.session_id, f"{tasks_field(turn_id)}:{turn.gen}", OFF, in_pass=True)
             client = await self.client_for(session.team_id)
             try:
                 await client.chat_stopStream(channel=turn.channel, ts=turn.ts, chunks=await self._chunks(turn) or None)
             except SlackApiError as exc:
-                if exc.response.get("error") not in GONE:
+                if exc.response.get("error") not in GONE and not self.stop_later(
+                    session, turn.channel, turn.ts, await self._chunks(turn), exc
+                ):
                     self._refusal(session, exc)
             await self.ledger.set(session.session_id, tasks_field(turn_id), turn.record(), in_pass=True)
 

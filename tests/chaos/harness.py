@@ -501,6 +501,14 @@ def problems(trial: Trial) -> list[str]:
     return found
 
 
+def unstopped_streams(slack: LocalSlack) -> dict[str, int]:
+    """Each stream Slack saw started (its message's ts) not stopped exactly once: one left streaming is a message
+    a person sees never finish. (A second stop that Slack refuses, the stream being over, changes nothing.)"""
+    started = Counter(c.response["ts"] for c in slack.calls_to("chat.startStream") if c.response.get("ok"))
+    stopped = Counter(c.params.get("ts") for c in slack.calls_to("chat.stopStream") if c.response.get("ok"))
+    return {ts: n - stopped[ts] for ts, n in started.items() if n != stopped[ts]}
+
+
 def figures(trials: list[Trial], cluster: Cluster) -> dict[str, Any]:
     outcomes = Counter(t.outcome for t in trials)
     return {

@@ -8,7 +8,8 @@
   (``RECOVERY_INTERVAL_SECONDS`` in bot/app.py), and the call is not run twice.
 - Busy turns, Slack slow, clicks at both replicas and one SIGKILLed as the answers land: deliverers take
   sessions over from each other (a pass outlives its lock, or its process dies), and each thread shows its
-  answer once: a stream another deliverer ended with the answer counts as delivered.
+  answer once: a stream another deliverer ended with the answer counts as delivered; every stream Slack saw
+  started was stopped exactly once.
 
 Bounded in ``make test``; ``SOAK=1`` runs more rounds.
 """
@@ -16,6 +17,7 @@ Bounded in ``make test``; ``SOAK=1`` runs more rounds.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 
 import pytest
@@ -34,6 +36,7 @@ from tests.chaos.harness import (
     poll,
     problems,
     report,
+    unstopped_streams,
 )
 
 SAME_CLICK_ROUNDS = 30 if SOAK else 4
@@ -114,7 +117,15 @@ async def test_replica_killed_mid_turn_the_other_finishes_it(cluster: Cluster, c
     assert not broken, "\n".join(broken)
 
 
+def stream_calls(slack, streams: dict[str, int]) -> list[str]:  # noqa: ANN001
+    """What Slack was asked of each stream (to say why one was left open)."""
+    return [f"{c.method} {c.params.get('ts') or c.response.get('ts')} {c.response.get('error') or 'ok'} "
+            f"{sorted(c.params)}" for c in slack.calls
+            if c.method.endswith("Stream") and (c.params.get("ts") or c.response.get("ts")) in streams]
+
+
 BUSY_ROUNDS = 8 if SOAK else 2
+STOPS_SETTLE_S = 60 if SOAK else 10
 TURNS_AT_ONCE = 6
 # each Slack call takes this long: a pass outlives its lock, and another replica takes the session over
 SLACK_AWAY_S = float(os.environ.get("CHAOS_SLACK_AWAY_S") or 0.25)
@@ -122,6 +133,9 @@ LOOKS_PER_MINUTE = float(os.environ.get("CHAOS_LOOKS_PER_MINUTE") or 20)
 
 
 @pytest.mark.soak
+@pytest.mark.xfail(SOAK, strict=True, reason=(
+    "long runs still leave a few task streams open (4-6 of 48): stopStream shares Tier 2 with startStream, and a "
+    "rate limited stop is sent again only from the memory of the replica that tried it, which the kill ends"))
 async def test_busy_turns_at_two_replicas_one_killed_as_answers_land_answer_once(cluster: Cluster, capsys):
     """Turns in flight together, each click posted to both replicas, Slack slow to answer (passes outlive their
     locks, so replicas take sessions over from each other), and a replica SIGKILLed as the first answers land:
@@ -154,8 +168,18 @@ async def test_busy_turns_at_two_replicas_one_killed_as_answers_land_answer_once
         await asyncio.sleep(2 * SLACK_AWAY_S + 1.0)  # a second post of an answer lands within a pass or two
         for t in batch:
             t.replies = len(final_replies(cluster.slack, t))
+    # a stop Slack rate limited (startStream and stopStream share Tier 2) is sent again after its Retry-After
+    with contextlib.suppress(TimeoutError):
+        await poll(lambda: not unstopped_streams(cluster.slack), STOPS_SETTLE_S)
+    streams = {
+        "streams_started": len([c for c in cluster.slack.calls_to("chat.startStream") if c.response.get("ok")]),
+        "streams_stopped": len([c for c in cluster.slack.calls_to("chat.stopStream") if c.response.get("ok")]),
+        "unstopped": unstopped_streams(cluster.slack),
+    }
 
     with capsys.disabled():
-        print("\n" + report("busy turns at two replicas, one killed as answers land", trials, cluster))
+        print("\n" + report("busy turns at two replicas, one killed as answers land", trials, cluster, streams))
     broken = [f"{t.describe()} -> {problems(t)}" for t in trials if problems(t)]
     assert not broken, "\n".join(broken)
+    # every stream Slack saw started (an answer's, a turn's tasks) was stopped, once: none streams forever
+    assert not streams["unstopped"], [streams, *stream_calls(cluster.slack, streams["unstopped"])]

@@ -15,16 +15,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.app import slack_retry_handlers
 from bot.models.scripted import ScriptedModel, say
 from bot.ports import RetryLater
-from bot.protocol import ActionResult, ActionStarted, MessageCompleted, TurnStarted
+from bot.protocol import ActionResult, ActionStarted, MessageCompleted, TurnCompleted, TurnStarted
 from bot.session import SessionRef
 from handlers.delivery.channel import SlackChannel
 from localslack.seed import ALICE, BOT_TOKEN, BOT_USER_ID, GENERAL
 from store.outbox import RedisOutbox
+from tests.chaos.harness import unstopped_streams
 
 
 async def _client(bot):  # noqa: ANN001, ANN202
@@ -170,3 +172,210 @@ async def test_an_answer_whose_careful_look_slack_rate_limited_is_looked_for_aga
     await second.close()
     await successor.outbox_end(sid, "retry-token", {}, [], claim=0, again_in_ms=None)
     assert [m.ts for m in answers()] == [shown.ts], "the answer is in the thread once"
+
+
+async def test_a_redelivered_turn_stops_every_task_stream_it_starts(local_slack, start_app):
+    bot = await start_app(ScriptedModel([say("hello")]), [])
+    ts, sid, started = await _thread_with_a_turn(local_slack, bot)
+    ref = SessionRef(session_id=sid, team_id="T0LOCAL", channel={"channel_id": GENERAL, "thread_ts": ts})
+    answer = "Refunded ch_9."
+    events = [
+        TurnStarted(session_id=sid, turn_id="t9", seq=901, principal=started.principal),
+        ActionStarted(session_id=sid, turn_id="t9", seq=902, call_id="c9", tool_name="refund_charge"),
+        ActionResult(session_id=sid, turn_id="t9", seq=903, call_id="c9", tool_name="refund_charge",
+                     status="completed", output={"refunded": "ch_9"}),
+        MessageCompleted(session_id=sid, turn_id="t9", seq=904, step=1, text=answer),
+        TurnCompleted(session_id=sid, turn_id="t9", seq=905),
+    ]
+
+    def answers() -> list:
+        return [m for m in local_slack.messages(GENERAL, thread_ts=ts) if m.bot_id and answer in (m.text or "")]
+
+    outbox = RedisOutbox(bot.store.redis)
+    deliverer = SlackChannel(outbox, lambda team: _client(bot), states=bot.store)
+    deliverer.tasks.delay_s = 0.0  # the call runs past the status delay: its task stream starts
+
+    async def deliver_pass(token: str, batch: list) -> None:
+        assert await outbox.outbox_begin(sid, ["frontend"], token) is not None
+        for event in batch:
+            await deliver_each(event)
+        await outbox.outbox_end(sid, token, {}, [], claim=0, again_in_ms=None)
+
+    async def deliver_each(event) -> None:  # noqa: ANN001
+        await deliverer.deliver(event, ref)
+        if isinstance(event, ActionStarted):  # the call runs a while: its task shows
+            await local_slack.wait_for(lambda: local_slack.calls_to("chat.startStream"), timeout_s=5)
+        await asyncio.sleep(0.05)
+
+    await deliver_pass("first-token", events)
+    [shown] = answers()
+    # the same events again (a pass whose progress was not saved is delivered again, from its first event)
+    await deliver_pass("again-token", events)
+    await asyncio.sleep(0.3)
+    await deliverer.close()
+    assert unstopped_streams(local_slack) == {}, "every stream Slack saw started was stopped once"
+    assert not [m for m in local_slack.messages(GENERAL, thread_ts=ts) if m.streaming]
+    assert [m.ts for m in answers()] == [shown.ts], "the answer is in the thread once"
+
+
+async def test_a_task_stream_started_late_by_a_pass_that_outlived_its_lock_is_stopped_without_the_answer(
+    local_slack, start_app
+):
+    bot = await start_app(ScriptedModel([say("hello")]), [])
+    ts, sid, started = await _thread_with_a_turn(local_slack, bot)
+    ref = SessionRef(session_id=sid, team_id="T0LOCAL", channel={"channel_id": GENERAL, "thread_ts": ts})
+    answer = "Refunded ch_9."
+    events = [
+        TurnStarted(session_id=sid, turn_id="t9", seq=901, principal=started.principal),
+        ActionStarted(session_id=sid, turn_id="t9", seq=902, call_id="c9", tool_name="refund_charge"),
+        ActionResult(session_id=sid, turn_id="t9", seq=903, call_id="c9", tool_name="refund_charge",
+                     status="completed", output={"refunded": "ch_9"}),
+        MessageCompleted(session_id=sid, turn_id="t9", seq=904, step=1, text=answer),
+        TurnCompleted(session_id=sid, turn_id="t9", seq=905),
+    ]
+
+    def answers() -> list:
+        return [m for m in local_slack.messages(GENERAL, thread_ts=ts) if m.bot_id and answer in (m.text or "")]
+
+    # the first deliverer starts the task's stream, and Slack is slow to answer it: its lock runs out meanwhile
+    stalled = RedisOutbox(bot.store.redis, lease_ms=300)
+    assert await stalled.outbox_begin(sid, ["frontend"], "stalled-token") is not None
+    first = SlackChannel(stalled, lambda team: _client(bot), states=bot.store)
+    first.tasks.delay_s = 0.0
+    slow_start = local_slack.hold_next("chat.startStream")
+    for event in events[:2]:
+        await first.deliver(event, ref)
+    await asyncio.wait_for(slow_start.reached.wait(), 5)
+    await asyncio.sleep(0.4)
+
+    # another replica takes the session over: no stream is open in its eyes, so it posts the answer whole
+    successor = RedisOutbox(bot.store.redis)
+    assert await successor.outbox_begin(sid, ["frontend"], "next-token") is not None
+    second = SlackChannel(successor, lambda team: _client(bot), states=bot.store)
+    for event in events:
+        await second.deliver(event, ref)
+    await second.close()
+    await successor.outbox_end(sid, "next-token", {}, [], claim=0, again_in_ms=None)
+    [shown] = answers()
+
+    # the first one's start lands, and it goes on with what it had not delivered
+    slow_start.release()
+    await asyncio.sleep(0.3)
+    for event in events[2:]:
+        await first.deliver(event, ref)
+    await first.close()
+    await stalled.outbox_end(sid, "stalled-token", {}, [], claim=0, again_in_ms=None)
+    assert unstopped_streams(local_slack) == {}, "every stream Slack saw started was stopped once"
+    assert not [m for m in local_slack.messages(GENERAL, thread_ts=ts) if m.streaming]
+    assert [m.ts for m in answers()] == [shown.ts], "the answer is in the thread once"
+
+
+@pytest.mark.parametrize("lands", ["after_its_pass", "within_its_pass"])
+async def test_a_task_stream_another_replica_opened_is_stopped_by_the_answer_that_takes_the_session_over(
+    local_slack, start_app, lands
+):
+    """``within_its_pass``: the other replica's pass ends after the start landed, and its record of the turn (no
+    stream, in its eyes) is written over the opener's."""
+    bot = await start_app(ScriptedModel([say("hello")]), [])
+    ts, sid, started = await _thread_with_a_turn(local_slack, bot)
+    ref = SessionRef(session_id=sid, team_id="T0LOCAL", channel={"channel_id": GENERAL, "thread_ts": ts})
+    answer = "Refunded ch_9."
+    events = [
+        TurnStarted(session_id=sid, turn_id="t9", seq=901, principal=started.principal),
+        ActionStarted(session_id=sid, turn_id="t9", seq=902, call_id="c9", tool_name="refund_charge"),
+        ActionResult(session_id=sid, turn_id="t9", seq=903, call_id="c9", tool_name="refund_charge",
+                     status="completed", output={"refunded": "ch_9"}),
+        MessageCompleted(session_id=sid, turn_id="t9", seq=904, step=1, text=answer),
+        TurnCompleted(session_id=sid, turn_id="t9", seq=905),
+    ]
+
+    def answers() -> list:
+        return [m for m in local_slack.messages(GENERAL, thread_ts=ts) if m.bot_id and answer in (m.text or "")]
+
+    # one replica starts showing the running call as a task; Slack is slow to answer, its lock runs out
+    dying = RedisOutbox(bot.store.redis, lease_ms=300)
+    assert await dying.outbox_begin(sid, ["frontend"], "dying-token") is not None
+    first = SlackChannel(dying, lambda team: _client(bot), states=bot.store)
+    first.tasks.delay_s = 0.0
+    slow_start = local_slack.hold_next("chat.startStream")
+    for event in events[:2]:
+        await first.deliver(event, ref)
+    await asyncio.wait_for(slow_start.reached.wait(), 5)
+    await asyncio.sleep(0.4)
+
+    # the other replica takes the session over and finds the task's stream claimed: it leaves it to the first
+    second_outbox = RedisOutbox(bot.store.redis)
+    second = SlackChannel(second_outbox, lambda team: _client(bot), states=bot.store)
+    second.tasks.delay_s = 0.0
+
+    async def second_pass(token: str, batch: list, meanwhile=None) -> None:  # noqa: ANN001
+        assert await second_outbox.outbox_begin(sid, ["frontend"], token) is not None
+        for event in batch:
+            await second.deliver(event, ref)
+            await asyncio.sleep(0.05)
+        if meanwhile is not None:
+            await meanwhile()
+        await second_outbox.outbox_end(sid, token, {}, [], claim=0, again_in_ms=None)
+
+    async def start_lands() -> None:  # the first one's start lands (its stream is recorded), and then it dies
+        slow_start.release()
+        await local_slack.wait_for(lambda: [c for c in local_slack.calls_to("chat.startStream") if c.response], 5)
+        await asyncio.sleep(0.2)
+        await first.close()
+
+    await second_pass("next-token", events[:2], start_lands if lands == "within_its_pass" else None)
+    if lands == "after_its_pass":
+        await start_lands()
+
+    # the rest of the turn is delivered by the other replica: its answer ends the stream the first one opened
+    await second_pass("last-token", events[2:])
+    await second.close()
+    assert unstopped_streams(local_slack) == {}, "every stream Slack saw started was stopped once"
+    assert not [m for m in local_slack.messages(GENERAL, thread_ts=ts) if m.streaming]
+    assert len(answers()) == 1, "the answer is in the thread once"
+
+
+async def test_a_task_stream_whose_stop_slack_rate_limited_is_stopped_later_and_the_answer_shown_once(
+    local_slack, start_app
+):
+    bot = await start_app(ScriptedModel([say("hello")]), [])
+    ts, sid, started = await _thread_with_a_turn(local_slack, bot)
+    ref = SessionRef(session_id=sid, team_id="T0LOCAL", channel={"channel_id": GENERAL, "thread_ts": ts})
+    answer = "Refunded ch_9."
+    events = [
+        TurnStarted(session_id=sid, turn_id="t9", seq=901, principal=started.principal),
+        ActionStarted(session_id=sid, turn_id="t9", seq=902, call_id="c9", tool_name="refund_charge"),
+        ActionResult(session_id=sid, turn_id="t9", seq=903, call_id="c9", tool_name="refund_charge",
+                     status="completed", output={"refunded": "ch_9"}),
+        MessageCompleted(session_id=sid, turn_id="t9", seq=904, step=1, text=answer),
+        TurnCompleted(session_id=sid, turn_id="t9", seq=905),
+    ]
+
+    def answers() -> list:
+        return [m for m in local_slack.messages(GENERAL, thread_ts=ts) if m.bot_id and answer in (m.text or "")]
+
+    # the outbox's client does not wait out a 429 inside the call (bot.app.slack_retry_handlers)
+    delivery = AsyncWebClient(token=BOT_TOKEN, base_url=local_slack.api_url,
+                              retry_handlers=slack_retry_handlers(wait_on_rate_limits=False))
+
+    async def delivery_client(team):  # noqa: ANN001, ANN202
+        return delivery
+
+    outbox = RedisOutbox(bot.store.redis)
+    deliverer = SlackChannel(outbox, delivery_client, states=bot.store)
+    deliverer.tasks.delay_s = 0.0
+    assert await outbox.outbox_begin(sid, ["frontend"], "a-token") is not None
+    for event in events[:2]:
+        await deliverer.deliver(event, ref)
+    await local_slack.wait_for(lambda: local_slack.calls_to("chat.startStream"), timeout_s=5)
+    await deliverer.deliver(events[2], ref)
+    local_slack.fail_next("chat.stopStream", status=429, retry_after=1)  # Tier 2: spent for a moment
+    with contextlib.suppress(RetryLater):  # the outbox delivers the answer again later
+        await deliverer.deliver(events[3], ref)
+    for event in events[3:]:
+        await deliverer.deliver(event, ref)
+    await outbox.outbox_end(sid, "a-token", {}, [], claim=0, again_in_ms=None)
+    await local_slack.wait_for(lambda: not unstopped_streams(local_slack), timeout_s=5)
+    await deliverer.close()
+    assert not [m for m in local_slack.messages(GENERAL, thread_ts=ts) if m.streaming]
+    assert len(answers()) == 1, "the answer is in the thread once"
