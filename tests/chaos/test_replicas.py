@@ -132,10 +132,15 @@ SLACK_AWAY_S = float(os.environ.get("CHAOS_SLACK_AWAY_S") or 0.25)
 LOOKS_PER_MINUTE = float(os.environ.get("CHAOS_LOOKS_PER_MINUTE") or 20)
 
 
+# A known gap, left open: long runs still leave a few task streams open (4-6 of 48). stopStream shares Tier 2 with
+# startStream, and a rate limited stop is sent again only from the memory of the replica that tried it, which the
+# kill ends. Under SOAK that one check is an expected failure; every other check of the run stays strict.
+STREAMS_LEFT_OPEN_UNDER_SOAK = (
+    "long runs leave a few task streams open: a rate limited chat.stopStream is retried only from the memory of "
+    "the replica that tried it, which the kill ends")
+
+
 @pytest.mark.soak
-@pytest.mark.xfail(SOAK, strict=True, reason=(
-    "long runs still leave a few task streams open (4-6 of 48): stopStream shares Tier 2 with startStream, and a "
-    "rate limited stop is sent again only from the memory of the replica that tried it, which the kill ends"))
 async def test_busy_turns_at_two_replicas_one_killed_as_answers_land_answer_once(cluster: Cluster, capsys):
     """Turns in flight together, each click posted to both replicas, Slack slow to answer (passes outlive their
     locks, so replicas take sessions over from each other), and a replica SIGKILLed as the first answers land:
@@ -182,4 +187,6 @@ async def test_busy_turns_at_two_replicas_one_killed_as_answers_land_answer_once
     broken = [f"{t.describe()} -> {problems(t)}" for t in trials if problems(t)]
     assert not broken, "\n".join(broken)
     # every stream Slack saw started (an answer's, a turn's tasks) was stopped, once: none streams forever
+    if SOAK and streams["unstopped"]:
+        pytest.xfail(f"{STREAMS_LEFT_OPEN_UNDER_SOAK}: {len(streams['unstopped'])} of them")
     assert not streams["unstopped"], [streams, *stream_calls(cluster.slack, streams["unstopped"])]
