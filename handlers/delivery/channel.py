@@ -38,7 +38,7 @@ from bot.protocol import (
 )
 from bot.session import SessionRef
 from handlers.delivery.marks import CLAIMED, TRANSIENT_ERRORS, event_time, find_post, post_mark
-from handlers.delivery.pacing import SlackPacing
+from handlers.delivery.pacing import SlackPacing, retry_after
 from handlers.delivery.private_notes import tell_privately
 from handlers.delivery.sessions import (
     TITLE_FIELD,
@@ -176,7 +176,7 @@ class SlackChannel:
             raise Undeliverable(str(exc)) from exc
         error = exc.response.get("error")
         if exc.response.status_code == 429 or error == "ratelimited":
-            raise RetryLater(_retry_after(exc), f"Slack rate limited {event.type}") from exc
+            raise RetryLater(retry_after(exc), f"Slack rate limited {event.type}") from exc
         if exc.response.status_code >= 500 or error in TRANSIENT_ERRORS:
             raise exc
         if error in GONE_ERRORS:
@@ -458,22 +458,10 @@ def slack_failure(exc: SlackApiError, what: str) -> Exception | None:
     """What a Slack error means for the outbox: wait (429), retry (5xx, transient), or None: log, skip."""
     error = exc.response.get("error")
     if exc.response.status_code == 429 or error == "ratelimited":
-        return RetryLater(_retry_after(exc), f"Slack rate limited {what}")
+        return RetryLater(retry_after(exc), f"Slack rate limited {what}")
     if exc.response.status_code >= 500 or error in TRANSIENT_ERRORS:
         return exc
     return None
-
-
-def _retry_after(exc: SlackApiError) -> float:
-    """Slack's Retry-After (seconds) on a 429; a second when it is missing or odd."""
-    headers = exc.response.headers or {}
-    raw = headers.get("Retry-After") or headers.get("retry-after")
-    if isinstance(raw, list):
-        raw = raw[0] if raw else None
-    try:
-        return min(max(float(raw), 0.0), 3600.0) if raw is not None else 1.0
-    except (TypeError, ValueError):
-        return 1.0
 
 
 def _label_of(req: Any, option_id: str | None) -> str | None:

@@ -39,18 +39,6 @@ def post_mark(field: str, at: int | None = None) -> dict[str, Any]:
     }
 
 
-def retry_after(exc: SlackApiError) -> float:
-    """Slack's Retry-After (seconds) on a 429; a second when it is missing or odd."""
-    headers = exc.response.headers or {}
-    raw = headers.get("Retry-After") or headers.get("retry-after")
-    if isinstance(raw, list):
-        raw = raw[0] if raw else None
-    try:
-        return min(max(float(raw), 0.0), 3600.0) if raw is not None else 1.0
-    except (TypeError, ValueError):
-        return 1.0
-
-
 def transient(exc: SlackApiError) -> bool:
     error = exc.response.get("error")
     return exc.response.status_code == 429 or exc.response.status_code >= 500 or error in TRANSIENT_ERRORS

@@ -17,6 +17,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Literal
 
+from slack_sdk.errors import SlackApiError
+
 from bot.ports import RetryLater
 
 PacingMode = Literal["slack", "off"]  # bot.config.Settings.slack_pacing
@@ -87,3 +89,15 @@ class SlackPacing:
         self.mode = mode
         self.posts = pacer(mode, interval_s=1.0, burst=4)  # per channel
         self.updates = pacer(mode, interval_s=1.0, burst=20)  # per workspace: chat.update is Tier 3
+
+
+def retry_after(exc: SlackApiError) -> float:
+    """Slack's Retry-After (seconds) on a 429; a second when it is missing or odd."""
+    headers = exc.response.headers or {}
+    raw = headers.get("Retry-After") or headers.get("retry-after")
+    if isinstance(raw, list):
+        raw = raw[0] if raw else None
+    try:
+        return min(max(float(raw), 0.0), 3600.0) if raw is not None else 1.0
+    except (TypeError, ValueError):
+        return 1.0

@@ -33,6 +33,7 @@ from slack_sdk.errors import SlackApiError
 from bot.ports import RetryLater
 from bot.protocol import InputRequest
 from bot.session import SessionRef
+from handlers.delivery.pacing import retry_after
 from handlers.delivery.status import STATUS_DELAY_S
 from handlers.deps import ClientFor
 from store.outbox import RedisOutbox
@@ -210,7 +211,7 @@ class AgentSessions:
             error = exc.response.get("error")
             limited = exc.response.status_code == 429 or error == "ratelimited"
             if must and limited:
-                raise RetryLater(_retry_after(exc), f"Slack rate limited {method}") from exc
+                raise RetryLater(retry_after(exc), f"Slack rate limited {method}") from exc
             if must and exc.response.status_code >= 500:
                 raise
             if limited or exc.response.status_code >= 500:
@@ -225,12 +226,3 @@ class AgentSessions:
                 log.info("%s for %s refused: %s", method, session.session_id, error)
             return False
         return True
-
-
-def _retry_after(exc: SlackApiError) -> float:
-    """Slack's Retry-After on a 429 (seconds), a second when missing or odd."""
-    raw = (exc.response.headers or {}).get("Retry-After") or (exc.response.headers or {}).get("retry-after")
-    try:
-        return min(max(float(raw[0] if isinstance(raw, list) else raw), 0.0), 3600.0) if raw else 1.0
-    except (TypeError, ValueError):
-        return 1.0

@@ -60,8 +60,8 @@ from bot.protocol import (
     TurnStarted,
 )
 from bot.session import SessionRef
-from handlers.delivery.marks import retry_after, transient
-from handlers.delivery.pacing import Pacer
+from handlers.delivery.marks import transient
+from handlers.delivery.pacing import Pacer, retry_after
 from handlers.delivery.status import STATUS_DELAY_S
 from handlers.deps import ClientFor
 from store.post_ledger import PostLedger
