@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from slack_sdk.web.async_client import AsyncWebClient
@@ -21,7 +23,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.app import slack_retry_handlers
 from bot.models.scripted import ScriptedModel, say
 from bot.ports import RetryLater
-from bot.protocol import ActionResult, ActionStarted, MessageCompleted, TurnCompleted, TurnStarted
+from bot.protocol import ActionResult, ActionStarted, Event, MessageCompleted, TurnCompleted, TurnStarted
 from bot.session import SessionRef
 from handlers.delivery.channel import SlackChannel
 from localslack.seed import ALICE, BOT_TOKEN, BOT_USER_ID, GENERAL
@@ -42,33 +44,46 @@ async def _thread_with_a_turn(local_slack, bot) -> tuple[str, str, TurnStarted]:
     return ts, sid, started
 
 
+ANSWER = "Refunded ch_9."
+
+
+@dataclass
+class RefundTurn:
+    """A turn whose call shows as a task (its stream starts while the call runs); its answer ends that stream."""
+
+    local_slack: Any
+    ts: str
+    sid: str
+    ref: SessionRef
+    events: list[Event]
+
+    def answers(self) -> list:
+        return [m for m in self.local_slack.messages(GENERAL, thread_ts=self.ts)
+                if m.bot_id and ANSWER in (m.text or "")]
+
+
+async def _refund_turn(local_slack, bot, *, ends: bool = True) -> RefundTurn:  # noqa: ANN001
+    """A thread with a turn, and the events of a second one to deliver by hand (``ends``: with its end)."""
+    ts, sid, started = await _thread_with_a_turn(local_slack, bot)
+    ref = SessionRef(session_id=sid, team_id="T0LOCAL", channel={"channel_id": GENERAL, "thread_ts": ts})
+    events: list[Event] = [
+        TurnStarted(session_id=sid, turn_id="t9", seq=901, principal=started.principal),
+        ActionStarted(session_id=sid, turn_id="t9", seq=902, call_id="c9", tool_name="refund_charge"),
+        ActionResult(session_id=sid, turn_id="t9", seq=903, call_id="c9", tool_name="refund_charge",
+                     status="completed", output={"refunded": "ch_9"}),
+        MessageCompleted(session_id=sid, turn_id="t9", seq=904, step=1, text=ANSWER),
+    ]
+    if ends:
+        events.append(TurnCompleted(session_id=sid, turn_id="t9", seq=905))
+    return RefundTurn(local_slack, ts, sid, ref, events)
+
+
 async def test_an_answer_that_another_deliverer_ended_its_stream_with_is_not_posted_anew(
     local_slack, start_app
 ):
     bot = await start_app(ScriptedModel([say("hello")]), [])
-    ts, sid, started = await _thread_with_a_turn(local_slack, bot)
-    ref = SessionRef(session_id=sid, team_id="T0LOCAL", channel={"channel_id": GENERAL, "thread_ts": ts})
-    answer = "Refunded ch_9."
-    # a turn whose call shows as a task (its stream starts while the call runs); its answer ends that stream
-    events = [
-        TurnStarted(session_id=sid, turn_id="t9", seq=901, principal=started.principal),
-        ActionStarted(session_id=sid, turn_id="t9", seq=902, call_id="c9", tool_name="refund_charge"),
-        ActionResult(
-            session_id=sid,
-            turn_id="t9",
-            seq=903,
-            call_id="c9",
-            tool_name="refund_charge",
-            status="completed",
-            output={"refunded": "ch_9"},
-        ),
-        MessageCompleted(session_id=sid, turn_id="t9", seq=904, step=1, text=answer),
-    ]
-
-    def answers() -> list:
-        return [
-            m for m in local_slack.messages(GENERAL, thread_ts=ts) if m.bot_id and answer in (m.text or "")
-        ]
+    turn = await _refund_turn(local_slack, bot, ends=False)
+    ts, sid, ref, events, answers = turn.ts, turn.sid, turn.ref, turn.events, turn.answers
 
     def tasks_messages() -> list:
         return [
@@ -176,20 +191,8 @@ async def test_an_answer_whose_careful_look_slack_rate_limited_is_looked_for_aga
 
 async def test_a_redelivered_turn_stops_every_task_stream_it_starts(local_slack, start_app):
     bot = await start_app(ScriptedModel([say("hello")]), [])
-    ts, sid, started = await _thread_with_a_turn(local_slack, bot)
-    ref = SessionRef(session_id=sid, team_id="T0LOCAL", channel={"channel_id": GENERAL, "thread_ts": ts})
-    answer = "Refunded ch_9."
-    events = [
-        TurnStarted(session_id=sid, turn_id="t9", seq=901, principal=started.principal),
-        ActionStarted(session_id=sid, turn_id="t9", seq=902, call_id="c9", tool_name="refund_charge"),
-        ActionResult(session_id=sid, turn_id="t9", seq=903, call_id="c9", tool_name="refund_charge",
-                     status="completed", output={"refunded": "ch_9"}),
-        MessageCompleted(session_id=sid, turn_id="t9", seq=904, step=1, text=answer),
-        TurnCompleted(session_id=sid, turn_id="t9", seq=905),
-    ]
-
-    def answers() -> list:
-        return [m for m in local_slack.messages(GENERAL, thread_ts=ts) if m.bot_id and answer in (m.text or "")]
+    turn = await _refund_turn(local_slack, bot)
+    ts, sid, ref, events, answers = turn.ts, turn.sid, turn.ref, turn.events, turn.answers
 
     outbox = RedisOutbox(bot.store.redis)
     deliverer = SlackChannel(outbox, lambda team: _client(bot), states=bot.store)
@@ -222,20 +225,8 @@ async def test_a_task_stream_started_late_by_a_pass_that_outlived_its_lock_is_st
     local_slack, start_app
 ):
     bot = await start_app(ScriptedModel([say("hello")]), [])
-    ts, sid, started = await _thread_with_a_turn(local_slack, bot)
-    ref = SessionRef(session_id=sid, team_id="T0LOCAL", channel={"channel_id": GENERAL, "thread_ts": ts})
-    answer = "Refunded ch_9."
-    events = [
-        TurnStarted(session_id=sid, turn_id="t9", seq=901, principal=started.principal),
-        ActionStarted(session_id=sid, turn_id="t9", seq=902, call_id="c9", tool_name="refund_charge"),
-        ActionResult(session_id=sid, turn_id="t9", seq=903, call_id="c9", tool_name="refund_charge",
-                     status="completed", output={"refunded": "ch_9"}),
-        MessageCompleted(session_id=sid, turn_id="t9", seq=904, step=1, text=answer),
-        TurnCompleted(session_id=sid, turn_id="t9", seq=905),
-    ]
-
-    def answers() -> list:
-        return [m for m in local_slack.messages(GENERAL, thread_ts=ts) if m.bot_id and answer in (m.text or "")]
+    turn = await _refund_turn(local_slack, bot)
+    ts, sid, ref, events, answers = turn.ts, turn.sid, turn.ref, turn.events, turn.answers
 
     # the first deliverer starts the task's stream, and Slack is slow to answer it: its lock runs out meanwhile
     stalled = RedisOutbox(bot.store.redis, lease_ms=300)
@@ -277,20 +268,8 @@ async def test_a_task_stream_another_replica_opened_is_stopped_by_the_answer_tha
     """``within_its_pass``: the other replica's pass ends after the start landed, and its record of the turn (no
     stream, in its eyes) is written over the opener's."""
     bot = await start_app(ScriptedModel([say("hello")]), [])
-    ts, sid, started = await _thread_with_a_turn(local_slack, bot)
-    ref = SessionRef(session_id=sid, team_id="T0LOCAL", channel={"channel_id": GENERAL, "thread_ts": ts})
-    answer = "Refunded ch_9."
-    events = [
-        TurnStarted(session_id=sid, turn_id="t9", seq=901, principal=started.principal),
-        ActionStarted(session_id=sid, turn_id="t9", seq=902, call_id="c9", tool_name="refund_charge"),
-        ActionResult(session_id=sid, turn_id="t9", seq=903, call_id="c9", tool_name="refund_charge",
-                     status="completed", output={"refunded": "ch_9"}),
-        MessageCompleted(session_id=sid, turn_id="t9", seq=904, step=1, text=answer),
-        TurnCompleted(session_id=sid, turn_id="t9", seq=905),
-    ]
-
-    def answers() -> list:
-        return [m for m in local_slack.messages(GENERAL, thread_ts=ts) if m.bot_id and answer in (m.text or "")]
+    turn = await _refund_turn(local_slack, bot)
+    ts, sid, ref, events, answers = turn.ts, turn.sid, turn.ref, turn.events, turn.answers
 
     # one replica starts showing the running call as a task; Slack is slow to answer, its lock runs out
     dying = RedisOutbox(bot.store.redis, lease_ms=300)
@@ -339,20 +318,8 @@ async def test_a_task_stream_whose_stop_slack_rate_limited_is_stopped_later_and_
     local_slack, start_app
 ):
     bot = await start_app(ScriptedModel([say("hello")]), [])
-    ts, sid, started = await _thread_with_a_turn(local_slack, bot)
-    ref = SessionRef(session_id=sid, team_id="T0LOCAL", channel={"channel_id": GENERAL, "thread_ts": ts})
-    answer = "Refunded ch_9."
-    events = [
-        TurnStarted(session_id=sid, turn_id="t9", seq=901, principal=started.principal),
-        ActionStarted(session_id=sid, turn_id="t9", seq=902, call_id="c9", tool_name="refund_charge"),
-        ActionResult(session_id=sid, turn_id="t9", seq=903, call_id="c9", tool_name="refund_charge",
-                     status="completed", output={"refunded": "ch_9"}),
-        MessageCompleted(session_id=sid, turn_id="t9", seq=904, step=1, text=answer),
-        TurnCompleted(session_id=sid, turn_id="t9", seq=905),
-    ]
-
-    def answers() -> list:
-        return [m for m in local_slack.messages(GENERAL, thread_ts=ts) if m.bot_id and answer in (m.text or "")]
+    turn = await _refund_turn(local_slack, bot)
+    ts, sid, ref, events, answers = turn.ts, turn.sid, turn.ref, turn.events, turn.answers
 
     # the outbox's client does not wait out a 429 inside the call (bot.app.slack_retry_handlers)
     delivery = AsyncWebClient(token=BOT_TOKEN, base_url=local_slack.api_url,
