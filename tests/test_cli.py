@@ -119,10 +119,11 @@ def open_to_others(root: Path) -> list[str]:
             if p.stat().st_mode & 0o077]
 
 
-def test_what_the_bot_keeps_under_its_data_dir_is_private_to_its_user(tmp_path):
+def test_what_the_bot_keeps_under_its_data_dir_is_private_to_its_user(tmp_path, monkeypatch):
     """With the embedded Valkey, parked turns, what people typed and the audit log are in its append-only
     files: every file and folder under BOT_DATA_DIR is the bot's user's alone, from the first run; and a
     data dir an earlier version left open is closed at start."""
+    monkeypatch.delenv("REDIS_URL", raising=False)  # the embedded server is what this is about, whatever the run
     data = tmp_path / ".data"
     env = {"BOT_DATA_DIR": str(data), "PATH": os.environ["PATH"]}
     chatted = run(["chat"], env, stdin="announce release at 5pm\n/quit\n")

@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import redis.asyncio as redis_asyncio
@@ -182,12 +183,17 @@ RETENTION_S = 0.4  # "BOT_RETENTION_DAYS", shortened
 
 
 class DyingProxy:
-    """TCP in front of the unix-socket server, as the process sees Redis. ``die_after(marker)``: the round trip
-    whose request holds ``marker`` goes through and is answered; then the process is dead to Redis (kill -9):
-    nothing it sends afterwards reaches the server, on any connection."""
+    """TCP in front of the tests' server (the embedded one's unix socket, or ``REDIS_URL``'s host), as the
+    process sees Redis. ``die_after(marker)``: the round trip whose request holds ``marker`` goes through and is
+    answered; then the process is dead to Redis (kill -9): nothing it sends afterwards reaches the server, on
+    any connection."""
 
-    def __init__(self, socket_path: str) -> None:
-        self.socket_path = socket_path
+    def __init__(self, upstream_url: str) -> None:
+        upstream = urlsplit(upstream_url)
+        self.socket_path = upstream.path if upstream.scheme == "unix" else None
+        self.upstream = (upstream.hostname or "127.0.0.1", upstream.port or 6379)
+        self.db = (parse_qs(upstream.query).get("db") or [upstream.path.strip("/") if self.socket_path is None
+                                                          else ""])[0] or "0"
         self.port = 0
         self.marker: bytes | None = None
         self.answered = False  # the marked round trip's answer is on its way back
@@ -220,7 +226,8 @@ class DyingProxy:
         if self.dead:
             writer.close()
             return
-        up_reader, upstream = await asyncio.open_unix_connection(self.socket_path)
+        up_reader, upstream = (await asyncio.open_unix_connection(self.socket_path) if self.socket_path
+                               else await asyncio.open_connection(*self.upstream))
         self._writers += [writer, upstream]
         marked = False
 
@@ -280,7 +287,7 @@ def _retiring_replica(client, gate: _Gate | None = None) -> tuple[Runtime, Recor
 
 @pytest.fixture
 async def proxy(redis_url: str) -> AsyncIterator[DyingProxy]:
-    proxy = DyingProxy(redis_url.removeprefix("unix://").split("?")[0])
+    proxy = DyingProxy(redis_url)
     await proxy.start()
     yield proxy
     await proxy.stop()
@@ -292,7 +299,7 @@ async def _killed_after_a_failed_audit(redis: redis_asyncio.Redis, proxy: DyingP
     last pass (the execution's) closes with its audit append failed, and A is killed right after that close's
     round trip. The turn ended: nothing more happens in the session."""
     proxy.revive()
-    client = redis_asyncio.Redis.from_url(f"redis://127.0.0.1:{proxy.port}", retry=Retry(NoBackoff(), 0))
+    client = redis_asyncio.Redis.from_url(f"redis://127.0.0.1:{proxy.port}/{proxy.db}", retry=Retry(NoBackoff(), 0))
     gate = _Gate()
     runtime_a, channel_a, _ = _retiring_replica(client, gate)
     settled = (await _audited(redis))["settlement"]
