@@ -78,6 +78,21 @@ async def _refund_turn(local_slack, bot, *, ends: bool = True) -> RefundTurn:  #
     return RefundTurn(local_slack, ts, sid, ref, events)
 
 
+async def _stalled_task_start(local_slack, bot, turn: RefundTurn, token: str):  # noqa: ANN001, ANN202
+    """A deliverer shows the running call as a task, and Slack is slow to answer its ``chat.startStream``: its
+    lock runs out meanwhile. Returns its outbox, its channel and the held start (``release()`` lets it land)."""
+    outbox = RedisOutbox(bot.store.redis, lease_ms=300)
+    assert await outbox.outbox_begin(turn.sid, ["frontend"], token) is not None
+    channel = SlackChannel(outbox, lambda team: _client(bot), states=bot.store)
+    channel.tasks.delay_s = 0.0
+    slow_start = local_slack.hold_next("chat.startStream")
+    for event in turn.events[:2]:
+        await channel.deliver(event, turn.ref)
+    await asyncio.wait_for(slow_start.reached.wait(), 5)
+    await asyncio.sleep(0.4)
+    return outbox, channel, slow_start
+
+
 async def test_an_answer_that_another_deliverer_ended_its_stream_with_is_not_posted_anew(
     local_slack, start_app
 ):
@@ -229,15 +244,7 @@ async def test_a_task_stream_started_late_by_a_pass_that_outlived_its_lock_is_st
     ts, sid, ref, events, answers = turn.ts, turn.sid, turn.ref, turn.events, turn.answers
 
     # the first deliverer starts the task's stream, and Slack is slow to answer it: its lock runs out meanwhile
-    stalled = RedisOutbox(bot.store.redis, lease_ms=300)
-    assert await stalled.outbox_begin(sid, ["frontend"], "stalled-token") is not None
-    first = SlackChannel(stalled, lambda team: _client(bot), states=bot.store)
-    first.tasks.delay_s = 0.0
-    slow_start = local_slack.hold_next("chat.startStream")
-    for event in events[:2]:
-        await first.deliver(event, ref)
-    await asyncio.wait_for(slow_start.reached.wait(), 5)
-    await asyncio.sleep(0.4)
+    stalled, first, slow_start = await _stalled_task_start(local_slack, bot, turn, "stalled-token")
 
     # another replica takes the session over: no stream is open in its eyes, so it posts the answer whole
     successor = RedisOutbox(bot.store.redis)
@@ -272,15 +279,7 @@ async def test_a_task_stream_another_replica_opened_is_stopped_by_the_answer_tha
     ts, sid, ref, events, answers = turn.ts, turn.sid, turn.ref, turn.events, turn.answers
 
     # one replica starts showing the running call as a task; Slack is slow to answer, its lock runs out
-    dying = RedisOutbox(bot.store.redis, lease_ms=300)
-    assert await dying.outbox_begin(sid, ["frontend"], "dying-token") is not None
-    first = SlackChannel(dying, lambda team: _client(bot), states=bot.store)
-    first.tasks.delay_s = 0.0
-    slow_start = local_slack.hold_next("chat.startStream")
-    for event in events[:2]:
-        await first.deliver(event, ref)
-    await asyncio.wait_for(slow_start.reached.wait(), 5)
-    await asyncio.sleep(0.4)
+    dying, first, slow_start = await _stalled_task_start(local_slack, bot, turn, "dying-token")
 
     # the other replica takes the session over and finds the task's stream claimed: it leaves it to the first
     second_outbox = RedisOutbox(bot.store.redis)
