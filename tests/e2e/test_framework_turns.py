@@ -8,9 +8,11 @@ The backend here is the smallest honest one: a fixed plan (ask to refund, then a
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
+from blocks.outcomes import NO_LONGER_NEEDED
 from bot.approval import Approval, Denied, allowed, always, rejected
 from bot.backends import (
     Approve,
@@ -24,7 +26,8 @@ from bot.backends import (
     wrap,
 )
 from bot.models.scripted import ScriptedModel
-from localslack.seed import ALICE, BOB, CAROL, GENERAL
+from handlers.delivery.status import STATUS_DELAY_S
+from localslack.seed import ALICE, BOB, BOT_USER_ID, CAROL, GENERAL
 from tests.e2e.test_approval_flow import button, mention_and_wait_for_card
 
 
@@ -34,9 +37,9 @@ class RefundPlan:
     framework = "test-plan"
     version = "1"
 
-    def __init__(self, *, extra_tool: bool = False, question: bool = False):
+    def __init__(self, *, extra_tool: bool = False, question: bool = False, think_s: float = 0):
         self.runs: list[dict[str, Any]] = []
-        self.extra_tool, self.question = extra_tool, question
+        self.extra_tool, self.question, self.think_s = extra_tool, question, think_s
 
     def tools(self) -> list[ToolInfo]:
         tools = [ToolInfo(name="refund", description="Refund a charge.", asks=True,
@@ -46,6 +49,7 @@ class RefundPlan:
         return tools
 
     async def start(self, turn: BackendTurn, text: str, saved: str | None) -> Any:
+        await asyncio.sleep(self.think_s)  # a slow model: the session shows "processing" and its stop button
         if self.question:
             return Parked(pending=[PendingCall(call_id="q1", tool_name="pick", kind="question",
                                                prompt="Which charge?", options=["ch_1", "ch_2"])],
@@ -125,8 +129,6 @@ async def test_our_request_policy_can_refuse_a_framework_tool_before_it_runs(loc
 
     plan = RefundPlan()
     await start_app(ScriptedModel([]), [], agent=wrap(plan, policies={"refund": Approval(request=never_on_sunday)}))
-    from localslack.seed import BOT_USER_ID
-
     ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> refund ch_1")
     reply = await answer_in(local_slack, ts, "Refused")
     assert "closed today" in reply.text and plan.runs == []
@@ -135,8 +137,6 @@ async def test_our_request_policy_can_refuse_a_framework_tool_before_it_runs(loc
 async def test_a_framework_question_is_a_menu_and_its_answer_resumes_the_run(local_slack, start_app):
     plan = RefundPlan(question=True)
     await start_app(ScriptedModel([]), [], agent=plan)
-    from localslack.seed import BOT_USER_ID
-
     ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> refund something")
     await local_slack.wait_for(lambda: any("Which charge?" in str(m.blocks) for m in local_slack.messages(GENERAL, ts)))
     await local_slack.post_message(ALICE, GENERAL, "ch_2", thread_ts=ts)  # typed, not picked
@@ -152,3 +152,63 @@ async def test_a_turn_paused_under_other_tools_fails_closed_instead_of_resuming(
     await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
     reply = await answer_in(local_slack, ts, "different version of the agent")
     assert changed.runs == [], reply.text
+
+
+class SlowExport:
+    """Runs a long export at once (no approval); it finishes only when released, unless stopped."""
+
+    framework = "test-plan"
+    version = "1"
+
+    def __init__(self) -> None:
+        self.started, self.release, self.cancelled = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        self.exported: list[str] = []
+
+    def tools(self) -> list[ToolInfo]:
+        return [ToolInfo(name="export", description="Export a quarter.")]
+
+    async def start(self, turn: BackendTurn, text: str, saved: str | None) -> Any:
+        assert (await turn.gate("call_1", "export", {"name": "q3"})).action == "run"
+        await turn.checkpoint("{}")
+
+        async def run() -> str:
+            self.started.set()
+            try:
+                await self.release.wait()
+            except asyncio.CancelledError:
+                self.cancelled.set()
+                raise
+            self.exported.append("q3")
+            return "exported"
+
+        await turn.fence("call_1", "export", run)
+        return Finished(text="All exported.", saved="[]")
+
+    async def resume(self, turn: BackendTurn, saved: str, answers: dict[str, Any]) -> Any:
+        raise AssertionError("never parks")
+
+
+async def test_the_stop_button_mid_approval_ends_a_framework_turn_and_its_card(local_slack, start_app):
+    plan = RefundPlan(think_s=STATUS_DELAY_S + 0.3)
+    bot = await start_app(ScriptedModel([]), [], agent=plan)
+    ts, card = await mention_and_wait_for_card(local_slack)
+    await local_slack.stop_agent_session(ALICE, GENERAL, ts, late=True)
+    await answer_in(local_slack, ts, "Stopped")
+    await local_slack.wait_for(lambda: NO_LONGER_NEEDED in local_slack.message(GENERAL, card.ts).text)
+    await bot.wait_idle()
+    assert plan.runs == []
+
+
+async def test_the_stop_button_mid_run_cancels_the_framework_s_running_tool(local_slack, start_app):
+    plan = SlowExport()
+    bot = await start_app(ScriptedModel([]), [], agent=plan)
+    ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> export q3")
+    await asyncio.wait_for(plan.started.wait(), 5)
+    await local_slack.wait_for(lambda: local_slack.assistant_state(GENERAL, ts).session_status == "processing")
+    await local_slack.stop_agent_session(ALICE, GENERAL, ts)
+    await asyncio.wait_for(plan.cancelled.wait(), 3)
+    plan.release.set()
+    await answer_in(local_slack, ts, "Stopped")
+    await bot.wait_idle()
+    assert plan.exported == []
+    assert not [m for m in local_slack.messages(GENERAL, thread_ts=ts) if "All exported" in m.text]
