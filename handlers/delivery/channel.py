@@ -51,7 +51,7 @@ from handlers.delivery.sessions import (
 from handlers.delivery.status import StatusLines
 from handlers.delivery.streams import LiveAnswers, StreamPacing, answer_field
 from handlers.delivery.tasks import TaskStreams
-from handlers.deps import ClientFor
+from handlers.shared.deps import ClientFor
 from store.outbox import RedisOutbox
 
 log = logging.getLogger(__name__)
