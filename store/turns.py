@@ -445,6 +445,12 @@ class RedisTurns(TurnInbox):
             extra.append(("zadd", (ACTIVE, {record.session_id: now_ms() + look})))
         if mode != "reject":  # a settle that completes its step writes the session's end
             extra.append(("zadd", (RETIRE, {record.session_id: ends})))
+        # the workspace's pending index (App Home) is kept here, not by a delivery. In another slot, no script
+        # writes both: a settle that can only close the request takes it off in the same round trip; one that
+        # may leave it open (a refusal, one approval of several), once its reply says it closed
+        pending, closing = self.pending_key(record.team_id), _can_only_close(c)
+        if closing:
+            extra.append(("zrem", (pending, rid)))
         (state, first, count, complete, read, *now), *_ = await self._eval_pipelined(self._settle, keys, args, extra)
         state = state.decode() if isinstance(state, bytes) else state
         self.forget(rid)  # (whatever it did, the copy this process kept is old now)
@@ -454,7 +460,11 @@ class RedisTurns(TurnInbox):
             fresh = record_from_packed(now[0])
             assert fresh is not None  # (read by the same script that found its status: it is there)
             self.remember(fresh)
+            if closing:  # it is still open: back on the index (a race between two answers, rare)
+                await self.redis.zadd(pending, {rid: fresh.request.created_at.timestamp()}, nx=True)
             raise RequestChanged(fresh.model_copy())
+        if not closing and state in ("settled", "gone"):
+            await self.redis.zrem(pending, rid)
         chosen = {"settled": c.on_settled, "partial": c.on_partial, "rejected": c.on_rejected, "stale": c.on_stale,
                   "gone": gone}[state]
         events = _with_seq([_fill_approvals(e, int(count)) for e in chosen], int(first))
@@ -562,6 +572,12 @@ def _as_text(state: SavedState) -> str:
 def _as_data(state: SavedState) -> dict[str, Any] | None:
     """A state as a snapshot holds it (plain data)."""
     return json.loads(state) if isinstance(state, str) else state
+
+
+def _can_only_close(command: SettleCommand) -> bool:
+    """Whether a settle leaves its request closed whatever it finds (a count that settles at the first answer),
+    unless the request changed since the caller's copy (``rev``): then nothing is written."""
+    return command.mode == "settle" and not (command.required > 1 and command.outcome == "approved")
 
 
 def _events_json(events: Sequence[Event]) -> str:

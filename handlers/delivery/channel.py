@@ -407,7 +407,6 @@ class SlackChannel:
         edits = []
         for resolution in event.resolutions:
             record = await self.store.pass_request(session.session_id, resolution.request_id)
-            await self.store.unindex_request(record, in_pass=True)
             card = await self._card(session, resolution.request_id)
             if card is None:
                 continue
