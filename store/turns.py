@@ -391,7 +391,8 @@ class RedisTurns(TurnInbox):
     # requests --------------------------------------------------------------------------------
 
     async def settle(self, command: SettleCommand) -> SettleResult:
-        """One atomic settle attempt (one round trip), as ``command`` says (``bot.protocol.SettleCommand``):
+        """One atomic settle attempt (one round trip; a second only to keep the pending index after the approval
+        that completes n of m, or a refusal as changed), as ``command`` says (``bot.protocol.SettleCommand``):
         with ``lease``, a settle that completes the step takes the turn lease if it is free, with what its
         holder starts from (``SettleResult.held``); with ``rev``, RequestChanged (nothing written) if the open
         request changed since.
@@ -448,7 +449,7 @@ class RedisTurns(TurnInbox):
         # the workspace's pending index (App Home) is kept here, not by a delivery. In another slot, no script
         # writes both: a settle that can only close the request takes it off in the same round trip; one that
         # may leave it open (a refusal, one approval of several), once its reply says it closed
-        pending, closing = self.pending_key(record.team_id), _can_only_close(c)
+        pending, closing = self.pending_key(record.team_id), mode == "settle" and not (c.required > 1 and c.outcome == "approved")
         if closing:
             extra.append(("zrem", (pending, rid)))
         (state, first, count, complete, read, *now), *_ = await self._eval_pipelined(self._settle, keys, args, extra)
@@ -572,12 +573,6 @@ def _as_text(state: SavedState) -> str:
 def _as_data(state: SavedState) -> dict[str, Any] | None:
     """A state as a snapshot holds it (plain data)."""
     return json.loads(state) if isinstance(state, str) else state
-
-
-def _can_only_close(command: SettleCommand) -> bool:
-    """Whether a settle leaves its request closed whatever it finds (a count that settles at the first answer),
-    unless the request changed since the caller's copy (``rev``): then nothing is written."""
-    return command.mode == "settle" and not (command.required > 1 and command.outcome == "approved")
 
 
 def _events_json(events: Sequence[Event]) -> str:
