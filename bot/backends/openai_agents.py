@@ -137,14 +137,12 @@ class _FencedInvoke:
                 raise
 
         run.turn.tool_started(call_id, self.tool_name, _parsed(arguments))
-        try:
-            output = await run.turn.fence(call_id, self.tool_name, body, idempotent=self.idempotent)
+        try:  # the fence reports the result (tool_finished), recorded or replayed
+            return await run.turn.fence(call_id, self.tool_name, body, idempotent=self.idempotent)
         except Exception as exc:
             if not tool_raised:
                 run.engine_error = exc  # the SDK would wrap it as the tool's error: the run re-raises it
             raise
-        run.turn.tool_finished(call_id, self.tool_name, output)
-        return output
 
 
 # --- the agent's tools ----------------------------------------------------------------------------

@@ -151,7 +151,7 @@ async def test_a_tool_needing_no_approval_runs_after_its_step_is_stored(fake: Fa
     outcome = await backend(_agent(fake)).start(turn, "what was ch_1?", None)
 
     assert outcome == Finished(text="The charge ch_1 was 5.00 USD.", saved=outcome.saved)
-    assert turn.log == ["checkpoint", "started lookup_charge", "ran lookup_charge", "finished lookup_charge"]
+    assert turn.log == ["checkpoint", "started lookup_charge", "ran lookup_charge"]
     assert "call_look" in turn.checkpoints[0]
     assert "".join(turn.streamed) == "The charge ch_1 was 5.00 USD."
     assert _tool_messages(fake) == {"call_look": "ch_1: 5.00 USD, paid"}
