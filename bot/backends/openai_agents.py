@@ -70,8 +70,6 @@ from bot.backends import (
 FRAMEWORK = "openai-agents"
 HOSTED_TOOLS = (FileSearchTool, WebSearchTool, HostedMCPTool, ImageGenerationTool, CodeInterpreterTool,
                 ToolSearchTool)
-# the SDK's tracing exports to OpenAI's servers: the bot never sends a conversation anywhere unasked
-RUN_CONFIG = RunConfig(tracing_disabled=True)
 
 
 # --- one run's link to the engine, visible to the tools' hooks ------------------------------------
@@ -296,7 +294,7 @@ class OpenAIAgentsBackend:
         """One SDK step, up to its pause (or the end); the framework's failures become :class:`Failed`."""
         run.verdicts = {}
         try:
-            result = Runner.run_streamed(self.agent, given, run_config=RUN_CONFIG)
+            result = Runner.run_streamed(self.agent, given, run_config=_run_config())
             if await _stream(run.turn, result):
                 return Stopped()
             if not result.interruptions:
@@ -320,6 +318,12 @@ class _Step:
     state: RunState[Any]
     verdicts: dict[str, GateVerdict]
     saved: str
+
+
+def _run_config() -> RunConfig:
+    """A run's settings: the SDK's tracing would export the conversation to OpenAI's servers, so it is off.
+    One per run, as the SDK makes one per run itself (its model provider reads the environment then)."""
+    return RunConfig(tracing_disabled=True)
 
 
 async def _stream(turn: BackendTurn, result: Any) -> bool:

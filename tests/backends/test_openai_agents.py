@@ -12,7 +12,16 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import pytest
-from agents import Agent, OpenAIChatCompletionsModel, ShellTool, WebSearchTool, function_tool, handoff
+from agents import (
+    Agent,
+    OpenAIChatCompletionsModel,
+    ShellTool,
+    TracingProcessor,
+    WebSearchTool,
+    add_trace_processor,
+    function_tool,
+    handoff,
+)
 from openai import AsyncOpenAI
 
 from bot.backends import (
@@ -370,3 +379,40 @@ async def test_an_agent_with_tools_beyond_the_fence_is_refused(fake: FakeOpenAI)
 
     with pytest.raises(TypeError, match="ShellTool"):
         backend(_agent(fake, tools=[lookup_charge, ShellTool(executor=shell)]))
+
+
+class RecordingTraces(TracingProcessor):
+    """Whatever the SDK would export to OpenAI's tracing servers passes through here first."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def on_trace_start(self, trace: Any) -> None:
+        self.seen.append(f"trace {trace.name}")
+
+    def on_trace_end(self, trace: Any) -> None:
+        pass
+
+    def on_span_start(self, span: Any) -> None:
+        self.seen.append("span")
+
+    def on_span_end(self, span: Any) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self) -> None:
+        pass
+
+
+async def test_the_sdks_tracing_exports_nothing(fake: FakeOpenAI) -> None:
+    traces = RecordingTraces()
+    add_trace_processor(traces)
+    fake.reply_tool_call("lookup_charge", {"charge_id": "ch_1"}, "call_look")
+    fake.reply_text("Found it.")
+
+    outcome = await backend(_agent(fake)).start(RecordingTurn(), "what was ch_1?", None)
+
+    assert isinstance(outcome, Finished)
+    assert traces.seen == []

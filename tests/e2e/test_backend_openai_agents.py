@@ -205,3 +205,24 @@ async def test_the_stop_button_cancels_the_running_sdk_tool(local_slack, start_a
     await answer_in(local_slack, ts, "Stopped")
     await bot.wait_idle()
     assert len(fake.requests) == 1  # the model never heard a result
+
+
+async def test_the_example_agent_named_by_bot_agent_asks_its_approver_list(local_slack, start_app, fake,
+                                                                           monkeypatch):
+    # the example's model is a name: the SDK's own client reads where to go from the environment
+    monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
+    fake.reply_tool_call("refund_charge", {"charge_id": "ch_1001", "amount": 40.0}, "call_refund")
+    fake.reply_text("Refunded 40 USD on ch_1001.")
+    bot = await start_app(ScriptedModel([]), [], BOT_AGENT="examples.openai_agents_agent:slack_agent")
+    await bot.deps.governance.policies.set_approvers(TEAM_ID, "tool:refund_charge", [BOB], actor="test")
+    ts, card = await mention_and_wait_for_card(local_slack, "refund ch_1001 $40")
+
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+    refusal = await local_slack.wait_for(lambda: local_slack.ephemerals(ALICE))
+    assert refusal and tool_said(fake, "call_refund") is None
+    await local_slack.click(BOB, GENERAL, card.ts, button(card, "Approve"))
+
+    await answer_in(local_slack, ts, "Refunded 40 USD on ch_1001.")
+    # the SDK shows the model a dict the way str() writes it
+    assert tool_said(fake, "call_refund") == str({"refunded": "ch_1001", "amount": 40.0, "status": "succeeded"})
