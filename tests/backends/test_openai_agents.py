@@ -336,6 +336,29 @@ async def test_a_tool_of_an_agent_handed_off_to_is_gated_and_fenced(fake: FakeOp
     assert {t.name for t in agent_backend.tools()} == {"lookup_charge", "issue_refund"}
 
 
+async def test_a_tool_of_an_agent_used_as_a_tool_waits_on_people_and_runs_once(fake: FakeOpenAI) -> None:
+    billing = _agent(fake, tools=[issue_refund])
+    billing.name = "billing"
+    triage = _agent(fake, tools=[lookup_charge, billing.as_tool(tool_name="billing_desk",
+                                                                tool_description="Ask billing.")])
+    fake.reply_tool_call("billing_desk", {"input": "refund ch_9"}, "call_desk")
+    fake.reply_tool_call("issue_refund", {"charge_id": "ch_9"}, "call_refund")  # billing's own model
+    fake.reply_text("billing: done")
+    fake.reply_text("Billing refunded it.")
+    agent_backend = backend(triage)
+
+    parked = await agent_backend.start(RecordingTurn(), "refund ch_9", None)
+
+    assert isinstance(parked, Parked) and [p.call_id for p in parked.pending] == ["call_refund"]
+    assert refunds == []
+    turn = RecordingTurn()
+    finished = await agent_backend.resume(turn, parked.saved, {"call_refund": Approve()})
+    assert isinstance(finished, Finished) and finished.text == "Billing refunded it."
+    assert refunds == ["ch_9"] and turn.log.count("ran issue_refund") == 1
+    assert len(fake.requests) == 4  # billing's model was not asked again on resume
+    assert {t.name for t in agent_backend.tools()} == {"lookup_charge", "billing_desk", "issue_refund"}
+
+
 async def test_the_model_failing_is_a_plain_failure(fake: FakeOpenAI) -> None:
     for _ in range(4):  # the client's own retries included
         fake.reply_error(400, "This model's maximum context length is 128000 tokens.")
