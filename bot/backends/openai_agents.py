@@ -209,10 +209,23 @@ def _tool_info(tool: Any) -> ToolInfo:
 
 
 class _Paused(BaseModel):
-    """A run paused at a step: the SDK's RunState and our verdict on each call of the step."""
+    """A run paused at a step: the SDK's RunState (its own JSON) and our verdict on each call of the step."""
 
     openai_agents_state: dict[str, Any]
     verdicts: dict[str, GateVerdict]
+
+    def dumps(self) -> str:
+        # the state is the SDK's JSON already: written as is, not walked by pydantic (one per model response)
+        return json.dumps({"openai_agents_state": self.openai_agents_state,
+                           "verdicts": {cid: v.model_dump() for cid, v in self.verdicts.items()}})
+
+    @classmethod
+    def loads(cls, saved: str) -> _Paused:
+        data = json.loads(saved)
+        if not isinstance(data, dict) or not isinstance(data.get("openai_agents_state"), dict):
+            raise ValueError("not a paused OpenAI Agents SDK run")
+        verdicts = {cid: GateVerdict.model_validate(v) for cid, v in (data.get("verdicts") or {}).items()}
+        return cls.model_construct(openai_agents_state=data["openai_agents_state"], verdicts=verdicts)
 
 
 class _Conversation(BaseModel):
@@ -257,7 +270,7 @@ class OpenAIAgentsBackend:
 
     async def resume(self, turn: BackendTurn, saved: str, answers: Mapping[str, Answer]) -> Outcome:
         try:
-            paused = _Paused.model_validate_json(saved)
+            paused = _Paused.loads(saved)
             state = await RunState.from_json(self.agent, paused.openai_agents_state)
         except (ValueError, AgentsException):
             return Failed(reason="this paused run cannot be read back by the agent as it is now")
@@ -303,7 +316,7 @@ class OpenAIAgentsBackend:
             state = result.to_state()
             verdicts = {item.call_id: run.verdicts.get(item.call_id, GateVerdict(action="ask"))
                         for item in result.interruptions if item.call_id}
-            saved = _Paused(openai_agents_state=state.to_json(), verdicts=verdicts).model_dump_json()
+            saved = _Paused.model_construct(openai_agents_state=state.to_json(), verdicts=verdicts).dumps()
         except Exception as exc:
             if run.engine_error is not None:
                 raise run.engine_error from None  # the engine's own (a lost lease): never the agent's failure
