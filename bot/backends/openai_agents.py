@@ -46,7 +46,6 @@ from agents import (
     ToolSearchTool,
     WebSearchTool,
 )
-from agents.exceptions import AgentsException
 from agents.items import ToolApprovalItem
 from agents.tool_context import ToolContext
 from openai.types.responses import ResponseTextDeltaEvent
@@ -272,7 +271,7 @@ class OpenAIAgentsBackend:
         try:
             paused = _Paused.loads(saved)
             state = await RunState.from_json(self.agent, paused.openai_agents_state)
-        except (ValueError, AgentsException):
+        except Exception:  # noqa: BLE001 - the SDK's own reading of its state: whatever fails, fails closed
             return Failed(reason="this paused run cannot be read back by the agent as it is now")
         waiting = _decide(state, paused.verdicts, answers)
         if isinstance(waiting, Failed):
@@ -400,6 +399,8 @@ def _jsonable(output: Any) -> Any:
 
 
 def _final_text(output: Any) -> str:
+    if output is None:
+        return ""
     if isinstance(output, BaseModel):
         return output.model_dump_json()
     return output if isinstance(output, str) else json.dumps(output, default=str)

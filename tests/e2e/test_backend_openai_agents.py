@@ -188,8 +188,17 @@ async def test_two_of_an_approver_list_on_the_sdk_tool(local_slack, start_app, f
 
     await answer_in(local_slack, ts, "Refunded ch_1.")
     assert REFUNDS == ["ch_1"]
-    entries = await settlements(bot, until=bool)
-    assert [e.data["outcome"] for e in entries] == ["approved"]
+    entries = await audit_entries(bot.redis.client, TEAM_ID,
+                                  until=lambda es: any(e.kind == "execution" for e in es))
+    who = f"slack:{TEAM_ID}:"
+    by_kind = {kind: [e for e in entries if e.kind == kind] for kind in ("request", "candidate", "settlement",
+                                                                          "execution")}
+    assert [e.actor for e in by_kind["request"]] == [who + ALICE]
+    assert {e.actor for e in by_kind["candidate"]} == {who + BOB, who + CAROL}  # each approval, named
+    assert [(e.actor, e.data["outcome"]) for e in by_kind["settlement"]] == [(who + CAROL, "approved")]
+    assert [(e.subject, e.data["status"]) for e in by_kind["execution"]] == [("call_refund", "completed")]
+    [request] = [e for e in entries if e.kind == "request"]
+    assert (request.data["tool"], request.data["call_id"]) == ("issue_refund", "call_refund")
 
 
 async def test_the_stop_button_cancels_the_running_sdk_tool(local_slack, start_app, fake):
