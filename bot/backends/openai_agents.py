@@ -32,20 +32,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import version as installed_version
 from typing import Any
 
-from agents import (
-    Agent,
-    CodeInterpreterTool,
-    FileSearchTool,
-    FunctionTool,
-    Handoff,
-    HostedMCPTool,
-    ImageGenerationTool,
-    RunConfig,
-    Runner,
-    RunState,
-    ToolSearchTool,
-    WebSearchTool,
-)
+from agents import Agent, FunctionTool, Handoff, HostedMCPTool, RunConfig, Runner, RunState
 from agents.items import ToolApprovalItem
 from agents.tool_context import ToolContext
 from openai.types.responses import ResponseTextDeltaEvent
@@ -67,8 +54,6 @@ from bot.backends import (
 )
 
 FRAMEWORK = "openai-agents"
-HOSTED_TOOLS = (FileSearchTool, WebSearchTool, HostedMCPTool, ImageGenerationTool, CodeInterpreterTool,
-                ToolSearchTool)
 
 
 # --- one run's link to the engine, visible to the tools' hooks ------------------------------------
@@ -173,6 +158,10 @@ def _refuse_ungated(root: Agent[Any]) -> None:
         if agent.mcp_servers:
             raise TypeError(f"agent {agent.name!r} has local MCP servers: their tools would run past this "
                             f"bot's approvals and its execution fence; give them as function tools instead")
+        for handoff in agent.handoffs:
+            if isinstance(handoff, Handoff) and (handoff._agent_ref is None or handoff._agent_ref() is None):
+                raise TypeError(f"agent {agent.name!r} hands off to {handoff.agent_name!r} through a Handoff that "
+                                f"does not name its agent: its tools could not be gated; use handoff(agent)")
         for tool in agent.tools:
             if type(tool).__name__ in _UNGATED:
                 raise TypeError(f"agent {agent.name!r} has a {type(tool).__name__}: it would run past this "
@@ -193,6 +182,7 @@ def _install(root: Agent[Any]) -> None:
 
 
 def _tool_info(tool: Any) -> ToolInfo:
+    """A function tool as it is; any other tool left (those beyond the fence are refused) runs at the provider."""
     if isinstance(tool, FunctionTool):
         gate = tool.needs_approval
         asks = (gate.original if isinstance(gate, _Gate) else gate) is True
@@ -207,15 +197,16 @@ def _tool_info(tool: Any) -> ToolInfo:
 # --- the saved state ------------------------------------------------------------------------------
 
 
-class _Paused(BaseModel):
+@dataclass
+class _Paused:
     """A run paused at a step: the SDK's RunState (its own JSON) and our verdict on each call of the step."""
 
-    openai_agents_state: dict[str, Any]
+    state: dict[str, Any]
     verdicts: dict[str, GateVerdict]
 
     def dumps(self) -> str:
         # the state is the SDK's JSON already: written as is, not walked by pydantic (one per model response)
-        return json.dumps({"openai_agents_state": self.openai_agents_state,
+        return json.dumps({"openai_agents_state": self.state,
                            "verdicts": {cid: v.model_dump() for cid, v in self.verdicts.items()}})
 
     @classmethod
@@ -224,7 +215,7 @@ class _Paused(BaseModel):
         if not isinstance(data, dict) or not isinstance(data.get("openai_agents_state"), dict):
             raise ValueError("not a paused OpenAI Agents SDK run")
         verdicts = {cid: GateVerdict.model_validate(v) for cid, v in (data.get("verdicts") or {}).items()}
-        return cls.model_construct(openai_agents_state=data["openai_agents_state"], verdicts=verdicts)
+        return cls(state=data["openai_agents_state"], verdicts=verdicts)
 
 
 class _Conversation(BaseModel):
@@ -270,7 +261,7 @@ class OpenAIAgentsBackend:
     async def resume(self, turn: BackendTurn, saved: str, answers: Mapping[str, Answer]) -> Outcome:
         try:
             paused = _Paused.loads(saved)
-            state = await RunState.from_json(self.agent, paused.openai_agents_state)
+            state = await RunState.from_json(self.agent, paused.state)
         except Exception:  # noqa: BLE001 - the SDK's own reading of its state: whatever fails, fails closed
             return Failed(reason="this paused run cannot be read back by the agent as it is now")
         waiting = _decide(state, paused.verdicts, answers)
@@ -315,7 +306,7 @@ class OpenAIAgentsBackend:
             state = result.to_state()
             verdicts = {item.call_id: run.verdicts.get(item.call_id, GateVerdict(action="ask"))
                         for item in result.interruptions if item.call_id}
-            saved = _Paused.model_construct(openai_agents_state=state.to_json(), verdicts=verdicts).dumps()
+            saved = _Paused(state=state.to_json(), verdicts=verdicts).dumps()
         except Exception as exc:
             if run.engine_error is not None:
                 raise run.engine_error from None  # the engine's own (a lost lease): never the agent's failure

@@ -22,6 +22,7 @@ from agents import (
     function_tool,
     handoff,
 )
+from agents.mcp import MCPServerStdio
 from openai import AsyncOpenAI
 
 from bot.backends import (
@@ -439,3 +440,10 @@ async def test_the_sdks_tracing_exports_nothing(fake: FakeOpenAI) -> None:
 
     assert isinstance(outcome, Finished)
     assert traces.seen == []
+
+
+async def test_an_agent_with_local_mcp_servers_is_refused(fake: FakeOpenAI) -> None:
+    server = MCPServerStdio(params={"command": "true"}, name="files")  # never started: refused before
+
+    with pytest.raises(TypeError, match="local MCP servers"):
+        backend(_agent(fake, mcp_servers=[server]))
