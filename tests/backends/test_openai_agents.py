@@ -7,6 +7,7 @@ SDK does with our hooks: which calls wait, which run and how often, and what the
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
@@ -447,3 +448,18 @@ async def test_an_agent_with_local_mcp_servers_is_refused(fake: FakeOpenAI) -> N
 
     with pytest.raises(TypeError, match="local MCP servers"):
         backend(_agent(fake, mcp_servers=[server]))
+
+
+async def test_two_sessions_running_one_agent_at_once_keep_their_own_verdicts(fake: FakeOpenAI) -> None:
+    fake.reply_tool_call("lookup_charge", {"charge_id": "ch_1"})
+    fake.reply_tool_call("lookup_charge", {"charge_id": "ch_1"})
+    fake.reply_text("It was 5.00 USD.")  # only the session whose lookup runs asks the model again
+    agent_backend = backend(_agent(fake))
+    asks, runs = RecordingTurn({"lookup_charge": GateVerdict(action="ask")}), RecordingTurn()
+
+    parked, finished = await asyncio.gather(agent_backend.start(asks, "what was ch_1?", None),
+                                            agent_backend.start(runs, "what was ch_1?", None))
+
+    assert isinstance(parked, Parked) and isinstance(finished, Finished)
+    assert "ran lookup_charge" in runs.log and "ran lookup_charge" not in asks.log
+    assert len(asks.gated) == len(runs.gated) == 1
