@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ from bot.backends import (
 )
 
 FRAMEWORK = "openai-agents"
+log = logging.getLogger(__name__)
 
 
 # --- one run's link to the engine, visible to the tools' hooks ------------------------------------
@@ -225,9 +227,15 @@ class _Conversation(BaseModel):
 
 
 def _load_conversation(saved: str | None) -> list[Any]:
+    """The session's earlier turns; none when they were kept by another agent (a thread that began before a
+    deploy changed the bot's agent goes on without them rather than failing every message)."""
     if not saved:
         return []
-    return _Conversation.model_validate_json(saved).openai_agents_items
+    try:
+        return _Conversation.model_validate_json(saved).openai_agents_items
+    except ValueError:
+        log.warning("a conversation kept by another agent: this turn starts without it")
+        return []
 
 
 # --- the backend ----------------------------------------------------------------------------------
@@ -252,11 +260,7 @@ class OpenAIAgentsBackend:
         return list(found.values())
 
     async def start(self, turn: BackendTurn, text: str, saved: str | None) -> Outcome:
-        try:
-            history = _load_conversation(saved)
-        except ValueError:
-            return Failed(reason="this conversation was saved by a different agent; start a new thread")
-        return await self._drive(turn, [*history, {"role": "user", "content": text}])
+        return await self._drive(turn, [*_load_conversation(saved), {"role": "user", "content": text}])
 
     async def resume(self, turn: BackendTurn, saved: str, answers: Mapping[str, Answer]) -> Outcome:
         try:

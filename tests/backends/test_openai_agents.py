@@ -308,6 +308,16 @@ async def test_the_next_turn_carries_the_conversation(fake: FakeOpenAI) -> None:
     assert said == [("user", "I am Ann"), ("assistant", "Hello Ann."), ("user", "who am I?")]
 
 
+async def test_a_conversation_kept_by_another_agent_is_left_behind(fake: FakeOpenAI) -> None:
+    fake.reply_text("Hello.")
+
+    outcome = await backend(_agent(fake)).start(RecordingTurn(), "hi", json.dumps([{"role": "user"}]))
+
+    assert isinstance(outcome, Finished)
+    said = [(m["role"], m["content"]) for m in fake.requests[-1].body["messages"] if m["role"] != "system"]
+    assert said == [("user", "hi")]
+
+
 async def test_stop_ends_the_run_before_any_tool(fake: FakeOpenAI) -> None:
     fake.reply_tool_calls(("lookup_charge", {"charge_id": "ch_1"}, "call_look"), text="Let me look")
     turn = RecordingTurn()
