@@ -17,24 +17,24 @@ set_default_openai_api("chat_completions")
 
 
 @function_tool(needs_approval=True)
-def refund_charge(charge_id: str, amount: float) -> dict:
+def refund_charge(charge_id: str, amount: float) -> str:
     """Refund part or all of a charge to the customer's card.
 
     Args:
         charge_id: The charge to refund, e.g. ch_1001.
         amount: How much to refund, in USD.
     """
-    return {"refunded": charge_id, "amount": amount, "status": "succeeded"}
+    return f"Refunded ${amount:,.2f} on {charge_id}."
 
 
 @function_tool
-def lookup_customer(name: str) -> dict:
+def lookup_customer(name: str) -> str:
     """Look up a customer by name.
 
     Args:
         name: The customer's name.
     """
-    return {"name": name, "plan": "team", "open_charges": ["ch_1001"]}
+    return f"{name}: team plan, one open charge (ch_1001, $40.00)."
 
 
 agent = Agent(

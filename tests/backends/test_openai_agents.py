@@ -24,8 +24,10 @@ from agents import (
     handoff,
 )
 from agents.mcp import MCPServerStdio
+from aiohttp import web
 from openai import AsyncOpenAI
 
+import handlers.routes.demo_model
 from bot.backends import (
     AgentBackend,
     Approve,
@@ -39,6 +41,7 @@ from bot.backends import (
     wrap,
 )
 from bot.backends.openai_agents import OpenAIAgentsBackend, backend
+from bot.models.demo_http import BASE_PATH as DEMO_BASE_PATH
 from tests.fakes.openai_server import FakeOpenAI
 
 API_KEY = "sk-test"
@@ -473,3 +476,29 @@ async def test_two_sessions_running_one_agent_at_once_keep_their_own_verdicts(fa
     assert isinstance(parked, Parked) and isinstance(finished, Finished)
     assert "ran lookup_charge" in runs.log and "ran lookup_charge" not in asks.log
     assert len(asks.gated) == len(runs.gated) == 1
+
+
+async def test_the_example_agent_runs_on_the_offline_demo_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    app = web.Application()
+    handlers.routes.demo_model.add_routes(app)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{port}{DEMO_BASE_PATH}")  # as make run sets it
+    monkeypatch.setenv("OPENAI_API_KEY", "demo")
+    try:
+        from examples.openai_agents_agent import slack_agent
+
+        looked_up = await slack_agent.backend.start(RecordingTurn(), "look up acme", None)
+        parked = await slack_agent.backend.start(RecordingTurn(), "refund ch_1001 $40", None)
+        assert isinstance(parked, Parked)
+        [pending] = parked.pending
+        refunded = await slack_agent.backend.resume(RecordingTurn(), parked.saved, {pending.call_id: Approve()})
+    finally:
+        await runner.cleanup()
+
+    assert isinstance(looked_up, Finished) and "team plan" in looked_up.text
+    assert (pending.tool_name, pending.arguments) == ("refund_charge", {"charge_id": "ch_1001", "amount": 40.0})
+    assert isinstance(refunded, Finished) and "Refunded $40.00 on ch_1001." in refunded.text
