@@ -479,6 +479,8 @@ async def test_two_sessions_running_one_agent_at_once_keep_their_own_verdicts(fa
 
 
 async def test_the_example_agent_runs_on_the_offline_demo_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a model given by name goes through the SDK's one HTTP client per process: this test's loop gets its own
+    monkeypatch.setattr("agents.models.openai_provider._http_client", None)
     app = web.Application()
     handlers.routes.demo_model.add_routes(app)
     runner = web.AppRunner(app)

@@ -218,7 +218,9 @@ async def test_the_stop_button_cancels_the_running_sdk_tool(local_slack, start_a
 
 async def test_the_example_agent_named_by_bot_agent_asks_its_approver_list(local_slack, start_app, fake,
                                                                            monkeypatch):
-    # the example's model is a name: the SDK's own client reads where to go from the environment
+    # the example's model is a name: the SDK's own client reads where to go from the environment, and its one
+    # HTTP client per process is made again on this test's event loop
+    monkeypatch.setattr("agents.models.openai_provider._http_client", None)
     monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
     monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
     fake.reply_tool_call("refund_charge", {"charge_id": "ch_1001", "amount": 40.0}, "call_refund")
