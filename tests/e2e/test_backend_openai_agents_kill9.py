@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import subprocess
+
+import httpx
 
 from localslack.seed import ALICE, GENERAL
 from tests.chaos.harness import stop_process
@@ -37,6 +40,22 @@ agent = Agent(name="support", instructions="You help customers.", tools=[issue_r
 '''
 
 
+async def started(local_slack, redis_url: str, tmp_path, env: dict[str, str]) -> subprocess.Popen:
+    """A bot process answering on its port: importing the SDK takes seconds on a busy machine, longer than
+    start_process waits, so this waits on until it answers."""
+    proc, port = await start_process(local_slack, redis_url, tmp_path, **env)
+    async with httpx.AsyncClient() as client:
+        for _ in range(600):
+            try:
+                if (await client.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200:
+                    return proc
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None, (tmp_path / f"bot-{port}.log").read_text()
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"the bot on port {port} never answered")
+
+
 async def test_kill_9_after_the_tool_ran_runs_it_once(local_slack, redis, redis_url, tmp_path):
     (tmp_path / "sdk_support.py").write_text(AGENT_MODULE)
     refunds = tmp_path / "refunds.txt"
@@ -47,7 +66,7 @@ async def test_kill_9_after_the_tool_ran_runs_it_once(local_slack, redis, redis_
         fake.reply_text("Refunded ch_1.")
         env = {"BOT_AGENT": "sdk_support:agent", "OPENAI_BASE_URL": fake.base_url, "OPENAI_API_KEY": "sk-test",
                "REFUNDS_FILE": str(refunds)}
-        first, _ = await start_process(local_slack, redis_url, tmp_path, **env)
+        first = await started(local_slack, redis_url, tmp_path, env)
         try:
             ts, card = await mention_and_wait_for_card(local_slack)
             await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
@@ -57,7 +76,7 @@ async def test_kill_9_after_the_tool_ran_runs_it_once(local_slack, redis, redis_
             first.send_signal(signal.SIGKILL)
             await asyncio.to_thread(first.wait)
 
-        second, _ = await start_process(local_slack, redis_url, tmp_path, **env)
+        second = await started(local_slack, redis_url, tmp_path, env)
         try:
             await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Refunded ch_1." in m.text,
                                                timeout_s=20)
