@@ -15,7 +15,7 @@ import pytest
 from agents import Agent, OpenAIChatCompletionsModel, function_tool
 from openai import AsyncOpenAI
 
-from bot.approval import Approval, always
+from bot.approval import Approval, Denied, always
 from bot.backends import wrap
 from bot.governance import four_eyes, n_of_m
 from bot.models.scripted import ScriptedModel
@@ -155,6 +155,20 @@ async def test_a_lookup_needing_no_approval_answers_without_a_card(local_slack, 
     await answer_in(local_slack, ts, "It was 5.00 USD.")
     assert card_in(local_slack, ts) is None
     assert tool_said(fake, "call_look") == "ch_1: 5.00 USD, paid"
+
+
+async def test_our_request_policy_refuses_an_sdk_tool_and_the_model_reads_why(local_slack, start_app, fake):
+    def closed_today(ctx) -> object:
+        return Denied("Refunds are closed today.")
+
+    refund_then_say(fake, "Refunds are closed, sorry.")
+    await start_app(ScriptedModel([]), [], agent=wrap(support_agent(fake), policies={
+        "issue_refund": Approval(request=closed_today)}))
+    ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> refund ch_1")
+
+    await answer_in(local_slack, ts, "Refunds are closed, sorry.")
+    assert REFUNDS == [] and card_in(local_slack, ts) is None
+    assert "Refunds are closed today." in tool_said(fake, "call_refund")
 
 
 async def test_four_eyes_on_the_sdk_tool(local_slack, start_app, fake):
