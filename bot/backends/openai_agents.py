@@ -170,8 +170,9 @@ def _refuse_ungated(root: Agent[Any]) -> None:
                                 f"bot's approvals and its execution fence")
 
 
-def _install(root: Agent[Any]) -> None:
-    """Put our gate and fence on every function tool, in place (once: wrapping twice changes nothing)."""
+def _install(root: Agent[Any], idempotent: frozenset[str]) -> None:
+    """Put our gate and fence on every function tool, in place (once: wrapping again changes nothing but
+    which tools are safe to repeat)."""
     for agent in _agents(root):
         for tool in agent.tools:
             if not isinstance(tool, FunctionTool):
@@ -179,17 +180,21 @@ def _install(root: Agent[Any]) -> None:
             if not isinstance(tool.needs_approval, _Gate):
                 tool.needs_approval = _Gate(tool, tool.needs_approval)
             # an agent used as a tool is not fenced: its run resumes through it; its own tools are fenced
-            if not tool._is_agent_tool and not isinstance(tool.on_invoke_tool, _FencedInvoke):
-                tool.on_invoke_tool = _FencedInvoke(tool, tool.on_invoke_tool, idempotent=False)
+            if tool._is_agent_tool:
+                continue
+            if isinstance(tool.on_invoke_tool, _FencedInvoke):
+                tool.on_invoke_tool.idempotent = tool.name in idempotent
+            else:
+                tool.on_invoke_tool = _FencedInvoke(tool, tool.on_invoke_tool, idempotent=tool.name in idempotent)
 
 
 def _tool_info(tool: Any) -> ToolInfo:
     """A function tool as it is; any other tool left (those beyond the fence are refused) runs at the provider."""
     if isinstance(tool, FunctionTool):
-        gate = tool.needs_approval
+        gate, invoke = tool.needs_approval, tool.on_invoke_tool
         asks = (gate.original if isinstance(gate, _Gate) else gate) is True
         return ToolInfo(name=tool.name, description=tool.description, parameters=tool.params_json_schema,
-                        asks=asks)
+                        asks=asks, idempotent=isinstance(invoke, _FencedInvoke) and invoke.idempotent)
     hosted_asks = isinstance(tool, HostedMCPTool) and tool.tool_config.get("require_approval") not in (
         None, "never")
     return ToolInfo(name=tool.name, description=getattr(tool, "description", None) or "", hosted=True,
@@ -242,13 +247,15 @@ def _load_conversation(saved: str | None) -> list[Any]:
 
 
 class OpenAIAgentsBackend:
-    """An OpenAI Agents SDK agent, driven by the engine."""
+    """An OpenAI Agents SDK agent, driven by the engine. ``idempotent``: names of its tools that are safe to
+    run again after their process died mid-run (the SDK has no way to say so): such a call is re-run, any
+    other is reported to the model as interrupted. ``wrap(OpenAIAgentsBackend(agent, idempotent={...}))``."""
 
     framework = FRAMEWORK
 
-    def __init__(self, agent: Agent[Any]):
+    def __init__(self, agent: Agent[Any], *, idempotent: frozenset[str] | set[str] = frozenset()):
         _refuse_ungated(agent)
-        _install(agent)
+        _install(agent, frozenset(idempotent))
         self.agent = agent
         self.version = installed_version("openai-agents")
 

@@ -67,6 +67,7 @@ class RecordingTurn:
         self.streamed: list[str] = []
         self.stop_after_text = False
         self.lease_lost = False
+        self.fenced: dict[str, bool] = {}  # tool → idempotent, as the fence was told
         self._stopped = False
 
     @property
@@ -79,6 +80,7 @@ class RecordingTurn:
 
     async def fence(self, call_id: str, tool_name: str, run: Callable[[], Awaitable[Any]], *,
                     idempotent: bool = False) -> Any:
+        self.fenced[tool_name] = idempotent
         if self.lease_lost:
             raise LeaseLost(call_id)
         if call_id in self.recorded:
@@ -504,3 +506,16 @@ async def test_the_example_agent_runs_on_the_offline_demo_model(monkeypatch: pyt
     assert isinstance(looked_up, Finished) and "team plan" in looked_up.text
     assert (pending.tool_name, pending.arguments) == ("refund_charge", {"charge_id": "ch_1001", "amount": 40.0})
     assert isinstance(refunded, Finished) and "Refunded $40.00 on ch_1001." in refunded.text
+
+
+async def test_tools_named_safe_to_repeat_are_fenced_as_such(fake: FakeOpenAI) -> None:
+    fake.reply_tool_call("lookup_charge", {"charge_id": "ch_1"}, "call_look")
+    fake.reply_text("It was 5.00 USD.")
+    agent_backend = OpenAIAgentsBackend(_agent(fake), idempotent={"lookup_charge"})
+    turn = RecordingTurn()
+
+    await agent_backend.start(turn, "what was ch_1?", None)
+
+    assert turn.fenced == {"lookup_charge": True}
+    assert {t.name: t.idempotent for t in agent_backend.tools()} == {
+        "lookup_charge": True, "issue_refund": False, "credit_account": False}
