@@ -122,7 +122,7 @@ class _FencedInvoke:
 
         run.turn.tool_started(call_id, self.tool_name, _parsed(arguments))
         try:  # the fence reports the result (tool_finished), recorded or replayed
-            return await run.turn.fence(call_id, self.tool_name, body, idempotent=self.idempotent)
+            return _for_model(await run.turn.fence(call_id, self.tool_name, body, idempotent=self.idempotent))
         except Exception as exc:
             if not tool_raised:
                 run.engine_error = exc  # the SDK would wrap it as the tool's error: the run re-raises it
@@ -390,13 +390,31 @@ def _parsed(arguments: str | None) -> dict[str, Any]:
 
 
 def _jsonable(output: Any) -> Any:
-    """A tool's output as the fence records it (JSON); the SDK shows the model the same value."""
+    """A tool's output as the fence records it (JSON): the model reads the same, first time or replayed."""
     if isinstance(output, BaseModel):
         return output.model_dump(mode="json")
     try:
         json.dumps(output)
     except (TypeError, ValueError):
         return str(output)
+    return output
+
+
+# the SDK's structured tool outputs, as dicts (ToolOutputText, ToolOutputImage, ToolOutputFileContent)
+_STRUCTURED = ("text", "image", "file")
+
+
+def _for_model(output: Any) -> Any:
+    """What the SDK hands the model: its structured outputs as they are, other dicts and lists as JSON (the
+    SDK would write them as ``str()`` does; JSON is what our own loop sends, and the engine's notes, such as
+    an interrupted call's, are dicts a model and a program both read)."""
+    def structured(item: Any) -> bool:
+        return isinstance(item, dict) and item.get("type") in _STRUCTURED
+
+    if structured(output) or (isinstance(output, list) and output and all(structured(i) for i in output)):
+        return output
+    if isinstance(output, dict | list):
+        return json.dumps(output)
     return output
 
 

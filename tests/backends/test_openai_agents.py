@@ -17,6 +17,7 @@ from agents import (
     Agent,
     OpenAIChatCompletionsModel,
     ShellTool,
+    ToolOutputText,
     TracingProcessor,
     WebSearchTool,
     add_trace_processor,
@@ -519,3 +520,28 @@ async def test_tools_named_safe_to_repeat_are_fenced_as_such(fake: FakeOpenAI) -
     assert turn.fenced == {"lookup_charge": True}
     assert {t.name: t.idempotent for t in agent_backend.tools()} == {
         "lookup_charge": True, "issue_refund": False, "credit_account": False}
+
+
+@function_tool
+def charge_details(charge_id: str) -> dict[str, Any]:
+    """A charge's details."""
+    return {"id": charge_id, "amount_cents": 500}
+
+
+@function_tool
+def receipt(charge_id: str) -> ToolOutputText:
+    """A charge's receipt, as text."""
+    return ToolOutputText(text=f"Receipt for {charge_id}")
+
+
+async def test_the_model_reads_a_dict_as_json_and_the_sdks_own_outputs_as_the_sdk_writes_them(
+        fake: FakeOpenAI) -> None:
+    fake.reply_tool_calls(("charge_details", {"charge_id": "ch_1"}, "call_details"),
+                          ("receipt", {"charge_id": "ch_1"}, "call_receipt"))
+    fake.reply_text("Here.")
+
+    await backend(_agent(fake, tools=[charge_details, receipt])).start(RecordingTurn(), "ch_1?", None)
+
+    told = _tool_messages(fake)
+    assert json.loads(told["call_details"]) == {"id": "ch_1", "amount_cents": 500}
+    assert told["call_receipt"] == [{"type": "text", "text": "Receipt for ch_1"}]  # a content part, as the SDK sends it
