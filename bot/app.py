@@ -33,7 +33,8 @@ import handlers
 import handlers.routes.http
 import handlers.routes.results
 from blocks.forms import FormUnsupported, check_form_model
-from bot.assembly import build_model, load_tools, mcp_config
+from bot.assembly import build_model, load_agent, load_tools, mcp_config, with_agent_tools
+from bot.backends import WrappedAgent, wrap
 from bot.config import ConfigError, Settings
 from bot.engine.installed import Installed
 from bot.engine.result_tokens import TOKEN_TTL_S, TokenHolders, token_key
@@ -224,14 +225,17 @@ async def start_bot(
     channel_wrap: Callable[[Channel], Channel] | None = None,
     recovery_interval: float = RECOVERY_INTERVAL_SECONDS,
     limits: ClientLimits | None = None,
+    agent: object | None = None,
 ) -> BotApp:
     """Build everything and serve HTTP; returns once the bot answers on its port. ``limits``: how slowly a
-    client may send (tests shorten the bounds)."""
+    client may send (tests shorten the bounds); ``agent``: a team's own agent, or ``bot.backends.wrap(…)`` of
+    it, in place of BOT_AGENT's (DESIGN §14)."""
     settings.check_slack()
     stack = AsyncExitStack()
     try:
+        wrapped = wrap(agent) if agent is not None else load_agent(settings)
         return await _start(settings, stack, model, tools, host, port, channel_wrap, recovery_interval,
-                            limits or ClientLimits())
+                            limits or ClientLimits(), wrapped)
     except BaseException:
         await stack.aclose()
         raise
@@ -247,8 +251,9 @@ async def _start(
     channel_wrap: Callable[[Channel], Channel] | None,
     recovery_interval: float,
     limits: ClientLimits,
+    agent: WrappedAgent | None,
 ) -> BotApp:
-    registry = build_tools(settings, tools)
+    registry = with_agent_tools(build_tools(settings, tools), agent)
     if settings.mcp_config:  # MCP servers' tools join the registry as the servers answer (bot.connections.mcp)
         from bot.connections.mcp import McpServers
 
@@ -377,6 +382,7 @@ async def _start(
         live=slack_channel.live,  # answers stream into Slack as the model writes them
         policies=policies,
         installed=installed,
+        agent=agent.backend if agent is not None and role != "web" else None,
     )
     if settings.schedules_config:
         await _apply_schedules_file(settings.schedules_config, schedules, runtime.settings.clock())
