@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field, create_model
 from pydantic_ai import (
     Agent,
     ApprovalRequired,
+    CallDeferred,
     DeferredToolRequests,
     DeferredToolResults,
     ToolApproved,
@@ -188,7 +189,11 @@ class _Hold(AbstractCapability[Any]):
 @dataclass
 class _Gated(WrapperToolset[Any]):
     """Every call of the agent's tools: our request policy first (unless people approved it in this resume),
-    then the tool inside the fence, so a replay after a kill returns what it returned before."""
+    then the tool inside the fence, so a replay after a kill returns what it returned before.
+
+    A tool may itself pause (raise ``ApprovalRequired`` or ``CallDeferred``) from inside the fence. That pause
+    is recorded as the call's result, so a replay pauses the same way, and the run people approved is fenced
+    apart (``<call id>:approved``): it runs once, after the pause, however often either is replayed."""
 
     run: _Run | None = None
 
@@ -208,15 +213,34 @@ class _Gated(WrapperToolset[Any]):
                 # JSON both times: the model reads the same thing from a first run and from a replay
                 return to_jsonable_python(await self.wrapped.call_tool(name, tool_args, ctx, tool),
                                           serialize_unknown=True)
+            except (ApprovalRequired, CallDeferred) as pause:
+                return _paused(pause)
             except BaseException as exc:
                 run.tool_failures.add(id(exc))
                 raise
 
         info = run.backend._tools.get(name)
         turn.tool_started(call_id, name, tool_args)
-        result = await run.engine(turn.fence(call_id, name, execute, idempotent=bool(info and info.idempotent)))
-        turn.tool_finished(call_id, name, result)
+        fenced = f"{call_id}:approved" if ctx.tool_call_approved else call_id
+        result = await run.engine(turn.fence(fenced, name, execute, idempotent=bool(info and info.idempotent)))
+        _pause_again(result)
         return result
+
+
+PAUSED = "pydantic_ai_paused"  # the key of a call's recorded result when the tool paused instead of returning
+
+
+def _paused(pause: ApprovalRequired | CallDeferred) -> dict[str, Any]:
+    kind = "approval" if isinstance(pause, ApprovalRequired) else pause.kind
+    return {PAUSED: kind, "metadata": to_jsonable_python(pause.metadata, serialize_unknown=True)}
+
+
+def _pause_again(result: Any) -> None:
+    """The tool paused (now or before a replay): pydantic-ai hears the same pause."""
+    if isinstance(result, dict) and PAUSED in result:
+        if result[PAUSED] == "approval":
+            raise ApprovalRequired(metadata=result.get("metadata"))
+        raise CallDeferred(metadata=result.get("metadata"), kind=result[PAUSED])
 
 
 # --- translating pydantic-ai's pause and our answers ---------------------------------------------

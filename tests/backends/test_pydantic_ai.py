@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import pytest
-from pydantic_ai import Agent, CallDeferred
+from pydantic_ai import Agent, ApprovalRequired, CallDeferred, RunContext
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
@@ -62,9 +62,15 @@ class RecordingTurn:
 
     async def fence(self, call_id: str, tool_name: str, run: Callable[[], Awaitable[Any]], *,
                     idempotent: bool = False) -> Any:
-        if call_id in self.recorded:
+        if call_id in self.recorded:  # as the engine's fence: a recorded failure is raised again
+            if isinstance(self.recorded[call_id], Exception):
+                raise RuntimeError(str(self.recorded[call_id]))
             return self.recorded[call_id]
-        result = await run()  # a raise records nothing: the call may run again once resolved
+        try:
+            result = await run()
+        except Exception as exc:
+            self.recorded[call_id] = exc
+            raise
         self.recorded[call_id] = result
         self.executed.append(call_id)
         return result
@@ -117,6 +123,15 @@ def refund_agent(fake: FakeOpenAI, ran: list[tuple[str, Any]]) -> Agent[None, st
         """Ask the customer-support person why."""
         raise CallDeferred(metadata={"question": f"Why refund {topic}?", "options": ["duplicate", "fraud"]})
 
+    @agent.tool
+    def refund_over_limit(ctx: RunContext[None], charge_id: str, amount: int) -> str:
+        """Refund; a big one waits for a person's approval."""
+        ran.append(("refund_over_limit entered", amount))
+        if amount > 100 and not ctx.tool_call_approved:
+            raise ApprovalRequired(metadata={"reason": f"{amount} is over the limit"})
+        ran.append(("refund_over_limit", amount))
+        return f"refunded {amount}"
+
     @agent.tool_plain
     def broken() -> str:
         raise RuntimeError("the ledger is down")
@@ -154,7 +169,7 @@ async def test_a_tool_needing_approval_parks_and_runs_once_approved(fake: FakeOp
 
     assert finished == Finished(text="Refunded 500 on ch_1.", saved=finished.saved)
     assert ran == [("lookup_charge", "ch_1"), ("issue_refund", {"charge_id": "ch_1", "amount": 500})]
-    assert turn.executed == ["c_look", "c_refund"]
+    assert turn.executed == ["c_look", "c_refund:approved"]
     assert [call_id for call_id, _, _ in turn.gated] == ["c_look"]  # an approved call is not gated again
     assert tool_messages(fake) == {"c_look": json.dumps({"charge_id": "ch_1", "amount": 500}, separators=(",", ":")),
                                    "c_refund": "refunded 500 on ch_1"}
@@ -262,6 +277,29 @@ async def test_a_replay_after_a_kill_returns_recorded_results_instead_of_running
     assert set(tool_messages(fake)) == {"c_look", "c_look2"}
 
 
+async def test_a_tool_that_asks_for_approval_itself_pauses_the_same_way_on_replay(fake: FakeOpenAI) -> None:
+    ran: list[tuple[str, Any]] = []
+    driven = backend(refund_agent(fake, ran))
+    fake.reply_tool_call("refund_over_limit", {"charge_id": "ch_1", "amount": 900}, "c_big")
+    turn = RecordingTurn()
+    parked = await driven.start(turn, "refund 900", None)
+    assert isinstance(parked, Parked)
+    [pending] = parked.pending
+    assert (pending.call_id, pending.kind, pending.prompt) == ("c_big", "approval", "900 is over the limit")
+
+    # killed after the pause was recorded: the replay pauses again without entering the tool
+    replayed = await driven.resume(RecordingTurn(recorded=turn.recorded), turn.checkpoints[0][0], {})
+    assert isinstance(replayed, Parked) and [p.call_id for p in replayed.pending] == ["c_big"]
+    assert ran == [("refund_over_limit entered", 900)]
+
+    fake.reply_text("Refunded 900.")
+    finished = await driven.resume(turn, parked.saved, {"c_big": Approve()})
+    assert isinstance(finished, Finished) and finished.text == "Refunded 900."
+    fake.reply_text("Refunded 900.")
+    await driven.resume(RecordingTurn(recorded=turn.recorded), parked.saved, {"c_big": Approve()})  # replayed
+    assert ran == [("refund_over_limit entered", 900), ("refund_over_limit entered", 900), ("refund_over_limit", 900)]
+
+
 async def test_text_streams_and_the_stop_button_ends_the_run(fake: FakeOpenAI) -> None:
     driven = backend(refund_agent(fake, []))
     fake.reply_text("This is a long answer that someone stops.", chunk_delay_s=0.01)
@@ -319,7 +357,7 @@ async def test_the_agents_tools_as_the_engine_sees_them(fake: FakeOpenAI) -> Non
 
     tools = {info.name: info for info in driven.tools()}
 
-    assert set(tools) == {"issue_refund", "lookup_charge", "pick_reason", "broken"}
+    assert set(tools) == {"issue_refund", "lookup_charge", "pick_reason", "refund_over_limit", "broken"}
     refund = tools["issue_refund"]
     assert refund.asks and refund.editable and not tools["lookup_charge"].asks
     assert refund.description.startswith("Refund part of a charge.")
