@@ -108,6 +108,10 @@ class PydanticAIBackend:
         """From :class:`Parked` with people's answers, or (``answers`` empty) from a checkpoint taken after a
         model response: pydantic-ai then runs that response's tool calls, each through the fence again."""
         history, questions = _Saved.load(saved)
+        last = history[-1] if history else None
+        if not answers and isinstance(last, ModelResponse) and not last.tool_calls:
+            # checkpointed with the answer, stopped before it was kept: pydantic-ai would ask the model again
+            return Finished(text=last.text or "", saved=saved)
         results = _deferred_results(answers, set(questions)) if answers else None
         return await _Run(self, turn).drive(None, history, results)
 

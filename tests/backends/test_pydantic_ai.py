@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 from pydantic_ai import Agent, ApprovalRequired, CallDeferred, RunContext
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
@@ -275,6 +276,39 @@ async def test_a_replay_after_a_kill_returns_recorded_results_instead_of_running
     assert isinstance(finished, Finished) and finished.text == "Both found."
     assert len(ran) == 2 and again.executed == []
     assert set(tool_messages(fake)) == {"c_look", "c_look2"}
+
+
+async def test_a_replay_after_the_final_answer_was_checkpointed_gives_that_answer(fake: FakeOpenAI) -> None:
+    driven = backend(refund_agent(fake, []))
+    fake.reply_text("Final words.")
+    first = RecordingTurn()
+    await driven.start(first, "hi", None)
+    asked = len(fake.requests)
+
+    # killed after the answer's checkpoint, before the turn ended: the replay asks the model nothing more
+    again = await driven.resume(RecordingTurn(), first.checkpoints[-1][0], {})
+
+    assert isinstance(again, Finished) and again.text == "Final words."
+    assert len(fake.requests) == asked
+
+
+async def test_a_structured_output_is_the_answer_and_is_not_gated(fake: FakeOpenAI) -> None:
+    class Verdict(BaseModel):
+        refund: bool
+        reason: str
+
+    model = OpenAIChatModel("gpt-4o-mini", provider=OpenAIProvider(base_url=fake.base_url, api_key=KEY))
+    driven = backend(Agent(model, output_type=Verdict))
+    fake.reply_tool_call("final_result", {"refund": True, "reason": "charged twice"}, "c_out")
+    turn = RecordingTurn()
+
+    finished = await driven.start(turn, "should we refund?", None)
+
+    assert isinstance(finished, Finished)
+    assert json.loads(finished.text) == {"refund": True, "reason": "charged twice"}
+    assert turn.gated == [] and turn.executed == []  # the output is pydantic-ai's, not a tool of the agent's
+    again = await driven.resume(RecordingTurn(), turn.checkpoints[-1][0], {})
+    assert again == Finished(text=finished.text, saved=again.saved) and len(fake.requests) == 1
 
 
 async def test_a_tool_that_asks_for_approval_itself_pauses_the_same_way_on_replay(fake: FakeOpenAI) -> None:
