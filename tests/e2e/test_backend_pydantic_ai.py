@@ -5,6 +5,7 @@ our policies apply to its tools, and what people decide reaches its model."""
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -222,3 +223,24 @@ async def test_a_parked_run_outlives_its_process_and_another_resumes_it(local_sl
     assert ran == [{"charge_id": "ch_1", "amount": 500}]
     assert json.loads(told_the_model(fake, "call_look")) == {"charge_id": "ch_1", "amount": 500}
     assert len(fake.requests) == 2  # the lookup's result came from the stored history, not a new model call
+
+
+async def test_the_example_agent_runs_from_bot_agent_with_its_approver_list(local_slack, start_app, fake, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)  # the example's own model, on the local server
+    monkeypatch.delitem(sys.modules, "examples.pydantic_ai_agent", raising=False)
+    fake.reply_tool_calls(("lookup_charge", {"charge_id": "ch_1001"}, "call_look"),
+                          ("issue_refund", {"charge_id": "ch_1001", "amount_cents": 4000}, "call_refund"))
+    fake.reply_text("Refunded Initech in full.")
+    bot = await start_app(ScriptedModel([]), [], BOT_AGENT="examples.pydantic_ai_agent:slack_agent")
+    await governance(bot).policies.set_approvers(TEAM_ID, "tool:issue_refund", [BOB], actor="test")
+    ts, card = await mention_and_wait_for_card(local_slack, "refund ch_1001 in full")
+
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+    refusal = await local_slack.wait_for(lambda: local_slack.ephemerals(ALICE))
+    assert "approve" in refusal[-1].text.lower()
+    await local_slack.click(BOB, GENERAL, card.ts, button(card, "Approve"))
+
+    await answer_in(local_slack, ts, "Refunded Initech in full.")
+    assert told_the_model(fake, "call_refund") == "Refunded 4000 cents on ch_1001."
+    assert json.loads(told_the_model(fake, "call_look"))["customer"] == "Initech"
