@@ -30,6 +30,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 from slack_sdk.web.async_client import AsyncWebClient
 
 import handlers
+import handlers.routes.demo_model
 import handlers.routes.http
 import handlers.routes.results
 from blocks.forms import FormUnsupported, check_form_model
@@ -42,6 +43,7 @@ from bot.engine.roles import NoModel, Wakeups, WebRuntime
 from bot.engine.tool_registry import ToolRegistry
 from bot.engine.turns import Runtime, RuntimeSettings
 from bot.models.base import ChatModel
+from bot.models.demo_http import BASE_PATH as DEMO_BASE_PATH
 from bot.ops import tracing
 from bot.ops.background import Background
 from bot.ops.metrics import AppMetrics, MeteredModel, StoreGauges
@@ -233,6 +235,10 @@ async def start_bot(
     settings.check_slack()
     stack = AsyncExitStack()
     try:
+        if settings.local_mode and not settings.openai_api_key and (agent is not None or settings.agent):
+            # with no key, a framework's OpenAI client talks to the offline demo model this bot serves
+            os.environ.setdefault("OPENAI_BASE_URL", f"http://127.0.0.1:{settings.port}{DEMO_BASE_PATH}")
+            os.environ.setdefault("OPENAI_API_KEY", "demo")
         wrapped = wrap(agent) if agent is not None else load_agent(settings)
         return await _start(settings, stack, model, tools, host, port, channel_wrap, recovery_interval,
                             limits or ClientLimits(), wrapped)
@@ -407,6 +413,8 @@ async def _start(
                                     limits=limits)
     if takes_requests:
         handlers.routes.results.add_routes(web_app, deps, deps.result_key)
+    if settings.local_mode and not settings.openai_api_key:  # a framework agent's offline model (BOT_AGENT)
+        handlers.routes.demo_model.add_routes(web_app)
     runner = web.AppRunner(web_app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_SECONDS,
                            **limits.server_args())
     await runner.setup()

@@ -106,9 +106,9 @@ class EngineTurn:
         if not fresh:
             if recorded and recorded != "started":
                 return _replayed(json.loads(recorded))
-            if not idempotent:
+            if not idempotent:  # what the model reads, in the shape of any failed call's result
                 self._result(call_id, tool_name, "failed", None, INTERRUPTED)
-                return INTERRUPTED
+                return {"status": "failed", "error": INTERRUPTED}
         self.tool_started(call_id, tool_name, {})
         try:
             output = await run()
