@@ -6,16 +6,20 @@ records each call's result by call id (a replay returns it), checkpoints and the
 
 from __future__ import annotations
 
+import importlib
 import json
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import pytest
+from aiohttp import web
 from pydantic import BaseModel
 from pydantic_ai import Agent, ApprovalRequired, CallDeferred, RunContext
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
+import handlers.routes.demo_model
 from bot.backends import (
     AgentBackend,
     Approve,
@@ -31,6 +35,7 @@ from bot.backends import (
     wrap,
 )
 from bot.backends.pydantic_ai import backend
+from bot.models.demo_http import BASE_PATH as DEMO_BASE_PATH
 from tests.fakes.openai_server import FakeOpenAI
 
 KEY = "sk-test"
@@ -407,3 +412,28 @@ async def test_wrap_finds_the_backend_for_a_pydantic_ai_agent(fake: FakeOpenAI) 
 
     assert isinstance(wrapped, WrappedAgent) and isinstance(wrapped.backend, AgentBackend)
     assert (wrapped.backend.framework, wrapped.policies) == ("pydantic-ai", {"lookup_charge": "a policy"})
+
+
+async def test_the_example_agent_runs_on_the_offline_demo_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    demo = web.Application()
+    handlers.routes.demo_model.add_routes(demo)
+    runner = web.AppRunner(demo, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        port = runner.addresses[0][1]
+        monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{port}{DEMO_BASE_PATH}")
+        monkeypatch.setenv("OPENAI_API_KEY", "demo")
+        monkeypatch.delitem(sys.modules, "examples.pydantic_ai_agent", raising=False)
+        example = importlib.import_module("examples.pydantic_ai_agent")
+        driven = example.slack_agent.backend
+        turn = RecordingTurn()
+
+        parked = await driven.start(turn, "refund ch_1001 $40", None)
+
+        assert isinstance(parked, Parked)
+        assert [(p.tool_name, p.arguments["amount"]) for p in parked.pending] == [("refund_charge", 40.0)]
+        finished = await driven.resume(turn, parked.saved, {parked.pending[0].call_id: Approve()})
+        assert isinstance(finished, Finished) and "Refunded $40.00 on `ch_1001`" in finished.text
+    finally:
+        await runner.cleanup()

@@ -229,18 +229,19 @@ async def test_the_example_agent_runs_from_bot_agent_with_its_approver_list(loca
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)  # the example's own model, on the local server
     monkeypatch.delitem(sys.modules, "examples.pydantic_ai_agent", raising=False)
-    fake.reply_tool_calls(("lookup_charge", {"charge_id": "ch_1001"}, "call_look"),
-                          ("issue_refund", {"charge_id": "ch_1001", "amount_cents": 4000}, "call_refund"))
-    fake.reply_text("Refunded Initech in full.")
+    fake.reply_tool_calls(("lookup_customer", {"name": "acme"}, "call_look"),
+                          ("refund_charge", {"charge_id": "ch_1001", "amount": 40}, "call_refund"))
+    fake.reply_text("Refunded Acme $40.")
     bot = await start_app(ScriptedModel([]), [], BOT_AGENT="examples.pydantic_ai_agent:slack_agent")
-    await governance(bot).policies.set_approvers(TEAM_ID, "tool:issue_refund", [BOB], actor="test")
-    ts, card = await mention_and_wait_for_card(local_slack, "refund ch_1001 in full")
+    await governance(bot).policies.set_approvers(TEAM_ID, "tool:refund_charge", [BOB], actor="test")
+    ts, card = await mention_and_wait_for_card(local_slack, "refund acme's last charge, $40")
 
     await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
     refusal = await local_slack.wait_for(lambda: local_slack.ephemerals(ALICE))
     assert "approve" in refusal[-1].text.lower()
     await local_slack.click(BOB, GENERAL, card.ts, button(card, "Approve"))
 
-    await answer_in(local_slack, ts, "Refunded Initech in full.")
-    assert told_the_model(fake, "call_refund") == "Refunded 4000 cents on ch_1001."
-    assert json.loads(told_the_model(fake, "call_look"))["customer"] == "Initech"
+    await answer_in(local_slack, ts, "Refunded Acme $40.")
+    refund = json.loads(told_the_model(fake, "call_refund"))
+    assert (refund["charge_id"], refund["amount"], refund["status"]) == ("ch_1001", 40.0, "succeeded")
+    assert json.loads(told_the_model(fake, "call_look"))["customer"] == "Acme Corp"
