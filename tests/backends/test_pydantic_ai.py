@@ -118,7 +118,7 @@ def refund_agent(fake: FakeOpenAI, ran: list[tuple[str, Any]]) -> Agent[None, st
         ran.append(("issue_refund", {"charge_id": charge_id, "amount": amount}))
         return f"refunded {amount} on {charge_id}"
 
-    @agent.tool_plain
+    @agent.tool_plain(metadata={"idempotent": True})
     def lookup_charge(charge_id: str) -> dict[str, Any]:
         """Look a charge up."""
         ran.append(("lookup_charge", charge_id))
@@ -261,6 +261,20 @@ async def test_a_deferred_call_is_a_question_and_its_reply_is_the_tools_result(f
     assert tool_messages(fake) == {"c_why": "fraud"}
 
 
+async def test_a_cancelled_question_reaches_the_model_as_a_failed_call_with_the_reason(fake: FakeOpenAI) -> None:
+    driven = backend(refund_agent(fake, []))
+    fake.reply_tool_call("pick_reason", {"topic": "ch_1"}, "c_why")
+    fake.reply_text("I will not guess.")
+    turn = RecordingTurn()
+    parked = await driven.start(turn, "refund ch_1", None)
+    assert isinstance(parked, Parked)
+
+    finished = await driven.resume(turn, parked.saved, {"c_why": Reject(message="Nobody knows yet.")})
+
+    assert isinstance(finished, Finished)
+    assert "Nobody knows yet." in tool_messages(fake)["c_why"]
+
+
 async def test_a_replay_after_a_kill_returns_recorded_results_instead_of_running_again(fake: FakeOpenAI) -> None:
     ran: list[tuple[str, Any]] = []
     driven = backend(refund_agent(fake, ran))
@@ -399,6 +413,7 @@ async def test_the_agents_tools_as_the_engine_sees_them(fake: FakeOpenAI) -> Non
     assert set(tools) == {"issue_refund", "lookup_charge", "pick_reason", "refund_over_limit", "broken"}
     refund = tools["issue_refund"]
     assert refund.asks and refund.editable and not tools["lookup_charge"].asks
+    assert tools["lookup_charge"].idempotent and not refund.idempotent
     assert refund.description.startswith("Refund part of a charge.")
     assert set(refund.parameters["properties"]) == {"charge_id", "amount"}
     assert refund.args_model is not None
