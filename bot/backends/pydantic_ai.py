@@ -72,20 +72,21 @@ def backend(agent: AbstractAgent[Any, Any], *, deps: Any = None) -> PydanticAIBa
 
 
 class _Saved(BaseModel):
-    """What a run goes on from: the message history, and which of its pending calls are questions."""
+    """What a run goes on from: the message history, which of its pending calls are questions, and which
+    paused from inside their tool (their approved run is fenced apart: see :class:`_Gated`)."""
 
     messages: list[Any]  # ModelMessagesTypeAdapter's JSON form
     questions: list[str] = Field(default_factory=list)
+    paused_in_tool: list[str] = Field(default_factory=list)
 
     @classmethod
-    def of(cls, messages: Sequence[ModelMessage], questions: Sequence[str] = ()) -> str:
+    def of(cls, messages: Sequence[ModelMessage], questions: Sequence[str] = (),
+           paused_in_tool: Sequence[str] = ()) -> str:
         dumped = ModelMessagesTypeAdapter.dump_python(list(messages), mode="json")
-        return cls(messages=dumped, questions=list(questions)).model_dump_json()
+        return cls(messages=dumped, questions=list(questions), paused_in_tool=sorted(paused_in_tool)).model_dump_json()
 
-    @classmethod
-    def load(cls, saved: str) -> tuple[list[ModelMessage], list[str]]:
-        state = cls.model_validate_json(saved)
-        return ModelMessagesTypeAdapter.validate_python(state.messages), state.questions
+    def history(self) -> list[ModelMessage]:
+        return ModelMessagesTypeAdapter.validate_python(self.messages)
 
 
 class PydanticAIBackend:
@@ -95,33 +96,35 @@ class PydanticAIBackend:
     def __init__(self, agent: AbstractAgent[Any, Any], *, deps: Any = None):
         self.agent = agent
         self.deps = deps
-        self._tools = {info.name: info for info in _tool_infos(agent)}
+        self.tools_by_name = {info.name: info for info in _tool_infos(agent)}
 
     def tools(self) -> list[ToolInfo]:
-        return list(self._tools.values())
+        return list(self.tools_by_name.values())
 
     async def start(self, turn: BackendTurn, text: str, saved: str | None) -> Outcome:
-        history = _Saved.load(saved)[0] if saved else None
+        history = _Saved.model_validate_json(saved).history() if saved else None
         return await _Run(self, turn).drive(text, history, None)
 
     async def resume(self, turn: BackendTurn, saved: str, answers: dict[str, Answer]) -> Outcome:
         """From :class:`Parked` with people's answers, or (``answers`` empty) from a checkpoint taken after a
         model response: pydantic-ai then runs that response's tool calls, each through the fence again."""
-        history, questions = _Saved.load(saved)
+        state = _Saved.model_validate_json(saved)
+        history = state.history()
         last = history[-1] if history else None
         if not answers and isinstance(last, ModelResponse) and not last.tool_calls:
             # checkpointed with the answer, stopped before it was kept: pydantic-ai would ask the model again
             return Finished(text=last.text or "", saved=saved)
-        results = _deferred_results(answers, set(questions)) if answers else None
-        return await _Run(self, turn).drive(None, history, results)
+        results = _deferred_results(answers, set(state.questions)) if answers else None
+        return await _Run(self, turn, set(state.paused_in_tool)).drive(None, history, results)
 
 
 class _Run:
     """One ``agent.iter`` from start or resume to its outcome."""
 
-    def __init__(self, backend: PydanticAIBackend, turn: BackendTurn):
+    def __init__(self, backend: PydanticAIBackend, turn: BackendTurn, paused_in_tool: set[str] | None = None):
         self.backend = backend
         self.turn = turn
+        self.paused_in_tool = paused_in_tool or set()  # call ids whose tool paused from inside the fence
         self.engine_failure: BaseException | None = None  # LeaseLost and the like: the engine's, never Failed
         self.tool_failures: set[int] = set()  # ids of exceptions the tools themselves raised
 
@@ -176,7 +179,8 @@ class _Run:
             return Finished(text=_as_text(output), saved=_Saved.of(messages))
         pending = [_approval(call, output) for call in output.approvals]
         pending += [_question(call, output) for call in output.calls]
-        return Parked(pending=pending, saved=_Saved.of(messages, [call.tool_call_id for call in output.calls]))
+        return Parked(pending=pending, saved=_Saved.of(messages, [call.tool_call_id for call in output.calls],
+                                                       self.paused_in_tool))
 
 
 @dataclass(init=False)
@@ -196,8 +200,9 @@ class _Gated(WrapperToolset[Any]):
     then the tool inside the fence, so a replay after a kill returns what it returned before.
 
     A tool may itself pause (raise ``ApprovalRequired`` or ``CallDeferred``) from inside the fence. That pause
-    is recorded as the call's result, so a replay pauses the same way, and the run people approved is fenced
-    apart (``<call id>:approved``): it runs once, after the pause, however often either is replayed."""
+    is recorded as the call's result, so a replay pauses the same way, and the run people then approve is
+    fenced apart (``<call id>:approved``): it runs once, however often either is replayed. Every other call,
+    approved or not, is fenced under its own call id."""
 
     run: _Run | None = None
 
@@ -223,11 +228,13 @@ class _Gated(WrapperToolset[Any]):
                 run.tool_failures.add(id(exc))
                 raise
 
-        info = run.backend._tools.get(name)
+        info = run.backend.tools_by_name.get(name)
         turn.tool_started(call_id, name, tool_args)
-        fenced = f"{call_id}:approved" if ctx.tool_call_approved else call_id
+        fenced = f"{call_id}:approved" if ctx.tool_call_approved and call_id in run.paused_in_tool else call_id
         result = await run.engine(turn.fence(fenced, name, execute, idempotent=bool(info and info.idempotent)))
-        _pause_again(result)
+        if isinstance(result, dict) and PAUSED in result:  # it paused, now or before a replay
+            run.paused_in_tool.add(call_id)
+            _pause_again(result)
         return result
 
 
@@ -239,12 +246,11 @@ def _paused(pause: ApprovalRequired | CallDeferred) -> dict[str, Any]:
     return {PAUSED: kind, "metadata": to_jsonable_python(pause.metadata, serialize_unknown=True)}
 
 
-def _pause_again(result: Any) -> None:
-    """The tool paused (now or before a replay): pydantic-ai hears the same pause."""
-    if isinstance(result, dict) and PAUSED in result:
-        if result[PAUSED] == "approval":
-            raise ApprovalRequired(metadata=result.get("metadata"))
-        raise CallDeferred(metadata=result.get("metadata"), kind=result[PAUSED])
+def _pause_again(paused: dict[str, Any]) -> None:
+    """pydantic-ai hears the pause the tool raised (now or before a replay)."""
+    if paused[PAUSED] == "approval":
+        raise ApprovalRequired(metadata=paused.get("metadata"))
+    raise CallDeferred(metadata=paused.get("metadata"), kind=paused[PAUSED])
 
 
 # --- translating pydantic-ai's pause and our answers ---------------------------------------------

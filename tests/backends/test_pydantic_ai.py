@@ -175,7 +175,7 @@ async def test_a_tool_needing_approval_parks_and_runs_once_approved(fake: FakeOp
 
     assert finished == Finished(text="Refunded 500 on ch_1.", saved=finished.saved)
     assert ran == [("lookup_charge", "ch_1"), ("issue_refund", {"charge_id": "ch_1", "amount": 500})]
-    assert turn.executed == ["c_look", "c_refund:approved"]
+    assert turn.executed == ["c_look", "c_refund"]
     assert [call_id for call_id, _, _ in turn.gated] == ["c_look"]  # an approved call is not gated again
     assert tool_messages(fake) == {"c_look": json.dumps({"charge_id": "ch_1", "amount": 500}, separators=(",", ":")),
                                    "c_refund": "refunded 500 on ch_1"}
@@ -351,6 +351,7 @@ async def test_a_tool_that_asks_for_approval_itself_pauses_the_same_way_on_repla
     fake.reply_text("Refunded 900.")
     await driven.resume(RecordingTurn(recorded=turn.recorded), parked.saved, {"c_big": Approve()})  # replayed
     assert ran == [("refund_over_limit entered", 900), ("refund_over_limit entered", 900), ("refund_over_limit", 900)]
+    assert turn.executed == ["c_big", "c_big:approved"]  # the pause, then the approved run
 
 
 async def test_text_streams_and_the_stop_button_ends_the_run(fake: FakeOpenAI) -> None:

@@ -18,11 +18,13 @@ from bot.approval import Approval, always
 from bot.backends import wrap
 from bot.governance import four_eyes, n_of_m
 from bot.models.scripted import ScriptedModel
+from handlers.delivery.status import STATUS_DELAY_S
 from localslack.seed import ALICE, BOB, BOT_USER_ID, CAROL, DAVE, GENERAL, TEAM_ID
 from tests.audit_polling import audit_entries
 from tests.e2e.test_approval_flow import button, card_in, mention_and_wait_for_card
 from tests.e2e.test_decisions import inputs
 from tests.e2e.test_governance import governance
+from tests.e2e.test_tasks_plan import final_tasks, tasks_message
 from tests.fakes.openai_server import FakeOpenAI
 
 KEY = "sk-test"
@@ -245,3 +247,20 @@ async def test_the_example_agent_runs_from_bot_agent_with_its_approver_list(loca
     refund = json.loads(told_the_model(fake, "call_refund"))
     assert (refund["charge_id"], refund["amount"], refund["status"]) == ("ch_1001", 40.0, "succeeded")
     assert json.loads(told_the_model(fake, "call_look"))["customer"] == "Acme Corp"
+
+
+async def test_the_approved_call_is_one_task_that_ends_complete_with_its_result(local_slack, start_app, fake):
+    ran: list[dict[str, Any]] = []
+    refund_then_answer(fake)
+    await start_app(ScriptedModel([]), [], agent=support_agent(fake, ran))
+    ts, card = await mention_and_wait_for_card(local_slack, "refund ch_1")
+    live = await local_slack.wait_for(lambda: tasks_message(local_slack, ts), timeout_s=STATUS_DELAY_S + 3)
+    assert [(t["title"], t["status"]) for t in live.tasks] == [("issue_refund", "pending")]
+
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+
+    done = await final_tasks(local_slack, ts)
+    [task] = done.tasks
+    assert (task["title"], task["status"], task["details"]) == ("issue_refund", "complete", "approved by @alice")
+    assert "refunded 500 on ch_1" in task["output"]
+    assert ran == [{"charge_id": "ch_1", "amount": 500}]
