@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, get_type_hints
 
@@ -157,7 +157,7 @@ class _Run:
                 raise self.engine_failure from exc
             return Failed(reason=_plain(exc))
 
-    async def engine(self, call: Any) -> Any:
+    async def engine(self, call: Awaitable[Any]) -> Any:
         """Await one of the engine's verbs; what it raises (other than a tool's own error passed through the
         fence) ends the run as it is, never as the agent's failure."""
         try:
@@ -229,7 +229,7 @@ class _Gated(WrapperToolset[Any]):
                 raise
 
         info = run.backend.tools_by_name.get(name)
-        turn.tool_started(call_id, name, tool_args)
+        # the fence itself reports the call started and finished, and only when it runs (not on a replay)
         fenced = f"{call_id}:approved" if ctx.tool_call_approved and call_id in run.paused_in_tool else call_id
         result = await run.engine(turn.fence(fenced, name, execute, idempotent=bool(info and info.idempotent)))
         if isinstance(result, dict) and PAUSED in result:  # it paused, now or before a replay

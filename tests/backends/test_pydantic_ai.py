@@ -54,8 +54,6 @@ class RecordingTurn:
         self.executed: list[str] = []  # call ids whose tool ran (not replayed)
         self.checkpoints: list[tuple[str, int]] = []  # (saved, how many calls had run by then)
         self.texts: list[str] = []
-        self.started: list[str] = []
-        self.finished: list[tuple[str, Any]] = []
         self.stop = False
 
     @property
@@ -90,10 +88,10 @@ class RecordingTurn:
             self.stop = True
 
     def tool_started(self, call_id: str, tool_name: str, arguments: Mapping[str, Any]) -> None:
-        self.started.append(call_id)
+        pass  # the engine's fence reports these
 
     def tool_finished(self, call_id: str, tool_name: str, output: Any) -> None:
-        self.finished.append((call_id, output))
+        pass
 
 
 @pytest.fixture
