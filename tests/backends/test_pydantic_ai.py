@@ -451,3 +451,20 @@ async def test_the_example_agent_runs_on_the_offline_demo_model(monkeypatch: pyt
         assert isinstance(finished, Finished) and "Refunded $40.00 on `ch_1001`" in finished.text
     finally:
         await runner.cleanup()
+
+
+async def test_an_agents_deps_reach_its_tools_and_wrap_keeps_the_backend_given(fake: FakeOpenAI) -> None:
+    model = OpenAIChatModel("gpt-4o-mini", provider=OpenAIProvider(base_url=fake.base_url, api_key=KEY))
+    agent = Agent(model, deps_type=dict)
+
+    @agent.tool
+    def whoami(ctx: RunContext[dict]) -> str:
+        return ctx.deps["team"]
+
+    wrapped = wrap(backend(agent, deps={"team": "billing"}), policies={"whoami": "a policy"})
+    fake.reply_tool_call("whoami", {}, "c_who")
+    fake.reply_text("You are billing.")
+
+    finished = await wrapped.backend.start(RecordingTurn(), "who am I?", None)
+
+    assert isinstance(finished, Finished) and tool_messages(fake) == {"c_who": "billing"}
