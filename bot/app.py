@@ -54,10 +54,10 @@ from handlers.delivery.channel import SlackChannel
 from handlers.delivery.notices import ApproverNotices
 from handlers.delivery.pacing import SlackPacing
 from handlers.delivery.workspace import SlackWorkspace
-from handlers.deps import SlackDeps
 from handlers.identity import installation_team
 from handlers.metering import MeteredApp, SlackApiMeter
 from handlers.routes.http import ClientLimits
+from handlers.shared.deps import SlackDeps
 from store.assistant_threads import AssistantThreads
 from store.audit import AuditLog
 from store.audit_events import PassAudit
@@ -74,7 +74,7 @@ from store.turns import RedisTurns
 from store.wakeups import WakeQueue
 
 if TYPE_CHECKING:
-    from handlers.governance import SlackPolicySource
+    from handlers.shared.governance import SlackPolicySource
 
 log = logging.getLogger(__name__)
 
@@ -451,8 +451,8 @@ def _policy_source(settings: Settings, policies: PolicyStore, client_for: Any,
     """The approver lists, workspace rules and admins the policies read, when that part is installed (None:
     those rules fail closed): the stored ones, with Slack's word on admins and outsiders."""
     try:
-        from handlers.admins import AdminCheck
-        from handlers.governance import SlackPolicySource
+        from handlers.shared.admins import AdminCheck
+        from handlers.shared.governance import SlackPolicySource
     except ImportError:
         return None
     return SlackPolicySource(policies, AdminCheck(client_for, settings.admins), workspaces)
@@ -464,7 +464,7 @@ def _wire_governance(deps: SlackDeps, source: SlackPolicySource | None, redis: R
     if source is None:  # that part is not installed
         return
     from handlers.delivery.home import HomeRefresh
-    from handlers.governance import Governance
+    from handlers.shared.governance import Governance
     deps.governance = Governance.create(deps, source, HomeViews(redis.client), client_for, registry)
     if deps.settings.local_mode:  # the local workspace's finance approver (bob) approves the demo's refunds
         from localslack.seed import BOB, TEAM_ID
