@@ -11,28 +11,27 @@ from __future__ import annotations
 import os
 import random
 import secrets
+from collections.abc import AsyncIterator
 
 import pytest
 
 from tests.chaos.harness import MOMENTS, SOAK, Cluster, Trial, problems, report
 from tests.chaos.test_kill9 import run_round
 
-ROUNDS = int(os.environ.get("CHAOS_TRIALS") or (40 if SOAK else len(MOMENTS)))
 PER_ROUND = 2
-
-
-class PydanticAICluster(Cluster):
-    """The chaos cluster with the bot's turns driven by the pydantic-ai agent instead of BOT_TOOLS."""
-
-    def env(self, port: int) -> dict[str, str]:
-        return {**super().env(port), "BOT_TOOLS": "",
-                "BOT_AGENT": "tests.fixtures_tools.pydantic_ai_chaos_agent:agent"}
+TRIALS = int(os.environ.get("CHAOS_TRIALS") or (80 if SOAK else PER_ROUND * len(MOMENTS)))
+ROUNDS = -(-TRIALS // PER_ROUND)
 
 
 @pytest.fixture
-def pydantic_ai_cluster(cluster: Cluster) -> Cluster:
-    cluster.__class__ = PydanticAICluster  # the fixture's cluster (stopped by it), started with our env
-    return cluster
+async def pydantic_ai_cluster(local_slack, brain, redis, redis_url, tmp_path) -> AsyncIterator[Cluster]:
+    """The chaos cluster with the turns driven by the pydantic-ai agent (BOT_AGENT) instead of BOT_TOOLS."""
+    group = Cluster(local_slack, brain, redis_url, tmp_path, lease_seconds=1.0, tool_delay=1.0,
+                    agent="tests.fixtures_tools.pydantic_ai_chaos_agent:agent")
+    try:
+        yield group
+    finally:
+        await group.stop_all()
 
 
 @pytest.mark.soak
