@@ -3,7 +3,7 @@
 Each test runs real approve cycles over signed HTTP through LocalSlack and records, with Redis's own
 ``MONITOR``, every command the app sent or its scripts ran; it asserts on the commands a change removed,
 so the cost cannot creep back unnoticed. The figures per cycle are in docs/PERFORMANCE.md
-(``python -m tests.bench.roundtrips``).
+(``python -m benchmarks.roundtrips``).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import json
 
 from redis.asyncio import Redis
 
+from benchmarks.budgets.redis_monitor import Monitored, monitored
+from benchmarks.roundtrips import RoundTrips, counting
 from bot.approval import always
 from bot.tools import ToolContext, tool
 from localslack.seed import ALICE, BOT_USER_ID, FINANCE, GENERAL
-from tests.bench.roundtrips import RoundTrips, counting
-from tests.e2e.redis_monitor import Monitored, monitored
 from tests.e2e.test_approval_flow import (
     RUNS,
     Refund,
@@ -42,7 +42,7 @@ async def one_cycle_seen(local_slack, start_app, redis_url: str) -> Monitored:
 
 async def one_cycle_counted(local_slack, start_app, *, typed: bool = False) -> RoundTrips:
     """One approve cycle of a fresh app (the card approved by a click, or ``typed`` in the thread), with the
-    app's round trips to Redis by the lines that sent them (tests.bench.roundtrips)."""
+    app's round trips to Redis by the lines that sent them (benchmarks.roundtrips)."""
     bot = await start_app(refund_script(), [refund_charge])
     # a first cycle pays what a process pays once (its scripts loaded into Redis, the audit chain's head
     # learnt): the cycle counted is the steady state's, whatever ran before in this Redis

@@ -195,29 +195,6 @@ async def test_a_claim_is_one_script_that_keeps_only_what_it_wrote(redis):
     assert spent == {"eval": 0, "exists": 0, "pexpire": 0, "hget": 1}, spent  # was 2 EVALs, 2 of each, 2 HGETs
 
 
-async def test_an_approve_cycle_renews_no_end_and_asks_no_retention_question(redis, redis_url):
-    """A session's end is written once per unit of work by its owner, not renewed on every
-    write. In one approve cycle no session key gets an end (``PEXPIRE``) or loses one (``PERSIST``) but the
-    settled request's own record, and no script asks whether a request is open (``EXISTS P:open``); the
-    settle's one look at whether its turn is still there stays (it decides "approved" from "no longer
-    needed"). What the user sees is unchanged: the approved call runs and the turn answers."""
-    from tests.e2e.test_redis_cost_per_cycle import monitored
-
-    deploy, runs = recording_tool("deploy", approval=always())
-    runtime, channel, store = _runtime(redis, ScriptedModel([call("deploy"), model_say("deployed")]), [deploy])
-    async with monitored(redis_url) as seen:
-        await say(runtime, "deploy")
-        [req] = channel.requests()
-        await approve(runtime, req.request_id)
-
-    assert len(runs) == 1 and [e.text for e in channel.of("message.completed")] == ["deployed"]
-    renewed = [c for c in seen.commands if c[0].upper() in ("PEXPIRE", "PERSIST", "EXPIRE")
-               and not c[1].strip('"').endswith((f":req:{req.request_id}", f":req:{req.request_id}:ok"))]
-    assert renewed == [], renewed
-    asked = [c for c in seen.commands if c[0].upper() == "EXISTS"]
-    assert all(c[1].strip('"').endswith(":state") for c in asked) and len(asked) <= 1, asked
-
-
 async def test_the_cancel_key_and_the_failure_count_outlive_the_retention_while_a_request_is_open(redis):
     """A session's requested stop and its count of failed drives are its own keys: no end of their own, kept
     while a request is open (the sweep leaves the session alone), gone with the session once it has ended."""
