@@ -20,9 +20,10 @@ setup: $(STAMP)
 
 # two workers (pytest-xdist), each file on one worker with its own embedded Valkey: the suite waits more
 # than it computes, so this halves its time on 2 cores. The CI's external-Redis pass stays serial (one db).
+# benchmarks/budgets: the pins of what a cycle costs in Redis (fast; they catch a cost creeping back)
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile tests benchmarks
 
 # the chaos and fuzz proofs at full length (make test runs a bounded version of each)
 soak: $(STAMP)
@@ -36,13 +37,14 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,bench]'  # the LangGraph peer's extra: here only, not in make test
 ifeq ($(CLUSTER),1)
-	$(BIN)/python -m tests.bench.cluster_keys
+	$(BIN)/python -m benchmarks.cluster_keys
 else
-	$(BIN)/python -m tests.bench
-	$(BIN)/python -m tests.bench.cycle
-	$(BIN)/python -m tests.bench.roundtrips
-	$(BIN)/python -m tests.bench.http
-	$(BIN)/python -m tests.bench.http.instructions  # counted under valgrind: repeats within ~0.3 %
+	$(BIN)/python -m pytest -q benchmarks/budgets
+	$(BIN)/python -m benchmarks
+	$(BIN)/python -m benchmarks.cycle
+	$(BIN)/python -m benchmarks.roundtrips
+	$(BIN)/python -m benchmarks.http
+	$(BIN)/python -m benchmarks.http.instructions  # counted under valgrind: repeats within ~0.3 %
 endif
 
 check: $(STAMP)

@@ -16,7 +16,8 @@ Nothing here is a second engine. A delegation is a request of the one protocol (
   failed, the person steering past it, the agent's ``expires_after`` deadline), the relay cancels the
   child's turn: its open requests end "no longer needed" and its pending calls never run. The relay
   delivers later (any replica); until it has, the child's settle and turn loop find the delegation over
-  themselves (:func:`delegation_live`, fail closed), so a click on the child's card in between runs nothing.
+  themselves (``bot.engine.settle.delegation_live``, fail closed), so a click on the child's card in between
+  runs nothing.
 
 ::
 
@@ -41,7 +42,6 @@ from typing import Any
 from pydantic import ConfigDict, Field
 
 from bot.deferred import DeferredModel
-from bot.protocol import UnknownRequest
 from bot.state import CallResult
 from bot.tools import Tool
 
@@ -83,19 +83,3 @@ def delegation_result(values: dict[str, Any] | None) -> CallResult:
     if values.get("error"):
         return CallResult(status="failed", error=str(values["error"]))
     return CallResult(status="completed", output=values.get("result", NO_ANSWER))
-
-
-async def delegation_live(store: Any, delegation_id: str | None) -> bool:
-    """Is the delegation a sub-agent works under still waiting for it (None: not a sub-agent's)?
-
-    The second line of defence behind the relay: whatever ends a delegation (Cancel, the parent's turn
-    cancelled, failed or steered past, a deadline) makes the relay stop the child, but the relay delivers
-    later, from any replica. Until it has, the child's settle and its turn loop ask this, and fail closed:
-    a delegation that is gone is over."""
-    if not delegation_id:
-        return True
-    try:
-        record = await store.get_request(delegation_id)
-    except UnknownRequest:
-        return False
-    return record.status == "open"

@@ -138,7 +138,7 @@ class InputRequest(Contract):
     agent: str | None = None
     child_session_id: str | None = None  # a "delegation": the sub-agent's own session
     # a sub-agent's request: the parent's "delegation" request it works under. Once that has ended, this
-    # request settles nothing and its call never runs (``bot.agents.delegation_live``: fail closed)
+    # request settles nothing and its call never runs (``bot.engine.settle.delegation_live``: fail closed)
     delegation_id: str | None = None
     # ``@tool(preview=fn)``: what the call would do ("47 records will be deleted"), computed once when the
     # request is made and kept here so every replica renders the same text; PREVIEW_UNAVAILABLE if it

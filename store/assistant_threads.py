@@ -5,7 +5,7 @@ One small hash per thread, in its own hash slot (Cluster-safe). Its owner is the
 §12, Retention): until a message makes one, nothing can be open in the thread, and the hash ends a retention
 after its last write; the first message recorded in the thread hands it to its session (``claim_title``, run
 for each message: the hash loses its end and names the session), and from then on it ends with that session
-(``RedisTurns.retire_due`` deletes it with the session's keys), so nothing of it expires while a request is
+(``RedisTurns.sweep``, retiring, deletes it with the session's keys), so nothing of it expires while a request is
 open. Bolt's own default keeps the context in message metadata and reads it back with
 ``conversations.replies`` on every message (a Tier 3 call, far tighter for new apps since 2025); one Redis
 round trip is cheaper.

@@ -211,7 +211,7 @@ class WaitingPool(redis_asyncio.ConnectionPool):
     """redis-py's pool, where a burst beyond ``max_connections`` waits up to ``timeout`` for a connection to
     come free ("No connection available." after that), as with its ``BlockingConnectionPool``; but a free
     connection is taken at once: that pool arms a timer and takes a condition for every command, ~15 µs of
-    CPU a round trip (``python -m tests.bench.redis_client``)."""
+    CPU a round trip (``python -m benchmarks.redis_client``)."""
 
     def __init__(self, *, timeout: float = POOL_TIMEOUT_S, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -260,7 +260,7 @@ class RedisOutbox(RequestReads):
 
     def begin_with_checkpoint(self, session_id: str, opening: PassOpening) -> BeginWithCheckpoint:
         """The begin of a delivery pass (:meth:`outbox_begin`'s commands), for the turns' store to send right
-        after a checkpoint's script, in its round trip (``RedisTurns.commit_then_read``): the pass reads what
+        after a checkpoint's script, in its round trip (``RedisTurns.commit``): the pass reads what
         the checkpoint committed. The opening's pass is set when the lock was taken (also when the checkpoint
         itself was refused: that pass then runs as any); else it stays None and the pass begins on its own."""
         begin = self._begin_pass(session_id, opening.consumers, opening.token, opening.count,

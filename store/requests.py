@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -62,7 +63,7 @@ class RequestReads(SessionRedis):
         self.remember(record)
         return record
 
-    async def get_requests(self, request_ids: list[str]) -> list[RequestRecord]:
+    async def get_requests(self, request_ids: Sequence[str]) -> list[RequestRecord]:
         if not request_ids:
             return []
         pipe = self.redis.pipeline(transaction=False)

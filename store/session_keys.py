@@ -42,7 +42,7 @@ lease let go with no request open, the settle that completes its step's requests
 a request deletes ``P:end``: nothing an open request needs (state, events and their counter, inbox,
 grants, frontend data, outbox cursor) can end while it is open. Once the end has passed the session is
 gone to its readers (``exists``, the grants listing: a conversation grant lapses with its conversation),
-and its keys are deleted in one DEL by whoever comes first: the recovery sweep (``retire_due``) or the
+and its keys are deleted in one DEL by whoever comes first: the recovery sweep (``RedisTurns.sweep``, retiring) or the
 next message recorded into it (a revived thread starts afresh: new state, events numbered from 1); both
 re-check in the session's slot and leave alone a session with an open request, a lease, a queued message,
 a delivery pass under way, or an audit that lags (its audit floor, ``_audit`` in ``P:out``, not yet passed by
@@ -96,7 +96,7 @@ def slot_of_request(request_id: str) -> str:
 # same round trip puts the session on ``hitl:retire`` by that end. A checkpoint that opens a request takes the
 # end away: a session with an open request has none. Once its end has passed and nothing holds it (no open
 # request, no lease, no queued message, no delivery pass under way), ``retire`` deletes its keys in one DEL:
-# the sweep does (``retire_due``), or the first message recorded after the end (a revived thread starts
+# the sweep does (retiring), or the first message recorded after the end (a revived thread starts
 # afresh). ``retire(base, now)``: the session's keys are KEYS[base..] in ``SESSION_KEYS`` order; returns
 # 0 (no end: in use, or gone), 1 (deleted), 2 and the end (not yet), 3 (held).
 SESSION_KEYS = ("state", "lease", "seq", "events", "inbox", "grants", "granted", "chan", "out", "open",

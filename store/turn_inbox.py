@@ -12,6 +12,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from bot.engine.turn_commands import RecordedMessage, RecordMessage, TakeMessage
 from bot.protocol import HeldLease, SessionSnapshot
 from store import turn_scripts as lua
 from store.pipelined import Command
@@ -61,19 +62,24 @@ class TurnInbox(TurnListings):
 
     # inbox -----------------------------------------------------------------------------------
 
-    async def record_message(self, session_id: str, message: dict[str, Any], *, message_id: str | None) -> bool:
-        """Queue a message durably, once per ``message_id`` (Slack sends some twice); False for a repeat.
+    async def record_message(self, command: RecordMessage) -> RecordedMessage | None:
+        """Queue a message durably, once per message id (Slack sends some twice); None for a repeat
+        (``RecordMessage``).
 
         The dedupe mark and the queue entry are one atomic write, and the session is put on the sweep's
         list in the same round trip: a message acknowledged to Slack is never lost, even if this process
-        dies right after.
-        """
-        return await self.record_message_and_read(session_id, message, message_id=message_id, read=False) is not None
+        dies right after. ``then`` "lease": the same script takes the turn lease if free and reads what its
+        holder starts from (either way; the sweep looks when it would lapse). "read": the session's inbox and
+        state are read after the record in the same round trip: at least as new as the message; the inbox
+        before the state, so a message that a turn took since is seen with that turn (the take and the state
+        are one write)."""
+        if command.then == "lease":
+            return await self._record_and_lease(command.session_id, command.message, command.message_id)
+        return await self._record_and_read(command.session_id, command.message, command.message_id,
+                                           read=command.then == "read")
 
-    async def record_message_and_lease(self, session_id: str, message: dict[str, Any], *, message_id: str | None
-                                       ) -> tuple[SessionSnapshot, HeldLease | None] | None:
-        """:meth:`record_message` for a process that drives the session next: the same script takes the turn
-        lease if free and reads what its holder starts from (either way; the sweep looks when it would lapse)."""
+    async def _record_and_lease(self, session_id: str, message: dict[str, Any], message_id: str | None
+                                ) -> RecordedMessage | None:
         keys, token = [self.key(session_id, f"msg:{message_id or '-'}"), *self.own_keys(session_id)], secrets.token_hex(8)
         args = [message_id or "", json.dumps(message, separators=(",", ":")), MESSAGE_DEDUPE_SECONDS, now_ms(),
                 token, self.lease_ms, "?"]
@@ -84,13 +90,11 @@ class TurnInbox(TurnListings):
             done, _ = await self._eval_pipelined(self._record_message, keys, args,
                                                  [("zadd", (ACTIVE, {session_id: now_ms() + self.lease_ms}))])
         seen = self._lease_read(done[2]) if done else None
-        return (seen, HeldLease(token=token, snapshot=seen) if done[1] else None) if seen is not None else None
+        return RecordedMessage(seen, HeldLease(token=token, snapshot=seen) if done[1] else None) if seen is not None \
+            else None
 
-    async def record_message_and_read(self, session_id: str, message: dict[str, Any], *, message_id: str | None,
-                                      read: bool = True) -> SessionSnapshot | None:
-        """:meth:`record_message`, then (``read``) the session's inbox and state in the same round trip; None
-        for a repeat. Read after the record, so at least as new as the message; the inbox before the state,
-        so a message that a turn took since is seen with that turn (the take and the state are one write)."""
+    async def _record_and_read(self, session_id: str, message: dict[str, Any], message_id: str | None, *,
+                               read: bool) -> RecordedMessage | None:
         keys = [self.key(session_id, f"msg:{message_id or '-'}"), *self.own_keys(session_id)]
         args = [message_id or "", json.dumps(message, separators=(",", ":")), MESSAGE_DEDUPE_SECONDS, now_ms(), "", 0,
                 "?"]
@@ -104,15 +108,16 @@ class TurnInbox(TurnListings):
         if not recorded:
             return None
         if not read:
-            return SessionSnapshot()
+            return RecordedMessage(SessionSnapshot())
         inbox, raw = seen
-        return SessionSnapshot(state=json.loads(raw) if raw else None, inbox=[json.loads(m) for m in inbox])
+        return RecordedMessage(SessionSnapshot(state=json.loads(raw) if raw else None,
+                                               inbox=[json.loads(m) for m in inbox]))
 
     async def inbox(self, session_id: str) -> list[dict[str, Any]]:
         return [json.loads(m) for m in await self.redis.lrange(self.key(session_id, "inbox"), 0, -1)]
 
-    async def take_inbox(self, session_id: str, message: dict[str, Any]) -> bool:
+    async def take_message(self, command: TakeMessage) -> bool:
         """Remove one queued message; False if another worker already took it."""
-        raw = json.dumps(message, separators=(",", ":"))
-        taken, *_ = await self._eval_pipelined(self._take, [self.key(session_id, "inbox")], [raw], [])
+        raw = json.dumps(command.message, separators=(",", ":"))
+        taken, *_ = await self._eval_pipelined(self._take, [self.key(command.session_id, "inbox")], [raw], [])
         return bool(taken)

@@ -43,7 +43,8 @@ local function retire(base, now, read_end, audited)
 end
 """
 
-# The sweep's step (``retire_due``). KEYS: the session's keys; ARGV: now ms, the audit's progress ('?' not read)
+# The sweep's step (retiring: ``RedisTurns.sweep``). KEYS: the session's keys; ARGV: now ms, the audit's progress
+# ('?' not read)
 # → {verdict, end, or (4: the progress is needed) the session's ref}
 RETIRE = RETIRE_FN + """
 local audited = ARGV[2]
@@ -62,7 +63,7 @@ return {verdict, ends}
 # ``begin``: execution markers of the calls this checkpoint makes ready, started in the same fenced step, as
 # ``BEGIN`` starts one (SET NX with their own end): per marker '' (started now, run it) or what was there.
 # ``finished``: results of calls that ran (a step's last), written into their markers first and whatever
-# the checkpoint's fate, as ``finish_execution`` writes one: a fact about the world, not fenced.
+# the checkpoint's fate, as ``mark_call`` records one: a fact about the world, not fenced.
 # KEYS: lease, state, events, seq, out, open, end, the new requests…, cancel, inbox, the markers…, the
 # finished markers…; ARGV ends with: …, maxlen, markers' lifetime ms, number of markers, the finished
 # results…, their number → {first seq, {per marker}, the cancel read ('' none; with ``release``)} | -1/-2/-3
@@ -310,7 +311,7 @@ redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 's', s, 'e', ARGV[3])
 return s
 """
 
-# A request's responders described again after an approver list changed (``change_responders``): only
+# A request's responders described again after an approver list changed (``RedisTurns.amend``, new responders): only
 # while it is open, and only by a description made from a newer policy version than the stored one, so
 # two list edits in quick succession leave the later one's description. ARGV: responders json, version,
 # event json, events maxlen. KEYS: request, events, seq.
@@ -347,7 +348,7 @@ if redis.call('SET', KEYS[2], 'started', 'NX', 'PX', ARGV[2]) then return {1, fa
 return {0, redis.call('GET', KEYS[2])}
 """
 
-# Take the turn lease and read what the lease holder starts from (``acquire_lease_and_read``). The token
+# Take the turn lease and read what the lease holder starts from (``RedisTurns.lease``, take). The token
 # is fresh per attempt, so a resent copy that finds the lease holding it has taken it. KEYS: lease, state,
 # grants, cancel, inbox, fails; ARGV: token, lease ms → false (taken) | ``lease_read``'s answer
 LEASE_AND_READ = TAKE_LEASE_FN + LEASE_READ_FN + """

@@ -16,8 +16,21 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from bot.engine.outbox import PassOpening
-from bot.principals import Principal
+from bot.engine.turn_commands import (
+    AmendRequest,
+    CallMark,
+    CallStart,
+    CancelTurn,
+    CommitCommand,
+    Committed,
+    FailureCount,
+    LeaseAnswer,
+    LeaseCommand,
+    RequestsRead,
+    SessionRead,
+    Sweep,
+    Swept,
+)
 from bot.protocol import (
     CancelRequested,
     Event,
@@ -35,7 +48,6 @@ from bot.protocol import (
     UnknownRequest,
     event_from_json,
 )
-from bot.session import SessionRef
 from bot.state import SavedState
 from store import turn_scripts as lua
 from store.assistant_threads import AssistantThreads
@@ -62,8 +74,9 @@ from store.turn_inbox import TurnInbox
 
 
 class RedisTurns(TurnInbox):
-    """What the turn loop needs of Redis (bot.engine.parts.TurnStore; their delivery: store/outbox.py). Methods are
-    small and mostly one round trip each."""
+    """What the turn loop needs of Redis (bot.engine.parts.TurnStore; their delivery: store/outbox.py): the port's
+    verbs, each one round trip or as few as the store can make it, and the plain reads the frontends use too
+    (a request's record, a workspace's pending requests, a session's state)."""
 
     def __init__(self, redis: Redis, *, lease_ms: int = 30_000, retention_s: int = DEFAULT_RETENTION_SECONDS):
         super().__init__(redis, lease_ms=lease_ms, retention_s=retention_s)
@@ -78,6 +91,31 @@ class RedisTurns(TurnInbox):
         self._change_responders_script = redis.register_script(replay_safe(lua.CHANGE_RESPONDERS))
         self._forget_if_unchanged = redis.register_script(FORGET_IF_UNCHANGED)
         self._lease_and_read = redis.register_script(lua.LEASE_AND_READ)
+
+    # the port's reads --------------------------------------------------------------------------
+
+    async def read(self, query: SessionRead) -> SessionSnapshot:
+        """A session's snapshot (``SessionRead``), one round trip."""
+        if query.state_only:
+            return SessionSnapshot(state=await self.state(query.session_id))
+        return await self.snapshot(query.session_id, known_state=query.known_state)
+
+    async def requests(self, query: RequestsRead) -> list[RequestRecord]:
+        """Request records (``RequestsRead``): by id, or a workspace's pending ones."""
+        if query.pending:
+            return await self.pending_for_team(query.team_id, limit=query.limit)
+        if query.must_exist and len(query.ids) == 1:
+            return [await self.get_request(query.ids[0])]
+        if query.must_exist:
+            return await self._all_of(query.ids)
+        return await self.get_requests(query.ids)
+
+    async def _all_of(self, request_ids: Sequence[str]) -> list[RequestRecord]:
+        records = await self.get_requests(request_ids)
+        if len(records) != len(request_ids):
+            found = {r.request_id for r in records}
+            raise UnknownRequest(next(rid for rid in request_ids if rid not in found))
+        return records
 
     # state and lease -------------------------------------------------------------------------
 
@@ -131,18 +169,23 @@ class RedisTurns(TurnInbox):
         raw = await self.redis.get(self.key(session_id, "cancel"))
         return raw.decode() if raw else None
 
-    async def request_cancel(self, session_id: str, turn_id: str) -> None:
-        await self.redis.set(self.key(session_id, "cancel"), turn_id)
+    async def cancel(self, command: CancelTurn) -> None:
+        await self.redis.set(self.key(command.session_id, "cancel"), command.turn_id)
 
-    async def acquire_lease(self, session_id: str) -> str | None:
-        token = secrets.token_hex(8)
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.set(self.key(session_id, "lease"), token, nx=True, px=self.lease_ms)
-        pipe.zadd(ACTIVE, {session_id: now_ms() + self.lease_ms})
-        got, _ = await pipe.execute()
-        return token if got else None
+    async def lease(self, command: LeaseCommand) -> LeaseAnswer:
+        """Take, renew or let go of the turn lease (``LeaseCommand``), one round trip each."""
+        c = command
+        if c.action == "take":
+            token, snapshot = await self._take_lease(c.session_id)
+            return LeaseAnswer(token, token is not None, None, snapshot)
+        if c.action == "renew":
+            held, cancel = await self._renew_lease(c.session_id, c.token)
+            return LeaseAnswer(c.token, held, cancel)
+        snapshot = await self._release_lease(c.session_id, c.token, still_active=c.still_active,
+                                             retry_after_ms=c.retry_after_ms, read=c.read)
+        return LeaseAnswer(c.token, False, None, snapshot)
 
-    async def acquire_lease_and_read(self, session_id: str) -> tuple[str | None, SessionSnapshot | None]:
+    async def _take_lease(self, session_id: str) -> tuple[str | None, SessionSnapshot | None]:
         """Take the turn lease and read the session's snapshot (one round trip, one script); (None, None) when
         another worker holds the lease. Once the lease is ours nobody else commits, so the read is current;
         the snapshot's ``requests`` are the records of the requests its turn waits on, read with it (a click
@@ -153,7 +196,7 @@ class RedisTurns(TurnInbox):
                                         after=[("zadd", (ACTIVE, {session_id: now_ms() + self.lease_ms}))])
         return (token, self._lease_read(read)) if read else (None, None)
 
-    async def renew_lease(self, session_id: str, token: str) -> tuple[bool, str | None]:
+    async def _renew_lease(self, session_id: str, token: str) -> tuple[bool, str | None]:
         """Extend the lease if still held; returns (held, the turn id someone asked to cancel), the cancel
         read in the same script, so a replica running a tool learns of a stop without a round trip more."""
         held, cancel = await self.redis.eval(
@@ -170,7 +213,7 @@ class RedisTurns(TurnInbox):
             await self.redis.zadd(ACTIVE, {session_id: now_ms() + self.lease_ms})
         return bool(held), (cancel.decode() if isinstance(cancel, bytes) else cancel) or None
 
-    async def release_lease(
+    async def _release_lease(
         self, session_id: str, token: str, *, still_active: bool, retry_after_ms: int = 0, read: bool = False
     ) -> SessionSnapshot | None:
         """Let the turn lease go; with ``read``, then read the snapshot in the same round trip (what arrived
@@ -185,86 +228,22 @@ class RedisTurns(TurnInbox):
                                          after=[*index, *reads])
         return self._snapshot_of(rest[len(index):], None) if read else None
 
-    async def drive_failures(self, session_id: str, *, failed: bool) -> int:
+    async def count_failures(self, command: FailureCount) -> int:
         """Count a session's unexpected drive failures in a row (reset on success); returns the count."""
-        key = self.key(session_id, "fails")
-        if not failed:
+        key = self.key(command.session_id, "fails")
+        if not command.failed:
             await self.redis.delete(key)
             return 0
         return int(await self.redis.incr(key))
 
-    async def mark_active(self, session_id: str, *, delay_ms: int = 0) -> None:
-        await self.redis.zadd(ACTIVE, {session_id: now_ms() + delay_ms})
-
-    async def due_sessions(self, *, limit: int = 100) -> list[str]:
+    async def _due_sessions(self, *, limit: int = 100) -> list[str]:
         """Sessions whose lease lapsed while a turn still needed work (a dead worker's turns)."""
         raw = await self.redis.zrangebyscore(ACTIVE, 0, now_ms(), start=0, num=limit)
         return [r.decode() for r in raw]
 
-    async def commit(
-        self, session_id: str, token: str | None, state: SavedState,
-        events: list[Event] = (), requests: list[RequestRecord] = (),  # type: ignore[assignment]
-        **options: Any,
-    ) -> list[Event]:
-        """Atomically checkpoint state, create requests and append events; returns events with seq. The
-        ``options`` (``ref``, ``take``, ``unless_cancelled``) are :meth:`commit_then_read`'s."""
-        committed, _ = await self.commit_then_read(session_id, token, state, events, requests, read=False, **options)
-        return committed
-
-    async def commit_then_read(
-        self,
-        session_id: str,
-        token: str | None,
-        state: SavedState,
-        events: list[Event] = (),  # type: ignore[assignment]
-        requests: list[RequestRecord] = (),  # type: ignore[assignment]
-        *,
-        ref: SessionRef | None = None,
-        take: list[dict[str, Any]] = (),  # type: ignore[assignment]
-        unless_cancelled: str | None = None,
-        read: bool = True,
-        release: bool = False,
-        opening: PassOpening | None = None,
-        finished: dict[str, str] | None = None,
-    ) -> tuple[list[Event], SessionSnapshot | None]:
-        """Atomically checkpoint state, create requests and append events; returns events with seq
-        (:meth:`_checkpoint`). ``opening``: begin that delivery pass in the same round trip, after the
-        script (``begin_with_checkpoint``; the pass is set on it, also when the checkpoint is refused)."""
-        committed, snapshot, _ = await self._checkpoint(session_id, token, state, events, requests, ref=ref, take=take,
-                                                        unless_cancelled=unless_cancelled, read=read, release=release,
-                                                        opening=opening, finished=finished or {})
-        return committed, snapshot
-
-    async def commit_and_begin(
-        self, session_id: str, token: str, state: SavedState, events: list[Event], *, markers: list[str],
-        ref: SessionRef | None = None, take: list[dict[str, Any]] = (),  # type: ignore[assignment]
-        unless_cancelled: str | None = None,
-    ) -> tuple[list[Event], dict[str, tuple[bool, str | None]]]:
-        """Checkpoint the calls made ready and start them in the same fenced script: per execution marker,
-        :meth:`begin_execution`'s answer ((True, None): run it; else (False, what was recorded)). A marker
-        already there is never started again; a refused checkpoint starts nothing."""
-        committed, _, begun = await self._checkpoint(session_id, token, state, events, ref=ref, take=take, read=False,
-                                                     unless_cancelled=unless_cancelled, markers=markers)
-        return committed, begun
-
-    async def _checkpoint(
-        self,
-        session_id: str,
-        token: str | None,
-        state: SavedState,
-        events: list[Event] = (),  # type: ignore[assignment]
-        requests: list[RequestRecord] = (),  # type: ignore[assignment]
-        *,
-        ref: SessionRef | None = None,
-        take: list[dict[str, Any]] = (),  # type: ignore[assignment]
-        unless_cancelled: str | None = None,
-        read: bool = True,
-        release: bool = False,
-        markers: list[str] = (),  # type: ignore[assignment]
-        opening: PassOpening | None = None,
-        finished: dict[str, str] | None = None,
-    ) -> tuple[list[Event], SessionSnapshot | None, dict[str, tuple[bool, str | None]]]:
-        """Atomically checkpoint state, create requests and append events; returns events with seq.
+    async def commit(self, command: CommitCommand) -> Committed:
+        """Atomically checkpoint state, create requests and append events, as ``command`` says, in one round trip:
+        the events with their sequence numbers, the snapshot read after it (``read``), the calls it started.
 
         ``ref`` (the frontend's routing data) is kept beside the outbox cursor for the deliverer.
         ``take``: queued messages this state has taken in; they leave the inbox in the same write.
@@ -280,10 +259,14 @@ class RedisTurns(TurnInbox):
         and, with ``read``, what arrived while the lease was held is read: a lease holder's gets the state it
         wrote, a stop requested until its script let the lease go and the inbox after it (no grants, no
         failure count: what a drive that let go decides on); without a token, the whole snapshot.
-        ``markers``: execution markers to start with the checkpoint (:meth:`commit_and_begin`).
-        ``finished``: calls' results (marker → JSON), written first even if refused (as :meth:`finish_execution`).
+        ``begin``: execution markers to start with the checkpoint (each as :meth:`mark_call` would).
+        ``finished``: calls' results (marker → JSON), written first even if refused (as :meth:`mark_call`).
+        ``opening``: begin that delivery pass in the same round trip, after the script (``begin_with_checkpoint``;
+        the pass is set on it, also when the checkpoint is refused).
         """
-        finished = finished or {}
+        c = command
+        session_id, token, state, events, requests = c.session_id, c.token, c.state, c.events, c.requests
+        markers, finished, take, ref, read, release = c.begin, c.finished or {}, c.take, c.ref, c.read, c.release
         keys = [
             self.key(session_id, "lease"),
             self.key(session_id, "state"),
@@ -308,7 +291,7 @@ class RedisTurns(TurnInbox):
             *[e.model_dump_json(exclude_none=True) for e in events],
             *[json.dumps(f, separators=(",", ":")) for f in fields],
             "1" if release and token else "",
-            unless_cancelled or "",
+            c.unless_cancelled or "",
             json.dumps([json.dumps(m, separators=(",", ":")) for m in take]) if take else "[]",
             ref.model_dump_json(exclude_none=True) if ref is not None else "",
             ends,
@@ -321,6 +304,7 @@ class RedisTurns(TurnInbox):
         # the outbox entry travels in the same write as the commit, so committed events are never
         # left without someone to deliver them (the committer normally delivers them at once)
         extra: list[Command] = []
+        opening = c.opening
         begin = opening.begin if opening is not None and isinstance(opening.begin, BeginWithCheckpoint) else None
         begin = begin if begin is not None and begin.redis is self.redis else None
         if events and begin is None:  # (a pass begun here puts the session on the list itself, claimed)
@@ -366,15 +350,9 @@ class RedisTurns(TurnInbox):
         else:
             snapshot = self._snapshot_of(rest[len(extra):], known) if reads else None
         self.remember(*(as_parked(f) for f in fields))  # the next click on one reads nothing first
-        return _with_seq(events, int(first)), snapshot, begun
+        return Committed(_with_seq(events, int(first)), snapshot, begun)
 
     # events ----------------------------------------------------------------------------------
-
-    async def emit(self, session_id: str, events: list[Event]) -> list[Event]:
-        """Append events without touching state (no lease needed)."""
-        if not events:
-            return []
-        return await self.commit(session_id, None, None, events)
 
     async def events(self, session_id: str, *, after_seq: int = 0, count: int = 1000) -> list[Event]:
         entries = await self.redis.xrange(self.key(session_id, "events"), count=count)
@@ -475,30 +453,47 @@ class RedisTurns(TurnInbox):
 
     # exactly-once execution ------------------------------------------------------------------
 
-    async def begin_execution(self, session_id: str, marker: str, token: str) -> tuple[bool, str | None]:
-        """(True, None) if this worker may run the call; else (False, recorded value).
+    async def mark_call(self, command: CallMark) -> CallStart:
+        """Start a call (fenced by the lease token: LeaseLost, nothing started, if it is gone): (True, None) if
+        this worker may run it, else (False, what was recorded); or, with ``result_json``, record what it did."""
+        c = command
+        if c.result_json is not None:
+            await self._finish_call(c.session_id, c.marker, c.result_json)
+            return True, None
+        return await self._begin_call(c.session_id, c.marker, c.token)
 
-        The lease token fences it: a worker that lost the turn lease gets LeaseLost and starts nothing.
-        """
+    async def _begin_call(self, session_id: str, marker: str, token: str) -> CallStart:
         keys = [self.key(session_id, "lease"), self.key(session_id, f"exec:{marker}")]
         (got, value), *_ = await self._eval_pipelined(self._begin, keys, [token, self.retention_ms], [])
         if got == -1:
             raise LeaseLost(session_id)
         return got == 1, (value.decode() if isinstance(value, bytes) else None)
 
-    async def finish_execution(self, session_id: str, marker: str, result_json: str) -> None:
-        """Record what a started call did. Not fenced: it is a fact about the world, and a successor
-        that finds it uses the real result instead of reporting the call as interrupted."""
+    async def _finish_call(self, session_id: str, marker: str, result_json: str) -> None:
+        """Not fenced: a fact about the world, and a successor that finds it uses the real result instead of
+        reporting the call as interrupted."""
         await self.redis.set(self.key(session_id, f"exec:{marker}"), result_json, px=self.retention_ms)
 
     # deadlines ---------------------------------------------------------------------------------
 
-    async def timers_due(self, now_ms: int, *, limit: int = 100) -> list[tuple[str, int]]:
+    async def sweep(self, command: Sweep) -> Swept:
+        """What the recovery sweep asks (``Sweep``)."""
+        c = command
+        if c.what == "sessions":
+            return Swept(sessions=await self._due_sessions(limit=c.limit))
+        if c.what == "timers":
+            return Swept(timers=await self._timers_due(c.now_ms, limit=c.limit))
+        if c.what == "timer_done":
+            await self._timer_done(c.member, c.claim)
+            return Swept()
+        return Swept(retired=await self._retire_due(limit=c.limit))
+
+    async def _timers_due(self, now_ms: int, *, limit: int = 100) -> list[tuple[str, int]]:
         """Claim up to ``limit`` timers due at ``now_ms``: (member, claim) pairs, each to one caller only."""
         raw = await self._timers_claim(keys=[TIMERS], args=[now_ms, limit, self.lease_ms])
         return [(raw[i].decode(), int(raw[i + 1])) for i in range(0, len(raw), 2)]
 
-    async def retire_due(self, *, limit: int = 100) -> int:
+    async def _retire_due(self, *, limit: int = 100) -> int:
         """Retire sessions whose end has passed (the recovery sweep; three round trips for up to ``limit``):
         claim them from ``hitl:retire`` as timers are claimed, so two sweeping replicas never race; one
         script per session re-checks and deletes its keys in one DEL; then each leaves the schedule, or goes
@@ -527,19 +522,22 @@ class RedisTurns(TurnInbox):
         await pipelined(self.redis, after, [self._forget_if_unchanged])
         return sum(1 for verdict, _ in verdicts if verdict == 1)
 
-    async def timer_done(self, member: str, claim: int) -> None:
+    async def _timer_done(self, member: str, claim: int) -> None:
         """Forget a fired timer, unless it was claimed again meanwhile (we were too slow)."""
         await self._pipelined(self._forget_if_unchanged, [TIMERS], [member, claim])
 
-    async def remind_once(self, record: RequestRecord, event: Event) -> bool:
-        """Append ``event`` (an ``input.reminded``) if the request is still open and was never reminded."""
-        return await self._mark_once(record, "reminded", "1", event)
-
-    async def escalate_once(self, record: RequestRecord, people: list[Principal], event: Event) -> bool:
-        """Let ``people`` answer too and append ``event`` (an ``input.escalated``), if the request is still
-        open and was never escalated."""
-        value = json.dumps([p.model_dump(mode="json") for p in people], separators=(",", ":"))
-        return await self._mark_once(record, "escalated_to", value, event)
+    async def amend(self, command: AmendRequest) -> bool:
+        """Change an open request and append its event (``AmendRequest``): remind it once (an ``input.reminded``),
+        escalate it once to more people (an ``input.escalated``), or store who may settle it now (an
+        ``input.responders``). False when it was settled meanwhile, or already changed so."""
+        c = command
+        if c.what == "remind":
+            return await self._mark_once(c.record, "reminded", "1", c.event)
+        if c.what == "escalate":
+            value = json.dumps([p.model_dump(mode="json") for p in c.people], separators=(",", ":"))
+            return await self._mark_once(c.record, "escalated_to", value, c.event)
+        assert c.responders is not None
+        return await self._change_responders(c.record, c.responders, c.event, version=c.version)
 
     async def _mark_once(self, record: RequestRecord, field: str, value: str, event: Event) -> bool:
         sid = record.session_id
@@ -550,7 +548,7 @@ class RedisTurns(TurnInbox):
                                              [("zadd", (OUTBOX, {sid: now_ms() + OUTBOX_GRACE_MS}))])
         return bool(first)
 
-    async def change_responders(self, record: RequestRecord, responders: Responders, event: Event, *,
+    async def _change_responders(self, record: RequestRecord, responders: Responders, event: Event, *,
                                 version: int) -> bool:
         """Store who may settle an open request now (described from policy ``version``) and append ``event``
         (an ``input.responders``); False when it was settled meanwhile or a newer description is stored."""

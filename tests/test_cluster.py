@@ -24,6 +24,7 @@ from slack_sdk.oauth.installation_store.models.installation import Installation
 from bot.approval import always
 from bot.builtin import BUILTIN_TOOLS
 from bot.engine.tool_registry import ToolRegistry
+from bot.engine.turn_commands import Sweep
 from bot.engine.turns import Runtime, RuntimeSettings
 from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
@@ -125,9 +126,9 @@ async def test_deleting_a_users_installation_works_on_the_cluster(cluster_redis:
 async def test_due_timers_are_claimed_once_and_forgotten(cluster_redis: RedisClient) -> None:
     store = RedisTurns(cluster_redis)
     await cluster_redis.zadd(b"hitl:timers", {"expire:x": 1})
-    [(member, claim)] = await store.timers_due(int(time.time() * 1000))
-    assert member == "expire:x" and await store.timers_due(int(time.time() * 1000)) == []
-    await store.timer_done(member, claim)
+    [(member, claim)] = (await store.sweep(Sweep("timers", int(time.time() * 1000)))).timers
+    assert member == "expire:x" and (await store.sweep(Sweep("timers", int(time.time() * 1000)))).timers == []
+    await store.sweep(Sweep("timer_done", member=member, claim=claim))
     assert await cluster_redis.zcard(b"hitl:timers") == 0
 
 
@@ -142,7 +143,7 @@ async def test_an_ended_session_is_retired_on_the_cluster(cluster_redis: RedisCl
     sid = session().session_id
     await say(runtime, "first")
     await asyncio.sleep(0.4)
-    assert not await store.exists(sid) and await store.retire_due() == 1  # the sweep
+    assert not await store.exists(sid) and (await store.sweep(Sweep("retire"))).retired == 1  # the sweep
     assert await cluster_redis.exists(_state_key(sid)) == 0
 
     await say(runtime, "second")

@@ -44,3 +44,25 @@ def test_the_rule_sees_an_import_and_a_raw_client(tmp_path):
                       "async def f(deps):\n    return await deps.store.redis.get('k')\n")
     assert _raw_redis_uses(sample) == [
         "sample.py:1 imports redis.asyncio", "sample.py:2 imports redis.exceptions", "sample.py:5 uses .redis"]
+
+
+def test_the_turns_port_is_a_dozen_verbs_each_taking_one_typed_command():
+    """The engine's port says what it needs (DESIGN §13): each verb takes one command, a frozen slotted
+    dataclass (cheap to build on the hot path), and the store implements every verb."""
+    import dataclasses
+    import inspect
+    import typing
+
+    from bot.engine.parts import TurnStore
+    from store.turns import RedisTurns
+
+    verbs = {name: fn for name, fn in vars(TurnStore).items() if inspect.iscoroutinefunction(fn)}
+    assert 10 <= len(verbs) <= 14, sorted(verbs)
+    for name, fn in verbs.items():
+        hints = typing.get_type_hints(fn)
+        (param, *more) = [p for p in inspect.signature(fn).parameters if p != "self"]
+        assert more == [], f"{name} takes one command, not {[param, *more]}"
+        command = hints[param]
+        assert dataclasses.is_dataclass(command) and command.__dataclass_params__.frozen, f"{name}: {command}"
+        assert hasattr(command, "__slots__"), f"{name}: {command} is not slotted"
+        assert inspect.iscoroutinefunction(getattr(RedisTurns, name, None)), f"RedisTurns lacks {name}"

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from bot.engine.turn_commands import CallMark, CommitCommand, RecordMessage, TakeMessage
 from bot.protocol import MessageCompleted
 from store.audit import AuditLog
 from store.client import open_redis
@@ -23,6 +24,7 @@ from store.embedded import EmbeddedValkey
 from store.outbox import RedisOutbox
 from store.replay import replay_safe
 from store.turns import RedisTurns
+from tests.engine.harness import take_lease
 
 
 class ReplyLosingProxy:
@@ -94,12 +96,12 @@ async def proxied(short_dir: Path) -> AsyncIterator[tuple[RedisTurns, RedisOutbo
 async def warm_up(store: RedisTurns) -> None:
     """Use every script once on another session, so the lost reply is the operation's, not a NOSCRIPT."""
     other = "slack:T0LOCAL:C0RANDOM:9.000009"
-    await store.record_message(other, {"text": "hi"}, message_id=None)
-    await store.take_inbox(other, {"text": "hi"})
-    token = await store.acquire_lease(other)
+    await store.record_message(RecordMessage(other, {"text": "hi"}, None))
+    await store.take_message(TakeMessage(other, {"text": "hi"}))
+    token = await take_lease(store, other)
     assert token is not None
-    await store.begin_execution(other, "warm", token)
-    await store.emit(other, [MessageCompleted(session_id=other, turn_id="turn_0", text="hi")])
+    await store.mark_call(CallMark(other, "warm", token))
+    await store.commit(CommitCommand(other, None, None, [MessageCompleted(session_id=other, turn_id="turn_0", text="hi")]))
 
 
 SID = "slack:T0LOCAL:C0GENERAL:1.000001"
@@ -108,24 +110,24 @@ MESSAGE = {"text": "refund ch_1 please", "principal": None}
 
 async def test_a_taken_message_whose_answer_was_lost_is_still_taken_by_its_taker(proxied) -> None:
     store, outbox, proxy = proxied
-    assert await store.record_message(SID, MESSAGE, message_id="C0GENERAL:1.000001")
+    assert await store.record_message(RecordMessage(SID, MESSAGE, "C0GENERAL:1.000001"))
     proxy.lose_next_reply()
     # without the guard the resent LREM finds nothing and answers 0: the caller drops the message
-    assert await store.take_inbox(SID, MESSAGE) is True
+    assert await store.take_message(TakeMessage(SID, MESSAGE)) is True
     assert proxy.lost == 1
     assert await store.inbox(SID) == []
-    assert await store.take_inbox(SID, MESSAGE) is False  # a real second taker still gets nothing
+    assert await store.take_message(TakeMessage(SID, MESSAGE)) is False  # a real second taker still gets nothing
 
 
 async def test_a_tool_start_whose_answer_was_lost_is_still_ours(proxied) -> None:
     store, outbox, proxy = proxied
-    token = await store.acquire_lease(SID)
+    token = await take_lease(store, SID)
     assert token is not None
     proxy.lose_next_reply()
     # without the guard the resent SET NX answers "already started": the call is reported interrupted
-    assert await store.begin_execution(SID, "turn_1:step_1:call_0:0", token) == (True, None)
+    assert await store.mark_call(CallMark(SID, "turn_1:step_1:call_0:0", token)) == (True, None)
     assert proxy.lost == 1
-    fresh, recorded = await store.begin_execution(SID, "turn_1:step_1:call_0:0", token)
+    fresh, recorded = await store.mark_call(CallMark(SID, "turn_1:step_1:call_0:0", token))
     assert not fresh and recorded and recorded.startswith("started")
 
 
@@ -133,7 +135,7 @@ async def test_a_commit_whose_answer_was_lost_appends_its_events_once(proxied) -
     store, outbox, proxy = proxied
     event = MessageCompleted(session_id=SID, turn_id="turn_1", text="Refunded ch_1.")
     proxy.lose_next_reply()
-    committed = await store.emit(SID, [event])
+    committed = (await store.commit(CommitCommand(SID, None, None, [event]))).events
     assert proxy.lost == 1
     begun = await outbox.outbox_begin(SID, ["frontend"], "deliverer")
     assert begun is not None
@@ -143,7 +145,8 @@ async def test_a_commit_whose_answer_was_lost_appends_its_events_once(proxied) -
 
 async def test_a_delivery_pass_whose_answer_was_lost_still_starts(proxied) -> None:
     store, outbox, proxy = proxied
-    await store.emit(SID, [MessageCompleted(session_id=SID, turn_id="turn_1", text="Refunded ch_1.")])
+    said = MessageCompleted(session_id=SID, turn_id="turn_1", text="Refunded ch_1.")
+    await store.commit(CommitCommand(SID, None, None, [said]))
     proxy.lose_next_reply()
     # the resent copy finds the deliverer lock taken, by us: without that, the session would wait out
     # the lock's life (a lease) before anyone delivered it
@@ -180,19 +183,19 @@ async def test_a_message_record_whose_answer_was_lost_is_queued_once_and_holds_i
     proxy.lose_next_reply()
     # the resent copy finds the dedupe mark its first copy wrote (store.replay.replay_own): without that it
     # would answer "a repeat" and the message would never be driven
-    recorded = await store.record_message_and_lease(SID, MESSAGE, message_id="C0GENERAL:1.000001")
+    recorded = await store.record_message(RecordMessage(SID, MESSAGE, "C0GENERAL:1.000001", "lease"))
     assert proxy.lost == 1
     assert recorded is not None
     seen, held = recorded
     assert held is not None and await store.redis.get(store.key(SID, "lease")) == held.token.encode()
     assert await store.inbox(SID) == [MESSAGE] and seen.inbox == [MESSAGE]  # queued once
-    assert await store.record_message_and_lease(SID, MESSAGE, message_id="C0GENERAL:1.000001") is None  # a repeat
+    assert await store.record_message(RecordMessage(SID, MESSAGE, "C0GENERAL:1.000001", "lease")) is None  # a repeat
 
 
 async def test_a_message_without_an_id_whose_answer_was_lost_is_queued_once(proxied) -> None:
     store, outbox, proxy = proxied
     proxy.lose_next_reply()
-    assert await store.record_message(SID, MESSAGE, message_id=None)
+    assert await store.record_message(RecordMessage(SID, MESSAGE, None))
     assert proxy.lost == 1
     assert await store.inbox(SID) == [MESSAGE]
 
@@ -226,28 +229,28 @@ async def test_a_settle_whose_answer_was_lost_settles_once_and_holds_its_lease(p
 
 async def test_a_lease_holder_s_commit_whose_answer_was_lost_applies_once_and_keeps_the_lease(proxied) -> None:
     store, outbox, proxy = proxied
-    token = await store.acquire_lease(SID)
+    token = await take_lease(store, SID)
     assert token is not None
     event = MessageCompleted(session_id=SID, turn_id="turn_1", text="Refunded ch_1.")
     proxy.lose_next_reply()
     # the resent copy finds its mark in the session's outbox hash (store.replay.replay_own)
-    committed = await store.commit(SID, token, {"turn": None}, [event])
+    committed = (await store.commit(CommitCommand(SID, token, {"turn": None}, [event]))).events
     assert proxy.lost == 1
     texts = [e.text for e in await store.events(SID) if isinstance(e, MessageCompleted)]
     assert texts == ["Refunded ch_1."] and committed[0].seq == 1  # once
     assert await store.redis.get(store.key(SID, "lease")) == token.encode()
-    again = await store.commit(SID, token, {"turn": None}, [event])  # a new checkpoint still applies
+    again = (await store.commit(CommitCommand(SID, token, {"turn": None}, [event]))).events  # a new checkpoint still applies
     assert again[0].seq == 2
 
 
 async def test_a_releasing_commit_whose_answer_was_lost_is_not_refused(proxied) -> None:
     store, outbox, proxy = proxied
-    token = await store.acquire_lease(SID)
+    token = await take_lease(store, SID)
     assert token is not None
     proxy.lose_next_reply()
     # the first copy let the lease go: the resent one must not answer "lease lost"
-    await store.commit(SID, token, {"turn": None}, [MessageCompleted(session_id=SID, turn_id="t", text="end")],
-                       release=True)
+    await store.commit(CommitCommand(SID, token, {"turn": None}, [MessageCompleted(session_id=SID, turn_id="t", text="end")],
+                       release=True))
     assert proxy.lost == 1
     assert await store.redis.get(store.key(SID, "lease")) is None
     assert [e.text for e in await store.events(SID) if isinstance(e, MessageCompleted)] == ["end"]

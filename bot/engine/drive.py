@@ -15,7 +15,6 @@ import secrets
 import time
 from typing import Any
 
-from bot.agents import delegation_live
 from bot.backends import AgentBackend
 from bot.engine.call_outcomes import apply_resolutions, unreported_results
 from bot.engine.early_start import EarlyStart
@@ -29,7 +28,8 @@ from bot.engine.model_words import answer_words, logged_failure_words
 from bot.engine.outbox import DELIVER_UNHURRIED_S
 from bot.engine.parts import Parts
 from bot.engine.passes import DrivePass
-from bot.engine.settle import Settler
+from bot.engine.settle import Settler, delegation_live
+from bot.engine.turn_commands import CommitCommand, FailureCount, LeaseCommand, RequestsRead, SessionRead
 from bot.models.base import TextCallback
 from bot.ops import logs
 from bot.ports import LiveText, StepText
@@ -85,7 +85,7 @@ class Driver:
         if self._slots is None:
             self._slots = asyncio.Semaphore(max(1, self.p.settings.max_active_turns))
         if held is not None and self._slots.locked():  # no room now: let the lease go while waiting for a slot
-            await self.p.store.release_lease(session_id, held.token, still_active=True)
+            await self.p.store.lease(LeaseCommand(session_id, "release", held.token, still_active=True))
             held = None
         async with self._slots:
             await self._drive(session_id, held)
@@ -98,7 +98,7 @@ class Driver:
                     return  # it lapsed while this process stalled: another worker drives the session
                 (token, snap), held = (held.token, held.snapshot), None
             else:
-                token, snap = await store.acquire_lease_and_read(session_id)
+                token, _, _, snap = await store.lease(LeaseCommand(session_id, "take"))
             if token is None:
                 return  # another worker drives it and re-checks for work before letting go
             keeper = LeaseKeeper(store, session_id, token, int(getattr(store, "lease_ms", 30_000)),
@@ -110,7 +110,7 @@ class Driver:
             try:
                 await self._drive_locked(work)
                 if work.failures:
-                    await store.drive_failures(session_id, failed=False)
+                    await store.count_failures(FailureCount(session_id, failed=False))
             except NotInstalled as exc:  # not a failure: it goes on once the app is installed again
                 waits = True
                 log.info("session %s waits: %s", session_id, exc)
@@ -130,8 +130,8 @@ class Driver:
                 after = work.after  # the last checkpoint let the lease go and read what came meanwhile
             else:  # (a session that waits for a reinstall stays due, looked at again a while later)
                 retry_ms = await self._after_failure(session_id, token) if failed else RETRY_MS if waits else 0
-                after = await store.release_lease(session_id, token, still_active=failed or waits,
-                                                  retry_after_ms=retry_ms, read=not (failed or waits))
+                after = (await store.lease(LeaseCommand(session_id, "release", token, still_active=failed or waits,
+                                                        retry_after_ms=retry_ms, read=not (failed or waits)))).snapshot
             if after is None or not await self._has_work(after, parked_now=work.parked_now):
                 return
 
@@ -151,26 +151,25 @@ class Driver:
         lease_s = int(getattr(self.p.store, "lease_ms", 30_000)) / 1000
         if time.monotonic() - held.taken_at < lease_s / 3:
             return True
-        still, _ = await self.p.store.renew_lease(session_id, held.token)
-        return still
+        return (await self.p.store.lease(LeaseCommand(session_id, "renew", held.token))).held
 
     async def _after_failure(self, session_id: str, token: str) -> int:
         """Count the failure; past the limit fail the turn visibly. Returns the delay before a retry."""
-        count = await self.p.store.drive_failures(session_id, failed=True)
+        count = await self.p.store.count_failures(FailureCount(session_id, failed=True))
         if count < self.p.settings.max_drive_failures:
             delay = min(FAILED_RETRY_BASE_MS * 2 ** (count - 1), FAILED_RETRY_MAX_MS)
             log.warning("session %s: attempt %d failed; retrying in %.1fs", session_id, count, delay / 1000)
             return delay
         try:
             await self._abandon_turn(DrivePass(session_id, token))
-            await self.p.store.drive_failures(session_id, failed=False)
+            await self.p.store.count_failures(FailureCount(session_id, failed=False))
             return 0
         except Exception:
             log.exception("could not fail the turn of %s visibly; retrying later", session_id)
             return FAILED_RETRY_MAX_MS
 
     async def _abandon_turn(self, p: DrivePass) -> None:
-        snap = await self.p.store.snapshot(p.session_id)
+        snap = await self.p.store.read(SessionRead(p.session_id))
         state = SessionState.model_validate(snap.state) if snap.state else None
         if state is None or state.turn is None:
             if not snap.inbox:
@@ -208,7 +207,7 @@ class Driver:
         return not parked_now and await self._all_settled(turn)
 
     async def _all_settled(self, turn: TurnState) -> bool:
-        return all(r.status != "open" for r in await self.p.store.get_requests(turn.open_request_ids()))
+        return all(r.status != "open" for r in await self.p.store.requests(RequestsRead(turn.open_request_ids())))
 
     async def _drive_locked(self, p: DrivePass) -> None:
         while True:
@@ -226,7 +225,7 @@ class Driver:
         known, p.committed, snap = p.committed, None, p.read
         p.read = None
         if snap is None:  # the first step uses what was read with the lease
-            snap = await self.p.store.snapshot(p.session_id, known_state=known)
+            snap = await self.p.store.read(SessionRead(p.session_id, known))
         p.failures = max(p.failures, snap.failures)
         state = SessionState.model_validate(snap.state) if snap.state else None
         inbox = snap.inbox
@@ -366,7 +365,7 @@ class Driver:
             author = Principal.model_validate(steer["principal"]) if steer.get("principal") else None
             for rid in open_ids:
                 await self.settler.resolve_unanswered(records[rid], "ignored", ended_by="message", by=author)
-            records = {r.request_id: r for r in await self.p.store.get_requests(step.request_ids)}
+            records = {r.request_id: r for r in await self.p.store.requests(RequestsRead(step.request_ids))}
             open_ids = [rid for rid, r in records.items() if r.status == "open"]
         if open_ids:
             return False  # still waiting on people
@@ -428,7 +427,7 @@ class Driver:
         """The records of ``request_ids`` by id: those ``read`` with the lease if it has them all, else read now."""
         if read and all(rid in read for rid in request_ids):
             return {rid: read[rid] for rid in request_ids}
-        return {r.request_id: r for r in await self.p.store.get_requests(request_ids)}
+        return {r.request_id: r for r in await self.p.store.requests(RequestsRead(request_ids))}
 
     async def _resume_limit(self, p: DrivePass, state: SessionState, read: dict[str, RequestRecord] | None = None) -> bool:
         turn = state.turn
@@ -471,7 +470,7 @@ class Driver:
     async def _close_open_requests(self, turn: TurnState, outcome: str, *, ended_by: EndedBy) -> None:
         """End the turn's requests still open (its step's and a session-limit prompt) as ``outcome``: their
         cards are updated and a late click settles nothing."""
-        for record in await self.p.store.get_requests(turn.open_request_ids()):
+        for record in await self.p.store.requests(RequestsRead(turn.open_request_ids())):
             if record.status == "open":
                 await self.settler.resolve_unanswered(record, outcome, ended_by=ended_by)
 
@@ -509,13 +508,13 @@ class Driver:
     async def _commit_and_begin(self, p: DrivePass, state: SessionState, events: list[Event],
                                 markers: list[str]) -> dict[str, tuple[bool, str | None]]:
         """The checkpoint that makes calls ready (more work follows: a tool run), starting them in its own
-        fenced script (``TurnStore.commit_and_begin``); refused, like any, if a cancel was asked."""
+        fenced script (``CommitCommand.begin``); refused, like any, if a cancel was asked."""
         assert state.turn is not None
         events = [*await self._carried(p), *events]
         saved = state.model_dump_json()  # serialized once, as written
-        committed, begun = await self.p.store.commit_and_begin(p.session_id, p.token, saved, events, markers=markers,
-                                                               ref=state.ref, take=p.taking,
-                                                               unless_cancelled=state.turn.turn_id)
+        committed, _, begun = await self.p.store.commit(CommitCommand(
+            p.session_id, p.token, saved, events, ref=state.ref, take=p.taking, unless_cancelled=state.turn.turn_id,
+            begin=markers))
         p.taking, p.committed, p.read, p.carry, p.carry_unless = [], saved, None, [], None
         if committed:
             self.p.outbox.kick_later(p.session_id, committed[-1].seq, DELIVER_UNHURRIED_S)
@@ -559,10 +558,10 @@ class Driver:
         # events that go out at once: this checkpoint's round trip begins their delivery pass too
         opening = self.p.outbox.open_pass(p.session_id, state.ref.team_id) if events and not no_hurry else None
         try:
-            committed, read = await self.p.store.commit_then_read(
-                p.session_id, p.token, saved, events, list(requests), ref=state.ref, take=p.taking,
+            committed, read, _ = await self.p.store.commit(CommitCommand(
+                p.session_id, p.token, saved, events, requests, ref=state.ref, take=p.taking,
                 unless_cancelled=unless_cancelled, read=then_step or last, release=last, opening=opening,
-                finished=finished)
+                finished=finished))
         finally:
             if opening is not None:
                 opening.opened()  # the pass goes on: from what it read, else (not begun) with a begin of its own

@@ -15,6 +15,7 @@ from typing import Any
 
 from bot.engine.outbox import DELIVER_UNHURRIED_S
 from bot.engine.parts import Parts
+from bot.engine.turn_commands import CommitCommand
 from bot.protocol import Event
 from bot.state import SessionState
 
@@ -36,8 +37,8 @@ class EarlyStart:
     async def _write_later(self, token: str, saved: str, state: SessionState) -> None:
         await asyncio.sleep(EARLY_START_S)
         self.writing = True
-        committed, _ = await self.p.store.commit_then_read(self.session_id, token, saved, self.events, [],
-                                                           ref=state.ref, take=self.take, read=False)
+        committed, _, _ = await self.p.store.commit(CommitCommand(self.session_id, token, saved, self.events,
+                                                                 ref=state.ref, take=self.take))
         if committed:  # it has waited its delivery delay already
             self.p.outbox.kick(self.session_id, committed[-1].seq)
 

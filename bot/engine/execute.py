@@ -26,6 +26,7 @@ from bot.approval import (
     records_grant,
 )
 from bot.engine.parts import Parts, TurnStore
+from bot.engine.turn_commands import CallMark
 from bot.ops import logs, tracing
 from bot.ops.metrics import TOOL_RUNS, TOOL_SECONDS
 from bot.protocol import (
@@ -402,7 +403,7 @@ class Executor:
     async def record_results(self, session_id: str, results: dict[str, str]) -> None:
         """Write results ``run_ready`` left to a checkpoint that will not come at once (marker → JSON)."""
         for marker, result_json in results.items():
-            await self.p.store.finish_execution(session_id, marker, result_json)
+            await self.p.store.mark_call(CallMark(session_id, marker, result_json=result_json))
 
     async def run_call(self, session_id: str, token: str, state: SessionState, call: CallState,
                        begun: tuple[bool, str | None] | None = None, *, finishes: Finishes | None = None) -> None:
@@ -414,7 +415,8 @@ class Executor:
         turn = state.turn
         assert turn is not None and turn.step is not None
         marker = marker_of(turn.turn_id, turn.step, call)
-        fresh, recorded = begun or await self.p.store.begin_execution(session_id, marker, token)  # fenced: LeaseLost
+        # fenced: LeaseLost
+        fresh, recorded = begun or await self.p.store.mark_call(CallMark(session_id, marker, token))
         if not fresh:
             if recorded and recorded != "started":
                 apply_recorded(call, json.loads(recorded))
@@ -488,7 +490,7 @@ class Finishes:
         if self.running == 0:
             self.last[marker] = result_json
             return
-        await store.finish_execution(session_id, marker, result_json)
+        await store.mark_call(CallMark(session_id, marker, result_json=result_json))
 
 
 def observe_tool_run(tool: str, outcome: str, seconds: float) -> None:

@@ -35,6 +35,7 @@ from bot.engine.early_start import EarlyStart
 from bot.engine.execute import INTERRUPTED, jsonable, make_record, session_info
 from bot.engine.model_words import logged_failure_words
 from bot.engine.passes import DrivePass, TurnLoop
+from bot.engine.turn_commands import CallMark, RequestsRead
 from bot.principals import Principal
 from bot.protocol import (
     ActionRef,
@@ -103,7 +104,7 @@ class EngineTurn:
         """At most once per call id (the marker is fenced by the lease: a worker that lost it gets LeaseLost)."""
         store = self._driver.p.store
         marker = f"{self.turn_id}:fw:{call_id}"
-        fresh, recorded = await store.begin_execution(self.session_id, marker, self._work.token)
+        fresh, recorded = await store.mark_call(CallMark(self.session_id, marker, self._work.token))
         if not fresh:
             if recorded and recorded != "started":
                 return _replayed(json.loads(recorded))
@@ -117,11 +118,11 @@ class EngineTurn:
             raise  # stopped or shut down: the marker says "started", reported as interrupted if replayed
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
-            await store.finish_execution(self.session_id, marker, json.dumps({"error": error}))
+            await store.mark_call(CallMark(self.session_id, marker, result_json=json.dumps({"error": error})))
             self._result(call_id, tool_name, "failed", None, error)
             raise
         kept = jsonable(output)
-        await store.finish_execution(self.session_id, marker, json.dumps({"output": kept}, default=str))
+        await store.mark_call(CallMark(self.session_id, marker, result_json=json.dumps({"output": kept}, default=str)))
         self.tool_finished(call_id, tool_name, kept)
         return output
 
@@ -229,7 +230,7 @@ class FrameworkTurns:
             for record in records.values():
                 if record.status == "open":
                     await self.driver.settler.resolve_unanswered(record, "ignored", ended_by="message", by=author)
-            records = {r.request_id: r for r in await self.driver.p.store.get_requests(run.request_ids)}
+            records = {r.request_id: r for r in await self.driver.p.store.requests(RequestsRead(run.request_ids))}
         if any(r.status == "open" for r in records.values()):
             return None
         run.request_ids = []

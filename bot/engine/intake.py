@@ -14,6 +14,7 @@ from typing import Any
 from bot.engine.inputs import first_open_input, is_bare_answer, match_text
 from bot.engine.parts import Parts
 from bot.engine.settle import AnswerResult, Settler
+from bot.engine.turn_commands import RecordMessage, RequestsRead, SessionRead, TakeMessage
 from bot.principals import Principal
 from bot.protocol import HeldLease, SessionSnapshot, utcnow
 from bot.session import SessionRef
@@ -73,10 +74,8 @@ class Intake:
         ``lease``: this process drives the session next (``Runtime.process_message``): the record takes the
         turn lease too when it is free, with what the drive starts from (``QueuedMessage.held``)."""
         message = new_message(ref, principal, text, message_id, automated=automated)
-        if not lease:
-            seen = await self.p.store.record_message_and_read(ref.session_id, message, message_id=message_id)
-            return QueuedMessage(message, ref.session_id, seen) if seen is not None else None
-        recorded = await self.p.store.record_message_and_lease(ref.session_id, message, message_id=message_id)
+        recorded = await self.p.store.record_message(RecordMessage(ref.session_id, message, message_id,
+                                                                   "lease" if lease else "read"))
         return QueuedMessage(message, ref.session_id, *recorded) if recorded is not None else None
 
     async def nothing_waiting(self, session_id: str, message: dict[str, Any]) -> bool:
@@ -87,12 +86,12 @@ class Intake:
             return False
         seen = QueuedMessage.seen_in(message, session_id)
         if seen is None:
-            seen = SessionSnapshot(inbox=await self.p.store.inbox(session_id), state=await self.p.store.state(session_id))
+            seen = await self.p.store.read(SessionRead(session_id))
         if seen.state and SessionState.model_validate(seen.state).turn is not None:
             return False  # a turn is running: its card may be on the way, the message steers or waits
         if [m.get("id") for m in seen.inbox] != [message.get("id")]:
             return False  # something asked before it is still queued: it may bring the card it answers
-        return await self.p.store.take_inbox(session_id, message)  # False: another worker took it
+        return await self.p.store.take_message(TakeMessage(session_id, message))  # False: another worker took it
 
     async def try_answer(
         self, session_id: str, message: dict[str, Any], state: SessionState | None = None, *,
@@ -104,12 +103,14 @@ class Intake:
         the same thread) are the ones a typed reply answers."""
         if state is None:
             seen = QueuedMessage.seen_in(message, session_id)
-            raw = seen.state if seen is not None else await self.p.store.state(session_id)
+            if seen is None:
+                seen = await self.p.store.read(SessionRead(session_id, state_only=True))
+            raw = seen.state
             state = SessionState.model_validate(raw) if raw else None
         if state is None or state.turn is None:
             return None
         turn = state.turn
-        records = [r for r in await self.p.store.get_requests(turn.open_request_ids()) if r.status == "open"]
+        records = [r for r in await self.p.store.requests(RequestsRead(turn.open_request_ids())) if r.status == "open"]
         first = first_open_input([r.request for r in records])
         if first is None:
             return None
@@ -126,5 +127,5 @@ class Intake:
         result = await self.settler.answer(response, record=record)
         if result.state == "invalid" or (not is_owner and result.state in ("rejected", "failed", "forbidden")):
             return None  # it did not count as an answer: it waits as their message
-        await self.p.store.take_inbox(queued_in or session_id, message)
+        await self.p.store.take_message(TakeMessage(queued_in or session_id, message))
         return result

@@ -11,6 +11,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from bot.engine.turn_commands import LeaseCommand
+
 log = logging.getLogger(__name__)
 
 RENEW_RETRY_S = 0.1
@@ -86,7 +88,7 @@ class LeaseKeeper:
         while not self._stop.is_set():
             try:
                 async with asyncio.timeout(self.interval):
-                    ok, cancel = await self.store.renew_lease(self.session_id, self.token)
+                    _, ok, cancel, _ = await self.store.lease(LeaseCommand(self.session_id, "renew", self.token))
             except Exception as exc:  # noqa: BLE001 - a blip: retry until the lease would lapse
                 if loop.time() - renewed_at > self.lease_s:
                     log.warning("could not renew the lease of %s (%r); it lapsed", self.session_id, exc)

@@ -14,6 +14,7 @@ import logging
 
 from bot.approval import AnswerersContext, RequestView, describe_responders
 from bot.engine.parts import Parts
+from bot.engine.turn_commands import AmendRequest, RequestsRead
 from bot.governance import lists_read
 from bot.principals import Principal
 from bot.protocol import InputRespondersChanged, RequestRecord, Responders
@@ -51,7 +52,7 @@ async def refresh_responders(parts: Parts, team_id: str, resource: str, version:
     """Describe again who may settle each open request of ``team_id`` whose rule reads the approver list
     ``resource`` (as of policy ``version``); returns how many changed."""
     changed = 0
-    for record in await parts.store.pending_for_team(team_id, limit=MAX_REFRESHED):
+    for record in await parts.store.requests(RequestsRead(pending=True, team_id=team_id, limit=MAX_REFRESHED)):
         try:
             now = await _describe(parts, record, resource)
         except Exception:  # noqa: BLE001 - one request's rule failing leaves its card as it was
@@ -64,7 +65,7 @@ async def refresh_responders(parts: Parts, team_id: str, resource: str, version:
                                        request_id=record.request_id,
                                        added=_missing(_named(now), _named(before)),
                                        removed=_missing(_named(before), _named(now)))
-        if await parts.store.change_responders(record, now, event, version=version):
+        if await parts.store.amend(AmendRequest(record, "responders", event, responders=now, version=version)):
             parts.outbox.kick(record.session_id)
             changed += 1
     return changed

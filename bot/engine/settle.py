@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from bot.agents import delegation_live
 from bot.approval import (
     DEFAULT_GRANT_DAYS,
     Decision,
@@ -31,7 +30,8 @@ from bot.approval import (
 from bot.engine.admission import GUEST_REFUSAL, admits
 from bot.engine.installed import NOT_INSTALLED
 from bot.engine.outbox import DELIVER_UNHURRIED_S
-from bot.engine.parts import Parts
+from bot.engine.parts import Parts, TurnStore
+from bot.engine.turn_commands import RequestsRead
 from bot.forms import checked_values, validated_result
 from bot.governance import escalated_answer, workspace_admin
 from bot.ops import logs
@@ -92,6 +92,11 @@ class Settler:
     def __init__(self, parts: Parts):
         self.p = parts
 
+    async def _record(self, request_id: str) -> RequestRecord:
+        """The stored record of one request (UnknownRequest if there is none)."""
+        [record] = await self.p.store.requests(RequestsRead((request_id,), must_exist=True))
+        return record
+
     async def answer(
         self, response: InputResponse, *, note: str | None = None, record: RequestRecord | None = None,
         lease: bool = False,
@@ -115,7 +120,7 @@ class Settler:
     async def _answer(self, response: InputResponse, *, note: str | None, record: RequestRecord | None,
                       lease: bool) -> AnswerResult:
         if record is None or record.request_id != response.request_id:
-            record = await self.p.store.get_request(response.request_id)  # raises UnknownRequest
+            record = await self._record(response.request_id)  # raises UnknownRequest
         logs.bind(session_id=record.session_id, turn_id=record.turn_id, team_id=record.team_id)
         if record.status != "open":
             return AnswerResult("stale", record)
@@ -322,7 +327,7 @@ class Settler:
                                                          on_rejected=(*pending, refusal), rev=record.rev))
         self.p.outbox.kick(sid)
         if result.state in ("stale", "gone"):  # say who settled it meanwhile, or that it is no longer needed
-            return AnswerResult("stale", await self.p.store.get_request(rid))
+            return AnswerResult("stale", await self._record(rid))
         return AnswerResult(kind, record, reason=reason)
 
     async def _settle(
@@ -381,7 +386,7 @@ class Settler:
         else:
             self.p.outbox.kick(sid)
         if result.state in ("stale", "gone"):  # gone: its turn expired or was removed; the card now says so
-            return AnswerResult("stale", await self.p.store.get_request(rid))
+            return AnswerResult("stale", await self._record(rid))
         if result.state == "partial":
             return AnswerResult("partial", record, approvals=result.approvals, required=required)
         return AnswerResult("settled", record, approvals=result.approvals, required=required,
@@ -392,7 +397,7 @@ class Settler:
         longer needed" instead of counting (its card is updated), and the caller drives the child's session,
         whose turn loop ends the turn for the same reason (``bot.engine.drive``)."""
         await self.resolve_unanswered(record, "cancelled", ended_by="delegation-ended")
-        return AnswerResult("stale", await self.p.store.get_request(record.request_id), batch_complete=True)
+        return AnswerResult("stale", await self._record(record.request_id), batch_complete=True)
 
     async def resolve_unanswered(self, record: RequestRecord, outcome: str, *, ended_by: EndedBy,
                                  by: Principal | None = None) -> bool:
@@ -506,3 +511,16 @@ def resolution_outcome(req: InputRequest, outcome: str) -> str:
     if req.kind in ("external-result", "delegation"):
         return "answered" if outcome == "answered" else "denied"
     return "answered"
+
+
+async def delegation_live(store: TurnStore, delegation_id: str | None) -> bool:
+    """Is the delegation a sub-agent works under still waiting for it (None: not a sub-agent's)?
+
+    The second line of defence behind the relay: whatever ends a delegation (Cancel, the parent's turn
+    cancelled, failed or steered past, a deadline) makes the relay stop the child, but the relay delivers
+    later, from any replica. Until it has, the child's settle and its turn loop ask this, and fail closed:
+    a delegation that is gone is over."""
+    if not delegation_id:
+        return True
+    records = await store.requests(RequestsRead((delegation_id,)))
+    return bool(records) and records[0].status == "open"

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from bot.agents import NO_ANSWER
 from bot.engine.parts import TurnStore
 from bot.engine.settle import AnswerResult
+from bot.engine.turn_commands import RequestsRead, SessionRead, TakeMessage
 from bot.principals import APP_PRINCIPAL, Principal
 from bot.protocol import (
     EndedBy,
@@ -106,11 +107,9 @@ class SubAgentRelay:
 
     async def _start(self, req: InputRequest, parent: SessionRef) -> None:
         rt = self.runtime
-        try:
-            record = await rt.store.get_request(req.request_id)
-        except UnknownRequest:
-            return
-        if record.status != "open" or req.action is None:
+        records = await rt.store.requests(RequestsRead((req.request_id,)))
+        record = records[0] if records else None
+        if record is None or record.status != "open" or req.action is None:
             return  # cancelled before the child started: it never starts
         ref = child_ref(parent, req)
         task = str((req.action.input or {}).get("task", ""))
@@ -124,11 +123,8 @@ class SubAgentRelay:
     async def _stop(self, request_id: str) -> None:
         """The delegation ended without the child's answer: stop the child's turn (or its queued task)."""
         rt = self.runtime
-        try:
-            record = await rt.store.get_request(request_id)
-        except UnknownRequest:
-            return
-        child = record.request.child_session_id
+        records = await rt.store.requests(RequestsRead((request_id,)))
+        child = records[0].request.child_session_id if records else None
         if not child:
             return
         for _ in range(5):
@@ -137,13 +133,13 @@ class SubAgentRelay:
             if await rt.cancel_turn(child, None, resume=False, ended_by="delegation-ended"):
                 rt.spawn(rt.drive(child), what=f"end the turn of sub-agent session {child}")
                 return
-            snap = await rt.store.snapshot(child)
+            snap = await rt.store.read(SessionRead(child))
             queued = next((m for m in snap.inbox if m.get("id") == task_message_id(request_id)), None)
             if queued is None:
                 if snap.state and snap.state.get("turn"):
                     continue  # its turn started meanwhile: cancel that
                 return  # never started, or over
-            if await rt.store.take_inbox(child, queued):
+            if await rt.store.take_message(TakeMessage(child, queued)):
                 return  # taken before any turn started: nothing of it will run
         log.warning("could not stop sub-agent session %s; its turn goes on", child)
 
@@ -153,7 +149,7 @@ class SubAgentRelay:
         parent = session.parent or {}
         agent = parent.get("agent", "the sub-agent")
         if event.type == "turn.completed":
-            raw = await rt.store.state(session.session_id)
+            raw = (await rt.store.read(SessionRead(session.session_id, state_only=True))).state
             values: dict[str, Any] = {
                 "result": final_answer(SessionState.model_validate(raw)) if raw else NO_ANSWER
             }

@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from bot.engine.installed import NotInstalled
 from bot.engine.parts import Parts
 from bot.engine.settle import Settler
+from bot.engine.turn_commands import AmendRequest, RequestsRead, Sweep
 from bot.governance import listed_people
 from bot.ops.metrics import TIMERS_FIRED
 from bot.protocol import InputEscalated, InputReminded, RequestRecord, UnknownRequest
@@ -46,7 +47,7 @@ class Timers:
         """Fire the timers that are due; returns how many fired (or were found moot)."""
         now_ms = int(self.p.settings.clock() * 1000)
         fired = 0
-        for member, claim in await self.p.store.timers_due(now_ms, limit=limit):
+        for member, claim in (await self.p.store.sweep(Sweep("timers", now_ms, limit))).timers:
             kind, _, request_id = member.partition(":")
             try:
                 await self._fire(kind, request_id)
@@ -58,7 +59,7 @@ class Timers:
             except Exception:  # noqa: BLE001 - left claimed: the next sweep after a lease tries again
                 log.exception("timer %s could not fire; it will be tried again", member)
                 continue
-            await self.p.store.timer_done(member, claim)
+            await self.p.store.sweep(Sweep("timer_done", member=member, claim=claim))
             TIMERS_FIRED.labels(kind if kind in TIMER_KINDS else "other").inc()
             fired += 1
         return fired
@@ -68,7 +69,7 @@ class Timers:
             if self.on_schedule is not None:
                 await self.on_schedule(request_id)
             return
-        record = await self.p.store.get_request(request_id)
+        [record] = await self.p.store.requests(RequestsRead((request_id,), must_exist=True))
         if record.status != "open":
             return
         await self.p.installed.require(record.team_id)  # an uninstalled workspace's deadlines wait
@@ -77,7 +78,7 @@ class Timers:
                 log.info("request %s expired unanswered", request_id)
         elif kind == "remind":
             event = InputReminded(session_id=record.session_id, turn_id=record.turn_id, request_id=request_id)
-            if await self.p.store.remind_once(record, event):
+            if await self.p.store.amend(AmendRequest(record, "remind", event)):
                 self.p.outbox.kick(record.session_id)
         elif kind == "escalate":
             await self._escalate(record)
@@ -96,5 +97,5 @@ class Timers:
             return
         event = InputEscalated(session_id=record.session_id, turn_id=record.turn_id,
                                request_id=record.request_id, people=people)
-        if await self.p.store.escalate_once(record, people, event):
+        if await self.p.store.amend(AmendRequest(record, "escalate", event, people)):
             self.p.outbox.kick(record.session_id)

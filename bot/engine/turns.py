@@ -36,6 +36,7 @@ from bot.engine.settle import AnswerResult, Settler
 from bot.engine.subagent_relay import SubAgentRelay
 from bot.engine.timers import Timers
 from bot.engine.tool_registry import ToolRegistry
+from bot.engine.turn_commands import CancelTurn, RequestsRead, SessionRead, Sweep
 from bot.models.base import ChatModel
 from bot.ops import logs
 from bot.ops.background import Background
@@ -293,7 +294,7 @@ class Runtime:
         ``resume=False`` the caller drives the session to end the turn (or the sweep does: it is due).
         ``principal``: who stops it (None: the app); its open requests are audited as ended by them, for
         ``ended_by``'s reason."""
-        snap = await self.store.snapshot(session_id)
+        snap = await self.store.read(SessionRead(session_id))
         state = SessionState.model_validate(snap.state) if snap.state else None
         turn = state.turn if state is not None else None
         if turn is None:
@@ -311,7 +312,7 @@ class Runtime:
         (another may run now); ``"nothing"``: no turn runs or is queued. The press's time is the frontend's
         clock, a turn's start this server's: a button shown under a turn comes seconds after its start (the
         status delay), so clocks a little apart decide nothing."""
-        snap = await self.store.snapshot(session_id)
+        snap = await self.store.read(SessionRead(session_id))
         state = SessionState.model_validate(snap.state) if snap.state else None
         turn = state.turn if state is not None else None
         if turn is None:
@@ -330,10 +331,10 @@ class Runtime:
 
     async def _cancel(self, session_id: str, turn: TurnState, by: Principal | None, ended_by: EndedBy, *,
                       resume: bool) -> None:
-        await self.store.request_cancel(session_id, turn.turn_id)
+        await self.store.cancel(CancelTurn(session_id, turn.turn_id))
         # a tool of this turn running in this process is told now; on another replica, by its lease renewal
         self.executor.stop_running(session_id, turn.turn_id)
-        for record in await self.store.get_requests(turn.open_request_ids()):
+        for record in await self.store.requests(RequestsRead(turn.open_request_ids())):
             await self.settler.resolve_unanswered(record, "cancelled", ended_by=ended_by, by=by)
         if resume:
             await self.drive(session_id)
@@ -348,7 +349,8 @@ class Runtime:
         owner = Principal.model_validate(message["principal"]) if message.get("principal") else None
         if owner is not None and principal is not None and not owner.same_as(principal):
             return False
-        await self.store.request_cancel(session_id, turn_id_for(session_id, (state.turns if state else 0) + 1, message))
+        turn_id = turn_id_for(session_id, (state.turns if state else 0) + 1, message)
+        await self.store.cancel(CancelTurn(session_id, turn_id))
         if resume:
             await self.drive(session_id)
         return True
@@ -370,10 +372,10 @@ class Runtime:
         delivery of this replica, nor its start-up."""
         await self.parts.installed.refresh()  # each sweep reads the install marks: clicks then read none
         count = await self.timers.sweep()  # first: an expiry makes its session due for the loop below
-        for session_id in await self.store.due_sessions():
+        for session_id in (await self.store.sweep(Sweep("sessions"))).sessions:
             count += self._continue_in_background(session_id)
         count += await self.outbox.sweep()
-        count += await self.store.retire_due()
+        count += (await self.store.sweep(Sweep("retire"))).retired
         return count
 
     def _continue_in_background(self, session_id: str) -> bool:

@@ -73,7 +73,7 @@ def interaction_json(raw: bytes) -> str | None:
 
     Bolt decodes it with ``urllib.parse``, a Python loop over every ``%`` escape, and a card's click
     carries the whole card: thousands of escapes, ~3 % of an approve cycle's instructions
-    (``python -m tests.bench.http.instructions``). Here it is decoded in C: '+' is a space and ``%XX``
+    (``python -m benchmarks.http.instructions``). Here it is decoded in C: '+' is a space and ``%XX``
     is quoted-printable's ``=XX``, which ``binascii`` decodes. Only a body made of URL-encoding's own
     characters is taken (no '&', raw '=' or line break, every '%' an escape), so the result is Bolt's."""
     if not raw.startswith(b"payload="):

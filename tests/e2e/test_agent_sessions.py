@@ -19,7 +19,6 @@ from bot.models.scripted import ScriptedModel, call, say
 from bot.tools import ToolContext, tool
 from handlers.delivery.status import STATUS_DELAY_S
 from localslack.seed import ALICE, BOT_USER_ID, GENERAL
-from tests.e2e.redis_monitor import monitored
 from tests.e2e.test_approval_flow import (
     RUNS,
     button,
@@ -83,21 +82,6 @@ async def test_a_quick_approve_cycle_is_at_most_four_slack_calls_with_the_sessio
     state = local_slack.assistant_state(GENERAL, ts)
     assert [e["status"] for e in state.session_log] == ["active"]
     assert state.session_title == "refund ch_2 please", "titled with the request"
-
-
-async def test_a_quick_cycle_records_its_session_status_with_the_pass_closing_round_trip(local_slack, start_app,
-                                                                                     redis_url):
-    """The status last set (what keeps a redelivery from setting it again) is written by the delivery pass's
-    closing script, not by a round trip of its own (``PostLedger.set(..., in_pass=True)``)."""
-    bot = await start_app(refund_script(), [refund_charge])
-    async with monitored(redis_url) as monitor:
-        await quick_approve_cycle(local_slack, "refund ch_1 please")
-        await bot.wait_idle()
-    seen = monitor.by_kind()  # (client type: "lua" run by a script, else sent by the app; command)
-
-    writes = [(kind, command) for kind, command in seen if command.startswith("HSET") and "agent_session" in command]
-    assert writes, "the session's status was never recorded"
-    assert all(kind == "lua" for kind, _ in writes), f"recorded by round trips of their own: {writes}"
 
 
 async def test_a_turn_with_an_approval_is_processing_then_suspended_on_whom_then_active(local_slack, start_app):

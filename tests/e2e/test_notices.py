@@ -11,6 +11,7 @@ import time
 from pydantic import BaseModel
 
 from bot.approval import Approval, always
+from bot.engine.turn_commands import Sweep
 from bot.governance import approvers
 from bot.models.scripted import ScriptedModel, call, say
 from bot.tools import ToolContext, tool
@@ -171,7 +172,7 @@ async def test_an_answer_before_the_deadline_wins_and_the_timer_is_moot(local_sl
     await bot.wait_idle()
     assert RUNS == ["acme"]
     assert "Approved" in str(next(m for m in local_slack.messages(GENERAL, ts) if m.ts == card.ts).blocks)
-    assert await bot.runtime.store.timers_due(int(clock.now * 1000) + 10**9) == []  # nothing left behind
+    assert (await bot.runtime.store.sweep(Sweep("timers", int(clock.now * 1000) + 10**9))).timers == []  # nothing left behind
 
 
 async def test_no_dm_for_the_requester_or_a_policy_without_names(local_slack, start_app):

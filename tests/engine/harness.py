@@ -10,6 +10,7 @@ from redis.asyncio import Redis
 from bot.approval import PolicySource
 from bot.builtin import BUILTIN_TOOLS
 from bot.engine.tool_registry import ToolRegistry
+from bot.engine.turn_commands import LeaseCommand
 from bot.engine.turns import AnswerResult, Runtime, RuntimeSettings
 from bot.models.base import ChatModel, Message
 from bot.models.scripted import ScriptedModel
@@ -175,3 +176,8 @@ async def cancel(runtime: Runtime, request_id: str, who: Principal | None = ALIC
 async def request_status(store: RedisTurns, request_id: str) -> str:
     return (await store.get_request(request_id)).status
 
+
+
+async def take_lease(store: RedisTurns, session_id: str) -> str | None:
+    """Take a session's turn lease as a drive does (its token; None: another holds it)."""
+    return (await store.lease(LeaseCommand(session_id, "take"))).token

@@ -24,6 +24,7 @@ from redis.backoff import NoBackoff
 from bot.approval import always
 from bot.builtin import BUILTIN_TOOLS
 from bot.engine.tool_registry import ToolRegistry
+from bot.engine.turn_commands import Sweep
 from bot.engine.turns import Runtime, RuntimeSettings
 from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
@@ -371,11 +372,11 @@ async def test_a_session_whose_audit_lags_is_retired_neither_by_the_sweep_nor_by
     await redis.zrem(OUTBOX, session("s2").session_id)
     await asyncio.sleep(RETENTION_S + 0.2)
     events = store_b.key(session("s2").session_id, "events")
-    await store_b.retire_due()
+    await store_b.sweep(Sweep("retire"))
     assert await redis.exists(events), "the sweep retired a session whose audit lags"
     await runtime_b.recover()  # and has a pass audit it
     await runtime_b.wait_idle()
     assert (await _audited(redis))["execution"] == 2
     await asyncio.sleep(LEASE_MS / 1000 + 0.1)
-    await store_b.retire_due()
+    await store_b.sweep(Sweep("retire"))
     assert not await redis.exists(events)  # then it is retired

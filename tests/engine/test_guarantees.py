@@ -17,6 +17,7 @@ import pytest
 
 from bot.approval import Approval, allowed, always, once, rejected
 from bot.engine.lease_keeper import LeaseKeeper
+from bot.engine.turn_commands import CallMark, CancelTurn, CommitCommand, LeaseCommand, RecordMessage
 from bot.engine.turns import RuntimeSettings
 from bot.models.scripted import ScriptedModel, call, calls
 from bot.models.scripted import say as model_say
@@ -37,6 +38,7 @@ from tests.engine.harness import (
     say,
     session,
     shown,
+    take_lease,
     tool_results,
     user_texts,
 )
@@ -123,15 +125,15 @@ async def test_markers_stay_unique_after_keep_going(redis):
 async def test_a_worker_that_lost_its_lease_cannot_start_a_call(redis):
     runtime, _, store = make_runtime(redis, ScriptedModel([]), [])
     sid = session().session_id
-    stale = await store.acquire_lease(sid)
+    stale = await take_lease(store, sid)
     await redis.delete(store.key(sid, "lease"))  # it lapsed (a blip) ...
-    fresh = await store.acquire_lease(sid)  # ... and another worker took the turn
+    fresh = await take_lease(store, sid)  # ... and another worker took the turn
     assert stale and fresh and stale != fresh
     with contextlib.suppress(LeaseLost):
-        await store.begin_execution(sid, "turn_x:step:call_1:0", stale)
+        await store.mark_call(CallMark(sid, "turn_x:step:call_1:0", stale))
         raise AssertionError("a fenced start must raise LeaseLost")
     assert not await redis.exists(store.key(sid, "exec:turn_x:step:call_1:0"))
-    assert (await store.begin_execution(sid, "turn_x:step:call_1:0", fresh)) == (True, None)
+    assert (await store.mark_call(CallMark(sid, "turn_x:step:call_1:0", fresh))) == (True, None)
 
 
 async def test_a_checkpoint_that_starts_calls_is_fenced_and_never_starts_one_twice(redis):
@@ -139,23 +141,23 @@ async def test_a_checkpoint_that_starts_calls_is_fenced_and_never_starts_one_twi
     # same fence and the same "once" as begin_execution
     runtime, _, store = make_runtime(redis, ScriptedModel([]), [])
     sid = session().session_id
-    stale = await store.acquire_lease(sid)
+    stale = await take_lease(store, sid)
     await redis.delete(store.key(sid, "lease"))
-    fresh = await store.acquire_lease(sid)
+    fresh = await take_lease(store, sid)
     with contextlib.suppress(LeaseLost):
-        await store.commit_and_begin(sid, stale, {"turns": 0}, [], markers=["turn_x:s:call_1:0"])
+        await store.commit(CommitCommand(sid, stale, {"turns": 0}, [], begin=["turn_x:s:call_1:0"]))
         raise AssertionError("a fenced checkpoint must raise LeaseLost")
     assert not await redis.exists(store.key(sid, "exec:turn_x:s:call_1:0"))
     # one marker already there from an earlier run (interrupted, or done): it is reported, not started again
     await redis.set(store.key(sid, "exec:turn_x:s:call_2:0"), "started")
     await redis.set(store.key(sid, "exec:turn_x:s:call_3:0"), '{"status":"completed","output":1}')
-    _, begun = await store.commit_and_begin(sid, fresh, {"turns": 0}, [],
-                                            markers=["turn_x:s:call_1:0", "turn_x:s:call_2:0", "turn_x:s:call_3:0"])
+    _, _, begun = await store.commit(CommitCommand(sid, fresh, {"turns": 0}, [],
+                                            begin=["turn_x:s:call_1:0", "turn_x:s:call_2:0", "turn_x:s:call_3:0"]))
     assert begun == {"turn_x:s:call_1:0": (True, None), "turn_x:s:call_2:0": (False, "started"),
                      "turn_x:s:call_3:0": (False, '{"status":"completed","output":1}')}
     assert await redis.get(store.key(sid, "exec:turn_x:s:call_1:0")) == b"started"
     assert 0 < await redis.pttl(store.key(sid, "exec:turn_x:s:call_1:0"))  # its own end, as begin_execution's
-    assert await store.begin_execution(sid, "turn_x:s:call_1:0", fresh) == (False, "started")
+    assert await store.mark_call(CallMark(sid, "turn_x:s:call_1:0", fresh)) == (False, "started")
 
 
 async def test_a_state_the_lease_script_cannot_decode_is_still_driven(redis):
@@ -172,10 +174,10 @@ async def test_a_state_the_lease_script_cannot_decode_is_still_driven(redis):
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(10_000)
     try:
-        token = await store.acquire_lease(sid)
-        await store.commit(sid, token, waiting)
-        await store.release_lease(sid, token, still_active=False)
-        token, snap = await store.acquire_lease_and_read(sid)
+        token = await take_lease(store, sid)
+        await store.commit(CommitCommand(sid, token, waiting))
+        await store.lease(LeaseCommand(sid, "release", token, still_active=False))
+        token, _, _, snap = await store.lease(LeaseCommand(sid, "take"))
     finally:
         sys.setrecursionlimit(limit)
     assert token is not None and snap is not None
@@ -185,7 +187,7 @@ async def test_a_state_the_lease_script_cannot_decode_is_still_driven(redis):
 async def test_lease_renewal_survives_a_redis_blip(redis):
     _, _, store = make_runtime(redis, ScriptedModel([]), [], lease_ms=600)
     sid = session().session_id
-    token = await store.acquire_lease(sid)
+    token = await take_lease(store, sid)
     keeper = LeaseKeeper(store, sid, token, 600)
     keeper.start()
     await asyncio.sleep(0.25)
@@ -201,7 +203,7 @@ async def test_the_lease_never_outlives_the_work(redis):
     await say(runtime, "hello")
     sid = session().session_id
     assert not await redis.exists(store.key(sid, "lease"))
-    token = await store.acquire_lease(sid)
+    token = await take_lease(store, sid)
     keeper = LeaseKeeper(store, sid, token, 300)
     keeper.start()
     await keeper.stop()
@@ -212,7 +214,7 @@ async def test_the_lease_never_outlives_the_work(redis):
 async def test_19b_work_shorter_than_the_first_renewal_costs_the_keeper_no_task(redis):
     _, _, store = make_runtime(redis, ScriptedModel([]), [], lease_ms=300)
     sid = session().session_id
-    token = await store.acquire_lease(sid)
+    token = await take_lease(store, sid)
     keeper = LeaseKeeper(store, sid, token, 300)
     before = asyncio.all_tasks()
     keeper.start()
@@ -523,17 +525,17 @@ async def test_a_first_message_leaves_the_queue_only_with_the_turn_that_saves_it
     runtime, _, store = make_runtime(redis, ScriptedModel([model_say("hi")]), [])
     sid = session().session_id
     message = {"id": "m1", "principal": None, "text": "hello", "ref": session().model_dump(mode="json"), "at": "x"}
-    assert await store.record_message(sid, message, message_id="m1")
-    token = await store.acquire_lease(sid)
-    await store.release_lease(sid, token, still_active=False)
+    assert await store.record_message(RecordMessage(sid, message, "m1"))
+    token = await take_lease(store, sid)
+    await store.lease(LeaseCommand(sid, "release", token, still_active=False))
     with pytest.raises(LeaseLost):
-        await store.commit(sid, token, {"ref": session().model_dump(mode="json")}, take=[message])
+        await store.commit(CommitCommand(sid, token, {"ref": session().model_dump(mode="json")}, take=[message]))
     assert [m["text"] for m in await store.inbox(sid)] == ["hello"]  # lease lost: nothing taken
-    token = await store.acquire_lease(sid)
-    await store.commit(sid, token, {"ref": session().model_dump(mode="json")}, take=[message])
+    token = await take_lease(store, sid)
+    await store.commit(CommitCommand(sid, token, {"ref": session().model_dump(mode="json")}, take=[message]))
     assert await store.inbox(sid) == []
     with pytest.raises(MessageTaken):  # taken already: the commit writes nothing
-        await store.commit(sid, token, {"changed": True}, take=[message])
+        await store.commit(CommitCommand(sid, token, {"changed": True}, take=[message]))
     assert json.loads(await redis.get(store.key(sid, "state"))) == {"ref": session().model_dump(mode="json")}
 
 
@@ -678,12 +680,12 @@ async def test_a_drive_s_last_checkpoint_sees_a_stop_and_a_message_that_came_whi
     # by its script as it lets go, the inbox after it); a stop or message after that finds the lease free
     _, _, store = make_runtime(redis, ScriptedModel([]), [])
     sid = session().session_id
-    token = await store.acquire_lease(sid)
+    token = await take_lease(store, sid)
     assert token is not None
-    await store.request_cancel(sid, "turn_1")
-    assert await store.record_message(sid, {"text": "and another thing"}, message_id="m1")
+    await store.cancel(CancelTurn(sid, "turn_1"))
+    assert await store.record_message(RecordMessage(sid, {"text": "and another thing"}, "m1"))
     written = {"turn": {"turn_id": "turn_1"}}
-    _, after = await store.commit_then_read(sid, token, written, [], release=True)
+    _, after, _ = await store.commit(CommitCommand(sid, token, written, [], release=True, read=True))
     assert after is not None
     assert after.cancel == "turn_1" and [m["text"] for m in after.inbox] == ["and another thing"]
     assert after.state == written

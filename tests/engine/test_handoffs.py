@@ -28,6 +28,7 @@ from tests.engine.harness import (
     recording_tool,
     say,
     session,
+    take_lease,
 )
 
 
@@ -108,7 +109,7 @@ async def test_a_record_or_settle_while_a_drive_holds_the_lease_leaves_it_to_tha
     await say(runtime, "refund ch_1")
     [card] = channel.requests()
     sid = session().session_id
-    other = await store.acquire_lease(sid)  # another replica's drive holds it
+    other = await take_lease(store, sid)  # another replica's drive holds it
     assert await runtime.record_message(session(), ALICE, "and quickly", message_id="m2", lease=True) is not None
     result = await runtime.answer(decision(card.request_id, "approve"), resume=False, lease=True)
     assert result.batch_complete and result.held is None

@@ -17,6 +17,7 @@ import time
 from bot.engine.outbox import PassOpening
 from bot.engine.roles import WebRuntime
 from bot.engine.tool_registry import ToolRegistry
+from bot.engine.turn_commands import CommitCommand
 from bot.engine.turns import RuntimeSettings
 from bot.models.scripted import ScriptedModel
 from bot.models.scripted import say as model_say
@@ -25,7 +26,7 @@ from store.outbox import RedisOutbox
 from store.session_keys import OUTBOX
 from store.turns import RedisTurns
 from store.wakeups import WakeQueue
-from tests.engine.harness import RecordingChannel, make_runtime, say, session
+from tests.engine.harness import RecordingChannel, make_runtime, say, session, take_lease
 
 
 def _opening(outbox: RedisOutbox, sid: str, team_id: str | None) -> PassOpening:
@@ -44,11 +45,11 @@ async def test_a_checkpoint_after_a_dead_deliverer_begins_a_careful_pass_over_wh
     ref = session("careful")
     sid = ref.session_id
     await redis.set(store.key(sid, "outlock"), "dead-token|1")  # its deliverer died mid-pass: the lock ran out
-    token = await store.acquire_lease(sid)
+    token = await take_lease(store, sid)
     opening = _opening(outbox, sid, ref.team_id)
 
-    committed, _ = await store.commit_then_read(sid, token, {"turns": 0}, [_said(sid, "hello")], ref=ref, read=False,
-                                                opening=opening)
+    committed, _, _ = await store.commit(CommitCommand(sid, token, {"turns": 0}, [_said(sid, "hello")], ref=ref, read=False,
+                                                opening=opening))
 
     assert opening.begun is not None
     assert [(e.seq, e.text) for _, e in opening.begun.entries] == [(committed[0].seq, "hello")]
@@ -81,17 +82,17 @@ async def test_a_refused_checkpoint_never_leaves_the_lock_its_round_trip_took(re
     runtime, channel, store = make_runtime(redis, ScriptedModel([]), [])
     ref = session("refused")
     sid = ref.session_id
-    stale = await store.acquire_lease(sid)
-    await store.commit(sid, stale, {"turns": 0}, [_said(sid, "before")], ref=ref)  # not delivered yet
+    stale = await take_lease(store, sid)
+    await store.commit(CommitCommand(sid, stale, {"turns": 0}, [_said(sid, "before")], ref=ref))  # not delivered yet
     await redis.delete(store.key(sid, "lease"))
-    assert await store.acquire_lease(sid)  # another worker took the turn
+    assert await take_lease(store, sid)  # another worker took the turn
 
     opening = runtime.outbox.open_pass(sid)
     assert opening is not None
     try:
         with contextlib.suppress(LeaseLost):
-            await store.commit_then_read(sid, stale, {"turns": 1}, [_said(sid, "fenced")], ref=ref, read=False,
-                                         opening=opening)
+            await store.commit(CommitCommand(sid, stale, {"turns": 1}, [_said(sid, "fenced")], ref=ref, read=False,
+                                         opening=opening))
             raise AssertionError("a fenced checkpoint must raise LeaseLost")
     finally:
         opening.opened()
@@ -106,14 +107,14 @@ async def test_a_commit_after_the_checkpoint_s_read_gets_a_pass_of_its_own(redis
     runtime, channel, store = make_runtime(redis, ScriptedModel([]), [])
     ref = session("after")
     sid = ref.session_id
-    token = await store.acquire_lease(sid)
+    token = await take_lease(store, sid)
     opening = runtime.outbox.open_pass(sid)
     assert opening is not None
     try:
-        await store.commit_then_read(sid, token, {"turns": 0}, [_said(sid, "first")], ref=ref, read=False,
-                                     opening=opening)
+        await store.commit(CommitCommand(sid, token, {"turns": 0}, [_said(sid, "first")], ref=ref, read=False,
+                                     opening=opening))
         # another task of this process commits and kicks before the checkpoint's pass goes on
-        [later] = await store.emit(sid, [_said(sid, "second")])
+        [later] = (await store.commit(CommitCommand(sid, None, None, [_said(sid, "second")]))).events
         runtime.outbox.kick(sid, later.seq)
     finally:
         opening.opened()

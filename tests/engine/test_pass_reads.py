@@ -3,10 +3,11 @@ hands the entries back as one JSON text). On a real Valkey."""
 
 from __future__ import annotations
 
+from bot.engine.turn_commands import CommitCommand
 from bot.protocol import MessageCompleted
 from store.outbox import RedisOutbox
 from store.turns import RedisTurns
-from tests.engine.harness import session
+from tests.engine.harness import session, take_lease
 
 HOSTILE = [
     'quotes " and \\" backslashes \\ \\\\ and a slash / \\/',
@@ -22,11 +23,11 @@ async def _commit_texts(redis, name: str, *batches: list[str]) -> tuple[RedisOut
     """A session whose lease holder committed each batch of texts as one checkpoint's messages."""
     store, ref = RedisTurns(redis), session(name)
     sid = ref.session_id
-    token = await store.acquire_lease(sid)
+    token = await take_lease(store, sid)
     assert token is not None
     for n, texts in enumerate(batches):
         said = [MessageCompleted(session_id=sid, turn_id="t", text=text, step=n) for text in texts]
-        await store.commit(sid, token, {"turns": n}, said, ref=ref)
+        await store.commit(CommitCommand(sid, token, {"turns": n}, said, ref=ref))
     return RedisOutbox(redis), sid
 
 

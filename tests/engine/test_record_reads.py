@@ -14,6 +14,7 @@ import pytest
 from pydantic import ValidationError
 
 from bot.approval import always
+from bot.engine.turn_commands import LeaseCommand
 from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
 from tests.engine.harness import make_runtime, recording_tool, say
@@ -61,9 +62,9 @@ async def test_a_record_that_does_not_validate_fails_on_every_read(redis):
 async def _read_with_the_lease(store, rid):
     """The record as a script reads it for a lease holder (one JSON text per record: store/requests.py)."""
     sid = (await store.get_request(rid)).session_id
-    token, snapshot = await store.acquire_lease_and_read(sid)
+    token, _, _, snapshot = await store.lease(LeaseCommand(sid, "take"))
     assert token is not None and snapshot is not None
-    await store.release_lease(sid, token, still_active=True)
+    await store.lease(LeaseCommand(sid, "release", token, still_active=True))
     return snapshot.requests.get(rid)
 
 
@@ -103,6 +104,6 @@ async def test_the_lease_reads_the_records_the_turn_waits_on_not_ones_a_message_
     state = raw.decode().replace('"history":[', '"history":[' + json.dumps({"role": "user", "content": quoted}) + ",", 1)
     assert quoted not in state and other_rid in state  # (there, but only as escaped text)
     await redis.set(store.key(sid, "state"), state)
-    token, snapshot = await store.acquire_lease_and_read(sid)
+    token, _, _, snapshot = await store.lease(LeaseCommand(sid, "take"))
     assert token is not None and snapshot is not None
     assert set(snapshot.requests) == {rid}

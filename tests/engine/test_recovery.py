@@ -11,6 +11,7 @@ import time
 import pytest
 
 from bot.approval import always
+from bot.engine.turn_commands import Sweep
 from bot.models.openai import OpenAIChatModel
 from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
@@ -141,7 +142,7 @@ async def test_model_endpoint_down_fails_the_turn_cleanly(redis):
     assert raw is not None and raw["turn"] is None
     assert not await redis.exists(store.key(sid, "lease"))
     assert await store.inbox(sid) == []
-    assert await store.due_sessions() == []
+    assert (await store.sweep(Sweep("sessions"))).sessions == []
 
     # the endpoint is back (a new process with a working model): the next message starts a new turn
     model = ScriptedModel([model_say("Hi!")])

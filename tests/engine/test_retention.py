@@ -11,6 +11,7 @@ import asyncio
 from bot.approval import always
 from bot.builtin import BUILTIN_TOOLS
 from bot.engine.tool_registry import ToolRegistry
+from bot.engine.turn_commands import CancelTurn, FailureCount, LeaseCommand, Sweep
 from bot.engine.turns import Runtime, RuntimeSettings
 from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
@@ -29,6 +30,7 @@ from tests.engine.harness import (
     say,
     session,
     shown,
+    take_lease,
     user_texts,
 )
 
@@ -80,19 +82,19 @@ async def test_the_sweep_retires_an_ended_session_once_and_never_a_held_one(redi
     sid = session().session_id
     await say(runtime, "hello")
     assert {"state", "events", "seq", "end"} <= await _own_keys(store, sid)
-    token = await store.acquire_lease(sid)  # a replica starts work on it just as its end passes
+    token = await take_lease(store, sid)  # a replica starts work on it just as its end passes
     assert token is not None
     await asyncio.sleep(RETENTION_S * 1.5)
 
-    assert await store.retire_due() == 0
+    assert (await store.sweep(Sweep("retire"))).retired == 0
     assert "state" in await _own_keys(store, sid)
-    await store.release_lease(sid, token, still_active=False)  # its work ends: a new end, written once
-    assert await store.exists(sid) and await store.retire_due() == 0  # not due yet
+    await store.lease(LeaseCommand(sid, "release", token, still_active=False))  # its work ends: a new end, written once
+    assert await store.exists(sid) and (await store.sweep(Sweep("retire"))).retired == 0  # not due yet
     await asyncio.sleep(RETENTION_S * 1.5)
 
-    assert await store.retire_due() == 1
+    assert (await store.sweep(Sweep("retire"))).retired == 1
     assert await _own_keys(store, sid) == set() and not await store.exists(sid)
-    assert await redis.zscore(RETIRE, sid) is None and await store.retire_due() == 0
+    assert await redis.zscore(RETIRE, sid) is None and (await store.sweep(Sweep("retire"))).retired == 0
 
 
 async def test_a_request_whose_turn_is_gone_is_no_longer_available(redis):
@@ -195,29 +197,6 @@ async def test_a_claim_is_one_script_that_keeps_only_what_it_wrote(redis):
     assert spent == {"eval": 0, "exists": 0, "pexpire": 0, "hget": 1}, spent  # was 2 EVALs, 2 of each, 2 HGETs
 
 
-async def test_an_approve_cycle_renews_no_end_and_asks_no_retention_question(redis, redis_url):
-    """A session's end is written once per unit of work by its owner, not renewed on every
-    write. In one approve cycle no session key gets an end (``PEXPIRE``) or loses one (``PERSIST``) but the
-    settled request's own record, and no script asks whether a request is open (``EXISTS P:open``); the
-    settle's one look at whether its turn is still there stays (it decides "approved" from "no longer
-    needed"). What the user sees is unchanged: the approved call runs and the turn answers."""
-    from tests.e2e.test_redis_cost_per_cycle import monitored
-
-    deploy, runs = recording_tool("deploy", approval=always())
-    runtime, channel, store = _runtime(redis, ScriptedModel([call("deploy"), model_say("deployed")]), [deploy])
-    async with monitored(redis_url) as seen:
-        await say(runtime, "deploy")
-        [req] = channel.requests()
-        await approve(runtime, req.request_id)
-
-    assert len(runs) == 1 and [e.text for e in channel.of("message.completed")] == ["deployed"]
-    renewed = [c for c in seen.commands if c[0].upper() in ("PEXPIRE", "PERSIST", "EXPIRE")
-               and not c[1].strip('"').endswith((f":req:{req.request_id}", f":req:{req.request_id}:ok"))]
-    assert renewed == [], renewed
-    asked = [c for c in seen.commands if c[0].upper() == "EXISTS"]
-    assert all(c[1].strip('"').endswith(":state") for c in asked) and len(asked) <= 1, asked
-
-
 async def test_the_cancel_key_and_the_failure_count_outlive_the_retention_while_a_request_is_open(redis):
     """A session's requested stop and its count of failed drives are its own keys: no end of their own, kept
     while a request is open (the sweep leaves the session alone), gone with the session once it has ended."""
@@ -226,18 +205,18 @@ async def test_the_cancel_key_and_the_failure_count_outlive_the_retention_while_
     sid = session().session_id
     await say(runtime, "deploy")
     [req] = channel.requests()
-    await store.request_cancel(sid, "an-earlier-turn")  # a stop that names no turn under way changes nothing
-    assert await store.drive_failures(sid, failed=True) == 1
+    await store.cancel(CancelTurn(sid, "an-earlier-turn"))  # a stop that names no turn under way changes nothing
+    assert await store.count_failures(FailureCount(sid, failed=True)) == 1
     await asyncio.sleep(RETENTION_S * 2)  # the retention passes while the card waits
     await runtime.recover()
     await runtime.wait_idle()
 
     assert await store.cancel_requested(sid) == "an-earlier-turn"
-    assert await store.drive_failures(sid, failed=True) == 2, "the failure count started over"
+    assert await store.count_failures(FailureCount(sid, failed=True)) == 2, "the failure count started over"
     await approve(runtime, req.request_id)
     assert len(runs) == 1
     await asyncio.sleep(RETENTION_S * 2)
-    assert await store.retire_due() == 1
+    assert (await store.sweep(Sweep("retire"))).retired == 1
     assert await store.cancel_requested(sid) is None and await _own_keys(store, sid) == set()
 
 
@@ -265,5 +244,5 @@ async def test_an_assistant_thread_s_memory_ends_with_its_session_and_not_before
     await approve(runtime, req.request_id)
     assert len(runs) == 1
     await asyncio.sleep(RETENTION_S * 2)
-    assert await store.retire_due() == 1
+    assert (await store.sweep(Sweep("retire"))).retired == 1
     assert await redis.exists(threads.key("D1", "1.0")) == 0, "the thread's memory outlived its session"

@@ -6,11 +6,12 @@ left): whatever checkpoints wrote it, the pass reads the latest ref. On a real V
 
 from __future__ import annotations
 
+from bot.engine.turn_commands import CommitCommand
 from bot.protocol import MessageCompleted
 from bot.session import SessionRef
 from store.outbox import RedisOutbox
 from store.turns import RedisTurns
-from tests.engine.harness import session
+from tests.engine.harness import session, take_lease
 
 
 def _said(sid: str, text: str) -> MessageCompleted:
@@ -28,19 +29,19 @@ async def test_a_changed_ref_is_written_by_the_next_checkpoint_and_an_unchanged_
     store, outbox = RedisTurns(redis), RedisOutbox(redis)
     ref = session("ref-changes")
     sid = ref.session_id
-    token = await store.acquire_lease(sid)
+    token = await take_lease(store, sid)
     assert token is not None
-    await store.commit(sid, token, {"turns": 0}, [_said(sid, "one")], ref=ref)
+    await store.commit(CommitCommand(sid, token, {"turns": 0}, [_said(sid, "one")], ref=ref))
     assert await _ref_read_by_a_pass(outbox, sid, "p1") == ref
     moved = ref.model_copy(update={"channel": {"channel_id": "C2", "thread_ts": "2.0"}})
-    await store.commit(sid, token, {"turns": 1}, [_said(sid, "two")], ref=moved)  # the same holder, a new ref
+    await store.commit(CommitCommand(sid, token, {"turns": 1}, [_said(sid, "two")], ref=moved))  # the same holder, a new ref
     assert await _ref_read_by_a_pass(outbox, sid, "p2") == moved
-    await store.commit(sid, token, {"turns": 2}, [_said(sid, "three")], ref=moved, release=True)
-    again = await store.acquire_lease(sid)  # another holder, the same ref: it is there
+    await store.commit(CommitCommand(sid, token, {"turns": 2}, [_said(sid, "three")], ref=moved, release=True))
+    again = await take_lease(store, sid)  # another holder, the same ref: it is there
     assert again is not None
-    await store.commit(sid, again, {"turns": 3}, [_said(sid, "four")], ref=moved)
+    await store.commit(CommitCommand(sid, again, {"turns": 3}, [_said(sid, "four")], ref=moved))
     assert await _ref_read_by_a_pass(outbox, sid, "p3") == moved
-    await store.commit(sid, again, {"turns": 4}, [_said(sid, "five")], ref=ref)  # and back
+    await store.commit(CommitCommand(sid, again, {"turns": 4}, [_said(sid, "five")], ref=ref))  # and back
     assert await _ref_read_by_a_pass(outbox, sid, "p4") == ref
 
 
@@ -48,10 +49,10 @@ async def test_a_ref_written_without_a_lease_is_replaced_by_the_holder_s_next_ch
     store, outbox = RedisTurns(redis), RedisOutbox(redis)
     ref = session("ref-tokenless")
     sid = ref.session_id
-    token = await store.acquire_lease(sid)
+    token = await take_lease(store, sid)
     assert token is not None
-    await store.commit(sid, token, {"turns": 0}, [_said(sid, "one")], ref=ref)
+    await store.commit(CommitCommand(sid, token, {"turns": 0}, [_said(sid, "one")], ref=ref))
     other = ref.model_copy(update={"channel": {"channel_id": "C9", "thread_ts": "9.0"}})
-    await store.commit(sid, None, None, [_said(sid, "aside")], ref=other)  # no lease: the last mark's sum is old
-    await store.commit(sid, token, {"turns": 1}, [_said(sid, "two")], ref=ref)
+    await store.commit(CommitCommand(sid, None, None, [_said(sid, "aside")], ref=other))  # no lease: the last mark's sum is old
+    await store.commit(CommitCommand(sid, token, {"turns": 1}, [_said(sid, "two")], ref=ref))
     assert await _ref_read_by_a_pass(outbox, sid, "p1") == ref

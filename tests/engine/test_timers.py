@@ -8,6 +8,7 @@ import time
 from datetime import timedelta
 
 from bot.approval import always, never
+from bot.engine.turn_commands import Sweep
 from bot.models.scripted import ScriptedModel, call
 from bot.models.scripted import say as model_say
 from bot.tools import Tool
@@ -73,15 +74,15 @@ async def test_a_sweeper_killed_after_firing_leaves_a_timer_that_fires_again_har
     await say(runtime, "pay")
     clock.now += 61
     # the sweeper claims the timer and fires it, then dies before forgetting it
-    [(member, _claim)] = await store.timers_due(int(clock.now * 1000))
+    [(member, _claim)] = (await store.sweep(Sweep("timers", int(clock.now * 1000)))).timers
     await runtime.timers._fire(*member.split(":", 1))
-    assert await store.timers_due(int(clock.now * 1000)) == []  # claimed: nobody else fires it now
+    assert (await store.sweep(Sweep("timers", int(clock.now * 1000)))).timers == []  # claimed: nobody else fires it now
     clock.now += 1  # one lease later it is due again, and another sweep fires it again
     assert await runtime.timers.sweep() == 1
     await runtime.wait_idle()
     reminded = [e for e in await store.events(session().session_id) if e.type == "input.reminded"]
     assert len(reminded) == 1  # the request remembers it was reminded
-    assert await store.timers_due(int(clock.now * 1000) + 10**9) == []
+    assert (await store.sweep(Sweep("timers", int(clock.now * 1000) + 10**9))).timers == []
 
 
 async def test_an_answered_request_neither_reminds_nor_expires(redis):

@@ -1,6 +1,6 @@
-"""``python -m tests.bench.http.first_click [--parked 0,10000] [--restarts 5]``: start fast.
+"""``python -m benchmarks.http.first_click [--parked 0,10000] [--restarts 5]``: start fast.
 
-The restart part of ``python -m tests.bench.http`` alone, for the project and the durable floor, without
+The restart part of ``python -m benchmarks.http`` alone, for the project and the durable floor, without
 the minutes of cycles before it: a fresh ``python -m bot run`` after a kill -9, with one real turn parked
 and ``--parked`` copies of it beside; the clock starts when the process is spawned. Printed per population:
 until the first click's HTTP 200 (what the full bench records) and until that click's turn ended (its
@@ -84,7 +84,7 @@ async def run(parked: list[int], count: int) -> None:
 
 
 def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tests.bench.http.first_click", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.http.first_click", description=__doc__.split("\n")[0])
     parser.add_argument("--parked", default="0,10000", help="other parked turns, at most two populations (default 0,10000)")
     parser.add_argument("--restarts", type=int, default=5, help="restarts per contender and population (default 5)")
     args = parser.parse_args(argv)

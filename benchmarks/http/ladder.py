@@ -1,8 +1,8 @@
-"""The guarantees ladder: ``python -m tests.bench.http.ladder --rung N --redis-url … …``, a contender.
+"""The guarantees ladder: ``python -m benchmarks.http.ladder --rung N --redis-url … …``, a contender.
 
 The durable floor (``durable.py``) with the product's own guarantees added one rung at a time, each
 written as plainly as Bolt, redis-py and pydantic allow (no engine, no abstraction), so that the HTTP
-bench can say what those guarantees cost at the least (``python -m tests.bench.http.ladder_bench``).
+bench can say what those guarantees cost at the least (``python -m benchmarks.http.ladder_bench``).
 The rungs are cumulative:
 
 1. **Streamed model calls and the agent session status.** The model is called as the project calls it
@@ -625,7 +625,7 @@ async def main(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m tests.bench.http.ladder")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.http.ladder")
     parser.add_argument("--rung", type=int, choices=sorted(RUNGS), required=True)
     for name in ("--secret", "--token", "--slack-url", "--model-url", "--redis-url"):
         parser.add_argument(name, required=True)

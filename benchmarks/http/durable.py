@@ -1,4 +1,4 @@
-"""The durable floor: ``python -m tests.bench.http.durable --redis-url … …``, a contender process.
+"""The durable floor: ``python -m benchmarks.http.durable --redis-url … …``, a contender process.
 
 Bare Bolt (``bare.py``) does less than the project's cycle: one model call and two Slack calls, and it
 keeps nothing. This contender does the project's whole cycle with the least durability a
@@ -188,7 +188,7 @@ async def main(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m tests.bench.http.durable")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.http.durable")
     for name in ("--secret", "--token", "--slack-url", "--model-url", "--redis-url"):
         parser.add_argument(name, required=True)
     parser.add_argument("--port", type=int, default=0)

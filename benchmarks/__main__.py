@@ -1,4 +1,4 @@
-"""``python -m tests.bench [--quick] [--write-doc]``: print the engine's figures (see docs/PERFORMANCE.md)."""
+"""``python -m benchmarks [--quick] [--write-doc]``: print the engine's figures (see docs/PERFORMANCE.md)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from .server import open_server, server_version
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m tests.bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument(
         "--quick",
         action="store_true",

@@ -1,4 +1,4 @@
-"""``python -m tests.bench.http.instructions``: instructions per approve cycle, counted, not timed.
+"""``python -m benchmarks.http.instructions``: instructions per approve cycle, counted, not timed.
 
 The ladder's CPU figures move ±5–10 % between runs on these shared machines, more than most single
 changes to the core are worth. This counts instead: each contender runs alone under Valgrind's callgrind
@@ -39,10 +39,10 @@ from .model import BenchModel
 from .procs import Child
 
 CONTENDERS = {  # key → (name, module, extra arguments, environment)
-    "d": ("durable floor", "tests.bench.http.durable", [], None),
-    "L4": ("rung 4", "tests.bench.http.ladder", ["--rung", "4"], None),
-    "L5": ("rung 5", "tests.bench.http.ladder", ["--rung", "5"], None),
-    "p": ("project", "tests.bench.http.project", ["--data-dir", "{tmp}/project"], UNPACED),
+    "d": ("durable floor", "benchmarks.http.durable", [], None),
+    "L4": ("rung 4", "benchmarks.http.ladder", ["--rung", "4"], None),
+    "L5": ("rung 5", "benchmarks.http.ladder", ["--rung", "5"], None),
+    "p": ("project", "benchmarks.http.project", ["--data-dir", "{tmp}/project"], UNPACED),
 }
 START_TIMEOUT_S = 600.0  # imports under Valgrind, uninstrumented
 _BEGAN = time.monotonic()
@@ -159,11 +159,11 @@ async def run(args: argparse.Namespace, argv: list[str]) -> str:
         await model.stop()
         await server.close()
         shutil.rmtree(tmp, ignore_errors=True)
-    return render(counted, " ".join(["python -m tests.bench.http.instructions", *argv]), args.concurrency)
+    return render(counted, " ".join(["python -m benchmarks.http.instructions", *argv]), args.concurrency)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m tests.bench.http.instructions",
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.http.instructions",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--contenders", default="d,L5,p", help=f"which, in order (of {', '.join(CONTENDERS)})")
     parser.add_argument("--cycles", type=int, default=64, help="counted cycles per contender (default 64)")

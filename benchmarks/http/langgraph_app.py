@@ -1,4 +1,4 @@
-"""The LangGraph peer: ``python -m tests.bench.http.langgraph_app --data-dir … …``, a contender process.
+"""The LangGraph peer: ``python -m benchmarks.http.langgraph_app --data-dir … …``, a contender process.
 
 The same approve cycle written as a user would write it on LangGraph: a plain ``StateGraph`` (model →
 approval → tool → model) whose approval node calls ``interrupt()``, compiled with a durable
@@ -178,7 +178,7 @@ async def main(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m tests.bench.http.langgraph_app")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.http.langgraph_app")
     for name in ("--secret", "--token", "--slack-url", "--model-url", "--data-dir"):
         parser.add_argument(name, required=True)
     parser.add_argument("--port", type=int, default=0)

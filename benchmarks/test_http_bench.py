@@ -1,4 +1,4 @@
-"""``python -m tests.bench.http`` runs end to end with tiny samples and prints every figure.
+"""``python -m benchmarks.http`` runs end to end with tiny samples and prints every figure.
 
 Only that the code paths work: no duration, rate or ratio is asserted (those are the benchmark's
 output, docs/PERFORMANCE.md). Starts real processes (the app, bare Bolt, raw aiohttp, the durable floor,
@@ -11,14 +11,14 @@ import shutil
 
 import pytest
 
+from benchmarks.http.__main__ import parse_args, run
+from benchmarks.http.instructions import parse_args as instructions_args
+from benchmarks.http.instructions import run as instructions_run
+from benchmarks.http.ladder_bench import once_each
+from benchmarks.http.ladder_bench import parse_args as ladder_args
+from benchmarks.http.ladder_bench import run as ladder_run
+from benchmarks.http.report import DOC, END, START_PREFIX
 from localslack.models import ApiCall
-from tests.bench.http.__main__ import parse_args, run
-from tests.bench.http.instructions import parse_args as instructions_args
-from tests.bench.http.instructions import run as instructions_run
-from tests.bench.http.ladder_bench import once_each
-from tests.bench.http.ladder_bench import parse_args as ladder_args
-from tests.bench.http.ladder_bench import run as ladder_run
-from tests.bench.http.report import DOC, END, START_PREFIX
 
 TINY = ["--clicks", "2", "--burst-clicks", "2", "--cycles", "2", "--concurrency", "2", "--restarts", "1",
         "--parked", "5", "--batch", "2", "--slack-delay-ms", "0,20", "--model-delay-ms", "0,20",

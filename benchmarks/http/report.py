@@ -15,8 +15,8 @@ from pathlib import Path
 from .drive import Samples, Side
 from .trace import Trace
 
-DOC = Path(__file__).resolve().parents[3] / "docs" / "PERFORMANCE.md"
-START = "<!-- bench:http:start (written by `python -m tests.bench.http --write-doc`; edit the prose outside) -->"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "PERFORMANCE.md"
+START = "<!-- bench:http:start (written by `python -m benchmarks.http --write-doc`; edit the prose outside) -->"
 START_PREFIX, END = "<!-- bench:http:start", "<!-- bench:http:end -->"
 SECTION = "## The HTTP benchmark: the app side by side with bare Bolt and raw aiohttp"
 
@@ -355,7 +355,7 @@ def render(run: Run) -> str:
     return "\n".join([*head, "The approve cycle beside its peers:", "", *peers, "", *table,
                       "", "For information:", "", *info, "", "The floor (raw aiohttp: "
                       "signature check, 200):", "", *floor, "", "The durable floor (the project's cycle with the "
-                      "least durability: `tests/bench/http/durable.py`):", "", *durable, "", *details(run)])
+                      "least durability: `benchmarks/http/durable.py`):", "", *durable, "", *details(run)])
 
 
 def write_doc(figures: str) -> None:

@@ -1,4 +1,4 @@
-"""The two reference contenders, each run as its own process: ``python -m tests.bench.http.bare bolt|raw``.
+"""The two reference contenders, each run as its own process: ``python -m benchmarks.http.bare bolt|raw``.
 
 - **bolt**: the least a Bolt app does for the same cycle. On ``app_mention``: ack (Bolt acks events
   before the listener runs), one model call, one ``chat.postMessage`` with an Approve button. On the
@@ -105,7 +105,7 @@ async def main(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m tests.bench.http.bare")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.http.bare")
     parser.add_argument("kind", choices=["bolt", "raw"])
     parser.add_argument("--secret", required=True)
     parser.add_argument("--token", default="")

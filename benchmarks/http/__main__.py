@@ -1,4 +1,4 @@
-"""``python -m tests.bench.http [--quick] [--write-doc]``: the app over real HTTP beside bare Bolt and raw aiohttp.
+"""``python -m benchmarks.http [--quick] [--write-doc]``: the app over real HTTP beside bare Bolt and raw aiohttp.
 
 Four contenders (the project, bare Bolt, raw aiohttp and the durable floor), each its own process, each
 behind its own LocalSlack (signed deliveries, real Web API, rate limits off), all calling one model
@@ -58,7 +58,7 @@ def _delays(text: str) -> list[float]:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m tests.bench.http", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.http", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run (< 60 s): few samples of every figure")
     parser.add_argument("--write-doc", action="store_true", help=f"record the figures in {DOC.name}")
     parser.add_argument("--slack-delay-ms", default="0,100",
@@ -127,15 +127,15 @@ async def open_slack() -> LocalSlack:
 
 async def start_sides(model: BenchModel, redis_url: str, tmp: Path, peer: bool = True) -> list[Side]:
     slacks = [await open_slack() for _ in range(5 if peer else 4)]
-    project = await Child.start("tests.bench.http.project", [
+    project = await Child.start("benchmarks.http.project", [
         "--secret", SECRET, "--token", BOT_TOKEN, "--slack-url", slacks[0].api_url, "--model-url", model.base_url,
         "--redis-url", redis_url, "--data-dir", str(tmp / "project")], tmp / "project.log",
         env=UNPACED)
-    bolt = await Child.start("tests.bench.http.bare", [
+    bolt = await Child.start("benchmarks.http.bare", [
         "bolt", "--secret", SECRET, "--token", BOT_TOKEN, "--slack-url", slacks[1].api_url,
         "--model-url", model.base_url], tmp / "bolt.log")
-    raw = await Child.start("tests.bench.http.bare", ["raw", "--secret", SECRET], tmp / "raw.log")
-    floor = await Child.start("tests.bench.http.durable", [
+    raw = await Child.start("benchmarks.http.bare", ["raw", "--secret", SECRET], tmp / "raw.log")
+    floor = await Child.start("benchmarks.http.durable", [
         "--secret", SECRET, "--token", BOT_TOKEN, "--slack-url", slacks[3].api_url, "--model-url", model.base_url,
         "--redis-url", redis_url], tmp / "durable.log")
     sides = [Side("project", "p", slacks[0], project, Redis.from_url(redis_url), replies=True),
@@ -143,7 +143,7 @@ async def start_sides(model: BenchModel, redis_url: str, tmp: Path, peer: bool =
              Side("durable floor", "d", slacks[3], floor, Redis.from_url(redis_url), replies=True)]
     if peer:
         if langgraph_available():
-            graph = await Child.start("tests.bench.http.langgraph_app", [
+            graph = await Child.start("benchmarks.http.langgraph_app", [
                 "--secret", SECRET, "--token", BOT_TOKEN, "--slack-url", slacks[4].api_url,
                 "--model-url", model.base_url, "--data-dir", str(tmp / "langgraph")], tmp / "langgraph.log")
             sides.append(Side("LangGraph", "l", slacks[4], graph, replies=True))
@@ -290,7 +290,7 @@ async def run(args: argparse.Namespace, argv: list[str]) -> str:
                 await cleaner.aclose()
         await server.close()
         shutil.rmtree(tmp, ignore_errors=True)
-    record = Run(command=" ".join([".venv/bin/python -m tests.bench.http", *argv]), started=started, load_at_start=load,
+    record = Run(command=" ".join([".venv/bin/python -m benchmarks.http", *argv]), started=started, load_at_start=load,
                  redis=redis_name, conditions=args.conditions, sides={s.key: s for s in sides}, restarts=restarts,
                  args={"clicks": args.clicks, "burst clicks": args.burst_clicks, "cycles": args.cycles,
                        "restarts": args.restarts}, trace=trace, seconds=time.perf_counter() - began,

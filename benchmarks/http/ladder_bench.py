@@ -1,4 +1,4 @@
-"""``python -m tests.bench.http.ladder_bench [--quick]``: the guarantees ladder beside the floor and the project.
+"""``python -m benchmarks.http.ladder_bench [--quick]``: the guarantees ladder beside the floor and the project.
 
 The project's goal is an approve cycle that costs ≤ 1.5 × the durable floor's CPU; the floor leaves out most of
 what the product promises. The ladder (``ladder.py``) adds the product's guarantees to the floor one
@@ -49,7 +49,7 @@ def _say(text: str) -> None:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m tests.bench.http.ladder_bench", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.http.ladder_bench", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run: 32 cycles per contender")
     parser.add_argument("--cycles", type=int, help="cycles per contender (default 256; quick 32)")
     parser.add_argument("--concurrency", type=int, default=32, help="threads at once (default 32)")
@@ -71,11 +71,11 @@ async def start_sides(model: BenchModel, redis_url: str, tmp: Path, rungs: list[
         child = await Child.start(module, [*args, "--slack-url", slack.api_url], tmp / f"{key}.log", env=env)
         return Side(name, key, slack, child, Redis.from_url(redis_url), replies=True)
 
-    starts = [add("durable floor", "d", "tests.bench.http.durable", common)]
-    starts += [add(f"rung {rung}", f"L{rung}", "tests.bench.http.ladder", ["--rung", str(rung), *common])
+    starts = [add("durable floor", "d", "benchmarks.http.durable", common)]
+    starts += [add(f"rung {rung}", f"L{rung}", "benchmarks.http.ladder", ["--rung", str(rung), *common])
                for rung in rungs]
     if project:
-        starts.append(add("project", "p", "tests.bench.http.project", [*common, "--data-dir", str(tmp / "project")],
+        starts.append(add("project", "p", "benchmarks.http.project", [*common, "--data-dir", str(tmp / "project")],
                           UNPACED))
     started = await asyncio.gather(*starts, return_exceptions=True)  # at once: their imports overlap
     sides = [s for s in started if isinstance(s, Side)]
@@ -249,7 +249,7 @@ async def run(args: argparse.Namespace, argv: list[str]) -> str:
                 await cleaner.aclose()
         await server.close()
         shutil.rmtree(tmp, ignore_errors=True)
-    command = " ".join([".venv/bin/python -m tests.bench.http.ladder_bench", *argv])
+    command = " ".join([".venv/bin/python -m benchmarks.http.ladder_bench", *argv])
     return "\n".join([render(sides, args, started, load, redis_name, time.perf_counter() - began, command), *notes])
 
 

@@ -1,7 +1,7 @@
-"""CPU of the model client alone: ``python -m tests.bench.model_client --calls 500``.
+"""CPU of the model client alone: ``python -m benchmarks.model_client --calls 500``.
 
 One streamed completion after another (``OpenAIChatModel.complete``, with usage and an ``on_text``
-callback, as the turn loop calls it) against the bench's model server (``tests.bench.http.model``),
+callback, as the turn loop calls it) against the bench's model server (``benchmarks.http.model``),
 which runs in a child process so that this process's CPU time (``time.process_time``) is the client's
 own: building the request, the HTTP exchange, reading and parsing the server-sent events. Calls
 alternate between the two answers of an approve cycle: a streamed tool call and a streamed text.
@@ -23,7 +23,7 @@ from bot.models import OpenAIChatModel, ToolSpec
 
 SERVER = """
 import asyncio, sys
-from tests.bench.http.model import BenchModel
+from benchmarks.http.model import BenchModel
 
 async def main():
     model = BenchModel()

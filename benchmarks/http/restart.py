@@ -1,14 +1,14 @@
 """kill -9 → restart → first click served, for each contender, with 0 … N turns parked in the project's Redis.
 
 Every restart is a fresh interpreter: the project as ``python -m bot run`` (configured by environment
-variables, as deployed), the durable floor as ``python -m tests.bench.http.durable``, bare Bolt and raw
-aiohttp as ``python -m tests.bench.http.bare bolt|raw``. The clock starts when the process is spawned and
+variables, as deployed), the durable floor as ``python -m benchmarks.http.durable``, bare Bolt and raw
+aiohttp as ``python -m benchmarks.http.bare bolt|raw``. The clock starts when the process is spawned and
 stops when a signed click on a card gets its HTTP 200: the bench clicks every 5 ms until then (a refused
 connection is not a click). For the project and the durable floor the card is a real parked turn (parked by the previous process before it was killed), and the bench then waits
 for the turn's reply, so the click is known to have counted. Between restarts the process is killed
 with SIGKILL once it has settled (no clean shutdown).
 
-The parked population beside that one real turn is written by copying it (``tests.bench.population``:
+The parked population beside that one real turn is written by copying it (``benchmarks.population``:
 every key of the session, ids rewritten) into the database before the first measured restart.
 """
 
@@ -201,7 +201,7 @@ class BareRestarts:
 
 def project_launch(side: Side, secret: str, model_url: str, redis_url: str, data_dir: Path) -> Launch:
     env = {"SLACK_BOT_TOKEN": BOT_TOKEN, "SLACK_SIGNING_SECRET": secret, "SLACK_API_URL": side.slack.api_url,
-           "REDIS_URL": redis_url, "BOT_TOOLS": "tests.bench.http.tools", "BOT_DATA_DIR": str(data_dir),
+           "REDIS_URL": redis_url, "BOT_TOOLS": "benchmarks.http.tools", "BOT_DATA_DIR": str(data_dir),
            "OPENAI_API_KEY": "sk-bench", "OPENAI_BASE_URL": model_url, "MODEL": "bench-model",
            "HOST": "127.0.0.1", "PORT": "{port}", "SLACK_PACING": "off"}
     return Launch(side, ["-m", "bot", "run"], env, data_dir / "project-restarts.log")
@@ -209,20 +209,20 @@ def project_launch(side: Side, secret: str, model_url: str, redis_url: str, data
 
 def langgraph_launch(side: Side, secret: str, model_url: str, data_dir: Path) -> Launch:
     """The LangGraph peer on its own SQLite file in ``data_dir`` (its parked turns live there, not in Redis)."""
-    args = ["-m", "tests.bench.http.langgraph_app", "--secret", secret, "--token", BOT_TOKEN,
+    args = ["-m", "benchmarks.http.langgraph_app", "--secret", secret, "--token", BOT_TOKEN,
             "--slack-url", side.slack.api_url, "--model-url", model_url, "--data-dir", str(data_dir / "langgraph"),
             "--port", "{port}"]
     return Launch(side, args, {}, data_dir / "langgraph-restarts.log")
 
 
 def floor_launch(side: Side, secret: str, model_url: str, redis_url: str, data_dir: Path) -> Launch:
-    args = ["-m", "tests.bench.http.durable", "--secret", secret, "--token", BOT_TOKEN,
+    args = ["-m", "benchmarks.http.durable", "--secret", secret, "--token", BOT_TOKEN,
             "--slack-url", side.slack.api_url, "--model-url", model_url, "--redis-url", redis_url, "--port", "{port}"]
     return Launch(side, args, {}, data_dir / "durable-restarts.log")
 
 
 def bare_launch(side: Side, kind: str, secret: str, model_url: str, data_dir: Path) -> Launch:
-    args = ["-m", "tests.bench.http.bare", kind, "--secret", secret, "--token", BOT_TOKEN,
+    args = ["-m", "benchmarks.http.bare", kind, "--secret", secret, "--token", BOT_TOKEN,
             "--slack-url", side.slack.api_url, "--model-url", model_url, "--port", "{port}"]
     return Launch(side, args, {}, data_dir / f"{kind}-restarts.log")
 

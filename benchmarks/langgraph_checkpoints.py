@@ -1,9 +1,9 @@
-"""``python -m tests.bench.langgraph_checkpoints``: one LangGraph interrupt → resume cycle, by checkpointer.
+"""``python -m benchmarks.langgraph_checkpoints``: one LangGraph interrupt → resume cycle, by checkpointer.
 
 The graph of tests/test_langgraph_checkpoints.py (prepare → approve, which calls ``interrupt`` → pay) runs
 ``--cycles`` times, each on a new thread: ``ainvoke`` until it asks, then ``ainvoke(Command(resume=…))``.
 With store/langgraph_checkpoints.py's ``RedisCheckpointSaver`` on a private embedded Valkey it prints the
-Redis round trips per cycle (tests.bench.roundtrips' counter: a pipeline is one), the commands Redis ran
+Redis round trips per cycle (benchmarks.roundtrips' counter: a pipeline is one), the commands Redis ran
 (``INFO commandstats``) and the time; with ``langgraph-checkpoint-sqlite``'s ``AsyncSqliteSaver`` on a file
 (the ``bench`` extra) the SQL statements per cycle (sqlite's trace callback) and the time. Not part of
 ``make bench``; nothing here asserts.
@@ -21,9 +21,9 @@ from typing import Any
 
 from langgraph.types import Command
 
+from benchmarks.roundtrips import counting
 from store.client import open_redis
 from store.langgraph_checkpoints import RedisCheckpointSaver
-from tests.bench.roundtrips import counting
 from tests.test_langgraph_checkpoints import refund_graph, thread
 
 

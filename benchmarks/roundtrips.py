@@ -1,7 +1,7 @@
-"""``python -m tests.bench.roundtrips``: Redis round trips of one approve cycle, by the line that sends them.
+"""``python -m benchmarks.roundtrips``: Redis round trips of one approve cycle, by the line that sends them.
 
 The app runs in this process behind LocalSlack (Slack's pacing off, a scripted model), as in
-``tests.bench.cycle``. redis-py's ``Redis.execute_command`` and ``Pipeline.execute`` are wrapped to
+``benchmarks.cycle``. redis-py's ``Redis.execute_command`` and ``Pipeline.execute`` are wrapped to
 record each round trip with the project's frames that sent it (a pipeline is one round trip), while
 ``--cycles`` cycles run one at a time after a warm-up. It prints round trips per cycle, the commands
 Redis ran per cycle (``INFO commandstats``: those inside scripts too), and a table by caller, most
@@ -37,7 +37,7 @@ from localslack.server import LocalSlack
 from . import cycle
 from .server import open_server
 
-ROOT = str(Path(__file__).resolve().parents[2]) + "/"
+ROOT = str(Path(__file__).resolve().parents[1]) + "/"
 ROOMS = tuple(ROOT + room for room in ("bot/", "store/", "handlers/"))
 
 
@@ -210,7 +210,7 @@ async def main(args: argparse.Namespace) -> list[str]:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m tests.bench.roundtrips", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.roundtrips", description=__doc__.split("\n")[0])
     parser.add_argument("--cycles", type=int, default=10, help="approve cycles counted (default 10)")
     parser.add_argument("--depth", type=int, default=2, help="the project's frames shown per caller (default 2)")
     parser.add_argument("--replies", action="store_true", help="count reply elements parsed instead of round trips")

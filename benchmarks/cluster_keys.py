@@ -1,8 +1,8 @@
-"""``python -m tests.bench.cluster_keys [--cycles 300]``: where an approve cycle's Redis commands land on a Cluster.
+"""``python -m benchmarks.cluster_keys [--cycles 300]``: where an approve cycle's Redis commands land on a Cluster.
 
 The whole app (``REDIS_CLUSTER=1``) runs against the test cluster (tests/cluster.py: 3 masters, 1 replica
 each) behind a LocalSlack, and does ``--cycles`` approve cycles (mention → card → click → reply, as
-tests/bench/cycle.py). MONITOR on every master records each command with its first key; the figures are
+benchmarks/cycle.py). MONITOR on every master records each command with its first key; the figures are
 commands per cycle by kind of key (the global indexes ``hitl:active``/``hitl:outbox``/``hitl:timers``, the
 workspace's ``{ws:…}`` keys, a session's ``{slot}`` keys), split into those the app sends and those its
 Lua scripts run, and each master's share of all of them. The recovery sweep is off during the cycles
@@ -112,7 +112,7 @@ async def run(cycles: int, idle_s: float) -> list[str]:
         settings = Settings(_env_file=None, SLACK_BOT_TOKEN=BOT_TOKEN, SLACK_SIGNING_SECRET=SECRET,  # type: ignore[call-arg]
                             SLACK_API_URL=slack.api_url, REDIS_URL=cluster.url, REDIS_CLUSTER=True, BOT_TOOLS="",
                             BOT_DATA_DIR=tempfile.mkdtemp(prefix="hitl-ckeys-"))
-        # Slack's pacing off (as tests/bench/cycle.py's unpaced app): it only adds waiting, not commands
+        # Slack's pacing off (as benchmarks/cycle.py's unpaced app): it only adds waiting, not commands
         bot = await start_bot(without_pacing(settings), model=_script(), tools=[refund_charge], host="127.0.0.1", port=0,
                               recovery_interval=0)
         who = Contender("app", f"{bot.url}/slack/events")
@@ -210,11 +210,11 @@ def _report(cycles: int, elapsed: float, per_node: list[Counter[tuple[str, str]]
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m tests.bench.cluster_keys", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.cluster_keys", description=__doc__.split("\n")[0])
     parser.add_argument("--cycles", type=int, default=300, help="approve cycles (default 300)")
     parser.add_argument("--idle", type=float, default=10.0, help="seconds of idle sweeps measured (default 10)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    print(f"`.venv/bin/python -m tests.bench.cluster_keys --cycles {args.cycles}`\n")
+    print(f"`.venv/bin/python -m benchmarks.cluster_keys --cycles {args.cycles}`\n")
     print("\n".join(asyncio.run(run(args.cycles, args.idle))))
     print(f"\n({Path(__file__).name}: MONITOR on each master; a command counts once, by its first key)")

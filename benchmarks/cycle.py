@@ -1,4 +1,4 @@
-"""``python -m tests.bench.cycle``: one approve cycle of the app against a bare Bolt app, side by side.
+"""``python -m benchmarks.cycle``: one approve cycle of the app against a bare Bolt app, side by side.
 
 Both run in this process on loopback, behind the same LocalSlack (signed HTTP both ways, rate limits
 off so only the apps are measured, Web API answers optionally delayed). The cycle is what a person
@@ -44,7 +44,7 @@ from localslack.server import LocalSlack
 from .server import open_server
 
 SECRET = "bench-cycle-secret"
-DOC = Path(__file__).resolve().parents[2] / "docs" / "PERFORMANCE.md"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "PERFORMANCE.md"
 START, END = "<!-- bench:cycle:start -->", "<!-- bench:cycle:end -->"
 
 
@@ -220,7 +220,7 @@ async def main(args: argparse.Namespace) -> list[str]:
         await redis.aclose()
         await server.close()
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    head = (f"Recorded {datetime.now(UTC):%Y-%m-%d %H:%M} UTC with `.venv/bin/python -m tests.bench.cycle "
+    head = (f"Recorded {datetime.now(UTC):%Y-%m-%d %H:%M} UTC with `.venv/bin/python -m benchmarks.cycle "
             f"--cycles {args.cycles}` ({app.done} cycles each, interleaved in batches of {args.batch}); "
             f"{os.cpu_count()} CPUs, load average {load}; scripted model; Slack answering at once.")
     return [head, "", *table(app, unpaced, bolt)]
@@ -238,7 +238,7 @@ def write_doc(lines: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m tests.bench.cycle", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.cycle", description=__doc__.split("\n")[0])
     parser.add_argument("--cycles", type=int, default=60, help="approve cycles per contender (default 60)")
     parser.add_argument("--batch", type=int, default=5, help="cycles in a row before switching (default 5)")
     parser.add_argument("--write-doc", action="store_true", help=f"record the table in {DOC.name}")

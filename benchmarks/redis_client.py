@@ -1,4 +1,4 @@
-"""CPU of one Redis round trip by the bot's client: ``python -m tests.bench.redis_client --trips 4000``.
+"""CPU of one Redis round trip by the bot's client: ``python -m benchmarks.redis_client --trips 4000``.
 
 The round trip is the shape of a checkpoint's: a script (EVALSHA) and four index commands in one
 pipeline, on the bench's server (embedded valkey-server, or ``REDIS_URL``'s). Three clients take turns
@@ -69,7 +69,7 @@ async def main(args: argparse.Namespace) -> None:
         for _ in range(args.rounds):
             for kind in KINDS:
                 child = await asyncio.create_subprocess_exec(
-                    sys.executable, "-m", "tests.bench.redis_client", "--child", kind, "--url", server.url,
+                    sys.executable, "-m", "benchmarks.redis_client", "--child", kind, "--url", server.url,
                     "--trips", str(per_round), stdout=subprocess.PIPE)
                 out, _ = await child.communicate()
                 best[kind] = min(best[kind], float(out))
@@ -84,7 +84,7 @@ KINDS = ("ours", "socket timeout", "bare")
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m tests.bench.redis_client", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.redis_client", description=__doc__.split("\n")[0])
     parser.add_argument("--trips", type=int, default=4000, help="round trips per client (default 4000)")
     parser.add_argument("--rounds", type=int, default=8, help="rounds the trips are split into (default 8)")
     parser.add_argument("--child", choices=KINDS, help=argparse.SUPPRESS)

@@ -14,9 +14,9 @@ import redis
 
 from .measure import BytesFigures, Population, RoundTripFigures, percentile
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "PERFORMANCE.md"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "PERFORMANCE.md"
 START = (
-    "<!-- bench:figures:start (written by `python -m tests.bench --write-doc`; edit the prose outside) -->"
+    "<!-- bench:figures:start (written by `python -m benchmarks --write-doc`; edit the prose outside) -->"
 )
 END = "<!-- bench:figures:end -->"
 ROUND_TRIP_TARGET = 2
@@ -43,7 +43,7 @@ def command_line(argv: list[str]) -> str:
     except ValueError:
         pass
     redis_url = "REDIS_URL=… " if os.environ.get("REDIS_URL") else ""
-    return redis_url + shlex.join([str(python), "-m", "tests.bench", *argv])
+    return redis_url + shlex.join([str(python), "-m", "benchmarks", *argv])
 
 
 def cpu_model() -> str:

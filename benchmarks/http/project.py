@@ -1,4 +1,4 @@
-"""The project as a contender process: ``python -m tests.bench.http.project --slack-url … --model-url … …``.
+"""The project as a contender process: ``python -m benchmarks.http.project --slack-url … --model-url … …``.
 
 The real app, built by ``bot.app.start_bot`` as the end-to-end tests build it, with the model an
 ``OpenAIChatModel`` calling the bench's model server over HTTP and one tool (``tools.refund_charge``,
@@ -44,7 +44,7 @@ async def main(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m tests.bench.http.project")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.http.project")
     for name in ("--secret", "--token", "--slack-url", "--model-url", "--redis-url", "--data-dir"):
         parser.add_argument(name, required=True)
     asyncio.run(main(parser.parse_args()))

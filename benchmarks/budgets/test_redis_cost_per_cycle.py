@@ -3,7 +3,7 @@
 Each test runs real approve cycles over signed HTTP through LocalSlack and records, with Redis's own
 ``MONITOR``, every command the app sent or its scripts ran; it asserts on the commands a change removed,
 so the cost cannot creep back unnoticed. The figures per cycle are in docs/PERFORMANCE.md
-(``python -m tests.bench.roundtrips``).
+(``python -m benchmarks.roundtrips``).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import json
 
 from redis.asyncio import Redis
 
+from benchmarks.budgets.redis_monitor import Monitored, monitored
+from benchmarks.roundtrips import RoundTrips, counting
 from bot.approval import always
 from bot.tools import ToolContext, tool
 from localslack.seed import ALICE, BOT_USER_ID, FINANCE, GENERAL
-from tests.bench.roundtrips import RoundTrips, counting
-from tests.e2e.redis_monitor import Monitored, monitored
 from tests.e2e.test_approval_flow import (
     RUNS,
     Refund,
@@ -42,7 +42,7 @@ async def one_cycle_seen(local_slack, start_app, redis_url: str) -> Monitored:
 
 async def one_cycle_counted(local_slack, start_app, *, typed: bool = False) -> RoundTrips:
     """One approve cycle of a fresh app (the card approved by a click, or ``typed`` in the thread), with the
-    app's round trips to Redis by the lines that sent them (tests.bench.roundtrips)."""
+    app's round trips to Redis by the lines that sent them (benchmarks.roundtrips)."""
     bot = await start_app(refund_script(), [refund_charge])
     # a first cycle pays what a process pays once (its scripts loaded into Redis, the audit chain's head
     # learnt): the cycle counted is the steady state's, whatever ran before in this Redis
@@ -142,7 +142,7 @@ async def test_the_checkpoint_that_makes_a_call_ready_starts_it(local_slack, sta
     # the approved call's execution marker is written by the checkpoint that announces it (fenced by the
     # lease in the same script), not by a round trip of its own before the tool runs
     trips = await one_cycle_counted(local_slack, start_app)
-    assert trips.sent_by("begin_execution") == 0, trips.counts
+    assert trips.sent_by("_begin_call") == 0, trips.counts
 
 
 async def test_the_resume_reads_its_step_s_requests_with_its_lease(local_slack, start_app):
@@ -176,14 +176,14 @@ async def test_a_new_message_s_record_takes_the_lease_for_its_drive(local_slack,
     # it for the resume, neither)
     for typed in (False, True):
         trips = await one_cycle_counted(local_slack, start_app, typed=typed)
-        assert trips.sent_by("acquire_lease_and_read", "process_message") == 0, trips.counts
+        assert trips.sent_by("_take_lease", "process_message") == 0, trips.counts
 
 
 async def test_the_settle_that_completes_the_step_takes_the_lease_for_the_resume(local_slack, start_app):
     # the click's settle completes the step and takes the free turn lease with what the resume starts from:
     # no drive of the cycle takes the lease with a round trip of its own
     trips = await one_cycle_counted(local_slack, start_app)
-    assert trips.sent_by("acquire_lease_and_read") == 0, trips.counts
+    assert trips.sent_by("_take_lease") == 0, trips.counts
 
 
 async def test_a_turn_s_start_and_its_model_step_are_written_with_the_park(local_slack, start_app):
@@ -191,16 +191,16 @@ async def test_a_turn_s_start_and_its_model_step_are_written_with_the_park(local
     # queued until the turn's first checkpoint): the mention's drive writes one checkpoint, the park, and the
     # resume three (the calls' start, their results, the turn's end)
     trips = await one_cycle_counted(local_slack, start_app)
-    assert trips.sent_by("_checkpoint", "_start_turn") == 0, trips.counts
-    assert trips.sent_by("_checkpoint", "_model_step") <= 2, trips.counts  # the park; the turn's end
-    assert trips.sent_by("_checkpoint") == 4, trips.counts
+    assert trips.sent_by("commit", "_start_turn") == 0, trips.counts
+    assert trips.sent_by("commit", "_model_step") <= 2, trips.counts  # the park; the turn's end
+    assert trips.sent_by("commit") == 4, trips.counts
 
 
 async def test_a_lone_call_s_result_is_written_with_its_step_s_checkpoint(local_slack, start_app, redis_url):
     # the step's last (here only) call to finish has its result recorded in its execution marker by the
     # checkpoint that reports the step's results, in the same script: one write, not two
     trips = await one_cycle_counted(local_slack, start_app)
-    assert trips.sent_by("finish_execution") == 0, trips.counts
+    assert trips.sent_by("_finish_call") == 0, trips.counts
     redis = Redis.from_url(redis_url)
     try:
         markers = [await redis.get(key) async for key in redis.scan_iter(match="*:exec:*")]

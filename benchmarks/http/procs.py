@@ -13,7 +13,7 @@ from typing import IO, Any
 
 import aiohttp
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 60.0
 
 
@@ -38,7 +38,7 @@ class Child:
     @classmethod
     async def start(cls, module: str, args: list[str], log_path: Path, env: dict[str, str] | None = None, *,
                     under: list[str] = (), ready_timeout_s: float = READY_TIMEOUT_S) -> Child:  # type: ignore[assignment]
-        """``under``: a command the interpreter runs under (``valgrind …``: tests.bench.http.instructions)."""
+        """``under``: a command the interpreter runs under (``valgrind …``: benchmarks.http.instructions)."""
         log = log_path.open("ab")
         process = await asyncio.create_subprocess_exec(
             *under, sys.executable, "-m", module, *args, cwd=log_path.parent, env=child_env(env),
