@@ -9,6 +9,8 @@ again), and the checkpoints it was handed.
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import json
 import operator
 from collections.abc import Awaitable, Callable, Mapping
@@ -20,6 +22,7 @@ from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain_core.messages import AnyMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode, tools_condition
@@ -49,7 +52,9 @@ class WorkerKilled(BaseException):
 
 
 class RecordingTurn:
-    def __init__(self, *, gate: Mapping[str, GateVerdict] | None = None, turn_id: str = "t1"):
+    def __init__(self, *, gate: Mapping[str, GateVerdict] | None = None, turn_id: str = "t1",
+                 checkpoint_delay_s: float = 0.0):
+        self.checkpoint_delay_s = checkpoint_delay_s
         self.session_id, self.turn_id, self.owner_id = "s1", turn_id, "U1"
         self.verdicts = dict(gate or {})
         self.gated: list[str] = []
@@ -82,6 +87,7 @@ class RecordingTurn:
         return self.markers[call_id]
 
     async def checkpoint(self, saved: str) -> None:
+        await asyncio.sleep(self.checkpoint_delay_s)
         self.checkpoints.append(saved)
 
     def text(self, delta: str) -> None:
@@ -393,26 +399,32 @@ async def test_agent_inbox_requests_and_a_plain_question_in_a_workflow(fake):
 
 
 async def test_the_step_is_checkpointed_before_its_tools_run(fake):
-    seen_before_running: list[bool] = []
+    stored_before_running: list[list[str]] = []
     holder: dict[str, RecordingTurn] = {}
 
     @tool
     def note(text: str) -> str:
         """Take a note."""
-        last = json.loads(holder["turn"].checkpoints[-1])
-        seen_before_running.append(last["phase"] == "running" and bool(last["checkpoints"]))
+        stored_before_running.append(tool_call_ids_in(holder["turn"].checkpoints[-1]))
         return "noted"
 
     fake.reply_tool_call("note", {"text": "hi"}, "call_note")
     fake.reply_text("Noted.")
     lg = backend(agent(fake, tools=[note], interrupt_on={}))
-    holder["turn"] = turn = RecordingTurn()
-    count_before = len(turn.checkpoints)
+    holder["turn"] = turn = RecordingTurn(checkpoint_delay_s=0.05)  # a store that takes its time
 
     done = await lg.start(turn, "note hi", None)
 
-    assert isinstance(done, Finished) and seen_before_running == [True]
-    assert len(turn.checkpoints) - count_before >= 3  # input, model step, tools step, model step
+    assert isinstance(done, Finished)
+    assert stored_before_running == [["call_note"]]  # the model's step was stored before its tool ran
+
+
+def tool_call_ids_in(saved: str) -> list[str]:
+    """The tool calls of the AI messages in a saved thread's main checkpoint (read with LangGraph's serde)."""
+    [main] = [c for c in json.loads(saved)["checkpoints"] if c["ns"] == ""]
+    typed = main["checkpoint"]
+    checkpoint = JsonPlusSerializer().loads_typed((typed["type"], base64.b64decode(typed["data"])))
+    return [c["id"] for m in checkpoint["channel_values"].get("messages", []) for c in getattr(m, "tool_calls", [])]
 
 
 async def test_a_resume_replayed_after_the_tool_ran_returns_the_recorded_result(fake):
