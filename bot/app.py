@@ -30,10 +30,12 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 from slack_sdk.web.async_client import AsyncWebClient
 
 import handlers
+import handlers.routes.demo_model
 import handlers.routes.http
 import handlers.routes.results
 from blocks.forms import FormUnsupported, check_form_model
-from bot.assembly import build_model, load_tools, mcp_config
+from bot.assembly import build_model, load_agent, load_tools, mcp_config, with_agent_tools
+from bot.backends import WrappedAgent, wrap
 from bot.config import ConfigError, Settings
 from bot.engine.installed import Installed
 from bot.engine.result_tokens import TOKEN_TTL_S, TokenHolders, token_key
@@ -41,6 +43,7 @@ from bot.engine.roles import NoModel, Wakeups, WebRuntime
 from bot.engine.tool_registry import ToolRegistry
 from bot.engine.turns import Runtime, RuntimeSettings
 from bot.models.base import ChatModel
+from bot.models.demo_http import BASE_PATH as DEMO_BASE_PATH
 from bot.ops import tracing
 from bot.ops.background import Background
 from bot.ops.metrics import AppMetrics, MeteredModel, StoreGauges
@@ -224,14 +227,21 @@ async def start_bot(
     channel_wrap: Callable[[Channel], Channel] | None = None,
     recovery_interval: float = RECOVERY_INTERVAL_SECONDS,
     limits: ClientLimits | None = None,
+    agent: object | None = None,
 ) -> BotApp:
     """Build everything and serve HTTP; returns once the bot answers on its port. ``limits``: how slowly a
-    client may send (tests shorten the bounds)."""
+    client may send (tests shorten the bounds); ``agent``: a team's own agent, or ``bot.backends.wrap(…)`` of
+    it, in place of BOT_AGENT's (DESIGN §14)."""
     settings.check_slack()
     stack = AsyncExitStack()
     try:
+        if settings.local_mode and not settings.openai_api_key and (agent is not None or settings.agent):
+            # with no key, a framework's OpenAI client talks to the offline demo model this bot serves
+            os.environ.setdefault("OPENAI_BASE_URL", f"http://127.0.0.1:{settings.port}{DEMO_BASE_PATH}")
+            os.environ.setdefault("OPENAI_API_KEY", "demo")
+        wrapped = wrap(agent) if agent is not None else load_agent(settings)
         return await _start(settings, stack, model, tools, host, port, channel_wrap, recovery_interval,
-                            limits or ClientLimits())
+                            limits or ClientLimits(), wrapped)
     except BaseException:
         await stack.aclose()
         raise
@@ -247,8 +257,9 @@ async def _start(
     channel_wrap: Callable[[Channel], Channel] | None,
     recovery_interval: float,
     limits: ClientLimits,
+    agent: WrappedAgent | None,
 ) -> BotApp:
-    registry = build_tools(settings, tools)
+    registry = with_agent_tools(build_tools(settings, tools), agent)
     if settings.mcp_config:  # MCP servers' tools join the registry as the servers answer (bot.connections.mcp)
         from bot.connections.mcp import McpServers
 
@@ -377,6 +388,7 @@ async def _start(
         live=slack_channel.live,  # answers stream into Slack as the model writes them
         policies=policies,
         installed=installed,
+        agent=agent.backend if agent is not None and role != "web" else None,
     )
     if settings.schedules_config:
         await _apply_schedules_file(settings.schedules_config, schedules, runtime.settings.clock())
@@ -401,6 +413,8 @@ async def _start(
                                     limits=limits)
     if takes_requests:
         handlers.routes.results.add_routes(web_app, deps, deps.result_key)
+    if settings.local_mode and not settings.openai_api_key:  # a framework agent's offline model (BOT_AGENT)
+        handlers.routes.demo_model.add_routes(web_app)
     runner = web.AppRunner(web_app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_SECONDS,
                            **limits.server_args())
     await runner.setup()

@@ -6,13 +6,20 @@ there); the terminal chat (``python -m bot chat``) uses these as they are, so it
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
+from bot.backends import MissingExtra, WrappedAgent, wrap
+from bot.backends.proxies import proxy_tools
 from bot.builtin import BUILTIN_TOOLS
 from bot.config import ConfigError, Settings
 from bot.engine.tool_registry import ToolRegistry
 from bot.models.base import ChatModel
 from bot.tools import Tool
+
+# a framework's import root → the extra that installs it
+FRAMEWORK_OF_MODULE = {"pydantic_ai": "pydantic-ai", "agents": "openai-agents", "langgraph": "langgraph",
+                       "langchain": "langgraph", "langchain_openai": "langgraph"}
 
 
 def build_model(settings: Settings) -> ChatModel:
@@ -49,6 +56,39 @@ def load_tools(settings: Settings, extra: list[Tool] | None = None) -> ToolRegis
         mcp_config(settings.mcp_config)
     for t in extra or []:
         registry.register(t)
+    return registry
+
+
+def load_agent(settings: Settings) -> WrappedAgent | None:
+    """BOT_AGENT's agent, wrapped for the engine (``bot.backends``); a bad setting, or a framework that is not
+    installed, is a ConfigError naming the fix."""
+    if not settings.agent:
+        return None
+    module_name, _, attribute = settings.agent.partition(":")
+    if not module_name or not attribute:
+        raise ConfigError(f"BOT_AGENT={settings.agent!r}: name the agent as module:attribute (myapp.agent:agent)")
+    try:
+        found = getattr(importlib.import_module(module_name), attribute)
+    except ImportError as exc:
+        missing = FRAMEWORK_OF_MODULE.get((exc.name or "").split(".")[0])
+        fix = f"pip install '.[{missing}]'" if missing else "check the module path"
+        raise ConfigError(f"BOT_AGENT: cannot import {module_name!r} ({exc}): {fix}") from exc
+    except AttributeError as exc:
+        raise ConfigError(f"BOT_AGENT: {module_name} has no {attribute!r}") from exc
+    try:
+        return wrap(found)
+    except (TypeError, MissingExtra) as exc:
+        raise ConfigError(f"BOT_AGENT: {exc}") from exc
+
+
+def with_agent_tools(registry: ToolRegistry, agent: WrappedAgent | None) -> ToolRegistry:
+    """The agent's tools, as the engine's (their policies, cards and who may answer: ``bot.backends.proxies``)."""
+    if agent is not None:
+        try:
+            for t in proxy_tools(agent):
+                registry.register(t)
+        except ValueError as exc:
+            raise ConfigError(f"BOT_AGENT: {exc}") from exc
     return registry
 
 

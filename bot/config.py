@@ -48,6 +48,9 @@ class Settings(BaseSettings):
     openai_api_key: str | None = Field(default=None, alias="OPENAI_API_KEY")
     model: str = Field(default="gpt-4o-mini", alias="MODEL")
     bot_tools: str = Field(default=DEFAULT_TOOLS, alias="BOT_TOOLS")
+    # module:attribute of a team's own agent (pydantic-ai, OpenAI Agents SDK, LangGraph), or of
+    # ``bot.backends.wrap(agent, policies=…)``: it drives the turns in place of the built-in loop (bot.backends)
+    agent: str | None = Field(default=None, alias="BOT_AGENT")
     bot_admins: str = Field(default="", alias="BOT_ADMINS")
     step_budget: int = Field(default=20, alias="BOT_STEP_BUDGET", ge=1)
     token_budget: int = Field(default=200_000, alias="BOT_TOKEN_BUDGET", ge=1000)

@@ -77,6 +77,17 @@ def turn_id_for(session_id: str, number: int, message: dict[str, Any]) -> str:
     return f"turn_{hashlib.sha256(seed.encode()).hexdigest()[:12]}"
 
 
+class FrameworkRun(DeferredModel):
+    """A framework agent's run within a turn (DESIGN §14, ``bot.backends``): what it resumes from, and what
+    it must resume into (a changed agent fails closed)."""
+
+    framework: str
+    version: str
+    fingerprint: str  # of the agent's tools (``bot.backends.fingerprint``)
+    saved: str | None = None  # the framework's own state, last checkpointed
+    request_ids: list[str] = Field(default_factory=list)  # the requests its pause waits on
+
+
 class TurnState(DeferredModel):
     turn_id: str
     number: int
@@ -90,11 +101,14 @@ class TurnState(DeferredModel):
     limit_request_id: str | None = None
     started_at: datetime = Field(default_factory=utcnow)
     automated: bool = False  # started by the app (a schedule), on behalf of ``owner``
+    run: FrameworkRun | None = None  # a framework agent's run (``bot.engine.framework_turns``); None: the built-in loop
 
     def open_request_ids(self) -> list[str]:
         """The requests the turn waits on: its parked step's, then a session-limit prompt's. Some may have
         settled since they were asked (read their records for the status)."""
         ids = list(self.step.request_ids if self.step else [])
+        if self.run is not None:
+            ids.extend(self.run.request_ids)
         if self.limit_request_id:
             ids.append(self.limit_request_id)
         return ids
@@ -106,6 +120,7 @@ class SessionState(DeferredModel):
     history: list[Message] = Field(default_factory=list)
     turn: TurnState | None = None
     turns: int = 0
+    agent_memory: str | None = None  # a framework agent's conversation, in its own serialization, turn to turn
 
     @property
     def agent(self) -> str | None:

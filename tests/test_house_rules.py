@@ -24,8 +24,8 @@ COMPOSITION_ROOT = {"bot.app", "bot.__main__"}
 # The contract is bot/'s top files (the face, the author's API, the models every room shares) and bot/models/;
 # the top floor is the composition root, the terminal frontend it starts (``python -m bot chat``) and what both
 # build from the settings without Slack (``bot.assembly``: the model, the tools).
-BOT_FLOORS = ("contract", "ops", "builtin", "engine", "connections", "top floor")
-BOT_FOLDERS = {"ops", "builtin", "engine", "connections"}  # bot/<folder>/: a room of its own
+BOT_FLOORS = ("contract", "ops", "builtin", "backends", "engine", "connections", "top floor")
+BOT_FOLDERS = {"ops", "builtin", "backends", "engine", "connections"}  # bot/<folder>/: a room of its own
 TOP_FLOOR = COMPOSITION_ROOT | {"bot.console", "bot.assembly"}
 MAX_LINES = 600
 

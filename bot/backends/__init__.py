@@ -160,8 +160,9 @@ class BackendTurn(Protocol):
     async def fence(self, call_id: str, tool_name: str, run: Callable[[], Awaitable[Any]], *,
                     idempotent: bool = False) -> Any:
         """Run ``run`` at most once per ``call_id`` across kills and replicas: a replay returns the recorded
-        result (JSON); a call whose worker died mid-run returns an "interrupted" note for the model unless
-        ``idempotent``. Raises the engine's LeaseLost when this worker no longer holds the turn."""
+        result (JSON); a call whose worker died mid-run returns ``{"status": "failed", "error": …}`` saying
+        it was interrupted (the model reads it), unless ``idempotent``: then it runs again. Raises the
+        engine's LeaseLost when this worker no longer holds the turn."""
         ...
 
     async def checkpoint(self, saved: str) -> None:

@@ -13,13 +13,14 @@ import asyncio
 import logging
 import secrets
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from bot.agents import delegation_live
+from bot.backends import AgentBackend
 from bot.engine.call_outcomes import apply_resolutions, unreported_results
 from bot.engine.early_start import EarlyStart
 from bot.engine.execute import Executor, ToolUnavailable, make_record
+from bot.engine.framework_turns import FrameworkTurns
 from bot.engine.history import compact, model_view, user_message
 from bot.engine.installed import RETRY_MS, NotInstalled
 from bot.engine.intake import Intake
@@ -27,6 +28,7 @@ from bot.engine.lease_keeper import LeaseKeeper
 from bot.engine.model_words import answer_words, logged_failure_words
 from bot.engine.outbox import DELIVER_UNHURRIED_S
 from bot.engine.parts import Parts
+from bot.engine.passes import DrivePass
 from bot.engine.settle import Settler
 from bot.models.base import TextCallback
 from bot.ops import logs
@@ -54,7 +56,7 @@ from bot.protocol import (
     session_limit_options,
 )
 from bot.session import SessionRef, new_request_id
-from bot.state import CallResult, CallState, SavedState, SessionState, StepState, TurnState, turn_id_for
+from bot.state import CallResult, CallState, SessionState, StepState, TurnState, turn_id_for
 
 log = logging.getLogger(__name__)
 
@@ -62,39 +64,16 @@ FAILED_RETRY_BASE_MS = 1_000
 FAILED_RETRY_MAX_MS = 60_000
 
 
-@dataclass
-class _Pass:
-    """Work done under one lease."""
-
-    session_id: str
-    token: str
-    failures: int = 0  # earlier failed attempts seen in the snapshot (cleared when this pass succeeds)
-    # queued messages taken into the in-memory history; they leave the inbox with the next commit
-    taking: list[dict[str, Any]] = field(default_factory=list)
-    # the state as this pass last committed it (fenced by the lease, so still what Redis holds); the
-    # next step starts from it instead of reading it back. Used once: a step that commits sets it again.
-    committed: SavedState = None
-    read: SessionSnapshot | None = None  # read with the lease, for the first step
-    # the last checkpoint let the lease go (``_commit(last=True)``); ``after``: what was read then
-    released: bool = False
-    after: SessionSnapshot | None = None
-    parked_now: bool = False  # that checkpoint parked on requests it created: none can be answered yet
-    # events of checkpoints folded into the next write (the turn's start, the model's step): while the model
-    # thinks nothing needs to be durable that the inbox does not keep (the message stays queued until then)
-    carry: list[Event] = field(default_factory=list)
-    carry_unless: str | None = None  # the model's step is carried: the next write is refused if its turn was stopped
-    early: EarlyStart | None = None  # the turn's start, written alone if the next write is slow to come
-    # a step's last call's result (marker → JSON), written by the step's next checkpoint in its own script
-    finished: dict[str, str] = field(default_factory=dict)
-
-
 class Driver:
-    def __init__(self, parts: Parts, settler: Settler, intake: Intake, executor: Executor):
+    def __init__(self, parts: Parts, settler: Settler, intake: Intake, executor: Executor,
+                 agent: AgentBackend | None = None):
         self.p = parts
         self.settler = settler
         self.intake = intake
         self.exec = executor
         self._slots: asyncio.Semaphore | None = None
+        # a framework's agent drives the main agent's turns in place of the built-in model step (DESIGN §14)
+        self.frameworks = FrameworkTurns(self, agent) if agent is not None else None
 
     async def drive(self, session_id: str, held: HeldLease | None = None) -> None:
         """Move the session forward if this worker can take its lease; safe to call any time. ``held``: the
@@ -123,11 +102,11 @@ class Driver:
             if token is None:
                 return  # another worker drives it and re-checks for work before letting go
             keeper = LeaseKeeper(store, session_id, token, int(getattr(store, "lease_ms", 30_000)),
-                                 told=lambda turn_id: self.exec.stop_running(session_id, turn_id),
-                                 busy=lambda: self.exec.runs_tools(session_id))
+                                 told=lambda turn_id: self._stop_running(session_id, turn_id),
+                                 busy=lambda: self._runs(session_id))
             keeper.start()
             failed = waits = False
-            work = _Pass(session_id, token, read=snap)
+            work = DrivePass(session_id, token, read=snap)
             try:
                 await self._drive_locked(work)
                 if work.failures:
@@ -156,6 +135,15 @@ class Driver:
             if after is None or not await self._has_work(after, parked_now=work.parked_now):
                 return
 
+    def _stop_running(self, session_id: str, turn_id: str) -> None:
+        self.exec.stop_running(session_id, turn_id)
+        if self.frameworks is not None:
+            self.frameworks.stop_running(session_id, turn_id)
+
+    def _runs(self, session_id: str) -> bool:
+        """Is work of this session running here that a stop must reach (a tool, a framework's run)?"""
+        return self.exec.runs_tools(session_id) or (self.frameworks is not None and self.frameworks.runs(session_id))
+
     async def _still_held(self, session_id: str, held: HeldLease) -> bool:
         """Is a lease an earlier write took for this drive still ours? Asked (one round trip) only when it was
         taken a while ago: nothing is written before the model is asked (bot.engine.early_start), so a holder that
@@ -174,14 +162,14 @@ class Driver:
             log.warning("session %s: attempt %d failed; retrying in %.1fs", session_id, count, delay / 1000)
             return delay
         try:
-            await self._abandon_turn(_Pass(session_id, token))
+            await self._abandon_turn(DrivePass(session_id, token))
             await self.p.store.drive_failures(session_id, failed=False)
             return 0
         except Exception:
             log.exception("could not fail the turn of %s visibly; retrying later", session_id)
             return FAILED_RETRY_MAX_MS
 
-    async def _abandon_turn(self, p: _Pass) -> None:
+    async def _abandon_turn(self, p: DrivePass) -> None:
         snap = await self.p.store.snapshot(p.session_id)
         state = SessionState.model_validate(snap.state) if snap.state else None
         if state is None or state.turn is None:
@@ -222,7 +210,7 @@ class Driver:
     async def _all_settled(self, turn: TurnState) -> bool:
         return all(r.status != "open" for r in await self.p.store.get_requests(turn.open_request_ids()))
 
-    async def _drive_locked(self, p: _Pass) -> None:
+    async def _drive_locked(self, p: DrivePass) -> None:
         while True:
             try:
                 if not await self._drive_step(p):
@@ -233,7 +221,7 @@ class Driver:
                 await self._let_go(p)
                 p.taking, p.committed, p.read, p.carry, p.carry_unless = [], None, None, [], None
 
-    async def _drive_step(self, p: _Pass) -> bool:
+    async def _drive_step(self, p: DrivePass) -> bool:
         """One step of the turn loop from a fresh snapshot; False when nothing more can be done now."""
         known, p.committed, snap = p.committed, None, p.read
         p.read = None
@@ -260,10 +248,13 @@ class Driver:
             await self._end_orphaned(p, state)  # the relay has not stopped this sub-agent yet: stop it here
             return True
         owner_message = next((m for m in inbox if _same(m, turn.owner)), None)
-        if owner_message is not None and (turn.step is not None or turn.limit_request_id):
+        waits = turn.step is not None or turn.limit_request_id or (turn.run is not None and turn.run.request_ids)
+        if owner_message is not None and waits:
             # a typed answer recorded but not yet tried (its process died after the ack): try it first
             if await self.intake.try_answer(p.session_id, owner_message, state):
                 return True
+        if self.frameworks is not None and not state.agent:
+            return await self.frameworks.step(p, state, snap, owner_message)
         if turn.limit_request_id:
             return await self._resume_limit(p, state, snap.requests)
         if turn.step is not None:
@@ -284,7 +275,7 @@ class Driver:
         if name and self.p.tools.agent(name) is None:
             raise ToolUnavailable(f"sub-agent {name!r} is not loaded in this process")
 
-    async def _start_turn(self, p: _Pass, state: SessionState | None, message: dict[str, Any]) -> SessionState:
+    async def _start_turn(self, p: DrivePass, state: SessionState | None, message: dict[str, Any]) -> SessionState:
         p.taking.append(message)
         principal = Principal.model_validate(message["principal"]) if message.get("principal") else None
         if state is None:
@@ -307,7 +298,7 @@ class Driver:
         p.carry.append(TurnStarted(session_id=p.session_id, turn_id=state.turn.turn_id, principal=principal))
         return state
 
-    async def _model_step(self, p: _Pass, state: SessionState, grants: set[str]) -> bool:
+    async def _model_step(self, p: DrivePass, state: SessionState, grants: set[str]) -> bool:
         """One model call and what follows it; False when the turn ended or parked (nothing more to do now:
         what arrived meanwhile is read when the lease is let go)."""
         turn = state.turn
@@ -357,7 +348,7 @@ class Driver:
         return await self._resume_step(p, state, grants, None)
 
     async def _resume_step(
-        self, p: _Pass, state: SessionState, grants: set[str], steer: dict[str, Any] | None,
+        self, p: DrivePass, state: SessionState, grants: set[str], steer: dict[str, Any] | None,
         read: dict[str, RequestRecord] | None = None,
     ) -> bool:
         """Apply answers, run what may run, park on what still needs a person. False = parked.
@@ -412,7 +403,7 @@ class Driver:
         await self._commit(p, state, results, then_step=True, no_hurry=True)
         return True
 
-    async def _park_on_limit(self, p: _Pass, state: SessionState) -> None:
+    async def _park_on_limit(self, p: DrivePass, state: SessionState) -> None:
         turn = state.turn
         assert turn is not None
         req = InputRequest(
@@ -439,7 +430,7 @@ class Driver:
             return {rid: read[rid] for rid in request_ids}
         return {r.request_id: r for r in await self.p.store.get_requests(request_ids)}
 
-    async def _resume_limit(self, p: _Pass, state: SessionState, read: dict[str, RequestRecord] | None = None) -> bool:
+    async def _resume_limit(self, p: DrivePass, state: SessionState, read: dict[str, RequestRecord] | None = None) -> bool:
         turn = state.turn
         assert turn is not None and turn.limit_request_id is not None
         record = (await self._records([turn.limit_request_id], read)).get(turn.limit_request_id)
@@ -457,7 +448,7 @@ class Driver:
                              text="Stopped: this turn reached its budget and was not continued.")])
         return True
 
-    def _close_step(self, p: _Pass, state: SessionState, code: str, message: str) -> list[Event]:
+    def _close_step(self, p: DrivePass, state: SessionState, code: str, message: str) -> list[Event]:
         """End a step whose calls will not run: every call gets a result, in the history too."""
         turn = state.turn
         assert turn is not None
@@ -470,7 +461,7 @@ class Driver:
             state.history.append({"role": "tool", "tool_call_id": call.call_id, "content": call.result.content()})
         return unreported_results(p.session_id, turn)
 
-    async def _end_orphaned(self, p: _Pass, state: SessionState) -> None:
+    async def _end_orphaned(self, p: DrivePass, state: SessionState) -> None:
         """A sub-agent's turn whose delegation ended: nothing more of it runs. Its open requests end "no
         longer needed" (their cards are updated) and the turn ends cancelled, as the relay's stop would."""
         assert state.turn is not None
@@ -484,20 +475,38 @@ class Driver:
             if record.status == "open":
                 await self.settler.resolve_unanswered(record, outcome, ended_by=ended_by)
 
-    async def _finish_cancelled(self, p: _Pass, state: SessionState) -> None:
+    async def _finish_cancelled(self, p: DrivePass, state: SessionState, before: list[Event] = ()) -> None:  # type: ignore[assignment]
         turn = state.turn
         assert turn is not None
         reports = self._close_step(p, state, "TURN_CANCELLED", "The turn was cancelled.")
-        await self._end_turn(p, state, TurnCancelled(session_id=p.session_id, turn_id=turn.turn_id), reports)
+        await self._end_turn(p, state, TurnCancelled(session_id=p.session_id, turn_id=turn.turn_id),
+                             [*before, *reports])
 
-    async def _end_turn(self, p: _Pass, state: SessionState, final: Event, before: list[Event] = (),  # type: ignore[assignment]
+    # --- what a framework's turn (bot.engine.framework_turns) does through the loop -------------------
+
+    async def commit_run(self, p: DrivePass, state: SessionState, events: list[Event]) -> None:
+        """A framework step's checkpoint: more work follows; refused (CancelRequested) once a stop is asked."""
+        assert state.turn is not None
+        await self._commit(p, state, events, unless_cancelled=state.turn.turn_id, no_hurry=True)
+
+    async def park(self, p: DrivePass, state: SessionState, events: list[Event], requests: list[RequestRecord]) -> None:
+        await self._commit(p, state, events, requests, last=True)
+        p.parked_now = True
+
+    async def fail_turn(self, p: DrivePass, state: SessionState, reason: str, before: list[Event] = ()) -> None:  # type: ignore[assignment]
+        assert state.turn is not None
+        await self._end_turn(p, state, TurnFailed(session_id=p.session_id, turn_id=state.turn.turn_id, reason=reason),
+                             before)
+
+
+    async def _end_turn(self, p: DrivePass, state: SessionState, final: Event, before: list[Event] = (),  # type: ignore[assignment]
                         *, unless_cancelled: str | None = None, last: bool = False) -> None:
         state.turn = None
         state.history = compact(state.history, self.p.settings.history_limit)
         await self._commit(p, state, [*before, final, SessionWaiting(session_id=p.session_id)],
                            unless_cancelled=unless_cancelled, last=last)
 
-    async def _commit_and_begin(self, p: _Pass, state: SessionState, events: list[Event],
+    async def _commit_and_begin(self, p: DrivePass, state: SessionState, events: list[Event],
                                 markers: list[str]) -> dict[str, tuple[bool, str | None]]:
         """The checkpoint that makes calls ready (more work follows: a tool run), starting them in its own
         fenced script (``TurnStore.commit_and_begin``); refused, like any, if a cancel was asked."""
@@ -512,7 +521,7 @@ class Driver:
             self.p.outbox.kick_later(p.session_id, committed[-1].seq, DELIVER_UNHURRIED_S)
         return begun
 
-    async def _carried(self, p: _Pass) -> list[Event]:
+    async def _carried(self, p: DrivePass) -> list[Event]:
         """The events folded into the next checkpoint: the turn's start's too, unless it was written alone
         (then neither its events nor the messages it took are this checkpoint's)."""
         early, p.early = p.early, None
@@ -521,7 +530,7 @@ class Driver:
             p.taking = [m for m in p.taking if m not in early.take]
         return p.carry
 
-    async def _let_go(self, p: _Pass) -> None:
+    async def _let_go(self, p: DrivePass) -> None:
         """What a pass folded into a checkpoint that will not come: the early start is stopped (fenced: it
         could write nothing once the lease is gone), a call's result is written (never lost)."""
         early, p.early = p.early, None
@@ -534,7 +543,7 @@ class Driver:
             log.exception("could not record a call's result in %s", p.session_id)
 
     async def _commit(
-        self, p: _Pass, state: SessionState, events: list[Event], requests: list[RequestRecord] = (),  # type: ignore[assignment]
+        self, p: DrivePass, state: SessionState, events: list[Event], requests: list[RequestRecord] = (),  # type: ignore[assignment]
         *, unless_cancelled: str | None = None, then_step: bool = False, no_hurry: bool = False, last: bool = False,
     ) -> None:
         """Checkpoint; ``then_step``: another step follows at once, so read its snapshot in the same round trip.
@@ -542,7 +551,7 @@ class Driver:
         ``DELIVER_UNHURRIED_S`` to go out with the next checkpoint's in one delivery pass. What people wait
         on (a card, an answer, a settled card) is at the end of a drive, or a settle, and goes out at once.
         ``last``: nothing follows under this lease: it goes with the checkpoint (if written) in its round trip.
-        What earlier checkpoints folded into this one (``_Pass.carry``, ``.finished``) goes with it."""
+        What earlier checkpoints folded into this one (``DrivePass.carry``, ``.finished``) goes with it."""
         events = [*await self._carried(p), *events]
         unless_cancelled = unless_cancelled or p.carry_unless
         finished, p.finished = p.finished, {}
@@ -566,6 +575,10 @@ class Driver:
             self.p.outbox.kick_later(p.session_id, committed[-1].seq, DELIVER_UNHURRIED_S)
         elif committed and opening is None:
             self.p.outbox.kick(p.session_id, committed[-1].seq)
+
+    end_turn = _end_turn
+    finish_cancelled = _finish_cancelled
+    records_of = _records
 
 
 # --- helpers -------------------------------------------------------------------------------------

@@ -110,7 +110,7 @@ class Executor:
         info = session_info(state)
         held = await self._requester_grants(state)
         everyone = grants | set(held)
-        await asyncio.gather(*(self._decide(call, info, everyone, turn.owner, state.agent) for call in turn.step.calls))
+        await asyncio.gather(*(self.decide(call, info, everyone, turn.owner, state.agent) for call in turn.step.calls))
         await asyncio.gather(*(self._standing(state, call, grants, held) for call in turn.step.calls))
 
     async def _standing(self, state: SessionState, call: CallState, conversation: set[str],
@@ -147,11 +147,11 @@ class Executor:
             try:
                 keys.append(tool.approval_key(tool.parse(call.arguments)))
             except ValueError:
-                continue  # _decide reports the bad arguments
+                continue  # decide reports the bad arguments
         now = datetime.fromtimestamp(self.p.settings.clock(), UTC)
         return await self.p.store.grants.for_requester(state.ref.team_id, turn.owner, keys, now) if keys else {}
 
-    async def _decide(self, call: CallState, info: SessionInfo, grants: set[str], owner: Any,
+    async def decide(self, call: CallState, info: SessionInfo, grants: set[str], owner: Any,
                       agent: str | None = None) -> None:
         tool = self.p.tools.get(call.tool_name)
         if tool is None or not self.p.tools.offers(call.tool_name, agent):  # another agent's tools are not its own
@@ -195,7 +195,7 @@ class Executor:
         records: list[RequestRecord] = []
         for call in turn.step.calls:
             if call.status == "awaiting" and call.request_id is None:
-                records.append(self._approval_request(state, call))
+                records.append(self.approval_request(state, call))
             elif call.status == "asking" and call.ask_request_id is None and call.result is not None:
                 records.append(self._question(state, call))
         batch = [r.request_id for r in records]
@@ -246,7 +246,7 @@ class Executor:
 
         await asyncio.gather(*(preview(r) for r in records))
 
-    def _approval_request(self, state: SessionState, call: CallState) -> RequestRecord:
+    def approval_request(self, state: SessionState, call: CallState) -> RequestRecord:
         turn = state.turn
         assert turn is not None
         tool = self.require(call.tool_name)

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from bot.approval import Decision, PolicySource
+from bot.backends import AgentBackend
 from bot.engine.drive import Driver
 from bot.engine.execute import Executor
 from bot.engine.history import model_view
@@ -102,13 +103,15 @@ class Runtime:
         live: LiveText | None = None,
         policies: PolicySource | None = None,
         installed: Installed | None = None,
+        agent: AgentBackend | None = None,
     ):
         """``store``: the turns (``TurnStore``); ``outbox_store``: their delivery (``bot.engine.outbox.OutboxStore``),
         which only the outbox uses. ``live``: where answers are shown while the model writes them
         (``bot.ports.LiveText``);
         ``policies``: the approver lists, workspace rules and admins the policies read (``ctx.policies``;
         None: those rules fail closed); ``installed``: which workspaces the app is installed in
-        (``bot.engine.installed``; None: all)."""
+        (``bot.engine.installed``; None: all); ``agent``: a framework's agent that drives the main agent's turns
+        in place of the built-in loop (``bot.backends``, DESIGN §14)."""
         self.background = Background()  # its tracked tasks (``spawn``)
         self._recovering: set[str] = set()  # sessions the sweep is driving in the background (``recover``)
         self.outbox = self._outbox(outbox_store, channel)
@@ -119,7 +122,7 @@ class Runtime:
         self.settler = Settler(self.parts)
         self.intake = Intake(self.parts, self.settler)
         self.executor = Executor(self.parts)
-        self.driver = Driver(self.parts, self.settler, self.intake, self.executor)
+        self.driver = Driver(self.parts, self.settler, self.intake, self.executor, agent)
         self.timers = Timers(self.parts, self.settler, on_schedule=self._fire_schedule)
         self.schedules = schedules  # scheduled turns (``bot.engine.schedules``), where the frontend offers them
         # sub-agents: delegations start, report and stop through committed events. Every replica relays,

@@ -43,18 +43,19 @@ def e2e_settings(slack: LocalSlack, redis_url: str, tmp_path: Any, **extra: Any)
 @asynccontextmanager
 async def app_starter(local_slack: LocalSlack, redis_url: str, tmp_path: Any,
                       **fixed: Any) -> AsyncIterator[Callable[..., Any]]:
-    """``await start(model, tools, redis_url=…, recovery_interval=…, limits=…, **settings)`` → a running BotApp that
+    """``await start(model, tools, redis_url=…, recovery_interval=…, limits=…, agent=…, **settings)`` → a running BotApp that
     localslack delivers to, on ``redis_url`` unless the call names another; every one is closed at the end,
     and then the models it was given."""
     started: list[BotApp] = []
     given: list[ChatModel] = []
 
     async def start(model: ChatModel, tools: list[Tool], redis_url: str | None = None, *,
-                    recovery_interval: float = 0, limits: ClientLimits | None = None, **extra: Any) -> BotApp:
+                    recovery_interval: float = 0, limits: ClientLimits | None = None, agent: Any = None,
+                    **extra: Any) -> BotApp:
         # no recovery sweep by default: tests drive recovery themselves, except those that need it running
         settings = e2e_settings(local_slack, redis_url or default_url, tmp_path, **{**fixed, **extra})
         bot = await start_bot(settings, model=model, tools=tools, host="127.0.0.1", port=0,
-                              recovery_interval=recovery_interval, limits=limits)
+                              recovery_interval=recovery_interval, limits=limits, agent=agent)
         local_slack.set_bot_url(f"{bot.url}/slack/events")
         started.append(bot)
         given.append(model)

@@ -1,0 +1,341 @@
+"""Turns of a framework's agent (DESIGN §14): the engine drives a backend (``bot.backends``) instead of its
+own model step, and keeps everything else its own.
+
+A run goes on under the session's turn lease, in one task this process can stop. Each framework step is
+committed by the driver's fenced checkpoint (refused once a stop is asked), every tool execution goes
+through an execution marker keyed by the framework's call id, and a pause becomes requests of the one
+protocol (cards, response policies, settle, audit). Once every request of the pause has settled, the
+lease holder, and only it, resumes the run with the answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from bot.backends import (
+    AgentBackend,
+    Answer,
+    Approve,
+    Finished,
+    GateVerdict,
+    Outcome,
+    Parked,
+    PendingCall,
+    Reject,
+    Reply,
+    Stopped,
+    fingerprint,
+)
+from bot.engine.call_outcomes import rejection
+from bot.engine.early_start import EarlyStart
+from bot.engine.execute import INTERRUPTED, jsonable, make_record, session_info
+from bot.engine.model_words import logged_failure_words
+from bot.engine.passes import DrivePass, TurnLoop
+from bot.principals import Principal
+from bot.protocol import (
+    ActionRef,
+    ActionResult,
+    ActionStarted,
+    CancelRequested,
+    Event,
+    InputOption,
+    InputRequest,
+    InputRequested,
+    LeaseLost,
+    MessageCompleted,
+    RequestRecord,
+    SessionSnapshot,
+    TurnCompleted,
+    TurnWaiting,
+)
+from bot.session import new_request_id
+from bot.state import CallState, FrameworkRun, SessionState
+
+log = logging.getLogger(__name__)
+
+CHANGED = ("This turn paused under a different version of the agent (its tools changed since), so it was "
+           "not resumed into different code. Ask again to start over.")
+
+
+class EngineTurn:
+    """The engine's side of one framework run (``bot.backends.BackendTurn``)."""
+
+    def __init__(self, driver: TurnLoop, work: DrivePass, state: SessionState, grants: set[str]):
+        assert state.turn is not None
+        self._driver, self._work, self._state, self._grants = driver, work, state, grants
+        self.session_id = work.session_id
+        self.turn_id = state.turn.turn_id
+        self.owner_id = state.turn.owner.principal_id if state.turn.owner else None
+        self._stopped = False
+        self._events: list[Event] = []  # tool events, written with the next checkpoint
+        self._started: set[str] = set()
+        self._words: list[str] = []
+        self.approved: set[str] = set()  # call ids people approved in this resume: not gated again
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+    def stop(self) -> None:
+        self._stopped = True
+
+    async def gate(self, call_id: str, tool_name: str, arguments: Mapping[str, Any]) -> GateVerdict:
+        """Our request policy for the call (the tool's proxy carries it: ``bot.backends.proxies``)."""
+        if call_id in self.approved:
+            return GateVerdict(action="run")
+        call = CallState(call_id=call_id, tool_name=tool_name, arguments=json.dumps(dict(arguments), default=str))
+        turn = self._state.turn
+        assert turn is not None
+        await self._driver.exec.decide(call, session_info(self._state), self._grants, turn.owner)
+        if call.status == "awaiting":
+            return GateVerdict(action="ask")
+        if call.status == "done":
+            return GateVerdict(action="refuse", reason=call.result.content() if call.result else "Not allowed.")
+        return GateVerdict(action="run")
+
+    async def fence(self, call_id: str, tool_name: str, run: Callable[[], Awaitable[Any]], *,
+                    idempotent: bool = False) -> Any:
+        """At most once per call id (the marker is fenced by the lease: a worker that lost it gets LeaseLost)."""
+        store = self._driver.p.store
+        marker = f"{self.turn_id}:fw:{call_id}"
+        fresh, recorded = await store.begin_execution(self.session_id, marker, self._work.token)
+        if not fresh:
+            if recorded and recorded != "started":
+                return _replayed(json.loads(recorded))
+            if not idempotent:  # what the model reads, in the shape of any failed call's result
+                self._result(call_id, tool_name, "failed", None, INTERRUPTED)
+                return {"status": "failed", "error": INTERRUPTED}
+        self.tool_started(call_id, tool_name, {})
+        try:
+            output = await run()
+        except asyncio.CancelledError:
+            raise  # stopped or shut down: the marker says "started", reported as interrupted if replayed
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            await store.finish_execution(self.session_id, marker, json.dumps({"error": error}))
+            self._result(call_id, tool_name, "failed", None, error)
+            raise
+        kept = jsonable(output)
+        await store.finish_execution(self.session_id, marker, json.dumps({"output": kept}, default=str))
+        self.tool_finished(call_id, tool_name, kept)
+        return output
+
+    async def checkpoint(self, saved: str) -> None:
+        turn = self._state.turn
+        assert turn is not None and turn.run is not None
+        turn.run.saved = saved
+        await self._driver.commit_run(self._work, self._state, self.take_events())
+
+    def text(self, delta: str) -> None:
+        live, turn = self._driver.p.live, self._state.turn
+        if live is None or turn is None or not delta:
+            return
+        self._words.append(delta)
+        try:
+            live.text_so_far(self._state.ref, self.turn_id, turn.steps + 1, "".join(self._words), turn.owner)
+        except Exception:  # noqa: BLE001 - showing words early is a courtesy; the answer is committed anyway
+            log.exception("live text failed in %s", self.session_id)
+
+    def tool_started(self, call_id: str, tool_name: str, arguments: Mapping[str, Any]) -> None:
+        if call_id in self._started:
+            return
+        self._started.add(call_id)
+        self._events.append(ActionStarted(session_id=self.session_id, turn_id=self.turn_id, call_id=call_id,
+                                          tool_name=tool_name, input=dict(arguments) or None))
+
+    def tool_finished(self, call_id: str, tool_name: str, output: Any) -> None:
+        self._result(call_id, tool_name, "completed", output, None)
+
+    def _result(self, call_id: str, tool_name: str, status: str, output: Any, error: str | None) -> None:
+        self._events.append(ActionResult(session_id=self.session_id, turn_id=self.turn_id, call_id=call_id,
+                                         tool_name=tool_name, status=status, output=jsonable(output), error=error))
+
+    def take_events(self) -> list[Event]:
+        events, self._events = self._events, []
+        return events
+
+
+def _replayed(recorded: dict[str, Any]) -> Any:
+    if "error" in recorded:
+        raise RuntimeError(recorded["error"])  # it failed when it ran: the framework hears the same
+    return recorded.get("output")
+
+
+class FrameworkTurns:
+    """Drives the turns of the framework agent this process runs (the main agent's sessions)."""
+
+    def __init__(self, driver: TurnLoop, backend: AgentBackend):
+        self.driver, self.backend = driver, backend
+        self._fingerprint = fingerprint(backend.tools())
+        self._running: dict[str, tuple[str, EngineTurn, asyncio.Task[Any]]] = {}
+
+    def runs(self, session_id: str) -> bool:
+        return session_id in self._running
+
+    def stop_running(self, session_id: str, turn_id: str) -> None:
+        """A stop seen by the lease renewal: the run is told and its task cancelled (idempotent)."""
+        running = self._running.get(session_id)
+        if running is not None and running[0] == turn_id and not running[1].stopped:
+            log.info("turn %s stopped: stopping its framework run", turn_id)
+            running[1].stop()
+            running[2].cancel()
+
+    async def step(self, p: DrivePass, state: SessionState, snap: SessionSnapshot,
+                   steer: dict[str, Any] | None) -> bool:
+        """One step of a framework turn; False when nothing more can be done now (parked or ended)."""
+        turn = state.turn
+        assert turn is not None
+        if turn.run is None:
+            turn.run = FrameworkRun(framework=self.backend.framework, version=self.backend.version,
+                                    fingerprint=self._fingerprint)
+            text = state.history[-1]["content"] if state.history else ""
+            return await self._go(p, state, snap, lambda t: self.backend.start(t, text, state.agent_memory))
+        run = turn.run
+        if run.request_ids:
+            answers = await self._answers(p, state, snap, steer)
+            if answers is None:
+                return False  # still waiting on people
+        else:
+            answers = {}
+        if (run.framework, run.fingerprint) != (self.backend.framework, self._fingerprint):
+            log.warning("session %s: turn %s paused under %s %s (tools %s), this process runs %s %s (tools %s)",
+                        p.session_id, turn.turn_id, run.framework, run.version, run.fingerprint,
+                        self.backend.framework, self.backend.version, self._fingerprint)
+            await self.driver.fail_turn(p, state, CHANGED)
+            return False
+        if run.saved is None:  # killed before its first checkpoint: it starts over (no tool ran outside one)
+            text = state.history[-1]["content"] if state.history else ""
+            return await self._go(p, state, snap, lambda t: self.backend.start(t, text, state.agent_memory))
+        saved = run.saved
+        return await self._go(p, state, snap, lambda t: self.backend.resume(t, saved, answers),
+                              approved={cid for cid, a in answers.items() if isinstance(a, Approve)})
+
+    async def _answers(self, p: DrivePass, state: SessionState, snap: SessionSnapshot,
+                       steer: dict[str, Any] | None) -> dict[str, Answer] | None:
+        turn = state.turn
+        assert turn is not None and turn.run is not None
+        run = turn.run
+        records = await self.driver.records_of(run.request_ids, snap.requests)
+        if steer is not None and any(r.status == "open" for r in records.values()):
+            author = Principal.model_validate(steer["principal"]) if steer.get("principal") else None
+            for record in records.values():
+                if record.status == "open":
+                    await self.driver.settler.resolve_unanswered(record, "ignored", ended_by="message", by=author)
+            records = {r.request_id: r for r in await self.driver.p.store.get_requests(run.request_ids)}
+        if any(r.status == "open" for r in records.values()):
+            return None
+        run.request_ids = []
+        turn.status = "running"
+        return {r.request.action.call_id: self._answer(r) for r in records.values() if r.request.action}
+
+    def _answer(self, record: RequestRecord) -> Answer:
+        by = record.responder.principal_id if record.responder else None
+        response = record.response
+        if record.request.kind == "question":
+            if record.outcome == "answered" and response is not None:
+                labels = {o.id: o.label for o in record.request.options}
+                value = labels.get(response.option_id or "", response.option_id) if response.option_id else response.text
+                return Reply(value=value, by=by)
+        elif record.outcome == "approved":
+            return Approve(arguments=response.edited_input if response else None, by=by)
+        tool = self.driver.p.tools.get(record.request.action.tool_name) if record.request.action else None
+        said = rejection(record, tool.denied_message if tool else None)
+        message = " ".join(str(said[k]) for k in ("message", "note") if said.get(k))
+        return Reject(message=message, by=by)
+
+    async def _go(self, p: DrivePass, state: SessionState, snap: SessionSnapshot,
+                  call: Callable[[EngineTurn], Awaitable[Outcome]], *, approved: set[str] = frozenset()) -> bool:  # type: ignore[assignment]
+        turn = state.turn
+        assert turn is not None
+        if p.carry and p.early is None:  # the turn's start is written alone if the first step is slow to come
+            p.early = EarlyStart(self.driver.p, p.session_id, p.token, state, p.carry, p.taking)
+        engine_turn = EngineTurn(self.driver, p, state, snap.grants)
+        engine_turn.approved = set(approved)
+        task = asyncio.ensure_future(call(engine_turn))
+        self._running[p.session_id] = (turn.turn_id, engine_turn, task)
+        try:
+            outcome: Outcome = await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if not engine_turn.stopped or (current is not None and current.cancelling()):
+                raise
+            outcome = Stopped()
+        except (CancelRequested, LeaseLost):
+            raise  # a stop asked meanwhile, or the lease lost: the driver's loop handles both
+        except Exception as exc:  # noqa: BLE001 - a backend's own failure ends the turn visibly
+            await self.driver.fail_turn(p, state, logged_failure_words(exc, p.session_id), engine_turn.take_events())
+            return False
+        finally:
+            self._running.pop(p.session_id, None)
+        return await self._ended(p, state, engine_turn, outcome)
+
+    async def _ended(self, p: DrivePass, state: SessionState, engine_turn: EngineTurn, outcome: Outcome) -> bool:
+        turn = state.turn
+        assert turn is not None and turn.run is not None
+        turn.steps += 1
+        events = engine_turn.take_events()
+        if isinstance(outcome, Finished):
+            state.agent_memory = outcome.saved
+            if outcome.text:
+                events.append(MessageCompleted(session_id=p.session_id, turn_id=turn.turn_id, text=outcome.text,
+                                               step=turn.steps))
+            await self.driver.end_turn(p, state, TurnCompleted(session_id=p.session_id, turn_id=turn.turn_id),
+                                       events, unless_cancelled=turn.turn_id, last=True)
+            return False
+        if isinstance(outcome, Parked):
+            await self._park(p, state, outcome, events)
+            return False
+        if isinstance(outcome, Stopped):
+            if outcome.saved is not None:
+                state.agent_memory = outcome.saved
+            await self.driver.finish_cancelled(p, state, events)
+            return True
+        if outcome.saved is not None:
+            state.agent_memory = outcome.saved
+        await self.driver.fail_turn(p, state, outcome.reason, events)
+        return False
+
+    async def _park(self, p: DrivePass, state: SessionState, outcome: Parked, events: list[Event]) -> None:
+        turn = state.turn
+        assert turn is not None and turn.run is not None
+        turn.run.saved = outcome.saved
+        records = [self._request(state, pending) for pending in outcome.pending]
+        batch = [r.request_id for r in records]
+        for record in records:
+            record.batch = batch
+        await self.driver.exec.describe_responders(state, records)
+        turn.run.request_ids = batch
+        turn.status = "parked"
+        events = [*events,
+                  InputRequested(session_id=p.session_id, turn_id=turn.turn_id, requests=[r.request for r in records]),
+                  TurnWaiting(session_id=p.session_id, turn_id=turn.turn_id, on="input")]
+        await self.driver.park(p, state, events, records)
+
+    def _request(self, state: SessionState, pending: PendingCall) -> RequestRecord:
+        turn = state.turn
+        assert turn is not None
+        if pending.kind == "approval" and self.driver.p.tools.get(pending.tool_name) is not None:
+            call = CallState(call_id=pending.call_id, tool_name=pending.tool_name,
+                             arguments=json.dumps(pending.arguments, default=str))
+            record = self.driver.exec.approval_request(state, call)
+            if "edit" not in pending.decisions:  # the card offers only what the framework takes
+                record.request.editable = False
+            return record
+        options = [InputOption(id=f"o{i}", label=label) for i, label in enumerate(pending.options)]
+        req = InputRequest(
+            request_id=new_request_id(state.ref.session_id),
+            kind="question",
+            prompt=pending.prompt or f"{pending.tool_name} asks for an answer.",
+            action=ActionRef(call_id=pending.call_id, tool_name=pending.tool_name),
+            options=options,
+            display="select" if options else "text",
+            allow_free_text=True,
+            principal=turn.owner,
+            session_id=state.ref.session_id,
+            turn_id=turn.turn_id,
+        )
+        return make_record(state, req)
