@@ -33,8 +33,6 @@ from langchain_core.messages import (
     AIMessageChunk,
     HumanMessage,
     ToolMessage,
-    message_to_dict,
-    messages_from_dict,
 )
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
@@ -180,23 +178,30 @@ def _tool_message(call: Mapping[str, Any], content: str, status: Literal["succes
     return ToolMessage(content=content, name=call["name"], tool_call_id=call["id"], status=status)
 
 
-def _result_json(result: Any) -> Any:
-    """A tool's result as the fence records it (JSON)."""
+def _recorded(result: Any) -> Any:
+    """A tool's result as the fence records it (JSON, shown as the call's output): a plain success is its text."""
     if isinstance(result, ToolMessage):
-        return {"message": message_to_dict(result)}
-    return {"typed": _Typed.of(result).model_dump()}
+        if result.status == "success" and result.artifact is None and isinstance(result.content, str):
+            return result.content
+        return {"content": result.content, "status": result.status,
+                **({"artifact": _Typed.of(result.artifact).model_dump()} if result.artifact is not None else {})}
+    return {"command": _Typed.of(result).model_dump()}  # a Command (or a list of them): LangGraph's own serde
 
 
-def _result_from(recorded: Any, call: Mapping[str, Any]) -> Any:
-    if isinstance(recorded, dict) and "message" in recorded:
-        return messages_from_dict([recorded["message"]])[0]
-    if isinstance(recorded, dict) and "typed" in recorded:
-        return _Typed.model_validate(recorded["typed"]).load()
-    return _tool_message(call, recorded if isinstance(recorded, str) else json.dumps(recorded, default=str))
-
-
-def _output_of(result: Any) -> Any:
-    return result.content if isinstance(result, ToolMessage) else str(result)
+def _replayed(recorded: Any, call: Mapping[str, Any]) -> Any:
+    """The framework's result again from what the fence recorded (or the engine's note for a call cut short)."""
+    if isinstance(recorded, dict) and "asked" in recorded:  # the tool asked a question when it ran
+        raise GraphInterrupt(tuple(Interrupt(value=a["value"], id=a["id"]) for a in recorded["asked"]))
+    if isinstance(recorded, dict) and "command" in recorded:
+        return _Typed.model_validate(recorded["command"]).load()
+    if isinstance(recorded, dict) and "content" in recorded:
+        artifact = _Typed.model_validate(recorded["artifact"]).load() if "artifact" in recorded else None
+        return ToolMessage(content=recorded["content"], name=call["name"], tool_call_id=call["id"],
+                           status=recorded.get("status", "success"), artifact=artifact)
+    if isinstance(recorded, dict) and "error" in recorded:  # interrupted mid-run: the model reads why
+        return _tool_message(call, str(recorded["error"]))
+    return _tool_message(call, recorded if isinstance(recorded, str) else json.dumps(recorded, default=str),
+                         status="success")
 
 
 # --- the backend ---------------------------------------------------------------------------------
@@ -573,21 +578,19 @@ async def _fenced(run: _Run, backend: LangGraphBackend, request: Any, execute: A
 
     async def go() -> Any:
         try:
-            return _result_json(await execute(request))
-        except GraphInterrupt as exc:  # the tool itself asked: its question is this call's
-            for item in exc.args[0] if exc.args else ():
-                run.asked_in_tool[item.id] = call_id
-            raise
+            return _recorded(await execute(request))
+        except GraphInterrupt as exc:  # the tool itself asked: recorded, so a replay asks the same again
+            return {"asked": [{"id": item.id, "value": item.value} for item in (exc.args[0] if exc.args else ())]}
 
-    run.turn.tool_started(call_id, name, call["args"])
+    run.turn.tool_started(key, name, call["args"])
     try:
         recorded = await run.turn.fence(key, name, go, idempotent=idempotent)
     except LeaseLost as exc:
         run.lease_lost = exc  # a ToolNode that handles every error must not swallow it
         raise
-    result = _result_from(recorded, call)
-    run.turn.tool_finished(call_id, name, _output_of(result))
-    return result
+    for asked in recorded.get("asked", []) if isinstance(recorded, dict) else []:
+        run.asked_in_tool[asked["id"]] = call_id  # its question is this call's
+    return _replayed(recorded, call)
 
 
 def backend(agent: Any, *, input: Callable[[str], Any] | None = None) -> LangGraphBackend:  # noqa: A002

@@ -76,15 +76,23 @@ class RecordingTurn:
 
     async def fence(self, call_id: str, tool_name: str, run: Callable[[], Awaitable[Any]], *,
                     idempotent: bool = False) -> Any:
+        """As the engine's: the output on the first run, the recorded one on a replay, and for a call whose
+        worker died mid-run the failed result the model reads (unless it is idempotent)."""
         marker = self.markers.get(call_id)
         if marker == "started" and not idempotent:
-            return INTERRUPTED
-        if marker is not None and marker != "started":
-            return marker
+            return {"status": "failed", "error": INTERRUPTED}
+        if isinstance(marker, dict):
+            if "error" in marker:
+                raise RuntimeError(marker["error"])
+            return marker["output"]
         self.markers[call_id] = "started"
-        result = await run()
-        self.markers[call_id] = json.loads(json.dumps(result))  # recorded as JSON, as Redis would keep it
-        return self.markers[call_id]
+        try:
+            output = await run()
+        except Exception as exc:
+            self.markers[call_id] = {"error": f"{type(exc).__name__}: {exc}"}
+            raise
+        self.markers[call_id] = json.loads(json.dumps({"output": output}))  # kept as JSON, as Redis keeps it
+        return output
 
     async def checkpoint(self, saved: str) -> None:
         await asyncio.sleep(self.checkpoint_delay_s)
@@ -118,9 +126,13 @@ def lookup_charge(charge_id: str) -> str:
     return f"{charge_id}: 40 EUR, paid"
 
 
+asked_for_account: list[str] = []
+
+
 @tool
 def pick_account(customer: str) -> str:
     """Ask which account the refund goes to."""
+    asked_for_account.append(customer)
     account = interrupt({"question": f"Which account of {customer}?", "options": ["card", "wallet"]})
     refunds.append((customer, 0))
     return f"account: {account}"
@@ -129,6 +141,7 @@ def pick_account(customer: str) -> str:
 @pytest.fixture(autouse=True)
 def _no_refunds():
     refunds.clear()
+    asked_for_account.clear()
 
 
 @pytest.fixture
@@ -339,6 +352,20 @@ async def test_a_plain_interrupt_in_a_tool_is_a_question_and_the_tool_runs_on_wi
     assert tool_messages(fake)["call_pick"] == "account: wallet"
     assert refunds == [("ada", 0)]  # past its question once, under a fence key of its own
     assert set(turn.markers) == {"call_pick", "call_pick:1"}
+
+
+async def test_a_tools_question_asked_again_after_a_kill_is_the_same_question_not_a_second_run(fake):
+    fake.reply_tool_call("pick_account", {"customer": "ada"}, "call_pick")
+    lg, turn = backend(agent(fake, tools=[pick_account], interrupt_on={})), RecordingTurn()
+    parked = await lg.start(turn, "refund ada", None)
+    stored = turn.checkpoints[-1]  # killed before the pause was stored: the engine has the step before it
+
+    again = await lg.resume(turn, stored, {})
+
+    assert isinstance(again, Parked)
+    assert [(p.call_id, p.tool_name, p.prompt) for p in again.pending] == [
+        (q.call_id, q.tool_name, q.prompt) for q in parked.pending]
+    assert asked_for_account == ["ada"]  # the recorded question, not the tool run again
 
 
 class Refund(TypedDict, total=False):
