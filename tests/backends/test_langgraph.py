@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import importlib
 import json
 import operator
 from collections.abc import Awaitable, Callable, Mapping
@@ -566,3 +567,21 @@ async def test_the_fingerprint_changes_when_the_agents_tools_do(fake):
 
     after = fingerprint(backend(agent(fake, tools=[issue_refund, lookup_charge])).tools())
     assert before != after
+
+
+async def test_the_example_agent_asks_for_its_refund_and_looks_up_at_once(fake, monkeypatch):
+    monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    example = importlib.reload(importlib.import_module("examples.langgraph_agent"))
+    lg = example.slack_agent.backend
+    assert set(example.slack_agent.policies) == {"refund_charge"}
+    fake.reply_tool_call("refund_charge", {"charge_id": "ch_1001", "amount": 40}, "call_refund")
+    fake.reply_tool_call("lookup_customer", {"name": "acme"}, "call_look")
+    fake.reply_text("Acme is on Pro.")
+
+    parked = await lg.start(RecordingTurn(turn_id="t1"), "refund ch_1001 $40", None)
+    looked = await lg.start(RecordingTurn(turn_id="t2"), "look up acme", None)
+
+    assert isinstance(parked, Parked) and [p.tool_name for p in parked.pending] == ["refund_charge"]
+    assert parked.pending[0].decisions == {"approve", "edit", "reject"}
+    assert isinstance(looked, Finished) and looked.text == "Acme is on Pro."
