@@ -512,6 +512,31 @@ async def test_a_worker_killed_mid_tool_is_reported_to_the_model_not_run_again(f
     assert tool_messages(fake)["call_charge"] == INTERRUPTED
 
 
+async def test_an_idempotent_tool_killed_mid_run_runs_again(fake):
+    calls: list[str] = []
+
+    @tool
+    def read_balance(account: str) -> str:
+        """Read an account's balance."""
+        calls.append(account)
+        if len(calls) == 1:
+            raise WorkerKilled
+        return "12 EUR"
+
+    read_balance.metadata = {"idempotent": True}
+    fake.reply_tool_call("read_balance", {"account": "a1"}, "call_read")
+    fake.reply_text("12 EUR.")
+    lg, turn = backend(agent(fake, tools=[read_balance], interrupt_on={})), RecordingTurn()
+    with pytest.raises(WorkerKilled):
+        await lg.start(turn, "balance?", None)
+
+    done = await lg.resume(turn, turn.checkpoints[-1], {})
+
+    assert isinstance(done, Finished) and calls == ["a1", "a1"]
+    assert tool_messages(fake)["call_read"] == "12 EUR"
+    assert [t.idempotent for t in lg.tools()] == [True]
+
+
 async def test_the_conversation_carries_into_the_next_turn(fake):
     fake.reply_text("Hello Ada.")
     fake.reply_text("Your name is Ada.")
