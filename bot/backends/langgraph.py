@@ -1,9 +1,8 @@
 """LangGraph as an agent backend (DESIGN §14): a compiled graph, a LangChain ``create_agent`` agent included.
 
-Every ``interrupt()`` value of a run becomes a :class:`PendingCall`: LangChain's human-in-the-loop middleware
-requests (batched ``HITLRequest``: one pending call per action; ``per_call`` ``ToolApprovalRequest``), Agent
-Inbox's ``HumanInterrupt`` list, and a plain value (a question). People's answers go back in one
-``Command(resume={interrupt_id: value})``, in the shape each interrupt asked for.
+Every ``interrupt()`` value of a run becomes :class:`PendingCall` s (LangChain's human-in-the-loop middleware
+requests, Agent Inbox's, a plain value as a question: ``bot.backends.langgraph_interrupts``). People's answers
+go back in one ``Command(resume={interrupt_id: value})``, in the shape each interrupt asked for.
 
 State: each run gets its own in-memory checkpointer; after every super-step (LangGraph waits for the save,
 ``durability="sync"``) the thread's newest checkpoint of each namespace, with its pending writes, goes to
@@ -28,12 +27,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import version as package_version
 from typing import Any, Literal
 
-from langchain_core.messages import (
-    AIMessage,
-    AIMessageChunk,
-    HumanMessage,
-    ToolMessage,
-)
+from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.errors import GraphInterrupt
@@ -51,17 +45,14 @@ from bot.backends import (
     Outcome,
     Parked,
     PendingCall,
-    Reject,
-    Reply,
     Stopped,
     ToolInfo,
 )
+from bot.backends.langgraph_interrupts import OUR_GATE, Asked, pending_of, resume_value
 from bot.protocol import LeaseLost
 
 FRAMEWORK = "langgraph"
 FORMAT = "langgraph-thread/1"
-ALL_DECISIONS: frozenset[Decision] = frozenset({"approve", "edit", "reject", "respond"})
-OUR_GATE = "bot-policy"  # marks an interrupt our request policy raised (not the graph's own)
 REJECTED = "User rejected the tool call for `{name}` with reason: {reason}"
 
 _serde = JsonPlusSerializer()
@@ -96,41 +87,28 @@ class _Checkpoint(BaseModel):
     writes: list[tuple[str, str, _Typed]] = Field(default_factory=list)  # task id, channel, value
 
 
-class _Asked(BaseModel):
-    """How to answer one pending interrupt: its shape and the pending calls it became, in order."""
-
-    interrupt_id: str
-    shape: Literal["hitl_batch", "tool_approval", "inbox", "question"]
-    call_ids: list[str]
-    tool_names: list[str]
-    decisions: list[list[str]]  # per call: what the interrupt accepts
-    listed: bool = False  # inbox: the value was a list (it is answered with a list)
-    in_tool_call: str | None = None  # the tool call whose own code asked (its fence key moves on)
-    ours: bool = False  # our request policy asked (the wrapper consumes the answer, not the graph's code)
-
-
 class _Saved(BaseModel):
     format: Literal["langgraph-thread/1"] = FORMAT
     thread_id: str
     turn_id: str | None = None
     phase: Literal["running", "parked", "done"]
     checkpoints: list[_Checkpoint] = Field(default_factory=list)
-    asked: list[_Asked] = Field(default_factory=list)  # when parked
+    asked: list[Asked] = Field(default_factory=list)  # when parked
     approved: list[str] = Field(default_factory=list)  # call ids people approved in this turn's resumes
     ours: list[str] = Field(default_factory=list)  # call ids our gate asked about, answered in this turn
     answered_in_tool: dict[str, int] = Field(default_factory=dict)  # tool call id → its answered questions
 
 
-async def _snapshot(saver: InMemorySaver, thread_id: str) -> list[_Checkpoint]:
-    newest: dict[str, _Checkpoint] = {}
-    async for tup in saver.alist({"configurable": {"thread_id": thread_id}}):
-        ns = tup.config["configurable"].get("checkpoint_ns", "")
-        if ns in newest:
-            continue  # alist gives each namespace newest first
-        newest[ns] = _Checkpoint(
-            ns=ns, checkpoint=_Typed.of(tup.checkpoint), metadata=_Typed.of(tup.metadata),
-            writes=[(task, channel, _Typed.of(value)) for task, channel, value in tup.pending_writes or []])
-    return list(newest.values())
+async def _snapshot(saver: _StepSaver, thread_id: str) -> list[_Checkpoint]:
+    """The thread's newest checkpoint of each namespace (the main graph's, its subgraphs'), with its writes."""
+    newest = []
+    for ns in list(saver.storage[thread_id]):
+        tup = await saver.aget_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}})
+        if tup is not None:
+            newest.append(_Checkpoint(
+                ns=ns, checkpoint=_Typed.of(tup.checkpoint), metadata=_Typed.of(tup.metadata),
+                writes=[(task, channel, _Typed.of(value)) for task, channel, value in tup.pending_writes or []]))
+    return newest
 
 
 def _restore(saver: InMemorySaver, thread_id: str, checkpoints: list[_Checkpoint]) -> None:
@@ -262,7 +240,7 @@ class LangGraphBackend:
             got = [answers.get(call_id) for call_id in asked.call_ids]
             if any(a is None for a in got):
                 return Failed(reason=f"no answer for {asked.tool_names[got.index(None)]}", saved=saved)
-            resume[asked.interrupt_id] = _resume_value(asked, got)  # type: ignore[arg-type]
+            resume[asked.interrupt_id] = resume_value(asked, got)  # type: ignore[arg-type]
             for call_id, answer in zip(asked.call_ids, got, strict=True):
                 if isinstance(answer, Approve):
                     state.approved.append(call_id)
@@ -323,153 +301,20 @@ class LangGraphBackend:
             await stream.aclose()
         return False
 
-    def _pending(self, snapshot: Any, run: _Run) -> list[tuple[_Asked, list[PendingCall]]]:
-        found: list[tuple[_Asked, list[PendingCall]]] = []
-        seen: set[str] = set()
+    def _pending(self, snapshot: Any, run: _Run) -> list[tuple[Asked, list[PendingCall]]]:
+        found: dict[str, tuple[Asked, list[PendingCall]]] = {}
         for task in snapshot.tasks:
             for item in task.interrupts:
-                if item.id in seen:
-                    continue
-                seen.add(item.id)
-                found.append(_asked(item, task.name, snapshot.values, run.asked_in_tool.get(item.id), self))
-        return found
-
-
-# --- interrupts → pending calls, answers → resume values -----------------------------------------
-
-
-def _asked(item: Interrupt, node: str, values: Any, in_tool: str | None, backend: LangGraphBackend,
-           ) -> tuple[_Asked, list[PendingCall]]:
-    value = item.value
-    if isinstance(value, dict) and isinstance(value.get("action_requests"), list):
-        return _hitl_batch(item, values)
-    if isinstance(value, dict) and value.get("type") == "tool_approval":
-        name = value.get("name", node)
-        ours = value.get("source") == OUR_GATE
-        allowed = ALL_DECISIONS - {"respond"} if ours else _allowed(item, backend, name)
-        call = PendingCall(call_id=value.get("tool_call_id") or item.id, tool_name=name, arguments=value.get("args") or {},
-                           prompt=value.get("description") or None, decisions=allowed)
-        return _Asked(interrupt_id=item.id, shape="tool_approval", call_ids=[call.call_id], tool_names=[name],
-                      decisions=[sorted(allowed)], ours=ours), [call]
-    inbox = value if isinstance(value, list) else [value]
-    if inbox and all(isinstance(v, dict) and "action_request" in v and "config" in v for v in inbox):
-        return _inbox(item, inbox, listed=isinstance(value, list))
-    tool = (in_tool and _tool_name_of(values, in_tool)) or node
-    prompt, options = _question(value)
-    call = PendingCall(call_id=item.id, tool_name=tool, kind="question", prompt=prompt, options=options,
-                       arguments={} if isinstance(value, str) else {"value": value}, decisions=frozenset({"respond"}))
-    return _Asked(interrupt_id=item.id, shape="question", call_ids=[item.id], tool_names=[tool],
-                  decisions=[["respond"]], in_tool_call=in_tool), [call]
-
-
-def _hitl_batch(item: Interrupt, values: Any) -> tuple[_Asked, list[PendingCall]]:
-    requests, configs = item.value["action_requests"], item.value.get("review_configs", [])
-    allowed_by_name = {c["action_name"]: frozenset(c["allowed_decisions"]) for c in configs}
-    ids = _tool_call_ids(values, requests)
-    calls = [PendingCall(call_id=ids[i] or f"{item.id}:{i}", tool_name=r["name"], arguments=r.get("args") or {},
-                         prompt=r.get("description") or None,
-                         decisions=allowed_by_name.get(r["name"], frozenset({"approve", "reject"})))
-             for i, r in enumerate(requests)]
-    return _Asked(interrupt_id=item.id, shape="hitl_batch", call_ids=[c.call_id for c in calls],
-                  tool_names=[c.tool_name for c in calls], decisions=[sorted(c.decisions) for c in calls]), calls
-
-
-def _inbox(item: Interrupt, requests: list[dict[str, Any]], *, listed: bool) -> tuple[_Asked, list[PendingCall]]:
-    calls = []
-    for i, request in enumerate(requests):
-        allow = request.get("config") or {}
-        decisions = {d for d, key in (("approve", "allow_accept"), ("edit", "allow_edit"), ("respond", "allow_respond"))
-                     if allow.get(key)}
-        if allow.get("allow_ignore") or allow.get("allow_respond"):
-            decisions.add("reject")
-        action = request["action_request"]
-        question = not (allow.get("allow_accept") or allow.get("allow_edit"))
-        calls.append(PendingCall(
-            call_id=item.id if len(requests) == 1 else f"{item.id}:{i}", tool_name=action.get("action", "action"),
-            arguments=action.get("args") or {}, prompt=request.get("description") or None,
-            kind="question" if question else "approval", decisions=frozenset(decisions)))
-    return _Asked(interrupt_id=item.id, shape="inbox", call_ids=[c.call_id for c in calls],
-                  tool_names=[c.tool_name for c in calls], decisions=[sorted(c.decisions) for c in calls],
-                  listed=listed), calls
-
-
-def _resume_value(asked: _Asked, answers: list[Answer]) -> Any:
-    if asked.shape == "hitl_batch":
-        return {"decisions": [_decision(n, a) for n, a in zip(asked.tool_names, answers, strict=True)]}
-    if asked.shape == "tool_approval":
-        return _decision(asked.tool_names[0], answers[0])
-    if asked.shape == "inbox":
-        responses = [_inbox_response(n, d, a) for n, d, a in zip(asked.tool_names, asked.decisions, answers, strict=True)]
-        return responses if asked.listed else responses[0]
-    answer = answers[0]
-    return answer.value if isinstance(answer, Reply) else answer.message if isinstance(answer, Reject) else answer.arguments
-
-
-def _decision(tool_name: str, answer: Answer) -> dict[str, Any]:
-    """LangChain's HITL decision for one answer."""
-    if isinstance(answer, Approve):
-        if answer.arguments is None:
-            return {"type": "approve"}
-        return {"type": "edit", "edited_action": {"name": tool_name, "args": answer.arguments}}
-    if isinstance(answer, Reject):
-        return {"type": "reject", "message": answer.message}
-    return {"type": "respond", "message": answer.value if isinstance(answer.value, str) else json.dumps(answer.value)}
-
-
-def _inbox_response(action: str, decisions: list[str], answer: Answer) -> dict[str, Any]:
-    """Agent Inbox's HumanResponse for one answer."""
-    if isinstance(answer, Approve):
-        if answer.arguments is None:
-            return {"type": "accept", "args": None}
-        return {"type": "edit", "args": {"action": action, "args": answer.arguments}}
-    if isinstance(answer, Reject):
-        return {"type": "response", "args": answer.message} if "respond" in decisions else {"type": "ignore", "args": None}
-    return {"type": "response", "args": answer.value if isinstance(answer.value, str) else json.dumps(answer.value)}
-
-
-def _question(value: Any) -> tuple[str, list[str]]:
-    if isinstance(value, str):
-        return value, []
-    if isinstance(value, dict):
-        words = next((value[k] for k in ("question", "prompt", "message", "text") if isinstance(value.get(k), str)), None)
-        options = value.get("options") or value.get("choices") or []
-        if words:
-            return words, [str(o) for o in options] if isinstance(options, list) else []
-    return json.dumps(value, default=str), []
-
-
-def _allowed(item: Interrupt, backend: LangGraphBackend, name: str) -> frozenset[Decision]:
-    """A per-call HITL request's decisions: the middleware's config for the tool, else its response schema."""
-    if name in backend._hitl:
-        return backend._hitl[name]
-    text = json.dumps(item.response_schema or {})
-    found = frozenset(d for d in ALL_DECISIONS if f'"{d}"' in text)
-    return found or frozenset({"approve", "reject"})
+                if item.id not in found:
+                    found[item.id] = pending_of(
+                        item.id, item.value, node=task.name, messages=_messages(snapshot.values),
+                        in_tool_call=run.asked_in_tool.get(item.id), gated=self._hitl,
+                        response_schema=item.response_schema)
+        return list(found.values())
 
 
 def _messages(values: Any) -> list[Any]:
     return list(values.get("messages", [])) if isinstance(values, dict) else []
-
-
-def _tool_call_ids(values: Any, requests: list[dict[str, Any]]) -> list[str | None]:
-    """The model's tool call id for each batched action: the last AI message's calls, matched in order."""
-    last = next((m for m in reversed(_messages(values)) if isinstance(m, AIMessage)), None)
-    calls = list(last.tool_calls) if last else []
-    ids: list[str | None] = []
-    for request in requests:
-        match = next((c for c in calls if c["name"] == request["name"] and c["args"] == request.get("args")), None)
-        if match:
-            calls.remove(match)
-        ids.append(match["id"] if match else None)
-    return ids
-
-
-def _tool_name_of(values: Any, call_id: str) -> str | None:
-    for message in reversed(_messages(values)):
-        for call in getattr(message, "tool_calls", None) or []:
-            if call["id"] == call_id:
-                return call["name"]
-    return None
 
 
 def _final_text(values: Any) -> str:
