@@ -176,8 +176,8 @@ def _replayed(recorded: Any, call: Mapping[str, Any]) -> Any:
         artifact = _Typed.model_validate(recorded["artifact"]).load() if "artifact" in recorded else None
         return ToolMessage(content=recorded["content"], name=call["name"], tool_call_id=call["id"],
                            status=recorded.get("status", "success"), artifact=artifact)
-    if isinstance(recorded, dict) and "error" in recorded:  # interrupted mid-run: the model reads why
-        return _tool_message(call, str(recorded["error"]))
+    if isinstance(recorded, dict) and "error" in recorded:  # cut short by a kill: read like any failed call
+        return _tool_message(call, json.dumps(recorded, default=str))
     return _tool_message(call, recorded if isinstance(recorded, str) else json.dumps(recorded, default=str),
                          status="success")
 

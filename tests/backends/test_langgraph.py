@@ -509,7 +509,7 @@ async def test_a_worker_killed_mid_tool_is_reported_to_the_model_not_run_again(f
 
     assert isinstance(done, Finished)
     assert calls == ["ran"]
-    assert tool_messages(fake)["call_charge"] == INTERRUPTED
+    assert json.loads(tool_messages(fake)["call_charge"]) == {"status": "failed", "error": INTERRUPTED}
 
 
 async def test_an_idempotent_tool_killed_mid_run_runs_again(fake):
