@@ -26,10 +26,19 @@ def refund_charge(charge_id: str, amount: float) -> dict:
     return {"refund_id": f"re_{secrets.token_hex(4)}", "charge_id": charge_id, "amount": amount}
 
 
+CUSTOMERS = {
+    "acme": {"plan": "Pro", "seats": 40, "last_charge": {"id": "ch_1001", "amount": 480.0}},
+    "globex": {"plan": "Team", "seats": 12, "last_charge": {"id": "ch_2002", "amount": 144.0}},
+}
+
+
 @tool
 def lookup_customer(name: str) -> dict:
-    """Look up a customer by name: their plan and open balance."""
-    return {"customer": name, "plan": "Pro", "open_balance": 0}
+    """Look up a customer by name: their plan, seats and last charge."""
+    found = CUSTOMERS.get(name.lower())
+    if found is None:
+        return {"error": f"no customer named {name}", "known": sorted(CUSTOMERS)}
+    return {"customer": name.title(), **found}
 
 
 agent = create_agent(

@@ -44,6 +44,7 @@ from bot.backends import (
 )
 from bot.backends.langgraph import backend
 from tests.fakes.openai_server import FakeOpenAI
+from tests.test_models_demo_http import served
 
 INTERRUPTED = "The call was interrupted before it finished (the worker stopped). It was not run again."
 
@@ -594,19 +595,24 @@ async def test_the_fingerprint_changes_when_the_agents_tools_do(fake):
     assert before != after
 
 
-async def test_the_example_agent_asks_for_its_refund_and_looks_up_at_once(fake, monkeypatch):
-    monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    example = importlib.reload(importlib.import_module("examples.langgraph_agent"))
-    lg = example.slack_agent.backend
-    assert set(example.slack_agent.policies) == {"refund_charge"}
-    fake.reply_tool_call("refund_charge", {"charge_id": "ch_1001", "amount": 40}, "call_refund")
-    fake.reply_tool_call("lookup_customer", {"name": "acme"}, "call_look")
-    fake.reply_text("Acme is on Pro.")
+async def test_the_example_agent_against_the_offline_demo_model(monkeypatch):
+    runner, url = await served()  # the endpoint `make run` serves when there is no OPENAI_API_KEY
+    try:
+        monkeypatch.setenv("OPENAI_BASE_URL", url.removesuffix("/chat/completions"))
+        monkeypatch.setenv("OPENAI_API_KEY", "demo")
+        example = importlib.reload(importlib.import_module("examples.langgraph_agent"))
+        lg = example.slack_agent.backend
+        assert set(example.slack_agent.policies) == {"refund_charge"}
 
-    parked = await lg.start(RecordingTurn(turn_id="t1"), "refund ch_1001 $40", None)
-    looked = await lg.start(RecordingTurn(turn_id="t2"), "look up acme", None)
+        parked = await lg.start(RecordingTurn(turn_id="t1"), "refund ch_1001 $40", None)
+        assert isinstance(parked, Parked)
+        [refund] = parked.pending
+        assert (refund.tool_name, refund.arguments) == ("refund_charge", {"charge_id": "ch_1001", "amount": 40.0})
+        assert refund.decisions == {"approve", "edit", "reject"}
+        refunded = await lg.resume(RecordingTurn(turn_id="t1"), parked.saved, {refund.call_id: Approve()})
+        looked = await lg.start(RecordingTurn(turn_id="t2"), "look up acme", refunded.saved)
+    finally:
+        await runner.cleanup()
 
-    assert isinstance(parked, Parked) and [p.tool_name for p in parked.pending] == ["refund_charge"]
-    assert parked.pending[0].decisions == {"approve", "edit", "reject"}
-    assert isinstance(looked, Finished) and looked.text == "Acme is on Pro."
+    assert isinstance(refunded, Finished) and refunded.text.startswith("Refunded $40.00 on `ch_1001`")
+    assert isinstance(looked, Finished) and looked.text.startswith("**Acme** is on the Pro plan")
