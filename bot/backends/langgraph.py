@@ -146,7 +146,7 @@ class _Run:
     ours: set[str]
     answered_in_tool: dict[str, int]
     asked_in_tool: dict[str, str] = field(default_factory=dict)  # interrupt id → the tool call that asked
-    lease_lost: LeaseLost | None = None
+    engine_error: Exception | None = None  # the engine refused a checkpoint or a fence (a lost lease, a stop)
 
 
 _RUN: contextvars.ContextVar[_Run | None] = contextvars.ContextVar("langgraph_backend_run", default=None)
@@ -256,7 +256,11 @@ class LangGraphBackend:
 
         async def on_step() -> None:
             state.checkpoints = await _snapshot(saver, state.thread_id)
-            await turn.checkpoint(_dump(state))
+            try:
+                await turn.checkpoint(_dump(state))
+            except Exception as exc:
+                run.engine_error = exc  # the engine's, not the agent's: it goes back to the engine as it is
+                raise
 
         saver = _StepSaver(on_step)
         _restore(saver, state.thread_id, state.checkpoints)
@@ -268,13 +272,13 @@ class LangGraphBackend:
         except LeaseLost:
             raise
         except Exception as exc:  # the agent's own failure: said plainly, never a traceback
-            if run.lease_lost:
-                raise run.lease_lost from exc
-            return Failed(reason=f"The agent failed: {type(exc).__name__}: {exc}", saved=None)
+            if run.engine_error is not None:
+                raise run.engine_error from (None if run.engine_error is exc else exc)
+            return Failed(reason=f"The agent failed: {type(exc).__name__}: {exc}"[:400], saved=None)
         finally:
             _RUN.reset(token)
-        if run.lease_lost:
-            raise run.lease_lost
+        if run.engine_error is not None:  # swallowed on the way (a ToolNode that handles every error)
+            raise run.engine_error
         state.checkpoints = await _snapshot(saver, state.thread_id)
         state.approved, state.ours, state.answered_in_tool = sorted(run.approved), sorted(run.ours), run.answered_in_tool
         if stopped:  # the thread may hold calls without results: the last finished conversation stays
@@ -431,7 +435,7 @@ async def _fenced(run: _Run, backend: LangGraphBackend, request: Any, execute: A
     try:
         recorded = await run.turn.fence(key, name, go, idempotent=idempotent)
     except LeaseLost as exc:
-        run.lease_lost = exc  # a ToolNode that handles every error must not swallow it
+        run.engine_error = exc  # a ToolNode that handles every error must not swallow it
         raise
     for asked in recorded.get("asked", []) if isinstance(recorded, dict) else []:
         run.asked_in_tool[asked["id"]] = call_id  # its question is this call's

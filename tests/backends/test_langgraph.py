@@ -43,6 +43,7 @@ from bot.backends import (
     wrap,
 )
 from bot.backends.langgraph import backend
+from bot.protocol import CancelRequested
 from tests.fakes.openai_server import FakeOpenAI
 from tests.test_models_demo_http import served
 
@@ -536,6 +537,21 @@ async def test_an_idempotent_tool_killed_mid_run_runs_again(fake):
     assert isinstance(done, Finished) and calls == ["a1", "a1"]
     assert tool_messages(fake)["call_read"] == "12 EUR"
     assert [t.idempotent for t in lg.tools()] == [True]
+
+
+async def test_a_checkpoint_the_engine_refuses_ends_the_run_with_the_engines_exception(fake):
+    class StopAsked(RecordingTurn):
+        async def checkpoint(self, saved: str) -> None:
+            if self.checkpoints:
+                raise CancelRequested("a stop was asked")
+            await super().checkpoint(saved)
+
+    fake.reply_tool_call("lookup_charge", {"charge_id": "ch_1"}, "call_look")
+    lg, turn = backend(agent(fake, interrupt_on={})), StopAsked()
+
+    with pytest.raises(CancelRequested):
+        await lg.start(turn, "look up ch_1", None)
+    assert turn.started == []  # the refused step's tools never ran
 
 
 async def test_the_conversation_carries_into_the_next_turn(fake):
