@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import contextvars
 import json
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import version as package_version
@@ -371,9 +372,12 @@ def _middleware_of(bound: Any) -> Any:
 # --- the wrapper every ToolNode gets ------------------------------------------------------------
 
 
+_GUARDED: weakref.WeakSet[ToolNode] = weakref.WeakSet()  # nodes wrapped already (a graph wrapped twice)
+
+
 def _guard(node: ToolNode, backend: LangGraphBackend) -> None:
     """Put our policy and fence around the node's tool calls, outside its own middleware chain."""
-    if getattr(node, "_bot_guarded", False):
+    if node in _GUARDED:
         return
     inner = node._awrap_tool_call
     if inner is None and node._wrap_tool_call is not None:
@@ -385,8 +389,8 @@ def _guard(node: ToolNode, backend: LangGraphBackend) -> None:
             return await (inner(request, execute) if inner else execute(request))
         return await _guarded_call(run, backend, request, execute, inner)
 
-    node._awrap_tool_call = guarded
-    node._bot_guarded = True
+    node._awrap_tool_call = guarded  # the slot create_agent fills with its middleware chain: ours wraps it
+    _GUARDED.add(node)
 
 
 async def _guarded_call(run: _Run, backend: LangGraphBackend, request: Any, execute: Any, inner: Any) -> Any:
