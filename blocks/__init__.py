@@ -28,6 +28,7 @@ from blocks.cards import (
     render_waiting,
     replace_request_blocks,
     request_summary,
+    settled_card,
 )
 from blocks.ephemeral import already_settled_text, not_found_text, refused_text
 from blocks.home import ApproverListView, HomeRequest, home_view
@@ -73,6 +74,7 @@ __all__ = [
     "reply_messages",
     "request_id_of_block",
     "request_summary",
+    "settled_card",
     "resolution_label",
     "settlement_label",
     "split_message",

@@ -43,7 +43,7 @@ from blocks.limits import (
     truncate_mrkdwn,
 )
 from blocks.messages import Message, decision_mrkdwn, decision_plain, literal_mrkdwn, no_pings
-from blocks.outcomes import NO_LONGER_NEEDED, outcome_emoji
+from blocks.outcomes import NO_LONGER_NEEDED, delegation_detail, outcome_emoji, resolution_label
 from blocks.people import people_text, progress_text, requester_text, responders_text
 from blocks.text import (
     fields_section,
@@ -55,9 +55,12 @@ from blocks.text import (
     user_mention,
 )
 from bot.principals import Principal
-from bot.protocol import PREVIEW_UNAVAILABLE, InputRequest
+from bot.protocol import PREVIEW_UNAVAILABLE, InputRequest, RequestRecord, Resolution
 
 CARD_MAX_FIELDS = 20  # two sections of fields; the rest is summarised so one card stays small
+
+
+RESULT_BY_TOKEN = "Sent from another system with their result token."  # a settled card's line for ``via="api"``
 
 
 def subagent_text(agent: str) -> str:
@@ -277,6 +280,39 @@ def render_settled(
         blocks.append(request_context(rid, "s-detail", escape_mrkdwn(detail.strip())))
     fallback = label + (f" by {user_mention(decided_by)}" if decided_by else "")
     return {"text": truncate_mrkdwn(fallback, MESSAGE_TEXT), "blocks": blocks}
+
+
+def settled_card(record: RequestRecord, resolution: Resolution, at: datetime | None = None) -> Message:
+    """A request's card once it is resolved, from its record and how it ended (the thread's card and the
+    approvers' copies alike): who decided, what they answered, and a line on how it came (a result token, a
+    sub-agent). A request nobody answered (ignored, cancelled) reads "no longer needed"."""
+    req, response = record.request, resolution.response
+    approved = response is not None and resolution.outcome == "approved"
+    label = resolution_label(req, resolution.outcome, response.option_id if response else None,
+                             response.values if response else None)
+    answer = None
+    if req.kind == "question" and response is not None:
+        answer = response.text if response.text is not None else _option_label(req, response.option_id)
+    return render_settled(
+        req,
+        outcome_label=label if resolution.outcome not in ("ignored", "cancelled") else NO_LONGER_NEEDED,
+        decided_by=response.principal.slack_user_id if response and response.principal else None,
+        at=at,
+        answer=answer,
+        note=record.note,
+        approvals=[p.rsplit(":", 1)[-1] for p in record.approvals],
+        edited_input=response.edited_input if approved else None,
+        edited_prompt=response.edited_prompt if approved else None,
+        values=response.values if response is not None and req.kind in ("user-input", "external-result") else None,
+        granted=response.grant if approved else None,
+        detail=RESULT_BY_TOKEN if response and response.via == "api"
+        else delegation_detail(req, response.values if response else None),
+    )
+
+
+def _option_label(req: InputRequest, option_id: str | None) -> str | None:
+    option = req.option(option_id) if option_id else None
+    return option.label if option else option_id
 
 
 def _form_value_sections(req: InputRequest, values: dict[str, Any]) -> list[dict[str, Any]]:

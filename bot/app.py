@@ -30,7 +30,6 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 from slack_sdk.web.async_client import AsyncWebClient
 
 import handlers
-import handlers.routes.demo_model
 import handlers.routes.http
 import handlers.routes.results
 from blocks.forms import FormUnsupported, check_form_model
@@ -43,7 +42,6 @@ from bot.engine.roles import NoModel, Wakeups, WebRuntime
 from bot.engine.tool_registry import ToolRegistry
 from bot.engine.turns import Runtime, RuntimeSettings
 from bot.models.base import ChatModel
-from bot.models.demo_http import BASE_PATH as DEMO_BASE_PATH
 from bot.ops import tracing
 from bot.ops.background import Background
 from bot.ops.metrics import AppMetrics, MeteredModel, StoreGauges
@@ -54,10 +52,10 @@ from handlers.delivery.channel import SlackChannel
 from handlers.delivery.notices import ApproverNotices
 from handlers.delivery.pacing import SlackPacing
 from handlers.delivery.workspace import SlackWorkspace
-from handlers.deps import SlackDeps
 from handlers.identity import installation_team
 from handlers.metering import MeteredApp, SlackApiMeter
 from handlers.routes.http import ClientLimits
+from handlers.shared.deps import SlackDeps
 from store.assistant_threads import AssistantThreads
 from store.audit import AuditLog
 from store.audit_events import PassAudit
@@ -74,7 +72,7 @@ from store.turns import RedisTurns
 from store.wakeups import WakeQueue
 
 if TYPE_CHECKING:
-    from handlers.governance import SlackPolicySource
+    from handlers.shared.governance import SlackPolicySource
 
 log = logging.getLogger(__name__)
 
@@ -237,7 +235,7 @@ async def start_bot(
     try:
         if settings.local_mode and not settings.openai_api_key and (agent is not None or settings.agent):
             # with no key, a framework's OpenAI client talks to the offline demo model this bot serves
-            os.environ.setdefault("OPENAI_BASE_URL", f"http://127.0.0.1:{settings.port}{DEMO_BASE_PATH}")
+            os.environ.setdefault("OPENAI_BASE_URL", f"http://127.0.0.1:{settings.port}/demo-model/v1")
             os.environ.setdefault("OPENAI_API_KEY", "demo")
         wrapped = wrap(agent) if agent is not None else load_agent(settings)
         return await _start(settings, stack, model, tools, host, port, channel_wrap, recovery_interval,
@@ -414,7 +412,9 @@ async def _start(
     if takes_requests:
         handlers.routes.results.add_routes(web_app, deps, deps.result_key)
     if settings.local_mode and not settings.openai_api_key:  # a framework agent's offline model (BOT_AGENT)
-        handlers.routes.demo_model.add_routes(web_app)
+        from handlers.routes import demo_model  # here: only a local bot without a key serves it
+
+        demo_model.add_routes(web_app)
     runner = web.AppRunner(web_app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_SECONDS,
                            **limits.server_args())
     await runner.setup()
@@ -451,8 +451,8 @@ def _policy_source(settings: Settings, policies: PolicyStore, client_for: Any,
     """The approver lists, workspace rules and admins the policies read, when that part is installed (None:
     those rules fail closed): the stored ones, with Slack's word on admins and outsiders."""
     try:
-        from handlers.admins import AdminCheck
-        from handlers.governance import SlackPolicySource
+        from handlers.shared.admins import AdminCheck
+        from handlers.shared.governance import SlackPolicySource
     except ImportError:
         return None
     return SlackPolicySource(policies, AdminCheck(client_for, settings.admins), workspaces)
@@ -464,7 +464,7 @@ def _wire_governance(deps: SlackDeps, source: SlackPolicySource | None, redis: R
     if source is None:  # that part is not installed
         return
     from handlers.delivery.home import HomeRefresh
-    from handlers.governance import Governance
+    from handlers.shared.governance import Governance
     deps.governance = Governance.create(deps, source, HomeViews(redis.client), client_for, registry)
     if deps.settings.local_mode:  # the local workspace's finance approver (bob) approves the demo's refunds
         from localslack.seed import BOB, TEAM_ID

@@ -117,7 +117,7 @@ class ApproverList(DeferredModel):
 
 class PolicySource(Protocol):
     """Where approver lists and rules come from (``bot.engine.policy_source.StorePolicySource`` over the policy
-    store; ``handlers.governance.SlackPolicySource`` adds Slack's word on admins and outsiders). The runtime is given one (``Parts.policies``) and passes it to every policy in its context
+    store; ``handlers.shared.governance.SlackPolicySource`` adds Slack's word on admins and outsiders). The runtime is given one (``Parts.policies``) and passes it to every policy in its context
     (``ctx.policies``); nothing keeps it on a module."""
 
     async def approver_list(self, team_id: str, resource: str) -> ApproverList | None: ...
@@ -575,6 +575,11 @@ class Approval:
         object.__setattr__(self, "request", as_policy(request, label=CUSTOM_REQUEST_LABEL))
         object.__setattr__(self, "response", None if response is None
                            else as_policy(response, label=CUSTOM_RESPONSE_LABEL))
+
+    @property
+    def effective_response(self) -> Policy:
+        """The rule that decides who may settle the tool's requests: its own, else ``requester_only()``."""
+        return self.response or requester_only()
 
 
 def as_approval(value: Approval | Policy | RequestPolicy | None) -> Approval:

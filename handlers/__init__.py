@@ -1,7 +1,7 @@
 """Bolt listeners, one group per Slack feature; each group has ``register(app, deps)``.
 
 Governance's surfaces (App Home, ``/approvers``) register with the ``Governance`` they show; they
-import ``handlers.governance``, which imports neither of them (tests/test_handlers_imports.py).
+import ``handlers.shared.governance``, which imports neither of them (tests/test_handlers_imports.py).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from slack_bolt.async_app import AsyncApp
 
 from handlers import answers, assistant, commands, events, fallback, feedback, home, installs, schedules, stop
-from handlers.deps import SlackDeps
+from handlers.shared.deps import SlackDeps
 
 
 def register(app: AsyncApp, deps: SlackDeps) -> None:

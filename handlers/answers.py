@@ -48,10 +48,9 @@ from bot.ops.logs import content
 from bot.principals import Principal
 from bot.protocol import APPROVE, CANCEL, InputResponse, RequestRecord, UnknownRequest
 from handlers.delivery.private_notes import tell_privately
-from handlers.deps import SlackDeps
 from handlers.identity import interaction_principal
 from handlers.outage import READ_BUDGET_S, read_in_time, store_down
-from handlers.routes.results import RESULT_PATH
+from handlers.shared.deps import SlackDeps
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +135,7 @@ async def _send_token(deps: SlackDeps, client: Any, body: dict[str, Any], princi
         return
     now = deps.runtime.settings.clock()
     token = issue_token(deps.result_key, record.request_id, principal, now=now)
-    url = f"{deps.public_url.rstrip('/')}{RESULT_PATH.format(request_id=record.request_id)}"
+    url = deps.result_url(record.request_id)
     expires = datetime.fromtimestamp(now + TOKEN_TTL_S, UTC)
     await _tell(client, body, user_id, record, result_token_text(record.request, url, token, expires))
 

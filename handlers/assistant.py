@@ -34,8 +34,8 @@ from blocks.assistant import PROMPTS_TITLE, greeting, suggested_prompts, thread_
 from bot.builtin import BUILTIN_TOOLS
 from bot.session import slack_session_id
 from handlers import events
-from handlers.deps import SlackDeps
 from handlers.identity import installation_team
+from handlers.shared.deps import SlackDeps
 from store.assistant_threads import AssistantThreads
 
 log = logging.getLogger(__name__)

@@ -38,8 +38,8 @@ from blocks.approvers import (
 from blocks.home import ApproverListView, without_lists_text
 from bot.principals import Principal, slack_user
 from handlers.delivery.home import republish
-from handlers.governance import ADMIN_CHECK_FAILED, PEOPLE_CHECK_SECONDS, Governance
 from handlers.identity import command_principal, interaction_principal
+from handlers.shared.governance import ADMIN_CHECK_FAILED, PEOPLE_CHECK_SECONDS, Governance
 from store.client import StoreError
 from store.policies import PolicyUpdateConflict
 

@@ -22,8 +22,8 @@ from bot.principals import Principal
 from bot.session import SessionRef, slack_session_id
 from handlers.delivery.private_notes import tell_privately
 from handlers.delivery.sessions import TITLE_FIELD, title_of
-from handlers.deps import SlackDeps
 from handlers.identity import event_principal, installation_enterprise, installation_team
+from handlers.shared.deps import SlackDeps
 
 log = logging.getLogger(__name__)
 

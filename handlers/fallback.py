@@ -18,9 +18,9 @@ from slack_bolt.async_app import AsyncApp
 from slack_bolt.error import BoltUnhandledRequestError
 from slack_bolt.response import BoltResponse
 
-from handlers.deps import SlackDeps
 from handlers.metering import payload_type
 from handlers.outage import Spawn, answer_store_down
+from handlers.shared.deps import SlackDeps
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from typing import Any
 from slack_bolt.async_app import AsyncApp
 
 from blocks.answers import FEEDBACK_ACTION, feedback_value
-from handlers.deps import SlackDeps
 from handlers.identity import installation_team, interaction_principal
+from handlers.shared.deps import SlackDeps
 from store.audit import AuditLog
 
 log = logging.getLogger(__name__)

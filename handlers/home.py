@@ -27,8 +27,8 @@ from blocks.actions import (
 )
 from bot.principals import Principal
 from handlers.delivery.home import republish
-from handlers.governance import ADMIN_CHECK_FAILED, NOT_ADMIN, Governance, list_resource
 from handlers.identity import installation_team, interaction_principal
+from handlers.shared.governance import ADMIN_CHECK_FAILED, NOT_ADMIN, Governance, list_resource
 
 log = logging.getLogger(__name__)
 

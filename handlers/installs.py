@@ -19,8 +19,8 @@ from typing import Any
 from slack_bolt.async_app import AsyncApp
 
 from bot.engine.installed import Installed
-from handlers.deps import SlackDeps
 from handlers.identity import installation_team
+from handlers.shared.deps import SlackDeps
 
 log = logging.getLogger(__name__)
 

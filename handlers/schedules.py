@@ -23,8 +23,8 @@ from blocks.schedules import schedule_line
 from bot.engine.admission import GUEST_REFUSAL, admits
 from bot.engine.schedules import WHEN_HELP, ScheduleError, known_zone, new_schedule, split_command
 from bot.principals import Principal
-from handlers.deps import SlackDeps
 from handlers.identity import command_principal
+from handlers.shared.deps import SlackDeps
 
 log = logging.getLogger(__name__)
 

@@ -28,8 +28,8 @@ from slack_sdk.errors import SlackApiError
 from bot.principals import Principal
 from bot.session import slack_session_id
 from handlers.delivery.private_notes import tell_privately
-from handlers.deps import SlackDeps
 from handlers.identity import event_principal, installation_team
+from handlers.shared.deps import SlackDeps
 
 log = logging.getLogger(__name__)
 

@@ -38,7 +38,7 @@ class PassAuditView:
 @dataclass
 class PassView:
     """A delivery pass's view of its session's frontend data (``chan``): what it read at its start, with its
-    own writes since; ``pending``: those to write at its end; ``tidy``: index clean-ups to send then too;
+    own writes since; ``pending``: those to write at its end;
     ``requests``: the request records its consumers read (``pass_request``), read once per pass: those its
     events name for a card's update come with its begin.
     ``claimed``: posts claimed in the pass's memory (``PostLedger.claim(..., in_pass=True)``) and neither
@@ -50,7 +50,6 @@ class PassView:
     lock_fresh_until: float = 0.0  # monotonic: until then no other deliverer can take the session over
     claimed: dict[str, str] = field(default_factory=dict)  # posts claimed in memory, not yet recorded
     pending: dict[str, str] = field(default_factory=dict)
-    tidy: list[Command] = field(default_factory=list)
     requests: dict[str, RequestRecord] = field(default_factory=dict)
     audit: PassAuditView | None = None
 

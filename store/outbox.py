@@ -318,13 +318,12 @@ class RedisOutbox(RequestReads):
     async def outbox_checkpoint(self, session_id: str, token: str, cursors: dict[str, str],
                                 cleared: list[str]) -> None:
         """Save a long pass's progress and renew its lock (one round trip)."""
-        tidy, posts = self._recorded_in_pass(session_id, token, done=False)
+        posts = self._recorded_in_pass(session_id, token, done=False)
         renewed_at = time.monotonic()
         # the cursors may move past events the audit has not written yet (it goes with the pass's end)
         floor = self._audit_floor(session_id, token, keep=True)[1]
         await self._pipelined(self._outbox_save, self._outbox_save_keys(session_id),
-                              self._outbox_save_args(token, self.lease_ms, cursors, cleared, posts, floor),
-                              before=tidy)
+                              self._outbox_save_args(token, self.lease_ms, cursors, cleared, posts, floor))
         if (view := self._pass_views.get(session_id)) is not None and view.token == token:
             view.lock_fresh_until = renewed_at + self._claim_margin_s()
 
@@ -348,7 +347,7 @@ class RedisOutbox(RequestReads):
             after.append(evalsha(self._reschedule_if_unchanged, [OUTBOX], [session_id, claim, retry_at]))
         else:
             after.append(evalsha(self._forget_if_unchanged, [OUTBOX], [session_id, claim]))
-        tidy, posts = self._recorded_in_pass(session_id, token, done=True)
+        posts = self._recorded_in_pass(session_id, token, done=True)
         save = evalsha(self._outbox_save, self._outbox_save_keys(session_id),
                        self._outbox_save_args(token, -1 if careful_next else 0, cursors, cleared, posts, floor))
         scripts = [self._outbox_save, self._forget_if_unchanged, self._reschedule_if_unchanged,
@@ -356,7 +355,7 @@ class RedisOutbox(RequestReads):
 
         async def close(audit_first: list[Command]) -> list[Any]:
             # the audit's append first: a process that dies before the rest is sent has written it or nothing
-            replies = await pipelined(self.redis, [*audit_first, *tidy, save, *after], scripts,
+            replies = await pipelined(self.redis, [*audit_first, save, *after], scripts,
                                       raise_on_error=not audit_first)
             _raise_first(replies[len(audit_first):])
             return replies
@@ -398,22 +397,20 @@ class RedisOutbox(RequestReads):
             audit.floor = new
         return groups, floor
 
-    def _recorded_in_pass(self, session_id: str, token: str, *, done: bool) -> tuple[list[Command], dict[str, str]]:
-        """The writes a pass kept for its end: index clean-ups (``unindex_request(..., in_pass=True)``), as
-        commands, and where its posts are (``PostLedger.set(..., in_pass=True)``), which the closing script
-        writes; with ``done`` the pass's view is dropped. Written whether or not the lock is still ours:
-        where a message was posted is a fact, whoever delivers next."""
+    def _recorded_in_pass(self, session_id: str, token: str, *, done: bool) -> dict[str, str]:
+        """The writes a pass kept for its end: where its posts are (``PostLedger.set(..., in_pass=True)``), which
+        the closing script writes; with ``done`` the pass's view is dropped. Written whether or not the lock is
+        still ours: where a message was posted is a fact, whoever delivers next."""
         view = self._pass_views.get(session_id)
         if view is None or view.token != token:
-            return [], {}
+            return {}
         if done:
             del self._pass_views[session_id]
         # a post claimed in memory and neither recorded nor given up: its answer was lost (it may be in the
         # thread), so its claim goes to Redis and the next attempt looks before posting again
         writes, view.pending = {**view.claimed, **view.pending}, {}
         view.claimed = {}
-        commands, view.tidy = view.tidy, []
-        return commands, writes
+        return writes
 
     def _claim_margin_s(self) -> float:
         """How long after taking or renewing its lock a pass may still claim a post in memory: while more of
@@ -450,17 +447,6 @@ class RedisOutbox(RequestReads):
         await self.redis.hset(self.key(session_id, "out"), f"_hold:{consumer}", until_ms)
 
     # what a delivery pass reads and notes on requests ------------------------------------------
-
-    async def unindex_request(self, record: RequestRecord, *, in_pass: bool = False) -> None:
-        """Drop a settled request from the workspace's pending index. ``in_pass``: with the closing round
-        trip of the session's delivery pass, if one is under way here; a crash before then leaves the
-        entry, which readers of the index skip and drop (``pending_for_team``)."""
-        key = self.pending_key(record.team_id)
-        view = self._pass_views.get(record.session_id)
-        if in_pass and view is not None:
-            view.tidy.append(("zrem", (key, record.request_id)))
-            return
-        await self.redis.zrem(key, record.request_id)
 
     async def pass_request(self, session_id: str, request_id: str) -> RequestRecord:
         """A request as the session's delivery pass sees it: read once per pass, whichever consumer asks

@@ -391,7 +391,8 @@ class RedisTurns(TurnInbox):
     # requests --------------------------------------------------------------------------------
 
     async def settle(self, command: SettleCommand) -> SettleResult:
-        """One atomic settle attempt (one round trip), as ``command`` says (``bot.protocol.SettleCommand``):
+        """One atomic settle attempt (one round trip; a second only to keep the pending index after the approval
+        that completes n of m, or a refusal as changed), as ``command`` says (``bot.protocol.SettleCommand``):
         with ``lease``, a settle that completes the step takes the turn lease if it is free, with what its
         holder starts from (``SettleResult.held``); with ``rev``, RequestChanged (nothing written) if the open
         request changed since.
@@ -445,6 +446,12 @@ class RedisTurns(TurnInbox):
             extra.append(("zadd", (ACTIVE, {record.session_id: now_ms() + look})))
         if mode != "reject":  # a settle that completes its step writes the session's end
             extra.append(("zadd", (RETIRE, {record.session_id: ends})))
+        # the workspace's pending index (App Home) is kept here, not by a delivery. In another slot, no script
+        # writes both: a settle that can only close the request takes it off in the same round trip; one that
+        # may leave it open (a refusal, one approval of several), once its reply says it closed
+        pending, closing = self.pending_key(record.team_id), mode == "settle" and not (c.required > 1 and c.outcome == "approved")
+        if closing:
+            extra.append(("zrem", (pending, rid)))
         (state, first, count, complete, read, *now), *_ = await self._eval_pipelined(self._settle, keys, args, extra)
         state = state.decode() if isinstance(state, bytes) else state
         self.forget(rid)  # (whatever it did, the copy this process kept is old now)
@@ -454,7 +461,11 @@ class RedisTurns(TurnInbox):
             fresh = record_from_packed(now[0])
             assert fresh is not None  # (read by the same script that found its status: it is there)
             self.remember(fresh)
+            if closing:  # it is still open: back on the index (a race between two answers, rare)
+                await self.redis.zadd(pending, {rid: fresh.request.created_at.timestamp()}, nx=True)
             raise RequestChanged(fresh.model_copy())
+        if not closing and state in ("settled", "gone"):
+            await self.redis.zrem(pending, rid)
         chosen = {"settled": c.on_settled, "partial": c.on_partial, "rejected": c.on_rejected, "stale": c.on_stale,
                   "gone": gone}[state]
         events = _with_seq([_fill_approvals(e, int(count)) for e in chosen], int(first))

@@ -1,4 +1,4 @@
-"""Who is an admin (handlers/admins.py): users.info flags, Grid, BOT_ADMINS, Slack Connect, failing closed,
+"""Who is an admin (handlers/shared/admins.py): users.info flags, Grid, BOT_ADMINS, Slack Connect, failing closed,
 and answers within a budget for listeners that must ack in time."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
-from handlers.admins import AdminCheck, parse_user
+from handlers.shared.admins import AdminCheck, parse_user
 from localslack.seed import ALICE, BOT_TOKEN, CAROL, DAVE, TEAM_ID
 from localslack.server import LocalSlack
 

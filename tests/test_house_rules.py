@@ -28,6 +28,10 @@ BOT_FLOORS = ("contract", "ops", "builtin", "backends", "engine", "connections",
 BOT_FOLDERS = {"ops", "builtin", "backends", "engine", "connections"}  # bot/<folder>/: a room of its own
 TOP_FLOOR = COMPOSITION_ROOT | {"bot.console", "bot.assembly"}
 MAX_LINES = 600
+# handlers/'s rooms, top down (docs/DESIGN.md, "The house on one page"): each imports only itself and those below.
+# Plain HTTP routes hand requests to the listeners; the listeners (handlers/*.py and the package's face) call the
+# outbound frontend; all of them stand on what the composition root hands them and Slack's word on people.
+HANDLERS_ROOMS = ("routes", "listeners", "delivery", "shared")
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,42 @@ def test_blocks_are_pure_builders():
 def test_store_knows_no_frontend():
     assert _breaking(lambda imp: _room(imp.module) == "store"
                      and _room(imp.target) in {"handlers", "blocks", "localslack", "slack_bolt"}) == []
+
+
+def _handlers_room(dotted: str) -> str:
+    """Which of handlers/' rooms a handlers module is in: ``handlers.delivery.channel`` → delivery,
+    ``handlers.answers`` (and the face, ``handlers``) → listeners."""
+    parts = dotted.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in HANDLERS_ROOMS else "listeners"
+
+
+def _climbs_in_handlers(imp: Import) -> bool:
+    """An import by a handlers module of a handlers room above its own."""
+    return (_room(imp.module) == "handlers" and _room(imp.target) == "handlers"
+            and HANDLERS_ROOMS.index(_handlers_room(imp.target)) < HANDLERS_ROOMS.index(_handlers_room(imp.module)))
+
+
+@pytest.mark.parametrize("room", HANDLERS_ROOMS[1:])
+def test_a_room_of_handlers_imports_nothing_above_it(room):
+    """A click flows one way through the frontend: route → listener → delivery, all on ``shared/``. The outbound
+    room imports no listener (a listener's rule would run where no person clicked), a listener no route, and
+    ``shared/`` none of the rooms that stand on it: so no two rooms import each other."""
+    assert _breaking(lambda imp: _room(imp.module) == "handlers" and _handlers_room(imp.module) == room
+                     and _climbs_in_handlers(imp)) == []
+
+
+def test_the_rules_know_the_rooms_of_handlers_and_see_an_arrow_back_up():
+    """The checker itself: every room of handlers/ has its modules on disk; a made-up import of a higher room by
+    a lower one is caught, and one downward is not."""
+    modules = {_module_name(p) for p in _product_files() if _room(_module_name(p)) == "handlers"}
+    assert {_handlers_room(m) for m in modules} == set(HANDLERS_ROOMS)
+    assert _handlers_room("handlers") == "listeners" and _handlers_room("handlers.answers") == "listeners"
+    assert _climbs_in_handlers(Import("handlers.delivery.home", "handlers.home", 1, False))
+    assert _climbs_in_handlers(Import("handlers.answers", "handlers.routes.results", 1, True))
+    assert _climbs_in_handlers(Import("handlers.shared.deps", "handlers.delivery.channel", 1, False))
+    assert _climbs_in_handlers(Import("handlers.delivery.workspace", "handlers", 1, False))
+    assert not _climbs_in_handlers(Import("handlers.answers", "handlers.delivery.private_notes", 1, False))
+    assert not _climbs_in_handlers(Import("handlers.routes.results", "handlers.shared.deps", 1, False))
 
 
 def _circles(edges: dict[str, set[str]]) -> list[list[str]]:

@@ -26,12 +26,14 @@ from typing import Annotated, Any, Literal, Protocol, TypeAlias, runtime_checkab
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from bot.deferred import DeferredModel
+
 # --- what a framework asks people ---------------------------------------------------------------
 
 Decision: TypeAlias = Literal["approve", "edit", "reject", "respond"]
 
 
-class PendingCall(BaseModel):
+class PendingCall(DeferredModel):
     """One thing a paused run waits on: a tool call to approve, or a question (a LangGraph ``interrupt()``
     with a plain value, a pydantic-ai ``CallDeferred``). ``call_id`` is the framework's own id for it:
     the answer comes back under it, and the execution fence is keyed by it."""
@@ -48,7 +50,7 @@ class PendingCall(BaseModel):
     decisions: frozenset[Decision] = frozenset({"approve", "reject"})
 
 
-class Approve(BaseModel):
+class Approve(DeferredModel):
     """Run the call; ``arguments``: what an approver changed them to ("Edit & approve"), else None."""
 
     kind: Literal["approve"] = "approve"
@@ -56,7 +58,7 @@ class Approve(BaseModel):
     by: str | None = None  # who approved (a principal id), for the framework's own records
 
 
-class Reject(BaseModel):
+class Reject(DeferredModel):
     """Do not run it; ``message`` is what the model reads (the canceller's reason, when they gave one)."""
 
     kind: Literal["reject"] = "reject"
@@ -64,7 +66,7 @@ class Reject(BaseModel):
     by: str | None = None
 
 
-class Reply(BaseModel):
+class Reply(DeferredModel):
     """A question's answer: the option chosen or the words typed."""
 
     kind: Literal["reply"] = "reply"
@@ -78,7 +80,7 @@ Answer: TypeAlias = Annotated[Approve | Reject | Reply, Field(discriminator="kin
 # --- how a run ends ------------------------------------------------------------------------------
 
 
-class Finished(BaseModel):
+class Finished(DeferredModel):
     """The run ended with an answer for people. ``saved``: the conversation to carry into the next turn."""
 
     kind: Literal["finished"] = "finished"
@@ -86,7 +88,7 @@ class Finished(BaseModel):
     saved: str
 
 
-class Parked(BaseModel):
+class Parked(DeferredModel):
     """The run paused on people: one pending call each. ``saved``: what :meth:`AgentBackend.resume` needs."""
 
     kind: Literal["parked"] = "parked"
@@ -94,7 +96,7 @@ class Parked(BaseModel):
     saved: str
 
 
-class Stopped(BaseModel):
+class Stopped(DeferredModel):
     """The run was stopped (the stop button, :attr:`BackendTurn.stopped`). ``saved``: the conversation so
     far, or None to keep the last one."""
 
@@ -102,7 +104,7 @@ class Stopped(BaseModel):
     saved: str | None = None
 
 
-class Failed(BaseModel):
+class Failed(DeferredModel):
     """The run failed: ``reason`` is said to people plainly (never a traceback)."""
 
     kind: Literal["failed"] = "failed"
@@ -116,7 +118,7 @@ Outcome: TypeAlias = Annotated[Finished | Parked | Stopped | Failed, Field(discr
 # --- what the engine hands a run -----------------------------------------------------------------
 
 
-class GateVerdict(BaseModel):
+class GateVerdict(DeferredModel):
     """What our request policy says of one call before the framework runs it."""
 
     model_config = ConfigDict(frozen=True)
@@ -125,7 +127,7 @@ class GateVerdict(BaseModel):
     reason: str | None = None  # for "refuse": what the model reads
 
 
-class ToolInfo(BaseModel):
+class ToolInfo(DeferredModel):
     """One of the agent's tools as the engine sees it: for policies, cards and the fingerprint."""
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)

@@ -3,7 +3,8 @@ answer), its card's wording and, where the framework gives a model of its argume
 The framework runs them; these never do (``bot.engine.framework_turns`` asks and fences, the framework calls).
 """
 
-from __future__ import annotations
+# no ``from __future__ import annotations`` here: a proxy's parameter is annotated with the framework's
+# model when its function is defined (what ``@tool`` reads), not with a name resolved later
 
 from typing import Any
 
@@ -23,11 +24,10 @@ def proxy_tools(agent: WrappedAgent) -> list[Tool]:
 
 
 def _proxy(info: ToolInfo, policy: Any) -> Tool:
-    async def runs_in_its_framework(args: Any, ctx: ToolContext) -> Any:
-        raise RuntimeError(f"{info.name} runs in its framework, not through the engine")
+    arguments = info.args_model or dict  # the framework's model of its arguments, else the raw JSON object
 
-    # the arguments' annotation is what ``@tool`` reads: the framework's model, else the raw JSON object
-    runs_in_its_framework.__annotations__ = {"args": info.args_model or dict, "ctx": ToolContext, "return": Any}
+    async def runs_in_its_framework(args: arguments, ctx: ToolContext) -> Any:  # type: ignore[valid-type]
+        raise RuntimeError(f"{info.name} runs in its framework, not through the engine")
     approval = policy if policy is not None else always() if info.asks else never()
     return Tool(runs_in_its_framework, name=info.name, description=info.description or info.name,
                 approval=approval, editable=info.editable and info.args_model is not None,

@@ -3,7 +3,7 @@
 :class:`StorePolicySource` is a ``bot.approval.PolicySource`` over any store that satisfies
 :class:`PolicyRecords` (``store.policies.PolicyStore`` does, structurally): the engine never imports the store.
 The terminal chat uses it as it is; a bot in Slack adds Slack's word on admins and outsiders
-(``handlers.governance.SlackPolicySource``). Errors propagate: the policy helpers fail closed.
+(``handlers.shared.governance.SlackPolicySource``). Errors propagate: the policy helpers fail closed.
 """
 
 from __future__ import annotations

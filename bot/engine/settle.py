@@ -193,8 +193,7 @@ class Settler:
         tool = self.p.tools.get(req.action.tool_name)
         if tool is None:
             return None, True
-        custom = tool.approval.response
-        return (custom or requester_only()), custom is not None
+        return tool.approval.effective_response, tool.approval.response is not None
 
     async def check(
         self, record: RequestRecord, principal: Principal, decision: Literal["approve", "cancel"] = "approve",

@@ -17,8 +17,8 @@ from typing import Any
 from bot.models.base import ModelResponse, ToolSpec
 from bot.models.demo import DemoModel
 
-PATH = "/demo-model/v1/chat/completions"
-BASE_PATH = "/demo-model/v1"
+BASE_PATH = "/demo-model/v1"  # bot/app.py points OPENAI_BASE_URL here
+PATH = f"{BASE_PATH}/chat/completions"
 
 
 async def demo_completion(body: dict[str, Any], model: DemoModel | None = None) -> ModelResponse:

@@ -1,7 +1,7 @@
 """A tracked set of background tasks: work that runs after an ack, waited for or cancelled at shutdown.
 
 The engine keeps one (``Runtime.spawn``: turns, deliveries, settles) and the Slack listeners keep their own
-(``handlers.deps.SlackDeps.tasks``: private notes, modals, App Home), both built by the composition root,
+(``handlers.shared.deps.SlackDeps.tasks``: private notes, modals, App Home), both built by the composition root,
 which drains and then cancels each at shutdown (``bot.app.BotApp.close``), so none outlives the connections
 it uses. Plain asyncio tasks in a set, not a ``TaskGroup``: one failed note must not cancel its neighbours,
 and a failure is logged with what the task was, never lost silently.

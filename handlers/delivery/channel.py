@@ -16,10 +16,9 @@ from typing import Any, Protocol
 from slack_sdk.errors import SlackApiError
 
 from blocks.answers import answer_messages
-from blocks.cards import render_requests, render_settled, render_waiting
+from blocks.cards import render_requests, render_waiting, settled_card
 from blocks.ephemeral import refused_text
 from blocks.grants import standing_note
-from blocks.outcomes import NO_LONGER_NEEDED, delegation_detail, resolution_label
 from blocks.status import failure_message, loading_messages, status_text
 from bot.ports import RetryLater, Undeliverable
 from bot.protocol import (
@@ -32,8 +31,6 @@ from bot.protocol import (
     InputResolved,
     InputRespondersChanged,
     MessageCompleted,
-    RequestRecord,
-    Resolution,
     TurnFailed,
 )
 from bot.session import SessionRef
@@ -51,7 +48,7 @@ from handlers.delivery.sessions import (
 from handlers.delivery.status import StatusLines
 from handlers.delivery.streams import LiveAnswers, StreamPacing, answer_field
 from handlers.delivery.tasks import TaskStreams
-from handlers.deps import ClientFor
+from handlers.shared.deps import ClientFor
 from store.outbox import RedisOutbox
 
 log = logging.getLogger(__name__)
@@ -410,7 +407,6 @@ class SlackChannel:
         edits = []
         for resolution in event.resolutions:
             record = await self.store.pass_request(session.session_id, resolution.request_id)
-            await self.store.unindex_request(record, in_pass=True)
             card = await self._card(session, resolution.request_id)
             if card is None:
                 continue
@@ -427,32 +423,6 @@ class SlackChannel:
         for i, message in enumerate(answer_messages(event.text)):
             await self._post_once(session, answer_field(event.seq, i), message, at=event_time(event))
 
-def settled_card(record: RequestRecord, resolution: Resolution, at: Any) -> dict[str, Any]:
-    """A request's card once it is resolved (the thread's card and approvers' copies alike)."""
-    response = resolution.response
-    decider = response.principal.slack_user_id if response and response.principal else None
-    label = resolution_label(record.request, resolution.outcome, response.option_id if response else None,
-                             response.values if response else None)
-    answer = None
-    if record.request.kind == "question" and response is not None:
-        answer = response.text if response.text is not None else _label_of(record.request, response.option_id)
-    return render_settled(
-        record.request,
-        outcome_label=label if resolution.outcome not in ("ignored", "cancelled") else NO_LONGER_NEEDED,
-        decided_by=decider,
-        at=at,
-        answer=answer,
-        note=record.note,
-        approvals=[p.rsplit(":", 1)[-1] for p in record.approvals],
-        edited_input=response.edited_input if response is not None and resolution.outcome == "approved" else None,
-        edited_prompt=response.edited_prompt if response is not None and resolution.outcome == "approved" else None,
-        values=response.values if response is not None and record.request.kind in ("user-input", "external-result")
-        else None,
-        granted=response.grant if response is not None and resolution.outcome == "approved" else None,
-        detail="Sent from another system with their result token." if response and response.via == "api"
-        else delegation_detail(record.request, response.values if response else None),
-    )
-
 
 def slack_failure(exc: SlackApiError, what: str) -> Exception | None:
     """What a Slack error means for the outbox: wait (429), retry (5xx, transient), or None: log, skip."""
@@ -463,7 +433,3 @@ def slack_failure(exc: SlackApiError, what: str) -> Exception | None:
         return exc
     return None
 
-
-def _label_of(req: Any, option_id: str | None) -> str | None:
-    option = req.option(option_id) if option_id else None
-    return option.label if option else option_id

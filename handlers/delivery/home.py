@@ -37,7 +37,7 @@ from bot.protocol import (
 )
 from bot.session import SessionRef
 from handlers.delivery.channel import card_field
-from handlers.governance import Governance, response_policy
+from handlers.shared.governance import Governance
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ async def _requested_by(gov: Governance, records: list[RequestRecord], viewer: P
         tool = gov.registry.get(record.request.action.tool_name) if record.request.action else None
         required, waiting_for = 1, []
         if tool is not None and record.request.kind == "tool-approval":
-            required = response_policy(tool).required
+            required = tool.approval.effective_response.required
             for resource in lists_read(tool.approval.response)[:1]:
                 listing = await _listing(gov, record.team_id, resource)
                 if listing is not None:

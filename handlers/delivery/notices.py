@@ -31,7 +31,7 @@ from typing import Any
 
 from slack_sdk.errors import SlackApiError
 
-from blocks.cards import render_waiting
+from blocks.cards import render_waiting, settled_card
 from blocks.messages import Message
 from blocks.notices import (
     DIGEST_AFTER,
@@ -55,8 +55,9 @@ from bot.protocol import (
     RequestRecord,
 )
 from bot.session import SessionRef
-from handlers.delivery.channel import ClientFor, card_field, settled_card, slack_failure
+from handlers.delivery.channel import card_field, slack_failure
 from handlers.delivery.pacing import SlackPacing
+from handlers.shared.deps import ClientFor
 from store.outbox import RedisOutbox
 
 log = logging.getLogger(__name__)

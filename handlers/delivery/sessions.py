@@ -35,7 +35,7 @@ from bot.protocol import InputRequest
 from bot.session import SessionRef
 from handlers.delivery.pacing import retry_after
 from handlers.delivery.status import STATUS_DELAY_S
-from handlers.deps import ClientFor
+from handlers.shared.deps import ClientFor
 from store.outbox import RedisOutbox
 
 log = logging.getLogger(__name__)

@@ -46,7 +46,7 @@ from bot.session import SessionRef
 from handlers.delivery.marks import CLAIMED, UNSURE, event_time, post_mark
 from handlers.delivery.pacing import Pacer, PacingMode, pacer
 from handlers.delivery.tasks import Taken, TaskStreams
-from handlers.deps import ClientFor
+from handlers.shared.deps import ClientFor
 from store.post_ledger import PostLedger
 
 log = logging.getLogger(__name__)

@@ -63,7 +63,7 @@ from bot.session import SessionRef
 from handlers.delivery.marks import transient
 from handlers.delivery.pacing import Pacer, retry_after
 from handlers.delivery.status import STATUS_DELAY_S
-from handlers.deps import ClientFor
+from handlers.shared.deps import ClientFor
 from store.post_ledger import PostLedger
 
 log = logging.getLogger(__name__)

@@ -19,8 +19,8 @@ from blocks.limits import MESSAGE_TEXT, escape_mrkdwn, truncate_mrkdwn
 from bot.ports import PostedMessage, WorkspaceError
 from bot.principals import Principal
 from bot.session import SessionRef, slack_session_id
-from handlers.admins import AdminCheck
-from handlers.deps import ClientFor
+from handlers.shared.admins import AdminCheck
+from handlers.shared.deps import ClientFor
 
 log = logging.getLogger(__name__)
 

@@ -21,11 +21,10 @@ from bot.engine.admission import GUEST_REFUSAL, admits
 from bot.engine.installed import NOT_INSTALLED
 from bot.engine.result_tokens import HOLDER_GONE, HOLDER_UNCHECKED, TokenClaims, verify_token
 from bot.protocol import InputResponse, UnknownRequest
-from handlers.deps import SlackDeps
+from handlers.shared.deps import RESULT_PATH, SlackDeps
 
 log = logging.getLogger(__name__)
 
-RESULT_PATH = "/hitl/requests/{request_id}/result"
 MAX_RESULT_BYTES = 256 * 1024
 UNAUTHORIZED = "send 'Authorization: Bearer <token>' with a current token for this request"
 _STATUS = {"settled": 200, "partial": 202, "invalid": 422, "stale": 409, "rejected": 403, "failed": 503,

@@ -177,8 +177,10 @@ class Cluster:
         *,
         lease_seconds: float = 1.0,
         tool_delay: float = 1.0,
+        agent: str | None = None,
     ):
         self.slack = slack
+        self.agent = agent  # BOT_AGENT: a framework's agent (tests.fixtures_tools.ledger_agents) drives the turns
         self.brain = brain
         self.redis_url = redis_url
         self.workdir = workdir
@@ -208,7 +210,9 @@ class Cluster:
             "HOST": "127.0.0.1",
             "BOT_DATA_DIR": str(self.workdir / "data"),
             "BOT_LEASE_SECONDS": str(self.lease_seconds),
-            "BOT_TOOLS": "tests.fixtures_tools.chaos_tools",
+            # the same ledger tools, as the built-in loop's or as a framework agent's
+            **({"BOT_TOOLS": "", "BOT_AGENT": self.agent} if self.agent else
+               {"BOT_TOOLS": "tests.fixtures_tools.chaos_tools"}),
             "OPENAI_BASE_URL": self.brain.base_url,
             "OPENAI_API_KEY": API_KEY,
             "CHAOS_LEDGER": str(self.ledger_path),

@@ -1,5 +1,5 @@
 """The chaos proofs with a LangGraph agent (bot/backends/langgraph.py): real ``python -m bot run`` processes
-running a LangChain agent (``tests.fixtures_tools.langgraph_ledger_agent``), SIGKILLed at each moment of the
+running a LangChain agent (``tests.fixtures_tools.ledger_agent_langgraph``), SIGKILLed at each moment of the
 approve cycle, and one click delivered to two replicas at once. Every turn is answered once; no call runs
 twice; an idempotent call cut short runs again.
 """
@@ -27,7 +27,7 @@ from tests.chaos.harness import (
 )
 from tests.chaos.test_kill9 import run_round
 
-AGENT = "tests.fixtures_tools.langgraph_ledger_agent:agent"
+AGENT = "tests.fixtures_tools.ledger_agent_langgraph:agent"
 # make test: a kill while the approved tool runs, where the adapter's fence and checkpoints matter (a process
 # start costs seconds: LangChain is a large import); make soak: every moment, many times
 ROUNDS = int(os.environ.get("CHAOS_ROUNDS") or (40 if SOAK else 1))
@@ -35,18 +35,9 @@ BOUNDED_MOMENTS = MOMENTS if SOAK else (TOOL_RUNNING,)
 SAME_CLICK_ROUNDS = 6 if SOAK else 1
 
 
-class LangGraphCluster(Cluster):
-    """Replicas that run the LangChain agent in place of the chaos tools."""
-
-    def env(self, port: int) -> dict[str, str]:
-        env = super().env(port)
-        env.pop("BOT_TOOLS", None)
-        return {**env, "BOT_AGENT": AGENT}
-
-
 @pytest.fixture
 async def lg_cluster(local_slack, brain, redis, redis_url, tmp_path) -> AsyncIterator[Cluster]:
-    group = LangGraphCluster(local_slack, brain, redis_url, tmp_path, lease_seconds=1.0, tool_delay=1.0)
+    group = Cluster(local_slack, brain, redis_url, tmp_path, lease_seconds=1.0, tool_delay=1.0, agent=AGENT)
     try:
         yield group
     finally:

@@ -4,8 +4,8 @@
 - a card offered twice at once is posted once (claimed before it is sent);
 - a reply whose post answer was lost is found, not posted again;
 - a card posted by a deliverer that died before its pass ended is found, not posted again;
-- a settled request leaves the workspace's pending index with the pass that updates its card, and
-  readers of the index skip and drop it if that deliverer died first;
+- a settled request leaves the workspace's pending index with its settle, whether or not its card is
+  updated, and readers of the index skip and drop an entry a dead process left;
 - a channel that is gone does not hold up other sessions' cards;
 - the audit log has each committed event once, however often delivery is retried.
 """
@@ -21,7 +21,6 @@ from bot.protocol import (
     ActionResult,
     ActionStarted,
     InputRequested,
-    InputResolved,
     MessageCompleted,
     TurnStarted,
 )
@@ -278,30 +277,23 @@ async def test_an_answer_streamed_in_a_dead_pass_is_not_posted_again(local_slack
     assert [(m.ts, m.text) for m in answers()] == [(shown.ts, answer)], "the answer is in the thread once"
 
 
-async def test_a_settled_request_leaves_the_pending_index_with_its_card_update_even_if_that_deliverer_dies(
+async def test_a_settled_request_leaves_the_pending_index_with_its_settle_and_readers_drop_a_leftover(
         local_slack, start_app):
+    RUNS.clear()
     bot = await start_app(refund_script(), [refund_charge])
     ts, card = await mention_and_wait_for_card(local_slack)
     await bot.wait_idle()
-    sid = f"slack:T0LOCAL:{GENERAL}:{ts}"
     pending = bot.store.pending_key("T0LOCAL")
     [request_id] = [r.request_id for r in await bot.store.pending_for_team("T0LOCAL")]
+    local_slack.fail_next("chat.update", error="internal_error", times=1000)  # no card update gets through
     await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
-    await local_slack.wait_for(lambda: card_in(local_slack, ts) is None)  # the card was updated
-    await bot.wait_idle()
-    assert await bot.store.redis.zscore(pending, request_id) is None  # dropped by the pass that updated it
+    await local_slack.wait_for(lambda: RUNS)
+    assert await bot.store.redis.zscore(pending, request_id) is None  # dropped by the settle itself
+    assert card_in(local_slack, ts) is not None  # while the card still shows its buttons
 
-    # a deliverer updates a settled request's card and dies before its pass ends: the index entry the
-    # pass was to drop at its end stays (put back here as it was before the app's own pass)
+    # on a Redis Cluster the settle's index write is its own command after the script: a process that dies
+    # between them leaves the entry (put back here), which whoever reads the index next skips and drops
     await bot.store.redis.zadd(pending, {request_id: 1})
-    [resolved] = [e for e in await bot.store.events(sid) if isinstance(e, InputResolved)]
-    ref = SessionRef(session_id=sid, team_id="T0LOCAL", channel={"channel_id": GENERAL, "thread_ts": ts})
-    dying = RedisOutbox(bot.store.redis, lease_ms=200)
-    assert await dying.outbox_begin(sid, ["frontend"], "dying-token") is not None
-    await SlackChannel(dying, lambda team: _client(bot), states=bot.store).deliver(resolved, ref)
-    assert local_slack.message(GENERAL, card.ts).text.startswith("Approved")  # the card said so again
-    assert await bot.store.redis.zscore(pending, request_id) == 1
-    # whoever reads the index next skips the settled request and drops its entry
     assert await bot.store.pending_for_team("T0LOCAL") == []
     assert await bot.store.redis.zscore(pending, request_id) is None
 

@@ -3,6 +3,8 @@ restart is answered in the same thread after it: history survives a restart."""
 
 from __future__ import annotations
 
+import pytest
+
 from bot.__main__ import main as bot_cli
 from bot.app import start_bot
 from bot.config import Settings
@@ -21,6 +23,7 @@ def _card(slack, ts: str):  # noqa: ANN001, ANN202
     return cards[-1] if cards else None
 
 
+@pytest.mark.usefixtures("redis")  # a fresh database: a list another test saved keeps the demo from listing Bob
 async def test_a_turn_parked_before_a_restart_is_answered_in_its_thread_after_it(redis_url, tmp_path):
     data_dir = str(tmp_path / "data")
     first = await start_bot(_offline(redis_url, data_dir), host="127.0.0.1", port=0, recovery_interval=0)

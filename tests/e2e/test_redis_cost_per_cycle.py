@@ -209,6 +209,20 @@ async def test_a_lone_call_s_result_is_written_with_its_step_s_checkpoint(local_
     assert markers and all(json.loads(m)["status"] == "completed" for m in markers), markers
 
 
+async def test_the_settle_takes_its_request_off_the_pending_index_in_its_own_round_trip(local_slack, start_app):
+    # the workspace's pending index (App Home, ``bot pending``) is the store's to keep: the settle's round trip
+    # carries the ZREM after its script; no delivery pass's close carries it any more (no more round trips)
+    trips = await one_cycle_counted(local_slack, start_app)
+
+    def removing(function: str) -> int:
+        inside = f" {function}"
+        return sum(n for (caller, names), n in trips.counts.items()
+                   if "ZREM" in names.upper() and any(frame.endswith(inside) for frame in caller.split(" < ")))
+
+    assert removing("settle") == trips.sent_by("settle", "_settle") == 1, trips.counts
+    assert removing("outbox_end") == 0, trips.counts
+
+
 async def test_a_click_on_the_card_this_process_parked_reads_nothing_before_its_settle(local_slack, start_app):
     # the process keeps the records it parked (with their revision): the click's answer is checked against
     # that copy and its settle checks the revision, so the click sends no read of its own

@@ -1,6 +1,6 @@
 """The chaos ledger's two tools as a LangChain agent, for the LangGraph backend's chaos proofs (tests/chaos).
 
-Loaded by the bot under test through ``BOT_AGENT=tests.fixtures_tools.langgraph_ledger_agent:agent``; its model
+Loaded by the bot under test through ``BOT_AGENT=tests.fixtures_tools.ledger_agent_langgraph:agent``; its model
 is the chaos ``LedgerBrain`` (``OPENAI_BASE_URL``). Both tools are reviewed by LangChain's human-in-the-loop
 middleware; they leave the same traces as ``tests.fixtures_tools.chaos_tools`` (one line per execution
 started, one ledger line per effect), keyed by the model's tool call id. ``ledger_write_idem`` is marked

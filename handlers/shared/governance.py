@@ -25,15 +25,15 @@ from typing import Any
 
 from blocks.deadlines import duration_text
 from blocks.home import ApproverListView
-from bot.approval import CUSTOM_RESPONSE_LABEL, Policy, requester_only
+from bot.approval import CUSTOM_RESPONSE_LABEL
 from bot.engine.policy_source import StorePolicySource
 from bot.engine.tool_registry import ToolRegistry
 from bot.governance import list_name, lists_read
 from bot.ops.logs import content
 from bot.principals import APP_PRINCIPAL, Principal
 from bot.tools import Tool
-from handlers.admins import AdminCheck, ClientFor
-from handlers.deps import SlackDeps
+from handlers.shared.admins import AdminCheck, ClientFor
+from handlers.shared.deps import SlackDeps
 from store.audit import AuditLog
 from store.client import StoreError
 from store.home_views import HomeViews
@@ -57,11 +57,6 @@ def list_resource(name: str) -> str:
     return name if ":" in name else tool_resource(name)
 
 
-def response_policy(t: Tool) -> Policy:
-    """The rule that decides who may settle the tool's requests (``requester_only()`` when it has none)."""
-    return t.approval.response or requester_only()
-
-
 def needs_people(t: Tool) -> bool:
     """Tools whose calls can wait for a person."""
     return t.policy_kind != "never"
@@ -75,7 +70,7 @@ def list_uses(tools: list[Tool]) -> dict[str, list[str]]:
         if not needs_people(t):
             continue
         for resource in lists_read(t.approval.response):
-            how = "; ".join(label for label in (t.approval.request.label, response_policy(t).label) if label)
+            how = "; ".join(label for label in (t.approval.request.label, t.approval.effective_response.label) if label)
             uses.setdefault(resource, []).append(f"approves `{t.name}` ({how or 'custom policy'})")
         if t.escalate_to and t.escalate_after is not None:
             after = duration_text(t.escalate_after)
@@ -87,7 +82,7 @@ def rule_without_list(t: Tool) -> str | None:
     """For a tool that can wait for a person but reads no list: who decides, in words; else None."""
     if not needs_people(t) or lists_read(t.approval.response):
         return None
-    return response_policy(t).label or CUSTOM_RESPONSE_LABEL
+    return t.approval.effective_response.label or CUSTOM_RESPONSE_LABEL
 
 
 ADMIN_CHECK_S = 1.0  # users.info's wait when an admin cancels (Slack's ack budget is 3 s)
@@ -210,7 +205,7 @@ class Governance:
         needed: dict[str, int] = {}
         for t in self.registry:
             for resource in lists_read(t.approval.response):
-                needed[resource] = max(needed.get(resource, 1), response_policy(t).required)
+                needed[resource] = max(needed.get(resource, 1), t.approval.effective_response.required)
         return needed
 
     async def _outsider_problem(self, team_id: str, user_ids: list[str], within: float) -> str | None:

@@ -30,7 +30,7 @@ from pydantic import Field
 from slack_sdk.errors import SlackApiError
 
 from bot.deferred import DeferredModel
-from handlers.deps import ClientFor
+from handlers.shared.deps import ClientFor
 
 log = logging.getLogger(__name__)
 

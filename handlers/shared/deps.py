@@ -22,6 +22,8 @@ from store.token_revocations import TokenRevocations
 from store.turns import RedisTurns
 
 ClientFor = Callable[[str | None], Awaitable[AsyncWebClient]]  # the Web API client of a workspace
+# where an external call's result is posted (``handlers.routes.results``); the card's token note names it
+RESULT_PATH = "/hitl/requests/{request_id}/result"
 
 
 @dataclass
@@ -35,7 +37,7 @@ class SlackDeps:
     # approver lists, workspace rules and admins (bot.approval.PolicySource): the runtime's ctx.policies and
     # the admission rule's (None: guests refused, those rules fail closed)
     policies: PolicySource | None = None
-    governance: Any = None  # handlers.governance.Governance, when wired (App Home, /approvers)
+    governance: Any = None  # handlers.shared.governance.Governance, when wired (App Home, /approvers)
     result_key: bytes | None = None  # signs result tokens for external calls (None: that API is off)
     token_holders: TokenHolders | None = None  # is a token's holder still a member (None: tokens settle nothing)
     token_revocations: TokenRevocations | None = None  # when each person's result tokens were last revoked
@@ -45,6 +47,10 @@ class SlackDeps:
     # the listeners' own work after an ack (private notes, modals, App Home): their task group, apart from the
     # engine's (``runtime.spawn``); the composition root drains it and then cancels what is left at shutdown
     tasks: Background = field(default_factory=Background)
+
+    def result_url(self, request_id: str) -> str:
+        """The address a system posts ``request_id``'s result to (DESIGN §12)."""
+        return f"{self.public_url.rstrip('/')}{RESULT_PATH.format(request_id=request_id)}"
 
     async def first_delivery(self, body: dict[str, Any]) -> bool:
         """False for an event acted on before, here or in another replica: Slack sent it again because it did
