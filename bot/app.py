@@ -44,6 +44,7 @@ from bot.engine.turns import Runtime, RuntimeSettings
 from bot.models.base import ChatModel
 from bot.ops import tracing
 from bot.ops.background import Background
+from bot.ops.logs import EffectiveLevel
 from bot.ops.metrics import AppMetrics, MeteredModel, StoreGauges
 from bot.ops.observed import ObservedChannel
 from bot.ports import Channel
@@ -169,6 +170,11 @@ def build_tools(settings: Settings, extra: list[Tool] | None = None) -> ToolRegi
             except FormUnsupported as exc:
                 raise ConfigError(f"tool {t.name}: editable=True, but {exc}") from exc
     return registry
+
+
+def slack_client(**kwargs: Any) -> AsyncWebClient:
+    """A Web API client whose debug lines are written only when they would be logged (``EffectiveLevel``)."""
+    return AsyncWebClient(logger=EffectiveLevel("slack_sdk.web.async_client"), **kwargs)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -299,7 +305,7 @@ async def _start(
     slack_spans = tracing.slack_trace_config()
     http = aiohttp.ClientSession(trace_configs=[slack_spans] if slack_spans else None)
     stack.push_async_callback(http.close)
-    client = AsyncWebClient(token=token, base_url=api_url, session=http, retry_handlers=slack_retry_handlers())
+    client = slack_client(token=token, base_url=api_url, session=http, retry_handlers=slack_retry_handlers())
     installed = Installed(InstallMarks(redis.client, client_id=settings.slack_client_id))
     oauth = None
     if settings.slack_client_id:
@@ -309,13 +315,13 @@ async def _start(
         def app_clock() -> float:  # the runtime's clock (built below; tests move it), read when a token is due
             return runtime.settings.clock()
 
-        installations = rotating_installations(settings, redis.client, AsyncWebClient(base_url=api_url, session=http),
+        installations = rotating_installations(settings, redis.client, slack_client(base_url=api_url, session=http),
                                                app_clock)
         # states are signed with the client secret (oauth_settings says which setting is missing first)
         states = partial(RedisOAuthStateStore, redis.client, expiration_seconds=STATE_SECONDS,
                          secret=settings.slack_client_secret or "")
         oauth = oauth_settings(settings, installations, states, installed)
-        client = AsyncWebClient(base_url=api_url, session=http, retry_handlers=slack_retry_handlers())
+        client = slack_client(base_url=api_url, session=http, retry_handlers=slack_retry_handlers())
     slack = MeteredApp(  # AsyncApp, timing each ack (hitl_slack_ack_seconds)
         # named: without a name Bolt names the app after its caller's file with inspect.stack(), which reads
         # the source of every frame (30-70 ms of each start)
@@ -332,7 +338,7 @@ async def _start(
         raise_error_for_unhandled_request=True,
     )
 
-    delivery_client = AsyncWebClient(token=client.token, base_url=api_url, timeout=DELIVERY_TIMEOUT_S,
+    delivery_client = slack_client(token=client.token, base_url=api_url, timeout=DELIVERY_TIMEOUT_S,
                                      session=http, retry_handlers=slack_retry_handlers(wait_on_rate_limits=False))
 
     async def client_for(team_id: str | None, *, delivery: bool = False) -> AsyncWebClient:
@@ -342,7 +348,7 @@ async def _start(
         bot = await oauth.installation_store.async_find_bot_for_workspace(team_id)
         if bot is None:
             raise LookupError(f"no installation for workspace {team_id}")
-        return AsyncWebClient(token=bot.bot_token, base_url=api_url, session=http,
+        return slack_client(token=bot.bot_token, base_url=api_url, session=http,
                               **({"timeout": DELIVERY_TIMEOUT_S} if delivery else {}),
                               retry_handlers=slack_retry_handlers(wait_on_rate_limits=not delivery))
 

@@ -258,3 +258,33 @@ async def test_a_suspended_task_shows_its_whole_await_chain(caplog: pytest.LogCa
     finally:
         gate.set()
         await task
+
+
+class _Watched(str):
+    """A value that records each time it is written into a string with ``repr``."""
+
+    reprs = 0
+
+    def __repr__(self) -> str:
+        type(self).reprs += 1
+        return super().__repr__()
+
+
+async def test_slack_calls_are_written_into_debug_lines_only_when_debug_is_on(redis_url, redis, tmp_path, caplog):
+    # slack_sdk writes each request (the whole Block Kit of a card) into a debug line whenever its logger's own
+    # level is unset, emitted or not: the bot's Slack clients write it only when it would be emitted
+    settings = Settings(_env_file=None, REDIS_URL=redis_url, BOT_TOOLS="", BOT_DATA_DIR=str(tmp_path / "data"))
+    bot = await start_bot(settings, host="127.0.0.1", port=0, recovery_interval=0)
+    try:
+        client = bot.slack.client
+        caplog.set_level(logging.INFO)
+        await client.chat_postMessage(channel=GENERAL, text=_Watched("quiet"))
+        assert _Watched.reprs == 0
+        assert not [r for r in caplog.records if r.name.startswith("slack_sdk")]
+
+        caplog.set_level(logging.DEBUG, logger="slack_sdk")
+        await client.chat_postMessage(channel=GENERAL, text=_Watched("loud"))
+        assert [r for r in caplog.records if r.name.startswith("slack_sdk") and "loud" in r.getMessage()]
+        assert [m.text for m in bot.localslack.messages(GENERAL)][-2:] == ["quiet", "loud"]
+    finally:
+        await bot.close()

@@ -6,11 +6,11 @@ come back as :data:`Answer` s keyed by the framework's call id. Everything else 
 leases, checkpoints, the outbox, settle, cards, policies and the audit. A backend never touches Redis or
 Slack; it talks to the engine only through the :class:`BackendTurn` it is handed.
 
+    from bot import Approval, always, approvers
     from bot.backends import wrap
-    from bot import always, approvers
     from myapp.agent import agent            # the team's existing agent, unchanged
 
-    slack_agent = wrap(agent, policies={"issue_refund": always(response=approvers("finance"))})
+    slack_agent = wrap(agent, policies={"issue_refund": Approval(request=always(), response=approvers("finance"))})
 
 and ``BOT_AGENT=myapp.slack:slack_agent`` (or ``BOT_AGENT=myapp.agent:agent`` with no policies of ours).
 """
@@ -160,11 +160,13 @@ class BackendTurn(Protocol):
         ...
 
     async def fence(self, call_id: str, tool_name: str, run: Callable[[], Awaitable[Any]], *,
-                    idempotent: bool = False) -> Any:
+                    idempotent: bool = False, arguments: Mapping[str, Any] | None = None) -> Any:
         """Run ``run`` at most once per ``call_id`` across kills and replicas: a replay returns the recorded
         result (JSON); a call whose worker died mid-run returns ``{"status": "failed", "error": …}`` saying
         it was interrupted (the model reads it), unless ``idempotent``: then it runs again. Raises the
-        engine's LeaseLost when this worker no longer holds the turn."""
+        engine's LeaseLost when this worker no longer holds the turn. The fence reports the call's start
+        (with ``arguments``, shown on its task) and its end: a backend need not call ``tool_started`` /
+        ``tool_finished`` for a fenced call (a repeat per call id is ignored)."""
         ...
 
     async def checkpoint(self, saved: str) -> None:
@@ -243,7 +245,7 @@ class WrappedAgent:
 
 def wrap(agent: object, *, policies: Mapping[str, Any] | None = None) -> WrappedAgent:
     """The bot's hold on a team's existing agent, with our request and response policies for its tools by
-    name (``{"issue_refund": always(response=approvers("finance"))}``). A tool without one keeps its
+    name (``{"issue_refund": Approval(request=always(), response=approvers("finance"))}``). A tool without one keeps its
     framework's own gate: it asks when the framework asks, else it runs."""
     if isinstance(agent, WrappedAgent):
         return WrappedAgent(agent.backend, {**agent.policies, **(policies or {})})

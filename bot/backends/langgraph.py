@@ -435,9 +435,8 @@ async def _fenced(run: _Run, backend: LangGraphBackend, request: Any, execute: A
         except GraphInterrupt as exc:  # the tool itself asked: recorded, so a replay asks the same again
             return {"asked": [{"id": item.id, "value": item.value} for item in (exc.args[0] if exc.args else ())]}
 
-    run.turn.tool_started(key, name, call["args"])
-    try:
-        recorded = await run.turn.fence(key, name, go, idempotent=idempotent)
+    try:  # the fence reports the call's start (with its arguments) and its end
+        recorded = await run.turn.fence(key, name, go, idempotent=idempotent, arguments=call["args"])
     except LeaseLost as exc:
         run.engine_error = exc  # a ToolNode that handles every error must not swallow it
         raise

@@ -73,6 +73,7 @@ class EngineTurn:
         self._stopped = False
         self._events: list[Event] = []  # tool events, written with the next checkpoint
         self._started: set[str] = set()
+        self._finished: set[str] = set()
         self._words: list[str] = []
         self.approved: set[str] = set()  # call ids people approved in this resume: not gated again
 
@@ -98,7 +99,7 @@ class EngineTurn:
         return GateVerdict(action="run")
 
     async def fence(self, call_id: str, tool_name: str, run: Callable[[], Awaitable[Any]], *,
-                    idempotent: bool = False) -> Any:
+                    idempotent: bool = False, arguments: Mapping[str, Any] | None = None) -> Any:
         """At most once per call id (the marker is fenced by the lease: a worker that lost it gets LeaseLost)."""
         store = self._driver.p.store
         marker = f"{self.turn_id}:fw:{call_id}"
@@ -109,7 +110,7 @@ class EngineTurn:
             if not idempotent:  # what the model reads, in the shape of any failed call's result
                 self._result(call_id, tool_name, "failed", None, INTERRUPTED)
                 return {"status": "failed", "error": INTERRUPTED}
-        self.tool_started(call_id, tool_name, {})
+        self.tool_started(call_id, tool_name, arguments or {})
         try:
             output = await run()
         except asyncio.CancelledError:
@@ -151,6 +152,9 @@ class EngineTurn:
         self._result(call_id, tool_name, "completed", output, None)
 
     def _result(self, call_id: str, tool_name: str, status: str, output: Any, error: str | None) -> None:
+        if call_id in self._finished:  # reported by the fence already
+            return
+        self._finished.add(call_id)
         self._events.append(ActionResult(session_id=self.session_id, turn_id=self.turn_id, call_id=call_id,
                                          tool_name=tool_name, status=status, output=jsonable(output), error=error))
 

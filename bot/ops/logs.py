@@ -175,6 +175,22 @@ def configure(log_format: str = "text", *, log_content: bool = False, level: int
     root.setLevel(level)
 
 
+class EffectiveLevel(logging.LoggerAdapter):
+    """A library's logger whose ``level`` is the level it logs at. slack_sdk writes each request and response
+    (a card's whole Block Kit) into its debug line whenever ``logger.level <= DEBUG``, and a logger's own
+    ``level`` is NOTSET (0) unless set on it: without this, every Slack call built that line to drop it."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(logging.getLogger(name), {})
+
+    @property
+    def level(self) -> int:
+        return self.logger.getEffectiveLevel()
+
+    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+        return msg, kwargs  # the record as the logger itself would make it
+
+
 # --- what the process waits on -------------------------------------------------------------------
 
 

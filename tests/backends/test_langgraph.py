@@ -78,7 +78,7 @@ class RecordingTurn:
         return self.verdicts.get(tool_name, GateVerdict(action="run"))
 
     async def fence(self, call_id: str, tool_name: str, run: Callable[[], Awaitable[Any]], *,
-                    idempotent: bool = False) -> Any:
+                    idempotent: bool = False, arguments: Mapping[str, Any] | None = None) -> Any:
         """As the engine's: the output on the first run, the recorded one on a replay, and for a call whose
         worker died mid-run the failed result the model reads (unless it is idempotent)."""
         marker = self.markers.get(call_id)
@@ -89,6 +89,7 @@ class RecordingTurn:
                 raise RuntimeError(marker["error"])
             return marker["output"]
         self.markers[call_id] = "started"
+        self.tool_started(call_id, tool_name, arguments or {})
         try:
             output = await run()
         except Exception as exc:
@@ -220,6 +221,7 @@ async def test_edit_and_approve_runs_the_edited_arguments_and_tells_the_model(fa
 
     assert isinstance(done, Finished)
     assert refunds == [("ch_1", 25)]
+    assert turn.started == [("call_refund", "issue_refund", {"charge_id": "ch_1", "amount": 25})]  # what ran
     told = tool_messages(fake)["call_refund"]
     assert "replaced this tool call" in told and '"amount": 25' in told and told.endswith("refunded 25 EUR on ch_1")
 
