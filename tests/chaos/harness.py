@@ -180,7 +180,7 @@ class Cluster:
         agent: str | None = None,
     ):
         self.slack = slack
-        self.agent = agent  # BOT_AGENT: a framework's agent (tests.fixtures_tools.ledger_agents) drives the turns
+        self.agent = agent  # BOT_AGENT: a framework's agent (tests.fixtures_tools.ledger_agent_*) drives the turns
         self.brain = brain
         self.redis_url = redis_url
         self.workdir = workdir

@@ -27,7 +27,7 @@ ROUNDS = -(-TRIALS // PER_ROUND)
 async def pydantic_ai_cluster(local_slack, brain, redis, redis_url, tmp_path) -> AsyncIterator[Cluster]:
     """The chaos cluster with the turns driven by the pydantic-ai agent (BOT_AGENT) instead of BOT_TOOLS."""
     group = Cluster(local_slack, brain, redis_url, tmp_path, lease_seconds=1.0, tool_delay=1.0,
-                    agent="tests.fixtures_tools.pydantic_ai_chaos_agent:agent")
+                    agent="tests.fixtures_tools.ledger_agent_pydantic_ai:agent")
     try:
         yield group
     finally:
