@@ -1,6 +1,5 @@
 """One click delivered to two replicas at once, with a framework's agent driving the turns (BOT_AGENT): the
-card settles once and the agent's tool runs once, whichever replica takes it (LangGraph's own round is in
-test_kill9_langgraph.py)."""
+card settles once and the agent's tool runs once, whichever replica takes it."""
 
 from __future__ import annotations
 
@@ -13,6 +12,7 @@ from tests.chaos.harness import SOAK, Cluster, Trial, click_payload, finish, ope
 AGENTS = {
     "pydantic-ai": "tests.fixtures_tools.ledger_agent_pydantic_ai:agent",
     "openai-agents": "tests.fixtures_tools.ledger_agent_openai:slack_agent",
+    "langgraph": "tests.fixtures_tools.ledger_agent_langgraph:agent",
 }
 ROUNDS = 6 if SOAK else 1
 

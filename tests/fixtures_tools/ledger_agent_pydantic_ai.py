@@ -1,5 +1,5 @@
 """The chaos proofs' ledger tools written as a pydantic-ai agent, run by the bot under test through
-``BOT_AGENT=tests.fixtures_tools.ledger_agent_pydantic_ai:agent`` (tests/chaos/test_kill9_pydantic_ai.py).
+``BOT_AGENT=tests.fixtures_tools.ledger_agent_pydantic_ai:agent`` (tests/chaos/test_kill9_frameworks.py).
 
 Same ledger as ``chaos_tools`` (``CHAOS_LEDGER``, ``CHAOS_STARTS``, ``CHAOS_TOOL_DELAY``); both tools need
 approval (``requires_approval=True``). ``ledger_write_idem`` is marked idempotent and keys its effect by
