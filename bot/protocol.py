@@ -8,10 +8,12 @@ and produced with ``by_alias=True`` for HTTP/streaming clients.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Annotated, Any, Literal
 
 from pydantic import AliasGenerator, ConfigDict, Field, TypeAdapter
@@ -396,13 +398,20 @@ class RequestRecord(Contract):
 class SessionSnapshot(Contract):
     """What the turn loop reads about a session before moving it forward."""
 
-    state: dict[str, Any] | None = None  # None: a session nobody wrote in yet
+    # the state as its writer saved it, JSON text (None: a session nobody wrote in yet): the engine validates
+    # it in one pass (``bot.state.state_of``) rather than decoded to ``state`` and then validated
+    saved_state: str | bytes | None = Field(default=None, repr=False)
     grants: set[str] = Field(default_factory=set)  # once() approval keys granted in this session
     cancel: str | None = None  # the turn id someone asked to cancel
     inbox: list[dict[str, Any]] = Field(default_factory=list)  # messages waiting for the turn
     failures: int = 0  # unexpected errors in a row while driving it
     # read with the lease: the records of the requests the turn waits on (TurnState.open_request_ids), by id
     requests: dict[str, RequestRecord] = Field(default_factory=dict)
+
+    @cached_property
+    def state(self) -> dict[str, Any] | None:
+        """The state as plain data (None: a session nobody wrote in yet)."""
+        return json.loads(self.saved_state) if self.saved_state else None
 
 
 class HeldLease(Contract):

@@ -12,7 +12,7 @@ from pydantic import Field
 from bot.deferred import DeferredModel
 from bot.models.base import Message
 from bot.principals import Principal
-from bot.protocol import Answer, Grant, utcnow
+from bot.protocol import Answer, Grant, SessionSnapshot, utcnow
 from bot.session import SessionRef
 
 CallStatus = Literal["ready", "awaiting", "asking", "done"]
@@ -126,3 +126,10 @@ class SessionState(DeferredModel):
     def agent(self) -> str | None:
         """The sub-agent this session runs (``bot.agents``); None for the main agent."""
         return self.ref.parent.get("agent") if self.ref.parent else None
+
+
+def state_of(snapshot: SessionSnapshot) -> SessionState | None:
+    """The session state a snapshot holds (None: a session nobody wrote in yet), validated from its saved
+    text in one pass."""
+    saved = snapshot.saved_state
+    return SessionState.model_validate_json(saved) if saved else None

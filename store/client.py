@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any, TypeAlias, TypeVar
 from urllib.parse import urlsplit
 
+import hiredis
 import redis.asyncio as redis_asyncio
 from redis.asyncio.retry import Retry
 from redis.backoff import AbstractBackoff, EqualJitterBackoff
@@ -187,6 +188,24 @@ class _DeadlineBound:
             return await super().send_packed_command(command, check_health)  # type: ignore[misc]
         finally:
             self.socket_timeout = timeout
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[call-arg]
+        encoder = self.encoder  # type: ignore[attr-defined]
+        self._hiredis_packs = encoder.encoding.lower() in ("utf-8", "utf8") and encoder.encoding_errors == "strict"
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        # hiredis packs str (as strict UTF-8), bytes, memoryview, int and float (as repr) itself, as redis-py
+        # would; redis-py first encodes every argument in Python (~6 × the cost of the packing). What hiredis
+        # refuses (bool, None, bytearray) and a command name with a space in it ("CONFIG GET") go to redis-py's
+        # packer: its encoding, its DataError.
+        name = args[0]
+        if self._hiredis_packs and not (" " in name if isinstance(name, str) else b" " in name):
+            try:
+                return [hiredis.pack_command(args)]
+            except TypeError:
+                pass
+        return super().pack_command(*args)  # type: ignore[misc]
 
     async def read_response(self, disable_decoding: bool = False, timeout: float | None = None,  # noqa: ASYNC109 - redis-py's signature
                             **kwargs: Any) -> Any:

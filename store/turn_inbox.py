@@ -38,15 +38,15 @@ class TurnInbox(TurnListings):
         self._take = redis.register_script(replay_safe(lua.TAKE))
 
     @staticmethod
-    def _snapshot_from(replies: list[Any], known_state: dict[str, Any] | None) -> SessionSnapshot:
+    def _snapshot_from(replies: list[Any], known_state: str | None) -> SessionSnapshot:
         if known_state is not None:
             grants, cancel, inbox = replies
-            return SessionSnapshot(state=known_state, grants={g.decode() for g in grants},
+            return SessionSnapshot(saved_state=known_state, grants={g.decode() for g in grants},
                                    cancel=cancel.decode() if cancel else None,
                                    inbox=[json.loads(m) for m in inbox])
         raw, grants, cancel, inbox, fails = replies
         return SessionSnapshot(
-            state=json.loads(raw) if raw else None,
+            saved_state=raw or None,
             grants={g.decode() for g in grants},
             cancel=cancel.decode() if cancel else None,
             inbox=[json.loads(m) for m in inbox],
@@ -110,7 +110,7 @@ class TurnInbox(TurnListings):
         if not read:
             return RecordedMessage(SessionSnapshot())
         inbox, raw = seen
-        return RecordedMessage(SessionSnapshot(state=json.loads(raw) if raw else None,
+        return RecordedMessage(SessionSnapshot(saved_state=raw or None,
                                                inbox=[json.loads(m) for m in inbox]))
 
     async def inbox(self, session_id: str) -> list[dict[str, Any]]:

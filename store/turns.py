@@ -97,7 +97,7 @@ class RedisTurns(TurnInbox):
     async def read(self, query: SessionRead) -> SessionSnapshot:
         """A session's snapshot (``SessionRead``), one round trip."""
         if query.state_only:
-            return SessionSnapshot(state=await self.state(query.session_id))
+            return SessionSnapshot(saved_state=await self.redis.get(self.key(query.session_id, "state")) or None)
         return await self.snapshot(query.session_id, known_state=query.known_state)
 
     async def requests(self, query: RequestsRead) -> list[RequestRecord]:
@@ -129,12 +129,12 @@ class RedisTurns(TurnInbox):
 
         ``known_state``: the state this lease holder committed last (nobody else can have written it
         since), so it is not read again; nor is the failure count, read once per pass."""
-        known = _as_data(known_state)
+        known = _as_text(known_state) or None
         pipe = self.redis.pipeline(transaction=False)
         queue(pipe, self._snapshot_reads(session_id, known))
         return self._snapshot_of(await pipe.execute(), known)
 
-    def _snapshot_reads(self, session_id: str, known_state: dict[str, Any] | None) -> list[Command]:
+    def _snapshot_reads(self, session_id: str, known_state: str | None) -> list[Command]:
         """The reads of a session's snapshot (the state only if not ``known_state``; the strings in one MGET);
         :meth:`_snapshot_of` makes one of their replies."""
         key = self.key
@@ -144,7 +144,7 @@ class RedisTurns(TurnInbox):
             first = ("get", (key(session_id, "cancel"),))
         return [first, ("smembers", (key(session_id, "grants"),)), ("lrange", (key(session_id, "inbox"), 0, -1))]
 
-    def _snapshot_of(self, replies: list[Any], known_state: dict[str, Any] | None) -> SessionSnapshot:
+    def _snapshot_of(self, replies: list[Any], known_state: str | None) -> SessionSnapshot:
         strings, grants, inbox = replies[:3]
         raw, cancel, fails = strings if known_state is None else (None, strings, None)
         return self._snapshot_from([raw, grants, cancel, inbox, fails] if known_state is None
@@ -324,7 +324,7 @@ class RedisTurns(TurnInbox):
         # script read a requested stop as it let go, the inbox is read here; the state is the one just written
         # (another holder's since re-checks for work itself), grants and failures are not needed (bot.engine.drive)
         lean = release and bool(token) and state is not None
-        known = None if release or not read else _as_data(state)  # the next step starts from it
+        known = None if release or not read else _as_text(state) or None  # the next step starts from it
         reads: list[Command] = ([("lrange", (self.key(session_id, "inbox"), 0, -1))] if lean else
                                 self._snapshot_reads(session_id, known))
         reads = reads if read and (release or state is not None) else []
@@ -345,7 +345,7 @@ class RedisTurns(TurnInbox):
         begun = {m: (v == b"", None if v == b"" else v.decode()) for m, v in zip(markers, started, strict=True)}
         if reads and lean:
             snapshot: SessionSnapshot | None = SessionSnapshot(
-                state=_as_data(state), cancel=cancel.decode() or None,
+                saved_state=_as_text(state) or None, cancel=cancel.decode() or None,
                 inbox=[json.loads(m) for m in rest[len(extra)]])
         else:
             snapshot = self._snapshot_of(rest[len(extra):], known) if reads else None
@@ -566,11 +566,6 @@ def _as_text(state: SavedState) -> str:
     if state is None:
         return ""
     return state if isinstance(state, str) else json.dumps(state, separators=(",", ":"))
-
-
-def _as_data(state: SavedState) -> dict[str, Any] | None:
-    """A state as a snapshot holds it (plain data)."""
-    return json.loads(state) if isinstance(state, str) else state
 
 
 def _events_json(events: Sequence[Event]) -> str:

@@ -56,7 +56,7 @@ from bot.protocol import (
     session_limit_options,
 )
 from bot.session import SessionRef, new_request_id
-from bot.state import CallResult, CallState, SessionState, StepState, TurnState, turn_id_for
+from bot.state import CallResult, CallState, SessionState, StepState, TurnState, state_of, turn_id_for
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ class Driver:
 
     async def _abandon_turn(self, p: DrivePass) -> None:
         snap = await self.p.store.read(SessionRead(p.session_id))
-        state = SessionState.model_validate(snap.state) if snap.state else None
+        state = state_of(snap)
         if state is None or state.turn is None:
             if not snap.inbox:
                 return
@@ -194,10 +194,8 @@ class Driver:
     async def _has_work(self, snap: SessionSnapshot, *, parked_now: bool = False) -> bool:
         """Is there work the lease holder must do? ``parked_now``: the drive ended by parking on requests it
         created with the lease's release; whoever answers one since finds the lease free and drives."""
-        if snap.state is None:
-            return bool(snap.inbox)
-        state = SessionState.model_validate(snap.state)
-        turn = state.turn
+        state = state_of(snap)
+        turn = state.turn if state is not None else None
         if turn is None:
             return bool(snap.inbox)
         if snap.cancel == turn.turn_id or turn.status == "running":
@@ -227,7 +225,7 @@ class Driver:
         if snap is None:  # the first step uses what was read with the lease
             snap = await self.p.store.read(SessionRead(p.session_id, known))
         p.failures = max(p.failures, snap.failures)
-        state = SessionState.model_validate(snap.state) if snap.state else None
+        state = state_of(snap)
         inbox = snap.inbox
         ref = state.ref if state is not None else SessionRef.model_validate(inbox[0]["ref"]) if inbox else None
         self._require_agent(ref)

@@ -18,7 +18,7 @@ from bot.engine.turn_commands import RecordMessage, RequestsRead, SessionRead, T
 from bot.principals import Principal
 from bot.protocol import HeldLease, SessionSnapshot, utcnow
 from bot.session import SessionRef
-from bot.state import SessionState
+from bot.state import SessionState, state_of
 
 
 def new_message(ref: SessionRef, principal: Principal | None, text: str, message_id: str | None,
@@ -87,7 +87,7 @@ class Intake:
         seen = QueuedMessage.seen_in(message, session_id)
         if seen is None:
             seen = await self.p.store.read(SessionRead(session_id))
-        if seen.state and SessionState.model_validate(seen.state).turn is not None:
+        if (seen_state := state_of(seen)) is not None and seen_state.turn is not None:
             return False  # a turn is running: its card may be on the way, the message steers or waits
         if [m.get("id") for m in seen.inbox] != [message.get("id")]:
             return False  # something asked before it is still queued: it may bring the card it answers
@@ -105,8 +105,7 @@ class Intake:
             seen = QueuedMessage.seen_in(message, session_id)
             if seen is None:
                 seen = await self.p.store.read(SessionRead(session_id, state_only=True))
-            raw = seen.state
-            state = SessionState.model_validate(raw) if raw else None
+            state = state_of(seen)
         if state is None or state.turn is None:
             return None
         turn = state.turn

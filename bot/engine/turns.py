@@ -45,7 +45,7 @@ from bot.ports import Channel, LiveText, Workspace
 from bot.principals import Principal
 from bot.protocol import EndedBy, HeldLease, InputResponse, RequestRecord
 from bot.session import SessionRef
-from bot.state import SessionState, TurnState, turn_id_for
+from bot.state import SessionState, TurnState, state_of, turn_id_for
 
 __all__ = ["AnswerResult", "PostResult", "Runtime", "RuntimeSettings", "StopResult", "TurnStore", "model_view"]
 
@@ -295,7 +295,7 @@ class Runtime:
         ``principal``: who stops it (None: the app); its open requests are audited as ended by them, for
         ``ended_by``'s reason."""
         snap = await self.store.read(SessionRead(session_id))
-        state = SessionState.model_validate(snap.state) if snap.state else None
+        state = state_of(snap)
         turn = state.turn if state is not None else None
         if turn is None:
             return await self._cancel_unwritten(session_id, state, snap.inbox, principal, resume=resume)
@@ -313,7 +313,7 @@ class Runtime:
         clock, a turn's start this server's: a button shown under a turn comes seconds after its start (the
         status delay), so clocks a little apart decide nothing."""
         snap = await self.store.read(SessionRead(session_id))
-        state = SessionState.model_validate(snap.state) if snap.state else None
+        state = state_of(snap)
         turn = state.turn if state is not None else None
         if turn is None:
             if not snap.inbox:
