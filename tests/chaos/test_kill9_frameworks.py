@@ -5,8 +5,8 @@ test_kill9.py, with pydantic-ai, the OpenAI Agents SDK or LangGraph between the 
 Promises per turn: no lost turn; each approved call's effect at most once (a non-idempotent call cut short
 is reported interrupted, an idempotent one runs again); no live card after the turn ended.
 
-Bounded in ``make test``: for each framework, a kill while the approved tool runs and one right after its
-effect, a plain and a safe-to-repeat call each (every restart pays for importing the framework);
+Bounded in ``make test``: for each framework, one kill while the approved tool runs (where the framework's
+fence matters), a plain and a safe-to-repeat call (every restart pays for importing the framework);
 ``SOAK=1`` runs every moment many times, ``CHAOS_TRIALS=n`` any number, ``CHAOS_SEED`` replays a run.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.chaos.harness import MOMENTS, RESUMING, SOAK, TOOL_RUNNING, Cluster, Trial, problems, report
+from tests.chaos.harness import MOMENTS, SOAK, TOOL_RUNNING, Cluster, Trial, problems, report
 from tests.chaos.test_kill9 import run_round
 
 AGENTS = {
@@ -28,8 +28,8 @@ AGENTS = {
     "langgraph": "tests.fixtures_tools.ledger_agent_langgraph:agent",
 }
 PER_ROUND = 2
-TRIALS = int(os.environ.get("CHAOS_TRIALS") or (80 if SOAK else 4))
-KILLED_AT = MOMENTS if SOAK or os.environ.get("CHAOS_TRIALS") else (TOOL_RUNNING, RESUMING)
+TRIALS = int(os.environ.get("CHAOS_TRIALS") or (80 if SOAK else 2))
+KILLED_AT = MOMENTS if SOAK or os.environ.get("CHAOS_TRIALS") else (TOOL_RUNNING,)
 
 
 @pytest.fixture(params=sorted(AGENTS))
