@@ -34,6 +34,7 @@ from localslack.seed import BOT_TOKEN
 from ..server import open_server
 from .__main__ import SECRET, UNPACED, db_url, open_slack
 from .drive import Samples, Side, throughput_batch
+from .framework_agents import installed
 from .ladder_bench import _commands, once_each
 from .model import BenchModel
 from .procs import Child
@@ -44,6 +45,21 @@ CONTENDERS = {  # key → (name, module, extra arguments, environment)
     "L5": ("rung 5", "benchmarks.http.ladder", ["--rung", "5"], None),
     "p": ("project", "benchmarks.http.project", ["--data-dir", "{tmp}/project"], UNPACED),
 }
+# each framework twice: its agent in the bot (the project with BOT_AGENT naming framework_agents' agent) and
+# the same agent alone (framework_apps: bare Bolt, the framework's own pause and resume, its state in sqlite)
+FRAMEWORKS = {  # key of the framework in the bot → (framework_agents' name, key of the framework alone)
+    "pyd": ("pydantic_ai", "pydA"),
+    "oai": ("openai_agents", "oaiA"),
+}
+for _key, (_framework, _alone) in FRAMEWORKS.items():
+    CONTENDERS[_key] = (f"{_framework} in the bot", "benchmarks.http.project",
+                        ["--data-dir", f"{{tmp}}/{_key}", "--agent", f"benchmarks.http.framework_agents:{_framework}"],
+                        UNPACED)
+    CONTENDERS[_alone] = (f"{_framework} alone", "benchmarks.http.framework_apps",
+                          ["--framework", _framework, "--data-dir", f"{{tmp}}/{_alone}"], None)
+IN_THE_BOT = {"p", *FRAMEWORKS}  # the project's processes: a session status per thread
+AGENT_PAIRS = ",".join(f"{key},{alone}" for key, (_, alone) in FRAMEWORKS.items())
+WRAPPED_GOAL = 1.2  # a framework in the bot costs at most this many times the framework alone, per cycle
 START_TIMEOUT_S = 600.0  # imports under Valgrind, uninstrumented
 _BEGAN = time.monotonic()
 
@@ -112,7 +128,7 @@ async def count_one(key: str, model: BenchModel, redis_url: str, tmp: Path, cycl
             keep.mkdir(parents=True, exist_ok=True)
             for dump in dumps:
                 shutil.copy(dump, keep / dump.name)
-        problems = once_each(slack.calls, side.started, statuses_too=key != "d")
+        problems = once_each(slack.calls, side.started, statuses_too=key in IN_THE_BOT)
         if problems and key != "p":
             raise RuntimeError(f"{name} did not do the cycle once per thread: {'; '.join(problems)}")
         return Counted(key, name, samples.cycles, sum(_totals(d) for d in dumps),
@@ -134,7 +150,24 @@ def render(counted: list[Counted], command: str, concurrency: int) -> str:
         floor = f"{c.per_cycle / base['d']:.2f} ×" if "d" in base else "—"
         rung5 = f"{c.per_cycle / base['L5']:.2f} ×" if "L5" in base else "—"
         lines.append(f"| {c.name} | {c.cycles} | {c.per_cycle / 1e6:.2f} M | {floor} | {rung5} | {c.commands:.1f} |")
+    pairs = [(key, alone) for key, (_, alone) in FRAMEWORKS.items() if key in base and alone in base]
+    if pairs:
+        lines += ["", f"Each framework in the bot ÷ the same framework alone (goal: at most {WRAPPED_GOAL} ×):", "",
+                  "| framework | in the bot | alone | ÷ alone | goal |", "| --- | ---: | ---: | ---: | --- |"]
+        for key, alone in pairs:
+            ratio = base[key] / base[alone]
+            lines.append(f"| {FRAMEWORKS[key][0]} | {base[key] / 1e6:.2f} M | {base[alone] / 1e6:.2f} M | "
+                         f"{ratio:.2f} × | {'met' if ratio <= WRAPPED_GOAL else 'not met'} |")
     return "\n".join(lines)
+
+
+def installed_only(keys: list[str]) -> list[str]:
+    """``keys`` less the frameworks (both of a pair) whose extra is not installed, saying so."""
+    missing = {framework for framework, _ in FRAMEWORKS.values() if not installed(framework)}
+    for framework in sorted(missing):
+        _say(f"skipping {framework} (in the bot and alone): its extra is not installed")
+    return [k for k in keys if not any(k in (key, alone) and framework in missing
+                                       for key, (framework, alone) in FRAMEWORKS.items())]
 
 
 async def run(args: argparse.Namespace, argv: list[str]) -> str:
@@ -146,7 +179,7 @@ async def run(args: argparse.Namespace, argv: list[str]) -> str:
     await model.start()
     counted = []
     try:
-        for index, key in enumerate(args.contenders):
+        for index, key in enumerate(installed_only(args.contenders)):
             redis_url = db_url(server.url, server.dbs[index % len(server.dbs)])
             counted.append(await count_one(key, model, redis_url, tmp, args.cycles, args.concurrency, args.keep))
             _say(f"{counted[-1].name}: {counted[-1].per_cycle / 1e6:.2f} M instructions per cycle")
@@ -165,12 +198,15 @@ async def run(args: argparse.Namespace, argv: list[str]) -> str:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.http.instructions",
                                      description=__doc__.split("\n")[0])
-    parser.add_argument("--contenders", default="d,L5,p", help=f"which, in order (of {', '.join(CONTENDERS)})")
+    parser.add_argument("--contenders", default="d,L5,p",
+                        help=f"which, in order (of {', '.join(CONTENDERS)}); 'agents': p and each framework in "
+                             f"the bot and alone ({AGENT_PAIRS})")
     parser.add_argument("--cycles", type=int, default=64, help="counted cycles per contender (default 64)")
     parser.add_argument("--concurrency", type=int, default=4, help="threads at once (default 4)")
     parser.add_argument("--keep", type=Path, help="copy each contender's callgrind dump into this directory")
     args = parser.parse_args(argv)
-    args.contenders = [k.strip() for k in args.contenders.split(",") if k.strip()]
+    args.contenders = [k.strip() for k in args.contenders.replace("agents", f"p,{AGENT_PAIRS}").split(",")
+                       if k.strip()]
     if unknown := set(args.contenders) - set(CONTENDERS):
         parser.error(f"no such contender: {sorted(unknown)}")
     return args
