@@ -2,7 +2,8 @@
 
 Each has the bench's one tool, ``refund_charge`` (as ``tools.refund_charge``: it returns at once, its result
 carrying the wall-clock time it was made), gated in its framework's own way (pydantic-ai
-``requires_approval=True``, the Agents SDK ``needs_approval=True``), and a model that is the framework's
+``requires_approval=True``, the Agents SDK ``needs_approval=True``, LangChain's ``create_agent`` with its
+``HumanInTheLoopMiddleware`` on the tool), and a model that is the framework's
 OpenAI-compatible Chat Completions client pointed at the bench model (``model.py``).
 
 The bot imports the agent by name, so the model's URL comes from the environment (``MODEL_URL_ENV``, set
@@ -23,6 +24,7 @@ INSTRUCTIONS = "You refund charges when asked."
 FRAMEWORKS = {  # agent name → the modules its framework needs (the bench skips one not installed)
     "pydantic_ai": ("pydantic_ai",),
     "openai_agents": ("agents",),
+    "langgraph": ("langchain.agents", "langchain_openai", "langgraph.checkpoint.sqlite", "aiosqlite"),
 }
 
 
@@ -63,7 +65,19 @@ def openai_agents_agent(model_url: str) -> Any:
                  tools=[function_tool(refund_charge, needs_approval=True)])
 
 
-_BUILDERS = {"pydantic_ai": pydantic_ai_agent, "openai_agents": openai_agents_agent}
+def langgraph_agent(model_url: str, checkpointer: Any = None) -> Any:
+    from langchain.agents import create_agent
+    from langchain.agents.middleware import HumanInTheLoopMiddleware
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+
+    model = ChatOpenAI(model="bench-model", base_url=model_url, api_key=API_KEY)
+    return create_agent(model=model, tools=[tool(refund_charge)], system_prompt=INSTRUCTIONS, checkpointer=checkpointer,
+                        middleware=[HumanInTheLoopMiddleware(interrupt_on={
+                            "refund_charge": {"allowed_decisions": ["approve", "reject"]}})])
+
+
+_BUILDERS = {"pydantic_ai": pydantic_ai_agent, "openai_agents": openai_agents_agent, "langgraph": langgraph_agent}
 _built: dict[str, Any] = {}
 
 

@@ -1,4 +1,4 @@
-"""The frameworks alone: ``python -m benchmarks.http.framework_apps --framework pydantic_ai|openai_agents …``.
+"""The frameworks alone: ``python -m benchmarks.http.framework_apps --framework pydantic_ai|openai_agents|langgraph …``.
 
 The same approve cycle as the project's, written as a user would write it on the framework by itself
 (the agent is ``framework_agents``'s, the one the bot runs in the paired contender), behind a bare Bolt
@@ -7,11 +7,12 @@ listener, with the framework's own pause and resume and its own state kept durab
 - ``app_mention``: ack (the ``message`` twin too); run the agent on the message: the first model call
   offers the tool, the framework pauses on its approval (pydantic-ai: the run's output is
   ``DeferredToolRequests``; the Agents SDK: ``result.interruptions``); write the paused run in sqlite
-  (pydantic-ai: the message history, ``all_messages_json()``; the SDK: ``RunState.to_json()``) with the
-  requester, committed before the card is posted; post the card, its button carrying the thread.
+  (pydantic-ai: the message history, ``all_messages_json()``; the SDK: ``RunState.to_string()``; LangGraph:
+  its own ``AsyncSqliteSaver`` checkpointer, each step) with the requester, committed before the card is posted; post the card, its button carrying the thread.
 - The button: ack (Bolt answers Slack here); take the paused run out of sqlite if the clicker is its
   requester (one ``DELETE … RETURNING``: a second click finds nothing); resume it approved (pydantic-ai:
-  ``DeferredToolResults(approvals={id: True})``; the SDK: ``RunState.from_string`` then ``approve``): the
+  ``DeferredToolResults(approvals={id: True})``; the SDK: ``RunState.from_string`` then ``approve``; LangGraph:
+  ``Command(resume={"decisions": [{"type": "approve"}]})``, the middleware's answer): the
   tool runs, the second model call; ``chat.update`` the card, post the reply.
 
 Two model calls, three Slack calls, as the durable floor. Like the LangGraph peer it keeps no event-id
@@ -25,40 +26,40 @@ import argparse
 import asyncio
 import sqlite3
 from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from .durable import Busy
-from .framework_agents import installed, openai_agents_agent, pydantic_ai_agent
+from .framework_agents import installed, langgraph_agent, openai_agents_agent, pydantic_ai_agent
 from .serve import open_site, serve_until_stopped
 
 ACTION = "framework-approve"
 PROMPT = "Approve the refund?"
 
-# a paused run: what to post (the card, or the reply when it did not pause) and its state to keep
-Start = Callable[[str], Awaitable[tuple[str | None, str]]]  # text → (state to keep or None, reply)
-Resume = Callable[[str], Awaitable[str]]  # the kept state → the reply, approved
+Start = Callable[[str, str], Awaitable[tuple[str | None, str]]]  # thread, text → (state to keep or None, reply)
+Resume = Callable[[str, str], Awaitable[str]]  # thread, the kept state → the reply, approved
 
 
 def available(framework: str) -> bool:
     return installed(framework)
 
 
-def pydantic_ai_cycle(model_url: str) -> tuple[Start, Resume]:
+async def pydantic_ai_cycle(model_url: str, data_dir: Path, stack: AsyncExitStack) -> tuple[Start, Resume]:
     from pydantic_ai import DeferredToolRequests, DeferredToolResults
     from pydantic_ai.messages import ModelMessagesTypeAdapter
 
     agent = pydantic_ai_agent(model_url, output_type=[str, DeferredToolRequests])
 
-    async def start(text: str) -> tuple[str | None, str]:
+    async def start(thread: str, text: str) -> tuple[str | None, str]:
         result = await agent.run(text)
         if isinstance(result.output, DeferredToolRequests):
             return result.all_messages_json().decode(), ""
         return None, result.output
 
-    async def resume(state: str) -> str:
+    async def resume(thread: str, state: str) -> str:
         history = ModelMessagesTypeAdapter.validate_json(state)
         pending = [part.tool_call_id for part in history[-1].parts if part.part_kind == "tool-call"]
         result = await agent.run(message_history=history,
@@ -68,18 +69,18 @@ def pydantic_ai_cycle(model_url: str) -> tuple[Start, Resume]:
     return start, resume
 
 
-def openai_agents_cycle(model_url: str) -> tuple[Start, Resume]:
+async def openai_agents_cycle(model_url: str, data_dir: Path, stack: AsyncExitStack) -> tuple[Start, Resume]:
     from agents import Runner, RunState
 
     agent = openai_agents_agent(model_url)
 
-    async def start(text: str) -> tuple[str | None, str]:
+    async def start(thread: str, text: str) -> tuple[str | None, str]:
         result = await Runner.run(agent, text)
         if result.interruptions:
             return result.to_state().to_string(), ""
         return None, str(result.final_output)
 
-    async def resume(state: str) -> str:
+    async def resume(thread: str, state: str) -> str:
         paused = await RunState.from_string(agent, state)
         for item in paused.get_interruptions():
             paused.approve(item)
@@ -89,7 +90,30 @@ def openai_agents_cycle(model_url: str) -> tuple[Start, Resume]:
     return start, resume
 
 
-CYCLES = {"pydantic_ai": pydantic_ai_cycle, "openai_agents": openai_agents_cycle}
+async def langgraph_cycle(model_url: str, data_dir: Path, stack: AsyncExitStack) -> tuple[Start, Resume]:
+    """LangGraph keeps the paused run itself (its checkpointer, sqlite); the table keeps the requester."""
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+    from langgraph.types import Command
+
+    saver = await stack.enter_async_context(AsyncSqliteSaver.from_conn_string(str(data_dir / "checkpoints.sqlite")))
+    agent = langgraph_agent(model_url, checkpointer=saver)
+
+    async def start(thread: str, text: str) -> tuple[str | None, str]:
+        state = await agent.ainvoke({"messages": [{"role": "user", "content": text}]},
+                                    {"configurable": {"thread_id": thread}})
+        if state.get("__interrupt__"):
+            return thread, ""
+        return None, str(state["messages"][-1].content)
+
+    async def resume(thread: str, state: str) -> str:
+        done = await agent.ainvoke(Command(resume={"decisions": [{"type": "approve"}]}),
+                                   {"configurable": {"thread_id": thread}})
+        return str(done["messages"][-1].content)
+
+    return start, resume
+
+
+CYCLES = {"pydantic_ai": pydantic_ai_cycle, "openai_agents": openai_agents_cycle, "langgraph": langgraph_cycle}
 
 
 class PausedRuns:
@@ -114,8 +138,8 @@ class PausedRuns:
         self.db.close()
 
 
-def framework_app(framework: str, secret: str, token: str, slack_url: str, model_url: str, db_path: Path,
-                  busy: Busy) -> web.Application:
+async def framework_app(framework: str, secret: str, token: str, slack_url: str, model_url: str, data_dir: Path,
+                        busy: Busy) -> web.Application:
     import aiohttp
     from slack_bolt.async_app import AsyncApp
     from slack_sdk.web.async_client import AsyncWebClient
@@ -123,8 +147,9 @@ def framework_app(framework: str, secret: str, token: str, slack_url: str, model
     from .bare import approve_card
 
     session = aiohttp.ClientSession()
-    paused = PausedRuns(db_path)
-    start, resume = CYCLES[framework](model_url)
+    paused = PausedRuns(data_dir / "paused.sqlite")
+    stack = AsyncExitStack()
+    start, resume = await CYCLES[framework](model_url, data_dir, stack)
     app = AsyncApp(signing_secret=secret, client=AsyncWebClient(token=token, base_url=slack_url, session=session))
 
     @app.event("message")
@@ -135,11 +160,11 @@ def framework_app(framework: str, secret: str, token: str, slack_url: str, model
     async def mention(event: dict[str, Any], client: AsyncWebClient) -> None:
         with busy:
             channel, thread_ts = event["channel"], event.get("thread_ts") or event["ts"]
-            state, reply = await start(event["text"])
+            thread = f"{channel}:{thread_ts}"
+            state, reply = await start(thread, event["text"])
             if state is None:
                 await client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=reply)
                 return
-            thread = f"{channel}:{thread_ts}"
             paused.keep(thread, event["user"], state)
             blocks = approve_card(ACTION)
             blocks[1]["elements"][0]["value"] = thread
@@ -153,7 +178,7 @@ def framework_app(framework: str, secret: str, token: str, slack_url: str, model
             state = paused.take(thread, user)
             if state is None:
                 return  # not the requester's click, or one after it
-            reply = await resume(state)
+            reply = await resume(thread, state)
             where = body["container"]
             channel, thread_ts = thread.split(":", 1)
             await client.chat_update(channel=where["channel_id"], ts=where["message_ts"],
@@ -165,6 +190,7 @@ def framework_app(framework: str, secret: str, token: str, slack_url: str, model
 
     async def close(_: web.Application) -> None:
         await session.close()
+        await stack.aclose()
         paused.close()
 
     web_app = app.web_app(path="/slack/events")
@@ -175,9 +201,9 @@ def framework_app(framework: str, secret: str, token: str, slack_url: str, model
 
 async def main(args: argparse.Namespace) -> None:
     busy = Busy()
-    db = Path(args.data_dir) / f"{args.framework}.sqlite"
-    db.parent.mkdir(parents=True, exist_ok=True)
-    app = framework_app(args.framework, args.secret, args.token, args.slack_url, args.model_url, db, busy)
+    data_dir = Path(args.data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    app = await framework_app(args.framework, args.secret, args.token, args.slack_url, args.model_url, data_dir, busy)
     runner, port = await open_site(app, args.port)
     try:
         await serve_until_stopped(f"http://127.0.0.1:{port}/slack/events", busy.idle)

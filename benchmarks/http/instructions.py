@@ -95,7 +95,8 @@ def _totals(dump: Path) -> int:
 
 
 async def count_one(key: str, model: BenchModel, redis_url: str, tmp: Path, cycles: int, concurrency: int,
-                    keep: Path | None = None) -> Counted:
+                    keep: Path | None = None, profile: Path | None = None) -> Counted:
+    """``profile``: no callgrind; the counted cycles run under cProfile instead, its stats in ``profile``."""
     name, module, extra, env = CONTENDERS[key]
     slack = await open_slack()
     out = tmp / f"callgrind.{key}"
@@ -103,8 +104,9 @@ async def count_one(key: str, model: BenchModel, redis_url: str, tmp: Path, cycl
              f"--callgrind-out-file={out}.%p", "--quiet"]
     args = ["--secret", SECRET, "--token", BOT_TOKEN, "--model-url", model.base_url, "--redis-url", redis_url,
             "--slack-url", slack.api_url, *(a.format(tmp=tmp) for a in extra)]
-    _say(f"{name}: starting under callgrind …")
-    child = await Child.start(module, args, tmp / f"{key}.log", env, under=under, ready_timeout_s=START_TIMEOUT_S)
+    _say(f"{name}: starting{'' if profile else ' under callgrind'} …")
+    child = await Child.start(module, args, tmp / f"{key}.log", env, under=[] if profile else under,
+                              ready_timeout_s=START_TIMEOUT_S)
     side = Side(name, key, slack, child, Redis.from_url(redis_url), replies=True)
     slack.set_bot_url(child.url)
     pid = child.process.pid
@@ -112,10 +114,17 @@ async def count_one(key: str, model: BenchModel, redis_url: str, tmp: Path, cycl
         _say(f"{name}: warming up …")
         await throughput_batch(side, Samples(), concurrency, 2)
         await side.idle()
+        samples = side.samples["cycles"] = Samples()  # where the ladder's _commands reads the counts
+        if profile is not None:
+            await child.profile(True)
+            await throughput_batch(side, samples, concurrency, max(1, cycles // concurrency))
+            profile.mkdir(parents=True, exist_ok=True)
+            await child.profile(False, (profile / f"{key}.pstats").resolve())
+            _say(f"{name}: {samples.cycles} cycles profiled: {profile / key}.pstats")
+            return Counted(key, name, samples.cycles, 0, _commands(side).total() / samples.cycles)
         _callgrind(pid, "--zero")
         _callgrind(pid, "--instr=on")
         _say(f"{name}: {cycles} cycles counted …")
-        samples = side.samples["cycles"] = Samples()  # where the ladder's _commands reads the counts
         await throughput_batch(side, samples, concurrency, max(1, cycles // concurrency))
         _callgrind(pid, "--instr=off")
         for old in tmp.glob(f"callgrind.{key}.*"):
@@ -129,7 +138,7 @@ async def count_one(key: str, model: BenchModel, redis_url: str, tmp: Path, cycl
             for dump in dumps:
                 shutil.copy(dump, keep / dump.name)
         problems = once_each(slack.calls, side.started, statuses_too=key in IN_THE_BOT)
-        if problems and key != "p":
+        if problems and key not in IN_THE_BOT:  # the project streams its reply (no chat.postMessage)
             raise RuntimeError(f"{name} did not do the cycle once per thread: {'; '.join(problems)}")
         return Counted(key, name, samples.cycles, sum(_totals(d) for d in dumps),
                        _commands(side).total() / samples.cycles)
@@ -171,7 +180,7 @@ def installed_only(keys: list[str]) -> list[str]:
 
 
 async def run(args: argparse.Namespace, argv: list[str]) -> str:
-    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+    if not args.profile and shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
     server = await open_server()
     tmp = Path(tempfile.mkdtemp(prefix="hitl-bench-instructions-"))
@@ -181,7 +190,10 @@ async def run(args: argparse.Namespace, argv: list[str]) -> str:
     try:
         for index, key in enumerate(installed_only(args.contenders)):
             redis_url = db_url(server.url, server.dbs[index % len(server.dbs)])
-            counted.append(await count_one(key, model, redis_url, tmp, args.cycles, args.concurrency, args.keep))
+            counted.append(await count_one(key, model, redis_url, tmp, args.cycles, args.concurrency, args.keep,
+                                           args.profile))
+            if args.profile:
+                continue
             _say(f"{counted[-1].name}: {counted[-1].per_cycle / 1e6:.2f} M instructions per cycle")
     except BaseException:
         for log in sorted(tmp.glob("*.log")):
@@ -192,6 +204,8 @@ async def run(args: argparse.Namespace, argv: list[str]) -> str:
         await model.stop()
         await server.close()
         shutil.rmtree(tmp, ignore_errors=True)
+    if args.profile:
+        return "\n".join(f"{c.name}: {args.profile / c.key}.pstats (python -m pstats)" for c in counted)
     return render(counted, " ".join(["python -m benchmarks.http.instructions", *argv]), args.concurrency)
 
 
@@ -204,6 +218,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--cycles", type=int, default=64, help="counted cycles per contender (default 64)")
     parser.add_argument("--concurrency", type=int, default=4, help="threads at once (default 4)")
     parser.add_argument("--keep", type=Path, help="copy each contender's callgrind dump into this directory")
+    parser.add_argument("--profile", type=Path, help="no callgrind: cProfile the counted cycles instead, each "
+                                                     "contender's stats in this directory (<key>.pstats)")
     args = parser.parse_args(argv)
     args.contenders = [k.strip() for k in args.contenders.replace("agents", f"p,{AGENT_PAIRS}").split(",")
                        if k.strip()]
