@@ -50,6 +50,7 @@ CONTENDERS = {  # key → (name, module, extra arguments, environment)
 FRAMEWORKS = {  # key of the framework in the bot → (framework_agents' name, key of the framework alone)
     "pyd": ("pydantic_ai", "pydA"),
     "oai": ("openai_agents", "oaiA"),
+    "lg": ("langgraph", "lgA"),
 }
 for _key, (_framework, _alone) in FRAMEWORKS.items():
     CONTENDERS[_key] = (f"{_framework} in the bot", "benchmarks.http.project",
