@@ -75,6 +75,8 @@ def load_agent(settings: Settings) -> WrappedAgent | None:
         raise ConfigError(f"BOT_AGENT: cannot import {module_name!r} ({exc}): {fix}") from exc
     except AttributeError as exc:
         raise ConfigError(f"BOT_AGENT: {module_name} has no {attribute!r}") from exc
+    except Exception as exc:  # noqa: BLE001 - the agent's module failed to build it: said plainly, not a traceback
+        raise ConfigError(f"BOT_AGENT: importing {module_name} failed: {type(exc).__name__}: {exc}") from exc
     try:
         return wrap(found)
     except (TypeError, MissingExtra) as exc:

@@ -102,3 +102,14 @@ def test_tool_options_come_in_groups_and_flat_keywords_still_work():
             "Refund {amount}?", True, timedelta(hours=1), True)
     with pytest.raises(TypeError, match="promt"):
         tool(promt="Refund?")  # a misspelt option fails where it is written
+
+
+def test_the_readmes_own_agent_lines_wrap_the_example_agent_as_written(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")  # the example agent's own model client wants one
+    block = next(b for b in readme_python_blocks() if "wrap(" in b)
+    namespace: dict[str, object] = {}
+    exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102 - our own README
+    wrapped = namespace["slack_agent"]
+    assert type(wrapped).__name__ == "WrappedAgent"
+    assert wrapped.backend.framework == "pydantic-ai"  # type: ignore[attr-defined]
+    assert set(wrapped.policies) == {"refund_charge"}  # type: ignore[attr-defined]

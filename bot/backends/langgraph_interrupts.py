@@ -1,0 +1,178 @@
+"""LangGraph's interrupt values as pending calls, and people's answers as the resume values they ask for.
+
+The shapes, as LangChain 1.5 and LangGraph 1.2 write them (plain dicts: nothing here imports either):
+- LangChain's ``HumanInTheLoopMiddleware``, batched: ``{"action_requests": [{name, args, description}],
+  "review_configs": [{action_name, allowed_decisions}]}``, answered ``{"decisions": [...]}`` in order;
+- the middleware per call (``ToolApprovalRequest``): ``{"type": "tool_approval", tool_call_id, name, args,
+  description}``, answered with one decision (``approve``, ``edit`` with ``edited_action``, ``reject`` with a
+  ``message``, ``respond`` with a ``message``); our own request policy asks in this shape too (``source``);
+- Agent Inbox's ``HumanInterrupt`` (or a list of them): ``{action_request: {action, args}, config:
+  {allow_accept, allow_edit, allow_respond, allow_ignore}, description}``, answered with a ``HumanResponse``
+  (``accept`` / ``edit`` / ``response`` / ``ignore``), in a list when asked in a list;
+- anything else is a question: a string, or a dict with ``question`` (or ``prompt``) and ``options``; it is
+  answered with the option picked or the words typed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from bot.backends import Answer, Approve, Decision, PendingCall, Reject, Reply
+
+ALL_DECISIONS: frozenset[Decision] = frozenset({"approve", "edit", "reject", "respond"})
+OUR_GATE = "bot-policy"  # marks an interrupt our request policy raised (not the graph's own)
+
+
+class Asked(BaseModel):
+    """How to answer one pending interrupt: its shape and the pending calls it became, in order."""
+
+    interrupt_id: str
+    shape: Literal["hitl_batch", "tool_approval", "inbox", "question"]
+    call_ids: list[str]
+    tool_names: list[str]
+    decisions: list[list[str]]  # per call: what the interrupt accepts
+    listed: bool = False  # inbox: the value was a list (it is answered with a list)
+    in_tool_call: str | None = None  # the tool call whose own code asked (its fence key moves on)
+    ours: bool = False  # our request policy asked (our wrapper reads the answer, not the graph's code)
+
+
+def pending_of(interrupt_id: str, value: Any, *, node: str, messages: list[Any], in_tool_call: str | None,
+               gated: dict[str, frozenset[Decision]], response_schema: Any = None,
+               ) -> tuple[Asked, list[PendingCall]]:
+    """One interrupt as pending calls. ``node``: the task that raised it; ``messages``: the thread's;
+    ``in_tool_call``: the tool call whose code raised it, if one did; ``gated``: the middleware's decisions
+    by tool."""
+    if isinstance(value, dict) and isinstance(value.get("action_requests"), list):
+        return _hitl_batch(interrupt_id, value, messages)
+    if isinstance(value, dict) and value.get("type") == "tool_approval":
+        name = value.get("name") or node
+        ours = value.get("source") == OUR_GATE
+        allowed = ALL_DECISIONS - {"respond"} if ours else gated.get(name) or _in_schema(response_schema)
+        call = PendingCall(call_id=value.get("tool_call_id") or interrupt_id, tool_name=name,
+                           arguments=value.get("args") or {}, prompt=value.get("description") or None,
+                           decisions=allowed)
+        return Asked(interrupt_id=interrupt_id, shape="tool_approval", call_ids=[call.call_id], tool_names=[name],
+                     decisions=[sorted(allowed)], ours=ours), [call]
+    inbox = value if isinstance(value, list) else [value]
+    if inbox and all(isinstance(v, dict) and "action_request" in v and "config" in v for v in inbox):
+        return _inbox(interrupt_id, inbox, listed=isinstance(value, list))
+    tool = (in_tool_call and _tool_name_of(messages, in_tool_call)) or node
+    prompt, options = _question(value)
+    call = PendingCall(call_id=interrupt_id, tool_name=tool, kind="question", prompt=prompt, options=options,
+                       arguments={} if isinstance(value, str) else {"value": value}, decisions=frozenset({"respond"}))
+    return Asked(interrupt_id=interrupt_id, shape="question", call_ids=[interrupt_id], tool_names=[tool],
+                 decisions=[["respond"]], in_tool_call=in_tool_call), [call]
+
+
+def resume_value(asked: Asked, answers: list[Answer]) -> Any:
+    """What the interrupt's ``interrupt()`` returns for people's answers to its pending calls."""
+    if asked.shape == "hitl_batch":
+        return {"decisions": [decision(n, a) for n, a in zip(asked.tool_names, answers, strict=True)]}
+    if asked.shape == "tool_approval":
+        return decision(asked.tool_names[0], answers[0])
+    if asked.shape == "inbox":
+        responses = [_inbox_response(n, d, a) for n, d, a in zip(asked.tool_names, asked.decisions, answers,
+                                                                   strict=True)]
+        return responses if asked.listed else responses[0]
+    answer = answers[0]  # a question: the pick or the words; a cancel gives the canceller's words
+    return answer.value if isinstance(answer, Reply) else answer.message if isinstance(answer, Reject) else (
+        answer.arguments)
+
+
+def decision(tool_name: str, answer: Answer) -> dict[str, Any]:
+    """LangChain's human-in-the-loop decision for one answer."""
+    if isinstance(answer, Approve):
+        if answer.arguments is None:
+            return {"type": "approve"}
+        return {"type": "edit", "edited_action": {"name": tool_name, "args": answer.arguments}}
+    if isinstance(answer, Reject):
+        return {"type": "reject", "message": answer.message}
+    return {"type": "respond", "message": _words(answer.value)}
+
+
+def _hitl_batch(interrupt_id: str, value: dict[str, Any], messages: list[Any]) -> tuple[Asked, list[PendingCall]]:
+    requests = value["action_requests"]
+    allowed = {c["action_name"]: frozenset(c["allowed_decisions"]) for c in value.get("review_configs", [])}
+    ids = _tool_call_ids(messages, requests)
+    calls = [PendingCall(call_id=ids[i] or f"{interrupt_id}:{i}", tool_name=r["name"], arguments=r.get("args") or {},
+                         prompt=r.get("description") or None,
+                         decisions=allowed.get(r["name"], frozenset({"approve", "reject"})))
+             for i, r in enumerate(requests)]
+    return Asked(interrupt_id=interrupt_id, shape="hitl_batch", call_ids=[c.call_id for c in calls],
+                 tool_names=[c.tool_name for c in calls], decisions=[sorted(c.decisions) for c in calls]), calls
+
+
+def _inbox(interrupt_id: str, requests: list[dict[str, Any]], *, listed: bool) -> tuple[Asked, list[PendingCall]]:
+    calls = []
+    for i, request in enumerate(requests):
+        allow = request.get("config") or {}
+        decisions = {d for d, key in (("approve", "allow_accept"), ("edit", "allow_edit"), ("respond", "allow_respond"))
+                     if allow.get(key)}
+        if allow.get("allow_ignore") or allow.get("allow_respond"):
+            decisions.add("reject")
+        action = request["action_request"]
+        question = not (allow.get("allow_accept") or allow.get("allow_edit"))
+        calls.append(PendingCall(
+            call_id=interrupt_id if len(requests) == 1 else f"{interrupt_id}:{i}",
+            tool_name=action.get("action", "action"), arguments=action.get("args") or {},
+            prompt=request.get("description") or None, kind="question" if question else "approval",
+            decisions=frozenset(decisions)))
+    return Asked(interrupt_id=interrupt_id, shape="inbox", call_ids=[c.call_id for c in calls],
+                 tool_names=[c.tool_name for c in calls], decisions=[sorted(c.decisions) for c in calls],
+                 listed=listed), calls
+
+
+def _inbox_response(action: str, decisions: list[str], answer: Answer) -> dict[str, Any]:
+    """Agent Inbox's ``HumanResponse`` for one answer."""
+    if isinstance(answer, Approve):
+        if answer.arguments is None:
+            return {"type": "accept", "args": None}
+        return {"type": "edit", "args": {"action": action, "args": answer.arguments}}
+    if isinstance(answer, Reject):
+        return {"type": "response", "args": answer.message} if "respond" in decisions else {"type": "ignore", "args": None}
+    return {"type": "response", "args": _words(answer.value)}
+
+
+def _question(value: Any) -> tuple[str, list[str]]:
+    if isinstance(value, str):
+        return value, []
+    if isinstance(value, dict):
+        words = next((value[k] for k in ("question", "prompt", "message", "text") if isinstance(value.get(k), str)), None)
+        options = value.get("options") or value.get("choices") or []
+        if words:
+            return words, [str(o) for o in options] if isinstance(options, list) else []
+    return json.dumps(value, default=str), []
+
+
+def _in_schema(response_schema: Any) -> frozenset[Decision]:
+    """The decisions a per-call request's response schema names (its ``type`` constants)."""
+    text = json.dumps(response_schema or {})
+    return frozenset(d for d in ALL_DECISIONS if f'"{d}"' in text) or frozenset({"approve", "reject"})
+
+
+def _tool_call_ids(messages: list[Any], requests: list[dict[str, Any]]) -> list[str | None]:
+    """The model's tool call id for each batched action: the last AI message's calls, matched in order."""
+    last = next((m for m in reversed(messages) if getattr(m, "type", None) == "ai"), None)
+    calls = list(getattr(last, "tool_calls", None) or [])
+    ids: list[str | None] = []
+    for request in requests:
+        match = next((c for c in calls if c["name"] == request["name"] and c["args"] == request.get("args")), None)
+        if match:
+            calls.remove(match)
+        ids.append(match["id"] if match else None)
+    return ids
+
+
+def _tool_name_of(messages: list[Any], call_id: str) -> str | None:
+    for message in reversed(messages):
+        for call in getattr(message, "tool_calls", None) or []:
+            if call["id"] == call_id:
+                return call["name"]
+    return None
+
+
+def _words(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, default=str)

@@ -1,0 +1,253 @@
+"""A LangChain ``create_agent`` agent with its human-in-the-loop middleware, in Slack, end to end.
+
+Signed Slack requests against the local workspace drive the bot; the agent's model is ``ChatOpenAI`` against
+the local OpenAI-compatible server, so the tests read what the model was sent. LangGraph and LangChain run
+for real (bot/backends/langgraph.py): their interrupts are our cards, people's clicks resume the thread.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain.agents.middleware import HumanInTheLoopMiddleware
+from langchain_core.tools import tool
+from langchain_openai import ChatOpenAI
+from langgraph.types import interrupt
+
+from bot.approval import Approval, always
+from bot.backends import wrap
+from bot.governance import four_eyes, n_of_m
+from bot.models.scripted import ScriptedModel
+from localslack.seed import ALICE, BOB, BOT_USER_ID, CAROL, DAVE, GENERAL, TEAM_ID
+from tests.audit_polling import audit_entries
+from tests.e2e.test_approval_flow import button, card_in, mention_and_wait_for_card
+from tests.fakes.openai_server import FakeOpenAI
+
+refunds: list[tuple[str, int]] = []
+
+
+@tool
+def issue_refund(charge_id: str, amount: int) -> str:
+    """Refund part or all of a charge."""
+    refunds.append((charge_id, amount))
+    return f"refunded {amount} EUR on {charge_id}"
+
+
+@tool
+def lookup_charge(charge_id: str) -> str:
+    """Look up a charge."""
+    return f"{charge_id}: 40 EUR, paid"
+
+
+@tool
+def pick_account(customer: str) -> str:
+    """Ask which account the refund goes to."""
+    return f"account: {interrupt({'question': f'Which account of {customer}?', 'options': ['card', 'wallet']})}"
+
+
+@pytest.fixture(autouse=True)
+def _no_refunds():
+    refunds.clear()
+
+
+@pytest.fixture
+async def fake():
+    async with FakeOpenAI(api_key="sk-test") as server:
+        yield server
+
+
+def agent(fake: FakeOpenAI, **hitl: Any) -> Any:
+    model = ChatOpenAI(model="gpt-4o-mini", base_url=fake.base_url, api_key="sk-test", max_retries=0)
+    gated = hitl or {"issue_refund": {"allowed_decisions": ["approve", "edit", "reject"]}}
+    return create_agent(model, tools=[issue_refund, lookup_charge, pick_account],
+                        middleware=[HumanInTheLoopMiddleware(interrupt_on=gated)])
+
+
+def refund_asked(fake: FakeOpenAI, amount: int = 40, then: str = "Done.") -> None:
+    fake.reply_tool_call("issue_refund", {"charge_id": "ch_1", "amount": amount}, "call_refund")
+    fake.reply_text(then)
+
+
+def told(fake: FakeOpenAI, call_id: str) -> str:
+    """What the model was last told the call returned."""
+    [content] = [m["content"] for m in fake.requests[-1].body["messages"]
+                 if m["role"] == "tool" and m["tool_call_id"] == call_id]
+    return content
+
+
+async def answer_in(slack, ts, words):
+    return await slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: words in m.text)
+
+
+async def test_approve_runs_the_refund_once_and_the_audit_names_the_approver(local_slack, start_app, fake):
+    refund_asked(fake, then="Refunded 40 EUR.")
+    bot = await start_app(ScriptedModel([]), [], agent=agent(fake))
+    ts, card = await mention_and_wait_for_card(local_slack)
+    assert "issue_refund" in json.dumps(card.blocks) and refunds == []
+
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+
+    await answer_in(local_slack, ts, "Refunded 40 EUR.")
+    assert refunds == [("ch_1", 40)]
+    assert told(fake, "call_refund") == "refunded 40 EUR on ch_1"
+    assert "Approved" in json.dumps(local_slack.message(GENERAL, card.ts).blocks)
+    [settlement] = await audit_entries(bot.redis.client, TEAM_ID, kind="settlement", until=bool)
+    assert settlement.data["outcome"] == "approved" and settlement.actor == f"slack:{TEAM_ID}:{ALICE}"
+
+
+async def test_cancel_with_a_reason_is_what_the_model_reads(local_slack, start_app, fake):
+    refund_asked(fake, then="No refund then.")
+    bot = await start_app(ScriptedModel([]), [], agent=agent(fake))
+    ts, card = await mention_and_wait_for_card(local_slack)
+
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Cancel with reason"))
+    [modal] = await local_slack.wait_for(lambda: local_slack.open_views(ALICE))
+    [reason] = [b for b in modal.blocks if b["type"] == "input"]
+    await local_slack.submit_view(ALICE, modal.id, {reason["block_id"]: {
+        reason["element"]["action_id"]: "the customer already got store credit"}})
+
+    await answer_in(local_slack, ts, "No refund then.")
+    assert refunds == []
+    assert "the customer already got store credit" in told(fake, "call_refund")
+    [settlement] = await audit_entries(bot.redis.client, TEAM_ID, kind="settlement", until=bool)
+    assert settlement.data["outcome"] == "cancelled"
+    assert settlement.data["note"] == "the customer already got store credit"
+
+
+async def test_edit_and_approve_runs_the_edited_arguments(local_slack, start_app, fake):
+    refund_asked(fake, then="Refunded 25 EUR.")
+    bot = await start_app(ScriptedModel([]), [], agent=agent(fake))
+    ts, card = await mention_and_wait_for_card(local_slack)
+
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Edit & approve"))
+    [modal] = await local_slack.wait_for(lambda: local_slack.open_views(ALICE))
+    fields = {b["block_id"] for b in modal.blocks if b["type"] == "input"}
+    assert fields == {"hitl_arg:charge_id", "hitl_arg:amount"}
+    assert (await local_slack.submit_view(ALICE, modal.id, {"hitl_arg:amount": {"value": "25"}})).status == 200
+
+    await answer_in(local_slack, ts, "Refunded 25 EUR.")
+    assert refunds == [("ch_1", 25)]
+    assert told(fake, "call_refund").endswith("refunded 25 EUR on ch_1")
+    [resolution] = await audit_entries(bot.redis.client, TEAM_ID, kind="resolution", until=bool)
+    assert resolution.data["edited_input"] == {"charge_id": "ch_1", "amount": 25}
+
+
+async def test_a_middleware_that_allows_no_edit_gets_no_edit_button(local_slack, start_app, fake):
+    refund_asked(fake)
+    await start_app(ScriptedModel([]), [], agent=agent(
+        fake, issue_refund={"allowed_decisions": ["approve", "reject"]}))
+    _, card = await mention_and_wait_for_card(local_slack)
+    assert button(card, "Approve")
+    with pytest.raises(AssertionError):
+        button(card, "Edit & approve")
+
+
+def menu(card) -> dict[str, Any]:
+    [element] = [e for b in card.blocks if b["type"] == "actions" for e in b["elements"]
+                 if e["type"] == "static_select"]
+    return element
+
+
+async def test_a_tools_question_is_a_menu_and_the_pick_resumes_it(local_slack, start_app, fake):
+    fake.reply_tool_call("pick_account", {"customer": "ada"}, "call_pick")
+    fake.reply_text("Going to the wallet.")
+    await start_app(ScriptedModel([]), [], agent=agent(fake))
+    ts, card = await mention_and_wait_for_card(local_slack, "refund ada")
+    assert "Which account of ada?" in json.dumps(card.blocks)
+    pick = menu(card)
+    [wallet] = [o for o in pick["options"] if o["text"]["text"] == "wallet"]
+
+    await local_slack.select(ALICE, GENERAL, card.ts, pick["action_id"], wallet["value"])
+
+    await answer_in(local_slack, ts, "Going to the wallet.")
+    assert told(fake, "call_pick") == "account: wallet"
+
+
+async def test_a_tools_question_answered_by_typing(local_slack, start_app, fake):
+    fake.reply_tool_call("pick_account", {"customer": "ada"}, "call_pick")
+    fake.reply_text("Going to the bank.")
+    await start_app(ScriptedModel([]), [], agent=agent(fake))
+    ts, _ = await mention_and_wait_for_card(local_slack, "refund ada")
+
+    await local_slack.post_message(ALICE, GENERAL, "her bank account", thread_ts=ts)
+
+    await answer_in(local_slack, ts, "Going to the bank.")
+    assert told(fake, "call_pick") == "account: her bank account"
+
+
+async def test_four_eyes_on_the_agents_refund(local_slack, start_app, fake):
+    refund_asked(fake, then="Refunded.")
+    await start_app(ScriptedModel([]), [], agent=wrap(agent(fake), policies={
+        "issue_refund": Approval(request=always(), response=four_eyes())}))
+    ts, card = await mention_and_wait_for_card(local_slack)
+
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+    refusal = await local_slack.wait_for(lambda: local_slack.ephemerals(ALICE))
+    assert "Four-eyes" in refusal[-1].text and refunds == []
+    await local_slack.click(DAVE, GENERAL, card.ts, button(card, "Approve"))
+
+    await answer_in(local_slack, ts, "Refunded.")
+    assert refunds == [("ch_1", 40)]
+
+
+async def test_two_of_an_approver_list_on_the_agents_refund(local_slack, start_app, fake):
+    refund_asked(fake, then="Refunded.")
+    bot = await start_app(ScriptedModel([]), [], agent=wrap(agent(fake), policies={
+        "issue_refund": Approval(request=always(), response=n_of_m(2, "tool:issue_refund"))}))
+    await bot.deps.governance.policies.set_approvers(TEAM_ID, "tool:issue_refund", [BOB, CAROL, DAVE], actor="test")
+    ts, card = await mention_and_wait_for_card(local_slack)
+
+    await local_slack.click(BOB, GENERAL, card.ts, button(card, "Approve"))
+    await local_slack.wait_for(lambda: "1 of 2" in json.dumps(local_slack.message(GENERAL, card.ts).blocks))
+    await bot.wait_idle()
+    assert refunds == []
+    await local_slack.click(CAROL, GENERAL, card.ts, button(card, "Approve"))
+
+    await answer_in(local_slack, ts, "Refunded.")
+    await bot.wait_idle()
+    assert refunds == [("ch_1", 40)]
+    approvals = await audit_entries(bot.redis.client, TEAM_ID, kind="settlement", until=bool)
+    assert [e.actor for e in approvals][-1:] == [f"slack:{TEAM_ID}:{CAROL}"]
+
+
+async def test_our_policy_asks_for_a_tool_the_agent_never_gated(local_slack, start_app, fake):
+    fake.reply_tool_call("lookup_charge", {"charge_id": "ch_1"}, "call_look")
+    fake.reply_text("It is paid.")
+    await start_app(ScriptedModel([]), [], agent=wrap(agent(fake), policies={"lookup_charge": always()}))
+    ts, card = await mention_and_wait_for_card(local_slack, "look up ch_1")
+    assert "lookup_charge" in json.dumps(card.blocks)
+
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+
+    await answer_in(local_slack, ts, "It is paid.")
+    assert told(fake, "call_look") == "ch_1: 40 EUR, paid"
+
+
+async def test_the_stop_button_ends_a_running_agent(local_slack, start_app, fake):
+    fake.reply_delay(30)
+    bot = await start_app(ScriptedModel([]), [], agent=agent(fake))
+    ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> refund ch_1")
+    await local_slack.wait_for(lambda: local_slack.assistant_state(GENERAL, ts).session_status == "processing")
+
+    await local_slack.stop_agent_session(ALICE, GENERAL, ts)
+
+    await answer_in(local_slack, ts, "Stopped")
+    await bot.wait_idle()
+    assert refunds == [] and card_in(local_slack, ts) is None
+
+
+async def test_a_bot_restarted_between_the_card_and_the_click_resumes_the_thread_it_stored(
+        local_slack, start_app, fake):
+    refund_asked(fake, then="Refunded after the restart.")
+    first = await start_app(ScriptedModel([]), [], agent=agent(fake))
+    ts, card = await mention_and_wait_for_card(local_slack)
+    await first.close()
+    await start_app(ScriptedModel([]), [], agent=agent(fake))  # the next process: the same agent, built anew
+
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+
+    await answer_in(local_slack, ts, "Refunded after the restart.")
+    assert refunds == [("ch_1", 40)]

@@ -1,0 +1,58 @@
+"""BOT_AGENT: a team's own agent named by a setting; every mistake stops the bot with the fix named."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bot.assembly import load_agent
+from bot.config import ConfigError, Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def agent_setting(value: str) -> Settings:
+    return Settings(_env_file=None, BOT_AGENT=value)  # type: ignore[call-arg]
+
+
+def test_no_setting_means_the_built_in_loop():
+    assert load_agent(Settings(_env_file=None)) is None  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize(("value", "said"), [
+    ("examples.pydantic_ai_agent", "module:attribute"),
+    ("examples.no_such_module:agent", "check the module path"),
+    ("examples.pydantic_ai_agent:no_such_agent", "has no 'no_such_agent'"),
+    ("bot.config:Settings", "is not an agent this bot can drive"),
+])
+def test_a_wrong_setting_says_what_is_wrong(value, said, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    with pytest.raises(ConfigError, match="BOT_AGENT") as raised:
+        load_agent(agent_setting(value))
+    assert said in str(raised.value)
+
+
+def test_an_agent_module_that_fails_to_build_its_agent_is_said_plainly(monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delitem(sys.modules, "examples.pydantic_ai_agent", raising=False)  # imported afresh
+    with pytest.raises(ConfigError, match="importing examples.pydantic_ai_agent failed: UserError"):
+        load_agent(agent_setting("examples.pydantic_ai_agent:slack_agent"))
+
+
+def test_without_the_framework_s_extra_the_bot_exits_naming_the_command_that_installs_it(tmp_path):
+    # pydantic-ai as if it were not installed: its import fails the way a missing package's does
+    runs_bot = ("import sys, runpy; sys.modules['pydantic_ai'] = None; sys.argv = ['bot', 'run']; "
+                "runpy.run_module('bot', run_name='__main__')")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "OPENAI_", "BOT_", "REDIS_"))}
+    env.update(BOT_AGENT="examples.pydantic_ai_agent:slack_agent", BOT_DATA_DIR=str(tmp_path / "data"),
+               PYTHONPATH=str(ROOT), PORT="0", LOCALSLACK_PORT="0")
+    ran = subprocess.run([sys.executable, "-c", runs_bot], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert ran.returncode == 2, ran.stdout + ran.stderr
+    assert "pip install '.[pydantic-ai]'" in ran.stderr + ran.stdout
+    assert "Traceback" not in ran.stderr
