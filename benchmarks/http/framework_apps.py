@@ -15,6 +15,10 @@ listener, with the framework's own pause and resume and its own state kept durab
   ``Command(resume={"decisions": [{"type": "approve"}]})``, the middleware's answer): the
   tool runs, the second model call; ``chat.update`` the card, post the reply.
 
+With ``--stream`` the run takes the model's answers as the framework streams them (pydantic-ai
+``agent.iter`` with ``node.stream``, the SDK ``Runner.run_streamed``, LangGraph ``astream``), as the bot
+does to show the text as it comes; the text goes nowhere here.
+
 Two model calls, three Slack calls, as the durable floor. Like the LangGraph peer it keeps no event-id
 claim and acks the click before it is recorded. sqlite is the standard library's, on a file, written in
 the event loop (the cheapest durable store such an app has).
@@ -47,14 +51,26 @@ def available(framework: str) -> bool:
     return installed(framework)
 
 
-async def pydantic_ai_cycle(model_url: str, data_dir: Path, stack: AsyncExitStack) -> tuple[Start, Resume]:
-    from pydantic_ai import DeferredToolRequests, DeferredToolResults
+async def pydantic_ai_cycle(model_url: str, data_dir: Path, stack: AsyncExitStack,
+                            stream: bool) -> tuple[Start, Resume]:
+    from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
     from pydantic_ai.messages import ModelMessagesTypeAdapter
 
     agent = pydantic_ai_agent(model_url, output_type=[str, DeferredToolRequests])
 
+    async def run(text: str | None, **given: Any) -> Any:
+        if not stream:
+            return await agent.run(text, **given)
+        async with agent.iter(text, **given) as run:  # the model's events as they come, as the bot takes them
+            async for node in run:
+                if Agent.is_model_request_node(node):
+                    async with node.stream(run.ctx) as events:
+                        async for _ in events:
+                            pass
+        return run.result
+
     async def start(thread: str, text: str) -> tuple[str | None, str]:
-        result = await agent.run(text)
+        result = await run(text)
         if isinstance(result.output, DeferredToolRequests):
             return result.all_messages_json().decode(), ""
         return None, result.output
@@ -62,20 +78,29 @@ async def pydantic_ai_cycle(model_url: str, data_dir: Path, stack: AsyncExitStac
     async def resume(thread: str, state: str) -> str:
         history = ModelMessagesTypeAdapter.validate_json(state)
         pending = [part.tool_call_id for part in history[-1].parts if part.part_kind == "tool-call"]
-        result = await agent.run(message_history=history,
-                                 deferred_tool_results=DeferredToolResults(approvals=dict.fromkeys(pending, True)))
+        result = await run(None, message_history=history,
+                           deferred_tool_results=DeferredToolResults(approvals=dict.fromkeys(pending, True)))
         return result.output if isinstance(result.output, str) else ""
 
     return start, resume
 
 
-async def openai_agents_cycle(model_url: str, data_dir: Path, stack: AsyncExitStack) -> tuple[Start, Resume]:
+async def openai_agents_cycle(model_url: str, data_dir: Path, stack: AsyncExitStack,
+                              stream: bool) -> tuple[Start, Resume]:
     from agents import Runner, RunState
 
     agent = openai_agents_agent(model_url)
 
+    async def run(given: Any) -> Any:
+        if not stream:
+            return await Runner.run(agent, given)
+        result = Runner.run_streamed(agent, given)  # the model's events as they come, as the bot takes them
+        async for _ in result.stream_events():
+            pass
+        return result
+
     async def start(thread: str, text: str) -> tuple[str | None, str]:
-        result = await Runner.run(agent, text)
+        result = await run(text)
         if result.interruptions:
             return result.to_state().to_string(), ""
         return None, str(result.final_output)
@@ -84,13 +109,14 @@ async def openai_agents_cycle(model_url: str, data_dir: Path, stack: AsyncExitSt
         paused = await RunState.from_string(agent, state)
         for item in paused.get_interruptions():
             paused.approve(item)
-        result = await Runner.run(agent, paused)
+        result = await run(paused)
         return str(result.final_output)
 
     return start, resume
 
 
-async def langgraph_cycle(model_url: str, data_dir: Path, stack: AsyncExitStack) -> tuple[Start, Resume]:
+async def langgraph_cycle(model_url: str, data_dir: Path, stack: AsyncExitStack,
+                          stream: bool) -> tuple[Start, Resume]:
     """LangGraph keeps the paused run itself (its checkpointer, sqlite); the table keeps the requester."""
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
     from langgraph.types import Command
@@ -98,17 +124,28 @@ async def langgraph_cycle(model_url: str, data_dir: Path, stack: AsyncExitStack)
     saver = await stack.enter_async_context(AsyncSqliteSaver.from_conn_string(str(data_dir / "checkpoints.sqlite")))
     agent = langgraph_agent(model_url, checkpointer=saver)
 
+    async def run(given: Any, thread: str) -> tuple[bool, str]:
+        """Whether the run paused, and its last message's text."""
+        config = {"configurable": {"thread_id": thread}}
+        if not stream:
+            state = await agent.ainvoke(given, config)
+            return bool(state.get("__interrupt__")), str(state["messages"][-1].content)
+        paused, last = False, ""
+        # the model's tokens as they come and each step's update, as the bot takes them
+        async for mode, chunk in agent.astream(given, config, stream_mode=["messages", "updates"]):
+            if mode == "updates":
+                paused = paused or "__interrupt__" in chunk
+                for update in chunk.values():
+                    if isinstance(update, dict) and update.get("messages"):
+                        last = str(update["messages"][-1].content)
+        return paused, last
+
     async def start(thread: str, text: str) -> tuple[str | None, str]:
-        state = await agent.ainvoke({"messages": [{"role": "user", "content": text}]},
-                                    {"configurable": {"thread_id": thread}})
-        if state.get("__interrupt__"):
-            return thread, ""
-        return None, str(state["messages"][-1].content)
+        paused, last = await run({"messages": [{"role": "user", "content": text}]}, thread)
+        return (thread, "") if paused else (None, last)
 
     async def resume(thread: str, state: str) -> str:
-        done = await agent.ainvoke(Command(resume={"decisions": [{"type": "approve"}]}),
-                                   {"configurable": {"thread_id": thread}})
-        return str(done["messages"][-1].content)
+        return (await run(Command(resume={"decisions": [{"type": "approve"}]}), thread))[1]
 
     return start, resume
 
@@ -139,7 +176,7 @@ class PausedRuns:
 
 
 async def framework_app(framework: str, secret: str, token: str, slack_url: str, model_url: str, data_dir: Path,
-                        busy: Busy) -> web.Application:
+                        busy: Busy, stream: bool = False) -> web.Application:
     import aiohttp
     from slack_bolt.async_app import AsyncApp
     from slack_sdk.web.async_client import AsyncWebClient
@@ -149,7 +186,7 @@ async def framework_app(framework: str, secret: str, token: str, slack_url: str,
     session = aiohttp.ClientSession()
     paused = PausedRuns(data_dir / "paused.sqlite")
     stack = AsyncExitStack()
-    start, resume = await CYCLES[framework](model_url, data_dir, stack)
+    start, resume = await CYCLES[framework](model_url, data_dir, stack, stream)
     app = AsyncApp(signing_secret=secret, client=AsyncWebClient(token=token, base_url=slack_url, session=session))
 
     @app.event("message")
@@ -203,7 +240,8 @@ async def main(args: argparse.Namespace) -> None:
     busy = Busy()
     data_dir = Path(args.data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
-    app = await framework_app(args.framework, args.secret, args.token, args.slack_url, args.model_url, data_dir, busy)
+    app = await framework_app(args.framework, args.secret, args.token, args.slack_url, args.model_url, data_dir, busy,
+                              args.stream)
     runner, port = await open_site(app, args.port)
     try:
         await serve_until_stopped(f"http://127.0.0.1:{port}/slack/events", busy.idle)
@@ -217,5 +255,7 @@ if __name__ == "__main__":
     for name in ("--secret", "--token", "--slack-url", "--model-url", "--data-dir"):
         parser.add_argument(name, required=True)
     parser.add_argument("--redis-url")  # the bench gives every contender one; this one keeps nothing in Redis
+    parser.add_argument("--stream", action="store_true",
+                        help="take the model's answers streamed, as the bot does (to show text as it comes)")
     parser.add_argument("--port", type=int, default=0)
     asyncio.run(main(parser.parse_args()))

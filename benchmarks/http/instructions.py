@@ -47,19 +47,22 @@ CONTENDERS = {  # key → (name, module, extra arguments, environment)
 }
 # each framework twice: its agent in the bot (the project with BOT_AGENT naming framework_agents' agent) and
 # the same agent alone (framework_apps: bare Bolt, the framework's own pause and resume, its state in sqlite)
-FRAMEWORKS = {  # key of the framework in the bot → (framework_agents' name, key of the framework alone)
-    "pyd": ("pydantic_ai", "pydA"),
-    "oai": ("openai_agents", "oaiA"),
-    "lg": ("langgraph", "lgA"),
+# (and alone taking the model's answers streamed, as the bot does to show text as it comes: framework_apps --stream)
+FRAMEWORKS = {  # key of the framework in the bot → (framework_agents' name, key alone, key alone streamed)
+    "pyd": ("pydantic_ai", "pydA", "pydS"),
+    "oai": ("openai_agents", "oaiA", "oaiS"),
+    "lg": ("langgraph", "lgA", "lgS"),
 }
-for _key, (_framework, _alone) in FRAMEWORKS.items():
+for _key, (_framework, _alone, _streamed) in FRAMEWORKS.items():
     CONTENDERS[_key] = (f"{_framework} in the bot", "benchmarks.http.project",
                         ["--data-dir", f"{{tmp}}/{_key}", "--agent", f"benchmarks.http.framework_agents:{_framework}"],
                         UNPACED)
     CONTENDERS[_alone] = (f"{_framework} alone", "benchmarks.http.framework_apps",
                           ["--framework", _framework, "--data-dir", f"{{tmp}}/{_alone}"], None)
+    CONTENDERS[_streamed] = (f"{_framework} alone, streamed", "benchmarks.http.framework_apps",
+                             ["--framework", _framework, "--data-dir", f"{{tmp}}/{_streamed}", "--stream"], None)
 IN_THE_BOT = {"p", *FRAMEWORKS}  # the project's processes: a session status per thread
-AGENT_PAIRS = ",".join(f"{key},{alone}" for key, (_, alone) in FRAMEWORKS.items())
+AGENT_PAIRS = ",".join(",".join((key, *alone)) for key, (_, *alone) in FRAMEWORKS.items())
 WRAPPED_GOAL = 1.2  # a framework in the bot costs at most this many times the framework alone, per cycle
 START_TIMEOUT_S = 600.0  # imports under Valgrind, uninstrumented
 _BEGAN = time.monotonic()
@@ -160,24 +163,28 @@ def render(counted: list[Counted], command: str, concurrency: int) -> str:
         floor = f"{c.per_cycle / base['d']:.2f} ×" if "d" in base else "—"
         rung5 = f"{c.per_cycle / base['L5']:.2f} ×" if "L5" in base else "—"
         lines.append(f"| {c.name} | {c.cycles} | {c.per_cycle / 1e6:.2f} M | {floor} | {rung5} | {c.commands:.1f} |")
-    pairs = [(key, alone) for key, (_, alone) in FRAMEWORKS.items() if key in base and alone in base]
+    pairs = [(key, alone, streamed) for key, (_, alone, streamed) in FRAMEWORKS.items() if key in base and alone in base]
     if pairs:
-        lines += ["", f"Each framework in the bot ÷ the same framework alone (goal: at most {WRAPPED_GOAL} ×):", "",
-                  "| framework | in the bot | alone | ÷ alone | goal |", "| --- | ---: | ---: | ---: | --- |"]
-        for key, alone in pairs:
+        lines += ["", f"Each framework in the bot ÷ the same framework alone (goal: at most {WRAPPED_GOAL} ×); "
+                  "alone, streamed: taking the model's answers as the bot does:", "",
+                  "| framework | in the bot | alone | ÷ alone | goal | alone, streamed | ÷ alone, streamed |",
+                  "| --- | ---: | ---: | ---: | --- | ---: | ---: |"]
+        for key, alone, streamed in pairs:
             ratio = base[key] / base[alone]
+            versus = (f"{base[streamed] / 1e6:.2f} M | {base[key] / base[streamed]:.2f} ×" if streamed in base
+                      else "— | —")
             lines.append(f"| {FRAMEWORKS[key][0]} | {base[key] / 1e6:.2f} M | {base[alone] / 1e6:.2f} M | "
-                         f"{ratio:.2f} × | {'met' if ratio <= WRAPPED_GOAL else 'not met'} |")
+                         f"{ratio:.2f} × | {'met' if ratio <= WRAPPED_GOAL else 'not met'} | {versus} |")
     return "\n".join(lines)
 
 
 def installed_only(keys: list[str]) -> list[str]:
     """``keys`` less the frameworks (both of a pair) whose extra is not installed, saying so."""
-    missing = {framework for framework, _ in FRAMEWORKS.values() if not installed(framework)}
+    missing = {framework for framework, *_ in FRAMEWORKS.values() if not installed(framework)}
     for framework in sorted(missing):
         _say(f"skipping {framework} (in the bot and alone): its extra is not installed")
-    return [k for k in keys if not any(k in (key, alone) and framework in missing
-                                       for key, (framework, alone) in FRAMEWORKS.items())]
+    return [k for k in keys if not any(k in (key, *alone) and framework in missing
+                                       for key, (framework, *alone) in FRAMEWORKS.items())]
 
 
 async def run(args: argparse.Namespace, argv: list[str]) -> str:
