@@ -45,6 +45,7 @@ else
 	$(BIN)/python -m benchmarks.roundtrips
 	$(BIN)/python -m benchmarks.http
 	$(BIN)/python -m benchmarks.http.instructions  # counted under valgrind: repeats within ~0.3 %
+	$(BIN)/python -m benchmarks.http.instructions --contenders agents  # each framework in the bot beside it alone
 endif
 
 check: $(STAMP)

@@ -8,10 +8,12 @@ output, docs/PERFORMANCE.md). Starts real processes (the app, bare Bolt, raw aio
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 
 from benchmarks.http.__main__ import parse_args, run
+from benchmarks.http.instructions import Counted, render
 from benchmarks.http.instructions import parse_args as instructions_args
 from benchmarks.http.instructions import run as instructions_run
 from benchmarks.http.ladder_bench import once_each
@@ -105,3 +107,28 @@ async def test_instructions_are_counted_per_cycle_and_tell_more_work_from_less(m
             assert cells[1] == "4", line
             per_cycle[cells[0]] = float(cells[2].removesuffix(" M"))
     assert 0 < per_cycle["durable floor"] < per_cycle["rung 5"]
+
+
+async def test_a_framework_in_the_bot_and_alone_each_do_the_cycle(monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: Path) -> None:
+    # the pydantic-ai pair under cProfile (no valgrind: seconds): the bench model answers the framework's own
+    # requests, each side parks on the card and ends with the reply, and the counted cycles are profiled
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    argv = ["--contenders", "pyd,pydA", "--cycles", "2", "--concurrency", "2", "--profile", str(tmp_path)]
+    text = await instructions_run(instructions_args(argv), argv)
+    assert text.splitlines() == [f"pydantic_ai in the bot: {tmp_path}/pyd.pstats (python -m pstats)",
+                                 f"pydantic_ai alone: {tmp_path}/pydA.pstats (python -m pstats)"]
+    assert (tmp_path / "pyd.pstats").stat().st_size > 0 and (tmp_path / "pydA.pstats").stat().st_size > 0
+
+
+def test_each_framework_in_the_bot_is_set_beside_it_alone() -> None:
+    counted = [Counted("p", "project", 4, 4 * 30_000_000, 40.0),
+               Counted("pyd", "pydantic_ai in the bot", 4, 4 * 130_000_000, 180.0),
+               Counted("pydA", "pydantic_ai alone", 4, 4 * 65_000_000, 0.0),
+               Counted("oai", "openai_agents in the bot", 4, 4 * 110_000_000, 180.0),
+               Counted("oaiA", "openai_agents alone", 4, 4 * 100_000_000, 0.0),
+               Counted("oaiS", "openai_agents alone, streamed", 4, 4 * 105_000_000, 0.0)]
+    lines = render(counted, "bench", 4).splitlines()
+    assert "| pydantic_ai | 130.00 M | 65.00 M | 2.00 × | not met | — | — |" in lines
+    assert "| openai_agents | 110.00 M | 100.00 M | 1.10 × | met | 105.00 M | 1.05 × |" in lines
+    assert not any(line.startswith("| langgraph |") for line in lines)  # not counted: no row

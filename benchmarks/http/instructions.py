@@ -34,6 +34,7 @@ from localslack.seed import BOT_TOKEN
 from ..server import open_server
 from .__main__ import SECRET, UNPACED, db_url, open_slack
 from .drive import Samples, Side, throughput_batch
+from .framework_agents import installed
 from .ladder_bench import _commands, once_each
 from .model import BenchModel
 from .procs import Child
@@ -44,6 +45,25 @@ CONTENDERS = {  # key → (name, module, extra arguments, environment)
     "L5": ("rung 5", "benchmarks.http.ladder", ["--rung", "5"], None),
     "p": ("project", "benchmarks.http.project", ["--data-dir", "{tmp}/project"], UNPACED),
 }
+# each framework twice: its agent in the bot (the project with BOT_AGENT naming framework_agents' agent) and
+# the same agent alone (framework_apps: bare Bolt, the framework's own pause and resume, its state in sqlite)
+# (and alone taking the model's answers streamed, as the bot does to show text as it comes: framework_apps --stream)
+FRAMEWORKS = {  # key of the framework in the bot → (framework_agents' name, key alone, key alone streamed)
+    "pyd": ("pydantic_ai", "pydA", "pydS"),
+    "oai": ("openai_agents", "oaiA", "oaiS"),
+    "lg": ("langgraph", "lgA", "lgS"),
+}
+for _key, (_framework, _alone, _streamed) in FRAMEWORKS.items():
+    CONTENDERS[_key] = (f"{_framework} in the bot", "benchmarks.http.project",
+                        ["--data-dir", f"{{tmp}}/{_key}", "--agent", f"benchmarks.http.framework_agents:{_framework}"],
+                        UNPACED)
+    CONTENDERS[_alone] = (f"{_framework} alone", "benchmarks.http.framework_apps",
+                          ["--framework", _framework, "--data-dir", f"{{tmp}}/{_alone}"], None)
+    CONTENDERS[_streamed] = (f"{_framework} alone, streamed", "benchmarks.http.framework_apps",
+                             ["--framework", _framework, "--data-dir", f"{{tmp}}/{_streamed}", "--stream"], None)
+IN_THE_BOT = {"p", *FRAMEWORKS}  # the project's processes: a session status per thread
+AGENT_PAIRS = ",".join(",".join((key, *alone)) for key, (_, *alone) in FRAMEWORKS.items())
+WRAPPED_GOAL = 1.2  # a framework in the bot costs at most this many times the framework alone, per cycle
 START_TIMEOUT_S = 600.0  # imports under Valgrind, uninstrumented
 _BEGAN = time.monotonic()
 
@@ -79,7 +99,8 @@ def _totals(dump: Path) -> int:
 
 
 async def count_one(key: str, model: BenchModel, redis_url: str, tmp: Path, cycles: int, concurrency: int,
-                    keep: Path | None = None) -> Counted:
+                    keep: Path | None = None, profile: Path | None = None) -> Counted:
+    """``profile``: no callgrind; the counted cycles run under cProfile instead, its stats in ``profile``."""
     name, module, extra, env = CONTENDERS[key]
     slack = await open_slack()
     out = tmp / f"callgrind.{key}"
@@ -87,8 +108,9 @@ async def count_one(key: str, model: BenchModel, redis_url: str, tmp: Path, cycl
              f"--callgrind-out-file={out}.%p", "--quiet"]
     args = ["--secret", SECRET, "--token", BOT_TOKEN, "--model-url", model.base_url, "--redis-url", redis_url,
             "--slack-url", slack.api_url, *(a.format(tmp=tmp) for a in extra)]
-    _say(f"{name}: starting under callgrind …")
-    child = await Child.start(module, args, tmp / f"{key}.log", env, under=under, ready_timeout_s=START_TIMEOUT_S)
+    _say(f"{name}: starting{'' if profile else ' under callgrind'} …")
+    child = await Child.start(module, args, tmp / f"{key}.log", env, under=[] if profile else under,
+                              ready_timeout_s=START_TIMEOUT_S)
     side = Side(name, key, slack, child, Redis.from_url(redis_url), replies=True)
     slack.set_bot_url(child.url)
     pid = child.process.pid
@@ -96,10 +118,17 @@ async def count_one(key: str, model: BenchModel, redis_url: str, tmp: Path, cycl
         _say(f"{name}: warming up …")
         await throughput_batch(side, Samples(), concurrency, 2)
         await side.idle()
+        samples = side.samples["cycles"] = Samples()  # where the ladder's _commands reads the counts
+        if profile is not None:
+            await child.profile(True)
+            await throughput_batch(side, samples, concurrency, max(1, cycles // concurrency))
+            profile.mkdir(parents=True, exist_ok=True)
+            await child.profile(False, (profile / f"{key}.pstats").resolve())
+            _say(f"{name}: {samples.cycles} cycles profiled: {profile / key}.pstats")
+            return Counted(key, name, samples.cycles, 0, _commands(side).total() / samples.cycles)
         _callgrind(pid, "--zero")
         _callgrind(pid, "--instr=on")
         _say(f"{name}: {cycles} cycles counted …")
-        samples = side.samples["cycles"] = Samples()  # where the ladder's _commands reads the counts
         await throughput_batch(side, samples, concurrency, max(1, cycles // concurrency))
         _callgrind(pid, "--instr=off")
         for old in tmp.glob(f"callgrind.{key}.*"):
@@ -112,8 +141,8 @@ async def count_one(key: str, model: BenchModel, redis_url: str, tmp: Path, cycl
             keep.mkdir(parents=True, exist_ok=True)
             for dump in dumps:
                 shutil.copy(dump, keep / dump.name)
-        problems = once_each(slack.calls, side.started, statuses_too=key != "d")
-        if problems and key != "p":
+        problems = once_each(slack.calls, side.started, statuses_too=key in IN_THE_BOT)
+        if problems and key not in IN_THE_BOT:  # the project streams its reply (no chat.postMessage)
             raise RuntimeError(f"{name} did not do the cycle once per thread: {'; '.join(problems)}")
         return Counted(key, name, samples.cycles, sum(_totals(d) for d in dumps),
                        _commands(side).total() / samples.cycles)
@@ -134,11 +163,32 @@ def render(counted: list[Counted], command: str, concurrency: int) -> str:
         floor = f"{c.per_cycle / base['d']:.2f} ×" if "d" in base else "—"
         rung5 = f"{c.per_cycle / base['L5']:.2f} ×" if "L5" in base else "—"
         lines.append(f"| {c.name} | {c.cycles} | {c.per_cycle / 1e6:.2f} M | {floor} | {rung5} | {c.commands:.1f} |")
+    pairs = [(key, alone, streamed) for key, (_, alone, streamed) in FRAMEWORKS.items() if key in base and alone in base]
+    if pairs:
+        lines += ["", f"Each framework in the bot ÷ the same framework alone (goal: at most {WRAPPED_GOAL} ×); "
+                  "alone, streamed: taking the model's answers as the bot does:", "",
+                  "| framework | in the bot | alone | ÷ alone | goal | alone, streamed | ÷ alone, streamed |",
+                  "| --- | ---: | ---: | ---: | --- | ---: | ---: |"]
+        for key, alone, streamed in pairs:
+            ratio = base[key] / base[alone]
+            versus = (f"{base[streamed] / 1e6:.2f} M | {base[key] / base[streamed]:.2f} ×" if streamed in base
+                      else "— | —")
+            lines.append(f"| {FRAMEWORKS[key][0]} | {base[key] / 1e6:.2f} M | {base[alone] / 1e6:.2f} M | "
+                         f"{ratio:.2f} × | {'met' if ratio <= WRAPPED_GOAL else 'not met'} | {versus} |")
     return "\n".join(lines)
 
 
+def installed_only(keys: list[str]) -> list[str]:
+    """``keys`` less the frameworks (both of a pair) whose extra is not installed, saying so."""
+    missing = {framework for framework, *_ in FRAMEWORKS.values() if not installed(framework)}
+    for framework in sorted(missing):
+        _say(f"skipping {framework} (in the bot and alone): its extra is not installed")
+    return [k for k in keys if not any(k in (key, *alone) and framework in missing
+                                       for key, (framework, *alone) in FRAMEWORKS.items())]
+
+
 async def run(args: argparse.Namespace, argv: list[str]) -> str:
-    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+    if not args.profile and shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
     server = await open_server()
     tmp = Path(tempfile.mkdtemp(prefix="hitl-bench-instructions-"))
@@ -146,9 +196,12 @@ async def run(args: argparse.Namespace, argv: list[str]) -> str:
     await model.start()
     counted = []
     try:
-        for index, key in enumerate(args.contenders):
+        for index, key in enumerate(installed_only(args.contenders)):
             redis_url = db_url(server.url, server.dbs[index % len(server.dbs)])
-            counted.append(await count_one(key, model, redis_url, tmp, args.cycles, args.concurrency, args.keep))
+            counted.append(await count_one(key, model, redis_url, tmp, args.cycles, args.concurrency, args.keep,
+                                           args.profile))
+            if args.profile:
+                continue
             _say(f"{counted[-1].name}: {counted[-1].per_cycle / 1e6:.2f} M instructions per cycle")
     except BaseException:
         for log in sorted(tmp.glob("*.log")):
@@ -159,18 +212,25 @@ async def run(args: argparse.Namespace, argv: list[str]) -> str:
         await model.stop()
         await server.close()
         shutil.rmtree(tmp, ignore_errors=True)
+    if args.profile:
+        return "\n".join(f"{c.name}: {args.profile / c.key}.pstats (python -m pstats)" for c in counted)
     return render(counted, " ".join(["python -m benchmarks.http.instructions", *argv]), args.concurrency)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.http.instructions",
                                      description=__doc__.split("\n")[0])
-    parser.add_argument("--contenders", default="d,L5,p", help=f"which, in order (of {', '.join(CONTENDERS)})")
+    parser.add_argument("--contenders", default="d,L5,p",
+                        help=f"which, in order (of {', '.join(CONTENDERS)}); 'agents': p and each framework in "
+                             f"the bot and alone ({AGENT_PAIRS})")
     parser.add_argument("--cycles", type=int, default=64, help="counted cycles per contender (default 64)")
     parser.add_argument("--concurrency", type=int, default=4, help="threads at once (default 4)")
     parser.add_argument("--keep", type=Path, help="copy each contender's callgrind dump into this directory")
+    parser.add_argument("--profile", type=Path, help="no callgrind: cProfile the counted cycles instead, each "
+                                                     "contender's stats in this directory (<key>.pstats)")
     args = parser.parse_args(argv)
-    args.contenders = [k.strip() for k in args.contenders.split(",") if k.strip()]
+    args.contenders = [k.strip() for k in args.contenders.replace("agents", f"p,{AGENT_PAIRS}").split(",")
+                       if k.strip()]
     if unknown := set(args.contenders) - set(CONTENDERS):
         parser.error(f"no such contender: {sorted(unknown)}")
     return args

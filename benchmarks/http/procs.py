@@ -64,6 +64,9 @@ class Child:
     async def idle(self) -> None:
         await self._get("/idle")
 
+    async def profile(self, on: bool, to: Path | None = None) -> None:
+        await self._get("/profile/on" if on else f"/profile/off?to={to}")
+
     async def stop(self) -> None:
         await self._http.close()
         if self.process.returncode is None:

@@ -2,7 +2,8 @@
 
 The real app, built by ``bot.app.start_bot`` as the end-to-end tests build it, with the model an
 ``OpenAIChatModel`` calling the bench's model server over HTTP and one tool (``tools.refund_charge``,
-policy ``always()``). Its own process, so its CPU time is its own and its event loop serves nothing
+policy ``always()``); with ``--agent``, ``BOT_AGENT`` names a framework's agent instead
+(``framework_agents``: the same tool, gated by the framework) and the engine drives that. Its own process, so its CPU time is its own and its event loop serves nothing
 but the app.
 
 The bench starts it with ``SLACK_PACING=off`` in its environment (read by ``Settings``), the setting
@@ -26,15 +27,18 @@ async def main(args: argparse.Namespace) -> None:
     from bot.config import Settings
     from bot.models.openai import OpenAIChatModel
 
+    from .framework_agents import MODEL_URL_ENV
     from .tools import refund_charge
 
+    if args.agent:  # a framework's agent (framework_agents): its own client calls the bench model
+        os.environ[MODEL_URL_ENV] = args.model_url
     settings = Settings(_env_file=None, SLACK_BOT_TOKEN=args.token, SLACK_SIGNING_SECRET=args.secret,  # type: ignore[call-arg]
                         SLACK_API_URL=args.slack_url, REDIS_URL=args.redis_url, BOT_TOOLS="",
-                        BOT_DATA_DIR=args.data_dir,
+                        BOT_DATA_DIR=args.data_dir, BOT_AGENT=args.agent or None,
                         # the bench strips BOT_* from the children's environment; this one may be tried
                         **({"BOT_MAX_ACTIVE_TURNS": v} if (v := os.environ.get("BOT_MAX_ACTIVE_TURNS")) else {}))
     model = OpenAIChatModel("bench-model", base_url=args.model_url, api_key="sk-bench")
-    bot = await start_bot(settings, model=model, tools=[refund_charge], host="127.0.0.1", port=0,
+    bot = await start_bot(settings, model=model, tools=[] if args.agent else [refund_charge], host="127.0.0.1", port=0,
                           recovery_interval=0)
     try:
         await serve_until_stopped(f"{bot.url}/slack/events", bot.runtime.wait_idle)
@@ -47,4 +51,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python -m benchmarks.http.project")
     for name in ("--secret", "--token", "--slack-url", "--model-url", "--redis-url", "--data-dir"):
         parser.add_argument(name, required=True)
+    parser.add_argument("--agent", help="BOT_AGENT: a framework's agent in place of the built-in loop, "
+                                        "e.g. benchmarks.http.framework_agents:pydantic_ai")
     asyncio.run(main(parser.parse_args()))

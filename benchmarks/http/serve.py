@@ -10,6 +10,7 @@ figures compare the apps, not a process setting any of them could make.
 from __future__ import annotations
 
 import asyncio
+import cProfile
 import json
 import os
 import signal
@@ -33,7 +34,8 @@ async def open_site(app: web.Application, port: int = 0) -> tuple[web.AppRunner,
 
 
 async def control_site(idle: Callable[[], Awaitable[None]]) -> tuple[web.AppRunner, int]:
-    """``GET /cpu`` → this process's CPU seconds; ``GET /idle`` → answers once background work is done."""
+    """``GET /cpu`` → this process's CPU seconds; ``GET /idle`` → answers once background work is done;
+    ``GET /profile/on``, ``/profile/off?to=<file>``: cProfile between the two, its stats written to the file."""
 
     async def cpu(request: web.Request) -> web.Response:
         return web.json_response({"cpu_s": cpu_seconds()})
@@ -42,9 +44,23 @@ async def control_site(idle: Callable[[], Awaitable[None]]) -> tuple[web.AppRunn
         await idle()
         return web.json_response({"ok": True})
 
+    profiler: list[cProfile.Profile] = []
+
+    async def profile_on(request: web.Request) -> web.Response:
+        profiler[:] = [cProfile.Profile()]
+        profiler[0].enable()
+        return web.json_response({"ok": True})
+
+    async def profile_off(request: web.Request) -> web.Response:
+        profiler[0].disable()
+        profiler[0].dump_stats(request.query["to"])
+        return web.json_response({"ok": True})
+
     app = web.Application()
     app.router.add_get("/cpu", cpu)
     app.router.add_get("/idle", wait_idle)
+    app.router.add_get("/profile/on", profile_on)  # instructions --profile: where the Python time went, by function
+    app.router.add_get("/profile/off", profile_off)  # ?to=<file>: its pstats
     return await open_site(app)
 
 
