@@ -42,6 +42,7 @@ from bot.engine.roles import NoModel, Wakeups, WebRuntime
 from bot.engine.tool_registry import ToolRegistry
 from bot.engine.turns import Runtime, RuntimeSettings
 from bot.models.base import ChatModel
+from bot.models.demo_http import BASE_PATH as DEMO_BASE_PATH
 from bot.ops import tracing
 from bot.ops.background import Background
 from bot.ops.logs import EffectiveLevel
@@ -241,7 +242,7 @@ async def start_bot(
     try:
         if settings.local_mode and not settings.openai_api_key and (agent is not None or settings.agent):
             # with no key, a framework's OpenAI client talks to the offline demo model this bot serves
-            os.environ.setdefault("OPENAI_BASE_URL", f"http://127.0.0.1:{settings.port}/demo-model/v1")
+            os.environ.setdefault("OPENAI_BASE_URL", f"http://127.0.0.1:{settings.port}{DEMO_BASE_PATH}")
             os.environ.setdefault("OPENAI_API_KEY", "demo")
         wrapped = wrap(agent) if agent is not None else load_agent(settings)
         return await _start(settings, stack, model, tools, host, port, channel_wrap, recovery_interval,

@@ -65,7 +65,8 @@ CHANGED = ("This turn paused under a different version of the agent (its tools c
 class EngineTurn:
     """The engine's side of one framework run (``bot.backends.BackendTurn``)."""
 
-    def __init__(self, driver: TurnLoop, work: DrivePass, state: SessionState, grants: set[str]):
+    def __init__(self, driver: TurnLoop, work: DrivePass, state: SessionState, grants: set[str],
+                 approved: set[str] = frozenset()):  # type: ignore[assignment]
         assert state.turn is not None
         self._driver, self._work, self._state, self._grants = driver, work, state, grants
         self.session_id = work.session_id
@@ -76,7 +77,7 @@ class EngineTurn:
         self._started: set[str] = set()
         self._finished: set[str] = set()
         self._words: list[str] = []
-        self.approved: set[str] = set()  # call ids people approved in this resume: not gated again
+        self.approved = set(approved)  # call ids people approved in this resume: not gated again
 
     @property
     def stopped(self) -> bool:
@@ -197,8 +198,7 @@ class FrameworkTurns:
         if turn.run is None:
             turn.run = FrameworkRun(framework=self.backend.framework, version=self.backend.version,
                                     fingerprint=self._fingerprint)
-            text = state.history[-1]["content"] if state.history else ""
-            return await self._go(p, state, snap, lambda t: self.backend.start(t, text, state.agent_memory))
+            return await self._start(p, state, snap)
         run = turn.run
         if run.request_ids:
             answers = await self._answers(p, state, snap, steer)
@@ -213,11 +213,15 @@ class FrameworkTurns:
             await self.driver.fail_turn(p, state, CHANGED)
             return False
         if run.saved is None:  # killed before its first checkpoint: it starts over (no tool ran outside one)
-            text = state.history[-1]["content"] if state.history else ""
-            return await self._go(p, state, snap, lambda t: self.backend.start(t, text, state.agent_memory))
+            return await self._start(p, state, snap)
         saved = run.saved
         return await self._go(p, state, snap, lambda t: self.backend.resume(t, saved, answers),
                               approved={cid for cid, a in answers.items() if isinstance(a, Approve)})
+
+    async def _start(self, p: DrivePass, state: SessionState, snap: SessionSnapshot) -> bool:
+        """The run from the person's message (the history's last, put there by the turn's start)."""
+        text = state.history[-1]["content"] if state.history else ""
+        return await self._go(p, state, snap, lambda t: self.backend.start(t, text, state.agent_memory))
 
     async def _answers(self, p: DrivePass, state: SessionState, snap: SessionSnapshot,
                        steer: dict[str, Any] | None) -> dict[str, Answer] | None:
@@ -258,8 +262,7 @@ class FrameworkTurns:
         assert turn is not None
         if p.carry and p.early is None:  # the turn's start is written alone if the first step is slow to come
             p.early = EarlyStart(self.driver.p, p.session_id, p.token, state, p.carry, p.taking)
-        engine_turn = EngineTurn(self.driver, p, state, snap.grants)
-        engine_turn.approved = set(approved)
+        engine_turn = EngineTurn(self.driver, p, state, snap.grants, approved)
         task = asyncio.ensure_future(call(engine_turn))
         self._running[p.session_id] = (turn.turn_id, engine_turn, task)
         try:

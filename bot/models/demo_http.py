@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.models.base import ModelResponse, ToolSpec
-from bot.models.demo import DemoModel
 
-BASE_PATH = "/demo-model/v1"  # bot/app.py points OPENAI_BASE_URL here
+if TYPE_CHECKING:
+    from bot.models.demo import DemoModel
+
+BASE_PATH = "/demo-model/v1"  # where bot/app.py points OPENAI_BASE_URL in local mode with no key
 PATH = f"{BASE_PATH}/chat/completions"
 
 
@@ -27,7 +29,11 @@ async def demo_completion(body: dict[str, Any], model: DemoModel | None = None) 
     tools = [ToolSpec(name=f["name"], description=f.get("description") or "", parameters=f.get("parameters") or {})
              for t in body.get("tools") or [] if isinstance(t, dict) and isinstance(f := t.get("function"), dict)
              and isinstance(f.get("name"), str)]
-    return await (model or DemoModel()).complete(messages, tools)
+    if model is None:
+        from bot.models.demo import DemoModel  # here: bot/app.py reads this module's path at every start
+
+        model = DemoModel()
+    return await model.complete(messages, tools)
 
 
 def _plain(message: dict[str, Any]) -> dict[str, Any]:
