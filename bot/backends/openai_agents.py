@@ -350,7 +350,7 @@ class OpenAIAgentsBackend:
     def __init__(self, agent: Agent[Any], *, idempotent: frozenset[str] | set[str] = frozenset(),
                  questions: bool = True):
         _refuse_ungated(agent)
-        self.given = agent  # the team's agent: the copies' handoffs map its agents to theirs
+        self.given = agent  # kept alive: the copies' handoffs find a copy by the id of the agent it copies
         self.question_tool: FunctionTool | None = None
         self._copies: list[Agent[Any]] = []
         taken = any(tool.name == QUESTION_TOOL for a in _agents(agent) for tool in a.tools)
@@ -497,8 +497,8 @@ class _Calls:
         """Note an approval's edit or a question's reply for the run; why it cannot be taken, if so."""
         call_id = item.call_id or ""
         if self.is_question(item) != isinstance(answer, Reply):
-            wanted = "a reply" if self.is_question(item) else "an approval"
-            return Failed(reason=f"{item.tool_name} waits on {wanted}, not on what was given")
+            wanted, given = ("a reply", "an approval") if self.is_question(item) else ("an approval", "a reply")
+            return Failed(reason=f"{item.tool_name} waits on {wanted}, not on {given}")
         if isinstance(answer, Reply):
             run.replies[call_id] = answer.value
         elif answer.arguments is not None:

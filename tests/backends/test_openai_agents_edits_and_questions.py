@@ -236,6 +236,17 @@ async def test_an_agent_handed_off_to_can_ask_too_and_the_agents_given_are_uncha
     assert triage.handoffs == [billing_handoff] and billing_handoff._agent_ref() is billing
 
 
+async def test_an_agent_named_directly_as_a_handoff_is_copied_with_the_question_tool(fake: FakeOpenAI) -> None:
+    billing = _support(fake, tools=[refund])
+    billing.name = "billing"
+
+    agent_backend = backend(_support(fake, tools=[note], handoffs=[billing]))
+
+    [copy] = agent_backend.agent.handoffs
+    assert copy is not billing and copy.name == "billing"
+    assert [t.name for t in copy.tools] == ["refund", QUESTION_TOOL] and billing.tools == [refund]
+
+
 async def test_questions_can_be_turned_off(fake: FakeOpenAI) -> None:
     fake.reply_text("Hello.")
     agent_backend = OpenAIAgentsBackend(_support(fake), questions=False)
