@@ -28,7 +28,9 @@ Display = Literal["confirmation", "select", "text", "form"]
 ChoiceStyle = Literal["select", "buttons", "radio"]  # how a question's options are shown
 ResolutionOutcome = Literal["answered", "approved", "denied", "ignored", "cancelled", "invalid", "expired"]
 CandidateOutcome = Literal["pending", "rejected", "failed", "timed-out", "stale"]
-SettledOutcome = Literal["approved", "cancelled"]
+# "responded": a person answered in the tool's place (a framework's "respond", ``allow_free_text`` on an
+# approval): the tool did not run, and the agent reads their words as its result
+SettledOutcome = Literal["approved", "cancelled", "responded"]
 # what ended a request nobody answered: its turn was stopped (a stop button, ``Runtime.cancel_turn``), a newer
 # message steered past it, its deadline passed, its turn failed, its delegation ended, or its turn was gone
 EndedBy = Literal["stop", "message", "expiry", "turn-failed", "delegation-ended", "turn-over"]
@@ -120,6 +122,9 @@ class InputRequest(Contract):
     action: ActionRef | None = None
     options: list[InputOption] = Field(default_factory=list)
     display: Display = "confirmation"
+    # a question: people may type their own answer; a tool approval: people may answer in the tool's place
+    # instead of approving or cancelling it (a framework's "respond": the tool does not run, the agent reads
+    # their words as its result)
     allow_free_text: bool = False
     principal: Principal | None = None
     session_id: str = ""

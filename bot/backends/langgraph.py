@@ -49,12 +49,11 @@ from bot.backends import (
     Stopped,
     ToolInfo,
 )
-from bot.backends.langgraph_interrupts import OUR_GATE, Asked, pending_of, resume_value
+from bot.backends.langgraph_interrupts import OUR_GATE, REJECTED, Asked, pending_of, resume_value
 from bot.protocol import LeaseLost
 
 FRAMEWORK = "langgraph"
 FORMAT = "langgraph-thread/1"
-REJECTED = "User rejected the tool call for `{name}` with reason: {reason}"
 
 _serde = JsonPlusSerializer()
 

@@ -38,6 +38,7 @@ from bot.engine.passes import DrivePass, TurnLoop
 from bot.engine.turn_commands import CallMark, RequestsRead
 from bot.principals import Principal
 from bot.protocol import (
+    CANCEL,
     ActionRef,
     ActionResult,
     ActionStarted,
@@ -55,6 +56,7 @@ from bot.protocol import (
 )
 from bot.session import new_request_id
 from bot.state import CallState, FrameworkRun, SessionState
+from bot.tools import Tool
 
 log = logging.getLogger(__name__)
 
@@ -251,6 +253,8 @@ class FrameworkTurns:
                 return Reply(value=value, by=by)
         elif record.outcome == "approved":
             return Approve(arguments=response.edited_input if response else None, by=by)
+        elif record.outcome == "answered" and response is not None and response.text is not None:
+            return Reply(value=response.text, by=by)  # an approval answered in the tool's place ("respond")
         tool = self.driver.p.tools.get(record.request.action.tool_name) if record.request.action else None
         said = rejection(record, tool.denied_message if tool else None)
         message = " ".join(str(said[k]) for k in ("message", "note") if said.get(k))
@@ -330,8 +334,16 @@ class FrameworkTurns:
             call = CallState(call_id=pending.call_id, tool_name=pending.tool_name,
                              arguments=json.dumps(pending.arguments, default=str))
             record = self.driver.exec.approval_request(state, call)
-            if "edit" not in pending.decisions:  # the card offers only what the framework takes
-                record.request.editable = False
+            req = record.request
+            # the card offers only what the framework takes
+            if "edit" not in pending.decisions:
+                req.editable = False
+            if "respond" in pending.decisions:  # people may answer in the tool's place
+                req.allow_free_text = True
+            if not {"reject", "respond"} & pending.decisions:  # nothing a cancel could be told as
+                req.options = [o for o in req.options if o.id != CANCEL]
+            if (words := _framework_words(pending.prompt, req.prompt, self.driver.p.tools.get(pending.tool_name))):
+                req.prompt = words
             return record
         options = [InputOption(id=f"o{i}", label=label) for i, label in enumerate(pending.options)]
         req = InputRequest(
@@ -347,3 +359,17 @@ class FrameworkTurns:
             turn_id=turn.turn_id,
         )
         return make_record(state, req)
+
+
+def _framework_words(asked: str | None, ours: str, tool: Tool | None) -> str | None:
+    """The card's line from the framework's own description of the request (the middleware's
+    ``description``, Agent Inbox's), or None to keep ours: when it says nothing else (the tool's own
+    description again, or the words we already show), never the same words twice."""
+    words = (asked or "").strip()
+    if not words:
+        return None
+    same = {" ".join(ours.split())}
+    if tool is not None:
+        same |= {" ".join(tool.description.split()), " ".join(tool.description.strip().splitlines()[0].split())
+                 if tool.description.strip() else ""}
+    return None if " ".join(words.split()) in same else words

@@ -251,3 +251,113 @@ async def test_a_bot_restarted_between_the_card_and_the_click_resumes_the_thread
 
     await answer_in(local_slack, ts, "Refunded after the restart.")
     assert refunds == [("ch_1", 40)]
+
+
+# --- what the middleware asked, and its "respond" ------------------------------------------------
+
+RESPONDS = {"issue_refund": {"allowed_decisions": ["approve", "reject", "respond"]}}
+
+
+async def reply_instead(slack, user, card, words):
+    await slack.click(user, GENERAL, card.ts, button(card, "Reply instead"))
+    [modal] = await slack.wait_for(lambda: slack.open_views(user))
+    [typed] = [b for b in modal.blocks if b["type"] == "input"]
+    return await slack.submit_view(user, modal.id, {typed["block_id"]: {typed["element"]["action_id"]: words}})
+
+
+async def test_reply_instead_is_what_the_model_reads_and_the_tool_never_runs(local_slack, start_app, fake):
+    refund_asked(fake, then="Store credit it is.")
+    bot = await start_app(ScriptedModel([]), [], agent=agent(fake, **RESPONDS))
+    ts, card = await mention_and_wait_for_card(local_slack)
+    assert "your words go to the agent as `issue_refund`’s result" in json.dumps(card.blocks, ensure_ascii=False)
+
+    assert (await reply_instead(local_slack, ALICE, card, "give her store credit instead")).status == 200
+
+    await answer_in(local_slack, ts, "Store credit it is.")
+    assert refunds == []
+    assert told(fake, "call_refund") == "give her store credit instead"
+    settled = json.dumps(local_slack.message(GENERAL, card.ts).blocks)
+    assert "Replied instead" in settled and "give her store credit instead" in settled
+    assert "did not run" in settled
+    [settlement] = await audit_entries(bot.redis.client, TEAM_ID, kind="settlement", until=bool)
+    assert settlement.data["outcome"] == "responded" and settlement.actor == f"slack:{TEAM_ID}:{ALICE}"
+    [resolution] = await audit_entries(bot.redis.client, TEAM_ID, kind="resolution", until=bool)
+    assert (resolution.data["outcome"], resolution.data["text"]) == ("answered", "give her store credit instead")
+
+
+async def test_a_reply_from_someone_the_policy_does_not_let_answer_is_refused(local_slack, start_app, fake):
+    refund_asked(fake, then="Store credit it is.")
+    await start_app(ScriptedModel([]), [], agent=agent(fake, **RESPONDS))  # requester-only: Alice's turn
+    ts, card = await mention_and_wait_for_card(local_slack)
+
+    await local_slack.click(BOB, GENERAL, card.ts, button(card, "Reply instead"))
+    refusal = await local_slack.wait_for(lambda: local_slack.ephemerals(BOB))
+    assert "Only the person who requested" in refusal[-1].text
+    assert local_slack.open_views(BOB) == []
+    await local_slack.post_message(BOB, GENERAL, "refund her twice", thread_ts=ts)  # Bob's words answer nothing
+    assert card_in(local_slack, ts) is not None and len(fake.requests) == 1
+
+    assert (await reply_instead(local_slack, ALICE, card, "store credit")).status == 200
+    await answer_in(local_slack, ts, "Store credit it is.")
+    assert refunds == [] and told(fake, "call_refund") == "store credit"
+
+
+async def test_the_requester_may_reply_instead_by_typing_in_the_thread(local_slack, start_app, fake):
+    refund_asked(fake, then="Waiting for next week then.")
+    await start_app(ScriptedModel([]), [], agent=agent(fake, **RESPONDS))
+    ts, _ = await mention_and_wait_for_card(local_slack)
+
+    await local_slack.post_message(ALICE, GENERAL, "not before next week", thread_ts=ts)
+
+    await answer_in(local_slack, ts, "Waiting for next week then.")
+    assert refunds == [] and told(fake, "call_refund") == "not before next week"
+
+
+async def test_the_card_says_what_the_middleware_asked_and_never_its_raw_arguments(local_slack, start_app, fake):
+    refund_asked(fake)
+    await start_app(ScriptedModel([]), [], agent=agent(fake, issue_refund={
+        "allowed_decisions": ["approve", "reject"], "description": "Refunds over 30 EUR need a second look"}))
+    _, card = await mention_and_wait_for_card(local_slack)
+    [title] = [b["text"]["text"] for b in card.blocks if b.get("block_id", "").endswith(":title:0")]
+    assert title == "*Approval needed:* `issue_refund`\nRefunds over 30 EUR need a second look"
+    with pytest.raises(AssertionError):
+        button(card, "Reply instead")  # the middleware allows no respond here
+
+
+async def test_the_middlewares_default_description_leaves_the_tools_own_words(local_slack, start_app, fake):
+    refund_asked(fake)
+    await start_app(ScriptedModel([]), [], agent=agent(fake))
+    _, card = await mention_and_wait_for_card(local_slack)
+    [title] = [b["text"]["text"] for b in card.blocks if b.get("block_id", "").endswith(":title:0")]
+    assert title == "*Approval needed:* `issue_refund`\nRefund part or all of a charge."
+    assert "Tool execution requires approval" not in json.dumps(card.blocks) and "Args:" not in json.dumps(card.blocks)
+
+
+async def test_a_cancel_where_the_middleware_takes_only_respond_reaches_the_model_as_a_rejection(
+        local_slack, start_app, fake):
+    refund_asked(fake, then="No refund then.")
+    await start_app(ScriptedModel([]), [], agent=agent(fake, issue_refund={"allowed_decisions": ["approve", "respond"]}))
+    ts, card = await mention_and_wait_for_card(local_slack)
+
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Cancel with reason"))
+    [modal] = await local_slack.wait_for(lambda: local_slack.open_views(ALICE))
+    [reason] = [b for b in modal.blocks if b["type"] == "input"]
+    await local_slack.submit_view(ALICE, modal.id, {reason["block_id"]: {reason["element"]["action_id"]: "duplicate"}})
+
+    await answer_in(local_slack, ts, "No refund then.")
+    assert refunds == []
+    assert told(fake, "call_refund").startswith("User rejected the tool call for `issue_refund` with reason:")
+    assert "duplicate" in told(fake, "call_refund")
+
+
+async def test_a_middleware_that_takes_no_cancel_gets_no_cancel_button_and_says_so(local_slack, start_app, fake):
+    refund_asked(fake, then="Refunded.")
+    await start_app(ScriptedModel([]), [], agent=agent(fake, issue_refund={"allowed_decisions": ["approve"]}))
+    ts, card = await mention_and_wait_for_card(local_slack)
+    labels = [e["text"]["text"] for b in card.blocks if b["type"] == "actions" for e in b["elements"]]
+    assert labels == ["Approve"]
+    assert "This agent takes no cancel for `issue_refund`" in json.dumps(card.blocks)
+
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+    await answer_in(local_slack, ts, "Refunded.")
+    assert refunds == [("ch_1", 40)]
