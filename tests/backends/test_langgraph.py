@@ -269,6 +269,40 @@ async def test_per_call_reviews_are_one_interrupt_each_answered_by_id(fake):
     assert "duplicate" in tool_messages(fake)["call_b"]
 
 
+async def test_the_middlewares_description_is_the_pending_calls_prompt_without_its_raw_arguments(fake):
+    def described(call: Any, state: Any, runtime: Any) -> str:
+        return f"Refund {call['args']['amount']} EUR to the customer's card?"
+
+    cases = [({"allowed_decisions": ["approve", "reject"]}, None),  # the default: "...\n\nTool: …\nArgs: {…}"
+             ({"allowed_decisions": ["approve"], "description": "Needs a second look"}, "Needs a second look"),
+             ({"allowed_decisions": ["approve"], "description": described}, "Refund 40 EUR to the customer's card?")]
+    for mode in ("batched", "per_call"):
+        for config, prompt in cases:
+            fake.reply_tool_call("issue_refund", {"charge_id": "ch_1", "amount": 40}, "call_refund")
+            parked = await backend(agent(fake, mode=mode, interrupt_on={"issue_refund": config})).start(
+                RecordingTurn(), "refund ch_1", None)
+            assert isinstance(parked, Parked)
+            assert parked.pending[0].prompt == prompt, (mode, config)
+    custom = HumanInTheLoopMiddleware(interrupt_on={"issue_refund": True}, description_prefix="Finance reviews refunds")
+    fake.reply_tool_call("issue_refund", {"charge_id": "ch_1", "amount": 40}, "call_refund")
+    parked = await backend(create_agent(model(fake), tools=[issue_refund], middleware=[custom])).start(
+        RecordingTurn(), "refund ch_1", None)
+    assert parked.pending[0].prompt == "Finance reviews refunds"
+
+
+async def test_a_cancel_where_the_middleware_takes_respond_but_no_reject_is_told_as_a_respond(fake):
+    fake.reply_tool_call("issue_refund", {"charge_id": "ch_1", "amount": 40}, "call_refund")
+    fake.reply_text("No refund.")
+    lg = backend(agent(fake, interrupt_on={"issue_refund": {"allowed_decisions": ["approve", "respond"]}}))
+    turn = RecordingTurn()
+    parked = await lg.start(turn, "refund ch_1", None)
+
+    done = await lg.resume(turn, parked.saved, {"call_refund": Reject(message="duplicate")})
+
+    assert isinstance(done, Finished) and refunds == []
+    assert tool_messages(fake)["call_refund"] == "User rejected the tool call for `issue_refund` with reason: duplicate"
+
+
 # --- our request policies, through the wrapper every ToolNode gets ----------------------------------------
 
 
