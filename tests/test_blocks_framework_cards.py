@@ -84,11 +84,6 @@ def test_an_approval_its_framework_takes_no_cancel_for_has_no_cancel_and_says_so
     assert note["elements"][0]["text"] == "This agent takes no cancel for `issue_refund`: approve it, or stop the agent."
 
 
-def test_the_card_leads_with_the_frameworks_words_for_the_call() -> None:
-    [title, *_] = render_request(refund())
-    assert title["text"]["text"] == "*Approval needed:* `issue_refund`\nRefunds over 30 EUR need a second look"
-
-
 def test_reply_instead_opens_a_modal_that_says_the_tool_will_not_run() -> None:
     view = freeform_modal(refund(allow_free_text=True), "C1", "1700000000.000100")
     assert_valid_view(view)
