@@ -125,6 +125,19 @@ def no_cancel_note(req: InputRequest) -> str:
     return f"This agent takes no cancel for {tool}: approve it, or stop the agent."
 
 
+def no_approve_note(req: InputRequest) -> str:
+    """Said where Approve would be, when the agent takes no approval of the call (its framework's setup)."""
+    tool = inline_code(one_line(tool_name_of(req)))
+    ways = [way for way, offered in (("reply instead", req.allow_free_text), ("cancel it", _offers(req, CANCEL)))
+            if offered]
+    return f"This agent does not let {tool} run from here: {' or '.join(ways) or 'stop the agent'}."
+
+
+def _offers(req: InputRequest, option_id: str) -> bool:
+    """Whether the approval offers this option (one without options of its own offers both)."""
+    return not req.options or req.option(option_id) is not None
+
+
 def _cancellable(req: InputRequest, options: list[InputOption]) -> bool:
     return any(o.id == CANCEL for o in options)
 
@@ -142,7 +155,8 @@ def _approval_controls(req: InputRequest, options: list[InputOption]) -> list[El
         extras.append(grant_control(req))
     if req.allow_free_text:  # the person answers in the tool's place (the typed-answer modal)
         extras.append(_modal_button(req, REPLY_LABEL, ids.freeform_action_id(req.request_id)))
-    buttons[1:1] = extras
+    at = 1 if options and options[0].id == APPROVE else 0  # after Approve, before Cancel
+    buttons[at:at] = extras
     if _cancellable(req, options):
         buttons.append(_modal_button(req, REASON_LABEL, ids.reason_action_id(req.request_id)))
     return buttons
@@ -155,7 +169,9 @@ def _approval_notes(req: InputRequest, options: list[InputOption], tag: str) -> 
     notes = []
     if req.allow_free_text:
         notes.append(request_context(req.request_id, f"{tag}replynote", reply_note(req)))
-    if not _cancellable(req, options):
+    if not _offers(req, APPROVE):
+        notes.append(request_context(req.request_id, f"{tag}noapprove", no_approve_note(req)))
+    elif not _cancellable(req, options):
         notes.append(request_context(req.request_id, f"{tag}nocancel", no_cancel_note(req)))
     return notes
 

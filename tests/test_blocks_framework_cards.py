@@ -128,3 +128,16 @@ def test_reply_labels() -> None:
     assert resolution_label(req, "answered", "cancel") == "Cancelled"
     assert settlement_label("responded") == "Replied instead" and settlement_label("cancelled") == "Cancelled"
     assert outcome_emoji("Replied instead") == ":speech_balloon:"
+
+
+def test_an_approval_its_framework_will_not_run_offers_only_reply_and_cancel_and_says_so() -> None:
+    no_approve = [o for o in approval_options() if o.id != APPROVE]
+    blocks = render_request(refund(options=no_approve, allow_free_text=True))
+    assert_valid_blocks(blocks)
+    assert actions_of(blocks) == [("Reply instead", "freeform"), ("Cancel", "cancel"), ("Cancel with reason", "reason")]
+    [note] = [b for b in blocks if b["block_id"] == "req-1:noapprove:0"]
+    assert note["elements"][0]["text"] == ("This agent does not let `issue_refund` run from here: reply instead or "
+                                           "cancel it.")
+    alone = render_request(refund(options=no_approve))
+    [note] = [b for b in alone if b["block_id"] == "req-1:noapprove:0"]
+    assert note["elements"][0]["text"].endswith("run from here: cancel it.")

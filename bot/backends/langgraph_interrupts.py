@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from bot.backends import Answer, Approve, Decision, PendingCall, Reject, Reply
 
@@ -39,6 +39,8 @@ class Asked(BaseModel):
     listed: bool = False  # inbox: the value was a list (it is answered with a list)
     in_tool_call: str | None = None  # the tool call whose own code asked (its fence key moves on)
     ours: bool = False  # our request policy asked (our wrapper reads the answer, not the graph's code)
+    # per call: the arguments as asked, so an approval where only ``edit`` is taken goes as an edit of them
+    arguments: list[dict[str, Any]] = Field(default_factory=list)
 
 
 def pending_of(interrupt_id: str, value: Any, *, node: str, messages: list[Any], in_tool_call: str | None,
@@ -58,7 +60,7 @@ def pending_of(interrupt_id: str, value: Any, *, node: str, messages: list[Any],
                            prompt=None if ours else described(value.get("description"), name),
                            decisions=allowed)
         return Asked(interrupt_id=interrupt_id, shape="tool_approval", call_ids=[call.call_id], tool_names=[name],
-                     decisions=[sorted(allowed)], ours=ours), [call]
+                     decisions=[sorted(allowed)], ours=ours, arguments=[call.arguments]), [call]
     inbox = value if isinstance(value, list) else [value]
     if inbox and all(isinstance(v, dict) and "action_request" in v and "config" in v for v in inbox):
         return _inbox(interrupt_id, inbox, listed=isinstance(value, list))
@@ -72,6 +74,7 @@ def pending_of(interrupt_id: str, value: Any, *, node: str, messages: list[Any],
 
 def resume_value(asked: Asked, answers: list[Answer]) -> Any:
     """What the interrupt's ``interrupt()`` returns for people's answers to its pending calls."""
+    answers = [_as_taken(a, d, args) for a, d, args in zip(answers, asked.decisions, _arguments(asked), strict=True)]
     if asked.shape == "hitl_batch":
         return {"decisions": [decision(n, a, d) for n, d, a in zip(asked.tool_names, asked.decisions, answers,
                                                                    strict=True)]}
@@ -84,6 +87,28 @@ def resume_value(asked: Asked, answers: list[Answer]) -> Any:
     answer = answers[0]  # a question: the pick or the words; a cancel gives the canceller's words
     return answer.value if isinstance(answer, Reply) else answer.message if isinstance(answer, Reject) else (
         answer.arguments)
+
+
+def _arguments(asked: Asked) -> list[dict[str, Any]]:
+    return asked.arguments if len(asked.arguments) == len(asked.call_ids) else [{} for _ in asked.call_ids]
+
+
+def _as_taken(answer: Answer, allowed: list[str], arguments: dict[str, Any]) -> Answer:
+    """An approval as proposed where the interrupt takes ``edit`` but not ``approve``: an edit to the same
+    arguments (the card's Approve means the same)."""
+    if isinstance(answer, Approve) and answer.arguments is None and "approve" not in allowed and "edit" in allowed:
+        return answer.model_copy(update={"arguments": dict(arguments)})
+    return answer
+
+
+def untakeable(asked: Asked, answers: list[Answer]) -> str | None:
+    """The tool of a cancel the middleware cannot take (its decisions have neither reject nor respond), if any."""
+    if asked.shape not in ("hitl_batch", "tool_approval"):
+        return None  # a question takes any words; Agent Inbox's own code reads its answer
+    for name, allowed, answer in zip(asked.tool_names, asked.decisions, answers, strict=True):
+        if isinstance(answer, Reject) and not {"reject", "respond"} & set(allowed):
+            return name
+    return None
 
 
 def decision(tool_name: str, answer: Answer, allowed: list[str] | None = None) -> dict[str, Any]:
@@ -119,7 +144,8 @@ def _hitl_batch(interrupt_id: str, value: dict[str, Any], messages: list[Any]) -
                          decisions=allowed.get(r["name"], frozenset({"approve", "reject"})))
              for i, r in enumerate(requests)]
     return Asked(interrupt_id=interrupt_id, shape="hitl_batch", call_ids=[c.call_id for c in calls],
-                 tool_names=[c.tool_name for c in calls], decisions=[sorted(c.decisions) for c in calls]), calls
+                 tool_names=[c.tool_name for c in calls], decisions=[sorted(c.decisions) for c in calls],
+                 arguments=[c.arguments for c in calls]), calls
 
 
 def _inbox(interrupt_id: str, requests: list[dict[str, Any]], *, listed: bool) -> tuple[Asked, list[PendingCall]]:
@@ -139,7 +165,7 @@ def _inbox(interrupt_id: str, requests: list[dict[str, Any]], *, listed: bool) -
             decisions=frozenset(decisions)))
     return Asked(interrupt_id=interrupt_id, shape="inbox", call_ids=[c.call_id for c in calls],
                  tool_names=[c.tool_name for c in calls], decisions=[sorted(c.decisions) for c in calls],
-                 listed=listed), calls
+                 listed=listed, arguments=[c.arguments for c in calls]), calls
 
 
 def _inbox_response(action: str, decisions: list[str], answer: Answer) -> dict[str, Any]:

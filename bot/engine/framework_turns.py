@@ -38,6 +38,7 @@ from bot.engine.passes import DrivePass, TurnLoop
 from bot.engine.turn_commands import CallMark, RequestsRead
 from bot.principals import Principal
 from bot.protocol import (
+    APPROVE,
     CANCEL,
     ActionRef,
     ActionResult,
@@ -342,6 +343,9 @@ class FrameworkTurns:
                 req.allow_free_text = True
             if not {"reject", "respond"} & pending.decisions:  # nothing a cancel could be told as
                 req.options = [o for o in req.options if o.id != CANCEL]
+            if not {"approve", "edit"} & pending.decisions:  # nothing lets the call run
+                req.options = [o for o in req.options if o.id != APPROVE]
+                req.editable = False
             if (words := _framework_words(pending.prompt, req.prompt, self.driver.p.tools.get(pending.tool_name))):
                 req.prompt = words
             return record

@@ -413,14 +413,16 @@ class Refund(TypedDict, total=False):
     answer: Annotated[list[str], operator.add]
 
 
-def inbox_graph() -> Any:
+ALL_OF_INBOX = {"allow_accept": True, "allow_edit": True, "allow_respond": True, "allow_ignore": True}
+
+
+def inbox_graph(config: dict[str, bool] = ALL_OF_INBOX) -> Any:
     """A workflow step reviewed through Agent Inbox's interrupt schema, and a plain question after it."""
 
     def review(state: Refund) -> dict[str, Any]:
         [response] = interrupt([{
             "action_request": {"action": "issue_refund", "args": {"charge_id": state["charge_id"]}},
-            "config": {"allow_accept": True, "allow_edit": True, "allow_respond": True, "allow_ignore": True},
-            "description": "Refund this charge?"}])
+            "config": config, "description": "Refund this charge?"}])
         return {"decision": json.dumps(response)}
 
     def ask(state: Refund) -> dict[str, Any]:
@@ -459,6 +461,27 @@ async def test_agent_inbox_requests_and_a_plain_question_in_a_workflow(fake):
     assert json.loads(values["decision"]) == {"type": "edit", "args": {"action": "issue_refund",
                                                                       "args": {"charge_id": "ch_8"}}}
     assert values["answer"] == ["sorry for the wait"]
+
+
+async def test_an_approval_as_proposed_where_only_an_edit_is_taken_goes_as_an_edit_of_the_same_arguments(fake):
+    config = {"allow_accept": False, "allow_edit": True, "allow_respond": False, "allow_ignore": True}
+    lg, turn = backend(inbox_graph(config), input=lambda text: {"charge_id": text}), RecordingTurn()
+    parked = await lg.start(turn, "ch_7", None)
+    [review] = parked.pending
+    assert review.decisions == {"edit", "reject"}
+
+    asked = await lg.resume(turn, parked.saved, {review.call_id: Approve()})
+    done = await lg.resume(turn, asked.saved, {asked.pending[0].call_id: Reply(value="ok")})
+
+    assert json.loads(json.loads(done.text)["decision"]) == {
+        "type": "edit", "args": {"action": "issue_refund", "args": {"charge_id": "ch_7"}}}
+
+    fake.reply_tool_call("issue_refund", {"charge_id": "ch_1", "amount": 40}, "call_refund")
+    fake.reply_text("Refunded.")
+    graph = agent(fake, interrupt_on={"issue_refund": {"allowed_decisions": ["edit", "reject"]}})
+    parked = await backend(graph).start(turn, "refund ch_1", None)
+    done = await backend(graph).resume(turn, parked.saved, {"call_refund": Approve()})
+    assert isinstance(done, Finished) and refunds == [("ch_1", 40)]
 
 
 # --- durability: checkpoints, replays, kills ------------------------------------------------------------

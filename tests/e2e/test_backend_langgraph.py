@@ -361,3 +361,29 @@ async def test_a_middleware_that_takes_no_cancel_gets_no_cancel_button_and_says_
     await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
     await answer_in(local_slack, ts, "Refunded.")
     assert refunds == [("ch_1", 40)]
+
+
+async def test_a_message_past_a_card_that_takes_no_cancel_ends_the_run_plainly(local_slack, start_app, fake):
+    refund_asked(fake, then="Never mind then.")
+    await start_app(ScriptedModel([]), [], agent=agent(fake, issue_refund={"allowed_decisions": ["approve"]}))
+    ts, card = await mention_and_wait_for_card(local_slack)
+
+    await local_slack.post_message(ALICE, GENERAL, "actually, forget it", thread_ts=ts)
+
+    said = await answer_in(local_slack, ts, "takes no cancel")
+    assert "`issue_refund` was not approved, and this agent takes no cancel for it" in said.text
+    assert "ValueError" not in said.text and refunds == []
+
+
+async def test_a_middleware_that_takes_no_approval_offers_reply_and_cancel_only(local_slack, start_app, fake):
+    refund_asked(fake, then="I will tell finance.")
+    await start_app(ScriptedModel([]), [], agent=agent(fake, issue_refund={"allowed_decisions": ["reject", "respond"]}))
+    ts, card = await mention_and_wait_for_card(local_slack)
+    labels = [e["text"]["text"] for b in card.blocks if b["type"] == "actions" for e in b["elements"]]
+    assert labels == ["Reply instead", "Cancel", "Cancel with reason"]
+    assert "This agent does not let `issue_refund` run from here" in json.dumps(card.blocks)
+
+    assert (await reply_instead(local_slack, ALICE, card, "ask finance first")).status == 200
+
+    await answer_in(local_slack, ts, "I will tell finance.")
+    assert refunds == [] and told(fake, "call_refund") == "ask finance first"
