@@ -387,8 +387,11 @@ def _framework_words(asked: str | None, ours: str, tool: Tool | None) -> str | N
     words = (asked or "").strip()
     if not words:
         return None
-    same = {" ".join(ours.split())}
-    if tool is not None:
-        same |= {" ".join(tool.description.split()), " ".join(tool.description.strip().splitlines()[0].split())
-                 if tool.description.strip() else ""}
-    return None if " ".join(words.split()) in same else words
+    shown = {_spaced(ours)}
+    if tool is not None and tool.description.strip():
+        shown |= {_spaced(tool.description), _spaced(tool.description.strip().splitlines()[0])}
+    return None if _spaced(words) in shown else words
+
+
+def _spaced(text: str) -> str:
+    return " ".join(text.split())
