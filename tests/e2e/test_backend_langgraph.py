@@ -19,7 +19,7 @@ from langgraph.types import interrupt
 
 from bot.approval import Approval, always
 from bot.backends import wrap
-from bot.governance import four_eyes, n_of_m
+from bot.governance import approvers, four_eyes, n_of_m
 from bot.models.scripted import ScriptedModel
 from localslack.seed import ALICE, BOB, BOT_USER_ID, CAROL, DAVE, GENERAL, TEAM_ID
 from tests.audit_polling import audit_entries
@@ -387,3 +387,38 @@ async def test_a_middleware_that_takes_no_approval_offers_reply_and_cancel_only(
 
     await answer_in(local_slack, ts, "I will tell finance.")
     assert refunds == [] and told(fake, "call_refund") == "ask finance first"
+
+
+async def test_only_the_approver_list_may_reply_instead(local_slack, start_app, fake):
+    refund_asked(fake, then="Finance says store credit.")
+    fake.reply_text("Noted.")
+    bot = await start_app(ScriptedModel([]), [], agent=wrap(agent(fake, **RESPONDS), policies={
+        "issue_refund": Approval(request=always(), response=approvers("tool:issue_refund"))}))
+    await bot.deps.governance.policies.set_approvers(TEAM_ID, "tool:issue_refund", [BOB], actor="test")
+    ts, card = await mention_and_wait_for_card(local_slack)
+
+    await local_slack.click(CAROL, GENERAL, card.ts, button(card, "Reply instead"))
+    refusal = await local_slack.wait_for(lambda: local_slack.ephemerals(CAROL))
+    assert "<@U0BOB>" in refusal[-1].text and local_slack.open_views(CAROL) == []
+
+    assert (await reply_instead(local_slack, BOB, card, "store credit, not a refund")).status == 200
+
+    await answer_in(local_slack, ts, "Finance says store credit.")
+    assert refunds == [] and told(fake, "call_refund") == "store credit, not a refund"
+    settled = json.dumps(local_slack.message(GENERAL, card.ts).blocks)
+    assert "Replied instead" in settled and "<@U0BOB>" in settled
+
+
+async def test_words_from_a_requester_the_policy_does_not_let_reply_stay_her_message(local_slack, start_app, fake):
+    refund_asked(fake, then="unused")
+    bot = await start_app(ScriptedModel([]), [], agent=wrap(agent(fake, **RESPONDS), policies={
+        "issue_refund": Approval(request=always(), response=approvers("tool:issue_refund"))}))
+    await bot.deps.governance.policies.set_approvers(TEAM_ID, "tool:issue_refund", [BOB], actor="test")
+    ts, card = await mention_and_wait_for_card(local_slack)
+
+    await local_slack.post_message(ALICE, GENERAL, "wait, which card was it?", thread_ts=ts)
+
+    # her message steers the turn, as any message of hers would: the card is no longer needed, nobody replied
+    await local_slack.wait_for(lambda: "No longer needed" in json.dumps(local_slack.message(GENERAL, card.ts).blocks))
+    assert "Replied instead" not in json.dumps(local_slack.message(GENERAL, card.ts).blocks)
+    assert local_slack.ephemerals(ALICE) == [] and refunds == []
