@@ -484,6 +484,17 @@ async def test_an_approval_as_proposed_where_only_an_edit_is_taken_goes_as_an_ed
     assert isinstance(done, Finished) and refunds == [("ch_1", 40)]
 
 
+async def test_an_inbox_approval_answered_in_the_tools_place_is_a_response_with_the_words(fake):
+    lg, turn = backend(inbox_graph(), input=lambda text: {"charge_id": text}), RecordingTurn()
+    parked = await lg.start(turn, "ch_7", None)
+    [review] = parked.pending
+
+    asked = await lg.resume(turn, parked.saved, {review.call_id: Reply(value="ask the customer first")})
+    done = await lg.resume(turn, asked.saved, {asked.pending[0].call_id: Reply(value="ok")})
+
+    assert json.loads(json.loads(done.text)["decision"]) == {"type": "response", "args": "ask the customer first"}
+
+
 # --- durability: checkpoints, replays, kills ------------------------------------------------------------
 
 
