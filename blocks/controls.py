@@ -133,6 +133,12 @@ def no_approve_note(req: InputRequest) -> str:
     return f"This agent does not let {tool} run from here: {' or '.join(ways) or 'stop the agent'}."
 
 
+def fixed_input_note(req: InputRequest) -> str:
+    """Said where "Edit & approve" would be, when the agent takes the call only as proposed."""
+    tool = inline_code(one_line(tool_name_of(req)))
+    return f"Approve runs {tool} as proposed: this agent takes no changes to its input."
+
+
 def _offers(req: InputRequest, option_id: str) -> bool:
     """Whether the approval offers this option (one without options of its own offers both)."""
     return not req.options or req.option(option_id) is not None
@@ -171,7 +177,10 @@ def _approval_notes(req: InputRequest, options: list[InputOption], tag: str) -> 
         notes.append(request_context(req.request_id, f"{tag}replynote", reply_note(req)))
     if not _offers(req, APPROVE):
         notes.append(request_context(req.request_id, f"{tag}noapprove", no_approve_note(req)))
-    elif not _cancellable(req, options):
+        return notes
+    if req.fixed_input and not req.editable:
+        notes.append(request_context(req.request_id, f"{tag}noedit", fixed_input_note(req)))
+    if not _cancellable(req, options):
         notes.append(request_context(req.request_id, f"{tag}nocancel", no_cancel_note(req)))
     return notes
 

@@ -138,6 +138,9 @@ class InputRequest(Contract):
     responders: Responders | None = None  # who may settle it (shown on cards); None: not described
     notify: Literal["dm", "thread", "none"] | None = None  # how approvers are told; None: the default
     editable: bool = False  # an approver may change the call's input before approving (``@tool(editable=True)``)
+    # a framework's call it takes only as proposed (its setup allows no edit), though a form of its input could
+    # be shown: the card says so where "Edit & approve" would be
+    fixed_input: bool = False
     style: ChoiceStyle = "select"  # a question's options: a select menu (default), buttons or radio buttons
     form: dict[str, Any] | None = None  # a "user-input" request's form, as a flat JSON schema (``bot.forms``)
     grants: list[GrantOffer] = Field(default_factory=list)  # "don't ask again" scopes an approver may choose

@@ -141,3 +141,12 @@ def test_an_approval_its_framework_will_not_run_offers_only_reply_and_cancel_and
     alone = render_request(refund(options=no_approve))
     [note] = [b for b in alone if b["block_id"] == "req-1:noapprove:0"]
     assert note["elements"][0]["text"].endswith("run from here: cancel it.")
+
+
+def test_an_approval_its_framework_takes_only_as_proposed_says_so_where_edit_would_be() -> None:
+    blocks = render_request(refund(fixed_input=True))
+    assert_valid_blocks(blocks)
+    assert [label for label, _ in actions_of(blocks)] == ["Approve", "Cancel", "Cancel with reason"]
+    [note] = [b for b in blocks if b["block_id"] == "req-1:noedit:0"]
+    assert note["elements"][0]["text"] == "Approve runs `issue_refund` as proposed: this agent takes no changes to its input."
+    assert not any(b["block_id"].endswith(":noedit:0") for b in render_request(refund()))

@@ -194,7 +194,9 @@ class FrameworkTurns:
 
     def __init__(self, driver: TurnLoop, backend: AgentBackend):
         self.driver, self.backend = driver, backend
-        self._fingerprint = fingerprint(backend.tools())
+        tools = backend.tools()
+        self._fingerprint = fingerprint(tools)
+        self._formable = {t.name for t in tools if t.args_model is not None}  # an edit form could be shown
         self._running: dict[str, tuple[str, EngineTurn, asyncio.Task[Any]]] = {}
 
     def runs(self, session_id: str) -> bool:
@@ -354,6 +356,8 @@ class FrameworkTurns:
             # the card offers only what the framework takes
             if "edit" not in pending.decisions:
                 req.editable = False
+                # where an edit form could be shown, the card says why there is none
+                req.fixed_input = pending.tool_name in self._formable and bool(pending.arguments)
             if "respond" in pending.decisions:  # people may answer in the tool's place
                 req.allow_free_text = True
             if not {"reject", "respond"} & pending.decisions:  # nothing a cancel could be told as

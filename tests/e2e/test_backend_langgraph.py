@@ -143,6 +143,14 @@ async def test_a_middleware_that_allows_no_edit_gets_no_edit_button(local_slack,
     assert button(card, "Approve")
     with pytest.raises(AssertionError):
         button(card, "Edit & approve")
+    assert "Approve runs `issue_refund` as proposed: this agent takes no changes to its input." in json.dumps(card.blocks)
+
+
+async def test_a_card_with_edit_and_approve_has_no_as_proposed_line(local_slack, start_app, fake):
+    refund_asked(fake)
+    await start_app(ScriptedModel([]), [], agent=agent(fake))
+    _, card = await mention_and_wait_for_card(local_slack)
+    assert button(card, "Edit & approve") and "as proposed" not in json.dumps(card.blocks)
 
 
 def menu(card) -> dict[str, Any]:
