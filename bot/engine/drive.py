@@ -25,7 +25,6 @@ from bot.engine.installed import RETRY_MS, NotInstalled
 from bot.engine.intake import Intake
 from bot.engine.lease_keeper import LeaseKeeper
 from bot.engine.model_words import answer_words, logged_failure_words
-from bot.engine.outbox import DELIVER_UNHURRIED_S
 from bot.engine.parts import Parts
 from bot.engine.passes import DrivePass
 from bot.engine.settle import Settler, delegation_live
@@ -102,7 +101,7 @@ class Driver:
             if token is None:
                 return  # another worker drives it and re-checks for work before letting go
             keeper = LeaseKeeper(store, session_id, token, int(getattr(store, "lease_ms", 30_000)),
-                                 told=lambda turn_id: self._stop_running(session_id, turn_id),
+                                 told=lambda turn_id: self.stop_running(session_id, turn_id),
                                  busy=lambda: self._runs(session_id))
             keeper.start()
             failed = waits = False
@@ -135,7 +134,8 @@ class Driver:
             if after is None or not await self._has_work(after, parked_now=work.parked_now):
                 return
 
-    def _stop_running(self, session_id: str, turn_id: str) -> None:
+    def stop_running(self, session_id: str, turn_id: str) -> None:
+        """A stop of the turn: its tools and its framework's run in this process are told at once."""
         self.exec.stop_running(session_id, turn_id)
         if self.frameworks is not None:
             self.frameworks.stop_running(session_id, turn_id)
@@ -481,11 +481,6 @@ class Driver:
 
     # --- what a framework's turn (bot.engine.framework_turns) does through the loop -------------------
 
-    async def commit_run(self, p: DrivePass, state: SessionState, events: list[Event]) -> None:
-        """A framework step's checkpoint: more work follows; refused (CancelRequested) once a stop is asked."""
-        assert state.turn is not None
-        await self._commit(p, state, events, unless_cancelled=state.turn.turn_id, no_hurry=True)
-
     async def park(self, p: DrivePass, state: SessionState, events: list[Event], requests: list[RequestRecord]) -> None:
         await self._commit(p, state, events, requests, last=True)
         p.parked_now = True
@@ -515,7 +510,7 @@ class Driver:
             begin=markers))
         p.taking, p.committed, p.read, p.carry, p.carry_unless = [], saved, None, [], None
         if committed:
-            self.p.outbox.kick_later(p.session_id, committed[-1].seq, DELIVER_UNHURRIED_S)
+            self.p.outbox.kick_later(p.session_id, committed[-1].seq, self.p.settings.unhurried_seconds)
         return begun
 
     async def _carried(self, p: DrivePass) -> list[Event]:
@@ -545,7 +540,7 @@ class Driver:
     ) -> None:
         """Checkpoint; ``then_step``: another step follows at once, so read its snapshot in the same round trip.
         ``no_hurry``: more work follows (a model call, a tool run), so its events may wait up to
-        ``DELIVER_UNHURRIED_S`` to go out with the next checkpoint's in one delivery pass. What people wait
+        ``RuntimeSettings.unhurried_seconds`` to go out with the next checkpoint's in one delivery pass. What people wait
         on (a card, an answer, a settled card) is at the end of a drive, or a settle, and goes out at once.
         ``last``: nothing follows under this lease: it goes with the checkpoint (if written) in its round trip.
         What earlier checkpoints folded into this one (``DrivePass.carry``, ``.finished``) goes with it."""
@@ -569,12 +564,13 @@ class Driver:
         else:
             p.read = read
         if committed and no_hurry:
-            self.p.outbox.kick_later(p.session_id, committed[-1].seq, DELIVER_UNHURRIED_S)
+            self.p.outbox.kick_later(p.session_id, committed[-1].seq, self.p.settings.unhurried_seconds)
         elif committed and opening is None:
             self.p.outbox.kick(p.session_id, committed[-1].seq)
 
     end_turn = _end_turn
     finish_cancelled = _finish_cancelled
+    commit_and_begin = _commit_and_begin
     records_of = _records
 
 
