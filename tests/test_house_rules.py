@@ -11,7 +11,9 @@ file — at module level or inside a function — fails here with the file and t
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -101,7 +103,10 @@ def _room(dotted: str) -> str:
     return dotted.split(".")[0]
 
 
-ALL_IMPORTS = [imp for path in _product_files() for imp in _imports(path)]
+@cache
+def _all_imports() -> tuple[Import, ...]:
+    """Parsed when a rule first asks (not at collection, where every test worker would pay ~1 s for it)."""
+    return tuple(imp for path in _product_files() for imp in _imports(path))
 
 
 def _where(imp: Import) -> str:
@@ -109,7 +114,7 @@ def _where(imp: Import) -> str:
 
 
 def _breaking(rule) -> list[str]:
-    return [_where(imp) for imp in ALL_IMPORTS if rule(imp)]
+    return [_where(imp) for imp in _all_imports() if rule(imp)]
 
 
 def test_the_engine_imports_nothing_outward():
@@ -240,7 +245,7 @@ def _circles(edges: dict[str, set[str]]) -> list[list[str]]:
     return circles
 
 
-def _graph(imports: list[Import]) -> dict[str, set[str]]:
+def _graph(imports: Iterable[Import]) -> dict[str, set[str]]:
     modules = {_module_name(p) for p in _product_files()}
     edges: dict[str, set[str]] = {m: set() for m in modules}
     for imp in imports:
@@ -258,7 +263,7 @@ def test_no_import_circles():
     """Each room's modules form layers: a loop means modules that cannot be understood apart. An import
     under ``if TYPE_CHECKING:`` counts too (as `farm-studio look` draws it): it is still a dependency, only
     one Python does not load; a shared type belongs below both modules that use it."""
-    assert _circles(_graph(ALL_IMPORTS)) == []
+    assert _circles(_graph(_all_imports())) == []
 
 
 def test_no_product_module_is_too_long_to_read():

@@ -496,6 +496,8 @@ def problems(trial: Trial) -> list[str]:
         found.append(f"the turn answered {trial.replies} times")
     if trial.lines > 1:
         found.append(f"ran {trial.lines} times (double execution)")
+    if trial.executions > 1 and not trial.idempotent:  # cut short, it is reported interrupted, never started again
+        found.append(f"a call not safe to repeat started {trial.executions} times")
     if trial.outcome == "wrote" and trial.lines == 0:
         found.append("reported written but the ledger has no line")
     if trial.outcome == "interrupted" and trial.idempotent:

@@ -124,7 +124,7 @@ def stream_calls(slack, streams: dict[str, int]) -> list[str]:  # noqa: ANN001
             if c.method.endswith("Stream") and (c.params.get("ts") or c.response.get("ts")) in streams]
 
 
-BUSY_ROUNDS = 8 if SOAK else 2
+BUSY_ROUNDS = 8 if SOAK else 1  # one round kills a replica as answers land: takeovers, rate limited looks and all
 STOPS_SETTLE_S = 60 if SOAK else 10
 TURNS_AT_ONCE = 6
 # each Slack call takes this long: a pass outlives its lock, and another replica takes the session over
