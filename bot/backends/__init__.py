@@ -169,8 +169,11 @@ class BackendTurn(Protocol):
         ``tool_finished`` for a fenced call (a repeat per call id is ignored)."""
         ...
 
-    async def checkpoint(self, saved: str) -> None:
-        """Store the run's state after a framework step, before any tool of the step runs."""
+    async def checkpoint(self, saved: str | Callable[[], str]) -> None:
+        """The run's state after a framework step: stored before any tool of the step runs, with the turn's
+        next write (the first call's start through :meth:`fence`, the pause, the end), refused then if a stop
+        was asked. ``saved`` may be a function giving it: called only if that write needs it (a pause or an
+        end stores the outcome's ``saved`` instead), so give one that reads a copy taken now."""
         ...
 
     def text(self, delta: str) -> None:

@@ -18,6 +18,7 @@ import inspect
 import json
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, get_type_hints
 
 from pydantic import BaseModel, Field, create_model
@@ -147,8 +148,9 @@ class _Run:
                                     return Stopped(saved=_Saved.of(_whole(run.all_messages())))
                         responded = True
                     elif Agent.is_call_tools_node(node) and responded:
-                        # the new model response is stored before any of its tools run
-                        await self.engine(self.turn.checkpoint(_Saved.of(run.all_messages())))
+                        # the new model response is stored before any of its tools run (serialized only
+                        # if the engine writes it: a pause or an end stores the outcome's state instead)
+                        await self.engine(self.turn.checkpoint(partial(_Saved.of, list(run.all_messages()))))
                         responded = False
                 assert run.result is not None
                 return self._outcome(run.result.output, run.result.all_messages())

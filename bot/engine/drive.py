@@ -481,11 +481,6 @@ class Driver:
 
     # --- what a framework's turn (bot.engine.framework_turns) does through the loop -------------------
 
-    async def commit_run(self, p: DrivePass, state: SessionState, events: list[Event]) -> None:
-        """A framework step's checkpoint: more work follows; refused (CancelRequested) once a stop is asked."""
-        assert state.turn is not None
-        await self._commit(p, state, events, unless_cancelled=state.turn.turn_id, no_hurry=True)
-
     async def park(self, p: DrivePass, state: SessionState, events: list[Event], requests: list[RequestRecord]) -> None:
         await self._commit(p, state, events, requests, last=True)
         p.parked_now = True
@@ -575,6 +570,7 @@ class Driver:
 
     end_turn = _end_turn
     finish_cancelled = _finish_cancelled
+    commit_and_begin = _commit_and_begin
     records_of = _records
 
 

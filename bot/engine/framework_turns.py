@@ -1,10 +1,12 @@
 """Turns of a framework's agent (DESIGN §14): the engine drives a backend (``bot.backends``) instead of its
 own model step, and keeps everything else its own.
 
-A run goes on under the session's turn lease, in one task this process can stop. Each framework step is
-committed by the driver's fenced checkpoint (refused once a stop is asked), every tool execution goes
-through an execution marker keyed by the framework's call id, and a pause becomes requests of the one
-protocol (cards, response policies, settle, audit). Once every request of the pause has settled, the
+A run goes on under the session's turn lease, in one task this process can stop. Each framework step's
+checkpoint rides the turn's next write, fenced and refused once a stop is asked: the start of the step's
+first tool call (``CommitCommand.begin``), or the pause, or the end. So a step is stored before any of its
+tools runs, in a round trip the turn makes anyway (what LangGraph calls durability "exit", plus a write
+before each step's tools). Every tool execution goes through an execution marker keyed by the framework's
+call id, and a pause becomes requests of the one protocol (cards, response policies, settle, audit). Once every request of the pause has settled, the
 lease holder, and only it, resumes the run with the answers.
 """
 
@@ -77,6 +79,8 @@ class EngineTurn:
         self._started: set[str] = set()
         self._finished: set[str] = set()
         self._words: list[str] = []
+        self._saved: str | Callable[[], str] | None = None  # the last step's checkpoint, for the next write
+        self._begin = asyncio.Lock()  # a step's parallel calls: the first one's start writes the checkpoint
         self.approved = set(approved)  # call ids people approved in this resume: not gated again
 
     @property
@@ -105,7 +109,8 @@ class EngineTurn:
         """At most once per call id (the marker is fenced by the lease: a worker that lost it gets LeaseLost)."""
         store = self._driver.p.store
         marker = f"{self.turn_id}:fw:{call_id}"
-        fresh, recorded = await store.mark_call(CallMark(self.session_id, marker, self._work.token))
+        async with self._begin:
+            fresh, recorded = await self._start_call(marker)
         if not fresh:
             if recorded and recorded != "started":
                 return _replayed(json.loads(recorded))
@@ -127,11 +132,21 @@ class EngineTurn:
         self.tool_finished(call_id, tool_name, kept)
         return output
 
-    async def checkpoint(self, saved: str) -> None:
+    async def _start_call(self, marker: str) -> tuple[bool, str | None]:
+        """The call's execution marker, started with the step's checkpoint when one waits (one script)."""
+        saved, self._saved = self._saved, None
+        if saved is None:
+            return await self._driver.p.store.mark_call(CallMark(self.session_id, marker, self._work.token))
         turn = self._state.turn
         assert turn is not None and turn.run is not None
-        turn.run.saved = saved
-        await self._driver.commit_run(self._work, self._state, self.take_events())
+        turn.run.saved = saved() if callable(saved) else saved
+        begun = await self._driver.commit_and_begin(self._work, self._state, self.take_events(), [marker])
+        return begun[marker]
+
+    async def checkpoint(self, saved: str | Callable[[], str]) -> None:
+        """Kept for the turn's next write (a call's start, the pause, the end); a callable is serialized then,
+        and only if that write needs it (a pause or an end carries the outcome's state instead)."""
+        self._saved = saved
 
     def text(self, delta: str) -> None:
         live, turn = self._driver.p.live, self._state.turn

@@ -79,8 +79,9 @@ class RecordingTurn:
         self.executed.append(call_id)
         return result
 
-    async def checkpoint(self, saved: str) -> None:
-        self.checkpoints.append((saved, len(self.executed)))
+    async def checkpoint(self, saved: str | Callable[[], str]) -> None:
+        # the engine writes it with the next write; this turn keeps it at once, to see when it was given
+        self.checkpoints.append((saved() if callable(saved) else saved, len(self.executed)))
 
     def text(self, delta: str) -> None:
         self.texts.append(delta)
