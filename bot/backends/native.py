@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from functools import partial
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as dist_version
 from typing import Any
@@ -116,7 +117,9 @@ class _Run:
                 if not text:
                     return Failed(reason="The model answered nothing to show.", saved=self._saved(whole=True))
                 return Finished(text=text, saved=self._saved())
-            await self.turn.checkpoint(self._saved())  # the response is stored before any of its tools run
+            # the response is stored before any of its tools run (serialized only if the engine writes it: a
+            # pause or an end stores the outcome's state instead)
+            await self.turn.checkpoint(partial(json.dumps, list(self.messages)))
             pending = await self._calls({})
         return Parked(pending=pending, saved=self._saved())
 

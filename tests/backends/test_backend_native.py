@@ -18,7 +18,6 @@ from bot.models.scripted import ScriptedModel
 from bot.tools import Tool, tool
 from localslack.seed import ALICE, GENERAL, TEAM_ID
 from tests.audit_polling import audit_entries
-from tests.e2e.conftest import local_slack, start_app  # noqa: F401 - the e2e fixtures: the app over signed HTTP
 from tests.e2e.test_approval_flow import button, mention_and_wait_for_card
 from tests.e2e.test_decisions import inputs
 from tests.fakes.openai_server import FakeOpenAI
@@ -152,8 +151,8 @@ class RecordingTurn:
             self.executed.append(call_id)
         return self.recorded[call_id]
 
-    async def checkpoint(self, saved: str) -> None:
-        self.checkpoints.append(saved)
+    async def checkpoint(self, saved: str | Callable[[], str]) -> None:
+        self.checkpoints.append(saved() if callable(saved) else saved)
 
     def text(self, delta: str) -> None: ...
 
