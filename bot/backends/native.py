@@ -13,7 +13,7 @@ those are what :meth:`NativeBackend.resume` answers.
 
 Left out (the built-in loop has them): sub-agents and delegation, the session limit (step and token
 budgets), MCP and OpenAPI tools, ``ctx.ask`` / ``ctx.form`` from inside a tool, external-result tools, the
-history window and compaction, the tool's workspace and its caller (``ctx.principal``, ``ctx.session``'s
+history window and compaction, the tool-run metrics (the fence does not count runs), the tool's workspace and its caller (``ctx.principal``, ``ctx.session``'s
 people and team are unknown to a backend), and the model failure's own words (a :class:`Failed` says it).
 A tool's card options beyond its approval policy (prompt, deadlines, preview) are not carried by the proxy.
 """
@@ -45,6 +45,7 @@ from bot.backends import (
     wrap,
 )
 from bot.models.base import ChatModel, Message, ModelError, ToolCall
+from bot.ops.metrics import MeteredModel
 from bot.protocol import CancelRequested, LeaseLost
 from bot.session import SessionInfo
 from bot.state import CallResult
@@ -68,7 +69,8 @@ class NativeBackend:
     version = VERSION
 
     def __init__(self, model: ChatModel, tools: Sequence[Tool], *, instructions: str | None = None):
-        self.model = model
+        # timed and its tokens counted as the built-in loop's model is (hitl_model_*)
+        self.model = model if isinstance(model, MeteredModel) else MeteredModel(model)
         self.instructions = instructions
         self.by_name = {t.name: t for t in tools}
         self.specs = [t.spec() for t in tools]
