@@ -177,26 +177,28 @@ class _Run:
         turn = self.turn
         ctx = ToolContext(session=SessionInfo(id=turn.session_id), principal=None, call_id=call.id,
                           idempotency_key=f"{turn.session_id}:{turn.turn_id}:{call.id}", can_ask=False)
-        ran: list[BaseException | None] = []  # what the tool raised, once it ran (a fence's replay runs nothing)
+        seen: dict[str, Any] = {}  # "ran" once the tool runs (a replay runs nothing), "raised": what it raised
 
         async def execute() -> Any:
+            seen["ran"] = True
             try:
                 # JSON both times: the model reads the same thing from a first run and from a replay
                 return to_jsonable_python(await tool.invoke(args, ctx), serialize_unknown=True)
             except Exception as exc:
-                ran.append(exc)
+                seen["raised"] = exc
                 raise
-            finally:
-                ran.append(None)
 
         try:
             output = await turn.fence(call.id, call.name, execute, idempotent=tool.idempotent, arguments=as_dict(args))
         except (LeaseLost, CancelRequested):
             raise
         except Exception as exc:
-            if ran and ran[0] is not exc or not ran and type(exc) is not RuntimeError:
-                raise  # the engine's own failure (the fence replays a tool's failure as a RuntimeError)
-            result = CallResult(status="failed", error=f"{type(exc).__name__}: {exc}" if ran else str(exc))
+            # the tool's own failure, now or replayed (the fence raises a recorded one as a RuntimeError); any
+            # other is the engine's and ends the run as it is
+            replayed = "ran" not in seen and type(exc) is RuntimeError
+            if seen.get("raised") is not exc and not replayed:
+                raise
+            result = CallResult(status="failed", error=str(exc) if replayed else f"{type(exc).__name__}: {exc}")
         else:
             result = CallResult(status="completed", output=output)
         content = result.content()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -130,6 +131,11 @@ async def test_edit_before_approve_runs_the_refund_with_the_edit_and_says_so(loc
     assert "changed the arguments" in told["note"]
 
 
+@dataclass
+class Failure:
+    error: str
+
+
 class RecordingTurn:
     """The engine's side of one run, in memory: every call may run, and the fence keeps each call's result
     by call id (``recorded`` outlives a run: pass it on, as a worker that takes the turn over reads it)."""
@@ -146,9 +152,17 @@ class RecordingTurn:
 
     async def fence(self, call_id: str, tool_name: str, run: Callable[[], Awaitable[Any]], *,
                     idempotent: bool = False, arguments: Mapping[str, Any] | None = None) -> Any:
-        if call_id not in self.recorded:
+        if call_id in self.recorded:  # as the engine's fence: a recorded failure is raised again
+            kept = self.recorded[call_id]
+            if isinstance(kept, Failure):
+                raise RuntimeError(kept.error)
+            return kept
+        self.executed.append(call_id)
+        try:
             self.recorded[call_id] = await run()
-            self.executed.append(call_id)
+        except Exception as exc:
+            self.recorded[call_id] = Failure(f"{type(exc).__name__}: {exc}")
+            raise
         return self.recorded[call_id]
 
     async def checkpoint(self, saved: str | Callable[[], str]) -> None:
@@ -181,6 +195,27 @@ async def test_a_resume_from_the_checkpoint_returns_recorded_results_instead_of_
     assert isinstance(finished, Finished) and finished.text == "Both found."
     assert len(ran) == 2 and again.executed == []
     assert json.loads(told_the_model(fake, "c_look2")) == {"charge_id": "ch_2", "amount": 500}
+    await backend.model.aclose()
+
+
+async def test_a_tools_failure_is_what_the_model_reads_run_or_replayed(fake):
+    @tool
+    async def void_charge(charge_id: str) -> str:
+        """Void a charge."""
+        raise ValueError(f"{charge_id} is settled already")
+
+    backend = NativeBackend(model_of(fake), [void_charge])
+    fake.reply_tool_call("void_charge", {"charge_id": "ch_1"}, "c_void")
+    fake.reply_text("It could not be voided.")
+    first = RecordingTurn()
+    assert isinstance(await backend.start(first, "void ch_1", None), Finished)
+    said = json.loads(told_the_model(fake, "c_void"))
+    assert said == {"status": "failed", "error": "ValueError: ch_1 is settled already"}
+
+    fake.reply_text("It could not be voided.")
+    again = RecordingTurn(recorded=dict(first.recorded))
+    assert isinstance(await backend.resume(again, first.checkpoints[0], {}), Finished)
+    assert again.executed == [] and json.loads(told_the_model(fake, "c_void")) == said
     await backend.model.aclose()
 
 
