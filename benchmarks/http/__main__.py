@@ -27,6 +27,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from redis.asyncio import Redis
 from slack_sdk.web.async_client import AsyncWebClient
 
+from localslack.delivery import SLACK_TIMEOUT_S
 from localslack.seed import ALICE, BOT_TOKEN
 from localslack.server import LocalSlack
 
@@ -117,8 +118,8 @@ def rotated(sides: list[Side], turn: int) -> Iterator[Side]:
 # ---- setting up ------------------------------------------------------------------------------------------
 
 
-async def open_slack() -> LocalSlack:
-    slack = LocalSlack(bot_url=None, signing_secret=SECRET, rate_limits=False)
+async def open_slack(delivery_timeout_s: float = SLACK_TIMEOUT_S) -> LocalSlack:
+    slack = LocalSlack(bot_url=None, signing_secret=SECRET, rate_limits=False, delivery_timeout_s=delivery_timeout_s)
     await slack.start()
     for channel in CHANNELS:
         slack.add_channel(channel, channel.lower(), members=[ALICE])

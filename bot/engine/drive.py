@@ -102,7 +102,7 @@ class Driver:
             if token is None:
                 return  # another worker drives it and re-checks for work before letting go
             keeper = LeaseKeeper(store, session_id, token, int(getattr(store, "lease_ms", 30_000)),
-                                 told=lambda turn_id: self._stop_running(session_id, turn_id),
+                                 told=lambda turn_id: self.stop_running(session_id, turn_id),
                                  busy=lambda: self._runs(session_id))
             keeper.start()
             failed = waits = False
@@ -135,7 +135,8 @@ class Driver:
             if after is None or not await self._has_work(after, parked_now=work.parked_now):
                 return
 
-    def _stop_running(self, session_id: str, turn_id: str) -> None:
+    def stop_running(self, session_id: str, turn_id: str) -> None:
+        """A stop of the turn: its tools and its framework's run in this process are told at once."""
         self.exec.stop_running(session_id, turn_id)
         if self.frameworks is not None:
             self.frameworks.stop_running(session_id, turn_id)

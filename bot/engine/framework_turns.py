@@ -81,6 +81,7 @@ class EngineTurn:
         self._words: list[str] = []
         self._saved: str | Callable[[], str] | None = None  # the last step's checkpoint, for the next write
         self._begin = asyncio.Lock()  # a step's parallel calls: the first one's start writes the checkpoint
+        self.calls_running = 0  # fenced calls running now: a stop asked on another replica is polled for then
         self.approved = set(approved)  # call ids people approved in this resume: not gated again
 
     @property
@@ -118,6 +119,7 @@ class EngineTurn:
                 self._result(call_id, tool_name, "failed", None, INTERRUPTED)
                 return {"status": "failed", "error": INTERRUPTED}
         self.tool_started(call_id, tool_name, arguments or {})
+        self.calls_running += 1
         try:
             output = await run()
         except asyncio.CancelledError:
@@ -127,6 +129,8 @@ class EngineTurn:
             await store.mark_call(CallMark(self.session_id, marker, result_json=json.dumps({"error": error})))
             self._result(call_id, tool_name, "failed", None, error)
             raise
+        finally:
+            self.calls_running -= 1
         kept = jsonable(output)
         await store.mark_call(CallMark(self.session_id, marker, result_json=json.dumps({"output": kept}, default=str)))
         self.tool_finished(call_id, tool_name, kept)
@@ -195,7 +199,11 @@ class FrameworkTurns:
         self._running: dict[str, tuple[str, EngineTurn, asyncio.Task[Any]]] = {}
 
     def runs(self, session_id: str) -> bool:
-        return session_id in self._running
+        """A tool of the session's run is running here: the lease keeper then polls for a stop every second
+        (a stop asked in this process reaches the run at once; one asked elsewhere while the model thinks is
+        seen by the run's next write, refused then, as for the built-in loop)."""
+        running = self._running.get(session_id)
+        return running is not None and running[1].calls_running > 0
 
     def stop_running(self, session_id: str, turn_id: str) -> None:
         """A stop seen by the lease renewal: the run is told and its task cancelled (idempotent)."""

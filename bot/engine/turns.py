@@ -332,8 +332,9 @@ class Runtime:
     async def _cancel(self, session_id: str, turn: TurnState, by: Principal | None, ended_by: EndedBy, *,
                       resume: bool) -> None:
         await self.store.cancel(CancelTurn(session_id, turn.turn_id))
-        # a tool of this turn running in this process is told now; on another replica, by its lease renewal
-        self.executor.stop_running(session_id, turn.turn_id)
+        # a tool or a framework's run of this turn in this process is told now; on another replica, by its lease
+        # renewal or its next write
+        self.driver.stop_running(session_id, turn.turn_id)
         for record in await self.store.requests(RequestsRead(turn.open_request_ids())):
             await self.settler.resolve_unanswered(record, "cancelled", ended_by=ended_by, by=by)
         if resume:

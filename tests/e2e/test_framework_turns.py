@@ -25,7 +25,9 @@ from bot.backends import (
     ToolInfo,
     wrap,
 )
+from bot.engine.turn_commands import SessionRead
 from bot.models.scripted import ScriptedModel
+from bot.state import state_of
 from handlers.delivery.status import STATUS_DELAY_S
 from localslack.seed import ALICE, BOB, BOT_USER_ID, CAROL, GENERAL
 from tests.e2e.test_approval_flow import button, mention_and_wait_for_card
@@ -212,3 +214,42 @@ async def test_the_stop_button_mid_run_cancels_the_framework_s_running_tool(loca
     await bot.wait_idle()
     assert plan.exported == []
     assert not [m for m in local_slack.messages(GENERAL, thread_ts=ts) if "All exported" in m.text]
+
+
+class CheckpointThenExport:
+    """A step's checkpoint, then its tool: the tool looks in Redis for the step it belongs to."""
+
+    framework = "test-plan"
+    version = "1"
+
+    def __init__(self) -> None:
+        self.store: Any = None
+        self.stored_when_run: list[str | None] = []
+
+    def tools(self) -> list[ToolInfo]:
+        return [ToolInfo(name="export", description="Export a quarter.")]
+
+    async def start(self, turn: BackendTurn, text: str, saved: str | None) -> Any:
+        await turn.checkpoint(lambda: "step 1: the model asked to export q3")
+
+        async def run() -> str:
+            snap = await self.store.read(SessionRead(turn.session_id, state_only=True))
+            run_state = state_of(snap).turn.run
+            self.stored_when_run.append(run_state.saved if run_state else None)
+            return "exported"
+
+        await turn.fence("call_1", "export", run)
+        return Finished(text="Exported q3.", saved="[]")
+
+    async def resume(self, turn: BackendTurn, saved: str, answers: dict[str, Any]) -> Any:
+        raise AssertionError("never parks")
+
+
+async def test_a_step_is_stored_before_its_tool_runs_though_its_checkpoint_waits_for_the_next_write(
+        local_slack, start_app):
+    plan = CheckpointThenExport()
+    bot = await start_app(ScriptedModel([]), [], agent=plan)
+    plan.store = bot.store
+    ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> export q3")
+    await answer_in(local_slack, ts, "Exported q3.")
+    assert plan.stored_when_run == ["step 1: the model asked to export q3"]
