@@ -387,7 +387,8 @@ async def _start(
         channel=channel,
         settings=RuntimeSettings(step_budget=settings.step_budget, token_budget=settings.token_budget,
                                  history_window=settings.history_window, history_limit=settings.history_limit,
-                                 max_active_turns=settings.max_active_turns),
+                                 max_active_turns=settings.max_active_turns,
+                                 unhurried_seconds=settings.unhurried_seconds),
         workspace=SlackWorkspace(client_for),  # ctx.workspace: tools post in their session's workspace
         schedules=schedules,  # /agent schedule
         live=slack_channel.live,  # answers stream into Slack as the model writes them

@@ -56,6 +56,9 @@ class Settings(BaseSettings):
     token_budget: int = Field(default=200_000, alias="BOT_TOKEN_BUDGET", ge=1000)
     history_window: int = Field(default=200, alias="BOT_HISTORY_WINDOW", ge=0)
     lease_seconds: float = Field(default=15.0, alias="BOT_LEASE_SECONDS", gt=0.2)
+    # RuntimeSettings.unhurried_seconds; longer: fewer writes and delivery passes under load, a slow step's
+    # status shown later
+    unhurried_seconds: float = Field(default=0.5, alias="BOT_UNHURRIED_SECONDS", gt=0)
     retention_days: float = Field(default=30.0, alias="BOT_RETENTION_DAYS", gt=0)
     history_limit: int = Field(default=1000, alias="BOT_HISTORY_LIMIT", ge=0)
     max_active_turns: int = Field(default=8, alias="BOT_MAX_ACTIVE_TURNS", ge=1)

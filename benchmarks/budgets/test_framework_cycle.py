@@ -78,3 +78,24 @@ async def test_a_framework_step_s_checkpoint_rides_the_next_write_and_thinking_r
     assert sent_by("_start_call", "mark_call") == 1, trips.counts  # the approved refund's start
     assert sent_by("_renew_lease") == 0, trips.counts  # 4.5 s of thinking, no tool running long
 
+
+
+class SlowToPark(ThinkingRefunds):
+    """Thinks for a second, then asks: the turn's start waits for the pause, or is written alone before it."""
+
+    async def start(self, turn: BackendTurn, text: str, saved: str | None) -> Any:
+        await asyncio.sleep(1.0)
+        return Parked(pending=[PendingCall(call_id="call_1", tool_name="refund", arguments={"charge_id": "ch_1"})],
+                      saved=json.dumps({"asked": "call_1"}))
+
+
+async def test_a_slow_step_s_start_is_written_alone_only_after_bot_unhurried_seconds(local_slack, start_app):
+    for unhurried, written_alone in (("0.5", 1), ("3", 0)):
+        bot = await start_app(ScriptedModel([]), [], agent=SlowToPark(), BOT_UNHURRIED_SECONDS=unhurried)
+        with counting() as trips:
+            await mention_and_wait_for_card(local_slack, "refund ch_1")
+            await bot.runtime.wait_idle()
+        writes = sum(n for (caller, name), n in trips.counts.items()
+                     if " _write_later" in caller and name != "SCRIPT LOAD")
+        assert writes == written_alone, (unhurried, trips.counts)
+        await bot.close()

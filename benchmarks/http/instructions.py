@@ -71,6 +71,11 @@ START_TIMEOUT_S = 600.0  # imports under Valgrind, uninstrumented
 # Slack's 3 s for an ack, stretched: under Valgrind on a busy machine an ack can take longer, and Slack's
 # retry would then count a second delivery (a count of instructions does not depend on the wait)
 UNDER_VALGRIND_ACK_S = 30.0
+# the bot's unhurried writes (a slow step's start written alone, a settle's "deliver within"), stretched by the
+# slowdown: under Valgrind (~50 ×) or cProfile a step of a few ms outlasts the default 0.5 s, and the timers
+# would fire inside a cycle where, run at full speed against the bench's instant model, they do not. Every
+# contender in the bot gets the same (the built-in loop's cycle too)
+INSTRUMENTED = {"BOT_UNHURRIED_SECONDS": "25"}
 _BEGAN = time.monotonic()
 
 
@@ -115,6 +120,8 @@ async def count_one(key: str, model: BenchModel, redis_url: str, tmp: Path, cycl
     args = ["--secret", SECRET, "--token", BOT_TOKEN, "--model-url", model.base_url, "--redis-url", redis_url,
             "--slack-url", slack.api_url, *(a.format(tmp=tmp) for a in extra)]
     _say(f"{name}: starting{'' if profile else ' under callgrind'} …")
+    if key in IN_THE_BOT:
+        env = {**(env or {}), **INSTRUMENTED}
     child = await Child.start(module, args, tmp / f"{key}.log", env, under=[] if profile else under,
                               ready_timeout_s=START_TIMEOUT_S)
     side = Side(name, key, slack, child, Redis.from_url(redis_url), replies=True)

@@ -11,8 +11,11 @@ How the SDK's own pieces carry the engine's contract:
 - **Fence.** Each function tool's ``on_invoke_tool`` runs through ``turn.fence``, keyed by the SDK's call id,
   so a resume replayed after a kill returns the recorded result instead of running the tool again.
 - **Answers.** ``RunState.approve(item)``; ``RunState.reject(item, rejection_message=...)`` carries the
-  canceller's words to the model. The SDK has no edited arguments and no questions: a pending call's
-  decisions are approve and reject only.
+  canceller's words to the model. The SDK has no edited arguments and no questions of its own; both are
+  ours. Edit & approve: the SDK approves the call as the model made it (its approvals are bound to those
+  arguments) and our fence runs the tool with the edited ones, which come with every resume from the
+  settled request. Questions: a tool of ours (``ask_user``) added to copies of the agent and of the agents
+  it hands off to; it pauses as an SDK interruption, and once answered it returns the person's words.
 - **Saved.** JSON: the SDK's ``RunState.to_json()`` with our verdicts while a run is paused, the
   conversation (``result.to_input_list()``) once it finished.
 
@@ -27,13 +30,15 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import weakref
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib.metadata import version as installed_version
 from typing import Any
 
-from agents import Agent, FunctionTool, Handoff, HostedMCPTool, RunConfig, Runner, RunState
+from agents import Agent, FunctionTool, Handoff, HostedMCPTool, RunConfig, Runner, RunState, function_tool
+from agents.function_schema import function_schema
 from agents.items import ToolApprovalItem
 from agents.tool_context import ToolContext
 from openai.types.responses import ResponseTextDeltaEvent
@@ -43,6 +48,7 @@ from bot.backends import (
     Answer,
     Approve,
     BackendTurn,
+    Decision,
     Failed,
     Finished,
     GateVerdict,
@@ -50,11 +56,13 @@ from bot.backends import (
     Parked,
     PendingCall,
     Reject,
+    Reply,
     Stopped,
     ToolInfo,
 )
 
 FRAMEWORK = "openai-agents"
+QUESTION_TOOL = "ask_user"  # the tool we add for asking people (not when the agent has a tool of that name)
 log = logging.getLogger(__name__)
 
 
@@ -66,6 +74,8 @@ class _Run:
     turn: BackendTurn
     verdicts: dict[str, GateVerdict] = field(default_factory=dict)  # call id → verdict, this step
     engine_error: BaseException | None = None  # the fence's own failure (a lost lease), raised as is
+    edited: dict[str, str] = field(default_factory=dict)  # call id → the JSON arguments people approved
+    replies: dict[str, Any] = field(default_factory=dict)  # call id → a question's answer
 
 
 # set while the backend drives a run: tools called outside the bot behave as the SDK made them
@@ -104,12 +114,16 @@ class _FencedInvoke:
         self.tool_name = tool.name
         self.original = original
         self.idempotent = idempotent
+        self.function = getattr(tool, "__wrapped__", None)  # the function ``@function_tool`` made it from, if so
 
     async def __call__(self, context: ToolContext[Any], arguments: str) -> Any:
         run = _current_run.get()
         if run is None:
             return await self.original(context, arguments)
         call_id = context.tool_call_id
+        if call_id in run.edited:  # approved with changed arguments: the tool runs with those, the SDK's
+            arguments = context.tool_arguments = run.edited[call_id]  # own parsing and validation included
+            context._function_tool_arguments = None  # the SDK's arguments prepared from the model's call
         tool_raised = False
 
         async def body() -> Any:
@@ -136,8 +150,8 @@ _UNGATED = ("ComputerTool", "ShellTool", "LocalShellTool", "ApplyPatchTool", "Cu
             "ProgrammaticToolCallingTool")
 
 
-def _agents(root: Agent[Any]) -> Iterator[Agent[Any]]:
-    """The agent and every agent it can hand off to or call as a tool, each once."""
+def _agents(root: Agent[Any], *, as_tools: bool = True) -> Iterator[Agent[Any]]:
+    """The agent and every agent it can hand off to or (``as_tools``) call as a tool, each once."""
     seen: set[int] = set()
     todo = [root]
     while todo:
@@ -147,12 +161,16 @@ def _agents(root: Agent[Any]) -> Iterator[Agent[Any]]:
         seen.add(id(agent))
         yield agent
         for handoff in agent.handoffs:
-            target = handoff._agent_ref() if isinstance(handoff, Handoff) and handoff._agent_ref else handoff
+            target = _handoff_target(handoff)
             if isinstance(target, Agent):
                 todo.append(target)
-        for tool in agent.tools:
+        for tool in agent.tools if as_tools else ():
             if isinstance(tool, FunctionTool) and isinstance(tool._agent_instance, Agent):
                 todo.append(tool._agent_instance)
+
+
+def _handoff_target(handoff: Any) -> Any:
+    return handoff._agent_ref() if isinstance(handoff, Handoff) and handoff._agent_ref else handoff
 
 
 def _refuse_ungated(root: Agent[Any]) -> None:
@@ -170,12 +188,12 @@ def _refuse_ungated(root: Agent[Any]) -> None:
                                 f"bot's approvals and its execution fence")
 
 
-def _install(root: Agent[Any], idempotent: frozenset[str]) -> None:
+def _install(root: Agent[Any], idempotent: frozenset[str], ours: FunctionTool | None) -> None:
     """Put our gate and fence on every function tool, in place (once: wrapping again changes nothing but
-    which tools are safe to repeat)."""
+    which tools are safe to repeat). ``ours``, the question tool, always pauses and runs nothing."""
     for agent in _agents(root):
         for tool in agent.tools:
-            if not isinstance(tool, FunctionTool):
+            if not isinstance(tool, FunctionTool) or tool is ours:
                 continue
             if not isinstance(tool.needs_approval, _Gate):
                 tool.needs_approval = _Gate(tool, tool.needs_approval)
@@ -189,16 +207,89 @@ def _install(root: Agent[Any], idempotent: frozenset[str]) -> None:
 
 
 def _tool_info(tool: Any) -> ToolInfo:
-    """A function tool as it is; any other tool left (those beyond the fence are refused) runs at the provider."""
+    """A function tool as it is; any other tool left (those beyond the fence are refused) runs at the provider.
+    A fenced tool takes edited arguments (the fence runs it with them); an agent used as a tool does not."""
     if isinstance(tool, FunctionTool):
         gate, invoke = tool.needs_approval, tool.on_invoke_tool
         asks = (gate.original if isinstance(gate, _Gate) else gate) is True
+        fenced = isinstance(invoke, _FencedInvoke)
         return ToolInfo(name=tool.name, description=tool.description, parameters=tool.params_json_schema,
-                        asks=asks, idempotent=isinstance(invoke, _FencedInvoke) and invoke.idempotent)
+                        asks=asks, idempotent=fenced and invoke.idempotent, editable=fenced,
+                        args_model=_args_model(invoke.function) if fenced else None)
     hosted_asks = isinstance(tool, HostedMCPTool) and tool.tool_config.get("require_approval") not in (
         None, "never")
     return ToolInfo(name=tool.name, description=getattr(tool, "description", None) or "", hosted=True,
                     asks=hosted_asks)
+
+
+def _args_model(function: Callable[..., Any] | None) -> type[BaseModel] | None:
+    """A tool's arguments as the SDK's own pydantic model (the "Edit & approve" form and its checks), for a
+    tool made by ``@function_tool`` from plain named parameters; None otherwise (no form is offered)."""
+    if function is None:  # a FunctionTool made by hand
+        return None
+    try:
+        schema = function_schema(function)
+    except Exception:  # noqa: BLE001 - a function the SDK cannot read again: no form, rather than a wrong one
+        return None
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    if any(p.kind in variadic for p in schema.signature.parameters.values()):
+        return None
+    return schema.params_pydantic_model
+
+
+# --- questions: a tool of ours, on copies of the agents -------------------------------------------
+
+
+async def _ask_user(ctx: ToolContext[Any], question: str, options: list[str] | None = None) -> str:
+    """Ask the person you are helping a question and wait for their answer. Use it when you need a decision
+    or a detail only they can give, rather than guessing.
+
+    Args:
+        question: The question, in a sentence or two.
+        options: A few short answers they can pick from; leave it empty to let them write their own.
+    """
+    # runs only once people answered (the call pauses first): the answer is what the model reads
+    run = _current_run.get()
+    reply = run.replies.get(ctx.tool_call_id) if run is not None else None
+    return "No answer was given." if reply is None else str(reply)
+
+
+def _question_tool() -> FunctionTool:
+    return function_tool(_ask_user, name_override=QUESTION_TOOL, needs_approval=True)
+
+
+def _with_question_tool(root: Agent[Any], tool: FunctionTool) -> tuple[Agent[Any], list[Agent[Any]]]:
+    """Copies of the agent and of every agent it hands off to, each with the question tool added and its
+    handoffs leading to the copies, and all the copies (handoffs hold their agent weakly: these keep them).
+    The agents given are left as they were."""
+    graph = list(_agents(root, as_tools=False))
+    copies = {id(agent): agent.clone(tools=[*agent.tools, tool]) for agent in graph}
+    for agent in graph:
+        copies[id(agent)].handoffs = [_handoff_to_copy(handoff, copies) for handoff in agent.handoffs]
+    return copies[id(root)], list(copies.values())
+
+
+def _handoff_to_copy(handoff: Any, copies: dict[int, Agent[Any]]) -> Any:
+    target = _handoff_target(handoff)
+    copy = copies.get(id(target))
+    if copy is None:
+        return handoff
+    if isinstance(handoff, Agent):
+        return copy
+    moved = replace(handoff, on_invoke_handoff=_ToCopy(handoff.on_invoke_handoff, copies))
+    moved._agent_ref = weakref.ref(copy)
+    return moved
+
+
+class _ToCopy:
+    """A handoff's own ``on_invoke_handoff`` (its input, its ``on_handoff``), leading to the agent's copy."""
+
+    def __init__(self, invoke: Callable[[Any, str], Awaitable[Any]], copies: dict[int, Agent[Any]]):
+        self.invoke, self.copies = invoke, copies
+
+    async def __call__(self, context: Any, arguments: str) -> Any:
+        agent = await self.invoke(context, arguments)
+        return self.copies.get(id(agent), agent)
 
 
 # --- the saved state ------------------------------------------------------------------------------
@@ -249,15 +340,29 @@ def _load_conversation(saved: str | None) -> list[Any]:
 class OpenAIAgentsBackend:
     """An OpenAI Agents SDK agent, driven by the engine. ``idempotent``: names of its tools that are safe to
     run again after their process died mid-run (the SDK has no way to say so): such a call is re-run, any
-    other is reported to the model as interrupted. ``wrap(OpenAIAgentsBackend(agent, idempotent={...}))``."""
+    other is reported to the model as interrupted. ``questions``: give the agent (and the agents it hands off
+    to) our ``ask_user`` tool, a question card in Slack; False leaves its tools as they are. It is not added
+    when one of them has a tool of that name already.
+    ``wrap(OpenAIAgentsBackend(agent, idempotent={...}, questions=False))``."""
 
     framework = FRAMEWORK
 
-    def __init__(self, agent: Agent[Any], *, idempotent: frozenset[str] | set[str] = frozenset()):
+    def __init__(self, agent: Agent[Any], *, idempotent: frozenset[str] | set[str] = frozenset(),
+                 questions: bool = True):
         _refuse_ungated(agent)
-        _install(agent, frozenset(idempotent))
+        self.given = agent  # kept alive: the copies' handoffs find a copy by the id of the agent it copies
+        self.question_tool: FunctionTool | None = None
+        self._copies: list[Agent[Any]] = []
+        taken = any(tool.name == QUESTION_TOOL for a in _agents(agent) for tool in a.tools)
+        if questions and not taken:
+            self.question_tool = _question_tool()
+            agent, self._copies = _with_question_tool(agent, self.question_tool)
+        _install(agent, frozenset(idempotent), self.question_tool)
         self.agent = agent
         self.version = installed_version("openai-agents")
+        fenced = {tool.name for a in _agents(agent) for tool in a.tools
+                  if isinstance(tool, FunctionTool) and isinstance(tool.on_invoke_tool, _FencedInvoke)}
+        self._calls = _Calls(editable=frozenset(fenced), question=self.question_tool is not None)
 
     def tools(self) -> list[ToolInfo]:
         found: dict[str, ToolInfo] = {}
@@ -275,16 +380,17 @@ class OpenAIAgentsBackend:
             state = await RunState.from_json(self.agent, paused.state)
         except Exception:  # noqa: BLE001 - the SDK's own reading of its state: whatever fails, fails closed
             return Failed(reason="this paused run cannot be read back by the agent as it is now")
-        waiting = _decide(state, paused.verdicts, answers)
+        run = _Run(turn)
+        waiting = self._calls.decide(state, paused.verdicts, answers, run)
         if isinstance(waiting, Failed):
             return waiting
         if waiting:
             return Parked(pending=waiting, saved=saved)
-        return await self._drive(turn, state)
+        return await self._drive(turn, state, run)
 
-    async def _drive(self, turn: BackendTurn, first: list[Any] | RunState[Any]) -> Outcome:
+    async def _drive(self, turn: BackendTurn, first: list[Any] | RunState[Any], run: _Run | None = None) -> Outcome:
         """Run step by step: each step pauses, is stored, and goes on unless people must answer."""
-        run = _Run(turn)
+        run = run or _Run(turn)
         token = _current_run.set(run)
         try:
             given: list[Any] | RunState[Any] = first
@@ -293,7 +399,7 @@ class OpenAIAgentsBackend:
                 if not isinstance(step, _Step):
                     return step
                 await turn.checkpoint(step.saved)
-                waiting = _decide(step.state, step.verdicts, {})
+                waiting = self._calls.decide(step.state, step.verdicts, {}, run)
                 if isinstance(waiting, Failed):
                     return waiting
                 if waiting:
@@ -351,34 +457,70 @@ async def _stream(turn: BackendTurn, result: Any) -> bool:
     return turn.stopped
 
 
-def _decide(state: RunState[Any], verdicts: Mapping[str, GateVerdict],
-            answers: Mapping[str, Answer]) -> list[PendingCall] | Failed:
-    """Apply people's answers and our verdicts to the paused step; what still waits on people."""
-    waiting: list[PendingCall] = []
-    for item in state.get_interruptions():
+@dataclass(frozen=True)
+class _Calls:
+    """What this agent's pending calls take: edited arguments (its fenced tools), and whether ``ask_user``
+    is our question tool."""
+
+    editable: frozenset[str]
+    question: bool
+
+    def is_question(self, item: ToolApprovalItem) -> bool:
+        return self.question and item.tool_name == QUESTION_TOOL
+
+    def decide(self, state: RunState[Any], verdicts: Mapping[str, GateVerdict], answers: Mapping[str, Answer],
+               run: _Run) -> list[PendingCall] | Failed:
+        """Apply people's answers and our verdicts to the paused step; what still waits on people. An edit
+        or a reply is noted on ``run``: the tool gets it when the SDK runs the approved call."""
+        waiting: list[PendingCall] = []
+        for item in state.get_interruptions():
+            call_id = item.call_id or ""
+            answer = answers.get(call_id)
+            verdict = verdicts.get(call_id, GateVerdict(action="ask"))
+            if isinstance(answer, Reject):
+                state.reject(item, rejection_message=answer.message)
+            elif answer is not None:
+                if (refused := self._take(item, answer, run)) is not None:
+                    return refused
+                state.approve(item)
+            elif self.is_question(item):
+                waiting.append(_question(item))
+            elif verdict.action == "run":
+                state.approve(item)
+            elif verdict.action == "refuse":
+                state.reject(item, rejection_message=verdict.reason or "This call is not allowed.")
+            else:
+                waiting.append(self._approval(item))
+        return waiting
+
+    def _take(self, item: ToolApprovalItem, answer: Approve | Reply, run: _Run) -> Failed | None:
+        """Note an approval's edit or a question's reply for the run; why it cannot be taken, if so."""
         call_id = item.call_id or ""
-        answer = answers.get(call_id)
-        verdict = verdicts.get(call_id, GateVerdict(action="ask"))
-        if isinstance(answer, Approve):
-            if answer.arguments is not None:
-                return Failed(reason="this agent's framework cannot run a call with changed arguments")
-            state.approve(item)
-        elif isinstance(answer, Reject):
-            state.reject(item, rejection_message=answer.message)
-        elif answer is not None:
-            return Failed(reason=f"{item.tool_name} waits on an approval, not on a reply")
-        elif verdict.action == "run":
-            state.approve(item)
-        elif verdict.action == "refuse":
-            state.reject(item, rejection_message=verdict.reason or "This call is not allowed.")
-        else:
-            waiting.append(_pending_call(item))
-    return waiting
+        if self.is_question(item) != isinstance(answer, Reply):
+            wanted, given = ("a reply", "an approval") if self.is_question(item) else ("an approval", "a reply")
+            return Failed(reason=f"{item.tool_name} waits on {wanted}, not on {given}")
+        if isinstance(answer, Reply):
+            run.replies[call_id] = answer.value
+        elif answer.arguments is not None:
+            if item.tool_name not in self.editable:
+                return Failed(reason=f"{item.tool_name} cannot run with changed arguments")
+            run.edited[call_id] = json.dumps(answer.arguments)
+        return None
+
+    def _approval(self, item: ToolApprovalItem) -> PendingCall:
+        edit: frozenset[Decision] = frozenset({"edit"}) if item.tool_name in self.editable else frozenset()
+        return PendingCall(call_id=item.call_id or "", tool_name=item.tool_name or "",
+                           arguments=_parsed(item.arguments), decisions=frozenset({"approve", "reject"}) | edit)
 
 
-def _pending_call(item: ToolApprovalItem) -> PendingCall:
-    return PendingCall(call_id=item.call_id or "", tool_name=item.tool_name or "",
-                       arguments=_parsed(item.arguments))
+def _question(item: ToolApprovalItem) -> PendingCall:
+    """``ask_user``'s call as a question: its words, and its options as a menu (typing is always allowed)."""
+    arguments = _parsed(item.arguments)
+    given = arguments.get("options")
+    options = [str(o).strip() for o in given if str(o).strip()] if isinstance(given, list) else []
+    return PendingCall(call_id=item.call_id or "", tool_name=item.tool_name or "", arguments=arguments,
+                       kind="question", prompt=str(arguments.get("question") or "The agent asks you something."),
+                       options=list(dict.fromkeys(options)), decisions=frozenset({"respond", "reject"}))
 
 
 def _parsed(arguments: str | None) -> dict[str, Any]:
@@ -431,5 +573,6 @@ def _plain_reason(exc: BaseException) -> str:
 
 
 def backend(agent: Agent[Any]) -> OpenAIAgentsBackend:
-    """The engine's hold on an OpenAI Agents SDK ``Agent`` (its function tools get our gate and fence)."""
+    """The engine's hold on an OpenAI Agents SDK ``Agent`` (its function tools get our gate and fence, and it
+    gets our question tool)."""
     return OpenAIAgentsBackend(agent)

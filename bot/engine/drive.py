@@ -25,7 +25,6 @@ from bot.engine.installed import RETRY_MS, NotInstalled
 from bot.engine.intake import Intake
 from bot.engine.lease_keeper import LeaseKeeper
 from bot.engine.model_words import answer_words, logged_failure_words
-from bot.engine.outbox import DELIVER_UNHURRIED_S
 from bot.engine.parts import Parts
 from bot.engine.passes import DrivePass
 from bot.engine.settle import Settler, delegation_live
@@ -511,7 +510,7 @@ class Driver:
             begin=markers))
         p.taking, p.committed, p.read, p.carry, p.carry_unless = [], saved, None, [], None
         if committed:
-            self.p.outbox.kick_later(p.session_id, committed[-1].seq, DELIVER_UNHURRIED_S)
+            self.p.outbox.kick_later(p.session_id, committed[-1].seq, self.p.settings.unhurried_seconds)
         return begun
 
     async def _carried(self, p: DrivePass) -> list[Event]:
@@ -541,7 +540,7 @@ class Driver:
     ) -> None:
         """Checkpoint; ``then_step``: another step follows at once, so read its snapshot in the same round trip.
         ``no_hurry``: more work follows (a model call, a tool run), so its events may wait up to
-        ``DELIVER_UNHURRIED_S`` to go out with the next checkpoint's in one delivery pass. What people wait
+        ``BOT_UNHURRIED_SECONDS`` to go out with the next checkpoint's in one delivery pass. What people wait
         on (a card, an answer, a settled card) is at the end of a drive, or a settle, and goes out at once.
         ``last``: nothing follows under this lease: it goes with the checkpoint (if written) in its round trip.
         What earlier checkpoints folded into this one (``DrivePass.carry``, ``.finished``) goes with it."""
@@ -565,7 +564,7 @@ class Driver:
         else:
             p.read = read
         if committed and no_hurry:
-            self.p.outbox.kick_later(p.session_id, committed[-1].seq, DELIVER_UNHURRIED_S)
+            self.p.outbox.kick_later(p.session_id, committed[-1].seq, self.p.settings.unhurried_seconds)
         elif committed and opening is None:
             self.p.outbox.kick(p.session_id, committed[-1].seq)
 

@@ -3,7 +3,9 @@
 A new turn's start (``turn.started``, the queued messages it takes in, the state then) goes with the turn's
 first checkpoint (the park, its calls' start, or its end): while the model thinks nothing needs to be
 durable that the inbox does not keep. A model (or a request policy, a preview) that takes longer than
-``EARLY_START_S`` has the start written alone meanwhile, so the status line and Slack's stop button come
+``BOT_UNHURRIED_SECONDS`` (as long as a start may wait to be delivered with the next checkpoint's events: the
+frontends' status-line delay counts from the event's time, so it shows as it did) has the start written alone
+meanwhile, so the status line and Slack's stop button come
 while it thinks, as when every start was written at once; fenced by the lease token like any checkpoint.
 """
 
@@ -13,19 +15,14 @@ import asyncio
 import contextlib
 from typing import Any
 
-from bot.engine.outbox import DELIVER_UNHURRIED_S
 from bot.engine.parts import Parts
 from bot.engine.turn_commands import CommitCommand
 from bot.protocol import Event
 from bot.state import SessionState
 
-# As long as a start may wait to be delivered with the next checkpoint's events (bot.engine.outbox): the frontends'
-# status-line delay counts from the event's time, so it shows as it did.
-EARLY_START_S = DELIVER_UNHURRIED_S
-
 
 class EarlyStart:
-    """Writes the turn's start after ``EARLY_START_S`` unless the next checkpoint takes it along first."""
+    """Writes the turn's start after ``BOT_UNHURRIED_SECONDS`` unless the next checkpoint takes it along first."""
 
     def __init__(self, parts: Parts, session_id: str, token: str, state: SessionState, events: list[Event],
                  take: list[dict[str, Any]]):
@@ -35,7 +32,7 @@ class EarlyStart:
         self.task = asyncio.create_task(self._write_later(token, state.model_dump_json(), state))
 
     async def _write_later(self, token: str, saved: str, state: SessionState) -> None:
-        await asyncio.sleep(EARLY_START_S)
+        await asyncio.sleep(self.p.settings.unhurried_seconds)
         self.writing = True
         committed, _, _ = await self.p.store.commit(CommitCommand(self.session_id, token, saved, self.events,
                                                                  ref=state.ref, take=self.take))

@@ -43,7 +43,6 @@ from bot.session import SessionRef
 
 log = logging.getLogger(__name__)
 
-DELIVER_UNHURRIED_S = 0.5  # well under the frontends' status-line delay, which counts from the event's time
 RETRY_BASE_MS = 500
 RETRY_MAX_MS = 5 * 60_000
 BUSY_RECHECK_MS = 1_000  # another deliverer holds the session: look again soon, in case it just finished

@@ -95,6 +95,9 @@ class RuntimeSettings:
     # turns this process works on at once; the rest wait (durably due in Redis, any replica may take
     # them). Bounded so that acknowledging Slack never queues behind an unbounded pile of turn work.
     max_active_turns: int = 8
+    # how long a turn's start, and events nobody waits on, may wait to go out with the turn's next write
+    # (BOT_UNHURRIED_SECONDS): well under the frontends' status-line delay, which counts from the event's time
+    unhurried_seconds: float = 0.5
     clock: Callable[[], float] = time.time  # epoch seconds for deadlines (tests move it forward)
 
 

@@ -29,7 +29,6 @@ from bot.approval import (
 )
 from bot.engine.admission import GUEST_REFUSAL, admits
 from bot.engine.installed import NOT_INSTALLED
-from bot.engine.outbox import DELIVER_UNHURRIED_S
 from bot.engine.parts import Parts, TurnStore
 from bot.engine.turn_commands import RequestsRead
 from bot.forms import checked_values, validated_result
@@ -381,8 +380,8 @@ class Settler:
             await asyncio.gather(*(self.p.store.grants.add(g) for g in grants if g.scope == "requester"))
         if result.state == "settled" and result.batch_complete and result.events:
             # the turn resumes now: a quick resume's answer takes the settled card along in one delivery pass;
-            # a slow one (a long tool) lets it go out on its own within DELIVER_UNHURRIED_S
-            self.p.outbox.kick_later(sid, result.events[-1].seq or 0, DELIVER_UNHURRIED_S)
+            # a slow one (a long tool) lets it go out on its own within BOT_UNHURRIED_SECONDS
+            self.p.outbox.kick_later(sid, result.events[-1].seq or 0, self.p.settings.unhurried_seconds)
         else:
             self.p.outbox.kick(sid)
         if result.state in ("stale", "gone"):  # gone: its turn expired or was removed; the card now says so

@@ -187,7 +187,7 @@ class SlackChannel:
         if session.parent and event.type not in CHILD_SHOWN:
             return  # a sub-agent's session: its cards show in the thread; its words reach people through the parent
         match event.type:
-            case "turn.started":  # delivered up to bot.engine.outbox.DELIVER_UNHURRIED_S late: the wait counts from its time
+            case "turn.started":  # delivered up to BOT_UNHURRIED_SECONDS late: the wait counts from its time
                 # (the session shows processing only once the step is slow: _slow_step)
                 self.status.show_later(session, status_text("thinking"), loading_messages("thinking"), since=event.at)
             case "action.started":

@@ -186,7 +186,7 @@ async def test_a_tool_the_sdk_gates_parks_and_runs_once_approved(fake: FakeOpenA
     [pending] = parked.pending
     assert (pending.call_id, pending.tool_name, pending.arguments) == ("call_refund", "issue_refund",
                                                                        {"charge_id": "ch_1"})
-    assert pending.decisions == frozenset({"approve", "reject"})
+    assert pending.decisions == frozenset({"approve", "edit", "reject"})
     assert refunds == []
     assert parked.saved == turn.checkpoints[-1]
 
@@ -351,7 +351,7 @@ async def test_a_tool_of_an_agent_handed_off_to_is_gated_and_fenced(fake: FakeOp
     finished = await agent_backend.resume(turn, parked.saved, {"call_refund": Approve()})
     assert isinstance(finished, Finished) and finished.text == "Billing refunded it."
     assert "ran issue_refund" in turn.log and refunds == ["ch_9"]
-    assert {t.name for t in agent_backend.tools()} == {"lookup_charge", "issue_refund"}
+    assert {t.name for t in agent_backend.tools()} == {"lookup_charge", "issue_refund", "ask_user"}
 
 
 async def test_a_tool_of_an_agent_used_as_a_tool_waits_on_people_and_runs_once(fake: FakeOpenAI) -> None:
@@ -374,7 +374,7 @@ async def test_a_tool_of_an_agent_used_as_a_tool_waits_on_people_and_runs_once(f
     assert isinstance(finished, Finished) and finished.text == "Billing refunded it."
     assert refunds == ["ch_9"] and turn.log.count("ran issue_refund") == 1
     assert len(fake.requests) == 4  # billing's model was not asked again on resume
-    assert {t.name for t in agent_backend.tools()} == {"lookup_charge", "billing_desk", "issue_refund"}
+    assert {t.name for t in agent_backend.tools()} == {"lookup_charge", "billing_desk", "issue_refund", "ask_user"}
 
 
 async def test_the_model_failing_is_a_plain_failure(fake: FakeOpenAI) -> None:
@@ -519,7 +519,7 @@ async def test_tools_named_safe_to_repeat_are_fenced_as_such(fake: FakeOpenAI) -
 
     assert turn.fenced == {"lookup_charge": True}
     assert {t.name: t.idempotent for t in agent_backend.tools()} == {
-        "lookup_charge": True, "issue_refund": False, "credit_account": False}
+        "lookup_charge": True, "issue_refund": False, "credit_account": False, "ask_user": False}
 
 
 @function_tool

@@ -19,13 +19,16 @@ from bot.approval import Approval, Denied, always
 from bot.backends import wrap
 from bot.governance import four_eyes, n_of_m
 from bot.models.scripted import ScriptedModel
+from bot.protocol import ActionStarted
 from localslack.seed import ALICE, BOB, BOT_USER_ID, CAROL, DAVE, GENERAL, TEAM_ID
 from tests.audit_polling import audit_entries
 from tests.e2e.test_approval_flow import button, card_in, mention_and_wait_for_card
+from tests.e2e.test_decisions import inputs
 from tests.fakes.openai_server import FakeOpenAI
 
 API_KEY = "sk-test"
 REFUNDS: list[str] = []
+PART_REFUNDS: list[tuple[str, int]] = []
 EXPORT_STARTED = asyncio.Event()
 EXPORT_CANCELLED = asyncio.Event()
 
@@ -35,6 +38,13 @@ def issue_refund(charge_id: str) -> str:
     """Refund a charge to the customer's card."""
     REFUNDS.append(charge_id)
     return f"refunded {charge_id}"
+
+
+@function_tool(needs_approval=True)
+def refund_part(charge_id: str, amount_cents: int) -> str:
+    """Refund part of a charge to the customer's card, in cents."""
+    PART_REFUNDS.append((charge_id, amount_cents))
+    return f"refunded {amount_cents} cents of {charge_id}"
 
 
 @function_tool
@@ -58,6 +68,7 @@ async def export_ledger(quarter: str) -> str:
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeOpenAI]:
     REFUNDS.clear()
+    PART_REFUNDS.clear()
     EXPORT_STARTED.clear()
     EXPORT_CANCELLED.clear()
     async with FakeOpenAI(api_key=API_KEY) as server:
@@ -68,7 +79,7 @@ def support_agent(fake: FakeOpenAI) -> Agent[Any]:
     model = OpenAIChatCompletionsModel(model="gpt-4o-mini",
                                        openai_client=AsyncOpenAI(base_url=fake.base_url, api_key=API_KEY))
     return Agent(name="support", instructions="You help customers with their charges.", model=model,
-                 tools=[issue_refund, lookup_charge, export_ledger])
+                 tools=[issue_refund, lookup_charge, export_ledger, refund_part])
 
 
 def refund_then_say(fake: FakeOpenAI, words: str = "Refunded ch_1.") -> None:
@@ -103,7 +114,6 @@ async def test_approve_runs_the_sdk_tool_once_and_the_audit_names_who(local_slac
     bot = await start_app(ScriptedModel([]), [], agent=support_agent(fake))
     ts, card = await mention_and_wait_for_card(local_slack)
     assert "issue_refund" in json.dumps(card.blocks) and REFUNDS == []
-    assert "Edit & approve" not in buttons(card)  # the SDK takes no edited arguments
 
     await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
 
@@ -250,3 +260,72 @@ async def test_the_example_agent_named_by_bot_agent_asks_its_approver_list(local
 
     await answer_in(local_slack, ts, "Refunded 40 USD on ch_1001.")
     assert tool_said(fake, "call_refund") == "Refunded $40.00 on ch_1001."
+
+
+# --- what the bot adds to the SDK: Edit & approve, and questions -------------------------------------
+
+
+async def test_edit_before_approve_runs_the_sdk_tool_once_with_the_edit(local_slack, start_app, fake):
+    fake.reply_tool_call("refund_part", {"charge_id": "ch_1", "amount_cents": 500}, "call_part")
+    fake.reply_text("Refunded 1.20 USD of ch_1.")
+    bot = await start_app(ScriptedModel([]), [], agent=support_agent(fake))
+    ts, card = await mention_and_wait_for_card(local_slack)
+
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Edit & approve"))
+    [modal] = await local_slack.wait_for(lambda: local_slack.open_views(ALICE))
+    assert set(inputs(modal)) == {"hitl_arg:charge_id", "hitl_arg:amount_cents"}
+    assert (await local_slack.submit_view(ALICE, modal.id, {"hitl_arg:amount_cents": {"value": "120"}})).status == 200
+
+    await answer_in(local_slack, ts, "Refunded 1.20 USD of ch_1.")
+    assert PART_REFUNDS == [("ch_1", 120)]
+    assert tool_said(fake, "call_part") == "refunded 120 cents of ch_1"
+    [resolution] = await audit_entries(bot.redis.client, TEAM_ID, kind="resolution")
+    assert resolution.data["edited_input"] == {"charge_id": "ch_1", "amount_cents": 120}
+    assert resolution.actor == f"slack:{TEAM_ID}:{ALICE}"
+    await bot.wait_idle()
+    started = [e.input for e in await bot.store.events(f"slack:{TEAM_ID}:{GENERAL}:{ts}")
+               if isinstance(e, ActionStarted) and e.call_id == "call_part"]
+    assert started[-1] == {"charge_id": "ch_1", "amount_cents": 120}  # the arguments that ran
+
+
+def ask(fake: FakeOpenAI, call_id: str, options: list[str]) -> None:
+    fake.reply_tool_call("ask_user", {"question": "Why refund ch_1?", "options": options}, call_id)
+
+
+def menu_of(card) -> dict[str, Any]:
+    [menu] = [e for b in card.blocks if b["type"] == "actions" for e in b["elements"] if e["type"] == "static_select"]
+    return menu
+
+
+async def test_an_sdk_agents_question_answered_from_the_menu_by_the_requester_only(local_slack, start_app, fake):
+    ask(fake, "call_why", ["duplicate", "fraud"])
+    fake.reply_text("Noted: fraud.")
+    await start_app(ScriptedModel([]), [], agent=support_agent(fake))
+    ts, card = await mention_and_wait_for_card(local_slack, "refund ch_1")
+    assert "Why refund ch_1?" in json.dumps(card.blocks) and "Approve" not in buttons(card)
+    menu = menu_of(card)
+    [fraud] = [o for o in menu["options"] if o["text"]["text"] == "fraud"]
+
+    await local_slack.select(BOB, GENERAL, card.ts, menu["action_id"], fraud["value"])
+    refusal = await local_slack.wait_for(lambda: local_slack.ephemerals(BOB))
+    assert "Only the person who" in refusal[-1].text and tool_said(fake, "call_why") is None
+    await local_slack.select(ALICE, GENERAL, card.ts, menu["action_id"], fraud["value"])
+
+    await answer_in(local_slack, ts, "Noted: fraud.")
+    assert tool_said(fake, "call_why") == "fraud"
+
+
+async def test_an_sdk_agents_question_answered_by_typing_in_the_thread(local_slack, start_app, fake):
+    ask(fake, "call_why", ["duplicate", "fraud"])
+    fake.reply_text("Noted: asked twice.")
+    bot = await start_app(ScriptedModel([]), [], agent=support_agent(fake))
+    ts, card = await mention_and_wait_for_card(local_slack, "refund ch_1")
+    assert "Why refund ch_1?" in json.dumps(card.blocks)
+    await local_slack.post_message(BOB, GENERAL, "it was fraud", thread_ts=ts)  # not the requester's words
+    await bot.wait_idle()
+    assert tool_said(fake, "call_why") is None and len(fake.requests) == 1
+
+    await local_slack.post_message(ALICE, GENERAL, "the customer was charged twice", thread_ts=ts)
+
+    await answer_in(local_slack, ts, "Noted: asked twice.")
+    assert tool_said(fake, "call_why") == "the customer was charged twice"
