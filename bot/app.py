@@ -37,6 +37,7 @@ from bot.assembly import build_model, load_agent, load_tools, mcp_config, with_a
 from bot.backends import WrappedAgent, wrap
 from bot.config import ConfigError, Settings
 from bot.engine.installed import Installed
+from bot.engine.parts import UNHURRIED_S
 from bot.engine.result_tokens import TOKEN_TTL_S, TokenHolders, token_key
 from bot.engine.roles import NoModel, Wakeups, WebRuntime
 from bot.engine.tool_registry import ToolRegistry
@@ -360,7 +361,8 @@ async def _start(
         return await client_for(team_id, delivery=True)
 
     # Slack is a consumer of the committed events (its own cursor), so a slow Slack never holds up the turn
-    slack_channel = SlackChannel(outbox_store, delivery_client_for, SlackPacing(settings.slack_pacing), states=turns)
+    slack_channel = SlackChannel(outbox_store, delivery_client_for, SlackPacing(settings.slack_pacing), states=turns,
+                                 delay_scale=settings.delay_scale)
     stack.push_async_callback(slack_channel.close)  # its pending status lines and streams
     channel: Channel = slack_channel
     if channel_wrap is not None:
@@ -388,7 +390,7 @@ async def _start(
         settings=RuntimeSettings(step_budget=settings.step_budget, token_budget=settings.token_budget,
                                  history_window=settings.history_window, history_limit=settings.history_limit,
                                  max_active_turns=settings.max_active_turns,
-                                 unhurried_seconds=settings.unhurried_seconds),
+                                 unhurried_seconds=UNHURRIED_S * settings.delay_scale),
         workspace=SlackWorkspace(client_for),  # ctx.workspace: tools post in their session's workspace
         schedules=schedules,  # /agent schedule
         live=slack_channel.live,  # answers stream into Slack as the model writes them

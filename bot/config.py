@@ -56,9 +56,11 @@ class Settings(BaseSettings):
     token_budget: int = Field(default=200_000, alias="BOT_TOKEN_BUDGET", ge=1000)
     history_window: int = Field(default=200, alias="BOT_HISTORY_WINDOW", ge=0)
     lease_seconds: float = Field(default=15.0, alias="BOT_LEASE_SECONDS", gt=0.2)
-    # RuntimeSettings.unhurried_seconds; longer: fewer writes and delivery passes under load, a slow step's
-    # status shown later
-    unhurried_seconds: float = Field(default=0.5, alias="BOT_UNHURRIED_SECONDS", gt=0)
+    # how long a step runs before the bot shows its progress (a status line after 1.5 s, a stream after 1 s,
+    # its start written alone after 0.5 s: RuntimeSettings.unhurried_seconds), times this. Under Valgrind or a
+    # profiler everything runs many times slower: the bench stretches them alike. Longer also means fewer
+    # writes and Slack calls for a quick step under load, and a slow step's progress shown later
+    delay_scale: float = Field(default=1.0, alias="BOT_DELAY_SCALE", gt=0)
     retention_days: float = Field(default=30.0, alias="BOT_RETENTION_DAYS", gt=0)
     history_limit: int = Field(default=1000, alias="BOT_HISTORY_LIMIT", ge=0)
     max_active_turns: int = Field(default=8, alias="BOT_MAX_ACTIVE_TURNS", ge=1)

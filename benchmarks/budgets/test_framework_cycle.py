@@ -89,13 +89,13 @@ class SlowToPark(ThinkingRefunds):
                       saved=json.dumps({"asked": "call_1"}))
 
 
-async def test_a_slow_step_s_start_is_written_alone_only_after_bot_unhurried_seconds(local_slack, start_app):
-    for unhurried, written_alone in (("0.5", 1), ("3", 0)):
-        bot = await start_app(ScriptedModel([]), [], agent=SlowToPark(), BOT_UNHURRIED_SECONDS=unhurried)
+async def test_a_slow_step_s_start_is_written_alone_after_half_a_second_times_bot_delay_scale(local_slack, start_app):
+    for scale, written_alone in (("1", 1), ("6", 0)):
+        bot = await start_app(ScriptedModel([]), [], agent=SlowToPark(), BOT_DELAY_SCALE=scale)
         with counting() as trips:
             await mention_and_wait_for_card(local_slack, "refund ch_1")
             await bot.runtime.wait_idle()
         writes = sum(n for (caller, name), n in trips.counts.items()
                      if " _write_later" in caller and name != "SCRIPT LOAD")
-        assert writes == written_alone, (unhurried, trips.counts)
+        assert writes == written_alone, (scale, trips.counts)
         await bot.close()

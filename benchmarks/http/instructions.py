@@ -71,11 +71,11 @@ START_TIMEOUT_S = 600.0  # imports under Valgrind, uninstrumented
 # Slack's 3 s for an ack, stretched: under Valgrind on a busy machine an ack can take longer, and Slack's
 # retry would then count a second delivery (a count of instructions does not depend on the wait)
 UNDER_VALGRIND_ACK_S = 30.0
-# the bot's unhurried writes (a slow step's start written alone, a settle's "deliver within"), stretched by the
-# slowdown: under Valgrind (~50 ×) or cProfile a step of a few ms outlasts the default 0.5 s, and the timers
-# would fire inside a cycle where, run at full speed against the bench's instant model, they do not. Every
-# contender in the bot gets the same (the built-in loop's cycle too)
-INSTRUMENTED = {"BOT_UNHURRIED_SECONDS": "25"}
+# the bot's delays before it shows a step's progress (its start written alone after 0.5 s, a status line after
+# 1.5 s, a stream after 1 s, a settle's "deliver within"), stretched by the slowdown: under Valgrind (~50 ×) or
+# cProfile a step of a few ms outlasts them, and they would fire inside a cycle where, run at full speed against
+# the bench's instant model, they do not. Every contender in the bot gets the same (the built-in loop too)
+INSTRUMENTED = {"BOT_DELAY_SCALE": "50"}
 _BEGAN = time.monotonic()
 
 

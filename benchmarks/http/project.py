@@ -36,7 +36,7 @@ async def main(args: argparse.Namespace) -> None:
                         SLACK_API_URL=args.slack_url, REDIS_URL=args.redis_url, BOT_TOOLS="",
                         BOT_DATA_DIR=args.data_dir, BOT_AGENT=args.agent or None,
                         # the bench strips BOT_* from the children's environment; these it may set
-                        **{name: v for name in ("BOT_MAX_ACTIVE_TURNS", "BOT_UNHURRIED_SECONDS")
+                        **{name: v for name in ("BOT_MAX_ACTIVE_TURNS", "BOT_DELAY_SCALE")
                            if (v := os.environ.get(name))})
     model = OpenAIChatModel("bench-model", base_url=args.model_url, api_key="sk-bench")
     bot = await start_bot(settings, model=model, tools=[] if args.agent else [refund_charge], host="127.0.0.1", port=0,

@@ -100,16 +100,23 @@ class _Saved(BaseModel):
     answered_in_tool: dict[str, int] = Field(default_factory=dict)  # tool call id → its answered questions
 
 
-async def _snapshot(saver: _StepSaver, thread_id: str) -> list[_Checkpoint]:
-    """The thread's newest checkpoint of each namespace (the main graph's, its subgraphs'), with its writes."""
-    newest = []
-    for ns in list(saver.storage[thread_id]):
-        tup = await saver.aget_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}})
+def _newest(saver: InMemorySaver, thread_id: str) -> list[tuple[str, str]]:
+    """The id of the thread's newest checkpoint in each namespace (the main graph's, its subgraphs'), as the
+    saver finds it (its greatest id): what a snapshot of the thread reads, taken now, read later or never."""
+    return [(ns, max(by_id)) for ns, by_id in list(saver.storage[thread_id].items()) if by_id]
+
+
+def _snapshot(saver: InMemorySaver, thread_id: str, newest: list[tuple[str, str]] | None = None) -> list[_Checkpoint]:
+    """The thread's newest checkpoint of each namespace (or those of ``newest``), with its pending writes."""
+    found = []
+    for ns, checkpoint_id in _newest(saver, thread_id) if newest is None else newest:
+        tup = saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
+                                                "checkpoint_id": checkpoint_id}})
         if tup is not None:
-            newest.append(_Checkpoint(
+            found.append(_Checkpoint(
                 ns=ns, checkpoint=_Typed.of(tup.checkpoint), metadata=_Typed.of(tup.metadata),
                 writes=[(task, channel, _Typed.of(value)) for task, channel, value in tup.pending_writes or []]))
-    return newest
+    return found
 
 
 def _restore(saver: InMemorySaver, thread_id: str, checkpoints: list[_Checkpoint]) -> None:
@@ -256,9 +263,13 @@ class LangGraphBackend:
                    answered_in_tool=dict(state.answered_in_tool))
 
         async def on_step() -> None:
-            state.checkpoints = await _snapshot(saver, state.thread_id)
+            newest = _newest(saver, state.thread_id)  # the super-step just saved: read if the engine writes it
+
+            def saved() -> str:
+                return _dump(state.model_copy(update={"checkpoints": _snapshot(saver, state.thread_id, newest)}))
+
             try:
-                await turn.checkpoint(_dump(state))
+                await turn.checkpoint(saved)
             except Exception as exc:
                 run.engine_error = exc  # the engine's, not the agent's: it goes back to the engine as it is
                 raise
@@ -280,7 +291,7 @@ class LangGraphBackend:
             _RUN.reset(token)
         if run.engine_error is not None:  # swallowed on the way (a ToolNode that handles every error)
             raise run.engine_error
-        state.checkpoints = await _snapshot(saver, state.thread_id)
+        state.checkpoints = _snapshot(saver, state.thread_id)
         state.approved, state.ours, state.answered_in_tool = sorted(run.approved), sorted(run.ours), run.answered_in_tool
         if stopped:  # the thread may hold calls without results: the last finished conversation stays
             return Stopped(saved=None)

@@ -540,7 +540,7 @@ class Driver:
     ) -> None:
         """Checkpoint; ``then_step``: another step follows at once, so read its snapshot in the same round trip.
         ``no_hurry``: more work follows (a model call, a tool run), so its events may wait up to
-        ``BOT_UNHURRIED_SECONDS`` to go out with the next checkpoint's in one delivery pass. What people wait
+        ``RuntimeSettings.unhurried_seconds`` to go out with the next checkpoint's in one delivery pass. What people wait
         on (a card, an answer, a settled card) is at the end of a drive, or a settle, and goes out at once.
         ``last``: nothing follows under this lease: it goes with the checkpoint (if written) in its round trip.
         What earlier checkpoints folded into this one (``DrivePass.carry``, ``.finished``) goes with it."""

@@ -3,7 +3,7 @@
 A new turn's start (``turn.started``, the queued messages it takes in, the state then) goes with the turn's
 first checkpoint (the park, its calls' start, or its end): while the model thinks nothing needs to be
 durable that the inbox does not keep. A model (or a request policy, a preview) that takes longer than
-``BOT_UNHURRIED_SECONDS`` (as long as a start may wait to be delivered with the next checkpoint's events: the
+``RuntimeSettings.unhurried_seconds`` (as long as a start may wait to be delivered with the next checkpoint's events: the
 frontends' status-line delay counts from the event's time, so it shows as it did) has the start written alone
 meanwhile, so the status line and Slack's stop button come
 while it thinks, as when every start was written at once; fenced by the lease token like any checkpoint.
@@ -22,7 +22,7 @@ from bot.state import SessionState
 
 
 class EarlyStart:
-    """Writes the turn's start after ``BOT_UNHURRIED_SECONDS`` unless the next checkpoint takes it along first."""
+    """Writes the turn's start after ``RuntimeSettings.unhurried_seconds`` unless the next checkpoint takes it along first."""
 
     def __init__(self, parts: Parts, session_id: str, token: str, state: SessionState, events: list[Event],
                  take: list[dict[str, Any]]):

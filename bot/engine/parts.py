@@ -79,6 +79,9 @@ class TurnStore(Protocol):
     async def sweep(self, command: Sweep) -> Swept: ...
 
 
+UNHURRIED_S = 0.5  # a turn's start and events nobody waits on wait this long for the next write
+
+
 @dataclass
 class RuntimeSettings:
     step_budget: int = 20  # model steps per turn before a session-limit prompt
@@ -96,8 +99,9 @@ class RuntimeSettings:
     # them). Bounded so that acknowledging Slack never queues behind an unbounded pile of turn work.
     max_active_turns: int = 8
     # how long a turn's start, and events nobody waits on, may wait to go out with the turn's next write
-    # (BOT_UNHURRIED_SECONDS): well under the frontends' status-line delay, which counts from the event's time
-    unhurried_seconds: float = 0.5
+    # (UNHURRIED_S times BOT_DELAY_SCALE): well under the frontends' status-line delay, which counts from the
+    # event's time
+    unhurried_seconds: float = UNHURRIED_S
     clock: Callable[[], float] = time.time  # epoch seconds for deadlines (tests move it forward)
 
 

@@ -380,7 +380,7 @@ class Settler:
             await asyncio.gather(*(self.p.store.grants.add(g) for g in grants if g.scope == "requester"))
         if result.state == "settled" and result.batch_complete and result.events:
             # the turn resumes now: a quick resume's answer takes the settled card along in one delivery pass;
-            # a slow one (a long tool) lets it go out on its own within BOT_UNHURRIED_SECONDS
+            # a slow one (a long tool) lets it go out on its own within RuntimeSettings.unhurried_seconds
             self.p.outbox.kick_later(sid, result.events[-1].seq or 0, self.p.settings.unhurried_seconds)
         else:
             self.p.outbox.kick(sid)

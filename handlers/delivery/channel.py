@@ -45,8 +45,8 @@ from handlers.delivery.sessions import (
     waiting_on,
     waiting_title,
 )
-from handlers.delivery.status import StatusLines
-from handlers.delivery.streams import LiveAnswers, StreamPacing, answer_field
+from handlers.delivery.status import STATUS_DELAY_S, StatusLines
+from handlers.delivery.streams import STREAM_AFTER_S, LiveAnswers, StreamPacing, answer_field
 from handlers.delivery.tasks import TaskStreams
 from handlers.shared.deps import ClientFor
 from store.outbox import RedisOutbox
@@ -106,21 +106,26 @@ class SlackChannel:
     """
 
     def __init__(self, store: RedisOutbox, client_for: ClientFor, pacing: SlackPacing | None = None, *,
-                 states: SessionStates):
-        """``store``: the outbox's (the pass's requests, the post ledger); ``states``: the turns'."""
+                 states: SessionStates, delay_scale: float = 1.0):
+        """``store``: the outbox's (the pass's requests, the post ledger); ``states``: the turns'.
+        ``delay_scale``: how long a step runs before its progress shows (a status line, a stream, its tasks),
+        times this (BOT_DELAY_SCALE)."""
         self.store = store
         self.states = states
         self.ledger = store.posts  # where the session's posts are
         self.client_for = client_for
         self.pacing = pacing or SlackPacing()
-        self.sessions = AgentSessions(store, client_for)
-        self.status = StatusLines(store.posts, client_for, self.pacing, on_slow=self._slow_step)  # the thread as a Slack agent session, where Slack has them
+        self.sessions = AgentSessions(store, client_for, delay_s=STATUS_DELAY_S * delay_scale)
+        self.status = StatusLines(store.posts, client_for, self.pacing, delay_s=STATUS_DELAY_S * delay_scale,
+                                  on_slow=self._slow_step)  # the thread as a Slack agent session, where Slack has them
         # bot.ports.LiveText: answers streamed as they are written (a stream makes a pending status moot)
         # the turn's tool calls as tasks of its streamed answer, fed by deliver()
         stream_pacing = StreamPacing(self.pacing.mode)
-        self.tasks = TaskStreams(store.posts, client_for, names=self.sessions.handles, starts=stream_pacing.starts,
+        self.tasks = TaskStreams(store.posts, client_for, names=self.sessions.handles, delay_s=STATUS_DELAY_S * delay_scale,
+                                 starts=stream_pacing.starts,
                                  appends=stream_pacing.appends, on_stream=self.status.forget_pending)
-        self.live = LiveAnswers(store.posts, client_for, on_stream=self.status.forget_pending, posts=self.pacing.posts,
+        self.live = LiveAnswers(store.posts, client_for, stream_after_s=STREAM_AFTER_S * delay_scale,
+                                on_stream=self.status.forget_pending, posts=self.pacing.posts,
                                 updates=self.pacing.updates, pacing=stream_pacing, tasks=self.tasks)
 
     async def close(self) -> None:
@@ -187,7 +192,7 @@ class SlackChannel:
         if session.parent and event.type not in CHILD_SHOWN:
             return  # a sub-agent's session: its cards show in the thread; its words reach people through the parent
         match event.type:
-            case "turn.started":  # delivered up to BOT_UNHURRIED_SECONDS late: the wait counts from its time
+            case "turn.started":  # delivered up to 0.5 s (× BOT_DELAY_SCALE) late: the wait counts from its time
                 # (the session shows processing only once the step is slow: _slow_step)
                 self.status.show_later(session, status_text("thinking"), loading_messages("thinking"), since=event.at)
             case "action.started":

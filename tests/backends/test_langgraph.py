@@ -98,9 +98,9 @@ class RecordingTurn:
         self.markers[call_id] = json.loads(json.dumps({"output": output}))  # kept as JSON, as Redis keeps it
         return output
 
-    async def checkpoint(self, saved: str) -> None:
-        await asyncio.sleep(self.checkpoint_delay_s)
-        self.checkpoints.append(saved)
+    async def checkpoint(self, saved: str | Callable[[], str]) -> None:
+        await asyncio.sleep(self.checkpoint_delay_s)  # (the engine writes it with the next write; kept at once here)
+        self.checkpoints.append(saved() if callable(saved) else saved)
 
     def text(self, delta: str) -> None:
         self.deltas.append(delta)
@@ -543,7 +543,7 @@ async def test_an_idempotent_tool_killed_mid_run_runs_again(fake):
 
 async def test_a_checkpoint_the_engine_refuses_ends_the_run_with_the_engines_exception(fake):
     class StopAsked(RecordingTurn):
-        async def checkpoint(self, saved: str) -> None:
+        async def checkpoint(self, saved: str | Callable[[], str]) -> None:
             if self.checkpoints:
                 raise CancelRequested("a stop was asked")
             await super().checkpoint(saved)

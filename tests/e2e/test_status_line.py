@@ -57,3 +57,13 @@ async def test_slow_work_shows_a_live_status_under_the_thread_that_goes_with_the
     assert not local_slack.assistant_state(GENERAL, ts).status, "the reply replaces the status"
     assert not [m for m in local_slack.messages(GENERAL, thread_ts=ts) if "Running" in m.text]
     assert "chat.delete" not in chat_calls(local_slack)
+
+
+async def test_bot_delay_scale_stretches_how_long_a_step_runs_before_its_progress_shows(local_slack, start_app):
+    """A step of 2.5 s shows its status after 1.5 s; with the delays stretched 3 times (4.5 s) it shows none."""
+    model = ScriptedModel([call("slow_report", name="q3"), say("Here is the q3 report.")])
+    await start_app(model, [slow_report], BOT_DELAY_SCALE="3")
+    ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> the q3 report please")
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "q3 report." in m.text)
+    assert not [c for c in local_slack.calls if c.method.endswith("setStatus") and "Running" in str(c.params)]
+    assert not [m for m in local_slack.messages(GENERAL, thread_ts=ts) if "Running" in m.text]
