@@ -116,10 +116,11 @@ async def test_a_framework_in_the_bot_and_alone_each_do_the_cycle(monkeypatch: p
     monkeypatch.delenv("REDIS_URL", raising=False)
     argv = ["--contenders", "pyd,pydA", "--cycles", "2", "--concurrency", "2", "--profile", str(tmp_path)]
     text = await instructions_run(instructions_args(argv), argv)
-    [in_the_bot, alone] = text.splitlines()  # each with its Redis commands per cycle
+    in_the_bot, alone = text.splitlines()
     assert in_the_bot.startswith(f"pydantic_ai in the bot: {tmp_path}/pyd.pstats (python -m pstats), ")
-    assert alone.startswith(f"pydantic_ai alone: {tmp_path}/pydA.pstats (python -m pstats), ")
-    assert all(line.endswith(" Redis commands per cycle") for line in (in_the_bot, alone))
+    assert alone == f"pydantic_ai alone: {tmp_path}/pydA.pstats (python -m pstats), 0.0 Redis commands per cycle"
+    # the bot's Redis commands per cycle are counted (the alone app keeps its state in sqlite)
+    assert float(in_the_bot.split(", ")[1].removesuffix(" Redis commands per cycle")) > 50
     assert (tmp_path / "pyd.pstats").stat().st_size > 0 and (tmp_path / "pydA.pstats").stat().st_size > 0
 
 

@@ -68,6 +68,11 @@ def subagent_text(agent: str) -> str:
     return f":robot_face: From sub-agent *{escape_mrkdwn(one_line(agent))}*"
 
 
+def replied_detail(req: InputRequest) -> str:
+    """A settled approval's line when it was answered in the tool's place ("Reply instead")."""
+    return f"{one_line(tool_name_of(req))} did not run: the agent read this reply as its result."
+
+
 def preview_text(preview: str) -> str:
     """The card's preview line (``@tool(preview=…)``): a tool's text, held to the card's rules like its
     prompt (links show their real host); it may echo what a person typed, so nothing in it pings."""
@@ -293,6 +298,9 @@ def settled_card(record: RequestRecord, resolution: Resolution, at: datetime | N
     answer = None
     if req.kind == "question" and response is not None:
         answer = response.text if response.text is not None else _option_label(req, response.option_id)
+    replied = req.kind == "tool-approval" and resolution.outcome == "answered" and response is not None
+    if replied and response is not None:  # answered in the tool's place: the words the agent read
+        answer = response.text
     return render_settled(
         req,
         outcome_label=label if resolution.outcome not in ("ignored", "cancelled") else NO_LONGER_NEEDED,
@@ -306,6 +314,7 @@ def settled_card(record: RequestRecord, resolution: Resolution, at: datetime | N
         values=response.values if response is not None and req.kind in ("user-input", "external-result") else None,
         granted=response.grant if approved else None,
         detail=RESULT_BY_TOKEN if response and response.via == "api"
+        else replied_detail(req) if replied
         else delegation_detail(req, response.values if response else None),
     )
 

@@ -1,5 +1,5 @@
 """The interactive part of a pending card: Approve / Cancel buttons (with a confirm for dangerous tools),
-Edit & approve, Cancel with reason, the question's select menu, radio buttons or buttons, "Type your own
+Edit & approve, Reply instead (an answer in the tool's place), Cancel with reason, the question's select menu, radio buttons or buttons, "Type your own
 answer", and the buttons of forms and external results. Labels a model wrote go through
 :func:`blocks.messages.decision_plain`. Built as Block Kit dicts, as the rest of the card
 (:mod:`blocks.elements` says why)."""
@@ -110,8 +110,47 @@ def _modal_button(req: InputRequest, label: str, action_id: str) -> Element:
     return button(label, action_id, req.request_id)
 
 
+REPLY_LABEL = "Reply instead"
+
+
+def reply_note(req: InputRequest) -> str:
+    """What "Reply instead" does, under the buttons of an approval that may be answered in the tool's place."""
+    tool = inline_code(one_line(tool_name_of(req)))
+    return f":speech_balloon: *{REPLY_LABEL}*: your words go to the agent as {tool}’s result, and it does not run."
+
+
+def no_cancel_note(req: InputRequest) -> str:
+    """Said where Cancel would be, when the agent takes no cancel for the call (its framework's setup)."""
+    tool = inline_code(one_line(tool_name_of(req)))
+    return f"This agent takes no cancel for {tool}: approve it, or stop the agent."
+
+
+def no_approve_note(req: InputRequest) -> str:
+    """Said where Approve would be, when the agent takes no approval of the call (its framework's setup)."""
+    tool = inline_code(one_line(tool_name_of(req)))
+    ways = [way for way, offered in (("reply instead", req.allow_free_text), ("cancel it", _offers(req, CANCEL)))
+            if offered]
+    return f"This agent does not let {tool} run from here: {' or '.join(ways) or 'stop the agent'}."
+
+
+def fixed_input_note(req: InputRequest) -> str:
+    """Said where "Edit & approve" would be, when the agent takes the call only as proposed."""
+    tool = inline_code(one_line(tool_name_of(req)))
+    return f"Approve runs {tool} as proposed: this agent takes no changes to its input."
+
+
+def _offers(req: InputRequest, option_id: str) -> bool:
+    """Whether the approval offers this option (one without options of its own offers both)."""
+    return not req.options or req.option(option_id) is not None
+
+
+def _cancellable(req: InputRequest, options: list[InputOption]) -> bool:
+    return any(o.id == CANCEL for o in options)
+
+
 def _approval_controls(req: InputRequest, options: list[InputOption]) -> list[Element]:
-    """Approve, [Edit & approve], [don't ask again], Cancel, Cancel with reason (the modal ones open modals)."""
+    """Approve, [Edit & approve], [don't ask again], [Reply instead], Cancel, Cancel with reason (the modal
+    ones open modals); only what the request offers."""
     buttons = _buttons(req, options)
     if req.kind != "tool-approval":
         return buttons
@@ -120,9 +159,30 @@ def _approval_controls(req: InputRequest, options: list[InputOption]) -> list[El
         extras.append(_modal_button(req, EDIT_LABEL, ids.edit_action_id(req.request_id)))
     if req.grants:
         extras.append(grant_control(req))
-    buttons[1:1] = extras
-    buttons.append(_modal_button(req, REASON_LABEL, ids.reason_action_id(req.request_id)))
+    if req.allow_free_text:  # the person answers in the tool's place (the typed-answer modal)
+        extras.append(_modal_button(req, REPLY_LABEL, ids.freeform_action_id(req.request_id)))
+    at = 1 if options and options[0].id == APPROVE else 0  # after Approve, before Cancel
+    buttons[at:at] = extras
+    if _cancellable(req, options):
+        buttons.append(_modal_button(req, REASON_LABEL, ids.reason_action_id(req.request_id)))
     return buttons
+
+
+def _approval_notes(req: InputRequest, options: list[InputOption], tag: str) -> list[Element]:
+    """Plain lines under an approval's buttons for what differs from the usual card."""
+    if req.kind != "tool-approval":
+        return []
+    notes = []
+    if req.allow_free_text:
+        notes.append(request_context(req.request_id, f"{tag}replynote", reply_note(req)))
+    if not _offers(req, APPROVE):
+        notes.append(request_context(req.request_id, f"{tag}noapprove", no_approve_note(req)))
+        return notes
+    if req.fixed_input and not req.editable:
+        notes.append(request_context(req.request_id, f"{tag}noedit", fixed_input_note(req)))
+    if not _cancellable(req, options):
+        notes.append(request_context(req.request_id, f"{tag}nocancel", no_cancel_note(req)))
+    return notes
 
 
 FORM_LABEL = "Open form"
@@ -156,7 +216,7 @@ def controls(req: InputRequest, tag: str) -> list[Element]:
     options = _options_of(req)
     actions_id = ids.block_id(req.request_id, f"{tag}actions")
     if req.kind in ("tool-approval", "session-limit"):
-        return [actions_block(actions_id, _approval_controls(req, options))]
+        return [actions_block(actions_id, _approval_controls(req, options)), *_approval_notes(req, options, tag)]
     if req.kind == "user-input":
         return _form_controls(req, tag)
     if req.kind == "external-result":

@@ -20,21 +20,30 @@ from bot.protocol import InputRequest
 FREEFORM_TITLE = "Your answer"
 
 
+REPLY_TITLE = "Reply instead"
+
+
 def freeform_modal(req: InputRequest, channel_id: str, message_ts: str) -> dict:
-    """The modal opened by "Type your own answer"; submits to callback ``hitl_freeform``."""
-    prompt = decision_mrkdwn(req.prompt).strip() or "_(no question text)_"
+    """The modal opened by "Type your own answer" (a question), or by "Reply instead" (an approval answered
+    in the tool's place); submits to callback ``hitl_freeform``."""
+    if req.kind == "tool-approval":
+        tool = inline_code(one_line(tool_name_of(req)))
+        prompt = f"Answer in {tool}’s place: it will not run, and the agent reads your words as its result."
+        title, label, close = REPLY_TITLE, "Your reply", "Back"  # "Cancel" here would read as cancelling the call
+    else:
+        prompt = decision_mrkdwn(req.prompt).strip() or "_(no question text)_"
+        title, label, close = FREEFORM_TITLE, "Your answer", "Cancel"
     blocks = [
         SectionBlock(block_id=ids.block_id(req.request_id, "modal-prompt"),
                      text=verbatim(truncate_mrkdwn(prompt, SECTION_TEXT))),
         InputBlock(
             block_id=ids.FREEFORM_BLOCK_ID,
-            label=PlainTextObject(text="Your answer"),
+            label=PlainTextObject(text=label),
             element=PlainTextInputElement(action_id=ids.FREEFORM_ACTION_ID, multiline=True, max_length=PLAIN_TEXT_INPUT,
                                           placeholder=PlainTextObject(text="Type your answer here")),
         ),
     ]
-    return _modal(req, ids.FREEFORM_CALLBACK_ID, FREEFORM_TITLE, "Send", channel_id, message_ts, blocks,
-                  close="Cancel")
+    return _modal(req, ids.FREEFORM_CALLBACK_ID, title, "Send", channel_id, message_ts, blocks, close=close)
 
 
 def freeform_answer(state_values: dict) -> str | None:

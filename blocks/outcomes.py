@@ -7,7 +7,7 @@ from typing import Any
 
 from blocks.deadlines import duration_text
 from blocks.limits import one_line, truncate
-from bot.protocol import APPROVE, STOP, InputRequest, ResolutionOutcome, SettledOutcome
+from bot.protocol import APPROVE, CANCEL, STOP, InputRequest, ResolutionOutcome, SettledOutcome
 
 NO_LONGER_NEEDED = "No longer needed"
 _POSITIVE = {"approved", "answered", "continued", "approve", "continue", "filled in", "result submitted", "finished"}
@@ -30,14 +30,19 @@ def outcome_emoji(outcome_label: str) -> str:
         return ":white_check_mark:"
     if key in _NEGATIVE:
         return ":no_entry_sign:"
+    if key == REPLIED.lower():
+        return ":speech_balloon:"
     if key.startswith("expired"):
         return ":hourglass:"
     return ":heavy_minus_sign:"
 
 
+REPLIED = "Replied instead"  # an approval answered in the tool's place: it did not run
+
+
 def settlement_label(outcome: SettledOutcome) -> str:
-    """The label for an ``approval.settled`` outcome (a person pressed Approve or Cancel)."""
-    return "Approved" if outcome == "approved" else "Cancelled"
+    """The label for an ``approval.settled`` outcome (a person pressed Approve or Cancel, or replied instead)."""
+    return {"approved": "Approved", "responded": REPLIED}.get(outcome, "Cancelled")
 
 
 def resolution_label(req: InputRequest, outcome: ResolutionOutcome, option_id: str | None = None,
@@ -52,8 +57,8 @@ def resolution_label(req: InputRequest, outcome: ResolutionOutcome, option_id: s
     if outcome == "answered":
         if req.kind == "session-limit":
             return "Stopped" if option_id == STOP else "Approved"
-        if req.kind == "tool-approval":
-            return "Approved" if option_id == APPROVE else "Cancelled"
+        if req.kind == "tool-approval":  # answered with words, not a button: in the tool's place
+            return {APPROVE: "Approved", CANCEL: "Cancelled"}.get(option_id or "", REPLIED)
         if req.kind == "delegation" and values and values.get("error"):
             return "Not finished"
         return {"user-input": "Filled in", "external-result": "Result submitted",

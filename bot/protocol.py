@@ -28,7 +28,9 @@ Display = Literal["confirmation", "select", "text", "form"]
 ChoiceStyle = Literal["select", "buttons", "radio"]  # how a question's options are shown
 ResolutionOutcome = Literal["answered", "approved", "denied", "ignored", "cancelled", "invalid", "expired"]
 CandidateOutcome = Literal["pending", "rejected", "failed", "timed-out", "stale"]
-SettledOutcome = Literal["approved", "cancelled"]
+# "responded": a person answered in the tool's place (a framework's "respond", ``allow_free_text`` on an
+# approval): the tool did not run, and the agent reads their words as its result
+SettledOutcome = Literal["approved", "cancelled", "responded"]
 # what ended a request nobody answered: its turn was stopped (a stop button, ``Runtime.cancel_turn``), a newer
 # message steered past it, its deadline passed, its turn failed, its delegation ended, or its turn was gone
 EndedBy = Literal["stop", "message", "expiry", "turn-failed", "delegation-ended", "turn-over"]
@@ -120,6 +122,9 @@ class InputRequest(Contract):
     action: ActionRef | None = None
     options: list[InputOption] = Field(default_factory=list)
     display: Display = "confirmation"
+    # a question: people may type their own answer; a tool approval: people may answer in the tool's place
+    # instead of approving or cancelling it (a framework's "respond": the tool does not run, the agent reads
+    # their words as its result)
     allow_free_text: bool = False
     principal: Principal | None = None
     session_id: str = ""
@@ -133,6 +138,9 @@ class InputRequest(Contract):
     responders: Responders | None = None  # who may settle it (shown on cards); None: not described
     notify: Literal["dm", "thread", "none"] | None = None  # how approvers are told; None: the default
     editable: bool = False  # an approver may change the call's input before approving (``@tool(editable=True)``)
+    # a framework's call it takes only as proposed (its setup allows no edit), though a form of its input could
+    # be shown: the card says so where "Edit & approve" would be
+    fixed_input: bool = False
     style: ChoiceStyle = "select"  # a question's options: a select menu (default), buttons or radio buttons
     form: dict[str, Any] | None = None  # a "user-input" request's form, as a flat JSON schema (``bot.forms``)
     grants: list[GrantOffer] = Field(default_factory=list)  # "don't ask again" scopes an approver may choose

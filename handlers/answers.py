@@ -171,7 +171,9 @@ async def _open_modal(deps: SlackDeps, client: Any, body: dict[str, Any], princi
         await _tell(client, body, user_id, record, _settled_text(record))
         return
     req = record.request
-    if control != "freeform":  # don't let someone fill in a form only to be refused at the end
+    # don't let someone fill in a form only to be refused at the end (an approval's "Reply instead" included:
+    # its words count only from whom the response policy lets approve)
+    if control != "freeform" or req.kind == "tool-approval":
         decision = await deps.runtime.check_response(record, principal, CANCEL if control == "reason" else APPROVE,
                                                      within_s=CHECK_BEFORE_FORM_S)
         if decision is not None and decision.type == "rejected":

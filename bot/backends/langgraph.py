@@ -49,12 +49,16 @@ from bot.backends import (
     Stopped,
     ToolInfo,
 )
-from bot.backends.langgraph_interrupts import OUR_GATE, Asked, pending_of, resume_value
+from bot.backends.langgraph_interrupts import OUR_GATE, REJECTED, Asked, pending_of, resume_value, untakeable
 from bot.protocol import LeaseLost
 
 FRAMEWORK = "langgraph"
 FORMAT = "langgraph-thread/1"
-REJECTED = "User rejected the tool call for `{name}` with reason: {reason}"
+
+# a call not approved (a message steered past it, it expired) whose middleware takes no reject nor respond:
+# nothing LangGraph accepts says so, so the run ends here, plainly
+NO_CANCEL = ("`{name}` was not approved, and this agent takes no cancel for it (its middleware allows neither "
+             "reject nor respond), so its run ended here.")
 
 _serde = JsonPlusSerializer()
 
@@ -248,6 +252,8 @@ class LangGraphBackend:
             got = [answers.get(call_id) for call_id in asked.call_ids]
             if any(a is None for a in got):
                 return Failed(reason=f"no answer for {asked.tool_names[got.index(None)]}", saved=saved)
+            if refused := untakeable(asked, got):  # type: ignore[arg-type]
+                return Failed(reason=NO_CANCEL.format(name=refused), saved=None)
             resume[asked.interrupt_id] = resume_value(asked, got)  # type: ignore[arg-type]
             for call_id, answer in zip(asked.call_ids, got, strict=True):
                 if isinstance(answer, Approve):

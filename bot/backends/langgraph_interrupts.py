@@ -18,12 +18,14 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from bot.backends import Answer, Approve, Decision, PendingCall, Reject, Reply
 
 ALL_DECISIONS: frozenset[Decision] = frozenset({"approve", "edit", "reject", "respond"})
 OUR_GATE = "bot-policy"  # marks an interrupt our request policy raised (not the graph's own)
+DEFAULT_PREFIX = "Tool execution requires approval"  # HumanInTheLoopMiddleware's default description_prefix
+REJECTED = "User rejected the tool call for `{name}` with reason: {reason}"  # the middleware's own words
 
 
 class Asked(BaseModel):
@@ -37,6 +39,8 @@ class Asked(BaseModel):
     listed: bool = False  # inbox: the value was a list (it is answered with a list)
     in_tool_call: str | None = None  # the tool call whose own code asked (its fence key moves on)
     ours: bool = False  # our request policy asked (our wrapper reads the answer, not the graph's code)
+    # per call: the arguments as asked, so an approval where only ``edit`` is taken goes as an edit of them
+    arguments: list[dict[str, Any]] = Field(default_factory=list)
 
 
 def pending_of(interrupt_id: str, value: Any, *, node: str, messages: list[Any], in_tool_call: str | None,
@@ -52,10 +56,11 @@ def pending_of(interrupt_id: str, value: Any, *, node: str, messages: list[Any],
         ours = value.get("source") == OUR_GATE
         allowed = ALL_DECISIONS - {"respond"} if ours else gated.get(name) or _in_schema(response_schema)
         call = PendingCall(call_id=value.get("tool_call_id") or interrupt_id, tool_name=name,
-                           arguments=value.get("args") or {}, prompt=value.get("description") or None,
+                           arguments=value.get("args") or {},
+                           prompt=None if ours else described(value.get("description"), name),
                            decisions=allowed)
         return Asked(interrupt_id=interrupt_id, shape="tool_approval", call_ids=[call.call_id], tool_names=[name],
-                     decisions=[sorted(allowed)], ours=ours), [call]
+                     decisions=[sorted(allowed)], ours=ours, arguments=[call.arguments]), [call]
     inbox = value if isinstance(value, list) else [value]
     if inbox and all(isinstance(v, dict) and "action_request" in v and "config" in v for v in inbox):
         return _inbox(interrupt_id, inbox, listed=isinstance(value, list))
@@ -69,10 +74,12 @@ def pending_of(interrupt_id: str, value: Any, *, node: str, messages: list[Any],
 
 def resume_value(asked: Asked, answers: list[Answer]) -> Any:
     """What the interrupt's ``interrupt()`` returns for people's answers to its pending calls."""
+    answers = [_as_taken(a, d, args) for a, d, args in zip(answers, asked.decisions, _arguments(asked), strict=True)]
     if asked.shape == "hitl_batch":
-        return {"decisions": [decision(n, a) for n, a in zip(asked.tool_names, answers, strict=True)]}
+        return {"decisions": [decision(n, a, d) for n, d, a in zip(asked.tool_names, asked.decisions, answers,
+                                                                   strict=True)]}
     if asked.shape == "tool_approval":
-        return decision(asked.tool_names[0], answers[0])
+        return decision(asked.tool_names[0], answers[0], asked.decisions[0])
     if asked.shape == "inbox":
         responses = [_inbox_response(n, d, a) for n, d, a in zip(asked.tool_names, asked.decisions, answers,
                                                                    strict=True)]
@@ -82,15 +89,50 @@ def resume_value(asked: Asked, answers: list[Answer]) -> Any:
         answer.arguments)
 
 
-def decision(tool_name: str, answer: Answer) -> dict[str, Any]:
-    """LangChain's human-in-the-loop decision for one answer."""
+def _arguments(asked: Asked) -> list[dict[str, Any]]:
+    return asked.arguments if len(asked.arguments) == len(asked.call_ids) else [{} for _ in asked.call_ids]
+
+
+def _as_taken(answer: Answer, allowed: list[str], arguments: dict[str, Any]) -> Answer:
+    """An approval as proposed where the interrupt takes ``edit`` but not ``approve``: an edit to the same
+    arguments (the card's Approve means the same)."""
+    if isinstance(answer, Approve) and answer.arguments is None and "approve" not in allowed and "edit" in allowed:
+        return answer.model_copy(update={"arguments": dict(arguments)})
+    return answer
+
+
+def untakeable(asked: Asked, answers: list[Answer]) -> str | None:
+    """The tool of a cancel the middleware cannot take (its decisions have neither reject nor respond), if any."""
+    if asked.shape not in ("hitl_batch", "tool_approval"):
+        return None  # a question takes any words; Agent Inbox's own code reads its answer
+    for name, allowed, answer in zip(asked.tool_names, asked.decisions, answers, strict=True):
+        if isinstance(answer, Reject) and not {"reject", "respond"} & set(allowed):
+            return name
+    return None
+
+
+def decision(tool_name: str, answer: Answer, allowed: list[str] | None = None) -> dict[str, Any]:
+    """LangChain's human-in-the-loop decision for one answer. A cancel where the middleware takes no
+    ``reject`` but takes ``respond`` (the card offers it then) is told as a respond: the model reads the
+    same rejection words the middleware's own reject would give it."""
     if isinstance(answer, Approve):
         if answer.arguments is None:
             return {"type": "approve"}
         return {"type": "edit", "edited_action": {"name": tool_name, "args": answer.arguments}}
     if isinstance(answer, Reject):
+        if allowed is not None and "reject" not in allowed and "respond" in allowed:
+            return {"type": "respond", "message": REJECTED.format(name=tool_name, reason=answer.message)}
         return {"type": "reject", "message": answer.message}
     return {"type": "respond", "message": _words(answer.value)}
+
+
+def described(description: Any, tool_name: str) -> str | None:
+    """The middleware's description of a call, for the card: its own words, without the raw arguments the
+    default one appends (the card shows them as fields); None when it says no more than the card does."""
+    text = description.strip() if isinstance(description, str) else ""
+    head, tail, _ = text.partition(f"\n\nTool: {tool_name}\nArgs: ")
+    text = head.strip() if tail else text
+    return None if not text or text == DEFAULT_PREFIX else text
 
 
 def _hitl_batch(interrupt_id: str, value: dict[str, Any], messages: list[Any]) -> tuple[Asked, list[PendingCall]]:
@@ -98,11 +140,12 @@ def _hitl_batch(interrupt_id: str, value: dict[str, Any], messages: list[Any]) -
     allowed = {c["action_name"]: frozenset(c["allowed_decisions"]) for c in value.get("review_configs", [])}
     ids = _tool_call_ids(messages, requests)
     calls = [PendingCall(call_id=ids[i] or f"{interrupt_id}:{i}", tool_name=r["name"], arguments=r.get("args") or {},
-                         prompt=r.get("description") or None,
+                         prompt=described(r.get("description"), r["name"]),
                          decisions=allowed.get(r["name"], frozenset({"approve", "reject"})))
              for i, r in enumerate(requests)]
     return Asked(interrupt_id=interrupt_id, shape="hitl_batch", call_ids=[c.call_id for c in calls],
-                 tool_names=[c.tool_name for c in calls], decisions=[sorted(c.decisions) for c in calls]), calls
+                 tool_names=[c.tool_name for c in calls], decisions=[sorted(c.decisions) for c in calls],
+                 arguments=[c.arguments for c in calls]), calls
 
 
 def _inbox(interrupt_id: str, requests: list[dict[str, Any]], *, listed: bool) -> tuple[Asked, list[PendingCall]]:
@@ -122,7 +165,7 @@ def _inbox(interrupt_id: str, requests: list[dict[str, Any]], *, listed: bool) -
             decisions=frozenset(decisions)))
     return Asked(interrupt_id=interrupt_id, shape="inbox", call_ids=[c.call_id for c in calls],
                  tool_names=[c.tool_name for c in calls], decisions=[sorted(c.decisions) for c in calls],
-                 listed=listed), calls
+                 listed=listed, arguments=[c.arguments for c in calls]), calls
 
 
 def _inbox_response(action: str, decisions: list[str], answer: Answer) -> dict[str, Any]:

@@ -40,6 +40,8 @@ from bot.engine.passes import DrivePass, TurnLoop
 from bot.engine.turn_commands import CallMark, RequestsRead
 from bot.principals import Principal
 from bot.protocol import (
+    APPROVE,
+    CANCEL,
     ActionRef,
     ActionResult,
     ActionStarted,
@@ -57,6 +59,7 @@ from bot.protocol import (
 )
 from bot.session import new_request_id
 from bot.state import CallState, FrameworkRun, SessionState
+from bot.tools import Tool
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +198,9 @@ class FrameworkTurns:
 
     def __init__(self, driver: TurnLoop, backend: AgentBackend):
         self.driver, self.backend = driver, backend
-        self._fingerprint = fingerprint(backend.tools())
+        tools = backend.tools()
+        self._fingerprint = fingerprint(tools)
+        self._formable = {t.name for t in tools if t.args_model is not None}  # an edit form could be shown
         self._running: dict[str, tuple[str, EngineTurn, asyncio.Task[Any]]] = {}
 
     def runs(self, session_id: str) -> bool:
@@ -274,6 +279,8 @@ class FrameworkTurns:
                 return Reply(value=value, by=by)
         elif record.outcome == "approved":
             return Approve(arguments=response.edited_input if response else None, by=by)
+        elif record.outcome == "answered" and response is not None and response.text is not None:
+            return Reply(value=response.text, by=by)  # an approval answered in the tool's place ("respond")
         tool = self.driver.p.tools.get(record.request.action.tool_name) if record.request.action else None
         said = rejection(record, tool.denied_message if tool else None)
         message = " ".join(str(said[k]) for k in ("message", "note") if said.get(k))
@@ -353,8 +360,21 @@ class FrameworkTurns:
             call = CallState(call_id=pending.call_id, tool_name=pending.tool_name,
                              arguments=json.dumps(pending.arguments, default=str))
             record = self.driver.exec.approval_request(state, call)
-            if "edit" not in pending.decisions:  # the card offers only what the framework takes
-                record.request.editable = False
+            req = record.request
+            # the card offers only what the framework takes
+            if "edit" not in pending.decisions:
+                req.editable = False
+                # where an edit form could be shown, the card says why there is none
+                req.fixed_input = pending.tool_name in self._formable and bool(pending.arguments)
+            if "respond" in pending.decisions:  # people may answer in the tool's place
+                req.allow_free_text = True
+            if not {"reject", "respond"} & pending.decisions:  # nothing a cancel could be told as
+                req.options = [o for o in req.options if o.id != CANCEL]
+            if not {"approve", "edit"} & pending.decisions:  # nothing lets the call run
+                req.options = [o for o in req.options if o.id != APPROVE]
+                req.editable = False
+            if (words := _framework_words(pending.prompt, req.prompt, self.driver.p.tools.get(pending.tool_name))):
+                req.prompt = words
             return record
         options = [InputOption(id=f"o{i}", label=label) for i, label in enumerate(pending.options)]
         req = InputRequest(
@@ -370,3 +390,20 @@ class FrameworkTurns:
             turn_id=turn.turn_id,
         )
         return make_record(state, req)
+
+
+def _framework_words(asked: str | None, ours: str, tool: Tool | None) -> str | None:
+    """The card's line from the framework's own description of the request (the middleware's
+    ``description``, Agent Inbox's), or None to keep ours: when it says nothing else (the tool's own
+    description again, or the words we already show), never the same words twice."""
+    words = (asked or "").strip()
+    if not words:
+        return None
+    shown = {_spaced(ours)}
+    if tool is not None and tool.description.strip():
+        shown |= {_spaced(tool.description), _spaced(tool.description.strip().splitlines()[0])}
+    return None if _spaced(words) in shown else words
+
+
+def _spaced(text: str) -> str:
+    return " ".join(text.split())

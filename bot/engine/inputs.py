@@ -44,6 +44,8 @@ def match_text(request: InputRequest, text: str, principal: Principal | None = N
     if _option_number(normalized, len(displayed)):
         option = displayed[int(normalized) - 1]
         return InputResponse(request_id=request.request_id, option_id=option.id, principal=principal)
+    if request.kind == "tool-approval" and is_bare_answer(trimmed):
+        return None  # "approve" where no Approve is offered is no reply in the tool's place
     if request.allow_free_text or (request.kind == "question" and not request.options):
         return InputResponse(request_id=request.request_id, text=trimmed, principal=principal)
     return None

@@ -16,7 +16,7 @@ from bot.engine.parts import Parts
 from bot.engine.settle import AnswerResult, Settler
 from bot.engine.turn_commands import RecordMessage, RequestsRead, SessionRead, TakeMessage
 from bot.principals import Principal
-from bot.protocol import HeldLease, SessionSnapshot, utcnow
+from bot.protocol import HeldLease, RequestRecord, SessionSnapshot, utcnow
 from bot.session import SessionRef
 from bot.state import SessionState, state_of
 
@@ -123,8 +123,17 @@ class Intake:
         if not is_owner and response.option_id is None:
             return None  # someone else's words are a message of theirs, not an answer to this turn
         record = next(r for r in records if r.request_id == first.request_id)
+        if first.kind == "tool-approval" and response.option_id is None and not await self._may_answer(record, principal):
+            return None  # words in the tool's place from someone who may not give them: a message of theirs
         result = await self.settler.answer(response, record=record)
         if result.state == "invalid" or (not is_owner and result.state in ("rejected", "failed", "forbidden")):
             return None  # it did not count as an answer: it waits as their message
         await self.p.store.take_message(TakeMessage(queued_in or session_id, message))
         return result
+
+    async def _may_answer(self, record: RequestRecord, principal: Principal | None) -> bool:
+        """Would the approval's response policy take this person's words in the tool's place (a dry run)?"""
+        if principal is None:
+            return False
+        decision = await self.settler.check(record, principal, "approve")
+        return decision is not None and decision.type == "allowed"

@@ -54,6 +54,7 @@ from bot.protocol import (
     RequestRecord,
     Resolution,
     SettleCommand,
+    SettledOutcome,
 )
 from bot.session import SessionInfo
 from bot.tools import as_dict
@@ -163,6 +164,8 @@ class Settler:
         if policy is None:  # a tool-approval whose tool this process lacks: never fall back to another rule
             reason = NO_TOOL.format(tool=req.action.tool_name if req.action else "?")
             return await self._refuse(record, response, outcome, None, reason, custom=False)
+        # an approval answered in the tool's place is judged as an approval: who may let the tool run may
+        # answer for it, and nobody else puts words in its result
         decision_kind = "cancel" if outcome in ("cancelled", "stop") else "approve"
         policy = with_escalation(policy, record)
         decision, failure = await self._run_policy(
@@ -346,7 +349,7 @@ class Settler:
         settled_events: list[Event] = list(pending)
         if req.kind == "tool-approval":
             settled_events.append(ApprovalSettled(session_id=sid, turn_id=tid, request_id=rid,
-                                                  outcome="approved" if outcome == "approved" else "cancelled",
+                                                  outcome=_settled_as(outcome),
                                                   responder=principal, note=note, grants=grants,
                                                   as_admin=as_admin))
         resolution = resolution_outcome(req, outcome)
@@ -494,6 +497,10 @@ def answer_outcome(req: InputRequest, response: InputResponse) -> str | None:
             return "answered"
         return "cancelled" if response.option_id == CANCEL and response.values is None else None
     if req.kind == "tool-approval":
+        if response.option_id is None and req.allow_free_text and response.text and response.text.strip():
+            return "answered"  # in the tool's place (a framework's "respond"): it does not run
+        if req.options and req.option(response.option_id or "") is None:
+            return None  # not offered (a framework that takes no cancel)
         return {APPROVE: "approved", CANCEL: "cancelled"}.get(response.option_id or "")
     if req.kind == "session-limit":
         return {CONTINUE: "approved", STOP: "stop"}.get(response.option_id or "")
@@ -504,7 +511,14 @@ def answer_outcome(req: InputRequest, response: InputResponse) -> str | None:
     return None
 
 
+def _settled_as(outcome: str) -> SettledOutcome:
+    """An approval's ``approval.settled`` outcome: approved, answered in the tool's place, or cancelled."""
+    return "approved" if outcome == "approved" else "responded" if outcome == "answered" else "cancelled"
+
+
 def resolution_outcome(req: InputRequest, outcome: str) -> str:
+    if req.kind == "tool-approval" and outcome == "answered":
+        return "answered"
     if req.kind in ("tool-approval", "session-limit"):
         return "approved" if outcome == "approved" else "denied"
     if req.kind in ("external-result", "delegation"):

@@ -269,6 +269,40 @@ async def test_per_call_reviews_are_one_interrupt_each_answered_by_id(fake):
     assert "duplicate" in tool_messages(fake)["call_b"]
 
 
+async def test_the_middlewares_description_is_the_pending_calls_prompt_without_its_raw_arguments(fake):
+    def described(call: Any, state: Any, runtime: Any) -> str:
+        return f"Refund {call['args']['amount']} EUR to the customer's card?"
+
+    cases = [({"allowed_decisions": ["approve", "reject"]}, None),  # the default: "...\n\nTool: …\nArgs: {…}"
+             ({"allowed_decisions": ["approve"], "description": "Needs a second look"}, "Needs a second look"),
+             ({"allowed_decisions": ["approve"], "description": described}, "Refund 40 EUR to the customer's card?")]
+    for mode in ("batched", "per_call"):
+        for config, prompt in cases:
+            fake.reply_tool_call("issue_refund", {"charge_id": "ch_1", "amount": 40}, "call_refund")
+            parked = await backend(agent(fake, mode=mode, interrupt_on={"issue_refund": config})).start(
+                RecordingTurn(), "refund ch_1", None)
+            assert isinstance(parked, Parked)
+            assert parked.pending[0].prompt == prompt, (mode, config)
+    custom = HumanInTheLoopMiddleware(interrupt_on={"issue_refund": True}, description_prefix="Finance reviews refunds")
+    fake.reply_tool_call("issue_refund", {"charge_id": "ch_1", "amount": 40}, "call_refund")
+    parked = await backend(create_agent(model(fake), tools=[issue_refund], middleware=[custom])).start(
+        RecordingTurn(), "refund ch_1", None)
+    assert parked.pending[0].prompt == "Finance reviews refunds"
+
+
+async def test_a_cancel_where_the_middleware_takes_respond_but_no_reject_is_told_as_a_respond(fake):
+    fake.reply_tool_call("issue_refund", {"charge_id": "ch_1", "amount": 40}, "call_refund")
+    fake.reply_text("No refund.")
+    lg = backend(agent(fake, interrupt_on={"issue_refund": {"allowed_decisions": ["approve", "respond"]}}))
+    turn = RecordingTurn()
+    parked = await lg.start(turn, "refund ch_1", None)
+
+    done = await lg.resume(turn, parked.saved, {"call_refund": Reject(message="duplicate")})
+
+    assert isinstance(done, Finished) and refunds == []
+    assert tool_messages(fake)["call_refund"] == "User rejected the tool call for `issue_refund` with reason: duplicate"
+
+
 # --- our request policies, through the wrapper every ToolNode gets ----------------------------------------
 
 
@@ -379,14 +413,16 @@ class Refund(TypedDict, total=False):
     answer: Annotated[list[str], operator.add]
 
 
-def inbox_graph() -> Any:
+ALL_OF_INBOX = {"allow_accept": True, "allow_edit": True, "allow_respond": True, "allow_ignore": True}
+
+
+def inbox_graph(config: dict[str, bool] = ALL_OF_INBOX) -> Any:
     """A workflow step reviewed through Agent Inbox's interrupt schema, and a plain question after it."""
 
     def review(state: Refund) -> dict[str, Any]:
         [response] = interrupt([{
             "action_request": {"action": "issue_refund", "args": {"charge_id": state["charge_id"]}},
-            "config": {"allow_accept": True, "allow_edit": True, "allow_respond": True, "allow_ignore": True},
-            "description": "Refund this charge?"}])
+            "config": config, "description": "Refund this charge?"}])
         return {"decision": json.dumps(response)}
 
     def ask(state: Refund) -> dict[str, Any]:
@@ -425,6 +461,38 @@ async def test_agent_inbox_requests_and_a_plain_question_in_a_workflow(fake):
     assert json.loads(values["decision"]) == {"type": "edit", "args": {"action": "issue_refund",
                                                                       "args": {"charge_id": "ch_8"}}}
     assert values["answer"] == ["sorry for the wait"]
+
+
+async def test_an_approval_as_proposed_where_only_an_edit_is_taken_goes_as_an_edit_of_the_same_arguments(fake):
+    config = {"allow_accept": False, "allow_edit": True, "allow_respond": False, "allow_ignore": True}
+    lg, turn = backend(inbox_graph(config), input=lambda text: {"charge_id": text}), RecordingTurn()
+    parked = await lg.start(turn, "ch_7", None)
+    [review] = parked.pending
+    assert review.decisions == {"edit", "reject"}
+
+    asked = await lg.resume(turn, parked.saved, {review.call_id: Approve()})
+    done = await lg.resume(turn, asked.saved, {asked.pending[0].call_id: Reply(value="ok")})
+
+    assert json.loads(json.loads(done.text)["decision"]) == {
+        "type": "edit", "args": {"action": "issue_refund", "args": {"charge_id": "ch_7"}}}
+
+    fake.reply_tool_call("issue_refund", {"charge_id": "ch_1", "amount": 40}, "call_refund")
+    fake.reply_text("Refunded.")
+    graph = agent(fake, interrupt_on={"issue_refund": {"allowed_decisions": ["edit", "reject"]}})
+    parked = await backend(graph).start(turn, "refund ch_1", None)
+    done = await backend(graph).resume(turn, parked.saved, {"call_refund": Approve()})
+    assert isinstance(done, Finished) and refunds == [("ch_1", 40)]
+
+
+async def test_an_inbox_approval_answered_in_the_tools_place_is_a_response_with_the_words(fake):
+    lg, turn = backend(inbox_graph(), input=lambda text: {"charge_id": text}), RecordingTurn()
+    parked = await lg.start(turn, "ch_7", None)
+    [review] = parked.pending
+
+    asked = await lg.resume(turn, parked.saved, {review.call_id: Reply(value="ask the customer first")})
+    done = await lg.resume(turn, asked.saved, {asked.pending[0].call_id: Reply(value="ok")})
+
+    assert json.loads(json.loads(done.text)["decision"]) == {"type": "response", "args": "ask the customer first"}
 
 
 # --- durability: checkpoints, replays, kills ------------------------------------------------------------

@@ -19,7 +19,7 @@ from langgraph.types import interrupt
 
 from bot.approval import Approval, always
 from bot.backends import wrap
-from bot.governance import four_eyes, n_of_m
+from bot.governance import approvers, four_eyes, n_of_m
 from bot.models.scripted import ScriptedModel
 from localslack.seed import ALICE, BOB, BOT_USER_ID, CAROL, DAVE, GENERAL, TEAM_ID
 from tests.audit_polling import audit_entries
@@ -143,6 +143,14 @@ async def test_a_middleware_that_allows_no_edit_gets_no_edit_button(local_slack,
     assert button(card, "Approve")
     with pytest.raises(AssertionError):
         button(card, "Edit & approve")
+    assert "Approve runs `issue_refund` as proposed: this agent takes no changes to its input." in json.dumps(card.blocks)
+
+
+async def test_a_card_with_edit_and_approve_has_no_as_proposed_line(local_slack, start_app, fake):
+    refund_asked(fake)
+    await start_app(ScriptedModel([]), [], agent=agent(fake))
+    _, card = await mention_and_wait_for_card(local_slack)
+    assert button(card, "Edit & approve") and "as proposed" not in json.dumps(card.blocks)
 
 
 def menu(card) -> dict[str, Any]:
@@ -251,3 +259,174 @@ async def test_a_bot_restarted_between_the_card_and_the_click_resumes_the_thread
 
     await answer_in(local_slack, ts, "Refunded after the restart.")
     assert refunds == [("ch_1", 40)]
+
+
+# --- what the middleware asked, and its "respond" ------------------------------------------------
+
+RESPONDS = {"issue_refund": {"allowed_decisions": ["approve", "reject", "respond"]}}
+
+
+async def reply_instead(slack, user, card, words):
+    await slack.click(user, GENERAL, card.ts, button(card, "Reply instead"))
+    [modal] = await slack.wait_for(lambda: slack.open_views(user))
+    [typed] = [b for b in modal.blocks if b["type"] == "input"]
+    return await slack.submit_view(user, modal.id, {typed["block_id"]: {typed["element"]["action_id"]: words}})
+
+
+async def test_reply_instead_is_what_the_model_reads_and_the_tool_never_runs(local_slack, start_app, fake):
+    refund_asked(fake, then="Store credit it is.")
+    bot = await start_app(ScriptedModel([]), [], agent=agent(fake, **RESPONDS))
+    ts, card = await mention_and_wait_for_card(local_slack)
+    assert "your words go to the agent as `issue_refund`’s result" in json.dumps(card.blocks, ensure_ascii=False)
+
+    assert (await reply_instead(local_slack, ALICE, card, "give her store credit instead")).status == 200
+
+    await answer_in(local_slack, ts, "Store credit it is.")
+    assert refunds == []
+    assert told(fake, "call_refund") == "give her store credit instead"
+    settled = json.dumps(local_slack.message(GENERAL, card.ts).blocks)
+    assert "Replied instead" in settled and "give her store credit instead" in settled
+    assert "did not run" in settled
+    [settlement] = await audit_entries(bot.redis.client, TEAM_ID, kind="settlement", until=bool)
+    assert settlement.data["outcome"] == "responded" and settlement.actor == f"slack:{TEAM_ID}:{ALICE}"
+    [resolution] = await audit_entries(bot.redis.client, TEAM_ID, kind="resolution", until=bool)
+    assert (resolution.data["outcome"], resolution.data["text"]) == ("answered", "give her store credit instead")
+
+
+async def test_a_reply_from_someone_the_policy_does_not_let_answer_is_refused(local_slack, start_app, fake):
+    refund_asked(fake, then="Store credit it is.")
+    await start_app(ScriptedModel([]), [], agent=agent(fake, **RESPONDS))  # requester-only: Alice's turn
+    ts, card = await mention_and_wait_for_card(local_slack)
+
+    await local_slack.click(BOB, GENERAL, card.ts, button(card, "Reply instead"))
+    refusal = await local_slack.wait_for(lambda: local_slack.ephemerals(BOB))
+    assert "Only the person who requested" in refusal[-1].text
+    assert local_slack.open_views(BOB) == []
+    await local_slack.post_message(BOB, GENERAL, "refund her twice", thread_ts=ts)  # Bob's words answer nothing
+    assert card_in(local_slack, ts) is not None and len(fake.requests) == 1
+
+    assert (await reply_instead(local_slack, ALICE, card, "store credit")).status == 200
+    await answer_in(local_slack, ts, "Store credit it is.")
+    assert refunds == [] and told(fake, "call_refund") == "store credit"
+
+
+async def test_the_requester_may_reply_instead_by_typing_in_the_thread(local_slack, start_app, fake):
+    refund_asked(fake, then="Waiting for next week then.")
+    await start_app(ScriptedModel([]), [], agent=agent(fake, **RESPONDS))
+    ts, _ = await mention_and_wait_for_card(local_slack)
+
+    await local_slack.post_message(ALICE, GENERAL, "not before next week", thread_ts=ts)
+
+    await answer_in(local_slack, ts, "Waiting for next week then.")
+    assert refunds == [] and told(fake, "call_refund") == "not before next week"
+
+
+async def test_the_card_says_what_the_middleware_asked_and_never_its_raw_arguments(local_slack, start_app, fake):
+    refund_asked(fake)
+    await start_app(ScriptedModel([]), [], agent=agent(fake, issue_refund={
+        "allowed_decisions": ["approve", "reject"], "description": "Refunds over 30 EUR need a second look"}))
+    _, card = await mention_and_wait_for_card(local_slack)
+    [title] = [b["text"]["text"] for b in card.blocks if b.get("block_id", "").endswith(":title:0")]
+    assert title == "*Approval needed:* `issue_refund`\nRefunds over 30 EUR need a second look"
+    with pytest.raises(AssertionError):
+        button(card, "Reply instead")  # the middleware allows no respond here
+
+
+async def test_the_middlewares_default_description_leaves_the_tools_own_words(local_slack, start_app, fake):
+    refund_asked(fake)
+    await start_app(ScriptedModel([]), [], agent=agent(fake))
+    _, card = await mention_and_wait_for_card(local_slack)
+    [title] = [b["text"]["text"] for b in card.blocks if b.get("block_id", "").endswith(":title:0")]
+    assert title == "*Approval needed:* `issue_refund`\nRefund part or all of a charge."
+    assert "Tool execution requires approval" not in json.dumps(card.blocks) and "Args:" not in json.dumps(card.blocks)
+
+
+async def test_a_cancel_where_the_middleware_takes_only_respond_reaches_the_model_as_a_rejection(
+        local_slack, start_app, fake):
+    refund_asked(fake, then="No refund then.")
+    await start_app(ScriptedModel([]), [], agent=agent(fake, issue_refund={"allowed_decisions": ["approve", "respond"]}))
+    ts, card = await mention_and_wait_for_card(local_slack)
+
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Cancel with reason"))
+    [modal] = await local_slack.wait_for(lambda: local_slack.open_views(ALICE))
+    [reason] = [b for b in modal.blocks if b["type"] == "input"]
+    await local_slack.submit_view(ALICE, modal.id, {reason["block_id"]: {reason["element"]["action_id"]: "duplicate"}})
+
+    await answer_in(local_slack, ts, "No refund then.")
+    assert refunds == []
+    assert told(fake, "call_refund").startswith("User rejected the tool call for `issue_refund` with reason:")
+    assert "duplicate" in told(fake, "call_refund")
+
+
+async def test_a_middleware_that_takes_no_cancel_gets_no_cancel_button_and_says_so(local_slack, start_app, fake):
+    refund_asked(fake, then="Refunded.")
+    await start_app(ScriptedModel([]), [], agent=agent(fake, issue_refund={"allowed_decisions": ["approve"]}))
+    ts, card = await mention_and_wait_for_card(local_slack)
+    labels = [e["text"]["text"] for b in card.blocks if b["type"] == "actions" for e in b["elements"]]
+    assert labels == ["Approve"]
+    assert "This agent takes no cancel for `issue_refund`" in json.dumps(card.blocks)
+
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+    await answer_in(local_slack, ts, "Refunded.")
+    assert refunds == [("ch_1", 40)]
+
+
+async def test_a_message_past_a_card_that_takes_no_cancel_ends_the_run_plainly(local_slack, start_app, fake):
+    refund_asked(fake, then="Never mind then.")
+    await start_app(ScriptedModel([]), [], agent=agent(fake, issue_refund={"allowed_decisions": ["approve"]}))
+    ts, card = await mention_and_wait_for_card(local_slack)
+
+    await local_slack.post_message(ALICE, GENERAL, "actually, forget it", thread_ts=ts)
+
+    said = await answer_in(local_slack, ts, "takes no cancel")
+    assert "`issue_refund` was not approved, and this agent takes no cancel for it" in said.text
+    assert "ValueError" not in said.text and refunds == []
+
+
+async def test_a_middleware_that_takes_no_approval_offers_reply_and_cancel_only(local_slack, start_app, fake):
+    refund_asked(fake, then="I will tell finance.")
+    await start_app(ScriptedModel([]), [], agent=agent(fake, issue_refund={"allowed_decisions": ["reject", "respond"]}))
+    ts, card = await mention_and_wait_for_card(local_slack)
+    labels = [e["text"]["text"] for b in card.blocks if b["type"] == "actions" for e in b["elements"]]
+    assert labels == ["Reply instead", "Cancel", "Cancel with reason"]
+    assert "This agent does not let `issue_refund` run from here" in json.dumps(card.blocks)
+
+    assert (await reply_instead(local_slack, ALICE, card, "ask finance first")).status == 200
+
+    await answer_in(local_slack, ts, "I will tell finance.")
+    assert refunds == [] and told(fake, "call_refund") == "ask finance first"
+
+
+async def test_only_the_approver_list_may_reply_instead(local_slack, start_app, fake):
+    refund_asked(fake, then="Finance says store credit.")
+    fake.reply_text("Noted.")
+    bot = await start_app(ScriptedModel([]), [], agent=wrap(agent(fake, **RESPONDS), policies={
+        "issue_refund": Approval(request=always(), response=approvers("tool:issue_refund"))}))
+    await bot.deps.governance.policies.set_approvers(TEAM_ID, "tool:issue_refund", [BOB], actor="test")
+    ts, card = await mention_and_wait_for_card(local_slack)
+
+    await local_slack.click(CAROL, GENERAL, card.ts, button(card, "Reply instead"))
+    refusal = await local_slack.wait_for(lambda: local_slack.ephemerals(CAROL))
+    assert "<@U0BOB>" in refusal[-1].text and local_slack.open_views(CAROL) == []
+
+    assert (await reply_instead(local_slack, BOB, card, "store credit, not a refund")).status == 200
+
+    await answer_in(local_slack, ts, "Finance says store credit.")
+    assert refunds == [] and told(fake, "call_refund") == "store credit, not a refund"
+    settled = json.dumps(local_slack.message(GENERAL, card.ts).blocks)
+    assert "Replied instead" in settled and "<@U0BOB>" in settled
+
+
+async def test_words_from_a_requester_the_policy_does_not_let_reply_stay_her_message(local_slack, start_app, fake):
+    refund_asked(fake, then="unused")
+    bot = await start_app(ScriptedModel([]), [], agent=wrap(agent(fake, **RESPONDS), policies={
+        "issue_refund": Approval(request=always(), response=approvers("tool:issue_refund"))}))
+    await bot.deps.governance.policies.set_approvers(TEAM_ID, "tool:issue_refund", [BOB], actor="test")
+    ts, card = await mention_and_wait_for_card(local_slack)
+
+    await local_slack.post_message(ALICE, GENERAL, "wait, which card was it?", thread_ts=ts)
+
+    # her message steers the turn, as any message of hers would: the card is no longer needed, nobody replied
+    await local_slack.wait_for(lambda: "No longer needed" in json.dumps(local_slack.message(GENERAL, card.ts).blocks))
+    assert "Replied instead" not in json.dumps(local_slack.message(GENERAL, card.ts).blocks)
+    assert local_slack.ephemerals(ALICE) == [] and refunds == []
