@@ -77,7 +77,25 @@ def langgraph_agent(model_url: str, checkpointer: Any = None) -> Any:
                             "refund_charge": {"allowed_decisions": ["approve", "reject"]}})])
 
 
-_BUILDERS = {"pydantic_ai": pydantic_ai_agent, "openai_agents": openai_agents_agent, "langgraph": langgraph_agent}
+def native_agent(model_url: str) -> Any:
+    """The bot's own loop as a backend (``bot.backends.native``) on the built-in bench's parts: the bot's model
+    client, the project's ``refund_charge`` (``tools.refund_charge``, ``always()``: the requester answers) and
+    the built-in loop's system prompt, so that it does the project's cycle (contenders ``p`` and ``pN``). It
+    offers the built-in tools too, as the project does, so that its model requests are the project's, byte for
+    byte (the bench model never calls them; this backend has no ``ctx.ask`` for them)."""
+    from bot.backends.native import native
+    from bot.builtin import BUILTIN_TOOLS
+    from bot.engine.parts import RuntimeSettings
+    from bot.models.openai import OpenAIChatModel
+
+    from .tools import refund_charge
+
+    model = OpenAIChatModel("bench-model", base_url=model_url, api_key=API_KEY)
+    return native(model, [*BUILTIN_TOOLS, refund_charge], instructions=RuntimeSettings().system_prompt)
+
+
+_BUILDERS = {"native": native_agent, "pydantic_ai": pydantic_ai_agent, "openai_agents": openai_agents_agent,
+             "langgraph": langgraph_agent}
 _built: dict[str, Any] = {}
 
 

@@ -61,7 +61,10 @@ for _key, (_framework, _alone, _streamed) in FRAMEWORKS.items():
                           ["--framework", _framework, "--data-dir", f"{{tmp}}/{_alone}"], None)
     CONTENDERS[_streamed] = (f"{_framework} alone, streamed", "benchmarks.http.framework_apps",
                              ["--framework", _framework, "--data-dir", f"{{tmp}}/{_streamed}", "--stream"], None)
-IN_THE_BOT = {"p", *FRAMEWORKS}  # the project's processes: a session status per thread
+# the built-in loop as an agent backend (bot.backends.native), the project's cycle on the project's parts
+CONTENDERS["pN"] = ("the built-in loop as a backend", "benchmarks.http.project",
+                    ["--data-dir", "{tmp}/pN", "--agent", "benchmarks.http.framework_agents:native"], UNPACED)
+IN_THE_BOT = {"p", "pN", *FRAMEWORKS}  # the project's processes: a session status per thread
 AGENT_PAIRS = ",".join(",".join((key, *alone)) for key, (_, *alone) in FRAMEWORKS.items())
 WRAPPED_GOAL = 1.2  # a framework in the bot costs at most this many times the framework alone, per cycle
 START_TIMEOUT_S = 600.0  # imports under Valgrind, uninstrumented
