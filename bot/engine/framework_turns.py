@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -34,7 +35,7 @@ from bot.backends import (
 )
 from bot.engine.call_outcomes import rejection
 from bot.engine.early_start import EarlyStart
-from bot.engine.execute import INTERRUPTED, jsonable, make_record, session_info
+from bot.engine.execute import INTERRUPTED, jsonable, make_record, observe_tool_run, session_info
 from bot.engine.model_words import logged_failure_words
 from bot.engine.passes import DrivePass, TurnLoop
 from bot.engine.turn_commands import CallMark, RequestsRead
@@ -123,17 +124,21 @@ class EngineTurn:
                 return {"status": "failed", "error": INTERRUPTED}
         self.tool_started(call_id, tool_name, arguments or {})
         self.calls_running += 1
+        started = time.perf_counter()
         try:
             output = await run()
         except asyncio.CancelledError:
+            observe_tool_run(tool_name, "rejected", time.perf_counter() - started)  # stopped, as the built-in loop counts it
             raise  # stopped or shut down: the marker says "started", reported as interrupted if replayed
         except Exception as exc:
+            observe_tool_run(tool_name, "failed", time.perf_counter() - started)
             error = f"{type(exc).__name__}: {exc}"
             await store.mark_call(CallMark(self.session_id, marker, result_json=json.dumps({"error": error})))
             self._result(call_id, tool_name, "failed", None, error)
             raise
         finally:
             self.calls_running -= 1
+        observe_tool_run(tool_name, "completed", time.perf_counter() - started)
         kept = jsonable(output)
         await store.mark_call(CallMark(self.session_id, marker, result_json=json.dumps({"output": kept}, default=str)))
         self.tool_finished(call_id, tool_name, kept)

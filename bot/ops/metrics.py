@@ -121,7 +121,7 @@ MODEL_TOKENS = Counter(
 )
 TOOL_RUNS = Counter(
     "hitl_tool_runs_total",
-    "Tool executions, by tool and outcome (completed, failed, asked).",
+    "Tool executions, by tool and outcome (completed, failed, asked, rejected: stopped while it ran).",
     ["tool", "outcome"],
     registry=None,
 )

@@ -127,3 +127,20 @@ async def test_health_readiness_and_metrics_name_no_workspace_person_thread_or_r
     await bot.wait_idle()
     shown = await everything_shown()
     assert [i for i in ids if i and i in shown] == []
+
+
+async def test_a_framework_agent_s_tool_runs_show_in_metrics(local_slack, start_app):
+    from bot.models.scripted import ScriptedModel
+    from tests.e2e.test_framework_turns import RefundPlan
+
+    bot = await start_app(ScriptedModel([]), [], agent=RefundPlan())
+    before, _ = await scrape(bot)
+    ts, card = await mention_and_wait_for_card(local_slack)
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+    await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Refunded: ch_1" in m.text)
+    await bot.wait_idle()
+    after, _ = await scrape(bot)
+    assert total(after, "hitl_tool_runs_total", tool="refund", outcome="completed") - total(
+        before, "hitl_tool_runs_total", tool="refund", outcome="completed") == 1
+    assert total(after, "hitl_tool_run_seconds_count", tool="refund") - total(
+        before, "hitl_tool_run_seconds_count", tool="refund") == 1
