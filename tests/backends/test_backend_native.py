@@ -19,6 +19,7 @@ from bot.models.scripted import ScriptedModel
 from bot.tools import Tool, tool
 from localslack.seed import ALICE, GENERAL, TEAM_ID
 from tests.audit_polling import audit_entries
+from tests.e2e.framework_script import answer_in, refund_then_answer, told_the_model
 from tests.e2e.test_approval_flow import button, mention_and_wait_for_card
 from tests.e2e.test_decisions import inputs
 from tests.fakes.openai_server import FakeOpenAI
@@ -54,23 +55,6 @@ def lookup_tool(ran: list[dict[str, Any]]) -> Tool:
 
 def model_of(fake: FakeOpenAI) -> OpenAIChatModel:
     return OpenAIChatModel("gpt-4o-mini", base_url=fake.base_url, api_key=KEY)
-
-
-def refund_then_answer(fake: FakeOpenAI) -> None:
-    fake.reply_tool_call("issue_refund", {"charge_id": "ch_1", "amount": 500}, "call_refund")
-    fake.reply_text("Done: the refund went through.")
-
-
-def told_the_model(fake: FakeOpenAI, call_id: str) -> str:
-    """What the model was last told the call returned."""
-    for message in fake.requests[-1].body["messages"]:
-        if message["role"] == "tool" and message["tool_call_id"] == call_id:
-            return message["content"]
-    raise AssertionError(f"the model was not told about {call_id}")
-
-
-def answer_in(slack, ts, words):
-    return slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: words in m.text)
 
 
 async def test_approve_runs_the_refund_once_and_the_model_reads_its_result(local_slack, start_app, fake):

@@ -22,6 +22,7 @@ from bot.models.scripted import ScriptedModel
 from bot.protocol import ActionStarted
 from localslack.seed import ALICE, BOB, BOT_USER_ID, CAROL, DAVE, GENERAL, TEAM_ID
 from tests.audit_polling import audit_entries
+from tests.e2e.framework_script import answer_in
 from tests.e2e.test_approval_flow import button, card_in, mention_and_wait_for_card
 from tests.e2e.test_decisions import inputs
 from tests.fakes.openai_server import FakeOpenAI
@@ -94,10 +95,6 @@ def tool_said(fake: FakeOpenAI, call_id: str) -> str | None:
             if message["role"] == "tool" and message["tool_call_id"] == call_id:
                 return message["content"]
     return None
-
-
-def answer_in(slack, ts, words):
-    return slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: words in m.text)
 
 
 def buttons(message) -> list[str]:

@@ -21,6 +21,7 @@ from bot.models.scripted import ScriptedModel
 from handlers.delivery.status import STATUS_DELAY_S
 from localslack.seed import ALICE, BOB, BOT_USER_ID, CAROL, DAVE, GENERAL, TEAM_ID
 from tests.audit_polling import audit_entries
+from tests.e2e.framework_script import answer_in, refund_then_answer, told_the_model
 from tests.e2e.test_approval_flow import button, card_in, mention_and_wait_for_card
 from tests.e2e.test_decisions import inputs
 from tests.e2e.test_governance import governance
@@ -58,23 +59,6 @@ def support_agent(fake: FakeOpenAI, ran: list[dict[str, Any]]) -> Agent[None, st
         raise CallDeferred(metadata={"question": f"Why refund {charge_id}?", "options": ["duplicate", "fraud"]})
 
     return agent
-
-
-def refund_then_answer(fake: FakeOpenAI) -> None:
-    fake.reply_tool_call("issue_refund", {"charge_id": "ch_1", "amount": 500}, "call_refund")
-    fake.reply_text("Done: the refund went through.")
-
-
-def told_the_model(fake: FakeOpenAI, call_id: str) -> str:
-    """What the model was last told the call returned."""
-    for message in fake.requests[-1].body["messages"]:
-        if message["role"] == "tool" and message["tool_call_id"] == call_id:
-            return message["content"]
-    raise AssertionError(f"the model was not told about {call_id}")
-
-
-def answer_in(slack, ts, words):
-    return slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: words in m.text)
 
 
 async def test_approve_runs_the_refund_once_and_the_audit_names_the_decision(local_slack, start_app, fake):

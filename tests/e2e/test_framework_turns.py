@@ -30,6 +30,7 @@ from bot.models.scripted import ScriptedModel
 from bot.state import state_of
 from handlers.delivery.status import STATUS_DELAY_S
 from localslack.seed import ALICE, BOB, BOT_USER_ID, CAROL, GENERAL
+from tests.e2e.framework_script import answer_in
 from tests.e2e.test_approval_flow import button, mention_and_wait_for_card
 
 
@@ -82,10 +83,6 @@ class RefundPlan:
 
         out = await turn.fence("call_1", "refund", run)
         return Finished(text=f"Refunded: {out['refunded']}", saved="[]")
-
-
-def answer_in(slack, ts, words):
-    return slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: words in m.text)
 
 
 async def test_a_framework_pause_is_our_card_and_the_approved_call_runs_once(local_slack, start_app):

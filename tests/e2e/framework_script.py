@@ -1,0 +1,24 @@
+"""What the framework backends' end-to-end tests share: the model's refund script, what the model was told,
+and the answer in a thread (no framework imported here)."""
+
+from __future__ import annotations
+
+from localslack.seed import GENERAL
+from tests.fakes.openai_server import FakeOpenAI
+
+
+def refund_then_answer(fake: FakeOpenAI) -> None:
+    fake.reply_tool_call("issue_refund", {"charge_id": "ch_1", "amount": 500}, "call_refund")
+    fake.reply_text("Done: the refund went through.")
+
+
+def told_the_model(fake: FakeOpenAI, call_id: str) -> str:
+    """What the model was last told the call returned."""
+    for message in fake.requests[-1].body["messages"]:
+        if message["role"] == "tool" and message["tool_call_id"] == call_id:
+            return message["content"]
+    raise AssertionError(f"the model was not told about {call_id}")
+
+
+def answer_in(slack, ts, words):  # noqa: ANN001, ANN201 - LocalSlack, its message
+    return slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: words in m.text)
