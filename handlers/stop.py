@@ -11,7 +11,7 @@ Who: the clicker from the verified event; like a typed stop, only the person who
 
 Which turn: the one it was pressed on. Slack sends the event again (same ``event_id``, ``X-Slack-Retry-Num``)
 when it did not see the 200 in time, up to minutes later: a redelivery is dropped by its event id
-(``SlackDeps.first_delivery``), and a press that reaches the bot only after its turn ended (its first delivery
+(``SlackDeps.once``), and a press that reaches the bot only after its turn ended (its first delivery
 failed) finds that turn over by the press's own time (``event_ts``): a turn started since goes on.
 """
 
@@ -42,8 +42,9 @@ def register(app: AsyncApp, deps: SlackDeps) -> None:
         team, channel_id, thread_ts = installation_team(body), event.get("channel"), event.get("thread_ts")
         if principal is None or not team or not channel_id or not thread_ts:
             return
-        if not await deps.first_delivery(body):
-            return  # Slack sent it again: the press was acted on already
+        async with deps.once(body) as first:
+            if not first:
+                return  # Slack sent it again: the press was acted on already
         sid = slack_session_id(team, channel_id, thread_ts)
         # after the ack: cancelling drives the session, which may wait on its lease
         deps.tasks.spawn(_stop(deps, client, sid, principal, channel_id, thread_ts, pressed_at(body, event)),
