@@ -5,9 +5,12 @@ the model on the local OpenAI-compatible server (so the tests read what the mode
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
+from urllib.parse import urlencode
 
+import httpx
 import pytest
 
 from bot.approval import always
@@ -154,3 +157,31 @@ async def test_a_question_nobody_answers_in_time_reaches_the_tool_as_expired(loc
 def _card_saying(slack, ts, words):  # noqa: ANN001, ANN202 - LocalSlack, its message
     card = card_in(slack, ts)
     return card if card is not None and words in json.dumps(card.blocks) else None
+
+
+async def test_one_answer_delivered_to_two_replicas_runs_the_tools_effect_once(local_slack, start_app, fake):
+    ran: list[tuple[str, Any]] = []
+    asks_for_refund(fake, "Refunded to the wallet.")
+    agent = native(model_of(fake), [refund_to_tool(ran)])
+    first = await start_app(ScriptedModel([]), [], agent=agent)
+    ts, card = await mention_and_wait_for_card(local_slack, "refund ch_1")
+    second = await start_app(ScriptedModel([]), [], agent=agent)  # the same Redis
+    pick = menu(card)
+    [wallet] = [o for o in pick["options"] if o["text"]["text"] == "wallet"]
+    local_slack.set_bot_url(None)  # the pick as Slack sends it, posted to both replicas by hand
+    picked = await local_slack.select(ALICE, GENERAL, card.ts, pick["action_id"], wallet["value"])
+    assert picked.error == "no_bot_url" and picked.payload
+
+    body = urlencode({"payload": json.dumps(picked.payload)}).encode()
+    headers = {"Content-Type": "application/x-www-form-urlencoded", **local_slack.sign(body)}
+    async with httpx.AsyncClient(timeout=10) as client:
+        acks = await asyncio.gather(*(client.post(f"{bot.url}/slack/events", content=body, headers=headers)
+                                      for bot in (first, second, first, second)))
+    local_slack.set_bot_url(f"{second.url}/slack/events")
+
+    assert [a.status_code for a in acks] == [200] * 4
+    await answer_in(local_slack, ts, "Refunded to the wallet.")
+    await first.wait_idle()
+    await second.wait_idle()
+    assert ran == [("ch_1", "wallet")] and len(fake.requests) == 2
+    assert sum("Refunded to the wallet." in m.text for m in local_slack.messages(GENERAL, ts)) == 1
