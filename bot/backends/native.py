@@ -7,15 +7,26 @@ and, when it may run, the execution fence (``turn.fence``); the response is chec
 tools run; a call people must decide parks the run. It exists to weigh the backend interface against the
 built-in loop on the same cycle (``benchmarks/http``: contenders ``p`` and ``pN``).
 
+A tool's ``ctx.ask`` is durable by replay, as in the built-in loop: the question is a :class:`PendingCall` of
+kind "question" with the id ``<call id>#ask<n>`` (its n-th question, from 0), the answer comes back as a
+:class:`~bot.backends.Reply` under that id (an expired or steered-past question as a ``Reject`` saying so),
+and the tool runs again from the top with its answers so far. Each run after an answer is fenced apart
+(``turn.fence(..., answered=n)``), so what the tool does after its last question runs at most once; a run
+that asked records its question, not a death mid-run. The session limit: each model call is reported
+(``turn.model_used``) and, once ``turn.over_budget``, the run pauses before its next one with
+``Parked(pending=[])``; the engine asks whether to go on and resumes it with no answers.
+
 ``saved`` is JSON: the conversation as Chat Completions messages (no system message: the instructions are
 put first at each model call). A paused run's last assistant message holds calls without a tool message:
-those are what :meth:`NativeBackend.resume` answers.
+those are what :meth:`NativeBackend.resume` answers. While a call waits on its question, ``saved`` is
+``{"messages": …, "asking": {call id: its question, its answers so far, its approval}}``.
 
-Left out (the built-in loop has them): sub-agents and delegation, the session limit (step and token
-budgets), MCP and OpenAPI tools, ``ctx.ask`` / ``ctx.form`` from inside a tool, external-result tools, the
-history window and compaction, the tool-run metrics (the fence does not count runs), the tool's workspace and its caller (``ctx.principal``, ``ctx.session``'s
-people and team are unknown to a backend), and the model failure's own words (a :class:`Failed` says it).
-A tool's card options beyond its approval policy (prompt, deadlines, preview) are not carried by the proxy.
+Left out (the built-in loop has them): sub-agents and delegation, MCP and OpenAPI tools, ``ctx.form`` from
+inside a tool (it answers "unavailable"), a question's option descriptions and button styles (a menu of
+labels), who answered a question (``Answer.responder`` is None), external-result tools, the history window
+and compaction, the tool's workspace and its caller (``ctx.principal``, ``ctx.session``'s people and team
+are unknown to a backend), and the model failure's own words (a :class:`Failed` says it). A tool's card
+options beyond its approval policy (prompt, deadlines, preview) are not carried by the proxy.
 """
 
 from __future__ import annotations
