@@ -88,7 +88,6 @@ class EngineTurn:
         self._begin = asyncio.Lock()  # a step's parallel calls: the first one's start writes the checkpoint
         self.calls_running = 0  # fenced calls running now: a stop asked on another replica is polled for then
         self.approved = set(approved)  # call ids people approved in this resume: not gated again
-        self.counts_steps = False  # the backend reports its model calls (``model_used``): the turn's steps are those
 
     @property
     def stopped(self) -> bool:
@@ -113,8 +112,8 @@ class EngineTurn:
 
     def model_used(self, tokens: int) -> None:
         turn = self._state.turn
-        assert turn is not None
-        self.counts_steps = True
+        assert turn is not None and turn.run is not None
+        turn.run.counts_steps = True
         turn.steps += 1
         turn.tokens += tokens
 
@@ -349,7 +348,7 @@ class FrameworkTurns:
     async def _ended(self, p: DrivePass, state: SessionState, engine_turn: EngineTurn, outcome: Outcome) -> bool:
         turn = state.turn
         assert turn is not None and turn.run is not None
-        if not engine_turn.counts_steps:  # a backend that reports no model calls: each run is a step
+        if not turn.run.counts_steps:  # a backend that reports no model calls: each run is a step
             turn.steps += 1
         events = engine_turn.take_events()
         if isinstance(outcome, Finished):

@@ -12,6 +12,7 @@ import pytest
 
 from bot.backends.native import native
 from bot.models.scripted import ScriptedModel
+from bot.tools import ToolContext, tool
 from localslack.seed import ALICE, GENERAL
 from tests.backends.test_backend_native import KEY, lookup_tool, model_of
 from tests.e2e.framework_script import answer_in, told_the_model
@@ -64,3 +65,23 @@ async def test_stop_on_the_limit_card_ends_the_turn_saying_so_and_the_next_turn_
     await answer_in(local_slack, ts, "The charge is 5 EUR.")  # the next turn's model call, on a fresh budget
     assert json.loads(told_the_model(fake, "call_look")) == {"charge_id": "ch_1", "amount": 500}
     assert fake.requests[-1].body["messages"][-1] == {"role": "user", "content": "so how much was it?"}
+
+
+async def test_only_model_calls_use_the_step_budget_not_a_tools_questions(local_slack, start_app, fake):
+    @tool
+    async def change_plan(ctx: ToolContext) -> str:
+        """Change the deployment plan."""
+        env = await ctx.ask("Which environment?", ["prod", "staging"])
+        why = await ctx.ask("Why now?")
+        return f"{env.value}: {why.value}"
+
+    fake.reply_tool_call("change_plan", {}, "call_plan")
+    fake.reply_text("Planned.")
+    await start_app(ScriptedModel([]), [], agent=native(model_of(fake), [change_plan]), BOT_STEP_BUDGET="2")
+    ts, _ = await mention_and_wait_for_card(local_slack, "change the plan")
+    await local_slack.post_message(ALICE, GENERAL, "staging", thread_ts=ts)
+    await local_slack.wait_for(lambda: "Why now?" in json.dumps(getattr(card_in(local_slack, ts), "blocks", None)))
+    await local_slack.post_message(ALICE, GENERAL, "the release train leaves at 5", thread_ts=ts)
+
+    await answer_in(local_slack, ts, "Planned.")  # the second model call: no "Keep going?" card before it
+    assert told_the_model(fake, "call_plan") == "staging: the release train leaves at 5"
