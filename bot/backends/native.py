@@ -38,7 +38,7 @@ from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as dist_version
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 from pydantic_core import to_jsonable_python
 
 from bot.backends import (
@@ -57,6 +57,7 @@ from bot.backends import (
     WrappedAgent,
     wrap,
 )
+from bot.deferred import DeferredModel
 from bot.models.base import ChatModel, Message, ModelError, ToolCall
 from bot.ops.metrics import MeteredModel
 from bot.protocol import Answer as ToolAnswer
@@ -115,7 +116,7 @@ def question_id(call_id: str, index: int) -> str:
     return f"{call_id}#ask{index}"
 
 
-class Asking(BaseModel):
+class Asking(DeferredModel):
     """A call that asked (``ctx.ask``) and waits on its answer: what its next run needs, kept in ``saved``."""
 
     question: AskRequest
