@@ -35,6 +35,7 @@ import handlers.routes.results
 from blocks.forms import FormUnsupported, check_form_model
 from bot.assembly import build_model, load_agent, load_tools, mcp_config, with_agent_tools
 from bot.backends import WrappedAgent, wrap
+from bot.backends.native_registry import native_on_registry
 from bot.config import ConfigError, Settings
 from bot.engine.installed import Installed
 from bot.engine.parts import UNHURRIED_S
@@ -380,17 +381,21 @@ async def _start(
     # built before the runtime, which hands it to every policy (ctx.policies); Governance reads it too
     policies = _policy_source(settings, PolicyStore(redis.client, audit), client_for,
                               oauth.installation_store if oauth else None)
+    runtime_settings = RuntimeSettings(step_budget=settings.step_budget, token_budget=settings.token_budget,
+                                       history_window=settings.history_window, history_limit=settings.history_limit,
+                                       max_active_turns=settings.max_active_turns,
+                                       unhurried_seconds=UNHURRIED_S * settings.delay_scale)
+    model = metered(model)
+    if agent is None and settings.loop == "native":  # the bot's own loop through the backend interface
+        agent = native_on_registry(model, registry, runtime_settings)
     runtime = runtime_class(
         **handover,
         store=turns,
         outbox_store=outbox_store,
-        model=metered(model),
+        model=model,
         tools=registry,
         channel=channel,
-        settings=RuntimeSettings(step_budget=settings.step_budget, token_budget=settings.token_budget,
-                                 history_window=settings.history_window, history_limit=settings.history_limit,
-                                 max_active_turns=settings.max_active_turns,
-                                 unhurried_seconds=UNHURRIED_S * settings.delay_scale),
+        settings=runtime_settings,
         workspace=SlackWorkspace(client_for),  # ctx.workspace: tools post in their session's workspace
         schedules=schedules,  # /agent schedule
         live=slack_channel.live,  # answers stream into Slack as the model writes them

@@ -51,6 +51,9 @@ class Settings(BaseSettings):
     # module:attribute of a team's own agent (pydantic-ai, OpenAI Agents SDK, LangGraph), or of
     # ``bot.backends.wrap(agent, policies=…)``: it drives the turns in place of the built-in loop (bot.backends)
     agent: str | None = Field(default=None, alias="BOT_AGENT")
+    # the bot's own loop when no BOT_AGENT is given: "builtin" (bot.engine.drive) or "native" (the same tools and
+    # settings driven through the agent-backend interface: bot.backends.native_registry)
+    loop: Literal["builtin", "native"] = Field(default="builtin", alias="BOT_LOOP")
     bot_admins: str = Field(default="", alias="BOT_ADMINS")
     step_budget: int = Field(default=20, alias="BOT_STEP_BUDGET", ge=1)
     token_budget: int = Field(default=200_000, alias="BOT_TOKEN_BUDGET", ge=1000)
@@ -99,6 +102,13 @@ class Settings(BaseSettings):
         if isinstance(value, str) and value.strip().lower() in ("slack", "off"):
             return value.strip().lower()
         raise ValueError(f"{value!r} is not a pacing: use slack (the default: Slack's rate limits) or off")
+
+    @field_validator("loop", mode="before")
+    @classmethod
+    def a_loop(cls, value: object) -> object:
+        if isinstance(value, str) and value.strip().lower() in ("builtin", "native"):
+            return value.strip().lower()
+        raise ValueError(f"{value!r} is not a loop: use builtin (the default) or native")
 
     @field_validator("role", mode="before")
     @classmethod

@@ -84,6 +84,9 @@ class FrameworkRun(DeferredModel):
     framework: str
     version: str
     fingerprint: str  # of the agent's tools (``bot.backends.fingerprint``)
+    # a backend on the runtime's live registry: the tools its pause waits on, each with its own fingerprint
+    # (``bot.engine.tool_registry.tool_fingerprint``): only these must be unchanged for it to resume
+    called: dict[str, str] = Field(default_factory=dict)
     saved: str | None = None  # the framework's own state, last checkpointed
     request_ids: list[str] = Field(default_factory=list)  # the requests its pause waits on
     counts_steps: bool = False  # the backend reports its model calls: the turn's steps are those, not its runs

@@ -50,6 +50,9 @@ class PendingCall(DeferredModel):
     decisions: frozenset[Decision] = frozenset({"approve", "reject"})
     allow_free_text: bool = True  # a question: people may type their own answer besides its options
     expires_after_s: float | None = None  # a question: unanswered this long, it ends "expired" (a Reject)
+    # a question that is a form to fill in (a tool's ``ctx.form``): its JSON schema (``bot.forms``); the
+    # answer is a :class:`Reply` whose value is the submitted values by field name
+    form: dict[str, Any] | None = None
 
 
 class Approve(DeferredModel):

@@ -32,7 +32,7 @@ options beyond its approval policy (prompt, deadlines, preview) are not carried 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as dist_version
@@ -58,7 +58,8 @@ from bot.backends import (
     wrap,
 )
 from bot.deferred import DeferredModel
-from bot.models.base import ChatModel, Message, ModelError, ToolCall
+from bot.engine.history import compact
+from bot.models.base import ChatModel, Message, ModelError, ToolCall, ToolSpec
 from bot.ops.metrics import MeteredModel
 from bot.protocol import Answer as ToolAnswer
 from bot.protocol import CancelRequested, LeaseLost
@@ -67,28 +68,52 @@ from bot.state import CallResult
 from bot.tools import AskParked, AskRequest, Tool, ToolContext, as_dict
 
 FRAMEWORK = "native"
+HISTORY_LIMIT = 1_000  # the built-in loop's default (BOT_HISTORY_LIMIT)
 try:
     VERSION = dist_version("slack-hitl-bot")
 except PackageNotFoundError:  # run from a checkout that was never installed
     VERSION = "0"
 
 
-def native(model: ChatModel, tools: Sequence[Tool], *, instructions: str | None = None) -> WrappedAgent:
+def native(model: ChatModel, tools: Sequence[Tool], *, instructions: str | None = None,
+           history_limit: int = HISTORY_LIMIT) -> WrappedAgent:
     """The bot's own loop on ``model`` and ``tools``, each tool under its own approval policy."""
-    return wrap(NativeBackend(model, tools, instructions=instructions),
+    return wrap(NativeBackend(model, tools, instructions=instructions, history_limit=history_limit),
                 policies={t.name: t.approval for t in tools})
 
 
 class NativeBackend:
     framework = FRAMEWORK
     version = VERSION
+    # its tools are fixed: a paused run resumes only into the same ones (the whole toolset's fingerprint);
+    # a backend on the runtime's registry (``bot.backends.native_registry``) says True
+    live_tools = False
 
-    def __init__(self, model: ChatModel, tools: Sequence[Tool], *, instructions: str | None = None):
+    def __init__(self, model: ChatModel, tools: Sequence[Tool], *, instructions: str | None = None,
+                 history_limit: int = HISTORY_LIMIT):
         # timed and its tokens counted as the built-in loop's model is (hitl_model_*)
         self.model = model if isinstance(model, MeteredModel) else MeteredModel(model)
-        self.instructions = instructions
-        self.by_name = {t.name: t for t in tools}
-        self.specs = [t.spec() for t in tools]
+        self._instructions = instructions
+        self._history_limit = history_limit
+        self._tools = {t.name: t for t in tools}
+
+    @property
+    def by_name(self) -> Mapping[str, Tool]:
+        """Its tools by name, as they are now (read at each model call and each call's run)."""
+        return self._tools
+
+    @property
+    def specs(self) -> list[ToolSpec]:
+        return [t.spec() for t in self.by_name.values()]
+
+    @property
+    def instructions(self) -> str | None:
+        return self._instructions
+
+    @property
+    def history_limit(self) -> int:
+        """Messages of the saved conversation kept after a run ends (``bot.engine.history.compact``); 0: all."""
+        return self._history_limit
 
     def tools(self) -> list[ToolInfo]:
         return [ToolInfo(name=t.name, description=t.description, parameters=t.spec().parameters,
@@ -160,7 +185,7 @@ class _Run:
                 text = response.text or response.refusal
                 if not text:
                     return Failed(reason="The model answered nothing to show.", saved=self._saved(whole=True))
-                return Finished(text=text, saved=self._saved())
+                return Finished(text=text, saved=self._saved(whole=True))
             # the response is stored before any of its tools run (serialized only if the engine writes it: a
             # pause or an end stores the outcome's state instead)
             await self.turn.checkpoint(partial(json.dumps, list(self.messages)))
@@ -194,7 +219,10 @@ class _Run:
         if reply is None:  # no answer came back for it: it is asked again
             return self._question(call, asking)
         del self.asking[call.id]
-        if isinstance(reply, Reply):
+        if isinstance(reply, Reply) and asking.question.form is not None:  # a form's values, by field name
+            values = reply.value if isinstance(reply.value, dict) else {}
+            told = ToolAnswer(status="answered", values=values)
+        elif isinstance(reply, Reply):
             chosen = next((o for o in asking.question.options if o.label == reply.value), None)
             told = (ToolAnswer(status="answered", option_id=chosen.id) if chosen is not None
                     else ToolAnswer(status="answered", text=str(reply.value)))
@@ -210,7 +238,7 @@ class _Run:
         ask = asking.question
         return PendingCall(call_id=question_id(call.id, len(asking.answers)), tool_name=call.name, kind="question",
                            prompt=ask.prompt, options=[o.label for o in ask.options],
-                           allow_free_text=ask.allow_free_text, expires_after_s=ask.timeout_s)
+                           allow_free_text=ask.allow_free_text, expires_after_s=ask.timeout_s, form=ask.form)
 
     async def _gate(self, call: ToolCall) -> str | PendingCall:
         """What the model reads of the call, or what people must decide of it first."""
@@ -241,15 +269,10 @@ class _Run:
             args = tool.parse(edited if edited is not None else call.arguments)
         except ValueError as exc:
             return CallResult(status="failed", error=str(exc)).content()
-        told = list(answers)
-        while True:
-            try:
-                result = await self._fenced(call, tool, args, told)
-                break
-            except AskParked as parked:
-                if parked.ask.form is None:
-                    return self._question(call, Asking(question=parked.ask, answers=told, approved=approved))
-                told.append(ToolAnswer(status="unavailable"))  # ctx.form is not offered to a native tool yet
+        try:
+            result = await self._fenced(call, tool, args, list(answers))
+        except AskParked as parked:  # a question (ctx.ask) or a form (ctx.form): the call waits on it
+            return self._question(call, Asking(question=parked.ask, answers=list(answers), approved=approved))
         content = result.content()
         if edited is None:
             return content
@@ -311,8 +334,9 @@ class _Run:
         return [{"role": "system", "content": instructions}, *self.messages] if instructions else self.messages
 
     def _saved(self, *, whole: bool = False) -> str:
-        """The conversation as JSON; ``whole``: without a last response whose calls did not all run (the
-        next turn can follow it). Calls waiting on their question are kept beside it, with their answers so far."""
+        """The conversation as JSON; ``whole``: the run ends, so without a last response whose calls did not all
+        run (the next turn can follow it), and bounded to the newest ``history_limit`` messages. Calls waiting
+        on their question are kept beside it, with their answers so far."""
         messages = self.messages
         if whole and self._unanswered():
             cut = max(i for i, m in enumerate(messages) if m.get("role") == "assistant")
@@ -320,6 +344,8 @@ class _Run:
         elif self.asking:
             asking = {cid: a.model_dump(mode="json") for cid, a in self.asking.items()}
             return json.dumps({"messages": messages, "asking": asking})
+        if whole:  # the run ends: what the next turn carries is bounded as the built-in loop bounds its history
+            messages = compact(messages, self.backend.history_limit)
         return json.dumps(messages)
 
     async def _text(self, delta: str) -> None:

@@ -39,6 +39,7 @@ from bot.engine.early_start import EarlyStart
 from bot.engine.execute import INTERRUPTED, jsonable, make_record, observe_tool_run, session_info
 from bot.engine.model_words import logged_failure_words
 from bot.engine.passes import DrivePass, TurnLoop
+from bot.engine.tool_registry import tool_fingerprint
 from bot.engine.turn_commands import CallMark, RequestsRead
 from bot.principals import Principal
 from bot.protocol import (
@@ -65,6 +66,8 @@ from bot.tools import AskParked, AskRequest, Tool
 
 log = logging.getLogger(__name__)
 
+CHANGED_TOOL = ("This turn paused on {tool}, which changed since (its arguments or its approval), so it was not "
+                "resumed into different code. Ask again to start over.")
 CHANGED = ("This turn paused under a different version of the agent (its tools changed since), so it was "
            "not resumed into different code. Ask again to start over.")
 
@@ -229,6 +232,9 @@ class FrameworkTurns:
 
     def __init__(self, driver: TurnLoop, backend: AgentBackend):
         self.driver, self.backend = driver, backend
+        # its tools are the runtime's registry as it is now (``live_tools``): a deploy or an MCP server's new
+        # list changes them, so a paused run is held only to the tools its pause waits on (``_unchanged``)
+        self._live = bool(getattr(backend, "live_tools", False))
         tools = backend.tools()
         self._fingerprint = fingerprint(tools)
         self._formable = {t.name for t in tools if t.args_model is not None}  # an edit form could be shown
@@ -267,7 +273,13 @@ class FrameworkTurns:
                 return False  # still waiting on people
         else:
             answers = {}
-        if (run.framework, run.fingerprint) != (self.backend.framework, self._fingerprint):
+        if self._live and run.framework == self.backend.framework:
+            if (changed := self._unchanged(run)) is not None:
+                log.warning("session %s: turn %s paused on %s, whose schema or approval changed since",
+                            p.session_id, turn.turn_id, changed)
+                await self.driver.fail_turn(p, state, CHANGED_TOOL.format(tool=changed))
+                return False
+        elif (run.framework, run.fingerprint) != (self.backend.framework, self._fingerprint):
             log.warning("session %s: turn %s paused under %s %s (tools %s), this process runs %s %s (tools %s)",
                         p.session_id, turn.turn_id, run.framework, run.version, run.fingerprint,
                         self.backend.framework, self.backend.version, self._fingerprint)
@@ -278,6 +290,23 @@ class FrameworkTurns:
         saved = run.saved
         return await self._go(p, state, snap, lambda t: self.backend.resume(t, saved, answers),
                               approved={cid for cid, a in answers.items() if isinstance(a, Approve)})
+
+    def _unchanged(self, run: FrameworkRun) -> str | None:
+        """For a backend on the live registry: the first tool its pause waits on that changed, or None. A tool
+        gone from this process raises ToolUnavailable, as for the built-in loop: retried, another replica (or
+        the MCP server back) may have it, and the turn fails visibly after the drive's failures in a row."""
+        for name, kept in sorted(run.called.items()):
+            tool = self.driver.exec.require(name)
+            if tool_fingerprint(tool) != kept:
+                return name
+        return None
+
+    def _called(self, pending: list[PendingCall]) -> dict[str, str]:
+        """The tools a pause waits on, with their fingerprints (a live registry's backend only)."""
+        if not self._live:
+            return {}
+        tools = {c.tool_name: self.driver.p.tools.get(c.tool_name) for c in pending}
+        return {name: tool_fingerprint(t) for name, t in tools.items() if t is not None}
 
     async def _start(self, p: DrivePass, state: SessionState, snap: SessionSnapshot) -> bool:
         """The run from the person's message (the history's last, put there by the turn's start)."""
@@ -305,7 +334,10 @@ class FrameworkTurns:
     def _answer(self, record: RequestRecord) -> Answer:
         by = record.responder.principal_id if record.responder else None
         response = record.response
-        if record.request.kind == "question":
+        if record.request.kind == "user-input":  # a form: its submitted values
+            if record.outcome == "answered" and response is not None:
+                return Reply(value=response.values or {}, by=by)
+        elif record.request.kind == "question":
             if record.outcome == "answered" and response is not None:
                 labels = {o.id: o.label for o in record.request.options}
                 value = labels.get(response.option_id or "", response.option_id) if response.option_id else response.text
@@ -380,6 +412,7 @@ class FrameworkTurns:
         turn = state.turn
         assert turn is not None and turn.run is not None
         turn.run.saved = outcome.saved
+        turn.run.called = self._called(outcome.pending)
         records = [self._request(state, pending) for pending in outcome.pending]
         batch = [r.request_id for r in records]
         for record in records:
@@ -391,6 +424,10 @@ class FrameworkTurns:
                   InputRequested(session_id=p.session_id, turn_id=turn.turn_id, requests=[r.request for r in records]),
                   TurnWaiting(session_id=p.session_id, turn_id=turn.turn_id, on="input")]
         await self.driver.park(p, state, events, records)
+
+    def _formable_now(self) -> set[str]:
+        """The tools an edit form could be shown for (a live registry's, as they are now)."""
+        return {t.name for t in self.backend.tools() if t.args_model is not None} if self._live else self._formable
 
     def _request(self, state: SessionState, pending: PendingCall) -> RequestRecord:
         turn = state.turn
@@ -404,7 +441,7 @@ class FrameworkTurns:
             if "edit" not in pending.decisions:
                 req.editable = False
                 # where an edit form could be shown, the card says why there is none
-                req.fixed_input = pending.tool_name in self._formable and bool(pending.arguments)
+                req.fixed_input = pending.tool_name in self._formable_now() and bool(pending.arguments)
             if "respond" in pending.decisions:  # people may answer in the tool's place
                 req.allow_free_text = True
             if not {"reject", "respond"} & pending.decisions:  # nothing a cancel could be told as
@@ -416,14 +453,16 @@ class FrameworkTurns:
                 req.prompt = words
             return record
         options = [InputOption(id=f"o{i}", label=label) for i, label in enumerate(pending.options)]
+        form = pending.form  # a tool's ctx.form: a form to fill in, as the built-in loop asks it
         req = InputRequest(
             request_id=new_request_id(state.ref.session_id),
-            kind="question",
+            kind="user-input" if form else "question",
             prompt=pending.prompt or f"{pending.tool_name} asks for an answer.",
             action=ActionRef(call_id=pending.call_id, tool_name=pending.tool_name),
-            options=options,
-            display="select" if options else "text",
-            allow_free_text=pending.allow_free_text or not options,
+            options=[] if form else options,
+            display="form" if form else "select" if options else "text",
+            allow_free_text=not form and (pending.allow_free_text or not options),
+            form=form,
             principal=turn.owner,
             session_id=state.ref.session_id,
             turn_id=turn.turn_id,

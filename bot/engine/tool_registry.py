@@ -6,11 +6,15 @@ nothing of it: a tool is defined once, and where it is offered (to whom) is the 
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import json
 import logging
 from collections.abc import Iterable
+from typing import Any
 
 from bot.agents import DELEGATE, SubAgent
+from bot.approval import Policy
 from bot.builtin.delegate import delegate_tool, describe
 from bot.models.base import ToolSpec
 from bot.tools import Tool
@@ -123,6 +127,23 @@ class ToolRegistry:
                 self.register(t)
             for agent in agents:
                 self.register_agent(agent)
+
+
+def tool_fingerprint(t: Tool) -> str:
+    """A digest of what a call to ``t`` was decided under: its name, its arguments' schema and its approval
+    (request and response policies, as they describe themselves; editable, external). Its description is
+    left out: a reworded one changes nothing a paused call was approved for."""
+    shape = [t.name, t.spec().parameters, _policy_shape(t.approval.request), _policy_shape(t.approval.response),
+             t.editable, t.external]
+    return hashlib.sha256(json.dumps(shape, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _policy_shape(policy: Policy | None) -> list[Any] | None:
+    if policy is None:
+        return None
+    rule = getattr(policy.rule, "__qualname__", type(policy.rule).__qualname__)
+    return [policy.kind, policy.label, policy.description, list(policy.reads_lists), policy.required,
+            policy.admits_external, policy.records_grant, f"{getattr(policy.rule, '__module__', '')}.{rule}"]
 
 
 def _origin(t: Tool) -> str:
