@@ -35,9 +35,9 @@ import handlers.routes.results
 from blocks.forms import FormUnsupported, check_form_model
 from bot.assembly import build_model, load_agent, load_tools, mcp_config, with_agent_tools
 from bot.backends import WrappedAgent, wrap
-from bot.backends.native_registry import native_on_registry
 from bot.config import ConfigError, Settings
 from bot.engine.installed import Installed
+from bot.engine.native_loop import native_on_registry
 from bot.engine.parts import UNHURRIED_S
 from bot.engine.result_tokens import TOKEN_TTL_S, TokenHolders, token_key
 from bot.engine.roles import NoModel, Wakeups, WebRuntime

@@ -52,7 +52,7 @@ class Settings(BaseSettings):
     # ``bot.backends.wrap(agent, policies=…)``: it drives the turns in place of the built-in loop (bot.backends)
     agent: str | None = Field(default=None, alias="BOT_AGENT")
     # the bot's own loop when no BOT_AGENT is given: "builtin" (bot.engine.drive) or "native" (the same tools and
-    # settings driven through the agent-backend interface: bot.backends.native_registry)
+    # settings driven through the agent-backend interface: bot.engine.native_loop)
     loop: Literal["builtin", "native"] = Field(default="builtin", alias="BOT_LOOP")
     bot_admins: str = Field(default="", alias="BOT_ADMINS")
     step_budget: int = Field(default=20, alias="BOT_STEP_BUDGET", ge=1)

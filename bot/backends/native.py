@@ -12,21 +12,29 @@ kind "question" with the id ``<call id>#ask<n>`` (its n-th question, from 0), th
 :class:`~bot.backends.Reply` under that id (an expired or steered-past question as a ``Reject`` saying so),
 and the tool runs again from the top with its answers so far. Each run after an answer is fenced apart
 (``turn.fence(..., answered=n)``), so what the tool does after its last question runs at most once; a run
-that asked records its question, not a death mid-run. The session limit: each model call is reported
-(``turn.model_used``) and, once ``turn.over_budget``, the run pauses before its next one with
-``Parked(pending=[])``; the engine asks whether to go on and resumes it with no answers.
+that asked records its question, not a death mid-run. A tool's ``ctx.form`` is asked the same way: the
+question carries the form's JSON schema (``PendingCall.form``) and its answer is a ``Reply`` of the submitted
+values. The session limit: each model call is reported (``turn.model_used``) and, once ``turn.over_budget``,
+the run pauses before its next one with ``Parked(pending=[])``; the engine asks whether to go on and resumes
+it with no answers.
+
+Its tools are read when used (``by_name``, ``specs``): here a fixed list, whose tools the engine knows as
+proxies (``bot.backends.proxies``); ``bot.engine.native_loop`` puts it on the runtime's registry instead
+(``BOT_LOOP=native``: the real tools, the settings' instructions, the saved conversation bounded by
+``bounded`` as the built-in loop bounds its history).
 
 ``saved`` is JSON: the conversation as Chat Completions messages (no system message: the instructions are
 put first at each model call). A paused run's last assistant message holds calls without a tool message:
 those are what :meth:`NativeBackend.resume` answers. While a call waits on its question, ``saved`` is
 ``{"messages": …, "asking": {call id: its question, its answers so far, its approval}}``.
 
-Left out (the built-in loop has them): sub-agents and delegation, MCP and OpenAPI tools, ``ctx.form`` from
-inside a tool (it answers "unavailable"), a question's option descriptions and button styles (a menu of
-labels), who answered a question (``Answer.responder`` is None), external-result tools, the history window
-and compaction, the tool's workspace and its caller (``ctx.principal``, ``ctx.session``'s people and team
-are unknown to a backend), and the model failure's own words (a :class:`Failed` says it). A tool's card
-options beyond its approval policy (prompt, deadlines, preview) are not carried by the proxy.
+Left out (the built-in loop has them): sub-agents and delegation, a question's option descriptions and button
+styles (a menu of labels), who answered a question or filled in a form (``Answer.responder`` is None),
+external-result tools, the history window (what the model is shown of a long session), the tool's workspace
+and its caller (``ctx.principal``, ``ctx.session``'s people and team are unknown to a backend), and the model
+failure's own words (a :class:`Failed` says it). Built with ``native(model, tools)``: a tool's card options
+beyond its approval policy (prompt, deadlines, preview) are not carried by the proxy, and the saved
+conversation is kept whole.
 """
 
 from __future__ import annotations
@@ -58,7 +66,6 @@ from bot.backends import (
     wrap,
 )
 from bot.deferred import DeferredModel
-from bot.engine.history import compact
 from bot.models.base import ChatModel, Message, ModelError, ToolCall, ToolSpec
 from bot.ops.metrics import MeteredModel
 from bot.protocol import Answer as ToolAnswer
@@ -68,17 +75,15 @@ from bot.state import CallResult
 from bot.tools import AskParked, AskRequest, Tool, ToolContext, as_dict
 
 FRAMEWORK = "native"
-HISTORY_LIMIT = 1_000  # the built-in loop's default (BOT_HISTORY_LIMIT)
 try:
     VERSION = dist_version("slack-hitl-bot")
 except PackageNotFoundError:  # run from a checkout that was never installed
     VERSION = "0"
 
 
-def native(model: ChatModel, tools: Sequence[Tool], *, instructions: str | None = None,
-           history_limit: int = HISTORY_LIMIT) -> WrappedAgent:
+def native(model: ChatModel, tools: Sequence[Tool], *, instructions: str | None = None) -> WrappedAgent:
     """The bot's own loop on ``model`` and ``tools``, each tool under its own approval policy."""
-    return wrap(NativeBackend(model, tools, instructions=instructions, history_limit=history_limit),
+    return wrap(NativeBackend(model, tools, instructions=instructions),
                 policies={t.name: t.approval for t in tools})
 
 
@@ -86,15 +91,13 @@ class NativeBackend:
     framework = FRAMEWORK
     version = VERSION
     # its tools are fixed: a paused run resumes only into the same ones (the whole toolset's fingerprint);
-    # a backend on the runtime's registry (``bot.backends.native_registry``) says True
+    # the loop on the runtime's registry (``bot.engine.native_loop``) says True
     live_tools = False
 
-    def __init__(self, model: ChatModel, tools: Sequence[Tool], *, instructions: str | None = None,
-                 history_limit: int = HISTORY_LIMIT):
+    def __init__(self, model: ChatModel, tools: Sequence[Tool], *, instructions: str | None = None):
         # timed and its tokens counted as the built-in loop's model is (hitl_model_*)
         self.model = model if isinstance(model, MeteredModel) else MeteredModel(model)
         self._instructions = instructions
-        self._history_limit = history_limit
         self._tools = {t.name: t for t in tools}
 
     @property
@@ -110,10 +113,10 @@ class NativeBackend:
     def instructions(self) -> str | None:
         return self._instructions
 
-    @property
-    def history_limit(self) -> int:
-        """Messages of the saved conversation kept after a run ends (``bot.engine.history.compact``); 0: all."""
-        return self._history_limit
+    def bounded(self, messages: list[Message]) -> list[Message]:
+        """What a run that ends saves for the next turn, of its conversation: all of it here; the loop on the
+        runtime's registry keeps the newest ``BOT_HISTORY_LIMIT`` messages, as the built-in loop does."""
+        return messages
 
     def tools(self) -> list[ToolInfo]:
         return [ToolInfo(name=t.name, description=t.description, parameters=t.spec().parameters,
@@ -335,7 +338,7 @@ class _Run:
 
     def _saved(self, *, whole: bool = False) -> str:
         """The conversation as JSON; ``whole``: the run ends, so without a last response whose calls did not all
-        run (the next turn can follow it), and bounded to the newest ``history_limit`` messages. Calls waiting
+        run (the next turn can follow it), and bounded (``NativeBackend.bounded``). Calls waiting
         on their question are kept beside it, with their answers so far."""
         messages = self.messages
         if whole and self._unanswered():
@@ -345,7 +348,7 @@ class _Run:
             asking = {cid: a.model_dump(mode="json") for cid, a in self.asking.items()}
             return json.dumps({"messages": messages, "asking": asking})
         if whole:  # the run ends: what the next turn carries is bounded as the built-in loop bounds its history
-            messages = compact(messages, self.backend.history_limit)
+            messages = self.backend.bounded(messages)
         return json.dumps(messages)
 
     async def _text(self, delta: str) -> None:

@@ -1,4 +1,4 @@
-"""The bot's own loop on the runtime's tools (``BOT_LOOP=native``, ``bot.backends.native_registry``): no
+"""The bot's own loop on the runtime's tools (``BOT_LOOP=native``, ``bot.engine.native_loop``): no
 BOT_AGENT, the bot's model on the local OpenAI-compatible server, and the registry's real tools (an OpenAPI
 operation, an MCP server's tool, the built-in ``ask_question``, BOT_TOOLS') called through the backend
 interface with their own cards; a paused turn held only to the tools it waits on; ``ctx.form``; and the saved
@@ -6,6 +6,7 @@ conversation bounded like the built-in loop's history. Driven by the engine thro
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -17,7 +18,7 @@ from aiohttp import web
 from pydantic import BaseModel, Field
 
 from bot.approval import always
-from bot.backends.native_registry import RegistryBackend
+from bot.engine.native_loop import RegistryBackend
 from bot.tools import Tool, ToolContext, tool
 from localslack.seed import ALICE, BOB, BOT_USER_ID, GENERAL
 from tests.backends.test_backend_native import KEY, model_of
@@ -204,6 +205,37 @@ async def test_a_paused_turn_fails_closed_when_its_tools_schema_changed(local_sl
     said = await answer_in(local_slack, ts, "changed since")
     assert "issue_refund" in said.text and "Ask again" in said.text
     assert ran == [] and len(fake.requests) == 1  # nothing ran, and the model was not asked again
+
+
+async def test_a_paused_turn_whose_tool_is_gone_here_waits_for_a_process_that_has_it(local_slack, start_app, fake):
+    ran: list[str] = []
+
+    @tool
+    async def refund_to(charge_id: str, ctx: ToolContext) -> str:
+        """Refund a charge to the account the customer picks."""
+        account = await ctx.ask(f"Which account for {charge_id}?", ["card", "wallet"])
+        ran.append(str(account.value))
+        return f"refunded {charge_id} to {account.value}"
+
+    fake.reply_tool_call("refund_to", {"charge_id": "ch_1"}, "call_refund")
+    fake.reply_text("Refunded to the wallet.")
+    bot = await start_native(start_app, fake, [refund_to])
+    ts, card = await mention_and_wait_for_card(local_slack, "refund ch_1")
+    bot.runtime.tools.unregister("refund_to")  # as an MCP server that is down, or a replica of another version
+    pick = menu(card)
+    [wallet] = [o for o in pick["options"] if o["text"]["text"] == "wallet"]
+
+    await local_slack.select(ALICE, GENERAL, card.ts, pick["action_id"], wallet["value"])
+    await bot.wait_idle()
+    assert ran == [] and len(fake.requests) == 1  # not resumed without it, and not failed either
+    assert not any("changed since" in m.text or "went wrong" in m.text for m in local_slack.messages(GENERAL, ts))
+
+    bot.runtime.tools.register(refund_to)  # back: the retry resumes the turn
+    await asyncio.sleep(1.2)  # the first retry's delay after a failed drive
+    await bot.runtime.recover()
+
+    await answer_in(local_slack, ts, "Refunded to the wallet.")
+    assert ran == ["wallet"]
 
 
 # --- ctx.form ------------------------------------------------------------------------------------

@@ -1,12 +1,13 @@
-"""The bot's own loop on the runtime's tools (DESIGN §14): ``BOT_LOOP=native``.
+"""The bot's own loop on the runtime's tools through the backend interface (DESIGN §14): ``BOT_LOOP=native``.
 
 :class:`~bot.backends.native.NativeBackend` with, in place of a fixed list, the runtime's
 :class:`~bot.engine.tool_registry.ToolRegistry` as it is at each model call: the built-ins (``ask_question``,
 ``request_info``), BOT_TOOLS' modules, the OpenAPI operations and the MCP servers' tools (which join, change
 and leave as the servers list them). Each is the real :class:`~bot.tools.Tool`, not a proxy: the engine's gate
 and cards read it from the same registry (its approval policy, card options, previews and deadlines). Its
-instructions and the bound of its saved conversation are the runtime's settings (``system_prompt``,
-``history_limit``), read when used.
+instructions and the bound of its saved conversation are the runtime's settings (``system_prompt``, and
+``history_limit`` through the built-in loop's own ``bot.engine.history.compact``), read when used. It lives
+in the engine, not beside the adapters: it stands on the engine's registry and settings.
 
 A paused run is held only to the tools its pause waits on (``live_tools``: ``FrameworkTurns`` checks each
 one's ``tool_registry.tool_fingerprint``), so a deploy that adds a tool, or an MCP server listing a new one,
@@ -19,25 +20,17 @@ and tools a person runs elsewhere (``external=True``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Protocol
 
 from bot.backends import WrappedAgent, wrap
 from bot.backends.native import NativeBackend
-from bot.models.base import ChatModel
+from bot.engine.history import compact
+from bot.engine.parts import RuntimeSettings
+from bot.engine.tool_registry import ToolRegistry
+from bot.models.base import ChatModel, Message
 from bot.tools import Tool
 
-if TYPE_CHECKING:
-    from bot.engine.tool_registry import ToolRegistry
 
-
-class LoopSettings(Protocol):
-    """What the loop reads of the runtime's settings (``bot.engine.parts.RuntimeSettings``), when it uses it."""
-
-    system_prompt: str
-    history_limit: int
-
-
-def native_on_registry(model: ChatModel, registry: ToolRegistry, settings: LoopSettings) -> WrappedAgent:
+def native_on_registry(model: ChatModel, registry: ToolRegistry, settings: RuntimeSettings) -> WrappedAgent:
     """The bot's own loop on ``model`` and the main agent's tools of ``registry``. No policies of its own:
     each tool's approval is the tool's, read from the registry by the engine (no proxy is registered)."""
     return wrap(RegistryBackend(model, registry, settings))
@@ -51,7 +44,7 @@ def runs_natively(t: Tool) -> bool:
 class RegistryBackend(NativeBackend):
     live_tools = True
 
-    def __init__(self, model: ChatModel, registry: ToolRegistry, settings: LoopSettings):
+    def __init__(self, model: ChatModel, registry: ToolRegistry, settings: RuntimeSettings):
         super().__init__(model, ())
         self.registry, self.settings = registry, settings
 
@@ -64,6 +57,6 @@ class RegistryBackend(NativeBackend):
     def instructions(self) -> str | None:
         return self.settings.system_prompt or None
 
-    @property
-    def history_limit(self) -> int:
-        return self.settings.history_limit
+    def bounded(self, messages: list[Message]) -> list[Message]:
+        """As the built-in loop bounds a session's stored history after each turn (``BOT_HISTORY_LIMIT``)."""
+        return compact(messages, self.settings.history_limit)
