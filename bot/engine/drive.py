@@ -250,7 +250,10 @@ class Driver:
             # a typed answer recorded but not yet tried (its process died after the ack): try it first
             if await self.intake.try_answer(p.session_id, owner_message, state):
                 return True
-        if self.frameworks is not None and not state.agent:
+        # a turn the built-in loop began (a deploy switched the loop meanwhile: BOT_AGENT, BOT_LOOP) ends in it:
+        # its model steps, parked calls and open cards are the built-in loop's, which this process still runs
+        builtin_began = turn.run is None and (turn.steps > 0 or turn.step is not None or bool(turn.limit_request_id))
+        if self.frameworks is not None and not state.agent and not builtin_began:
             return await self.frameworks.step(p, state, snap, owner_message)
         if turn.limit_request_id:
             return await self._resume_limit(p, state, snap.requests)

@@ -279,6 +279,7 @@ class FrameworkTurns:
                             p.session_id, turn.turn_id, changed)
                 await self.driver.fail_turn(p, state, CHANGED_TOOL.format(tool=changed))
                 return False
+            run.called = {}  # checked: a later resume (from a checkpoint, after the budget) waits on none of them
         elif (run.framework, run.fingerprint) != (self.backend.framework, self._fingerprint):
             log.warning("session %s: turn %s paused under %s %s (tools %s), this process runs %s %s (tools %s)",
                         p.session_id, turn.turn_id, run.framework, run.version, run.fingerprint,

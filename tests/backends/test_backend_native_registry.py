@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 
 from bot.approval import always
 from bot.engine.native_loop import RegistryBackend
+from bot.models.scripted import ScriptedModel, call, say
 from bot.tools import Tool, ToolContext, tool
 from localslack.seed import ALICE, BOB, BOT_USER_ID, GENERAL
 from tests.backends.test_backend_native import KEY, model_of
@@ -236,6 +237,22 @@ async def test_a_paused_turn_whose_tool_is_gone_here_waits_for_a_process_that_ha
 
     await answer_in(local_slack, ts, "Refunded to the wallet.")
     assert ran == ["wallet"]
+
+
+async def test_a_turn_the_builtin_loop_parked_ends_in_it_after_a_deploy_that_switches_the_loop(
+        local_slack, start_app, fake):
+    ran: list[dict[str, Any]] = []
+    model = ScriptedModel([call("issue_refund", call_id="c1", charge_id="ch_1", amount=500),
+                           say("Refunded by the built-in loop.")])
+    first = await start_app(model, [refund_tool(ran)])  # BOT_LOOP=builtin, the default
+    ts, card = await mention_and_wait_for_card(local_slack, "refund ch_1")
+    await first.close()
+    await start_app(model, [refund_tool(ran)], BOT_LOOP="native")
+
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+
+    await answer_in(local_slack, ts, "Refunded by the built-in loop.")
+    assert ran == [{"charge_id": "ch_1", "amount": 500}] and fake.requests == []
 
 
 # --- ctx.form ------------------------------------------------------------------------------------
