@@ -56,3 +56,19 @@ def test_without_the_framework_s_extra_the_bot_exits_naming_the_command_that_ins
     assert ran.returncode == 2, ran.stdout + ran.stderr
     assert "pip install '.[pydantic-ai]'" in ran.stderr + ran.stdout
     assert "Traceback" not in ran.stderr
+
+
+def test_a_loop_setting_that_is_no_loop_stops_the_bot_naming_the_choices(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "OPENAI_", "BOT_", "REDIS_"))}
+    env.update(BOT_LOOP="fast", BOT_DATA_DIR=str(tmp_path / "data"), PYTHONPATH=str(ROOT), PORT="0",
+               LOCALSLACK_PORT="0")
+    ran = subprocess.run([sys.executable, "-m", "bot", "run"], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert ran.returncode == 2, ran.stdout + ran.stderr
+    assert "BOT_LOOP: 'fast' is not a loop: use builtin (the default) or native" in ran.stderr + ran.stdout
+    assert "Traceback" not in ran.stderr
+
+
+def test_the_loop_setting_reads_as_people_write_it():
+    assert Settings(_env_file=None).loop == "builtin"  # type: ignore[call-arg]
+    assert Settings(_env_file=None, BOT_LOOP=" Native ").loop == "native"  # type: ignore[call-arg]

@@ -297,6 +297,26 @@ async def test_a_tools_form_is_filled_in_by_the_requester_only_and_reaches_the_t
     assert json.loads(told_the_model(fake, "call_ship")) == {"shipped": "o42", "address": "1 Main St", "boxes": 3}
 
 
+async def test_the_builtin_request_info_asks_for_a_form_and_the_model_reads_its_values(local_slack, start_app, fake):
+    fake.reply_tool_call("request_info", {"prompt": "I need the incident details.", "fields": [
+        {"name": "summary", "label": "What happened?", "type": "long_text"},
+        {"name": "severity", "label": "Severity", "type": "choice", "options": ["SEV1", "SEV2"]}]}, "call_info")
+    fake.reply_text("Filed.")
+    await start_native(start_app, fake, [])
+    ts, card = await mention_and_wait_for_card(local_slack, "file an incident")
+    assert "I need the incident details." in json.dumps(card.blocks)
+
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Open form"))
+    [modal] = await local_slack.wait_for(lambda: local_slack.open_views(ALICE))
+    await local_slack.submit_view(ALICE, modal.id, {"hitl_field:summary": {"value": "Checkout returned 500s"},
+                                                    "hitl_field:severity": {"value": "SEV1"}})
+
+    await answer_in(local_slack, ts, "Filed.")
+    told = json.loads(told_the_model(fake, "call_info"))
+    assert told["status"] == "answered"
+    assert told["values"] == {"summary": "Checkout returned 500s", "severity": "SEV1"}
+
+
 # --- the saved conversation's bound --------------------------------------------------------------
 
 
