@@ -83,7 +83,7 @@ class FrameworkRun(DeferredModel):
 
     framework: str
     version: str
-    fingerprint: str  # of the agent's tools (``bot.backends.fingerprint``)
+    fingerprint: str  # of the agent's tools (``bot.backends.fingerprint``); "live-registry": see ``called``
     # a backend on the runtime's live registry: the tools its pause waits on, each with its own fingerprint
     # (``bot.engine.tool_registry.tool_fingerprint``): only these must be unchanged for it to resume
     called: dict[str, str] = Field(default_factory=dict)

@@ -68,6 +68,9 @@ log = logging.getLogger(__name__)
 
 CHANGED_TOOL = ("This turn paused on {tool}, which changed since (its arguments or its approval), so it was not "
                 "resumed into different code. Ask again to start over.")
+# a run's fingerprint when its backend's tools are the live registry's: held to the tools it waits on instead
+# (a run of the same framework on fixed tools, or the reverse, is a different agent: CHANGED)
+LIVE = "live-registry"
 CHANGED = ("This turn paused under a different version of the agent (its tools changed since), so it was "
            "not resumed into different code. Ask again to start over.")
 
@@ -262,7 +265,7 @@ class FrameworkTurns:
         assert turn is not None
         if turn.run is None:
             turn.run = FrameworkRun(framework=self.backend.framework, version=self.backend.version,
-                                    fingerprint=self._fingerprint)
+                                    fingerprint=LIVE if self._live else self._fingerprint)
             return await self._start(p, state, snap)
         run = turn.run
         if turn.limit_request_id:  # paused on its budget: continue resumes it below, stop ends the turn
@@ -273,7 +276,7 @@ class FrameworkTurns:
                 return False  # still waiting on people
         else:
             answers = {}
-        if self._live and run.framework == self.backend.framework:
+        if self._live and (run.framework, run.fingerprint) == (self.backend.framework, LIVE):
             if (changed := self._unchanged(run)) is not None:
                 log.warning("session %s: turn %s paused on %s, whose schema or approval changed since",
                             p.session_id, turn.turn_id, changed)

@@ -18,6 +18,7 @@ from aiohttp import web
 from pydantic import BaseModel, Field
 
 from bot.approval import always
+from bot.backends.native import native
 from bot.engine.native_loop import RegistryBackend
 from bot.models.scripted import ScriptedModel, call, say
 from bot.tools import Tool, ToolContext, tool
@@ -253,6 +254,21 @@ async def test_a_turn_the_builtin_loop_parked_ends_in_it_after_a_deploy_that_swi
 
     await answer_in(local_slack, ts, "Refunded by the built-in loop.")
     assert ran == [{"charge_id": "ch_1", "amount": 500}] and fake.requests == []
+
+
+async def test_a_run_paused_on_fixed_tools_is_not_resumed_on_the_registry(local_slack, start_app, fake):
+    ran: list[dict[str, Any]] = []
+    fake.reply_tool_call("issue_refund", {"charge_id": "ch_1", "amount": 500}, "call_refund")
+    fake.reply_text("Done: refunded.")
+    first = await start_app(model_of(fake), [], agent=native(model_of(fake), [refund_tool(ran)]))
+    ts, card = await mention_and_wait_for_card(local_slack, "refund ch_1")
+    await first.close()
+    await start_native(start_app, fake, [refund_tool(ran)])  # the same framework ("native"), other tools
+
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+
+    await answer_in(local_slack, ts, "different version of the agent")
+    assert ran == [] and len(fake.requests) == 1
 
 
 # --- ctx.form ------------------------------------------------------------------------------------
