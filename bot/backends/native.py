@@ -21,6 +21,7 @@ A tool's card options beyond its approval policy (prompt, deadlines, preview) ar
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from functools import partial
 from importlib.metadata import PackageNotFoundError
@@ -44,14 +45,16 @@ from bot.backends import (
     WrappedAgent,
     wrap,
 )
+from bot.engine.history import model_view
+from bot.engine.model_words import answer_words, logged_failure_words
 from bot.models.base import ChatModel, Message, ModelError, ToolCall
 from bot.ops.metrics import MeteredModel
-from bot.protocol import CancelRequested, LeaseLost
-from bot.session import SessionInfo
+from bot.protocol import CancelRequested, LeaseLost, MessageTaken
 from bot.state import CallResult
 from bot.tools import Tool, ToolContext, as_dict
 
 FRAMEWORK = "native"
+log = logging.getLogger(__name__)
 try:
     VERSION = dist_version("slack-hitl-bot")
 except PackageNotFoundError:  # run from a checkout that was never installed
@@ -105,20 +108,24 @@ class _Run:
         """``answers``: None for a new turn, else what people said of the last response's calls (if anything)."""
         pending = await self._calls(answers) if answers is not None else []
         while not pending:
+            # steering: what the turn's owner wrote meanwhile is read before the model is asked again
+            self.messages.extend({"role": "user", "content": text} for text in await self.turn.take_messages())
             if self.turn.stopped:
                 return Stopped(saved=self._saved(whole=True))
             try:
                 response = await self.backend.model.complete(self._view(), self.backend.specs, on_text=self._text)
-            except ModelError as exc:
-                return Failed(reason=f"The model could not answer ({exc.reason}).", saved=self._saved(whole=True))
+            except ModelError as exc:  # the built-in loop's words for it (any other error: the engine's, the same)
+                return Failed(reason=logged_failure_words(exc, self.turn.session_id), saved=self._saved(whole=True))
             if self.turn.stopped:  # stopped while the model thought: nothing it asked for runs
                 return Stopped(saved=self._saved(whole=True))
             self.messages.append(response.to_message())
             if not response.tool_calls:
-                text = response.text or response.refusal
-                if not text:
-                    return Failed(reason="The model answered nothing to show.", saved=self._saved(whole=True))
-                return Finished(text=text, saved=self._saved())
+                shown, unanswered = answer_words(response)
+                if unanswered is not None:  # nothing to show (empty, filtered, cut): said plainly, never silence
+                    log.warning("model answered nothing to show in session %s (finish_reason %s)",
+                                self.turn.session_id, response.finish_reason)
+                    return Failed(reason=unanswered, saved=self._saved(whole=True))
+                return Finished(text=shown or "", saved=self._saved())
             # the response is stored before any of its tools run (serialized only if the engine writes it: a
             # pause or an end stores the outcome's state instead)
             await self.turn.checkpoint(partial(json.dumps, list(self.messages)))
@@ -175,8 +182,12 @@ class _Run:
         except ValueError as exc:
             return CallResult(status="failed", error=str(exc)).content()
         turn = self.turn
-        ctx = ToolContext(session=SessionInfo(id=turn.session_id), principal=None, call_id=call.id,
-                          idempotency_key=f"{turn.session_id}:{turn.turn_id}:{call.id}", can_ask=False)
+        # the session and the caller from the engine's state (the tenant is the signed request's workspace, never
+        # one the model names); the key as the built-in loop's: session, turn, step (its response's place in the
+        # conversation: the same in a replay), call
+        ctx = ToolContext(session=turn.session, principal=turn.principal(call.id), call_id=call.id,
+                          idempotency_key=f"{turn.session_id}:{turn.turn_id}:{self._step()}:{call.id}",
+                          can_ask=False, workspace=turn.workspace)
         seen: dict[str, Any] = {}  # "ran" once the tool runs (a replay runs nothing), "raised": what it raised
 
         async def execute() -> Any:
@@ -190,7 +201,7 @@ class _Run:
 
         try:
             output = await turn.fence(call.id, call.name, execute, idempotent=tool.idempotent, arguments=as_dict(args))
-        except (LeaseLost, CancelRequested):
+        except (LeaseLost, CancelRequested, MessageTaken):
             raise
         except Exception as exc:
             # the tool's own failure, now or replayed (the fence raises a recorded one as a RuntimeError); any
@@ -221,12 +232,19 @@ class _Run:
                 return [c for c in calls if c.id not in answered]
         return []
 
+    def _step(self) -> int:
+        """The place of the last model response in the conversation."""
+        return max(i for i, m in enumerate(self.messages) if m.get("role") == "assistant")
+
     def _result(self, call: ToolCall, content: str) -> None:
         self.messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
 
     def _view(self) -> list[Message]:
+        """What the model is shown: the instructions, then the conversation in the turn's history window (the
+        built-in loop's ``model_view``)."""
         instructions = self.backend.instructions
-        return [{"role": "system", "content": instructions}, *self.messages] if instructions else self.messages
+        messages = [{"role": "system", "content": instructions}, *self.messages] if instructions else self.messages
+        return model_view(messages, self.turn.history_window)  # type: ignore[arg-type]
 
     def _saved(self, *, whole: bool = False) -> str:
         """The conversation as JSON; ``whole``: without a last response whose calls did not all run (the
