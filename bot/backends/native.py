@@ -11,11 +11,17 @@ built-in loop on the same cycle (``benchmarks/http``: contenders ``p`` and ``pN`
 put first at each model call). A paused run's last assistant message holds calls without a tool message:
 those are what :meth:`NativeBackend.resume` answers.
 
-Left out (the built-in loop has them): sub-agents and delegation, the session limit (step and token
-budgets), MCP and OpenAPI tools, ``ctx.ask`` / ``ctx.form`` from inside a tool, external-result tools, the
-history window and compaction, the tool-run metrics (the fence does not count runs), the tool's workspace and its caller (``ctx.principal``, ``ctx.session``'s
-people and team are unknown to a backend), and the model failure's own words (a :class:`Failed` says it).
-A tool's card options beyond its approval policy (prompt, deadlines, preview) are not carried by the proxy.
+As in the built-in loop, from the engine's state through the turn (never from the model): a tool's context has
+the session (``ctx.tenant`` is the signed request's workspace), its caller (``ctx.principal``: the approver of an
+approved call, else the turn's owner), ``ctx.workspace`` and an idempotency key of the same shape (session, turn,
+step, call); a failed model call, or an answer with nothing to show, says ``bot.engine.model_words``' words; the
+model sees the turn's history window (``BOT_HISTORY_WINDOW``, the operator's setting, so the turn carries it);
+and what the turn's owner writes meanwhile is read before each model call (``BackendTurn.take_messages``).
+
+Left out (the built-in loop has them): sub-agents and delegation, the session limit (step and token budgets), MCP
+and OpenAPI tools, ``ctx.ask`` / ``ctx.form`` from inside a tool, external-result tools, and the compaction of the
+stored conversation (``BOT_HISTORY_LIMIT``). A tool's card options beyond its approval policy (prompt, deadlines,
+preview) are not carried by the proxy.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ import pytest
 
 from bot.approval import Approval, allowed, always, rejected
 from bot.backends.native import native
+from bot.engine.call_outcomes import IGNORED_MESSAGE
 from bot.engine.model_words import FILTERED_NOTE, OUT_OF_CREDIT
 from bot.models.openai import OpenAIChatModel
 from bot.models.scripted import ScriptedModel
@@ -174,3 +175,21 @@ async def test_what_the_owner_writes_while_the_model_thinks_is_read_before_its_n
     await said(local_slack, ts, "You're welcome.")
     contents = [m.get("content") for m in fake.requests[-1].body["messages"]]
     assert contents.count("actually, ch_2") == 1 and contents[-1] == "thanks"
+
+
+async def test_words_typed_past_an_open_card_end_it_and_the_model_reads_them_with_its_rejection(
+        local_slack, start_app, fake):
+    fake.reply_tool_call("refund_team", {"team_id": TEAM_ID}, "call_refund")
+    fake.reply_text("Understood: no refund.")
+    bot = await start_app(ScriptedModel([]), [], agent=native(model_of(fake), who_tools()))
+    ts, card = await mention_and_wait_for_card(local_slack, "refund our last charge")
+
+    await local_slack.post_message(ALICE, GENERAL, "never mind, keep the charge", thread_ts=ts)
+    await said(local_slack, ts, "Understood: no refund.")
+    await bot.runtime.wait_idle()
+
+    # the card ends unanswered ("ignored"), its call does not run, and the model reads why and the words at once
+    told = json.loads(told_the_model(fake, "call_refund"))
+    assert told == {"status": "rejected", "message": IGNORED_MESSAGE}
+    assert fake.requests[-1].body["messages"][-1] == {"role": "user", "content": "never mind, keep the charge"}
+    assert len(fake.requests) == 2  # one model call read both: the words started no turn of their own
