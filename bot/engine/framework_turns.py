@@ -121,13 +121,10 @@ class EngineTurn:
         built-in loop). They join the pass's ``taking``: they leave the queue with the turn's next write, in
         the script that stores the state holding them, so a worker killed before it leaves them queued for
         the next (nothing lost) and nothing is taken twice. The first look uses the queue as the pass read it,
-        unless a tool started since; later ones read it (one round trip, which sees a stop asked meanwhile)."""
+        unless a tool started since; later ones read it (one round trip)."""
         inbox, self._inbox = self._inbox, None
         if inbox is None:
-            snap = await self._driver.p.store.read(SessionRead(self.session_id, known_state=self._work.committed))
-            inbox = snap.inbox
-            if snap.cancel == self.turn_id:
-                self._stopped = True
+            inbox = (await self._driver.p.store.read(SessionRead(self.session_id, known_state=self._work.committed))).inbox
         taking = self._work.taking
         held = self._taken | {m.get("id") for m in taking}
         new = [m for m in inbox if m.get("id") not in held and _from_owner(m, self.owner)]
