@@ -14,7 +14,7 @@ those are what :meth:`NativeBackend.resume` answers.
 As in the built-in loop, from the engine's state through the turn (never from the model): a tool's context has
 the session (``ctx.tenant`` is the signed request's workspace), its caller (``ctx.principal``: the approver of an
 approved call, else the turn's owner), ``ctx.workspace`` and an idempotency key of the same shape (session, turn,
-step, call); a failed model call, or an answer with nothing to show, says ``bot.engine.model_words``' words; the
+step, call); a failed model call, or an answer with nothing to show, says ``bot.models.words``' words; the
 model sees the turn's history window (``BOT_HISTORY_WINDOW``, the operator's setting, so the turn carries it);
 and what the turn's owner writes meanwhile is read before each model call (``BackendTurn.take_messages``).
 
@@ -51,9 +51,9 @@ from bot.backends import (
     WrappedAgent,
     wrap,
 )
-from bot.engine.history import model_view
-from bot.engine.model_words import answer_words, logged_failure_words
 from bot.models.base import ChatModel, Message, ModelError, ToolCall
+from bot.models.history import model_view
+from bot.models.words import answer_words, logged_failure_words
 from bot.ops.metrics import MeteredModel
 from bot.protocol import CancelRequested, LeaseLost, MessageTaken
 from bot.state import CallResult

@@ -36,9 +36,9 @@ from bot.backends import (
 from bot.engine.call_outcomes import rejection
 from bot.engine.early_start import EarlyStart
 from bot.engine.execute import INTERRUPTED, jsonable, make_record, observe_tool_run, session_info
-from bot.engine.model_words import logged_failure_words
 from bot.engine.passes import DrivePass, TurnLoop
 from bot.engine.turn_commands import CallMark, RequestsRead, SessionRead
+from bot.models.words import logged_failure_words
 from bot.principals import Principal
 from bot.protocol import (
     APPROVE,

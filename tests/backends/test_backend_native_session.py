@@ -15,9 +15,9 @@ import pytest
 from bot.approval import Approval, allowed, always, rejected
 from bot.backends.native import native
 from bot.engine.call_outcomes import IGNORED_MESSAGE
-from bot.engine.model_words import FILTERED_NOTE, OUT_OF_CREDIT
 from bot.models.openai import OpenAIChatModel
 from bot.models.scripted import ScriptedModel
+from bot.models.words import FILTERED_NOTE, OUT_OF_CREDIT
 from bot.tools import Tool, ToolContext, tool
 from localslack.seed import ALICE, BOB, BOT_USER_ID, GENERAL, OTHER_TEAM_ID, TEAM_ID
 from tests.e2e.framework_script import told_the_model
