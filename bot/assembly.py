@@ -52,6 +52,8 @@ def load_tools(settings: Settings, extra: list[Tool] | None = None) -> ToolRegis
                 registry.register(t)
         except OpenAPIError as exc:
             raise ConfigError(str(exc)) from exc
+        except ValueError as exc:  # an operation named like a tool of BOT_TOOLS or a built-in
+            raise ConfigError(f"BOT_OPENAPI: {exc}") from exc
     if settings.mcp_config:  # checked here, so `check` and a bad file stop at once; connected at the start
         mcp_config(settings.mcp_config)
     for t in extra or []:

@@ -86,6 +86,7 @@ class FrameworkRun(DeferredModel):
     fingerprint: str  # of the agent's tools (``bot.backends.fingerprint``)
     saved: str | None = None  # the framework's own state, last checkpointed
     request_ids: list[str] = Field(default_factory=list)  # the requests its pause waits on
+    counts_steps: bool = False  # the backend reports its model calls: the turn's steps are those, not its runs
 
 
 class TurnState(DeferredModel):

@@ -8,7 +8,7 @@
   gives it its title, and tells the agent which channel the person is looking at.
 
 Everything the listeners must not lose is written before the ack; Slack calls run after it. Slack's
-redeliveries of the two events change nothing (``SlackDeps.first_delivery``): no second greeting, no older
+redeliveries of the two events change nothing (``SlackDeps.once``): no second greeting, no older
 channel written over a newer one.
 """
 
@@ -78,10 +78,13 @@ def register(app: AsyncApp, deps: SlackDeps) -> None:
     async def started(body: dict[str, Any], payload: dict[str, Any], client: Any) -> None:
         thread = payload.get("assistant_thread") or {}
         channel, thread_ts = thread.get("channel_id"), thread.get("thread_ts")
-        if not channel or not thread_ts or not await deps.first_delivery(body):
-            return  # (a redelivery: greeted already)
-        if (thread.get("context") or {}).get("channel_id"):
-            await threads.remember_context(channel, thread_ts, thread["context"])
+        if not channel or not thread_ts:
+            return
+        async with deps.once(body) as first:
+            if not first:
+                return  # (a redelivery: greeted already)
+            if (thread.get("context") or {}).get("channel_id"):
+                await threads.remember_context(channel, thread_ts, thread["context"])
         deps.tasks.spawn(
             _welcome(deps, client, channel, thread_ts, thread.get("user_id")),
             what=f"welcome in assistant thread {channel}:{thread_ts}",
@@ -89,13 +92,11 @@ def register(app: AsyncApp, deps: SlackDeps) -> None:
 
     async def context_changed(body: dict[str, Any], payload: dict[str, Any]) -> None:
         thread = payload.get("assistant_thread") or {}
-        if (
-            thread.get("channel_id")
-            and thread.get("thread_ts")
-            and (thread.get("context") or {}).get("channel_id")
-            and await deps.first_delivery(body)  # a redelivery would undo a newer change
-        ):
-            await threads.remember_context(thread["channel_id"], thread["thread_ts"], thread["context"])
+        if not (thread.get("channel_id") and thread.get("thread_ts") and (thread.get("context") or {}).get("channel_id")):
+            return
+        async with deps.once(body) as first:  # a redelivery would undo a newer change
+            if first:
+                await threads.remember_context(thread["channel_id"], thread["thread_ts"], thread["context"])
 
     async def user_message(
         body: dict[str, Any], event: dict[str, Any], context: dict[str, Any], client: Any

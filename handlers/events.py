@@ -105,9 +105,10 @@ async def _handle(
         if event.get("channel_type") != "im" and not mentioned and not await deps.store.exists(sid):
             return None  # a thread the agent is not part of
     if not await may_talk(deps, principal, org, channel_id):
-        if not await deps.first_delivery(body):
-            return  # Slack sent it again: refused, audited and told already
-        await audit_refusal(principal, channel_id, source=deps.policies, via="message")
+        async with deps.once(body) as first:
+            if not first:
+                return None  # Slack sent it again: refused, audited and told already
+            await audit_refusal(principal, channel_id, source=deps.policies, via="message")
         # told once, where they asked (a mention arrives twice: only its app_mention tells), not on every reply;
         # a top-level message is answered in the channel: its own thread has no replies, so nobody opens it
         if event.get("type") == "app_mention" or event.get("channel_type") == "im":

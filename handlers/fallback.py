@@ -20,7 +20,7 @@ from slack_bolt.response import BoltResponse
 
 from handlers.metering import payload_type
 from handlers.outage import Spawn, answer_store_down
-from handlers.shared.deps import SlackDeps
+from handlers.shared.deps import EventInProgress, SlackDeps
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +58,11 @@ async def on_error(error: Exception, body: Any, client: Any, spawn: Spawn) -> Bo
     """Bolt's error handler (the app is built with ``raise_error_for_unhandled_request``)."""
     if (answered := answer_store_down(error, body, client, spawn)) is not None:
         return answered  # a person's click while Redis is unreachable: 200 and "try again" (handlers.outage)
+    if isinstance(error, EventInProgress):
+        # a redelivery while its first delivery acts, or after that one died mid-act: Slack retries later,
+        # when the claim has lapsed (store.slack_events), and that retry acts
+        log.info("event %s: another delivery is acting on it, or died doing so; Slack will retry", error)
+        return BoltResponse(status=503, body="")
     if isinstance(error, BoltUnhandledRequestError):
         # Slack sent something nobody here handles: acknowledge it (a 404 would be retried or shown as an
         # error), and log its type only, never its fields (they hold what people typed)

@@ -31,17 +31,19 @@ def register(app: AsyncApp, deps: SlackDeps) -> None:
     installed: Installed = deps.runtime.installed
 
     async def on_uninstalled(body: dict[str, Any], context: dict[str, Any]) -> None:
-        if await deps.first_delivery(body):
-            await forget_installation(app, context)
-            await installed.uninstalled_from(await _teams(app, context))
+        async with deps.once(body) as first:
+            if first:
+                await forget_installation(app, context)
+                await installed.uninstalled_from(await _teams(app, context))
 
     async def on_tokens_revoked(body: dict[str, Any], event: dict[str, Any], context: dict[str, Any]) -> None:
-        if not await deps.first_delivery(body):
-            return
-        await forget_bot_token(app, event, context)
-        tokens = event.get("tokens") if isinstance(event.get("tokens"), dict) else {}
-        if tokens.get("bot"):  # without its bot token the app can do nothing there: as if uninstalled
-            await installed.uninstalled_from(await _teams(app, context))
+        async with deps.once(body) as first:
+            if not first:
+                return
+            await forget_bot_token(app, event, context)
+            tokens = event.get("tokens") if isinstance(event.get("tokens"), dict) else {}
+            if tokens.get("bot"):  # without its bot token the app can do nothing there: as if uninstalled
+                await installed.uninstalled_from(await _teams(app, context))
 
     async def back_again(body: dict[str, Any], next: Any) -> None:  # noqa: A002 - Bolt's name
         team = installation_team(body)  # the workspace as our sessions name it (not a Slack Connect guest's)

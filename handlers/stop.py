@@ -11,7 +11,7 @@ Who: the clicker from the verified event; like a typed stop, only the person who
 
 Which turn: the one it was pressed on. Slack sends the event again (same ``event_id``, ``X-Slack-Retry-Num``)
 when it did not see the 200 in time, up to minutes later: a redelivery is dropped by its event id
-(``SlackDeps.first_delivery``), and a press that reaches the bot only after its turn ended (its first delivery
+(``SlackDeps.once``), and a press that reaches the bot only after its turn ended (its first delivery
 failed) finds that turn over by the press's own time (``event_ts``): a turn started since goes on.
 """
 
@@ -25,6 +25,7 @@ from typing import Any
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 
+from bot.engine.turns import StopResult
 from bot.principals import Principal
 from bot.session import slack_session_id
 from handlers.delivery.private_notes import tell_privately
@@ -42,12 +43,16 @@ def register(app: AsyncApp, deps: SlackDeps) -> None:
         team, channel_id, thread_ts = installation_team(body), event.get("channel"), event.get("thread_ts")
         if principal is None or not team or not channel_id or not thread_ts:
             return
-        if not await deps.first_delivery(body):
-            return  # Slack sent it again: the press was acted on already
         sid = slack_session_id(team, channel_id, thread_ts)
-        # after the ack: cancelling drives the session, which may wait on its lease
-        deps.tasks.spawn(_stop(deps, client, sid, principal, channel_id, thread_ts, pressed_at(body, event)),
-                         what=f"stop button in {sid}")
+        async with deps.once(body) as first:
+            if not first:
+                return  # Slack sent it again: the press was acted on already
+            # the stop is written before the ack (Slack sends no retry after a 200): a kill -9 after it leaves
+            # the turn due, and whichever worker drives it next ends it; this process ends it in the background
+            result = await deps.runtime.stop_pressed(sid, principal, pressed_at=pressed_at(body, event),
+                                                     background=True)
+        if result in ("not theirs", "nothing"):  # told after the ack
+            deps.tasks.spawn(_tell(client, sid, result, principal, channel_id, thread_ts), what=f"stop button in {sid}")
 
     app.event("agent_session_stopped")(on_stopped)
 
@@ -65,13 +70,10 @@ def pressed_at(body: dict[str, Any], event: dict[str, Any]) -> datetime | None:
     return None
 
 
-async def _stop(deps: SlackDeps, client: Any, sid: str, principal: Principal, channel_id: str,
-                thread_ts: str, pressed: datetime | None) -> None:
-    result = await deps.runtime.stop_pressed(sid, principal, pressed_at=pressed)
-    # stopped: turn.cancelled, once committed, closes the session and says so in the thread;
-    # over: the turn it was pressed on has ended (a late delivery): a later turn goes on, untouched
-    if result in ("stopped", "over"):
-        return
+async def _tell(client: Any, sid: str, result: StopResult, principal: Principal, channel_id: str,
+                thread_ts: str) -> None:
+    """Stopped: turn.cancelled, once committed, closes the session and says so in the thread. Over: the turn it
+    was pressed on has ended (a late delivery), and a later turn goes on untouched. Otherwise, said here."""
     try:
         if result == "not theirs":  # someone else's turn: it goes on
             await tell_privately(client, principal.slack_user_id or "", NOT_YOURS, channel=channel_id,

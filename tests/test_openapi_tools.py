@@ -151,3 +151,20 @@ def test_a_bad_bot_openapi_stops_the_bot_with_one_line_naming_it(redis_url, tmp_
 
     result = run(["check"], {"BOT_OPENAPI": str(tmp_path / "missing.yaml"), "REDIS_URL": redis_url})
     assert result.returncode == 2 and "BOT_OPENAPI" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_an_operation_named_like_a_tool_of_bot_tools_stops_the_bot(crm, tmp_path, monkeypatch):
+    # the operation would have replaced the team's own tool of that name, under another approval policy
+    from bot.app import build_tools
+    from bot.config import ConfigError, Settings
+
+    (tmp_path / "crm_shadow.py").write_text(
+        "from bot.tools import tool\n\n\n"
+        "@tool(name='crm_getCustomer')\n"
+        "async def lookup(customer_id: str) -> str:\n"
+        "    '''The team's own lookup.'''\n"
+        "    return customer_id\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    settings = Settings(_env_file=None, BOT_TOOLS="crm_shadow", BOT_OPENAPI=crm)  # type: ignore[call-arg]
+    with pytest.raises(ConfigError, match=r"BOT_OPENAPI: two tools are named 'crm_getCustomer'"):
+        build_tools(settings)

@@ -32,3 +32,20 @@ def test_several_modules_and_the_default_demo_pack():
 def test_a_module_that_cannot_be_imported_names_the_setting():
     with pytest.raises(ConfigError, match="BOT_TOOLS.*no.such.module"):
         build_tools(settings("no.such.module"))
+
+
+def test_two_tools_of_one_name_stop_the_bot_naming_both_modules():
+    # the second would have replaced the first: calls the model makes to "echo" would run other code,
+    # under the other tool's approval policy
+    with pytest.raises(ConfigError, match=r"echo.*tests\.fixtures_tools\.pack.*tests\.fixtures_tools\.shadow"):
+        build_tools(settings("tests.fixtures_tools.pack, tests.fixtures_tools.shadow"))
+
+
+def test_a_tool_named_like_a_built_in_stops_the_bot():
+    with pytest.raises(ConfigError, match=r"ask_question.*built-in"):
+        build_tools(settings("tests.fixtures_tools.shadow_builtin"))
+
+
+def test_a_module_listed_twice_registers_its_tools_once():
+    registry = build_tools(settings("tests.fixtures_tools.pack, tests.fixtures_tools.pack"))
+    assert registry.names() == ["ask_question", "echo", "request_info", "wipe_disk"]

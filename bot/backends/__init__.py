@@ -51,6 +51,8 @@ class PendingCall(DeferredModel):
     options: list[str] = Field(default_factory=list)  # a question's choices (people may always type their own)
     # what the framework accepts as an answer: the card offers no more than this
     decisions: frozenset[Decision] = frozenset({"approve", "reject"})
+    allow_free_text: bool = True  # a question: people may type their own answer besides its options
+    expires_after_s: float | None = None  # a question: unanswered this long, it ends "expired" (a Reject)
 
 
 class Approve(DeferredModel):
@@ -68,6 +70,8 @@ class Reject(DeferredModel):
     kind: Literal["reject"] = "reject"
     message: str
     by: str | None = None
+    # the request's outcome when it was not a refusal by a person: "expired", "ignored" (steered past), "cancelled"
+    outcome: str | None = None
 
 
 class Reply(DeferredModel):
@@ -93,7 +97,8 @@ class Finished(DeferredModel):
 
 
 class Parked(DeferredModel):
-    """The run paused on people: one pending call each. ``saved``: what :meth:`AgentBackend.resume` needs."""
+    """The run paused on people: one pending call each. ``saved``: what :meth:`AgentBackend.resume` needs.
+    No pending call: it paused before a model call because the turn is :attr:`BackendTurn.over_budget`."""
 
     kind: Literal["parked"] = "parked"
     pending: list[PendingCall]
@@ -185,13 +190,30 @@ class BackendTurn(Protocol):
         ...
 
     async def fence(self, call_id: str, tool_name: str, run: Callable[[], Awaitable[Any]], *,
-                    idempotent: bool = False, arguments: Mapping[str, Any] | None = None) -> Any:
+                    idempotent: bool = False, arguments: Mapping[str, Any] | None = None, answered: int = 0) -> Any:
         """Run ``run`` at most once per ``call_id`` across kills and replicas: a replay returns the recorded
         result (JSON); a call whose worker died mid-run returns ``{"status": "failed", "error": …}`` saying
         it was interrupted (the model reads it), unless ``idempotent``: then it runs again. Raises the
         engine's LeaseLost when this worker no longer holds the turn. The fence reports the call's start
         (with ``arguments``, shown on its task) and its end: a backend need not call ``tool_started`` /
-        ``tool_finished`` for a fenced call (a repeat per call id is ignored)."""
+        ``tool_finished`` for a fenced call (a repeat per call id is ignored).
+
+        A tool's question (``ctx.ask`` raising :class:`~bot.tools.AskParked`) is not a death mid-run: the fence
+        records the question and raises it on, and a replay raises it again. ``answered``: how many of the
+        call's questions were answered; each run after an answer is fenced apart (the same call id, its own
+        marker), so what a tool does after its last question runs at most once."""
+        ...
+
+    def model_used(self, tokens: int) -> None:
+        """One model call was made, with its tokens: the turn's budget (steps and tokens) counts it."""
+        ...
+
+    @property
+    def over_budget(self) -> bool:
+        """The turn used its step or token budget: the backend makes no further model call and pauses with
+        ``Parked(pending=[])``; the engine asks people whether to go on (a "session-limit" request) and, on
+        continue, resumes it with no answers and a fresh budget. A backend that never reports its model
+        calls is never over it."""
         ...
 
     async def checkpoint(self, saved: str | Callable[[], str]) -> None:

@@ -7,9 +7,19 @@ and, when it may run, the execution fence (``turn.fence``); the response is chec
 tools run; a call people must decide parks the run. It exists to weigh the backend interface against the
 built-in loop on the same cycle (``benchmarks/http``: contenders ``p`` and ``pN``).
 
+A tool's ``ctx.ask`` is durable by replay, as in the built-in loop: the question is a :class:`PendingCall` of
+kind "question" with the id ``<call id>#ask<n>`` (its n-th question, from 0), the answer comes back as a
+:class:`~bot.backends.Reply` under that id (an expired or steered-past question as a ``Reject`` saying so),
+and the tool runs again from the top with its answers so far. Each run after an answer is fenced apart
+(``turn.fence(..., answered=n)``), so what the tool does after its last question runs at most once; a run
+that asked records its question, not a death mid-run. The session limit: each model call is reported
+(``turn.model_used``) and, once ``turn.over_budget``, the run pauses before its next one with
+``Parked(pending=[])``; the engine asks whether to go on and resumes it with no answers.
+
 ``saved`` is JSON: the conversation as Chat Completions messages (no system message: the instructions are
 put first at each model call). A paused run's last assistant message holds calls without a tool message:
-those are what :meth:`NativeBackend.resume` answers.
+those are what :meth:`NativeBackend.resume` answers. While a call waits on its question, ``saved`` is
+``{"messages": …, "asking": {call id: its question, its answers so far, its approval}}``.
 
 As in the built-in loop, from the engine's state through the turn (never from the model): a tool's context has
 the session (``ctx.tenant`` is the signed request's workspace), its caller (``ctx.principal``: the approver of an
@@ -18,10 +28,11 @@ step, call); a failed model call, or an answer with nothing to show, says ``bot.
 model sees the turn's history window (``BOT_HISTORY_WINDOW``, the operator's setting, so the turn carries it);
 and what the turn's owner writes meanwhile is read before each model call (``BackendTurn.take_messages``).
 
-Left out (the built-in loop has them): sub-agents and delegation, the session limit (step and token budgets), MCP
-and OpenAPI tools, ``ctx.ask`` / ``ctx.form`` from inside a tool, external-result tools, and the compaction of the
-stored conversation (``BOT_HISTORY_LIMIT``). A tool's card options beyond its approval policy (prompt, deadlines,
-preview) are not carried by the proxy.
+Left out (the built-in loop has them): sub-agents and delegation, MCP and OpenAPI tools, ``ctx.form`` from
+inside a tool (it answers "unavailable"), a question's option descriptions and button styles (a menu of
+labels), who answered a question (``Answer.responder`` is None), external-result tools, and the compaction of
+the stored conversation (``BOT_HISTORY_LIMIT``). A tool's card options beyond its approval policy (prompt,
+deadlines, preview) are not carried by the proxy.
 """
 
 from __future__ import annotations
@@ -34,6 +45,7 @@ from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as dist_version
 from typing import Any
 
+from pydantic import Field
 from pydantic_core import to_jsonable_python
 
 from bot.backends import (
@@ -46,18 +58,21 @@ from bot.backends import (
     Parked,
     PendingCall,
     Reject,
+    Reply,
     Stopped,
     ToolInfo,
     WrappedAgent,
     wrap,
 )
+from bot.deferred import DeferredModel
 from bot.models.base import ChatModel, Message, ModelError, ToolCall
 from bot.models.history import model_view
 from bot.models.words import answer_words, logged_failure_words
 from bot.ops.metrics import MeteredModel
+from bot.protocol import Answer as ToolAnswer
 from bot.protocol import CancelRequested, LeaseLost, MessageTaken
 from bot.state import CallResult
-from bot.tools import Tool, ToolContext, as_dict
+from bot.tools import AskParked, AskRequest, Tool, ToolContext, as_dict
 
 FRAMEWORK = "native"
 log = logging.getLogger(__name__)
@@ -90,25 +105,49 @@ class NativeBackend:
                          args_model=t.input_model) for t in self.by_name.values()]
 
     async def start(self, turn: BackendTurn, text: str, saved: str | None) -> Outcome:
-        messages: list[Message] = json.loads(saved) if saved else []
+        messages, _ = _loaded(saved) if saved else ([], {})
         messages.append({"role": "user", "content": text})
         return await _Run(self, turn, messages).go()
 
     async def resume(self, turn: BackendTurn, saved: str, answers: dict[str, Answer]) -> Outcome:
         """From :class:`Parked` with people's answers, or (``answers`` empty) from the checkpoint taken after a
-        model response: its calls not answered yet are gated and fenced again (a recorded one is not run again)."""
-        run = _Run(self, turn, json.loads(saved))
+        model response (its calls not answered yet are gated and fenced again: a recorded one is not run again),
+        or from a pause on the budget."""
+        run = _Run(self, turn, *_loaded(saved))
         last = run.messages[-1] if run.messages else None
         if last is not None and last.get("role") == "assistant" and not last.get("tool_calls"):
             return Finished(text=last.get("content") or "", saved=saved)  # its answer was given already
         return await run.go(answers)
 
 
+def question_id(call_id: str, index: int) -> str:
+    """The id of a call's ``index``-th ``ctx.ask`` question, under which its answer comes back."""
+    return f"{call_id}#ask{index}"
+
+
+class Asking(DeferredModel):
+    """A call that asked (``ctx.ask``) and waits on its answer: what its next run needs, kept in ``saved``."""
+
+    question: AskRequest
+    answers: list[ToolAnswer] = Field(default_factory=list)  # to its earlier questions, replayed in order
+    approved: Approve | None = None  # people approved the call before it asked (with their edit, if any)
+
+
+def _loaded(saved: str) -> tuple[list[Message], dict[str, Asking]]:
+    """``saved``: the conversation, or (a pause on a tool's question) the conversation and the calls asking."""
+    data = json.loads(saved)
+    if isinstance(data, list):
+        return data, {}
+    return data["messages"], {cid: Asking.model_validate(a) for cid, a in data["asking"].items()}
+
+
 class _Run:
     """One run of the loop, from start or resume to its outcome."""
 
-    def __init__(self, backend: NativeBackend, turn: BackendTurn, messages: list[Message]):
+    def __init__(self, backend: NativeBackend, turn: BackendTurn, messages: list[Message],
+                 asking: dict[str, Asking] | None = None):
         self.backend, self.turn, self.messages = backend, turn, messages
+        self.asking = dict(asking or {})
 
     async def go(self, answers: dict[str, Answer] | None = None) -> Outcome:
         """``answers``: None for a new turn, else what people said of the last response's calls (if anything)."""
@@ -118,10 +157,13 @@ class _Run:
             self.messages.extend({"role": "user", "content": text} for text in await self.turn.take_messages())
             if self.turn.stopped:
                 return Stopped(saved=self._saved(whole=True))
+            if self.turn.over_budget:  # the engine asks people whether to go on; continue resumes from here
+                return Parked(pending=[], saved=self._saved())
             try:
                 response = await self.backend.model.complete(self._view(), self.backend.specs, on_text=self._text)
             except ModelError as exc:  # the built-in loop's words for it (any other error: the engine's, the same)
                 return Failed(reason=logged_failure_words(exc, self.turn.session_id), saved=self._saved(whole=True))
+            self.turn.model_used(response.usage.total_tokens)
             if self.turn.stopped:  # stopped while the model thought: nothing it asked for runs
                 return Stopped(saved=self._saved(whole=True))
             self.messages.append(response.to_message())
@@ -142,31 +184,56 @@ class _Run:
         """The last response's calls that have no result yet, in order: answered, refused, run or asked."""
         pending: list[PendingCall] = []
         for call in self._unanswered():
-            answer = answers.get(call.id)
-            if answer is None:
-                asked = await self._gate(call)
-                if asked is not None:
-                    pending.append(asked)
-                continue
-            if isinstance(answer, Approve):
-                content = await self._run(call, answer)
+            asking = self.asking.get(call.id)
+            if asking is not None:  # it asked a question: its answer runs it again
+                reply = answers.get(question_id(call.id, len(asking.answers)))
+                done = await self._answered(call, asking, reply)
+            elif (answer := answers.get(call.id)) is None:
+                done = await self._gate(call)
+            elif isinstance(answer, Approve):
+                done = await self._run(call, answer)
             elif isinstance(answer, Reject):
-                content = CallResult(status="rejected", output={"message": answer.message}).content()
+                done = CallResult(status="rejected", output={"message": answer.message}).content()
             else:  # a reply typed on an approval card: the model reads the words
-                content = str(answer.value)
-            self._result(call, content)
+                done = str(answer.value)
+            if isinstance(done, PendingCall):
+                pending.append(done)
+            else:
+                self._result(call, done)
         return pending
 
-    async def _gate(self, call: ToolCall) -> PendingCall | None:
+    async def _answered(self, call: ToolCall, asking: Asking, reply: Answer | None) -> str | PendingCall:
+        """The call runs again with its question's answer (as the built-in loop's ``ctx.ask`` returns it)."""
+        if reply is None:  # no answer came back for it: it is asked again
+            return self._question(call, asking)
+        del self.asking[call.id]
+        if isinstance(reply, Reply):
+            chosen = next((o for o in asking.question.options if o.label == reply.value), None)
+            told = (ToolAnswer(status="answered", option_id=chosen.id) if chosen is not None
+                    else ToolAnswer(status="answered", text=str(reply.value)))
+        elif isinstance(reply, Reject) and reply.outcome in ("expired", "ignored"):  # it goes on without one
+            told = ToolAnswer(status="expired" if reply.outcome == "expired" else "interrupted")
+        else:  # the question was cancelled: the call ends, as in the built-in loop
+            return CallResult(status="rejected", output={"status": "cancelled"}).content()
+        return await self._run(call, asking.approved, [*asking.answers, told])
+
+    def _question(self, call: ToolCall, asking: Asking) -> PendingCall:
+        """The call's question for people; the call waits on it (kept in ``saved`` with its answers so far)."""
+        self.asking[call.id] = asking
+        ask = asking.question
+        return PendingCall(call_id=question_id(call.id, len(asking.answers)), tool_name=call.name, kind="question",
+                           prompt=ask.prompt, options=[o.label for o in ask.options],
+                           allow_free_text=ask.allow_free_text, expires_after_s=ask.timeout_s)
+
+    async def _gate(self, call: ToolCall) -> str | PendingCall:
+        """What the model reads of the call, or what people must decide of it first."""
         tool = self.backend.by_name.get(call.name)
         if tool is None:
-            self._result(call, CallResult(status="failed", error=f"there is no tool named {call.name}").content())
-            return None
+            return CallResult(status="failed", error=f"there is no tool named {call.name}").content()
         try:
             arguments = as_dict(tool.parse(call.arguments))
         except ValueError as exc:
-            self._result(call, CallResult(status="failed", error=str(exc)).content())
-            return None
+            return CallResult(status="failed", error=str(exc)).content()
         verdict = await self.turn.gate(call.id, call.name, arguments)
         if verdict.action == "ask":
             decisions = {"approve", "reject", "edit"} if tool.editable else {"approve", "reject"}
@@ -174,39 +241,61 @@ class _Run:
                                decisions=frozenset(decisions))  # type: ignore[arg-type]
         if verdict.action == "refuse":
             message = verdict.reason or f"{call.name} is not allowed here."
-            self._result(call, CallResult(status="rejected", output={"message": message}).content())
-            return None
-        self._result(call, await self._run(call, None))
-        return None
+            return CallResult(status="rejected", output={"message": message}).content()
+        return await self._run(call, None)
 
-    async def _run(self, call: ToolCall, approved: Approve | None) -> str:
-        """The tool inside the fence; what the model reads of it."""
+    async def _run(self, call: ToolCall, approved: Approve | None,
+                   answers: Sequence[ToolAnswer] = ()) -> str | PendingCall:
+        """The tool inside the fence, with the answers to its questions so far; what the model reads of it, or
+        the question it asks now (the call waits on it)."""
         tool = self.backend.by_name[call.name]
         edited = approved.arguments if approved is not None else None
         try:
             args = tool.parse(edited if edited is not None else call.arguments)
         except ValueError as exc:
             return CallResult(status="failed", error=str(exc)).content()
+        told = list(answers)
+        while True:
+            try:
+                result = await self._fenced(call, tool, args, told)
+                break
+            except AskParked as parked:
+                if parked.ask.form is None:
+                    return self._question(call, Asking(question=parked.ask, answers=told, approved=approved))
+                told.append(ToolAnswer(status="unavailable"))  # ctx.form is not offered to a native tool yet
+        content = result.content()
+        if edited is None:
+            return content
+        who = approved.by if approved is not None and approved.by else "the approver"
+        return json.dumps({"note": f"{who} changed the arguments before approving; it ran with these.",
+                           "arguments": as_dict(args), "result": content})
+
+    async def _fenced(self, call: ToolCall, tool: Tool, args: Any, answers: list[ToolAnswer]) -> CallResult:
+        """One run of the tool in the fence (after ``answers``): its result; raises AskParked when it asks."""
         turn = self.turn
         # the session and the caller from the engine's state (the tenant is the signed request's workspace, never
         # one the model names); the key as the built-in loop's: session, turn, step (its response's place in the
         # conversation: the same in a replay), call
         ctx = ToolContext(session=turn.session, principal=turn.principal(call.id), call_id=call.id,
                           idempotency_key=f"{turn.session_id}:{turn.turn_id}:{self._step()}:{call.id}",
-                          can_ask=False, workspace=turn.workspace)
+                          answers=answers, workspace=turn.workspace)
         seen: dict[str, Any] = {}  # "ran" once the tool runs (a replay runs nothing), "raised": what it raised
 
         async def execute() -> Any:
             seen["ran"] = True
             try:
-                # JSON both times: the model reads the same thing from a first run and from a replay
-                return to_jsonable_python(await tool.invoke(args, ctx), serialize_unknown=True)
+                output = await tool.invoke(args, ctx)
             except Exception as exc:
                 seen["raised"] = exc
                 raise
+            if ctx.parked is not None:  # it asked, and swallowed the signal: it asked all the same
+                raise AskParked(ctx.parked)
+            # JSON both times: the model reads the same thing from a first run and from a replay
+            return to_jsonable_python(output, serialize_unknown=True)
 
         try:
-            output = await turn.fence(call.id, call.name, execute, idempotent=tool.idempotent, arguments=as_dict(args))
+            output = await turn.fence(call.id, call.name, execute, idempotent=tool.idempotent, arguments=as_dict(args),
+                                      answered=len(answers))
         except (LeaseLost, CancelRequested, MessageTaken):
             raise
         except Exception as exc:
@@ -215,15 +304,8 @@ class _Run:
             replayed = "ran" not in seen and type(exc) is RuntimeError
             if seen.get("raised") is not exc and not replayed:
                 raise
-            result = CallResult(status="failed", error=str(exc) if replayed else f"{type(exc).__name__}: {exc}")
-        else:
-            result = CallResult(status="completed", output=output)
-        content = result.content()
-        if edited is None:
-            return content
-        who = approved.by if approved is not None and approved.by else "the approver"
-        return json.dumps({"note": f"{who} changed the arguments before approving; it ran with these.",
-                           "arguments": as_dict(args), "result": content})
+            return CallResult(status="failed", error=str(exc) if replayed else f"{type(exc).__name__}: {exc}")
+        return CallResult(status="completed", output=output)
 
     # --- the conversation ----------------------------------------------------------------------
 
@@ -254,11 +336,14 @@ class _Run:
 
     def _saved(self, *, whole: bool = False) -> str:
         """The conversation as JSON; ``whole``: without a last response whose calls did not all run (the
-        next turn can follow it)."""
+        next turn can follow it). Calls waiting on their question are kept beside it, with their answers so far."""
         messages = self.messages
         if whole and self._unanswered():
             cut = max(i for i, m in enumerate(messages) if m.get("role") == "assistant")
             messages = messages[:cut]
+        elif self.asking:
+            asking = {cid: a.model_dump(mode="json") for cid, a in self.asking.items()}
+            return json.dumps({"messages": messages, "asking": asking})
         return json.dumps(messages)
 
     async def _text(self, delta: str) -> None:

@@ -400,7 +400,7 @@ class Driver:
         await self._commit(p, state, results, then_step=True, no_hurry=True)
         return True
 
-    async def _park_on_limit(self, p: DrivePass, state: SessionState) -> None:
+    async def _park_on_limit(self, p: DrivePass, state: SessionState, before: list[Event] = ()) -> None:  # type: ignore[assignment]
         turn = state.turn
         assert turn is not None
         req = InputRequest(
@@ -417,7 +417,8 @@ class Driver:
         record.batch = [req.request_id]
         turn.limit_request_id = req.request_id
         turn.status = "parked"
-        await self._commit(p, state, [InputRequested(session_id=p.session_id, turn_id=turn.turn_id, requests=[req]),
+        await self._commit(p, state, [*before,
+                                      InputRequested(session_id=p.session_id, turn_id=turn.turn_id, requests=[req]),
                                       TurnWaiting(session_id=p.session_id, turn_id=turn.turn_id, on="input")],
                            [record])
 
@@ -440,6 +441,8 @@ class Driver:
             turn.steps, turn.tokens = 0, 0
             await self._commit(p, state, [])
             return True
+        if turn.run is not None and turn.run.saved is not None:  # a framework's run: the next turn follows it
+            state.agent_memory = turn.run.saved
         await self._end_turn(p, state, TurnCompleted(session_id=p.session_id, turn_id=turn.turn_id), [
             MessageCompleted(session_id=p.session_id, turn_id=turn.turn_id,
                              text="Stopped: this turn reached its budget and was not continued.")])
@@ -570,6 +573,8 @@ class Driver:
 
     end_turn = _end_turn
     finish_cancelled = _finish_cancelled
+    park_on_limit = _park_on_limit
+    resume_limit = _resume_limit
     commit_and_begin = _commit_and_begin
     records_of = _records
 

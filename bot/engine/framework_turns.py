@@ -17,6 +17,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from bot.backends import (
@@ -61,7 +62,7 @@ from bot.protocol import (
 )
 from bot.session import SessionInfo, new_request_id
 from bot.state import CallState, FrameworkRun, SessionState
-from bot.tools import Tool
+from bot.tools import AskParked, AskRequest, Tool
 
 log = logging.getLogger(__name__)
 
@@ -146,24 +147,47 @@ class EngineTurn:
             return GateVerdict(action="refuse", reason=call.result.content() if call.result else "Not allowed.")
         return GateVerdict(action="run")
 
+    def model_used(self, tokens: int) -> None:
+        turn = self._state.turn
+        assert turn is not None and turn.run is not None
+        turn.run.counts_steps = True
+        turn.steps += 1
+        turn.tokens += tokens
+
+    @property
+    def over_budget(self) -> bool:
+        turn = self._state.turn
+        assert turn is not None
+        return turn.steps >= turn.step_budget or turn.tokens >= turn.token_budget
+
     async def fence(self, call_id: str, tool_name: str, run: Callable[[], Awaitable[Any]], *,
-                    idempotent: bool = False, arguments: Mapping[str, Any] | None = None) -> Any:
-        """At most once per call id (the marker is fenced by the lease: a worker that lost it gets LeaseLost)."""
+                    idempotent: bool = False, arguments: Mapping[str, Any] | None = None, answered: int = 0) -> Any:
+        """At most once per call id and answered questions (the marker is fenced by the lease: a worker that lost
+        it gets LeaseLost)."""
         store = self._driver.p.store
-        marker = f"{self.turn_id}:fw:{call_id}"
+        marker = f"{self.turn_id}:fw:{call_id}" + (f"#{answered}" if answered else "")
         async with self._begin:
             fresh, recorded = await self._start_call(marker)
         if not fresh:
             if recorded and recorded != "started":
-                return _replayed(json.loads(recorded))
+                kept = json.loads(recorded)
+                if "asked" in kept and not answered:  # its first run asked, and the pause was never stored
+                    self.tool_started(call_id, tool_name, arguments or {})
+                return _replayed(kept)
             if not idempotent:  # what the model reads, in the shape of any failed call's result
                 self._result(call_id, tool_name, "failed", None, INTERRUPTED)
                 return {"status": "failed", "error": INTERRUPTED}
-        self.tool_started(call_id, tool_name, arguments or {})
+        if not answered:  # a run after an answer goes on with the call people saw start
+            self.tool_started(call_id, tool_name, arguments or {})
         self.calls_running += 1
         started = time.perf_counter()
         try:
             output = await run()
+        except AskParked as parked:  # it asked (not a death mid-run): the question is its marker's record
+            observe_tool_run(tool_name, "asked", time.perf_counter() - started)
+            asked = json.dumps({"asked": parked.ask.model_dump(mode="json")})
+            await store.mark_call(CallMark(self.session_id, marker, result_json=asked))
+            raise
         except asyncio.CancelledError:
             observe_tool_run(tool_name, "rejected", time.perf_counter() - started)  # stopped, as the built-in loop counts it
             raise  # stopped or shut down: the marker says "started", reported as interrupted if replayed
@@ -238,6 +262,8 @@ def _from_owner(message: dict[str, Any], owner: Principal | None) -> bool:
 
 
 def _replayed(recorded: dict[str, Any]) -> Any:
+    if "asked" in recorded:  # it asked when it ran: the same question again
+        raise AskParked(AskRequest.model_validate(recorded["asked"]))
     if "error" in recorded:
         raise RuntimeError(recorded["error"])  # it failed when it ran: the framework hears the same
     return recorded.get("output")
@@ -278,6 +304,8 @@ class FrameworkTurns:
                                     fingerprint=self._fingerprint)
             return await self._start(p, state, snap)
         run = turn.run
+        if turn.limit_request_id:  # paused on its budget: continue resumes it below, stop ends the turn
+            return await self.driver.resume_limit(p, state, snap.requests)
         if run.request_ids:
             answers = await self._answers(p, state, snap, steer)
             if answers is None:
@@ -335,7 +363,8 @@ class FrameworkTurns:
         tool = self.driver.p.tools.get(record.request.action.tool_name) if record.request.action else None
         said = rejection(record, tool.denied_message if tool else None)
         message = " ".join(str(said[k]) for k in ("message", "note") if said.get(k))
-        return Reject(message=message, by=by)
+        outcome = record.outcome if record.outcome in ("expired", "ignored", "cancelled") else None
+        return Reject(message=message, by=by, outcome=outcome)
 
     async def _go(self, p: DrivePass, state: SessionState, snap: SessionSnapshot,
                   call: Callable[[EngineTurn], Awaitable[Outcome]], *, approved: set[str] = frozenset(),  # type: ignore[assignment]
@@ -366,7 +395,8 @@ class FrameworkTurns:
     async def _ended(self, p: DrivePass, state: SessionState, engine_turn: EngineTurn, outcome: Outcome) -> bool:
         turn = state.turn
         assert turn is not None and turn.run is not None
-        turn.steps += 1
+        if not turn.run.counts_steps:  # a backend that reports no model calls: each run is a step
+            turn.steps += 1
         events = engine_turn.take_events()
         if isinstance(outcome, Finished):
             state.agent_memory = outcome.saved
@@ -375,6 +405,10 @@ class FrameworkTurns:
                                                step=turn.steps))
             await self.driver.end_turn(p, state, TurnCompleted(session_id=p.session_id, turn_id=turn.turn_id),
                                        events, unless_cancelled=turn.turn_id, last=True)
+            return False
+        if isinstance(outcome, Parked) and not outcome.pending:  # its budget is used: people say whether to go on
+            turn.run.saved = outcome.saved
+            await self.driver.park_on_limit(p, state, events)
             return False
         if isinstance(outcome, Parked):
             await self._park(p, state, outcome, events)
@@ -436,11 +470,14 @@ class FrameworkTurns:
             action=ActionRef(call_id=pending.call_id, tool_name=pending.tool_name),
             options=options,
             display="select" if options else "text",
-            allow_free_text=True,
+            allow_free_text=pending.allow_free_text or not options,
             principal=turn.owner,
             session_id=state.ref.session_id,
             turn_id=turn.turn_id,
         )
+        if pending.expires_after_s:  # unanswered by then, the timer ends it "expired"
+            req.created_at = datetime.fromtimestamp(self.driver.p.settings.clock(), UTC)
+            req.expires_at = req.created_at + timedelta(seconds=pending.expires_after_s)
         return make_record(state, req)
 
 

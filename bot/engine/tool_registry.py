@@ -32,11 +32,18 @@ class ToolRegistry:
         for t in tools:
             self.register(t)
 
-    def register(self, t: Tool | SubAgent) -> None:
-        """Add a ``Tool`` for the main agent, or a ``SubAgent`` (with its tools, and ``delegate``)."""
+    def register(self, t: Tool | SubAgent, *, replace: bool = False) -> None:
+        """Add a ``Tool`` for the main agent, or a ``SubAgent`` (with its tools, and ``delegate``).
+
+        A name is one tool's: another tool of a name already taken is a ValueError naming both, since the
+        second would silently take the first's calls under its own approval policy. ``replace``: the caller
+        owns the name and swaps its own tool (an MCP server's tools listed again)."""
         if not isinstance(t, Tool):
             self.register_agent(t)
             return
+        known = self._tools.get(t.name)
+        if known is not None and known is not t and not replace:
+            raise ValueError(_taken(t, known))
         self._tools[t.name] = t
         self._main.add(t.name)
 
@@ -116,3 +123,18 @@ class ToolRegistry:
                 self.register(t)
             for agent in agents:
                 self.register_agent(agent)
+
+
+def _origin(t: Tool) -> str:
+    """Where a tool was defined, for messages: its function's module and name."""
+    fn = getattr(t, "fn", None)
+    module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    return f"{module}.{name}" if module and name else repr(t)
+
+
+def _taken(t: Tool, known: Tool) -> str:
+    if str(getattr(getattr(known, "fn", None), "__module__", "")).startswith("bot.builtin"):
+        return (f"the tool {t.name!r} ({_origin(t)}) takes a built-in tool's name: rename it "
+                f"(@tool(name=...))")
+    return (f"two tools are named {t.name!r}: {_origin(known)} and {_origin(t)} (tool names are unique: "
+            f"rename one with @tool(name=...))")

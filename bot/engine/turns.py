@@ -304,14 +304,17 @@ class Runtime:
         await self._cancel(session_id, turn, principal, ended_by, resume=resume)
         return True
 
-    async def stop_pressed(self, session_id: str, principal: Principal, *, pressed_at: datetime | None) -> StopResult:
+    async def stop_pressed(self, session_id: str, principal: Principal, *, pressed_at: datetime | None,
+                           background: bool = False) -> StopResult:
         """A person pressed a stop button at ``pressed_at`` (the frontend's own time of the press; None: not
         known). It stops the turn it was pressed on, and no other: a press that reaches the bot late (a
         frontend's redelivery, minutes later) finds that turn over, and a later turn goes on. Like
         :meth:`cancel_turn`, only the turn's owner stops it. ``"over"``: the turn it was pressed on has ended
         (another may run now); ``"nothing"``: no turn runs or is queued. The press's time is the frontend's
         clock, a turn's start this server's: a button shown under a turn comes seconds after its start (the
-        status delay), so clocks a little apart decide nothing."""
+        status delay), so clocks a little apart decide nothing. ``background``: return once the stop is written
+        (a frontend acknowledges the press then, and a kill after that loses nothing: the session is due), and
+        end the turn in a background task."""
         snap = await self.store.read(SessionRead(session_id))
         state = state_of(snap)
         turn = state.turn if state is not None else None
@@ -320,13 +323,17 @@ class Runtime:
                 return "nothing"
             if pressed_at is not None and _queued_at(snap.inbox[0]) > pressed_at:
                 return "over"  # the next turn's message came after the press
-            stopped = await self._cancel_unwritten(session_id, state, snap.inbox, principal, resume=True)
+            stopped = await self._cancel_unwritten(session_id, state, snap.inbox, principal, resume=not background)
+            if stopped and background:
+                self.spawn(self.drive(session_id), what=f"stop {session_id}")
             return "stopped" if stopped else "not theirs"
         if pressed_at is not None and turn.started_at > pressed_at:
             return "over"
         if turn.owner is not None and not turn.owner.same_as(principal):
             return "not theirs"
-        await self._cancel(session_id, turn, principal, "stop", resume=True)
+        await self._cancel(session_id, turn, principal, "stop", resume=not background)
+        if background:
+            self.spawn(self.drive(session_id), what=f"stop {session_id}")
         return "stopped"
 
     async def _cancel(self, session_id: str, turn: TurnState, by: Principal | None, ended_by: EndedBy, *,

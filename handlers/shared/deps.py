@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,14 +53,39 @@ class SlackDeps:
         """The address a system posts ``request_id``'s result to (DESIGN §12)."""
         return f"{self.public_url.rstrip('/')}{RESULT_PATH.format(request_id=request_id)}"
 
-    async def first_delivery(self, body: dict[str, Any]) -> bool:
-        """False for an event acted on before, here or in another replica: Slack sent it again because it did
-        not see the 200 in time (same ``event_id``, ``X-Slack-Retry-Num``), and a redelivery changes nothing.
-        An event id that is not Slack's shape cannot be noted, and is acted on."""
+    @asynccontextmanager
+    async def once(self, body: dict[str, Any]) -> AsyncIterator[bool]:
+        """Act on an event once, whichever replica Slack delivers it to and however often::
+
+            async with deps.once(body) as first:
+                if not first:
+                    return  # acted on before: Slack sent it again (same ``event_id``, ``X-Slack-Retry-Num``)
+                ...  # the act; marked acted when the block ends, released if it raises (Slack retries)
+
+        A redelivery while another delivery's act is under way, or after one died between its claim and its
+        act, raises :class:`EventInProgress`: Slack is answered 503 and retries later, when that claim has
+        lapsed and the retry acts. An event id that is not Slack's shape cannot be noted, and is acted on."""
         event_id = body.get("event_id")
         if self.events is None or not isinstance(event_id, str) or not _EVENT_ID.fullmatch(event_id):
-            return True
-        return await self.events.first_delivery(event_id)
+            yield True
+            return
+        claim = await self.events.claim(event_id)
+        if claim == "acting":
+            raise EventInProgress(event_id)
+        if claim == "acted":
+            yield False
+            return
+        try:
+            yield True
+        except BaseException:
+            with suppress(Exception):  # Redis down too: the claim lapses by itself
+                await self.events.release(event_id)
+            raise
+        await self.events.acted(event_id)
+
+
+class EventInProgress(Exception):
+    """Another delivery of this event is acting on it, or died doing so: Slack is asked to retry later."""
 
 
 _EVENT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # Slack's "Ev…" ids: nothing else goes into a Redis key

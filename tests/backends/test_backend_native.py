@@ -143,7 +143,7 @@ class RecordingTurn:
         return []
 
     async def fence(self, call_id: str, tool_name: str, run: Callable[[], Awaitable[Any]], *,
-                    idempotent: bool = False, arguments: Mapping[str, Any] | None = None) -> Any:
+                    idempotent: bool = False, arguments: Mapping[str, Any] | None = None, answered: int = 0) -> Any:
         if call_id in self.recorded:  # as the engine's fence: a recorded failure is raised again
             kept = self.recorded[call_id]
             if isinstance(kept, Failure):
@@ -159,6 +159,10 @@ class RecordingTurn:
 
     async def checkpoint(self, saved: str | Callable[[], str]) -> None:
         self.checkpoints.append(saved() if callable(saved) else saved)
+
+    def model_used(self, tokens: int) -> None: ...
+
+    over_budget = False
 
     def text(self, delta: str) -> None: ...
 

@@ -284,7 +284,9 @@ async def test_an_approved_call_that_runs_long_is_processing_again_and_the_stop_
     GATE["release"].set()
     await local_slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: "Stopped" in m.text)
     await bot.wait_idle()
-    assert EXPORTS == ["q3"] and state().session_status == "closed"
+    # the stop is written before Slack's ack, and the call under way is told then: released only after the
+    # press, q3 never finishes (nor does q4 start)
+    assert EXPORTS == [] and state().session_status == "closed"
     assert sum(1 for m in local_slack.messages(GENERAL, thread_ts=ts) if card_in_blocks(m)) == 0, "no second card"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from urllib.parse import parse_qs, urlsplit
 
@@ -13,6 +14,7 @@ from handlers.routes.oauth import authorize_url
 from localslack.seed import ALICE, BOT_TOKEN, BOT_USER_ID, GENERAL, TEAM_ID
 from localslack.server import DEFAULT_CLIENT_ID, DEFAULT_CLIENT_SECRET
 from store.installations import RedisInstallationStore
+from store.slack_events import SlackEvents
 
 NEW_TEAM, NEW_TOKEN, NEWBIE, NEW_CHANNEL = "T0NEW", "xoxb-new-co-token", "U0NEWBIE", "C0NEWGEN"
 OAUTH = {"SLACK_BOT_TOKEN": None, "SLACK_CLIENT_ID": DEFAULT_CLIENT_ID, "SLACK_CLIENT_SECRET": DEFAULT_CLIENT_SECRET}
@@ -90,13 +92,16 @@ async def install_through_oauth(local_slack, bot, team: str = NEW_TEAM, user: st
             assert done.status == 200, await done.text()
 
 
-async def send_event(local_slack, event: dict) -> int:
-    envelope = {"type": "event_callback", "team_id": NEW_TEAM, "api_app_id": "A0LOCAL", "event_id": f"Ev{event['type']}",
-                "event_time": 1, "event": event,
+async def send_event(local_slack, event: dict, *, event_id: str | None = None, retry: int = 0) -> int:
+    """Deliver ``event`` to the bot as Slack does (``retry``: Slack's redelivery number, 0 for the first)."""
+    envelope = {"type": "event_callback", "team_id": NEW_TEAM, "api_app_id": "A0LOCAL",
+                "event_id": event_id or f"Ev{event['type']}", "event_time": 1, "event": event,
                 "authorizations": [{"team_id": NEW_TEAM, "user_id": "U0NEWBOT", "is_bot": True,
                                     "enterprise_id": None, "is_enterprise_install": False}]}
     body = json.dumps(envelope).encode()
-    result = await local_slack.deliver_raw(body, {"Content-Type": "application/json", **local_slack.sign(body)})
+    retried = {"X-Slack-Retry-Num": str(retry), "X-Slack-Retry-Reason": "http_timeout"} if retry else {}
+    result = await local_slack.deliver_raw(body, {"Content-Type": "application/json", **local_slack.sign(body),
+                                                  **retried})
     return result.status
 
 
@@ -129,6 +134,32 @@ async def test_a_redelivered_uninstall_keeps_an_installation_made_again_since(lo
     await install_through_oauth(local_slack, bot)
     for delivered in (revoked, uninstalled):
         assert (await local_slack.redeliver(delivered)).status == 200
+    assert await store.async_find_bot(enterprise_id=None, team_id=NEW_TEAM) is not None
+
+
+async def test_an_uninstall_whose_first_delivery_died_before_acting_is_acted_on_by_slacks_retry(
+        local_slack, start_app, redis):
+    """A replica took ``app_uninstalled`` and was killed between noting the event and forgetting the
+    installation: Slack saw no 200 and retries. A retry while the dead one's claim stands is answered 503
+    (Slack retries again, a minute later); the one after it acts. Before, every retry was answered 200 and
+    ignored, and the workspace that removed the app stayed installed."""
+    local_slack.add_team(NEW_TEAM, "New Co", NEW_TOKEN)
+    local_slack.add_user(NEWBIE, "newbie", team_id=NEW_TEAM)
+    bot = await start_app(ScriptedModel([]), [], **OAUTH)
+    await install_through_oauth(local_slack, bot)
+    store = RedisInstallationStore(redis, client_id=DEFAULT_CLIENT_ID)
+    # what the killed replica left: its claim of the event (it lapses as the bot's own do, here in a second)
+    assert await SlackEvents(redis, acting_s=1.0).claim("EvGONE1") == "act"
+
+    assert await send_event(local_slack, {"type": "app_uninstalled"}, event_id="EvGONE1", retry=1) == 503
+    assert await store.async_find_bot(enterprise_id=None, team_id=NEW_TEAM) is not None  # not acted on twice
+    await asyncio.sleep(1.2)
+    assert await send_event(local_slack, {"type": "app_uninstalled"}, event_id="EvGONE1", retry=2) == 200
+    assert await store.async_find_bot(enterprise_id=None, team_id=NEW_TEAM) is None
+    assert bot.runtime.installed.known_uninstalled(NEW_TEAM)
+    # and once acted on, a later redelivery changes nothing, as before
+    await install_through_oauth(local_slack, bot)
+    assert await send_event(local_slack, {"type": "app_uninstalled"}, event_id="EvGONE1", retry=3) == 200
     assert await store.async_find_bot(enterprise_id=None, team_id=NEW_TEAM) is not None
 
 

@@ -237,7 +237,7 @@ class McpServer:
         for gone in self._tool_names - set(fresh):
             self._registry.unregister(gone)
         for made in fresh.values():
-            self._registry.register(made)
+            self._registry.register(made, replace=made.name in self._tool_names)  # its own, listed again
         self._tool_names = set(fresh)
 
     def _preview_of(self, tool: str, listed: dict[str, types.Tool]) -> str | None:
