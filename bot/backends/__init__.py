@@ -160,17 +160,13 @@ class BackendTurn(Protocol):
     owner_id: str | None  # the principal id of the person whose turn it is
     # What a tool must know of its session, from the engine's state, never from the model: for a backend whose
     # tools take the bot's ``ToolContext`` (``bot.backends.native``); a framework's adapter may ignore them.
-    owner: Principal | None  # the person whose turn it is
+    owner: Principal | None  # the person whose turn it is (an approved call runs under its ``Approve.principal``)
     workspace: Workspace | None  # what tools may do in the session's workspace (None: the frontend gives nothing)
     history_window: int  # the newest messages a model is shown (system messages always; 0: all), as configured
 
     @property
     def session(self) -> SessionInfo:
         """The session as the built-in loop's tools see it: its ``team_id`` is the signed request's workspace."""
-        ...
-
-    def principal(self, call_id: str) -> Principal | None:
-        """Whose authority the call runs under: the person who approved it, else the turn's owner."""
         ...
 
     async def take_messages(self) -> list[str]:

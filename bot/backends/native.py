@@ -257,7 +257,7 @@ class _Run:
         told = list(answers)
         while True:
             try:
-                result = await self._fenced(call, tool, args, told)
+                result = await self._fenced(call, tool, args, told, approved)
                 break
             except AskParked as parked:
                 if parked.ask.form is None:
@@ -270,13 +270,16 @@ class _Run:
         return json.dumps({"note": f"{who} changed the arguments before approving; it ran with these.",
                            "arguments": as_dict(args), "result": content})
 
-    async def _fenced(self, call: ToolCall, tool: Tool, args: Any, answers: list[ToolAnswer]) -> CallResult:
+    async def _fenced(self, call: ToolCall, tool: Tool, args: Any, answers: list[ToolAnswer],
+                      approved: Approve | None) -> CallResult:
         """One run of the tool in the fence (after ``answers``): its result; raises AskParked when it asks."""
         turn = self.turn
         # the session and the caller from the engine's state (the tenant is the signed request's workspace, never
-        # one the model names); the key as the built-in loop's: session, turn, step (its response's place in the
-        # conversation: the same in a replay), call
-        ctx = ToolContext(session=turn.session, principal=turn.principal(call.id), call_id=call.id,
+        # one the model names): the approver, once approved (kept with a call that asks), else the turn's owner;
+        # the key as the built-in loop's: session, turn, step (its response's place in the conversation: the
+        # same in a replay), call
+        caller = approved.principal if approved is not None and approved.principal is not None else turn.owner
+        ctx = ToolContext(session=turn.session, principal=caller, call_id=call.id,
                           idempotency_key=f"{turn.session_id}:{turn.turn_id}:{self._step()}:{call.id}",
                           answers=answers, workspace=turn.workspace)
         seen: dict[str, Any] = {}  # "ran" once the tool runs (a replay runs nothing), "raised": what it raised

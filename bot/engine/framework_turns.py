@@ -74,8 +74,7 @@ class EngineTurn:
     """The engine's side of one framework run (``bot.backends.BackendTurn``)."""
 
     def __init__(self, driver: TurnLoop, work: DrivePass, state: SessionState, grants: set[str],
-                 approved: set[str] = frozenset(), *, approvers: Mapping[str, Principal] | None = None,  # type: ignore[assignment]
-                 inbox: list[dict[str, Any]] | None = None):
+                 approved: set[str] = frozenset(), *, inbox: list[dict[str, Any]] | None = None):  # type: ignore[assignment]
         assert state.turn is not None
         self._driver, self._work, self._state, self._grants = driver, work, state, grants
         self.session_id = work.session_id
@@ -85,7 +84,6 @@ class EngineTurn:
         self.workspace = driver.p.workspace
         self.history_window = driver.p.settings.history_window
         self._session: SessionInfo | None = None
-        self._approvers = dict(approvers or {})  # call id → who approved it in this resume
         # the queue as the pass read it: the run's first look at it, unless a tool started since (then it reads)
         self._inbox = inbox
         self._taken: set[str] = set()  # ids of the messages this run took
@@ -112,10 +110,6 @@ class EngineTurn:
         if self._session is None:
             self._session = session_info(self._state)
         return self._session
-
-    def principal(self, call_id: str) -> Principal | None:
-        """The approver of a call approved in this resume, else the turn's owner (as the built-in loop's)."""
-        return self._approvers.get(call_id) or self.owner
 
     async def take_messages(self) -> list[str]:
         """The owner's queued messages this run has not taken yet (others wait for the turn's end, as in the
@@ -321,9 +315,8 @@ class FrameworkTurns:
         if run.saved is None:  # killed before its first checkpoint: it starts over (no tool ran outside one)
             return await self._start(p, state, snap)
         saved = run.saved
-        approved = {cid: a for cid, a in answers.items() if isinstance(a, Approve)}
-        return await self._go(p, state, snap, lambda t: self.backend.resume(t, saved, answers), approved=set(approved),
-                              approvers={cid: a.principal for cid, a in approved.items() if a.principal})
+        return await self._go(p, state, snap, lambda t: self.backend.resume(t, saved, answers),
+                              approved={cid for cid, a in answers.items() if isinstance(a, Approve)})
 
     async def _start(self, p: DrivePass, state: SessionState, snap: SessionSnapshot) -> bool:
         """The run from the person's message (the history's last, put there by the turn's start)."""
@@ -367,13 +360,12 @@ class FrameworkTurns:
         return Reject(message=message, by=by, outcome=outcome)
 
     async def _go(self, p: DrivePass, state: SessionState, snap: SessionSnapshot,
-                  call: Callable[[EngineTurn], Awaitable[Outcome]], *, approved: set[str] = frozenset(),  # type: ignore[assignment]
-                  approvers: Mapping[str, Principal] | None = None) -> bool:
+                  call: Callable[[EngineTurn], Awaitable[Outcome]], *, approved: set[str] = frozenset()) -> bool:  # type: ignore[assignment]
         turn = state.turn
         assert turn is not None
         if p.carry and p.early is None:  # the turn's start is written alone if the first step is slow to come
             p.early = EarlyStart(self.driver.p, p.session_id, p.token, state, p.carry, p.taking)
-        engine_turn = EngineTurn(self.driver, p, state, snap.grants, approved, approvers=approvers, inbox=snap.inbox)
+        engine_turn = EngineTurn(self.driver, p, state, snap.grants, approved, inbox=snap.inbox)
         task = asyncio.ensure_future(call(engine_turn))
         self._running[p.session_id] = (turn.turn_id, engine_turn, task)
         try:

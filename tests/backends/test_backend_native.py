@@ -136,9 +136,6 @@ class RecordingTurn:
     async def gate(self, call_id: str, tool_name: str, arguments: Mapping[str, Any]) -> GateVerdict:
         return GateVerdict(action="run")
 
-    def principal(self, call_id: str) -> None:
-        return None
-
     async def take_messages(self) -> list[str]:
         return []
 

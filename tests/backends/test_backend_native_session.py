@@ -21,7 +21,7 @@ from bot.models.words import FILTERED_NOTE, OUT_OF_CREDIT
 from bot.tools import Tool, ToolContext, tool
 from localslack.seed import ALICE, BOB, BOT_USER_ID, GENERAL, OTHER_TEAM_ID, TEAM_ID
 from tests.e2e.framework_script import told_the_model
-from tests.e2e.test_approval_flow import button, mention_and_wait_for_card
+from tests.e2e.test_approval_flow import button, card_in, mention_and_wait_for_card
 from tests.fakes.openai_server import FakeOpenAI
 
 KEY = "sk-test"
@@ -193,3 +193,28 @@ async def test_words_typed_past_an_open_card_end_it_and_the_model_reads_them_wit
     assert told == {"status": "rejected", "message": IGNORED_MESSAGE}
     assert fake.requests[-1].body["messages"][-1] == {"role": "user", "content": "never mind, keep the charge"}
     assert len(fake.requests) == 2  # one model call read both: the words started no turn of their own
+
+
+async def test_an_approved_call_that_asks_runs_under_its_approver_once_answered(local_slack, start_app, fake):
+    def bob_approves(ctx) -> object:  # noqa: ANN001 - a response policy
+        return allowed() if ctx.response.principal.slack_user_id == BOB else rejected("Only Bob approves.")
+
+    @tool(approval=Approval(request=always(), response=bob_approves))
+    async def refund_to(team_id: str, ctx: ToolContext) -> dict[str, Any]:
+        """Refund a team's last charge to the account the customer picks."""
+        account = await ctx.ask("Which account?", ["card", "wallet"])
+        return {**who(ctx), "account": account.value}
+
+    fake.reply_tool_call("refund_to", {"team_id": OTHER_TEAM_ID}, "call_refund")
+    fake.reply_text("Done.")
+    await start_app(ScriptedModel([]), [], agent=native(model_of(fake), [refund_to]))
+    ts, card = await mention_and_wait_for_card(local_slack, "refund our last charge")
+    await local_slack.click(BOB, GENERAL, card.ts, button(card, "Approve"))
+    await local_slack.wait_for(lambda: "Which account?" in json.dumps(card_in(local_slack, ts).blocks))
+
+    await local_slack.post_message(ALICE, GENERAL, "wallet", thread_ts=ts)
+    await said(local_slack, ts, "Done.")
+
+    told = json.loads(told_the_model(fake, "call_refund"))
+    assert (told["account"], told["tenant"]) == ("wallet", TEAM_ID)
+    assert told["principal"] == f"slack:{TEAM_ID}:{BOB}", "the run after the answer is still the approver's"
