@@ -21,17 +21,24 @@ put first at each model call). A paused run's last assistant message holds calls
 those are what :meth:`NativeBackend.resume` answers. While a call waits on its question, ``saved`` is
 ``{"messages": …, "asking": {call id: its question, its answers so far, its approval}}``.
 
+As in the built-in loop, from the engine's state through the turn (never from the model): a tool's context has
+the session (``ctx.tenant`` is the signed request's workspace), its caller (``ctx.principal``: the approver of an
+approved call, else the turn's owner), ``ctx.workspace`` and an idempotency key of the same shape (session, turn,
+step, call); a failed model call, or an answer with nothing to show, says ``bot.models.words``' words; the
+model sees the turn's history window (``BOT_HISTORY_WINDOW``, the operator's setting, so the turn carries it);
+and what the turn's owner writes meanwhile is read before each model call (``BackendTurn.take_messages``).
+
 Left out (the built-in loop has them): sub-agents and delegation, MCP and OpenAPI tools, ``ctx.form`` from
 inside a tool (it answers "unavailable"), a question's option descriptions and button styles (a menu of
-labels), who answered a question (``Answer.responder`` is None), external-result tools, the history window
-and compaction, the tool's workspace and its caller (``ctx.principal``, ``ctx.session``'s people and team
-are unknown to a backend), and the model failure's own words (a :class:`Failed` says it). A tool's card
-options beyond its approval policy (prompt, deadlines, preview) are not carried by the proxy.
+labels), who answered a question (``Answer.responder`` is None), external-result tools, and the compaction of
+the stored conversation (``BOT_HISTORY_LIMIT``). A tool's card options beyond its approval policy (prompt,
+deadlines, preview) are not carried by the proxy.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from functools import partial
 from importlib.metadata import PackageNotFoundError
@@ -59,14 +66,16 @@ from bot.backends import (
 )
 from bot.deferred import DeferredModel
 from bot.models.base import ChatModel, Message, ModelError, ToolCall
+from bot.models.history import model_view
+from bot.models.words import answer_words, logged_failure_words
 from bot.ops.metrics import MeteredModel
 from bot.protocol import Answer as ToolAnswer
-from bot.protocol import CancelRequested, LeaseLost
-from bot.session import SessionInfo
+from bot.protocol import CancelRequested, LeaseLost, MessageTaken
 from bot.state import CallResult
 from bot.tools import AskParked, AskRequest, Tool, ToolContext, as_dict
 
 FRAMEWORK = "native"
+log = logging.getLogger(__name__)
 try:
     VERSION = dist_version("slack-hitl-bot")
 except PackageNotFoundError:  # run from a checkout that was never installed
@@ -144,23 +153,27 @@ class _Run:
         """``answers``: None for a new turn, else what people said of the last response's calls (if anything)."""
         pending = await self._calls(answers) if answers is not None else []
         while not pending:
+            # steering: what the turn's owner wrote meanwhile is read before the model is asked again
+            self.messages.extend({"role": "user", "content": text} for text in await self.turn.take_messages())
             if self.turn.stopped:
                 return Stopped(saved=self._saved(whole=True))
             if self.turn.over_budget:  # the engine asks people whether to go on; continue resumes from here
                 return Parked(pending=[], saved=self._saved())
             try:
                 response = await self.backend.model.complete(self._view(), self.backend.specs, on_text=self._text)
-            except ModelError as exc:
-                return Failed(reason=f"The model could not answer ({exc.reason}).", saved=self._saved(whole=True))
+            except ModelError as exc:  # the built-in loop's words for it (any other error: the engine's, the same)
+                return Failed(reason=logged_failure_words(exc, self.turn.session_id), saved=self._saved(whole=True))
             self.turn.model_used(response.usage.total_tokens)
             if self.turn.stopped:  # stopped while the model thought: nothing it asked for runs
                 return Stopped(saved=self._saved(whole=True))
             self.messages.append(response.to_message())
             if not response.tool_calls:
-                text = response.text or response.refusal
-                if not text:
-                    return Failed(reason="The model answered nothing to show.", saved=self._saved(whole=True))
-                return Finished(text=text, saved=self._saved())
+                shown, unanswered = answer_words(response)
+                if unanswered is not None:  # nothing to show (empty, filtered, cut): said plainly, never silence
+                    log.warning("model answered nothing to show in session %s (finish_reason %s)",
+                                self.turn.session_id, response.finish_reason)
+                    return Failed(reason=unanswered, saved=self._saved(whole=True))
+                return Finished(text=shown or "", saved=self._saved())
             # the response is stored before any of its tools run (serialized only if the engine writes it: a
             # pause or an end stores the outcome's state instead)
             await self.turn.checkpoint(partial(json.dumps, list(self.messages)))
@@ -244,7 +257,7 @@ class _Run:
         told = list(answers)
         while True:
             try:
-                result = await self._fenced(call, tool, args, told)
+                result = await self._fenced(call, tool, args, told, approved)
                 break
             except AskParked as parked:
                 if parked.ask.form is None:
@@ -257,11 +270,18 @@ class _Run:
         return json.dumps({"note": f"{who} changed the arguments before approving; it ran with these.",
                            "arguments": as_dict(args), "result": content})
 
-    async def _fenced(self, call: ToolCall, tool: Tool, args: Any, answers: list[ToolAnswer]) -> CallResult:
+    async def _fenced(self, call: ToolCall, tool: Tool, args: Any, answers: list[ToolAnswer],
+                      approved: Approve | None) -> CallResult:
         """One run of the tool in the fence (after ``answers``): its result; raises AskParked when it asks."""
         turn = self.turn
-        ctx = ToolContext(session=SessionInfo(id=turn.session_id), principal=None, call_id=call.id,
-                          idempotency_key=f"{turn.session_id}:{turn.turn_id}:{call.id}", answers=answers)
+        # the session and the caller from the engine's state (the tenant is the signed request's workspace, never
+        # one the model names): the approver, once approved (kept with a call that asks), else the turn's owner;
+        # the key as the built-in loop's: session, turn, step (its response's place in the conversation: the
+        # same in a replay), call
+        caller = approved.principal if approved is not None and approved.principal is not None else turn.owner
+        ctx = ToolContext(session=turn.session, principal=caller, call_id=call.id,
+                          idempotency_key=f"{turn.session_id}:{turn.turn_id}:{self._step()}:{call.id}",
+                          answers=answers, workspace=turn.workspace)
         seen: dict[str, Any] = {}  # "ran" once the tool runs (a replay runs nothing), "raised": what it raised
 
         async def execute() -> Any:
@@ -279,7 +299,7 @@ class _Run:
         try:
             output = await turn.fence(call.id, call.name, execute, idempotent=tool.idempotent, arguments=as_dict(args),
                                       answered=len(answers))
-        except (LeaseLost, CancelRequested):
+        except (LeaseLost, CancelRequested, MessageTaken):
             raise
         except Exception as exc:
             # the tool's own failure, now or replayed (the fence raises a recorded one as a RuntimeError); any
@@ -303,12 +323,19 @@ class _Run:
                 return [c for c in calls if c.id not in answered]
         return []
 
+    def _step(self) -> int:
+        """The place of the last model response in the conversation."""
+        return max(i for i, m in enumerate(self.messages) if m.get("role") == "assistant")
+
     def _result(self, call: ToolCall, content: str) -> None:
         self.messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
 
     def _view(self) -> list[Message]:
+        """What the model is shown: the instructions, then the conversation in the turn's history window (the
+        built-in loop's ``model_view``)."""
         instructions = self.backend.instructions
-        return [{"role": "system", "content": instructions}, *self.messages] if instructions else self.messages
+        messages = [{"role": "system", "content": instructions}, *self.messages] if instructions else self.messages
+        return model_view(messages, self.turn.history_window)  # type: ignore[arg-type]
 
     def _saved(self, *, whole: bool = False) -> str:
         """The conversation as JSON; ``whole``: without a last response whose calls did not all run (the
