@@ -265,10 +265,10 @@ async def _check_model(settings: Settings) -> bool:
 
 async def _check_answer(settings: Settings, owned_by: str | None) -> bool:
     """One short answer through the bot's own client: the provider kind, and any fallback the endpoint made it take."""
-    from bot.engine.model_words import failure_words
     from bot.models.base import ModelError
     from bot.models.openai import OpenAIChatModel
     from bot.models.providers import provider_kind
+    from bot.models.words import failure_words
 
     print(f"model: provider: {provider_kind(settings.openai_base_url, owned_by)}")
     async with OpenAIChatModel(settings.model, base_url=settings.openai_base_url, api_key=settings.openai_api_key,

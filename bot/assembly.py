@@ -90,7 +90,9 @@ def with_agent_tools(registry: ToolRegistry, agent: WrappedAgent | None) -> Tool
     if agent is not None:
         try:
             for t in proxy_tools(agent):
-                registry.register(t)
+                # the built-ins serve the built-in loop; the agent's own tool of such a name (an ``ask_question``
+                # of its own) is the one its calls name
+                registry.register(t, replace=registry.get(t.name) in BUILTIN_TOOLS)
         except ValueError as exc:
             raise ConfigError(f"BOT_AGENT: {exc}") from exc
     return registry

@@ -1,7 +1,7 @@
 """What real model servers sent, replayed byte for byte to OpenAIChatModel over HTTP.
 
 Each response in tests/data/model_responses/ names its public source. A case either parses to what the
-server meant, or ends in a ModelError whose ``kind`` says what people are to be told (bot.engine.model_words).
+server meant, or ends in a ModelError whose ``kind`` says what people are to be told (bot.models.words).
 """
 
 from __future__ import annotations

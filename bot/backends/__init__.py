@@ -27,6 +27,9 @@ from typing import Annotated, Any, Literal, Protocol, TypeAlias, runtime_checkab
 from pydantic import BaseModel, ConfigDict, Field
 
 from bot.deferred import DeferredModel
+from bot.ports import Workspace
+from bot.principals import Principal
+from bot.session import SessionInfo
 
 # --- what a framework asks people ---------------------------------------------------------------
 
@@ -61,6 +64,7 @@ class Approve(DeferredModel):
     kind: Literal["approve"] = "approve"
     arguments: dict[str, Any] | None = None
     by: str | None = None  # who approved (a principal id), for the framework's own records
+    principal: Principal | None = None  # who approved, whole: the authority the call runs under (ctx.principal)
 
 
 class Reject(DeferredModel):
@@ -157,6 +161,24 @@ class BackendTurn(Protocol):
     session_id: str
     turn_id: str
     owner_id: str | None  # the principal id of the person whose turn it is
+    # What a tool must know of its session, from the engine's state, never from the model: for a backend whose
+    # tools take the bot's ``ToolContext`` (``bot.backends.native``); a framework's adapter may ignore them.
+    owner: Principal | None  # the person whose turn it is (an approved call runs under its ``Approve.principal``)
+    workspace: Workspace | None  # what tools may do in the session's workspace (None: the frontend gives nothing)
+    history_window: int  # the newest messages a model is shown (system messages always; 0: all), as configured
+    history_limit: int  # the newest messages of a conversation kept for the next turn (0: all), as configured
+
+    @property
+    def session(self) -> SessionInfo:
+        """The session as the built-in loop's tools see it: its ``team_id`` is the signed request's workspace."""
+        ...
+
+    async def take_messages(self) -> list[str]:
+        """The turn owner's messages that arrived since the run last looked (steering), for the model to read
+        before its next call. Each leaves the queue with the turn's next write (a checkpoint, the pause, the
+        end), so the state that write stores must hold it: a backend that takes messages puts them in its
+        conversation at once."""
+        ...
 
     @property
     def stopped(self) -> bool:

@@ -20,26 +20,32 @@ it with no answers.
 
 Its tools are read when used (``by_name``, ``specs``): here a fixed list, whose tools the engine knows as
 proxies (``bot.backends.proxies``); ``bot.engine.native_loop`` puts it on the runtime's registry instead
-(``BOT_LOOP=native``: the real tools, the settings' instructions, the saved conversation bounded by
-``bounded`` as the built-in loop bounds its history).
+(``BOT_LOOP=native``: the real tools, with their own cards, and the settings' system prompt).
 
 ``saved`` is JSON: the conversation as Chat Completions messages (no system message: the instructions are
 put first at each model call). A paused run's last assistant message holds calls without a tool message:
 those are what :meth:`NativeBackend.resume` answers. While a call waits on its question, ``saved`` is
 ``{"messages": …, "asking": {call id: its question, its answers so far, its approval}}``.
 
+As in the built-in loop, from the engine's state through the turn (never from the model): a tool's context has
+the session (``ctx.tenant`` is the signed request's workspace), its caller (``ctx.principal``: the approver of an
+approved call, else the turn's owner), ``ctx.workspace`` and an idempotency key of the same shape (session, turn,
+step, call); a failed model call, or an answer with nothing to show, says ``bot.models.words``' words; the
+model sees the turn's history window (``BOT_HISTORY_WINDOW``, the operator's setting, so the turn carries it);
+the conversation a run that ends saves for the next turn is bounded like the built-in loop's stored history
+(``BOT_HISTORY_LIMIT``, carried alike: ``bot.models.history.compact``); and what the turn's owner writes
+meanwhile is read before each model call (``BackendTurn.take_messages``).
+
 Left out (the built-in loop has them): sub-agents and delegation, a question's option descriptions and button
-styles (a menu of labels), who answered a question or filled in a form (``Answer.responder`` is None),
-external-result tools, the history window (what the model is shown of a long session), the tool's workspace
-and its caller (``ctx.principal``, ``ctx.session``'s people and team are unknown to a backend), and the model
-failure's own words (a :class:`Failed` says it). Built with ``native(model, tools)``: a tool's card options
-beyond its approval policy (prompt, deadlines, preview) are not carried by the proxy, and the saved
-conversation is kept whole.
+styles (a menu of labels), who answered a question or filled in a form (``Answer.responder`` is None), and
+external-result tools. Built with ``native(model, tools)``, a tool's card options beyond its approval policy
+(prompt, deadlines, preview) are not carried by the proxy (on the registry they are the tool's own).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from functools import partial
 from importlib.metadata import PackageNotFoundError
@@ -67,14 +73,16 @@ from bot.backends import (
 )
 from bot.deferred import DeferredModel
 from bot.models.base import ChatModel, Message, ModelError, ToolCall, ToolSpec
+from bot.models.history import compact, model_view
+from bot.models.words import answer_words, logged_failure_words
 from bot.ops.metrics import MeteredModel
 from bot.protocol import Answer as ToolAnswer
-from bot.protocol import CancelRequested, LeaseLost
-from bot.session import SessionInfo
+from bot.protocol import CancelRequested, LeaseLost, MessageTaken
 from bot.state import CallResult
 from bot.tools import AskParked, AskRequest, Tool, ToolContext, as_dict
 
 FRAMEWORK = "native"
+log = logging.getLogger(__name__)
 try:
     VERSION = dist_version("slack-hitl-bot")
 except PackageNotFoundError:  # run from a checkout that was never installed
@@ -112,11 +120,6 @@ class NativeBackend:
     @property
     def instructions(self) -> str | None:
         return self._instructions
-
-    def bounded(self, messages: list[Message]) -> list[Message]:
-        """What a run that ends saves for the next turn, of its conversation: all of it here; the loop on the
-        runtime's registry keeps the newest ``BOT_HISTORY_LIMIT`` messages, as the built-in loop does."""
-        return messages
 
     def tools(self) -> list[ToolInfo]:
         return [ToolInfo(name=t.name, description=t.description, parameters=t.spec().parameters,
@@ -172,23 +175,27 @@ class _Run:
         """``answers``: None for a new turn, else what people said of the last response's calls (if anything)."""
         pending = await self._calls(answers) if answers is not None else []
         while not pending:
+            # steering: what the turn's owner wrote meanwhile is read before the model is asked again
+            self.messages.extend({"role": "user", "content": text} for text in await self.turn.take_messages())
             if self.turn.stopped:
                 return Stopped(saved=self._saved(whole=True))
             if self.turn.over_budget:  # the engine asks people whether to go on; continue resumes from here
                 return Parked(pending=[], saved=self._saved())
             try:
                 response = await self.backend.model.complete(self._view(), self.backend.specs, on_text=self._text)
-            except ModelError as exc:
-                return Failed(reason=f"The model could not answer ({exc.reason}).", saved=self._saved(whole=True))
+            except ModelError as exc:  # the built-in loop's words for it (any other error: the engine's, the same)
+                return Failed(reason=logged_failure_words(exc, self.turn.session_id), saved=self._saved(whole=True))
             self.turn.model_used(response.usage.total_tokens)
             if self.turn.stopped:  # stopped while the model thought: nothing it asked for runs
                 return Stopped(saved=self._saved(whole=True))
             self.messages.append(response.to_message())
             if not response.tool_calls:
-                text = response.text or response.refusal
-                if not text:
-                    return Failed(reason="The model answered nothing to show.", saved=self._saved(whole=True))
-                return Finished(text=text, saved=self._saved(whole=True))
+                shown, unanswered = answer_words(response)
+                if unanswered is not None:  # nothing to show (empty, filtered, cut): said plainly, never silence
+                    log.warning("model answered nothing to show in session %s (finish_reason %s)",
+                                self.turn.session_id, response.finish_reason)
+                    return Failed(reason=unanswered, saved=self._saved(whole=True))
+                return Finished(text=shown or "", saved=self._saved(whole=True))
             # the response is stored before any of its tools run (serialized only if the engine writes it: a
             # pause or an end stores the outcome's state instead)
             await self.turn.checkpoint(partial(json.dumps, list(self.messages)))
@@ -273,7 +280,7 @@ class _Run:
         except ValueError as exc:
             return CallResult(status="failed", error=str(exc)).content()
         try:
-            result = await self._fenced(call, tool, args, list(answers))
+            result = await self._fenced(call, tool, args, list(answers), approved)
         except AskParked as parked:  # a question (ctx.ask) or a form (ctx.form): the call waits on it
             return self._question(call, Asking(question=parked.ask, answers=list(answers), approved=approved))
         content = result.content()
@@ -283,11 +290,18 @@ class _Run:
         return json.dumps({"note": f"{who} changed the arguments before approving; it ran with these.",
                            "arguments": as_dict(args), "result": content})
 
-    async def _fenced(self, call: ToolCall, tool: Tool, args: Any, answers: list[ToolAnswer]) -> CallResult:
+    async def _fenced(self, call: ToolCall, tool: Tool, args: Any, answers: list[ToolAnswer],
+                      approved: Approve | None) -> CallResult:
         """One run of the tool in the fence (after ``answers``): its result; raises AskParked when it asks."""
         turn = self.turn
-        ctx = ToolContext(session=SessionInfo(id=turn.session_id), principal=None, call_id=call.id,
-                          idempotency_key=f"{turn.session_id}:{turn.turn_id}:{call.id}", answers=answers)
+        # the session and the caller from the engine's state (the tenant is the signed request's workspace, never
+        # one the model names): the approver, once approved (kept with a call that asks), else the turn's owner;
+        # the key as the built-in loop's: session, turn, step (its response's place in the conversation: the
+        # same in a replay), call
+        caller = approved.principal if approved is not None and approved.principal is not None else turn.owner
+        ctx = ToolContext(session=turn.session, principal=caller, call_id=call.id,
+                          idempotency_key=f"{turn.session_id}:{turn.turn_id}:{self._step()}:{call.id}",
+                          answers=answers, workspace=turn.workspace)
         seen: dict[str, Any] = {}  # "ran" once the tool runs (a replay runs nothing), "raised": what it raised
 
         async def execute() -> Any:
@@ -305,7 +319,7 @@ class _Run:
         try:
             output = await turn.fence(call.id, call.name, execute, idempotent=tool.idempotent, arguments=as_dict(args),
                                       answered=len(answers))
-        except (LeaseLost, CancelRequested):
+        except (LeaseLost, CancelRequested, MessageTaken):
             raise
         except Exception as exc:
             # the tool's own failure, now or replayed (the fence raises a recorded one as a RuntimeError); any
@@ -329,17 +343,25 @@ class _Run:
                 return [c for c in calls if c.id not in answered]
         return []
 
+    def _step(self) -> int:
+        """The place of the last model response in the conversation."""
+        return max(i for i, m in enumerate(self.messages) if m.get("role") == "assistant")
+
     def _result(self, call: ToolCall, content: str) -> None:
         self.messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
 
     def _view(self) -> list[Message]:
+        """What the model is shown: the instructions, then the conversation in the turn's history window (the
+        built-in loop's ``model_view``)."""
         instructions = self.backend.instructions
-        return [{"role": "system", "content": instructions}, *self.messages] if instructions else self.messages
+        messages = [{"role": "system", "content": instructions}, *self.messages] if instructions else self.messages
+        return model_view(messages, self.turn.history_window)  # type: ignore[arg-type]
 
     def _saved(self, *, whole: bool = False) -> str:
         """The conversation as JSON; ``whole``: the run ends, so without a last response whose calls did not all
-        run (the next turn can follow it), and bounded (``NativeBackend.bounded``). Calls waiting
-        on their question are kept beside it, with their answers so far."""
+        run (the next turn can follow it), and bounded to the turn's ``history_limit`` newest messages (as the
+        built-in loop bounds its stored history). Calls waiting on their question are kept beside it, with their
+        answers so far."""
         messages = self.messages
         if whole and self._unanswered():
             cut = max(i for i, m in enumerate(messages) if m.get("role") == "assistant")
@@ -347,8 +369,8 @@ class _Run:
         elif self.asking:
             asking = {cid: a.model_dump(mode="json") for cid, a in self.asking.items()}
             return json.dumps({"messages": messages, "asking": asking})
-        if whole:  # the run ends: what the next turn carries is bounded as the built-in loop bounds its history
-            messages = self.backend.bounded(messages)
+        if whole:
+            messages = compact(messages, self.turn.history_limit)  # type: ignore[arg-type]
         return json.dumps(messages)
 
     async def _text(self, delta: str) -> None:

@@ -20,16 +20,16 @@ from bot.engine.call_outcomes import apply_resolutions, unreported_results
 from bot.engine.early_start import EarlyStart
 from bot.engine.execute import Executor, ToolUnavailable, make_record
 from bot.engine.framework_turns import FrameworkTurns
-from bot.engine.history import compact, model_view, user_message
 from bot.engine.installed import RETRY_MS, NotInstalled
 from bot.engine.intake import Intake
 from bot.engine.lease_keeper import LeaseKeeper
-from bot.engine.model_words import answer_words, logged_failure_words
 from bot.engine.parts import Parts
 from bot.engine.passes import DrivePass
 from bot.engine.settle import Settler, delegation_live
 from bot.engine.turn_commands import CommitCommand, FailureCount, LeaseCommand, RequestsRead, SessionRead
 from bot.models.base import TextCallback
+from bot.models.history import compact, model_view, user_message
+from bot.models.words import answer_words, logged_failure_words
 from bot.ops import logs
 from bot.ports import LiveText, StepText
 from bot.principals import Principal

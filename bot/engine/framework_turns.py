@@ -37,10 +37,10 @@ from bot.backends import (
 from bot.engine.call_outcomes import rejection
 from bot.engine.early_start import EarlyStart
 from bot.engine.execute import INTERRUPTED, jsonable, make_record, observe_tool_run, session_info
-from bot.engine.model_words import logged_failure_words
 from bot.engine.passes import DrivePass, TurnLoop
 from bot.engine.tool_registry import tool_fingerprint
-from bot.engine.turn_commands import CallMark, RequestsRead
+from bot.engine.turn_commands import CallMark, RequestsRead, SessionRead
+from bot.models.words import logged_failure_words
 from bot.principals import Principal
 from bot.protocol import (
     APPROVE,
@@ -55,12 +55,13 @@ from bot.protocol import (
     InputRequested,
     LeaseLost,
     MessageCompleted,
+    MessageTaken,
     RequestRecord,
     SessionSnapshot,
     TurnCompleted,
     TurnWaiting,
 )
-from bot.session import new_request_id
+from bot.session import SessionInfo, new_request_id
 from bot.state import CallState, FrameworkRun, SessionState
 from bot.tools import AskParked, AskRequest, Tool
 
@@ -79,12 +80,20 @@ class EngineTurn:
     """The engine's side of one framework run (``bot.backends.BackendTurn``)."""
 
     def __init__(self, driver: TurnLoop, work: DrivePass, state: SessionState, grants: set[str],
-                 approved: set[str] = frozenset()):  # type: ignore[assignment]
+                 approved: set[str] = frozenset(), *, inbox: list[dict[str, Any]] | None = None):  # type: ignore[assignment]
         assert state.turn is not None
         self._driver, self._work, self._state, self._grants = driver, work, state, grants
         self.session_id = work.session_id
         self.turn_id = state.turn.turn_id
-        self.owner_id = state.turn.owner.principal_id if state.turn.owner else None
+        self.owner = state.turn.owner
+        self.owner_id = self.owner.principal_id if self.owner else None
+        self.workspace = driver.p.workspace
+        self.history_window = driver.p.settings.history_window
+        self.history_limit = driver.p.settings.history_limit
+        self._session: SessionInfo | None = None
+        # the queue as the pass read it: the run's first look at it, unless a tool started since (then it reads)
+        self._inbox = inbox
+        self._taken: set[str] = set()  # ids of the messages this run took
         self._stopped = False
         self._events: list[Event] = []  # tool events, written with the next checkpoint
         self._started: set[str] = set()
@@ -101,6 +110,29 @@ class EngineTurn:
 
     def stop(self) -> None:
         self._stopped = True
+
+    @property
+    def session(self) -> SessionInfo:
+        """The session as the built-in loop's tools see it (made when a tool first needs it)."""
+        if self._session is None:
+            self._session = session_info(self._state)
+        return self._session
+
+    async def take_messages(self) -> list[str]:
+        """The owner's queued messages this run has not taken yet (others wait for the turn's end, as in the
+        built-in loop). They join the pass's ``taking``: they leave the queue with the turn's next write, in
+        the script that stores the state holding them, so a worker killed before it leaves them queued for
+        the next (nothing lost) and nothing is taken twice. The first look uses the queue as the pass read it,
+        unless a tool started since; later ones read it (one round trip)."""
+        inbox, self._inbox = self._inbox, None
+        if inbox is None:
+            inbox = (await self._driver.p.store.read(SessionRead(self.session_id, known_state=self._work.committed))).inbox
+        taking = self._work.taking
+        held = self._taken | {m.get("id") for m in taking}
+        new = [m for m in inbox if m.get("id") not in held and _from_owner(m, self.owner)]
+        taking.extend(new)
+        self._taken.update(m.get("id") for m in new)
+        return [str(m.get("text") or "") for m in new]
 
     async def gate(self, call_id: str, tool_name: str, arguments: Mapping[str, Any]) -> GateVerdict:
         """Our request policy for the call (the tool's proxy carries it: ``bot.backends.proxies``)."""
@@ -201,6 +233,7 @@ class EngineTurn:
             log.exception("live text failed in %s", self.session_id)
 
     def tool_started(self, call_id: str, tool_name: str, arguments: Mapping[str, Any]) -> None:
+        self._inbox = None  # the queue as the pass read it is old news by the time the tool ends
         if call_id in self._started:
             return
         self._started.add(call_id)
@@ -220,6 +253,13 @@ class EngineTurn:
     def take_events(self) -> list[Event]:
         events, self._events = self._events, []
         return events
+
+
+def _from_owner(message: dict[str, Any], owner: Principal | None) -> bool:
+    if owner is None:  # a turn of nobody in particular: any message steers it
+        return True
+    raw = message.get("principal")
+    return raw is not None and owner.same_as(Principal.model_validate(raw))
 
 
 def _replayed(recorded: dict[str, Any]) -> Any:
@@ -347,7 +387,7 @@ class FrameworkTurns:
                 value = labels.get(response.option_id or "", response.option_id) if response.option_id else response.text
                 return Reply(value=value, by=by)
         elif record.outcome == "approved":
-            return Approve(arguments=response.edited_input if response else None, by=by)
+            return Approve(arguments=response.edited_input if response else None, by=by, principal=record.responder)
         elif record.outcome == "answered" and response is not None and response.text is not None:
             return Reply(value=response.text, by=by)  # an approval answered in the tool's place ("respond")
         tool = self.driver.p.tools.get(record.request.action.tool_name) if record.request.action else None
@@ -362,7 +402,7 @@ class FrameworkTurns:
         assert turn is not None
         if p.carry and p.early is None:  # the turn's start is written alone if the first step is slow to come
             p.early = EarlyStart(self.driver.p, p.session_id, p.token, state, p.carry, p.taking)
-        engine_turn = EngineTurn(self.driver, p, state, snap.grants, approved)
+        engine_turn = EngineTurn(self.driver, p, state, snap.grants, approved, inbox=snap.inbox)
         task = asyncio.ensure_future(call(engine_turn))
         self._running[p.session_id] = (turn.turn_id, engine_turn, task)
         try:
@@ -372,8 +412,8 @@ class FrameworkTurns:
             if not engine_turn.stopped or (current is not None and current.cancelling()):
                 raise
             outcome = Stopped()
-        except (CancelRequested, LeaseLost):
-            raise  # a stop asked meanwhile, or the lease lost: the driver's loop handles both
+        except (CancelRequested, LeaseLost, MessageTaken):
+            raise  # a stop asked meanwhile, the lease lost, a message taken first: the driver's loop handles each
         except Exception as exc:  # noqa: BLE001 - a backend's own failure ends the turn visibly
             await self.driver.fail_turn(p, state, logged_failure_words(exc, p.session_id), engine_turn.take_events())
             return False

@@ -5,9 +5,9 @@
 ``request_info``), BOT_TOOLS' modules, the OpenAPI operations and the MCP servers' tools (which join, change
 and leave as the servers list them). Each is the real :class:`~bot.tools.Tool`, not a proxy: the engine's gate
 and cards read it from the same registry (its approval policy, card options, previews and deadlines). Its
-instructions and the bound of its saved conversation are the runtime's settings (``system_prompt``, and
-``history_limit`` through the built-in loop's own ``bot.engine.history.compact``), read when used. It lives
-in the engine, not beside the adapters: it stands on the engine's registry and settings.
+instructions are the runtime's ``system_prompt``, read when used (the history's window and bound come with
+each turn, as for any native run). It lives in the engine, not beside the adapters: it stands on the engine's
+registry and settings.
 
 A paused run is held only to the tools its pause waits on (``live_tools``: ``FrameworkTurns`` checks each
 one's ``tool_registry.tool_fingerprint``), so a deploy that adds a tool, or an MCP server listing a new one,
@@ -23,10 +23,9 @@ from collections.abc import Mapping
 
 from bot.backends import WrappedAgent, wrap
 from bot.backends.native import NativeBackend
-from bot.engine.history import compact
 from bot.engine.parts import RuntimeSettings
 from bot.engine.tool_registry import ToolRegistry
-from bot.models.base import ChatModel, Message
+from bot.models.base import ChatModel
 from bot.tools import Tool
 
 
@@ -56,7 +55,3 @@ class RegistryBackend(NativeBackend):
     @property
     def instructions(self) -> str | None:
         return self.settings.system_prompt or None
-
-    def bounded(self, messages: list[Message]) -> list[Message]:
-        """As the built-in loop bounds a session's stored history after each turn (``BOT_HISTORY_LIMIT``)."""
-        return compact(messages, self.settings.history_limit)

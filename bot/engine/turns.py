@@ -24,7 +24,6 @@ from bot.approval import Decision, PolicySource
 from bot.backends import AgentBackend
 from bot.engine.drive import Driver
 from bot.engine.execute import Executor
-from bot.engine.history import model_view
 from bot.engine.installed import Installed
 from bot.engine.intake import Intake, QueuedMessage
 from bot.engine.outbox import Outbox, OutboxStore
@@ -38,6 +37,7 @@ from bot.engine.timers import Timers
 from bot.engine.tool_registry import ToolRegistry
 from bot.engine.turn_commands import CancelTurn, RequestsRead, SessionRead, Sweep
 from bot.models.base import ChatModel
+from bot.models.history import model_view
 from bot.ops import logs
 from bot.ops.background import Background
 from bot.ops.metrics import ANSWERS, SETTLE

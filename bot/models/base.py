@@ -97,7 +97,7 @@ def _call_message(call: ToolCall) -> dict[str, Any]:
 class ModelError(Exception):
     """The model endpoint failed; ``reason`` is safe to log (no secrets).
 
-    ``kind`` names a failure people are told about in words of its own (``bot.engine.model_words``): ``"quota"``
+    ``kind`` names a failure people are told about in words of its own (``bot.models.words``): ``"quota"``
     (the account is out of credit), ``"rate_limited"`` (asked to wait ``retry_after`` seconds, longer than
     the client retries), ``"stream_error"`` (the server reported an error mid-answer), ``"cut"`` /
     ``"filtered"`` (a tool call cut by the length limit or stopped by a content filter: it never runs).

@@ -16,6 +16,7 @@ from bot.backends import Approve, Finished, GateVerdict, Parked
 from bot.backends.native import NativeBackend, native
 from bot.models.openai import OpenAIChatModel
 from bot.models.scripted import ScriptedModel
+from bot.session import SessionInfo
 from bot.tools import Tool, tool
 from localslack.seed import ALICE, GENERAL, TEAM_ID
 from tests.audit_polling import audit_entries
@@ -126,6 +127,8 @@ class RecordingTurn:
 
     def __init__(self, recorded: dict[str, Any] | None = None):
         self.session_id, self.turn_id, self.owner_id = "S1", "T1", "slack:T1:U1"
+        self.session, self.owner, self.workspace, self.history_window = SessionInfo(id="S1"), None, None, 0
+        self.history_limit = 0
         self.recorded = recorded if recorded is not None else {}
         self.executed: list[str] = []
         self.checkpoints: list[str] = []
@@ -133,6 +136,9 @@ class RecordingTurn:
 
     async def gate(self, call_id: str, tool_name: str, arguments: Mapping[str, Any]) -> GateVerdict:
         return GateVerdict(action="run")
+
+    async def take_messages(self) -> list[str]:
+        return []
 
     async def fence(self, call_id: str, tool_name: str, run: Callable[[], Awaitable[Any]], *,
                     idempotent: bool = False, arguments: Mapping[str, Any] | None = None, answered: int = 0) -> Any:

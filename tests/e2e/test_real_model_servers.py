@@ -9,14 +9,14 @@ from collections.abc import AsyncIterator
 import pytest
 from pydantic import BaseModel
 
-from bot.engine.model_words import (
+from bot.models.openai import OpenAIChatModel
+from bot.models.words import (
     CUT_NOTE,
     CUT_TOOL_CALL,
     FILTERED_NOTE,
     OUT_OF_CREDIT,
     STREAM_ERROR,
 )
-from bot.models.openai import OpenAIChatModel
 from bot.tools import ToolContext, tool
 from localslack.seed import ALICE, BOT_USER_ID, GENERAL
 from tests.fakes.openai_server import FakeOpenAI
