@@ -22,7 +22,7 @@ from bot.backends.native import native
 from bot.engine.native_loop import RegistryBackend
 from bot.models.scripted import ScriptedModel, call, say
 from bot.tools import Tool, ToolContext, tool
-from localslack.seed import ALICE, BOB, BOT_USER_ID, GENERAL
+from localslack.seed import ALICE, BOB, BOT_USER_ID, GENERAL, TEAM_ID
 from tests.backends.test_backend_native import KEY, model_of
 from tests.e2e.framework_script import answer_in, told_the_model
 from tests.e2e.test_approval_flow import button, mention_and_wait_for_card
@@ -83,7 +83,7 @@ async def crm(tmp_path, unused_tcp_port) -> AsyncIterator[tuple[str, list[dict[s
     seen: list[dict[str, Any]] = []
 
     async def note(request: web.Request) -> web.Response:
-        seen.append({"path": request.path, "body": await request.json()})
+        seen.append({"path": request.path, "query": dict(request.query), "body": await request.json()})
         return web.json_response({"ok": True}, status=201)
 
     app = web.Application()
@@ -95,7 +95,8 @@ async def crm(tmp_path, unused_tcp_port) -> AsyncIterator[tuple[str, list[dict[s
         "openapi": "3.0.3", "info": {"title": "CRM", "version": "1"},
         "paths": {"/customers/{customer_id}/notes": {"post": {
             "operationId": "addNote", "summary": "Add a note to a customer",
-            "parameters": [{"name": "customer_id", "in": "path", "required": True, "schema": {"type": "string"}}],
+            "parameters": [{"name": "customer_id", "in": "path", "required": True, "schema": {"type": "string"}},
+                           {"name": "workspace", "in": "query", "required": True, "schema": {"type": "string"}}],
             "requestBody": {"required": True, "content": {"application/json": {"schema": {
                 "type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}}}}},
         }}},
@@ -103,7 +104,8 @@ async def crm(tmp_path, unused_tcp_port) -> AsyncIterator[tuple[str, list[dict[s
     (tmp_path / "crm.json").write_text(json.dumps(document))
     (tmp_path / "openapi.yaml").write_text(
         "connections:\n  - name: crm\n    spec: crm.json\n"
-        f"    base_url: http://127.0.0.1:{unused_tcp_port}/api\n    operations: [addNote]\n")
+        f"    base_url: http://127.0.0.1:{unused_tcp_port}/api\n    operations: [addNote]\n"
+        "    tenant_parameter: workspace\n")
     yield str(tmp_path / "openapi.yaml"), seen
     await runner.cleanup()
 
@@ -120,7 +122,9 @@ async def test_an_openapi_operation_asks_on_its_card_then_calls_the_api_once(loc
     await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
 
     await answer_in(local_slack, ts, "Noted.")
-    assert seen == [{"path": "/api/customers/c1/notes", "body": {"text": "called back"}}]
+    # the tenant is the signed request's workspace (the model is never told of it)
+    assert seen == [{"path": "/api/customers/c1/notes", "query": {"workspace": TEAM_ID}, "body": {"text": "called back"}}]
+    assert "workspace" not in json.dumps(fake.requests[0].body["tools"])
     assert json.loads(told_the_model(fake, "call_note")) == {"status": 201, "body": {"ok": True}}
 
 
