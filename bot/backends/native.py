@@ -21,10 +21,17 @@ put first at each model call). A paused run's last assistant message holds calls
 those are what :meth:`NativeBackend.resume` answers. While a call waits on its question, ``saved`` is
 ``{"messages": …, "asking": {call id: its question, its answers so far, its approval}}``.
 
-Left out (the built-in loop has them): sub-agents and delegation, MCP and OpenAPI tools, ``ctx.form`` from
-inside a tool (it answers "unavailable"), a question's option descriptions and button styles (a menu of
-labels), who answered a question (``Answer.responder`` is None), external-result tools, the history window
-and compaction, the tool's workspace and its caller (``ctx.principal``, ``ctx.session``'s people and team
+Calls the engine settles itself, never run here: an external-result tool's (``@tool(external=True, result=…)``)
+and ``delegate``'s (``native(..., agents=[SubAgent(...)])``). Each parks as an approval :class:`PendingCall`
+(offering only "reject"); the engine makes it the tool's external-result card or the delegation card, and the
+posted result, or the sub-agent's answer, comes back as a :class:`~bot.backends.Reply` whose value is the
+request's values. The engine holds these tools (and the sub-agents) as they are (:meth:`NativeBackend.engine_tools`);
+each sub-agent's session is driven by a native backend of its own, with its instructions and tools
+(:meth:`NativeBackend.sub_agent`).
+
+Left out (the built-in loop has them): MCP and OpenAPI tools, ``ctx.form`` from inside a tool (it answers
+"unavailable"), a question's option descriptions and button styles (a menu of labels), who answered a question
+(``Answer.responder`` is None), the history window and compaction, the tool's workspace and its caller (``ctx.principal``, ``ctx.session``'s people and team
 are unknown to a backend), and the model failure's own words (a :class:`Failed` says it). A tool's card
 options beyond its approval policy (prompt, deadlines, preview) are not carried by the proxy.
 """
