@@ -21,7 +21,7 @@ from bot.models.openai import OpenAIChatModel
 from bot.models.scripted import ScriptedModel
 from bot.tools import Tool, tool
 from handlers.delivery.status import STATUS_DELAY_S
-from localslack.seed import ALICE, GENERAL
+from localslack.seed import ALICE, BOT_USER_ID, GENERAL
 from tests.e2e.framework_script import answer_in, told_the_model
 from tests.e2e.test_approval_flow import button, mention_and_wait_for_card
 from tests.fakes.openai_server import FakeOpenAI, ReceivedRequest
@@ -157,3 +157,17 @@ async def test_the_stop_button_on_the_main_turn_stops_the_sub_agent(local_slack,
     await bot.wait_idle()
     assert ran == []
     assert [whose(r) for r in fake.requests] == [MAIN, RESEARCH]
+
+
+async def test_a_sub_agent_that_fails_is_a_failed_call_the_main_model_reads(local_slack, start_app, fake):
+    ran: list[str] = []
+    fake.reply_tool_call("delegate", {"agent": "researcher", "task": "Which plan is acme on?"}, "call_d1")
+    fake.reply_error(400, "the model refused the request")  # the sub-agent's model call fails
+    fake.reply_text("The researcher could not find out.")
+    await start_app(ScriptedModel([]), [], agent=agent_on(fake, ran))
+    ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> what plan is acme on?")
+
+    await answer_in(local_slack, ts, "The researcher could not find out.")
+    told = json.loads(told_the_model(fake, "call_d1"))
+    assert told["status"] == "failed" and told["error"].startswith("researcher failed:")
+    assert ran == [] and [whose(r) for r in fake.requests] == [MAIN, RESEARCH, MAIN]
