@@ -31,9 +31,10 @@ each sub-agent's session is driven by a native backend of its own, with its inst
 
 Left out (the built-in loop has them): MCP and OpenAPI tools, ``ctx.form`` from inside a tool (it answers
 "unavailable"), a question's option descriptions and button styles (a menu of labels), who answered a question
-(``Answer.responder`` is None), the history window and compaction, the tool's workspace and its caller (``ctx.principal``, ``ctx.session``'s people and team
-are unknown to a backend), and the model failure's own words (a :class:`Failed` says it). A tool's card
-options beyond its approval policy (prompt, deadlines, preview) are not carried by the proxy.
+(``Answer.responder`` is None), the history window and compaction, the tool's workspace and its caller
+(``ctx.principal``, ``ctx.session``'s people and team are unknown to a backend), and the model failure's own
+words (a :class:`Failed` says it). A tool's card options beyond its approval policy (prompt, deadlines,
+preview) are not carried by the proxy (an external-result tool is not one: its card is its own).
 """
 
 from __future__ import annotations

@@ -25,7 +25,9 @@ def proxy_tools(agent: WrappedAgent) -> list[Tool | SubAgent]:
                          f"(its tools: {', '.join(sorted(t.name for t in infos)) or 'none'})")
     engine_tools = getattr(agent.backend, "engine_tools", None)
     own: list[Tool | SubAgent] = engine_tools() if engine_tools is not None else []
-    held = {t.name for t in own if isinstance(t, Tool)} | ({DELEGATE} if any(isinstance(t, SubAgent) for t in own) else set())
+    held = {t.name for t in own if isinstance(t, Tool)}
+    if any(isinstance(t, SubAgent) for t in own):  # its sub-agents bring the registry's own ``delegate``
+        held.add(DELEGATE)
     overridden = sorted(held & set(agent.policies))
     if overridden:
         raise ValueError(f"{', '.join(overridden)}: the engine settles these calls under the tool's own approval "
