@@ -250,7 +250,7 @@ class Driver:
             # a typed answer recorded but not yet tried (its process died after the ack): try it first
             if await self.intake.try_answer(p.session_id, owner_message, state):
                 return True
-        if self.frameworks is not None and not state.agent:
+        if self.frameworks is not None and self.frameworks.drives(state):  # the agent's, or a sub-agent it brought
             return await self.frameworks.step(p, state, snap, owner_message)
         if turn.limit_request_id:
             return await self._resume_limit(p, state, snap.requests)

@@ -307,7 +307,9 @@ class Executor:
         """A call to ``delegate``: the parent waits on this request while the sub-agent works in its own
         session (``bot.agents``); its answer is the sub-agent's, and Cancel stops the sub-agent."""
         turn = state.turn
-        assert turn is not None and turn.step is not None
+        assert turn is not None
+        # a framework's run has no step of ours: its call ids are the turn's own (as its execution markers are)
+        step_id = (turn.step.step_id or str(turn.step.index)) if turn.step is not None else f"{turn.turn_id}:fw"
         req = InputRequest(
             request_id=new_request_id(state.ref.session_id),
             kind="delegation",
@@ -319,8 +321,7 @@ class Executor:
             session_id=state.ref.session_id,
             turn_id=turn.turn_id,
             agent=args.agent,
-            child_session_id=child_session_id(state.ref.session_id, args.agent, turn.step.step_id or str(turn.step.index),
-                                              call.call_id),
+            child_session_id=child_session_id(state.ref.session_id, args.agent, step_id, call.call_id),
         )
         req.created_at = datetime.fromtimestamp(self.p.settings.clock(), UTC)
         agent = self.p.tools.agent(args.agent)

@@ -134,7 +134,8 @@ class EngineTurn:
         call = CallState(call_id=call_id, tool_name=tool_name, arguments=json.dumps(dict(arguments), default=str))
         turn = self._state.turn
         assert turn is not None
-        await self._driver.exec.decide(call, session_info(self._state), self._grants, turn.owner)
+        # a sub-agent's session is offered its own tools only
+        await self._driver.exec.decide(call, session_info(self._state), self._grants, turn.owner, self._state.agent)
         if call.status == "awaiting":
             return GateVerdict(action="ask")
         if call.status == "done":
@@ -217,7 +218,7 @@ class EngineTurn:
 
     def text(self, delta: str) -> None:
         live, turn = self._driver.p.live, self._state.turn
-        if live is None or turn is None or not delta:
+        if live is None or turn is None or not delta or self._state.agent:  # a sub-agent speaks through its parent
             return
         self._words.append(delta)
         try:
@@ -272,6 +273,24 @@ class FrameworkTurns:
         self._fingerprint = fingerprint(tools)
         self._formable = {t.name for t in tools if t.args_model is not None}  # an edit form could be shown
         self._running: dict[str, tuple[str, EngineTurn, asyncio.Task[Any]]] = {}
+        # the backends of the sub-agents the agent brings (``native(..., agents=[...])``): each drives the
+        # sessions of its sub-agent; a sub-agent of BOT_TOOLS stays the built-in loop's
+        self._sub_agents: dict[str, tuple[AgentBackend, str]] = {}
+        sub_agent = getattr(backend, "sub_agent", None)
+        for agent in driver.p.tools.agents() if sub_agent is not None else []:
+            if (child := sub_agent(agent.name)) is not None:
+                self._sub_agents[agent.name] = (child, fingerprint(child.tools()))
+                self._formable |= {t.name for t in child.tools() if t.args_model is not None}
+
+    def drives(self, state: SessionState) -> bool:
+        """Whether the session's turns are this agent's: the main agent's, or a sub-agent's it brought."""
+        return not state.agent or state.agent in self._sub_agents
+
+    def _agent_of(self, state: SessionState) -> tuple[AgentBackend, str]:
+        """The backend that drives the session, and its tools' fingerprint."""
+        if state.agent:
+            return self._sub_agents[state.agent]
+        return self.backend, self._fingerprint
 
     def runs(self, session_id: str) -> bool:
         """A tool of the session's run is running here: the lease keeper then polls for a stop every second
@@ -293,9 +312,10 @@ class FrameworkTurns:
         """One step of a framework turn; False when nothing more can be done now (parked or ended)."""
         turn = state.turn
         assert turn is not None
+        backend, tools_fingerprint = self._agent_of(state)
         if turn.run is None:
-            turn.run = FrameworkRun(framework=self.backend.framework, version=self.backend.version,
-                                    fingerprint=self._fingerprint)
+            turn.run = FrameworkRun(framework=backend.framework, version=backend.version,
+                                    fingerprint=tools_fingerprint)
             return await self._start(p, state, snap)
         run = turn.run
         if turn.limit_request_id:  # paused on its budget: continue resumes it below, stop ends the turn
@@ -306,22 +326,23 @@ class FrameworkTurns:
                 return False  # still waiting on people
         else:
             answers = {}
-        if (run.framework, run.fingerprint) != (self.backend.framework, self._fingerprint):
+        if (run.framework, run.fingerprint) != (backend.framework, tools_fingerprint):
             log.warning("session %s: turn %s paused under %s %s (tools %s), this process runs %s %s (tools %s)",
                         p.session_id, turn.turn_id, run.framework, run.version, run.fingerprint,
-                        self.backend.framework, self.backend.version, self._fingerprint)
+                        backend.framework, backend.version, tools_fingerprint)
             await self.driver.fail_turn(p, state, CHANGED)
             return False
         if run.saved is None:  # killed before its first checkpoint: it starts over (no tool ran outside one)
             return await self._start(p, state, snap)
         saved = run.saved
-        return await self._go(p, state, snap, lambda t: self.backend.resume(t, saved, answers),
+        return await self._go(p, state, snap, lambda t: backend.resume(t, saved, answers),
                               approved={cid for cid, a in answers.items() if isinstance(a, Approve)})
 
     async def _start(self, p: DrivePass, state: SessionState, snap: SessionSnapshot) -> bool:
         """The run from the person's message (the history's last, put there by the turn's start)."""
         text = state.history[-1]["content"] if state.history else ""
-        return await self._go(p, state, snap, lambda t: self.backend.start(t, text, state.agent_memory))
+        backend, _ = self._agent_of(state)
+        return await self._go(p, state, snap, lambda t: backend.start(t, text, state.agent_memory))
 
     async def _answers(self, p: DrivePass, state: SessionState, snap: SessionSnapshot,
                        steer: dict[str, Any] | None) -> dict[str, Answer] | None:
@@ -349,6 +370,9 @@ class FrameworkTurns:
                 labels = {o.id: o.label for o in record.request.options}
                 value = labels.get(response.option_id or "", response.option_id) if response.option_id else response.text
                 return Reply(value=value, by=by)
+        elif record.request.kind in ("external-result", "delegation"):
+            if record.outcome == "answered" and response is not None:  # the posted result, the sub-agent's answer
+                return Reply(value=response.values, by=by)
         elif record.outcome == "approved":
             return Approve(arguments=response.edited_input if response else None, by=by, principal=record.responder)
         elif record.outcome == "answered" and response is not None and response.text is not None:
@@ -392,6 +416,8 @@ class FrameworkTurns:
         events = engine_turn.take_events()
         if isinstance(outcome, Finished):
             state.agent_memory = outcome.saved
+            if state.ref.parent and outcome.text:  # a sub-agent's answer: the relay reads it from the history
+                state.history.append({"role": "assistant", "content": outcome.text})
             if outcome.text:
                 events.append(MessageCompleted(session_id=p.session_id, turn_id=turn.turn_id, text=outcome.text,
                                                step=turn.steps))
@@ -439,6 +465,8 @@ class FrameworkTurns:
                              arguments=json.dumps(pending.arguments, default=str))
             record = self.driver.exec.approval_request(state, call)
             req = record.request
+            if req.kind != "tool-approval":  # an external result or a delegation: its own card, as it is
+                return record
             # the card offers only what the framework takes
             if "edit" not in pending.decisions:
                 req.editable = False
