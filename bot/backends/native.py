@@ -161,11 +161,16 @@ def _engine_handled(tool: Tool) -> bool:
     return tool.external or tool.delegates
 
 
+def _refused(answer: Reject) -> str:
+    """What the model reads of a refused call: the engine's words for it, as the built-in loop gives them."""
+    return CallResult(status="rejected", output=answer.details or {"message": answer.message}).content()
+
+
 def _posted(tool: Tool, answer: Answer) -> str:
     """What the model reads of a call the engine settled: the posted result, the sub-agent's answer, or why
     there is none (Cancel, a deadline, the sub-agent stopped or failed)."""
     if isinstance(answer, Reject):
-        return CallResult(status="rejected", output={"message": answer.message}).content()
+        return _refused(answer)
     if isinstance(answer, Reply):
         if tool.delegates:
             values = answer.value if isinstance(answer.value, dict) else {"result": answer.value}
@@ -250,7 +255,7 @@ class _Run:
             elif isinstance(answer, Approve):
                 done = await self._run(call, answer)
             elif isinstance(answer, Reject):
-                done = CallResult(status="rejected", output={"message": answer.message}).content()
+                done = _refused(answer)
             else:  # a reply typed on an approval card: the model reads the words
                 done = str(answer.value)
             if isinstance(done, PendingCall):

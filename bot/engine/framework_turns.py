@@ -381,7 +381,7 @@ class FrameworkTurns:
         said = rejection(record, tool.denied_message if tool else None)
         message = " ".join(str(said[k]) for k in ("message", "note") if said.get(k))
         outcome = record.outcome if record.outcome in ("expired", "ignored", "cancelled") else None
-        return Reject(message=message, by=by, outcome=outcome)
+        return Reject(message=message, by=by, outcome=outcome, details=said)
 
     async def _go(self, p: DrivePass, state: SessionState, snap: SessionSnapshot,
                   call: Callable[[EngineTurn], Awaitable[Outcome]], *, approved: set[str] = frozenset()) -> bool:  # type: ignore[assignment]
