@@ -49,6 +49,7 @@ from bot.protocol import (
     ActionStarted,
     CancelRequested,
     Event,
+    Grant,
     InputOption,
     InputRequest,
     InputRequested,
@@ -90,6 +91,7 @@ class EngineTurn:
         self._stopped = False
         self._events: list[Event] = []  # tool events, written with the next checkpoint
         self._started: set[str] = set()
+        self._standing: dict[str, Grant] = {}  # call id → the standing approval that let it run without asking
         self._finished: set[str] = set()
         self._words: list[str] = []
         self._saved: str | Callable[[], str] | None = None  # the last step's checkpoint, for the next write
@@ -134,8 +136,11 @@ class EngineTurn:
         call = CallState(call_id=call_id, tool_name=tool_name, arguments=json.dumps(dict(arguments), default=str))
         turn = self._state.turn
         assert turn is not None
-        # a sub-agent's session is offered its own tools only
-        await self._driver.exec.decide(call, session_info(self._state), self._grants, turn.owner, self._state.agent)
+        # a sub-agent's session is offered its own tools only; the owner's "don't ask me again" counts too, and
+        # a call it lets run says so in its thread (its start event carries whose approval it was)
+        await self._driver.exec.apply_request_policies(self._state, self._grants, [call])
+        if call.standing is not None:
+            self._standing[call_id] = call.standing
         if call.status == "awaiting":
             return GateVerdict(action="ask")
         if call.status == "done":
@@ -232,7 +237,8 @@ class EngineTurn:
             return
         self._started.add(call_id)
         self._events.append(ActionStarted(session_id=self.session_id, turn_id=self.turn_id, call_id=call_id,
-                                          tool_name=tool_name, input=dict(arguments) or None))
+                                          tool_name=tool_name, input=dict(arguments) or None,
+                                          standing=self._standing.get(call_id)))
 
     def tool_finished(self, call_id: str, tool_name: str, output: Any) -> None:
         self._result(call_id, tool_name, "completed", output, None)
