@@ -75,6 +75,9 @@ class Reject(DeferredModel):
     by: str | None = None
     # the request's outcome when it was not a refusal by a person: "expired", "ignored" (steered past), "cancelled"
     outcome: str | None = None
+    # what the built-in loop tells its model of the refusal (its code, message, the canceller's note), for a
+    # backend that speaks the same tool results (native); ``message`` says the same in words
+    details: dict[str, Any] | None = None
 
 
 class Reply(DeferredModel):

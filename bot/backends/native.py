@@ -36,10 +36,18 @@ the conversation a run that ends saves for the next turn is bounded like the bui
 (``BOT_HISTORY_LIMIT``, carried alike: ``bot.models.history.compact``); and what the turn's owner writes
 meanwhile is read before each model call (``BackendTurn.take_messages``).
 
-Left out (the built-in loop has them): sub-agents and delegation, a question's option descriptions and button
-styles (a menu of labels), who answered a question or filled in a form (``Answer.responder`` is None), and
-external-result tools. Built with ``native(model, tools)``, a tool's card options beyond its approval policy
-(prompt, deadlines, preview) are not carried by the proxy (on the registry they are the tool's own).
+Calls the engine settles itself, never run here: an external-result tool's (``@tool(external=True, result=…)``)
+and ``delegate``'s (``native(..., agents=[SubAgent(...)])``). Each parks as an approval :class:`PendingCall`
+(offering only "reject"); the engine makes it the tool's external-result card or the delegation card, and the
+posted result, or the sub-agent's answer, comes back as a :class:`~bot.backends.Reply` whose value is the
+request's values. The engine holds these tools (and the sub-agents) as they are (:meth:`NativeBackend.engine_tools`);
+each sub-agent's session is driven by a native backend of its own, with its instructions and tools
+(:meth:`NativeBackend.sub_agent`).
+
+Left out (the built-in loop has them): a question's option descriptions and button styles (a menu of labels),
+and who answered a question or filled in a form (``Answer.responder`` is None). Built with ``native(model,
+tools)``, a tool's card options beyond its approval policy (prompt, deadlines, preview) are not carried by the
+proxy (an external-result tool is not one: its card is its own; on the registry every tool is its own).
 """
 
 from __future__ import annotations
@@ -55,6 +63,7 @@ from typing import Any
 from pydantic import Field
 from pydantic_core import to_jsonable_python
 
+from bot.agents import DELEGATE, SubAgent, delegation_result
 from bot.backends import (
     Answer,
     Approve,
@@ -71,6 +80,7 @@ from bot.backends import (
     WrappedAgent,
     wrap,
 )
+from bot.builtin.delegate import delegate_tool, describe
 from bot.deferred import DeferredModel
 from bot.models.base import ChatModel, Message, ModelError, ToolCall, ToolSpec
 from bot.models.history import compact, model_view
@@ -89,10 +99,14 @@ except PackageNotFoundError:  # run from a checkout that was never installed
     VERSION = "0"
 
 
-def native(model: ChatModel, tools: Sequence[Tool], *, instructions: str | None = None) -> WrappedAgent:
-    """The bot's own loop on ``model`` and ``tools``, each tool under its own approval policy."""
-    return wrap(NativeBackend(model, tools, instructions=instructions),
-                policies={t.name: t.approval for t in tools})
+def native(model: ChatModel, tools: Sequence[Tool], *, instructions: str | None = None,
+           agents: Sequence[SubAgent] = ()) -> WrappedAgent:
+    """The bot's own loop on ``model`` and ``tools``, each tool under its own approval policy; ``agents``: the
+    sub-agents it may hand a task to (``delegate``), each run by native on the same model with its own
+    instructions and tools."""
+    backend = NativeBackend(model, tools, instructions=instructions, agents=agents)
+    # the tools the engine holds as they are (external-result tools, delegate) keep their own policies there
+    return wrap(backend, policies={t.name: t.approval for t in tools if not _engine_handled(t)})
 
 
 class NativeBackend:
@@ -102,11 +116,22 @@ class NativeBackend:
     # the loop on the runtime's registry (``bot.engine.native_loop``) says True
     live_tools = False
 
-    def __init__(self, model: ChatModel, tools: Sequence[Tool], *, instructions: str | None = None):
+    def __init__(self, model: ChatModel, tools: Sequence[Tool], *, instructions: str | None = None,
+                 agents: Sequence[SubAgent] = ()):
         # timed and its tokens counted as the built-in loop's model is (hitl_model_*)
         self.model = model if isinstance(model, MeteredModel) else MeteredModel(model)
         self._instructions = instructions
+        self.agents = list(agents)
+        if self.agents:
+            if DELEGATE in {t.name for t in tools}:
+                raise ValueError(f"a tool is named {DELEGATE!r}, the name of the built-in that hands tasks to sub-agents")
+            delegate = delegate_tool()
+            delegate.description = describe(self.agents)
+            tools = [*tools, delegate]
         self._tools = {t.name: t for t in tools}
+        # a sub-agent's session is driven by a native backend of its own: its instructions, its tools
+        self._sub_agents = {a.name: NativeBackend(self.model, a.tools, instructions=a.instructions)
+                            for a in self.agents}
 
     @property
     def by_name(self) -> Mapping[str, Tool]:
@@ -123,8 +148,18 @@ class NativeBackend:
 
     def tools(self) -> list[ToolInfo]:
         return [ToolInfo(name=t.name, description=t.description, parameters=t.spec().parameters,
-                         asks=t.approval.request.kind != "never", editable=t.editable, idempotent=t.idempotent,
-                         args_model=t.input_model) for t in self.by_name.values()]
+                         asks=t.approval.request.kind != "never" or _engine_handled(t), editable=t.editable,
+                         idempotent=t.idempotent, args_model=t.input_model) for t in self.by_name.values()]
+
+    def engine_tools(self) -> list[Tool | SubAgent]:
+        """What the engine must hold as it is, not as a proxy: the external-result tools (their result form and
+        model, who may post a result) and the sub-agents (with their tools and ``delegate``)."""
+        own: list[Tool | SubAgent] = [t for t in self.by_name.values() if t.external]
+        return [*own, *self.agents]
+
+    def sub_agent(self, name: str) -> NativeBackend | None:
+        """The backend that drives the sessions of the sub-agent ``name`` (None: not one of this agent's)."""
+        return self._sub_agents.get(name)
 
     async def start(self, turn: BackendTurn, text: str, saved: str | None) -> Outcome:
         messages, _ = _loaded(saved) if saved else ([], {})
@@ -140,6 +175,31 @@ class NativeBackend:
         if last is not None and last.get("role") == "assistant" and not last.get("tool_calls"):
             return Finished(text=last.get("content") or "", saved=saved)  # its answer was given already
         return await run.go(answers)
+
+
+def _engine_handled(tool: Tool) -> bool:
+    """A call the engine settles itself, never run here: a person or system posts an external tool's result;
+    ``delegate``'s is the sub-agent's answer."""
+    return tool.external or tool.delegates
+
+
+def _refused(answer: Reject) -> str:
+    """What the model reads of a refused call: the engine's words for it, as the built-in loop gives them."""
+    return CallResult(status="rejected", output=answer.details or {"message": answer.message}).content()
+
+
+def _posted(tool: Tool, answer: Answer) -> str:
+    """What the model reads of a call the engine settled: the posted result, the sub-agent's answer, or why
+    there is none (Cancel, a deadline, the sub-agent stopped or failed)."""
+    if isinstance(answer, Reject):
+        return _refused(answer)
+    if isinstance(answer, Reply):
+        if tool.delegates:
+            values = answer.value if isinstance(answer.value, dict) else {"result": answer.value}
+            return delegation_result(values).content()
+        return CallResult(status="completed", output=answer.value).content()
+    # an approval is never asked of such a call: nothing runs it here
+    return CallResult(status="failed", error=f"{tool.name} was not given a result").content()
 
 
 def question_id(call_id: str, index: int) -> str:
@@ -212,10 +272,12 @@ class _Run:
                 done = await self._answered(call, asking, reply)
             elif (answer := answers.get(call.id)) is None:
                 done = await self._gate(call)
+            elif (tool := self.backend.by_name.get(call.name)) is not None and _engine_handled(tool):
+                done = _posted(tool, answer)
             elif isinstance(answer, Approve):
                 done = await self._run(call, answer)
             elif isinstance(answer, Reject):
-                done = CallResult(status="rejected", output={"message": answer.message}).content()
+                done = _refused(answer)
             else:  # a reply typed on an approval card: the model reads the words
                 done = str(answer.value)
             if isinstance(done, PendingCall):
@@ -260,6 +322,9 @@ class _Run:
         except ValueError as exc:
             return CallResult(status="failed", error=str(exc)).content()
         verdict = await self.turn.gate(call.id, call.name, arguments)
+        if verdict.action != "refuse" and _engine_handled(tool):  # it waits on its result, never runs here
+            return PendingCall(call_id=call.id, tool_name=call.name, arguments=arguments,
+                               decisions=frozenset({"reject"}))
         if verdict.action == "ask":
             decisions = {"approve", "reject", "edit"} if tool.editable else {"approve", "reject"}
             return PendingCall(call_id=call.id, tool_name=call.name, arguments=arguments,

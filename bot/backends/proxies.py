@@ -8,19 +8,31 @@ The framework runs them; these never do (``bot.engine.framework_turns`` asks and
 
 from typing import Any
 
+from bot.agents import DELEGATE, SubAgent
 from bot.approval import always, never
 from bot.backends import ToolInfo, WrappedAgent
 from bot.tools import Tool, ToolContext
 
 
-def proxy_tools(agent: WrappedAgent) -> list[Tool]:
-    """One engine tool per tool of the agent; a policy named for a tool it lacks is a mistake said plainly."""
+def proxy_tools(agent: WrappedAgent) -> list[Tool | SubAgent]:
+    """One engine tool per tool of the agent; a policy named for a tool it lacks is a mistake said plainly.
+    What the backend gives the engine as it is (``engine_tools``: the native backend's external-result tools and
+    sub-agents, which the engine settles itself) is registered as it is, under its own policies."""
     infos = agent.backend.tools()
     unknown = sorted(set(agent.policies) - {t.name for t in infos})
     if unknown:
         raise ValueError(f"policies name tools the agent does not have: {', '.join(unknown)} "
                          f"(its tools: {', '.join(sorted(t.name for t in infos)) or 'none'})")
-    return [_proxy(info, agent.policies.get(info.name)) for info in infos]
+    engine_tools = getattr(agent.backend, "engine_tools", None)
+    own: list[Tool | SubAgent] = engine_tools() if engine_tools is not None else []
+    held = {t.name for t in own if isinstance(t, Tool)}
+    if any(isinstance(t, SubAgent) for t in own):  # its sub-agents bring the registry's own ``delegate``
+        held.add(DELEGATE)
+    overridden = sorted(held & set(agent.policies))
+    if overridden:
+        raise ValueError(f"{', '.join(overridden)}: the engine settles these calls under the tool's own approval "
+                         f"(set it on the tool), not a policy given here")
+    return [*own, *(_proxy(info, agent.policies.get(info.name)) for info in infos if info.name not in held)]
 
 
 def _proxy(info: ToolInfo, policy: Any) -> Tool:

@@ -105,14 +105,19 @@ class Executor:
 
     # --- request policies ------------------------------------------------------------------------
 
-    async def apply_request_policies(self, state: SessionState, grants: set[str]) -> None:
+    async def apply_request_policies(self, state: SessionState, grants: set[str],
+                                     calls: list[CallState] | None = None) -> None:
+        """Decide each call by its tool's request policy, with the conversation's ``grants`` and the ones the
+        turn's owner holds; a call a standing approval lets run notes whose it was. ``calls``: the step's,
+        unless given (a framework's call, one at a time)."""
         turn = state.turn
-        assert turn is not None and turn.step is not None
+        assert turn is not None
+        calls = calls if calls is not None else turn.step.calls if turn.step is not None else []
         info = session_info(state)
-        held = await self._requester_grants(state)
+        held = await self._requester_grants(state, calls)
         everyone = grants | set(held)
-        await asyncio.gather(*(self.decide(call, info, everyone, turn.owner, state.agent) for call in turn.step.calls))
-        await asyncio.gather(*(self._standing(state, call, grants, held) for call in turn.step.calls))
+        await asyncio.gather(*(self.decide(call, info, everyone, turn.owner, state.agent) for call in calls))
+        await asyncio.gather(*(self._standing(state, call, grants, held) for call in calls))
 
     async def _standing(self, state: SessionState, call: CallState, conversation: set[str],
                         held: dict[str, Grant]) -> None:
@@ -133,15 +138,15 @@ class Executor:
         elif key in held:
             call.standing = held[key]
 
-    async def _requester_grants(self, state: SessionState) -> dict[str, Grant]:
-        """The approval keys the turn's owner holds "don't ask me again" grants for, among the step's
-        calls whose tools offer them (read only then: one command)."""
+    async def _requester_grants(self, state: SessionState, calls: list[CallState]) -> dict[str, Grant]:
+        """The approval keys the turn's owner holds "don't ask me again" grants for, among ``calls`` whose
+        tools offer them (read only then: one command)."""
         turn = state.turn
-        assert turn is not None and turn.step is not None
+        assert turn is not None
         if turn.owner is None:
             return {}
         keys = []
-        for call in turn.step.calls:
+        for call in calls:
             tool = self.p.tools.get(call.tool_name)
             if tool is None or not any(o.scope == "requester" for o in grant_offers(tool.approval)):
                 continue
@@ -307,7 +312,9 @@ class Executor:
         """A call to ``delegate``: the parent waits on this request while the sub-agent works in its own
         session (``bot.agents``); its answer is the sub-agent's, and Cancel stops the sub-agent."""
         turn = state.turn
-        assert turn is not None and turn.step is not None
+        assert turn is not None
+        # a framework's run has no step of ours: its call ids are the turn's own (as its execution markers are)
+        step_id = (turn.step.step_id or str(turn.step.index)) if turn.step is not None else f"{turn.turn_id}:fw"
         req = InputRequest(
             request_id=new_request_id(state.ref.session_id),
             kind="delegation",
@@ -319,8 +326,7 @@ class Executor:
             session_id=state.ref.session_id,
             turn_id=turn.turn_id,
             agent=args.agent,
-            child_session_id=child_session_id(state.ref.session_id, args.agent, turn.step.step_id or str(turn.step.index),
-                                              call.call_id),
+            child_session_id=child_session_id(state.ref.session_id, args.agent, step_id, call.call_id),
         )
         req.created_at = datetime.fromtimestamp(self.p.settings.clock(), UTC)
         agent = self.p.tools.agent(args.agent)

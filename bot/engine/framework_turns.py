@@ -50,6 +50,7 @@ from bot.protocol import (
     ActionStarted,
     CancelRequested,
     Event,
+    Grant,
     InputOption,
     InputRequest,
     InputRequested,
@@ -97,6 +98,7 @@ class EngineTurn:
         self._stopped = False
         self._events: list[Event] = []  # tool events, written with the next checkpoint
         self._started: set[str] = set()
+        self._standing: dict[str, Grant] = {}  # call id → the standing approval that let it run without asking
         self._finished: set[str] = set()
         self._words: list[str] = []
         self._saved: str | Callable[[], str] | None = None  # the last step's checkpoint, for the next write
@@ -141,7 +143,11 @@ class EngineTurn:
         call = CallState(call_id=call_id, tool_name=tool_name, arguments=json.dumps(dict(arguments), default=str))
         turn = self._state.turn
         assert turn is not None
-        await self._driver.exec.decide(call, session_info(self._state), self._grants, turn.owner)
+        # a sub-agent's session is offered its own tools only; the owner's "don't ask me again" counts too, and
+        # a call it lets run says so in its thread (its start event carries whose approval it was)
+        await self._driver.exec.apply_request_policies(self._state, self._grants, [call])
+        if call.standing is not None:
+            self._standing[call_id] = call.standing
         if call.status == "awaiting":
             return GateVerdict(action="ask")
         if call.status == "done":
@@ -224,7 +230,7 @@ class EngineTurn:
 
     def text(self, delta: str) -> None:
         live, turn = self._driver.p.live, self._state.turn
-        if live is None or turn is None or not delta:
+        if live is None or turn is None or not delta or self._state.agent:  # a sub-agent speaks through its parent
             return
         self._words.append(delta)
         try:
@@ -238,7 +244,8 @@ class EngineTurn:
             return
         self._started.add(call_id)
         self._events.append(ActionStarted(session_id=self.session_id, turn_id=self.turn_id, call_id=call_id,
-                                          tool_name=tool_name, input=dict(arguments) or None))
+                                          tool_name=tool_name, input=dict(arguments) or None,
+                                          standing=self._standing.get(call_id)))
 
     def tool_finished(self, call_id: str, tool_name: str, output: Any) -> None:
         self._result(call_id, tool_name, "completed", output, None)
@@ -282,6 +289,24 @@ class FrameworkTurns:
         self._fingerprint = fingerprint(tools)
         self._formable = {t.name for t in tools if t.args_model is not None}  # an edit form could be shown
         self._running: dict[str, tuple[str, EngineTurn, asyncio.Task[Any]]] = {}
+        # the backends of the sub-agents the agent brings (``native(..., agents=[...])``): each drives the
+        # sessions of its sub-agent; a sub-agent of BOT_TOOLS stays the built-in loop's
+        self._sub_agents: dict[str, tuple[AgentBackend, str]] = {}
+        sub_agent = getattr(backend, "sub_agent", None)
+        for agent in driver.p.tools.agents() if sub_agent is not None else []:
+            if (child := sub_agent(agent.name)) is not None:
+                self._sub_agents[agent.name] = (child, fingerprint(child.tools()))
+                self._formable |= {t.name for t in child.tools() if t.args_model is not None}
+
+    def drives(self, state: SessionState) -> bool:
+        """Whether the session's turns are this agent's: the main agent's, or a sub-agent's it brought."""
+        return not state.agent or state.agent in self._sub_agents
+
+    def _agent_of(self, state: SessionState) -> tuple[AgentBackend, str]:
+        """The backend that drives the session, and its tools' fingerprint."""
+        if state.agent:
+            return self._sub_agents[state.agent]
+        return self.backend, LIVE if self._live else self._fingerprint
 
     def runs(self, session_id: str) -> bool:
         """A tool of the session's run is running here: the lease keeper then polls for a stop every second
@@ -303,9 +328,10 @@ class FrameworkTurns:
         """One step of a framework turn; False when nothing more can be done now (parked or ended)."""
         turn = state.turn
         assert turn is not None
+        backend, tools_fingerprint = self._agent_of(state)
         if turn.run is None:
-            turn.run = FrameworkRun(framework=self.backend.framework, version=self.backend.version,
-                                    fingerprint=LIVE if self._live else self._fingerprint)
+            turn.run = FrameworkRun(framework=backend.framework, version=backend.version,
+                                    fingerprint=tools_fingerprint)
             return await self._start(p, state, snap)
         run = turn.run
         if turn.limit_request_id:  # paused on its budget: continue resumes it below, stop ends the turn
@@ -316,23 +342,23 @@ class FrameworkTurns:
                 return False  # still waiting on people
         else:
             answers = {}
-        if self._live and (run.framework, run.fingerprint) == (self.backend.framework, LIVE):
+        if self._live and not state.agent and (run.framework, run.fingerprint) == (backend.framework, LIVE):
             if (changed := self._unchanged(run)) is not None:
                 log.warning("session %s: turn %s paused on %s, whose schema or approval changed since",
                             p.session_id, turn.turn_id, changed)
                 await self.driver.fail_turn(p, state, CHANGED_TOOL.format(tool=changed))
                 return False
             run.called = {}  # checked: a later resume (from a checkpoint, after the budget) waits on none of them
-        elif (run.framework, run.fingerprint) != (self.backend.framework, self._fingerprint):
+        elif (run.framework, run.fingerprint) != (backend.framework, tools_fingerprint):
             log.warning("session %s: turn %s paused under %s %s (tools %s), this process runs %s %s (tools %s)",
                         p.session_id, turn.turn_id, run.framework, run.version, run.fingerprint,
-                        self.backend.framework, self.backend.version, self._fingerprint)
+                        backend.framework, backend.version, tools_fingerprint)
             await self.driver.fail_turn(p, state, CHANGED)
             return False
         if run.saved is None:  # killed before its first checkpoint: it starts over (no tool ran outside one)
             return await self._start(p, state, snap)
         saved = run.saved
-        return await self._go(p, state, snap, lambda t: self.backend.resume(t, saved, answers),
+        return await self._go(p, state, snap, lambda t: backend.resume(t, saved, answers),
                               approved={cid for cid, a in answers.items() if isinstance(a, Approve)})
 
     def _unchanged(self, run: FrameworkRun) -> str | None:
@@ -355,7 +381,8 @@ class FrameworkTurns:
     async def _start(self, p: DrivePass, state: SessionState, snap: SessionSnapshot) -> bool:
         """The run from the person's message (the history's last, put there by the turn's start)."""
         text = state.history[-1]["content"] if state.history else ""
-        return await self._go(p, state, snap, lambda t: self.backend.start(t, text, state.agent_memory))
+        backend, _ = self._agent_of(state)
+        return await self._go(p, state, snap, lambda t: backend.start(t, text, state.agent_memory))
 
     async def _answers(self, p: DrivePass, state: SessionState, snap: SessionSnapshot,
                        steer: dict[str, Any] | None) -> dict[str, Answer] | None:
@@ -386,6 +413,9 @@ class FrameworkTurns:
                 labels = {o.id: o.label for o in record.request.options}
                 value = labels.get(response.option_id or "", response.option_id) if response.option_id else response.text
                 return Reply(value=value, by=by)
+        elif record.request.kind in ("external-result", "delegation"):
+            if record.outcome == "answered" and response is not None:  # the posted result, the sub-agent's answer
+                return Reply(value=response.values, by=by)
         elif record.outcome == "approved":
             return Approve(arguments=response.edited_input if response else None, by=by, principal=record.responder)
         elif record.outcome == "answered" and response is not None and response.text is not None:
@@ -394,7 +424,7 @@ class FrameworkTurns:
         said = rejection(record, tool.denied_message if tool else None)
         message = " ".join(str(said[k]) for k in ("message", "note") if said.get(k))
         outcome = record.outcome if record.outcome in ("expired", "ignored", "cancelled") else None
-        return Reject(message=message, by=by, outcome=outcome)
+        return Reject(message=message, by=by, outcome=outcome, details=said)
 
     async def _go(self, p: DrivePass, state: SessionState, snap: SessionSnapshot,
                   call: Callable[[EngineTurn], Awaitable[Outcome]], *, approved: set[str] = frozenset()) -> bool:  # type: ignore[assignment]
@@ -429,6 +459,8 @@ class FrameworkTurns:
         events = engine_turn.take_events()
         if isinstance(outcome, Finished):
             state.agent_memory = outcome.saved
+            if state.ref.parent and outcome.text:  # a sub-agent's answer: the relay reads it from the history
+                state.history.append({"role": "assistant", "content": outcome.text})
             if outcome.text:
                 events.append(MessageCompleted(session_id=p.session_id, turn_id=turn.turn_id, text=outcome.text,
                                                step=turn.steps))
@@ -481,6 +513,8 @@ class FrameworkTurns:
                              arguments=json.dumps(pending.arguments, default=str))
             record = self.driver.exec.approval_request(state, call)
             req = record.request
+            if req.kind != "tool-approval":  # an external result or a delegation: its own card, as it is
+                return record
             # the card offers only what the framework takes
             if "edit" not in pending.decisions:
                 req.editable = False

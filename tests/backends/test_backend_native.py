@@ -95,7 +95,9 @@ async def test_cancel_with_a_reason_is_what_the_model_reads(local_slack, start_a
     await answer_in(local_slack, ts, "Done")
     assert ran == []
     told = json.loads(told_the_model(fake, "call_refund"))
-    assert told["status"] == "rejected" and "Customer got store credit" in told["message"]
+    # as the built-in loop tells its model: the refusal's code, and the canceller's words quoted
+    assert (told["status"], told["code"]) == ("rejected", "TOOL_EXECUTION_DENIED")
+    assert "Customer got store credit" in told["note"]
 
 
 async def test_edit_before_approve_runs_the_refund_with_the_edit_and_says_so(local_slack, start_app, fake):

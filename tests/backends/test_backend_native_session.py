@@ -190,7 +190,7 @@ async def test_words_typed_past_an_open_card_end_it_and_the_model_reads_them_wit
 
     # the card ends unanswered ("ignored"), its call does not run, and the model reads why and the words at once
     told = json.loads(told_the_model(fake, "call_refund"))
-    assert told == {"status": "rejected", "message": IGNORED_MESSAGE}
+    assert (told["status"], told["message"], told["approval"]["status"]) == ("rejected", IGNORED_MESSAGE, "ignored")
     assert fake.requests[-1].body["messages"][-1] == {"role": "user", "content": "never mind, keep the charge"}
     assert len(fake.requests) == 2  # one model call read both: the words started no turn of their own
 
