@@ -143,8 +143,14 @@ class EngineTurn:
             self._standing[call_id] = call.standing
         if call.status == "awaiting":
             return GateVerdict(action="ask")
-        if call.status == "done":
-            return GateVerdict(action="refuse", reason=call.result.content() if call.result else "Not allowed.")
+        if call.status == "done":  # refused (or its arguments failed): its task ends in error, as the built-in loop's
+            result = call.result
+            if result is not None:
+                self._finished.add(call_id)
+                self._events.append(ActionResult(session_id=self.session_id, turn_id=self.turn_id, call_id=call_id,
+                                                 tool_name=tool_name, status=result.status, output=result.output,
+                                                 error=result.error))
+            return GateVerdict(action="refuse", reason=result.content() if result else "Not allowed.")
         return GateVerdict(action="run")
 
     def model_used(self, tokens: int) -> None:
