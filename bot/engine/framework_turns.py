@@ -150,8 +150,15 @@ class EngineTurn:
             self._standing[call_id] = call.standing
         if call.status == "awaiting":
             return GateVerdict(action="ask")
-        if call.status == "done":
-            return GateVerdict(action="refuse", reason=call.result.content() if call.result else "Not allowed.")
+        if call.status == "done":  # refused (or its arguments failed): its task ends in error, as the built-in loop's
+            result = call.result
+            if result is not None:
+                self._finished.add(call_id)
+                self._events.append(ActionResult(session_id=self.session_id, turn_id=self.turn_id, call_id=call_id,
+                                                 tool_name=tool_name, status=result.status, output=result.output,
+                                                 error=result.error))
+            await self._store_refusal()
+            return GateVerdict(action="refuse", reason=result.content() if result else "Not allowed.")
         return GateVerdict(action="run")
 
     def model_used(self, tokens: int) -> None:
@@ -203,6 +210,7 @@ class EngineTurn:
             error = f"{type(exc).__name__}: {exc}"
             await store.mark_call(CallMark(self.session_id, marker, result_json=json.dumps({"error": error})))
             self._result(call_id, tool_name, "failed", None, error)
+            self._flush_later()
             raise
         finally:
             self.calls_running -= 1
@@ -210,7 +218,34 @@ class EngineTurn:
         kept = jsonable(output)
         await store.mark_call(CallMark(self.session_id, marker, result_json=json.dumps({"output": kept}, default=str)))
         self.tool_finished(call_id, tool_name, kept)
+        self._flush_later()
         return output
+
+    async def _store_refusal(self) -> None:
+        """A refused call's task shows while the run goes on, as the built-in loop's step results do: the step's
+        checkpoint, if one waits, is written now with it (the model is called next: no other write comes
+        until then); else it goes with the next write or alone a moment later."""
+        async with self._begin:
+            saved, self._saved = self._saved, None
+            if saved is None:
+                self._flush_later()
+                return
+            turn = self._state.turn
+            assert turn is not None and turn.run is not None
+            turn.run.saved = saved() if callable(saved) else saved
+            await self._driver.commit_and_begin(self._work, self._state, self.take_events(), [])
+
+    def _flush_later(self) -> None:
+        """A call's events go with the turn's next write, or alone once ``unhurried_seconds`` pass without one:
+        a slow model call after a tool still shows the tool's task done (the built-in loop writes each step's
+        results). The state it writes is the one stored with the call's start: messages the run took since
+        stay queued until a write stores them."""
+        p = self._work
+        if p.early is not None or p.carry or not self._events or self._saved is not None:
+            return  # something else goes first, or a checkpoint waits: the next write takes them along
+        events = self.take_events()
+        p.carry.extend(events)
+        p.early = EarlyStart(self._driver.p, p.session_id, p.token, self._state, events, [])
 
     async def _start_call(self, marker: str) -> tuple[bool, str | None]:
         """The call's execution marker, started with the step's checkpoint when one waits (one script)."""
