@@ -37,8 +37,8 @@ from bot.backends import (
 from bot.engine.call_outcomes import rejection
 from bot.engine.early_start import EarlyStart
 from bot.engine.execute import INTERRUPTED, jsonable, make_record, observe_tool_run, session_info
+from bot.engine.native_loop import first_changed, waits_on
 from bot.engine.passes import DrivePass, TurnLoop
-from bot.engine.tool_registry import tool_fingerprint
 from bot.engine.turn_commands import CallMark, RequestsRead, SessionRead
 from bot.models.words import logged_failure_words
 from bot.principals import Principal
@@ -318,7 +318,7 @@ class FrameworkTurns:
     def __init__(self, driver: TurnLoop, backend: AgentBackend):
         self.driver, self.backend = driver, backend
         # its tools are the runtime's registry as it is now (``live_tools``): a deploy or an MCP server's new
-        # list changes them, so a paused run is held only to the tools its pause waits on (``_unchanged``)
+        # list changes them, so a paused run is held only to the tools its pause waits on (``first_changed``)
         self._live = bool(getattr(backend, "live_tools", False))
         tools = backend.tools()
         self._fingerprint = fingerprint(tools)
@@ -378,7 +378,7 @@ class FrameworkTurns:
         else:
             answers = {}
         if self._live and not state.agent and (run.framework, run.fingerprint) == (backend.framework, LIVE):
-            if (changed := self._unchanged(run)) is not None:
+            if (changed := first_changed(self.driver.p.tools, run.called)) is not None:
                 log.warning("session %s: turn %s paused on %s, whose schema or approval changed since",
                             p.session_id, turn.turn_id, changed)
                 await self.driver.fail_turn(p, state, CHANGED_TOOL.format(tool=changed))
@@ -395,23 +395,6 @@ class FrameworkTurns:
         saved = run.saved
         return await self._go(p, state, snap, lambda t: backend.resume(t, saved, answers),
                               approved={cid for cid, a in answers.items() if isinstance(a, Approve)})
-
-    def _unchanged(self, run: FrameworkRun) -> str | None:
-        """For a backend on the live registry: the first tool its pause waits on that changed, or None. A tool
-        gone from this process raises ToolUnavailable, as for the built-in loop: retried, another replica (or
-        the MCP server back) may have it, and the turn fails visibly after the drive's failures in a row."""
-        for name, kept in sorted(run.called.items()):
-            tool = self.driver.exec.require(name)
-            if tool_fingerprint(tool) != kept:
-                return name
-        return None
-
-    def _called(self, pending: list[PendingCall]) -> dict[str, str]:
-        """The tools a pause waits on, with their fingerprints (a live registry's backend only)."""
-        if not self._live:
-            return {}
-        tools = {c.tool_name: self.driver.p.tools.get(c.tool_name) for c in pending}
-        return {name: tool_fingerprint(t) for name, t in tools.items() if t is not None}
 
     async def _start(self, p: DrivePass, state: SessionState, snap: SessionSnapshot) -> bool:
         """The run from the person's message (the history's last, put there by the turn's start)."""
@@ -523,7 +506,7 @@ class FrameworkTurns:
         turn = state.turn
         assert turn is not None and turn.run is not None
         turn.run.saved = outcome.saved
-        turn.run.called = self._called(outcome.pending)
+        turn.run.called = waits_on(self.driver.p.tools, outcome.pending) if self._live else {}
         records = [self._request(state, pending) for pending in outcome.pending]
         batch = [r.request_id for r in records]
         for record in records:

@@ -19,12 +19,13 @@ and tools a person runs elsewhere (``external=True``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
-from bot.backends import WrappedAgent, wrap
+from bot.backends import PendingCall, WrappedAgent, wrap
 from bot.backends.native import NativeBackend
+from bot.engine.execute import ToolUnavailable
 from bot.engine.parts import RuntimeSettings
-from bot.engine.tool_registry import ToolRegistry
+from bot.engine.tool_registry import ToolRegistry, tool_fingerprint
 from bot.models.base import ChatModel
 from bot.tools import Tool
 
@@ -55,3 +56,22 @@ class RegistryBackend(NativeBackend):
     @property
     def instructions(self) -> str | None:
         return self.settings.system_prompt or None
+
+
+def waits_on(registry: ToolRegistry, pending: Iterable[PendingCall]) -> dict[str, str]:
+    """The tools a pause waits on, each with its fingerprint (``FrameworkRun.called``)."""
+    tools = {c.tool_name: registry.get(c.tool_name) for c in pending}
+    return {name: tool_fingerprint(t) for name, t in tools.items() if t is not None}
+
+
+def first_changed(registry: ToolRegistry, called: Mapping[str, str]) -> str | None:
+    """The first tool a paused run waits on whose schema or approval changed since, or None. One gone from this
+    process raises ToolUnavailable, as for the built-in loop: retried, another replica (or the MCP server back)
+    may have it, and the turn fails visibly after the drive's failures in a row."""
+    for name, kept in sorted(called.items()):
+        tool = registry.get(name)
+        if tool is None:
+            raise ToolUnavailable(f"tool {name!r} is not loaded in this process")
+        if tool_fingerprint(tool) != kept:
+            return name
+    return None
