@@ -347,6 +347,7 @@ class _Run:
         ctx = ToolContext(session=turn.session, principal=caller, call_id=call.id,
                           idempotency_key=f"{turn.session_id}:{turn.turn_id}:{self._step()}:{call.id}",
                           answers=answers, workspace=turn.workspace)
+        turn.on_stop(ctx.stop)  # a stop tells the tool (ctx.stopped) before its task is cancelled
         seen: dict[str, Any] = {}  # "ran" once the tool runs (a replay runs nothing), "raised": what it raised
 
         async def execute() -> Any:

@@ -576,6 +576,7 @@ class Driver:
     park_on_limit = _park_on_limit
     resume_limit = _resume_limit
     commit_and_begin = _commit_and_begin
+    carried = _carried
     records_of = _records
 
 

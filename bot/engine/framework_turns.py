@@ -36,7 +36,7 @@ from bot.backends import (
 )
 from bot.engine.call_outcomes import rejection
 from bot.engine.early_start import EarlyStart
-from bot.engine.execute import INTERRUPTED, jsonable, make_record, observe_tool_run, session_info
+from bot.engine.execute import INTERRUPTED, STOPPED, jsonable, make_record, observe_tool_run, session_info
 from bot.engine.passes import DrivePass, TurnLoop
 from bot.engine.turn_commands import CallMark, RequestsRead, SessionRead
 from bot.models.words import logged_failure_words
@@ -89,6 +89,7 @@ class EngineTurn:
         self._inbox = inbox
         self._taken: set[str] = set()  # ids of the messages this run took
         self._stopped = False
+        self._on_stop: list[Callable[[], None]] = []
         self._events: list[Event] = []  # tool events, written with the next checkpoint
         self._started: set[str] = set()
         self._standing: dict[str, Grant] = {}  # call id → the standing approval that let it run without asking
@@ -105,6 +106,12 @@ class EngineTurn:
 
     def stop(self) -> None:
         self._stopped = True
+        listeners, self._on_stop = self._on_stop, []
+        for listener in listeners:  # before the run's task is cancelled: a tool's finally sees ctx.stopped
+            listener()
+
+    def on_stop(self, listener: Callable[[], None]) -> None:
+        self._on_stop.append(listener)
 
     @property
     def session(self) -> SessionInfo:
@@ -186,6 +193,7 @@ class EngineTurn:
                 return {"status": "failed", "error": INTERRUPTED}
         if not answered:  # a run after an answer goes on with the call people saw start
             self.tool_started(call_id, tool_name, arguments or {})
+            await self._flush_later()  # shown if the tool is slow
         self.calls_running += 1
         started = time.perf_counter()
         try:
@@ -197,13 +205,19 @@ class EngineTurn:
             raise
         except asyncio.CancelledError:
             observe_tool_run(tool_name, "rejected", time.perf_counter() - started)  # stopped, as the built-in loop counts it
-            raise  # stopped or shut down: the marker says "started", reported as interrupted if replayed
+            if self._stopped:  # our stop: recorded like any result (a successor never runs it), its task says so
+                stopped = {"code": "TURN_CANCELLED", "message": STOPPED}
+                self._finished.add(call_id)
+                self._events.append(ActionResult(session_id=self.session_id, turn_id=self.turn_id, call_id=call_id,
+                                                 tool_name=tool_name, status="rejected", output=stopped))
+                await store.mark_call(CallMark(self.session_id, marker, result_json=json.dumps({"error": STOPPED})))
+            raise  # a shutdown: the marker says "started", reported as interrupted if replayed
         except Exception as exc:
             observe_tool_run(tool_name, "failed", time.perf_counter() - started)
             error = f"{type(exc).__name__}: {exc}"
             await store.mark_call(CallMark(self.session_id, marker, result_json=json.dumps({"error": error})))
             self._result(call_id, tool_name, "failed", None, error)
-            self._flush_later()
+            await self._flush_later()
             raise
         finally:
             self.calls_running -= 1
@@ -211,7 +225,7 @@ class EngineTurn:
         kept = jsonable(output)
         await store.mark_call(CallMark(self.session_id, marker, result_json=json.dumps({"output": kept}, default=str)))
         self.tool_finished(call_id, tool_name, kept)
-        self._flush_later()
+        await self._flush_later()
         return output
 
     async def _store_refusal(self) -> None:
@@ -221,24 +235,26 @@ class EngineTurn:
         async with self._begin:
             saved, self._saved = self._saved, None
             if saved is None:
-                self._flush_later()
+                await self._flush_later()
                 return
             turn = self._state.turn
             assert turn is not None and turn.run is not None
             turn.run.saved = saved() if callable(saved) else saved
             await self._driver.commit_and_begin(self._work, self._state, self.take_events(), [])
 
-    def _flush_later(self) -> None:
+    async def _flush_later(self) -> None:
         """A call's events go with the turn's next write, or alone once ``unhurried_seconds`` pass without one:
-        a slow model call after a tool still shows the tool's task done (the built-in loop writes each step's
-        results). The state it writes is the one stored with the call's start: messages the run took since
-        stay queued until a write stores them."""
+        a slow tool shows its task, and a slow model call after it the task done (the built-in loop writes each
+        step's start and results). The state it writes is the one stored with the call's start: messages the
+        run took since stay queued until a write stores them."""
         p = self._work
+        if p.early is not None and p.early.task.done():  # the last one was written: its events are out
+            await self._driver.carried(p)
         if p.early is not None or p.carry or not self._events or self._saved is not None:
             return  # something else goes first, or a checkpoint waits: the next write takes them along
         events = self.take_events()
         p.carry.extend(events)
-        p.early = EarlyStart(self._driver.p, p.session_id, p.token, self._state, events, [])
+        p.early = EarlyStart(self._driver.p, p.session_id, p.token, self._state, events, [], as_it_is_then=True)
 
     async def _start_call(self, marker: str) -> tuple[bool, str | None]:
         """The call's execution marker, started with the step's checkpoint when one waits (one script)."""
