@@ -479,6 +479,8 @@ class Driver:
         turn = state.turn
         assert turn is not None
         reports = self._close_step(p, state, "TURN_CANCELLED", "The turn was cancelled.")
+        if self.frameworks is not None:
+            self.frameworks.keep_stopped(state)
         await self._end_turn(p, state, TurnCancelled(session_id=p.session_id, turn_id=turn.turn_id),
                              [*before, *reports])
 

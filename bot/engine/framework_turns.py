@@ -343,6 +343,16 @@ class FrameworkTurns:
         """Whether the session's turns are this agent's: the main agent's, or a sub-agent's it brought."""
         return not state.agent or state.agent in self._sub_agents
 
+    def keep_stopped(self, state: SessionState) -> None:
+        """A turn stopped while its run waited on people: the next turn follows its conversation where the
+        backend can carry on from a paused run (``follows_stopped_runs``), else from the turn before it."""
+        turn = state.turn
+        if turn is None or turn.run is None or turn.run.saved is None or not turn.run.request_ids \
+                or not self.drives(state):
+            return  # (a run stopped while it ran left its conversation with its outcome: _ended)
+        if getattr(self._agent_of(state)[0], "follows_stopped_runs", False):
+            state.agent_memory = turn.run.saved
+
     def _agent_of(self, state: SessionState) -> tuple[AgentBackend, str]:
         """The backend that drives the session, and its tools' fingerprint."""
         if state.agent:
