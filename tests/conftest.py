@@ -37,6 +37,20 @@ from tests.cluster import ValkeyCluster
 
 _STARTUP_TIMEOUT_S = 10.0
 
+# make test hands whole files to its workers in collection order (``--dist loadfile``), so one of these started
+# near the end kept its worker busy while the others had finished: they go first, longest first (measured wall,
+# one worker each: 20-50 s), and the short files fill in around them. The rest keep their order.
+SLOWEST_FILES_FIRST = (
+    "tests/chaos/test_replicas.py",
+    "benchmarks/test_http_bench.py",
+    "tests/e2e/test_every_payload.py",
+    "tests/e2e/test_fuzz.py",
+    "tests/chaos/test_roles.py",
+    "tests/e2e/test_agent_sessions.py",
+    "tests/e2e/test_tasks_plan.py",
+    "tests/chaos/test_kill9.py",
+)
+
 
 def _wait_for_ping(url: str, process: subprocess.Popen[bytes], log_file: Path) -> None:
     deadline = time.monotonic() + _STARTUP_TIMEOUT_S
@@ -117,3 +131,8 @@ async def cluster_redis(valkey_cluster: ValkeyCluster) -> AsyncIterator[RedisCli
         yield handle.client
     finally:
         await handle.close()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {path: place for place, path in enumerate(SLOWEST_FILES_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: a file's order kept
