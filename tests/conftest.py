@@ -15,6 +15,8 @@ Fixtures:
   (tests/cluster.py), started the first time a test asks for it (so only the cluster tests pay for it).
 - ``cluster_redis`` (function, async): a ``RedisCluster`` client as the bot opens it (``REDIS_CLUSTER=1``,
   store/client.py), every master flushed before the test.
+
+The slowest files are collected first (``SLOWEST_FILES_FIRST``), for ``make test``'s workers.
 """
 
 from __future__ import annotations
@@ -135,4 +137,5 @@ async def cluster_redis(valkey_cluster: ValkeyCluster) -> AsyncIterator[RedisCli
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {path: place for place, path in enumerate(SLOWEST_FILES_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: a file's order kept
+    # a stable sort: each file's tests, and the files not named, keep their order
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
