@@ -24,15 +24,20 @@ setup: $(STAMP)
 # compileall first: the suite starts many processes of ours (bots, the CLI, bench contenders), and where
 # PYTHONDONTWRITEBYTECODE is set nothing else writes our bytecode, so each compiled the same modules anew (0.5-1 s of
 # CPU apiece; the compile takes ~1 s once, then skips what is unchanged)
+# --no-loadscope-reorder: the files in the order tests/conftest.py gives them, the slowest first (xdist would
+# otherwise hand out the files with the most tests first, and the long chaos files last)
+# PYTESTCACHE: pytest keeps the test modules it rewrote (its assert messages) only where bytecode may be written;
+# without that each worker rewrote all 180 of them anew before its first test (~4-7 s of CPU apiece)
+PYTESTCACHE := PYTHONDONTWRITEBYTECODE=
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m compileall -q bot handlers store localslack blocks benchmarks tests
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile tests benchmarks
+	$(PYTESTCACHE) $(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests benchmarks
 
 # the chaos and fuzz proofs at full length (make test runs a bounded version of each)
 soak: $(STAMP)
 	$(BIN)/python -m compileall -q bot handlers store localslack blocks benchmarks tests
-	SOAK=1 $(BIN)/python -m pytest -q -m soak
+	SOAK=1 $(PYTESTCACHE) $(BIN)/python -m pytest -q -m soak
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

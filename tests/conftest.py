@@ -15,6 +15,8 @@ Fixtures:
   (tests/cluster.py), started the first time a test asks for it (so only the cluster tests pay for it).
 - ``cluster_redis`` (function, async): a ``RedisCluster`` client as the bot opens it (``REDIS_CLUSTER=1``,
   store/client.py), every master flushed before the test.
+
+The slowest files are collected first (``SLOWEST_FILES_FIRST``), for ``make test``'s workers.
 """
 
 from __future__ import annotations
@@ -36,6 +38,20 @@ from store.embedded import kill_when_parent_dies, server_command
 from tests.cluster import ValkeyCluster
 
 _STARTUP_TIMEOUT_S = 10.0
+
+# make test hands whole files to its workers in collection order (``--dist loadfile``), so one of these started
+# near the end kept its worker busy while the others had finished: they go first, longest first (measured wall,
+# one worker each: 20-50 s), and the short files fill in around them. The rest keep their order.
+SLOWEST_FILES_FIRST = (
+    "tests/chaos/test_replicas.py",
+    "benchmarks/test_http_bench.py",
+    "tests/e2e/test_every_payload.py",
+    "tests/e2e/test_fuzz.py",
+    "tests/chaos/test_roles.py",
+    "tests/e2e/test_agent_sessions.py",
+    "tests/e2e/test_tasks_plan.py",
+    "tests/chaos/test_kill9.py",
+)
 
 
 def _wait_for_ping(url: str, process: subprocess.Popen[bytes], log_file: Path) -> None:
@@ -117,3 +133,9 @@ async def cluster_redis(valkey_cluster: ValkeyCluster) -> AsyncIterator[RedisCli
         yield handle.client
     finally:
         await handle.close()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {path: place for place, path in enumerate(SLOWEST_FILES_FIRST)}
+    # a stable sort: each file's tests, and the files not named, keep their order
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))

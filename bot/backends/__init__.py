@@ -188,6 +188,11 @@ class BackendTurn(Protocol):
         """Someone pressed stop: the backend ends its run as soon as it can, with :class:`Stopped`."""
         ...
 
+    def on_stop(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` when the turn is stopped, before the run's task is cancelled (e.g. a tool context's
+        ``stop``, so that a tool's ``finally`` tells a stop from another error)."""
+        ...
+
     async def gate(self, call_id: str, tool_name: str, arguments: Mapping[str, Any]) -> GateVerdict:
         """Our request policy for a call the framework is about to run (not for a call people approved)."""
         ...

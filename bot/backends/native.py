@@ -115,6 +115,8 @@ class NativeBackend:
     # its tools are fixed: a paused run resumes only into the same ones (the whole toolset's fingerprint);
     # the loop on the runtime's registry (``bot.engine.native_loop``) says True
     live_tools = False
+    # a turn stopped while it waited on people carries on into the next: its unanswered calls read as cancelled
+    follows_stopped_runs = True
 
     def __init__(self, model: ChatModel, tools: Sequence[Tool], *, instructions: str | None = None,
                  agents: Sequence[SubAgent] = ()):
@@ -163,6 +165,7 @@ class NativeBackend:
 
     async def start(self, turn: BackendTurn, text: str, saved: str | None) -> Outcome:
         messages, _ = _loaded(saved) if saved else ([], {})
+        _close_unanswered(messages)  # a stopped turn's calls: what the model reads of them, as the built-in loop's
         messages.append({"role": "user", "content": text})
         return await _Run(self, turn, messages).go()
 
@@ -181,6 +184,19 @@ def _engine_handled(tool: Tool) -> bool:
     """A call the engine settles itself, never run here: a person or system posts an external tool's result;
     ``delegate``'s is the sub-agent's answer."""
     return tool.external or tool.delegates
+
+
+def _close_unanswered(messages: list[Message]) -> None:
+    """Give each call of the last model response that has no result the built-in loop's result for a stopped
+    turn's call (a conversation carried on from a turn stopped while it waited on people)."""
+    last = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") == "assistant"), None)
+    if last is None:
+        return
+    answered = {m.get("tool_call_id") for m in messages[last + 1:] if m.get("role") == "tool"}
+    cancelled = CallResult(status="rejected", output={"code": "TURN_CANCELLED", "message": "The turn was cancelled."})
+    for call in messages[last].get("tool_calls") or []:
+        if call["id"] not in answered:
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": cancelled.content()})
 
 
 def _refused(answer: Reject) -> str:
@@ -367,6 +383,7 @@ class _Run:
         ctx = ToolContext(session=turn.session, principal=caller, call_id=call.id,
                           idempotency_key=f"{turn.session_id}:{turn.turn_id}:{self._step()}:{call.id}",
                           answers=answers, workspace=turn.workspace)
+        turn.on_stop(ctx.stop)  # a stop tells the tool (ctx.stopped) before its task is cancelled
         seen: dict[str, Any] = {}  # "ran" once the tool runs (a replay runs nothing), "raised": what it raised
 
         async def execute() -> Any:

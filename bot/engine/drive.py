@@ -483,6 +483,8 @@ class Driver:
         turn = state.turn
         assert turn is not None
         reports = self._close_step(p, state, "TURN_CANCELLED", "The turn was cancelled.")
+        if self.frameworks is not None:
+            self.frameworks.keep_stopped(state)
         await self._end_turn(p, state, TurnCancelled(session_id=p.session_id, turn_id=turn.turn_id),
                              [*before, *reports])
 
@@ -580,6 +582,7 @@ class Driver:
     park_on_limit = _park_on_limit
     resume_limit = _resume_limit
     commit_and_begin = _commit_and_begin
+    carried = _carried
     records_of = _records
 
 

@@ -25,15 +25,19 @@ class EarlyStart:
     """Writes the turn's start after ``RuntimeSettings.unhurried_seconds`` unless the next checkpoint takes it along first."""
 
     def __init__(self, parts: Parts, session_id: str, token: str, state: SessionState, events: list[Event],
-                 take: list[dict[str, Any]]):
+                 take: list[dict[str, Any]], *, as_it_is_then: bool = False):
+        """``as_it_is_then``: write the state as it is when the time comes (serialized only if it does), for a
+        state that changes only with writes (a framework's run); else as it is now."""
         self.p, self.session_id = parts, session_id
         self.events, self.take = list(events), list(take)
         self.writing = False
-        self.task = asyncio.create_task(self._write_later(token, state.model_dump_json(), state))
+        self.task = asyncio.create_task(self._write_later(token, None if as_it_is_then else state.model_dump_json(),
+                                                          state))
 
-    async def _write_later(self, token: str, saved: str, state: SessionState) -> None:
+    async def _write_later(self, token: str, saved: str | None, state: SessionState) -> None:
         await asyncio.sleep(self.p.settings.unhurried_seconds)
         self.writing = True
+        saved = saved if saved is not None else state.model_dump_json()
         committed, _, _ = await self.p.store.commit(CommitCommand(self.session_id, token, saved, self.events,
                                                                  ref=state.ref, take=self.take))
         if committed:  # it has waited its delivery delay already

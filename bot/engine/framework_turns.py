@@ -36,8 +36,8 @@ from bot.backends import (
 )
 from bot.engine.call_outcomes import rejection
 from bot.engine.early_start import EarlyStart
-from bot.engine.execute import INTERRUPTED, jsonable, make_record, observe_tool_run, session_info
-from bot.engine.native_loop import first_changed, waits_on
+from bot.engine.execute import INTERRUPTED, STOPPED, jsonable, make_record, observe_tool_run, session_info
+from bot.engine.native_loop import CHANGED_TOOL, LIVE, first_changed, formable, waits_on
 from bot.engine.passes import DrivePass, TurnLoop
 from bot.engine.turn_commands import CallMark, RequestsRead, SessionRead
 from bot.models.words import logged_failure_words
@@ -68,11 +68,6 @@ from bot.tools import AskParked, AskRequest, Tool
 
 log = logging.getLogger(__name__)
 
-CHANGED_TOOL = ("This turn paused on {tool}, which changed since (its arguments or its approval), so it was not "
-                "resumed into different code. Ask again to start over.")
-# a run's fingerprint when its backend's tools are the live registry's: held to the tools it waits on instead
-# (a run of the same framework on fixed tools, or the reverse, is a different agent: CHANGED)
-LIVE = "live-registry"
 CHANGED = ("This turn paused under a different version of the agent (its tools changed since), so it was "
            "not resumed into different code. Ask again to start over.")
 
@@ -96,6 +91,7 @@ class EngineTurn:
         self._inbox = inbox
         self._taken: set[str] = set()  # ids of the messages this run took
         self._stopped = False
+        self._on_stop: list[Callable[[], None]] = []
         self._events: list[Event] = []  # tool events, written with the next checkpoint
         self._started: set[str] = set()
         self._standing: dict[str, Grant] = {}  # call id → the standing approval that let it run without asking
@@ -112,6 +108,12 @@ class EngineTurn:
 
     def stop(self) -> None:
         self._stopped = True
+        listeners, self._on_stop = self._on_stop, []
+        for listener in listeners:  # before the run's task is cancelled: a tool's finally sees ctx.stopped
+            listener()
+
+    def on_stop(self, listener: Callable[[], None]) -> None:
+        self._on_stop.append(listener)
 
     @property
     def session(self) -> SessionInfo:
@@ -193,6 +195,7 @@ class EngineTurn:
                 return {"status": "failed", "error": INTERRUPTED}
         if not answered:  # a run after an answer goes on with the call people saw start
             self.tool_started(call_id, tool_name, arguments or {})
+            await self._flush_later()  # shown if the tool is slow
         self.calls_running += 1
         started = time.perf_counter()
         try:
@@ -204,13 +207,19 @@ class EngineTurn:
             raise
         except asyncio.CancelledError:
             observe_tool_run(tool_name, "rejected", time.perf_counter() - started)  # stopped, as the built-in loop counts it
-            raise  # stopped or shut down: the marker says "started", reported as interrupted if replayed
+            if self._stopped:  # our stop: recorded like any result (a successor never runs it), its task says so
+                stopped = {"code": "TURN_CANCELLED", "message": STOPPED}
+                self._finished.add(call_id)
+                self._events.append(ActionResult(session_id=self.session_id, turn_id=self.turn_id, call_id=call_id,
+                                                 tool_name=tool_name, status="rejected", output=stopped))
+                await store.mark_call(CallMark(self.session_id, marker, result_json=json.dumps({"error": STOPPED})))
+            raise  # a shutdown: the marker says "started", reported as interrupted if replayed
         except Exception as exc:
             observe_tool_run(tool_name, "failed", time.perf_counter() - started)
             error = f"{type(exc).__name__}: {exc}"
             await store.mark_call(CallMark(self.session_id, marker, result_json=json.dumps({"error": error})))
             self._result(call_id, tool_name, "failed", None, error)
-            self._flush_later()
+            await self._flush_later()
             raise
         finally:
             self.calls_running -= 1
@@ -218,7 +227,7 @@ class EngineTurn:
         kept = jsonable(output)
         await store.mark_call(CallMark(self.session_id, marker, result_json=json.dumps({"output": kept}, default=str)))
         self.tool_finished(call_id, tool_name, kept)
-        self._flush_later()
+        await self._flush_later()
         return output
 
     async def _store_refusal(self) -> None:
@@ -228,24 +237,26 @@ class EngineTurn:
         async with self._begin:
             saved, self._saved = self._saved, None
             if saved is None:
-                self._flush_later()
+                await self._flush_later()
                 return
             turn = self._state.turn
             assert turn is not None and turn.run is not None
             turn.run.saved = saved() if callable(saved) else saved
             await self._driver.commit_and_begin(self._work, self._state, self.take_events(), [])
 
-    def _flush_later(self) -> None:
+    async def _flush_later(self) -> None:
         """A call's events go with the turn's next write, or alone once ``unhurried_seconds`` pass without one:
-        a slow model call after a tool still shows the tool's task done (the built-in loop writes each step's
-        results). The state it writes is the one stored with the call's start: messages the run took since
-        stay queued until a write stores them."""
+        a slow tool shows its task, and a slow model call after it the task done (the built-in loop writes each
+        step's start and results). The state it writes is the one stored with the call's start: messages the
+        run took since stay queued until a write stores them."""
         p = self._work
+        if p.early is not None and p.early.task.done():  # the last one was written: its events are out
+            await self._driver.carried(p)
         if p.early is not None or p.carry or not self._events or self._saved is not None:
             return  # something else goes first, or a checkpoint waits: the next write takes them along
         events = self.take_events()
         p.carry.extend(events)
-        p.early = EarlyStart(self._driver.p, p.session_id, p.token, self._state, events, [])
+        p.early = EarlyStart(self._driver.p, p.session_id, p.token, self._state, events, [], as_it_is_then=True)
 
     async def _start_call(self, marker: str) -> tuple[bool, str | None]:
         """The call's execution marker, started with the step's checkpoint when one waits (one script)."""
@@ -317,8 +328,7 @@ class FrameworkTurns:
 
     def __init__(self, driver: TurnLoop, backend: AgentBackend):
         self.driver, self.backend = driver, backend
-        # its tools are the runtime's registry as it is now (``live_tools``): a deploy or an MCP server's new
-        # list changes them, so a paused run is held only to the tools its pause waits on (``first_changed``)
+        # its tools are the registry as it is now: a paused run is held to the tools it waits on (``first_changed``)
         self._live = bool(getattr(backend, "live_tools", False))
         tools = backend.tools()
         self._fingerprint = fingerprint(tools)
@@ -336,6 +346,16 @@ class FrameworkTurns:
     def drives(self, state: SessionState) -> bool:
         """Whether the session's turns are this agent's: the main agent's, or a sub-agent's it brought."""
         return not state.agent or state.agent in self._sub_agents
+
+    def keep_stopped(self, state: SessionState) -> None:
+        """A turn stopped while its run waited on people: the next turn follows its conversation where the
+        backend can carry on from a paused run (``follows_stopped_runs``), else from the turn before it."""
+        turn = state.turn
+        if turn is None or turn.run is None or turn.run.saved is None or not turn.run.request_ids \
+                or not self.drives(state):
+            return  # (a run stopped while it ran left its conversation with its outcome: _ended)
+        if getattr(self._agent_of(state)[0], "follows_stopped_runs", False):
+            state.agent_memory = turn.run.saved
 
     def _agent_of(self, state: SessionState) -> tuple[AgentBackend, str]:
         """The backend that drives the session, and its tools' fingerprint."""
@@ -379,8 +399,7 @@ class FrameworkTurns:
             answers = {}
         if self._live and not state.agent and (run.framework, run.fingerprint) == (backend.framework, LIVE):
             if (changed := first_changed(self.driver.p.tools, run.called)) is not None:
-                log.warning("session %s: turn %s paused on %s, whose schema or approval changed since",
-                            p.session_id, turn.turn_id, changed)
+                log.warning("session %s: %s changed since turn %s paused on it", p.session_id, changed, turn.turn_id)
                 await self.driver.fail_turn(p, state, CHANGED_TOOL.format(tool=changed))
                 return False
             run.called = {}  # checked: a later resume (from a checkpoint, after the budget) waits on none of them
@@ -423,16 +442,13 @@ class FrameworkTurns:
     def _answer(self, record: RequestRecord) -> Answer:
         by = record.responder.principal_id if record.responder else None
         response = record.response
-        if record.request.kind == "user-input":  # a form: its submitted values
-            if record.outcome == "answered" and response is not None:
-                return Reply(value=response.values or {}, by=by)
-        elif record.request.kind == "question":
+        if record.request.kind == "question":
             if record.outcome == "answered" and response is not None:
                 labels = {o.id: o.label for o in record.request.options}
                 value = labels.get(response.option_id or "", response.option_id) if response.option_id else response.text
                 return Reply(value=value, by=by)
-        elif record.request.kind in ("external-result", "delegation"):
-            if record.outcome == "answered" and response is not None:  # the posted result, the sub-agent's answer
+        elif record.request.kind in ("external-result", "delegation", "user-input"):
+            if record.outcome == "answered" and response is not None:  # a posted result, a sub-agent's answer, a form's values
                 return Reply(value=response.values, by=by)
         elif record.outcome == "approved":
             return Approve(arguments=response.edited_input if response else None, by=by, principal=record.responder)
@@ -519,10 +535,6 @@ class FrameworkTurns:
                   TurnWaiting(session_id=p.session_id, turn_id=turn.turn_id, on="input")]
         await self.driver.park(p, state, events, records)
 
-    def _formable_now(self) -> set[str]:
-        """The tools an edit form could be shown for (a live registry's, as they are now)."""
-        return {t.name for t in self.backend.tools() if t.args_model is not None} if self._live else self._formable
-
     def _request(self, state: SessionState, pending: PendingCall) -> RequestRecord:
         turn = state.turn
         assert turn is not None
@@ -537,7 +549,8 @@ class FrameworkTurns:
             if "edit" not in pending.decisions:
                 req.editable = False
                 # where an edit form could be shown, the card says why there is none
-                req.fixed_input = pending.tool_name in self._formable_now() and bool(pending.arguments)
+                shown = formable(self.driver.p.tools) if self._live else self._formable  # the registry's as it is now
+                req.fixed_input = pending.tool_name in shown and bool(pending.arguments)
             if "respond" in pending.decisions:  # people may answer in the tool's place
                 req.allow_free_text = True
             if not {"reject", "respond"} & pending.decisions:  # nothing a cancel could be told as

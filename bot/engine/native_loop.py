@@ -29,6 +29,12 @@ from bot.engine.tool_registry import ToolRegistry, tool_fingerprint
 from bot.models.base import ChatModel
 from bot.tools import Tool
 
+CHANGED_TOOL = ("This turn paused on {tool}, which changed since (its arguments or its approval), so it was not "
+                "resumed into different code. Ask again to start over.")
+# a run's fingerprint on the live registry: held to the tools it waits on instead (``FrameworkRun.called``); a
+# run of the same framework on fixed tools, or the reverse, is a different agent (``framework_turns.CHANGED``)
+LIVE = "live-registry"
+
 
 def native_on_registry(model: ChatModel, registry: ToolRegistry, settings: RuntimeSettings) -> WrappedAgent:
     """The bot's own loop on ``model`` and the main agent's tools of ``registry``. No policies of its own:
@@ -75,3 +81,8 @@ def first_changed(registry: ToolRegistry, called: Mapping[str, str]) -> str | No
         if tool_fingerprint(tool) != kept:
             return name
     return None
+
+
+def formable(registry: ToolRegistry) -> set[str]:
+    """The main agent's tools an edit form could be shown for (typed arguments), as they are now."""
+    return {name for name in registry.names() if (t := registry.get(name)) is not None and t.input_model is not None}

@@ -49,6 +49,7 @@ class TurnLoop(Protocol):
     exec: Executor
     settler: Settler
 
+    async def carried(self, p: DrivePass) -> list[Event]: ...
     async def commit_and_begin(self, p: DrivePass, state: SessionState, events: list[Event],
                                markers: list[str]) -> dict[str, tuple[bool, str | None]]: ...
     async def park(self, p: DrivePass, state: SessionState, events: list[Event],

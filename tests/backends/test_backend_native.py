@@ -136,6 +136,9 @@ class RecordingTurn:
         self.checkpoints: list[str] = []
         self.stopped = False
 
+    def on_stop(self, listener) -> None:  # noqa: ANN001 - nothing stops an in-memory run
+        pass
+
     async def gate(self, call_id: str, tool_name: str, arguments: Mapping[str, Any]) -> GateVerdict:
         return GateVerdict(action="run")
 

@@ -218,3 +218,25 @@ async def test_an_approved_call_that_asks_runs_under_its_approver_once_answered(
     told = json.loads(told_the_model(fake, "call_refund"))
     assert (told["account"], told["tenant"]) == ("wallet", TEAM_ID)
     assert told["principal"] == f"slack:{TEAM_ID}:{BOB}", "the run after the answer is still the approver's"
+
+
+async def test_a_turn_stopped_at_its_card_carries_on_into_the_next_with_its_call_read_as_cancelled(
+        local_slack, start_app, fake):
+    """Alice stops her turn while its refund waits on Bob, then asks something else in the thread: the model
+    reads the stopped turn's request and its call cancelled, as the built-in loop's does (before, the next turn
+    began from the conversation before the stopped one, her first request forgotten)."""
+    fake.reply_tool_call("refund_team", {"team_id": TEAM_ID}, "call_refund")
+    fake.reply_text("Here are the charges.")
+    await start_app(ScriptedModel([]), [], agent=native(model_of(fake), who_tools()))
+    ts, card = await mention_and_wait_for_card(local_slack, text="refund our last charge")
+    await local_slack.wait_for(lambda: local_slack.assistant_state(GENERAL, ts).session_status == "suspended")
+    pressed = await local_slack.stop_agent_session(ALICE, GENERAL, ts, late=True)  # Slack's stop button
+    assert pressed is not None and pressed.status == 200
+    await said(local_slack, ts, "Stopped")
+    await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> list our charges instead", thread_ts=ts)
+    await said(local_slack, ts, "Here are the charges.")
+    messages = fake.requests[-1].body["messages"]
+    assert [m["role"] for m in messages if m["role"] != "system"] == ["user", "assistant", "tool", "user"]
+    assert "refund our last charge" in messages[0 if messages[0]["role"] == "user" else 1]["content"]
+    cancelled = json.loads(next(m for m in messages if m["role"] == "tool")["content"])
+    assert (cancelled["status"], cancelled["code"]) == ("rejected", "TURN_CANCELLED")
