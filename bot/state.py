@@ -107,6 +107,12 @@ class TurnState(DeferredModel):
     automated: bool = False  # started by the app (a schedule), on behalf of ``owner``
     run: FrameworkRun | None = None  # a framework agent's run (``bot.engine.framework_turns``); None: the built-in loop
 
+    @property
+    def builtin_began(self) -> bool:
+        """The built-in loop began it (a step, a model call or a limit card of its own, no framework run): it ends
+        in that loop, whatever loop a deploy switched to since (BOT_LOOP, BOT_AGENT)."""
+        return self.run is None and (self.steps > 0 or self.step is not None or bool(self.limit_request_id))
+
     def open_request_ids(self) -> list[str]:
         """The requests the turn waits on: its parked step's, then a session-limit prompt's. Some may have
         settled since they were asked (read their records for the status)."""

@@ -250,11 +250,8 @@ class Driver:
             # a typed answer recorded but not yet tried (its process died after the ack): try it first
             if await self.intake.try_answer(p.session_id, owner_message, state):
                 return True
-        # a turn the built-in loop began (a deploy switched the loop meanwhile: BOT_AGENT, BOT_LOOP) ends in it:
-        # its model steps, parked calls and open cards are the built-in loop's, which this process still runs
-        builtin_began = turn.run is None and (turn.steps > 0 or turn.step is not None or bool(turn.limit_request_id))
-        # the agent's, or a sub-agent it brought
-        if self.frameworks is not None and self.frameworks.drives(state) and not builtin_began:
+        # the agent's, or a sub-agent it brought; a turn the built-in loop began ends in it
+        if self.frameworks is not None and self.frameworks.drives(state) and not turn.builtin_began:
             return await self.frameworks.step(p, state, snap, owner_message)
         if turn.limit_request_id:
             return await self._resume_limit(p, state, snap.requests)
