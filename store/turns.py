@@ -68,7 +68,6 @@ from store.session_keys import (
     SETTLED_LOOK_AGAIN_MS,
     TIMERS,
     now_ms,
-    queue,
 )
 from store.turn_inbox import TurnInbox
 
@@ -130,9 +129,8 @@ class RedisTurns(TurnInbox):
         ``known_state``: the state this lease holder committed last (nobody else can have written it
         since), so it is not read again; nor is the failure count, read once per pass."""
         known = _as_text(known_state) or None
-        pipe = self.redis.pipeline(transaction=False)
-        queue(pipe, self._snapshot_reads(session_id, known))
-        return self._snapshot_of(await pipe.execute(), known)
+        # (one pipeline on Redis; on a Cluster the reads go one by one: its pipelines refuse MGET)
+        return self._snapshot_of(await pipelined(self.redis, self._snapshot_reads(session_id, known), []), known)
 
     def _snapshot_reads(self, session_id: str, known_state: str | None) -> list[Command]:
         """The reads of a session's snapshot (the state only if not ``known_state``; the strings in one MGET);

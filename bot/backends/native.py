@@ -342,9 +342,9 @@ class _Run:
             return PendingCall(call_id=call.id, tool_name=call.name, arguments=arguments,
                                decisions=frozenset({"reject"}))
         if verdict.action == "ask":
-            decisions = {"approve", "reject", "edit"} if tool.editable else {"approve", "reject"}
+            # it runs any edit it is given: whether the card offers one is the tool's own card options' business
             return PendingCall(call_id=call.id, tool_name=call.name, arguments=arguments,
-                               decisions=frozenset(decisions))  # type: ignore[arg-type]
+                               decisions=frozenset({"approve", "reject", "edit"}))
         if verdict.action == "refuse":
             message = verdict.reason or f"{call.name} is not allowed here."
             return CallResult(status="rejected", output={"message": message}).content()

@@ -227,27 +227,32 @@ class Executor:
 
         await asyncio.gather(*(describe(r) for r in records))
 
-    async def preview_requests(self, state: SessionState, records: list[RequestRecord]) -> None:
+    async def preview_requests(self, state: SessionState, records: list[RequestRecord],
+                               calls: list[CallState] | None = None) -> None:
         """Put each new call card's preview on its request (``@tool(preview=…)``), all at once, each
         within its tool's bound. Done here, before the park is committed, so the preview is kept with the
-        request in Redis: computed once, and every replica (after a restart too) renders the same text."""
+        request in Redis: computed once, and every replica (after a restart too) renders the same text.
+        ``calls``: the step's, unless given (a framework's pause)."""
         turn = state.turn
-        assert turn is not None and turn.step is not None
+        assert turn is not None
         step = turn.step
-        calls = {c.call_id: c for c in step.calls}
+        by_id = {c.call_id: c for c in (calls if calls is not None else step.calls if step is not None else [])}
         info = session_info(state)
+
+        def key(call: CallState) -> str:
+            return f"{marker_of(turn.turn_id, step, call) if step is not None else f'{turn.turn_id}:fw:{call.call_id}'}:preview"
 
         async def preview(record: RequestRecord) -> None:
             req = record.request
             if req.kind not in ("tool-approval", "external-result") or req.action is None:
                 return
-            tool, call = self.p.tools.get(req.action.tool_name), calls.get(req.action.call_id)
+            tool, call = self.p.tools.get(req.action.tool_name), by_id.get(req.action.call_id)
             if tool is None or tool.preview_fn is None or call is None:
                 return
             # the session's context, like the tool's own (its tenant is the session's, never the input's);
             # it cannot ask, and has no workspace to post to: a preview only reads
             ctx = ToolContext(session=info, principal=call.principal, call_id=call.call_id,
-                              idempotency_key=f"{marker_of(turn.turn_id, step, call)}:preview", can_ask=False)
+                              idempotency_key=key(call), can_ask=False)
             req.preview = await tool.preview(tool.parse(call.arguments), ctx)
 
         await asyncio.gather(*(preview(r) for r in records))

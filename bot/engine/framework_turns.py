@@ -37,6 +37,7 @@ from bot.backends import (
 from bot.engine.call_outcomes import rejection
 from bot.engine.early_start import EarlyStart
 from bot.engine.execute import INTERRUPTED, STOPPED, jsonable, make_record, observe_tool_run, session_info
+from bot.engine.installed import NotInstalled
 from bot.engine.native_loop import CHANGED_TOOL, LIVE, first_changed, formable, waits_on
 from bot.engine.passes import DrivePass, TurnLoop
 from bot.engine.turn_commands import CallMark, RequestsRead, SessionRead
@@ -128,6 +129,9 @@ class EngineTurn:
         the script that stores the state holding them, so a worker killed before it leaves them queued for
         the next (nothing lost) and nothing is taken twice. The first look uses the queue as the pass read it,
         unless a tool started since; later ones read it (one round trip)."""
+        # the workspace still has the app (as the built-in loop checks before each step): NotInstalled ends the
+        # run as it is, and the turn waits for a reinstall
+        await self._driver.p.installed.require(self._state.ref.team_id)
         inbox, self._inbox = self._inbox, None
         if inbox is None:
             inbox = (await self._driver.p.store.read(SessionRead(self.session_id, known_state=self._work.committed))).inbox
@@ -476,8 +480,8 @@ class FrameworkTurns:
             if not engine_turn.stopped or (current is not None and current.cancelling()):
                 raise
             outcome = Stopped()
-        except (CancelRequested, LeaseLost, MessageTaken):
-            raise  # a stop asked meanwhile, the lease lost, a message taken first: the driver's loop handles each
+        except (CancelRequested, LeaseLost, MessageTaken, NotInstalled):
+            raise  # a stop asked, the lease lost, a message taken first, the app uninstalled: the driver's loop's
         except Exception as exc:  # noqa: BLE001 - a backend's own failure ends the turn visibly
             await self.driver.fail_turn(p, state, logged_failure_words(exc, p.session_id), engine_turn.take_events())
             return False
@@ -527,7 +531,11 @@ class FrameworkTurns:
         batch = [r.request_id for r in records]
         for record in records:
             record.batch = batch
-        await self.driver.exec.describe_responders(state, records)
+        # who may answer, and the tools' previews (both bounded, side by side), as the built-in loop's cards have
+        calls = [CallState(call_id=c.call_id, tool_name=c.tool_name, arguments=json.dumps(c.arguments, default=str),
+                           principal=turn.owner) for c in outcome.pending if c.kind == "approval"]
+        await asyncio.gather(self.driver.exec.describe_responders(state, records),
+                             self.driver.exec.preview_requests(state, records, calls))
         turn.run.request_ids = batch
         turn.status = "parked"
         events = [*events,
