@@ -38,7 +38,7 @@ from bot.engine.call_outcomes import rejection
 from bot.engine.early_start import EarlyStart
 from bot.engine.execute import INTERRUPTED, STOPPED, jsonable, make_record, observe_tool_run, session_info
 from bot.engine.installed import NotInstalled
-from bot.engine.native_loop import CHANGED_TOOL, LIVE, first_changed, formable, waits_on
+from bot.engine.native_loop import LIVE, resumable_on_registry, waits_on
 from bot.engine.passes import DrivePass, TurnLoop
 from bot.engine.turn_commands import CallMark, RequestsRead, SessionRead
 from bot.models.words import logged_failure_words
@@ -85,8 +85,7 @@ class EngineTurn:
         self.owner = state.turn.owner
         self.owner_id = self.owner.principal_id if self.owner else None
         self.workspace = driver.p.workspace
-        self.history_window = driver.p.settings.history_window
-        self.history_limit = driver.p.settings.history_limit
+        self.history_window, self.history_limit = driver.p.settings.history_window, driver.p.settings.history_limit
         self._session: SessionInfo | None = None
         # the queue as the pass read it: the run's first look at it, unless a tool started since (then it reads)
         self._inbox = inbox
@@ -332,8 +331,7 @@ class FrameworkTurns:
 
     def __init__(self, driver: TurnLoop, backend: AgentBackend):
         self.driver, self.backend = driver, backend
-        # its tools are the registry as it is now: a paused run is held to the tools it waits on (``first_changed``)
-        self._live = bool(getattr(backend, "live_tools", False))
+        self._live = bool(getattr(backend, "live_tools", False))  # its tools: the registry as it is now (native_loop)
         tools = backend.tools()
         self._fingerprint = fingerprint(tools)
         self._formable = {t.name for t in tools if t.args_model is not None}  # an edit form could be shown
@@ -401,12 +399,9 @@ class FrameworkTurns:
                 return False  # still waiting on people
         else:
             answers = {}
-        if self._live and not state.agent and (run.framework, run.fingerprint) == (backend.framework, LIVE):
-            if (changed := first_changed(self.driver.p.tools, run.called)) is not None:
-                log.warning("session %s: %s changed since turn %s paused on it", p.session_id, changed, turn.turn_id)
-                await self.driver.fail_turn(p, state, CHANGED_TOOL.format(tool=changed))
+        if tools_fingerprint == LIVE and (run.framework, run.fingerprint) == (backend.framework, LIVE):
+            if not await resumable_on_registry(self.driver, p, state, run):  # held only to the tools it waits on
                 return False
-            run.called = {}  # checked: a later resume (from a checkpoint, after the budget) waits on none of them
         elif (run.framework, run.fingerprint) != (backend.framework, tools_fingerprint):
             log.warning("session %s: turn %s paused under %s %s (tools %s), this process runs %s %s (tools %s)",
                         p.session_id, turn.turn_id, run.framework, run.version, run.fingerprint,
@@ -557,8 +552,7 @@ class FrameworkTurns:
             if "edit" not in pending.decisions:
                 req.editable = False
                 # where an edit form could be shown, the card says why there is none
-                shown = formable(self.driver.p.tools) if self._live else self._formable  # the registry's as it is now
-                req.fixed_input = pending.tool_name in shown and bool(pending.arguments)
+                req.fixed_input = not self._live and pending.tool_name in self._formable and bool(pending.arguments)
             if "respond" in pending.decisions:  # people may answer in the tool's place
                 req.allow_free_text = True
             if not {"reject", "respond"} & pending.decisions:  # nothing a cancel could be told as
@@ -570,16 +564,15 @@ class FrameworkTurns:
                 req.prompt = words
             return record
         options = [InputOption(id=f"o{i}", label=label) for i, label in enumerate(pending.options)]
-        form = pending.form  # a tool's ctx.form: a form to fill in, as the built-in loop asks it
         req = InputRequest(
             request_id=new_request_id(state.ref.session_id),
-            kind="user-input" if form else "question",
+            kind="user-input" if pending.form else "question",  # a tool's ctx.form: a form to fill in
             prompt=pending.prompt or f"{pending.tool_name} asks for an answer.",
             action=ActionRef(call_id=pending.call_id, tool_name=pending.tool_name),
-            options=[] if form else options,
-            display="form" if form else "select" if options else "text",
-            allow_free_text=not form and (pending.allow_free_text or not options),
-            form=form,
+            options=options,
+            display="form" if pending.form else "select" if options else "text",
+            allow_free_text=not pending.form and (pending.allow_free_text or not options),
+            form=pending.form,
             principal=turn.owner,
             session_id=state.ref.session_id,
             turn_id=turn.turn_id,

@@ -19,15 +19,20 @@ and tools a person runs elsewhere (``external=True``).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 
 from bot.backends import PendingCall, WrappedAgent, wrap
 from bot.backends.native import NativeBackend
 from bot.engine.execute import ToolUnavailable
 from bot.engine.parts import RuntimeSettings
+from bot.engine.passes import DrivePass, TurnLoop
 from bot.engine.tool_registry import ToolRegistry, tool_fingerprint
 from bot.models.base import ChatModel
+from bot.state import FrameworkRun, SessionState
 from bot.tools import Tool
+
+log = logging.getLogger(__name__)
 
 CHANGED_TOOL = ("This turn paused on {tool}, which changed since (its arguments or its approval), so it was not "
                 "resumed into different code. Ask again to start over.")
@@ -70,19 +75,19 @@ def waits_on(registry: ToolRegistry, pending: Iterable[PendingCall]) -> dict[str
     return {name: tool_fingerprint(t) for name, t in tools.items() if t is not None}
 
 
-def first_changed(registry: ToolRegistry, called: Mapping[str, str]) -> str | None:
-    """The first tool a paused run waits on whose schema or approval changed since, or None. One gone from this
-    process raises ToolUnavailable, as for the built-in loop: retried, another replica (or the MCP server back)
-    may have it, and the turn fails visibly after the drive's failures in a row."""
-    for name, kept in sorted(called.items()):
-        tool = registry.get(name)
+async def resumable_on_registry(driver: TurnLoop, p: DrivePass, state: SessionState, run: FrameworkRun) -> bool:
+    """Whether a run paused on the live registry may resume: no tool it waits on changed its schema or approval
+    since (else its turn fails with a plain message). One gone from this process raises ToolUnavailable, as for
+    the built-in loop: retried, another replica (or the MCP server back) may have it, and the turn fails visibly
+    after the drive's failures in a row."""
+    for name, kept in sorted(run.called.items()):
+        tool = driver.p.tools.get(name)
         if tool is None:
             raise ToolUnavailable(f"tool {name!r} is not loaded in this process")
         if tool_fingerprint(tool) != kept:
-            return name
-    return None
+            log.warning("session %s: %s changed since its turn paused on it", p.session_id, name)
+            await driver.fail_turn(p, state, CHANGED_TOOL.format(tool=name))
+            return False
+    run.called = {}  # checked: a later resume (from a checkpoint, after the budget) waits on none of them
+    return True
 
-
-def formable(registry: ToolRegistry) -> set[str]:
-    """The main agent's tools an edit form could be shown for (typed arguments), as they are now."""
-    return {name for name in registry.names() if (t := registry.get(name)) is not None and t.input_model is not None}
