@@ -13,8 +13,9 @@ A paused run is held only to the tools its pause waits on (``live_tools``: ``Fra
 one's ``tool_registry.tool_fingerprint``), so a deploy that adds a tool, or an MCP server listing a new one,
 leaves parked turns alone.
 
-Left out of its tools (the built-in loop runs them; a backend has no way to yet): ``delegate`` (sub-agents)
-and tools a person runs elsewhere (``external=True``).
+Tools a person runs elsewhere (``external=True``) and ``delegate`` are offered too: native parks on them and the
+engine settles them (their cards and requests are the built-in loop's). A sub-agent of BOT_TOOLS is driven by
+a native backend of its own, on the same model, with its instructions and tools (:meth:`RegistryBackend.sub_agent`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 
+from bot.agents import SubAgent
 from bot.backends import PendingCall, WrappedAgent, wrap
 from bot.backends.native import NativeBackend
 from bot.engine.execute import ToolUnavailable
@@ -47,22 +49,30 @@ def native_on_registry(model: ChatModel, registry: ToolRegistry, settings: Runti
     return wrap(RegistryBackend(model, registry, settings))
 
 
-def runs_natively(t: Tool) -> bool:
-    """A tool this loop can offer: not a delegation, not a call a person runs elsewhere."""
-    return not t.delegates and not t.external
-
-
 class RegistryBackend(NativeBackend):
     live_tools = True
 
     def __init__(self, model: ChatModel, registry: ToolRegistry, settings: RuntimeSettings):
         super().__init__(model, ())
         self.registry, self.settings = registry, settings
+        self._children: dict[str, NativeBackend] = {}
 
     @property
     def by_name(self) -> Mapping[str, Tool]:
         found = (self.registry.get(name) for name in self.registry.names())
-        return {t.name: t for t in found if t is not None and runs_natively(t)}
+        return {t.name: t for t in found if t is not None}
+
+    def engine_tools(self) -> list[Tool | SubAgent]:
+        return []  # the registry holds them all as they are already
+
+    def sub_agent(self, name: str) -> NativeBackend | None:
+        """A BOT_TOOLS sub-agent's own native backend: its instructions and its tools, on the same model."""
+        agent = self.registry.agent(name)
+        if agent is None:
+            return None
+        if name not in self._children:
+            self._children[name] = NativeBackend(self.model, agent.tools, instructions=agent.instructions)
+        return self._children[name]
 
     @property
     def instructions(self) -> str | None:
