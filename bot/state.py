@@ -91,6 +91,12 @@ class FrameworkRun(DeferredModel):
     request_ids: list[str] = Field(default_factory=list)  # the requests its pause waits on
     counts_steps: bool = False  # the backend reports its model calls: the turn's steps are those, not its runs
 
+    def checkpointed(self, saved: str) -> None:
+        """A checkpoint replaces the pause: the answers its requests gave are in it. Until one does, the pause's
+        requests stay the state's, so a worker that takes the turn over reads the answers again."""
+        self.saved = saved
+        self.request_ids = []
+
 
 class TurnState(DeferredModel):
     turn_id: str

@@ -244,7 +244,7 @@ class EngineTurn:
                 return
             turn = self._state.turn
             assert turn is not None and turn.run is not None
-            turn.run.saved = saved() if callable(saved) else saved
+            turn.run.checkpointed(saved() if callable(saved) else saved)
             await self._driver.commit_and_begin(self._work, self._state, self.take_events(), [])
 
     async def _flush_later(self) -> None:
@@ -268,7 +268,7 @@ class EngineTurn:
             return await self._driver.p.store.mark_call(CallMark(self.session_id, marker, self._work.token))
         turn = self._state.turn
         assert turn is not None and turn.run is not None
-        turn.run.saved = saved() if callable(saved) else saved
+        turn.run.checkpointed(saved() if callable(saved) else saved)
         begun = await self._driver.commit_and_begin(self._work, self._state, self.take_events(), [marker])
         return begun[marker]
 
@@ -353,7 +353,7 @@ class FrameworkTurns:
         """A turn stopped while its run waited on people: the next turn follows its conversation where the
         backend can carry on from a paused run (``follows_stopped_runs``), else from the turn before it."""
         turn = state.turn
-        if turn is None or turn.run is None or turn.run.saved is None or not turn.run.request_ids \
+        if turn is None or turn.run is None or turn.run.saved is None or turn.status != "parked" \
                 or not self.drives(state):
             return  # (a run stopped while it ran left its conversation with its outcome: _ended)
         if getattr(self._agent_of(state)[0], "follows_stopped_runs", False):
@@ -434,9 +434,8 @@ class FrameworkTurns:
             records = {r.request_id: r for r in await self.driver.p.store.requests(RequestsRead(run.request_ids))}
         if any(r.status == "open" for r in records.values()):
             return None
-        run.request_ids = []
-        turn.status = "running"
-        return {r.request.action.call_id: self._answer(r) for r in records.values() if r.request.action}
+        turn.status = "running"  # (its requests stay the state's until a checkpoint holding their results: a write
+        return {r.request.action.call_id: self._answer(r) for r in records.values() if r.request.action}  # before, a re-read)
 
     def _answer(self, record: RequestRecord) -> Answer:
         by = record.responder.principal_id if record.responder else None
@@ -501,7 +500,7 @@ class FrameworkTurns:
                                        events, unless_cancelled=turn.turn_id, last=True)
             return False
         if isinstance(outcome, Parked) and not outcome.pending:  # its budget is used: people say whether to go on
-            turn.run.saved = outcome.saved
+            turn.run.checkpointed(outcome.saved)
             await self.driver.park_on_limit(p, state, events)
             return False
         if isinstance(outcome, Parked):
