@@ -86,6 +86,7 @@ class Reply(DeferredModel):
     kind: Literal["reply"] = "reply"
     value: Any
     by: str | None = None
+    principal: Principal | None = None  # who answered, whole (a tool's ``ctx.ask`` / ``ctx.form`` answer names them)
 
 
 Answer: TypeAlias = Annotated[Approve | Reject | Reply, Field(discriminator="kind")]

@@ -45,7 +45,7 @@ each sub-agent's session is driven by a native backend of its own, with its inst
 (:meth:`NativeBackend.sub_agent`).
 
 Left out (the built-in loop has them): a question's option descriptions and button styles (a menu of labels),
-and who answered a question or filled in a form (``Answer.responder`` is None). Built with ``native(model,
+and who answered is not yet the tool's to see everywhere. Built with ``native(model,
 tools)``, a tool's card options beyond its approval policy (prompt, deadlines, preview) are not carried by the
 proxy (an external-result tool is not one: its card is its own; on the registry every tool is its own).
 """
@@ -309,11 +309,11 @@ class _Run:
         del self.asking[call.id]
         if isinstance(reply, Reply) and asking.question.form is not None:  # a form's values, by field name
             values = reply.value if isinstance(reply.value, dict) else {}
-            told = ToolAnswer(status="answered", values=values)
+            told = ToolAnswer(status="answered", values=values, responder=reply.principal)
         elif isinstance(reply, Reply):
             chosen = next((o for o in asking.question.options if o.label == reply.value), None)
-            told = (ToolAnswer(status="answered", option_id=chosen.id) if chosen is not None
-                    else ToolAnswer(status="answered", text=str(reply.value)))
+            told = (ToolAnswer(status="answered", option_id=chosen.id, responder=reply.principal) if chosen is not None
+                    else ToolAnswer(status="answered", text=str(reply.value), responder=reply.principal))
         elif isinstance(reply, Reject) and reply.outcome in ("expired", "ignored"):  # it goes on without one
             told = ToolAnswer(status="expired" if reply.outcome == "expired" else "interrupted")
         else:  # the question was cancelled: the call ends, as in the built-in loop

@@ -444,14 +444,14 @@ class FrameworkTurns:
             if record.outcome == "answered" and response is not None:
                 labels = {o.id: o.label for o in record.request.options}
                 value = labels.get(response.option_id or "", response.option_id) if response.option_id else response.text
-                return Reply(value=value, by=by)
+                return Reply(value=value, by=by, principal=record.responder)
         elif record.request.kind in ("external-result", "delegation", "user-input"):
             if record.outcome == "answered" and response is not None:  # a posted result, a sub-agent's answer, a form's values
-                return Reply(value=response.values, by=by)
+                return Reply(value=response.values, by=by, principal=record.responder)
         elif record.outcome == "approved":
             return Approve(arguments=response.edited_input if response else None, by=by, principal=record.responder)
         elif record.outcome == "answered" and response is not None and response.text is not None:
-            return Reply(value=response.text, by=by)  # an approval answered in the tool's place ("respond")
+            return Reply(value=response.text, by=by, principal=record.responder)  # an approval answered in the tool's place ("respond")
         tool = self.driver.p.tools.get(record.request.action.tool_name) if record.request.action else None
         said = rejection(record, tool.denied_message if tool else None)
         message = " ".join(str(said[k]) for k in ("message", "note") if said.get(k))
