@@ -51,9 +51,9 @@ class Settings(BaseSettings):
     # module:attribute of a team's own agent (pydantic-ai, OpenAI Agents SDK, LangGraph), or of
     # ``bot.backends.wrap(agent, policies=…)``: it drives the turns in place of the built-in loop (bot.backends)
     agent: str | None = Field(default=None, alias="BOT_AGENT")
-    # the bot's own loop when no BOT_AGENT is given: "builtin" (bot.engine.drive) or "native" (the same tools and
-    # settings driven through the agent-backend interface: bot.engine.native_loop)
-    loop: Literal["builtin", "native"] = Field(default="builtin", alias="BOT_LOOP")
+    # the bot's own loop when no BOT_AGENT is given: "native" (its model and tools driven through the agent-backend
+    # interface, as a framework's are: bot.engine.native_loop) or "builtin" (the engine's own step: bot.engine.drive)
+    loop: Literal["builtin", "native"] = Field(default="native", alias="BOT_LOOP")
     bot_admins: str = Field(default="", alias="BOT_ADMINS")
     step_budget: int = Field(default=20, alias="BOT_STEP_BUDGET", ge=1)
     token_budget: int = Field(default=200_000, alias="BOT_TOKEN_BUDGET", ge=1000)
@@ -108,7 +108,7 @@ class Settings(BaseSettings):
     def a_loop(cls, value: object) -> object:
         if isinstance(value, str) and value.strip().lower() in ("builtin", "native"):
             return value.strip().lower()
-        raise ValueError(f"{value!r} is not a loop: use builtin (the default) or native")
+        raise ValueError(f"{value!r} is not a loop: use native (the default) or builtin")
 
     @field_validator("role", mode="before")
     @classmethod

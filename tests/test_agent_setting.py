@@ -65,10 +65,10 @@ def test_a_loop_setting_that_is_no_loop_stops_the_bot_naming_the_choices(tmp_pat
     ran = subprocess.run([sys.executable, "-m", "bot", "run"], cwd=tmp_path, env=env, capture_output=True,
                          text=True, timeout=120)
     assert ran.returncode == 2, ran.stdout + ran.stderr
-    assert "BOT_LOOP: 'fast' is not a loop: use builtin (the default) or native" in ran.stderr + ran.stdout
+    assert "BOT_LOOP: 'fast' is not a loop: use native (the default) or builtin" in ran.stderr + ran.stdout
     assert "Traceback" not in ran.stderr
 
 
 def test_the_loop_setting_reads_as_people_write_it():
-    assert Settings(_env_file=None).loop == "builtin"  # type: ignore[call-arg]
-    assert Settings(_env_file=None, BOT_LOOP=" Native ").loop == "native"  # type: ignore[call-arg]
+    assert Settings(_env_file=None).loop == "native"  # type: ignore[call-arg]
+    assert Settings(_env_file=None, BOT_LOOP=" Builtin ").loop == "builtin"  # type: ignore[call-arg]

@@ -28,11 +28,15 @@ from tests.e2e.test_approval_flow import (
     refund_script,
 )
 
+# these pin the built-in loop's writes, round trip by round trip (BOT_LOOP=builtin; the default native loop's
+# cycle is pinned in test_framework_cycle.py and counted by benchmarks.http.instructions, contender pN)
+BUILTIN = {"BOT_LOOP": "builtin"}
+
 
 async def one_cycle_seen(local_slack, start_app, redis_url: str) -> Monitored:
     """One approve cycle of a fresh app, with every command Redis ran meanwhile."""
     RUNS.clear()
-    bot = await start_app(refund_script(), [refund_charge])
+    bot = await start_app(refund_script(), [refund_charge], **BUILTIN)
     async with monitored(redis_url) as seen:
         await approve_cycle(local_slack, "refund ch_1 please")
         await bot.runtime.wait_idle()
@@ -43,7 +47,7 @@ async def one_cycle_seen(local_slack, start_app, redis_url: str) -> Monitored:
 async def one_cycle_counted(local_slack, start_app, *, typed: bool = False) -> RoundTrips:
     """One approve cycle of a fresh app (the card approved by a click, or ``typed`` in the thread), with the
     app's round trips to Redis by the lines that sent them (benchmarks.roundtrips)."""
-    bot = await start_app(refund_script(), [refund_charge])
+    bot = await start_app(refund_script(), [refund_charge], **BUILTIN)
     # a first cycle pays what a process pays once (its scripts loaded into Redis, the audit chain's head
     # learnt): the cycle counted is the steady state's, whatever ran before in this Redis
     # (in another channel: Slack paces posts per channel, and the counted cycle must not wait on that)
@@ -73,7 +77,7 @@ async def approve_cycle(local_slack, text: str) -> None:
 
 async def test_nobody_looking_at_app_home_is_asked_at_most_once_a_second(local_slack, start_app, redis_url):
     RUNS.clear()
-    bot = await start_app(refund_script(), [refund_charge])
+    bot = await start_app(refund_script(), [refund_charge], **BUILTIN)
     async with monitored(redis_url) as seen:
         for n in range(3):  # three quick cycles: each asks for fresh App Homes when its card comes and goes
             await approve_cycle(local_slack, f"refund ch_{n} please")
@@ -120,7 +124,7 @@ async def test_a_slow_tool_does_not_hold_up_the_settled_card(local_slack, start_
         await asyncio.wait_for(release.wait(), 10)
         return {"refunded": args.charge_id}
 
-    await start_app(refund_script(), [slow_refund])
+    await start_app(refund_script(), [slow_refund], **BUILTIN)
     ts, card = await mention_and_wait_for_card(local_slack)
     await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
     try:  # the tool is still running: the card already says who approved it

@@ -44,8 +44,8 @@ request's values. The engine holds these tools (and the sub-agents) as they are 
 each sub-agent's session is driven by a native backend of its own, with its instructions and tools
 (:meth:`NativeBackend.sub_agent`).
 
-Left out (the built-in loop has them): a question's option descriptions and button styles (a menu of labels),
-and who answered is not yet the tool's to see everywhere. Built with ``native(model,
+Left out (the built-in loop has them): a question's option descriptions and button styles (a menu of labels).
+Built with ``native(model,
 tools)``, a tool's card options beyond its approval policy (prompt, deadlines, preview) are not carried by the
 proxy (an external-result tool is not one: its card is its own; on the registry every tool is its own).
 """
