@@ -434,8 +434,8 @@ class FrameworkTurns:
             records = {r.request_id: r for r in await self.driver.p.store.requests(RequestsRead(run.request_ids))}
         if any(r.status == "open" for r in records.values()):
             return None
-        turn.status = "running"  # (its requests stay the state's until a checkpoint holding their results: a write
-        return {r.request.action.call_id: self._answer(r) for r in records.values() if r.request.action}  # before, a re-read)
+        turn.status = "running"  # its requests stay the state's until a checkpoint holds their answers (run.checkpointed)
+        return {r.request.action.call_id: self._answer(r) for r in records.values() if r.request.action}
 
     def _answer(self, record: RequestRecord) -> Answer:
         by = record.responder.principal_id if record.responder else None
