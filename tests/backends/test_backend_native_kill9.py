@@ -9,13 +9,10 @@ server of this test, so the test decides when a process dies (the model's answer
 
 from __future__ import annotations
 
-import asyncio
 import json
-import signal
-import subprocess
 
 from localslack.seed import ALICE, BOT_USER_ID, GENERAL
-from tests.chaos.harness import stop_process
+from tests.chaos.harness import killed, stop_process
 from tests.e2e.framework_script import told_the_model
 from tests.e2e.test_approval_flow import card_in, mention_and_wait_for_card
 from tests.e2e.test_backend_langgraph import menu
@@ -52,11 +49,6 @@ async def slow_lookup(charge_id: str) -> str:
 agent = native(OpenAIChatModel("gpt-4o-mini", base_url=os.environ["OPENAI_BASE_URL"],
                                api_key=os.environ["OPENAI_API_KEY"], max_retries=0), [refund_to, slow_lookup])
 '''
-
-
-async def killed(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGKILL)
-    await asyncio.to_thread(proc.wait)
 
 
 async def test_kill_9_before_the_click_and_after_the_effect_runs_the_effect_once(local_slack, redis, redis_url,

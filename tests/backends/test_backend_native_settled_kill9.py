@@ -11,16 +11,13 @@ of this test, so the test decides when a process dies (the model's answer never 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-import signal
-import subprocess
 
 import aiohttp
 
 from localslack.seed import ALICE, BOB, GENERAL
-from tests.chaos.harness import stop_process
+from tests.chaos.harness import killed, stop_process
 from tests.e2e.framework_script import told_the_model
 from tests.e2e.test_approval_flow import button, mention_and_wait_for_card
 from tests.e2e.test_external import token_of
@@ -59,11 +56,6 @@ async def run_migration(args: Migration, ctx: ToolContext) -> dict:
 agent = native(OpenAIChatModel("gpt-4o-mini", base_url=os.environ["OPENAI_BASE_URL"],
                                api_key=os.environ["OPENAI_API_KEY"], max_retries=0), [run_migration])
 '''
-
-
-async def killed(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGKILL)
-    await asyncio.to_thread(proc.wait)
 
 
 def on_port(url: str, port: int) -> str:

@@ -130,6 +130,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+async def killed(proc: subprocess.Popen) -> None:
+    """kill -9 a bot process and wait for it: no handler runs, nothing is flushed."""
+    proc.send_signal(signal.SIGKILL)
+    await asyncio.to_thread(proc.wait)
+
+
 async def stop_process(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
     """SIGTERM, wait without blocking the event loop, then SIGKILL if it is still there.
 
