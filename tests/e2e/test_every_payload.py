@@ -13,6 +13,7 @@ still works. ``tests/e2e/test_fuzz.py`` mutates captured clicks on live cards; t
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import os
@@ -103,9 +104,16 @@ def every_junk() -> list[tuple[str, str, tuple, Any]]:
 
 
 def mutated(name: str, how: str, path: tuple, junk: Any) -> dict[str, Any]:
+    """``name``'s payload with junk at ``path``. An event gets an id of its own first, as each event Slack
+    sends has: one id sent again while its first delivery acts is a redelivery, answered 503 on purpose."""
     payload = json.loads(json.dumps(KINDS[name][0]))
+    if isinstance(payload.get("event_id"), str):
+        payload["event_id"] = f"Ev{next(EVENT_IDS):010d}"
     set_path(payload, path, junk, delete=how == "delete")
     return payload
+
+
+EVENT_IDS = itertools.count(1)
 
 
 def slack_said_no(record: logging.LogRecord) -> bool:
