@@ -220,6 +220,8 @@ class HomeRefresh:
             ids = [event.request_id]
         else:
             return
+        if time.monotonic() < self.gov.nobody_looking.get(team, 0.0):
+            return  # nobody looked lately (asked within the last second): no task for nothing
         self.gov.deps.tasks.spawn(self._refresh(team, ids), what=f"refresh App Homes for {event.type}")
 
     async def _anyone_looking(self, team: str) -> bool:
