@@ -366,8 +366,9 @@ async def _pending(settings: Settings, team: str | None) -> int:
 
 
 async def _chat(settings: Settings) -> int:
-    from bot.assembly import build_model, load_tools
+    from bot.assembly import build_model, load_agent, load_tools, with_agent_tools
     from bot.console import ConsoleChannel, ConsoleWorkspace, cancel_leftovers, chat_loop, new_console_session
+    from bot.engine.native_loop import native_on_registry
     from bot.engine.turns import Runtime, RuntimeSettings
     from bot.principals import CONSOLE_TEAM
     from store.audit import AuditLog
@@ -380,13 +381,19 @@ async def _chat(settings: Settings) -> int:
                               data_dir=Path(settings.data_dir) / "redis")
     try:
         store = RedisTurns(handle.client)
-        tools = load_tools(settings)
+        agent = load_agent(settings)  # BOT_AGENT, as `run` has it
+        tools = with_agent_tools(load_tools(settings), agent)
         policies = await _use_policies(PolicyStore(handle.client, AuditLog(handle.client)),
                                        seed_refunds=tools.get("refund_charge") is not None)
-        runtime = Runtime(store=store, outbox_store=RedisOutbox(handle.client), model=build_model(settings),
-                          tools=tools, channel=ConsoleChannel(), workspace=ConsoleWorkspace(), policies=policies,
-                          settings=RuntimeSettings(step_budget=settings.step_budget, token_budget=settings.token_budget,
-                                 history_window=settings.history_window))
+        model = build_model(settings)
+        runtime_settings = RuntimeSettings(step_budget=settings.step_budget, token_budget=settings.token_budget,
+                                           history_window=settings.history_window,
+                                           history_limit=settings.history_limit)
+        if agent is None and settings.loop == "native":  # BOT_LOOP, as `run` has it
+            agent = native_on_registry(model, tools, runtime_settings)
+        runtime = Runtime(store=store, outbox_store=RedisOutbox(handle.client), model=model, tools=tools,
+                          channel=ConsoleChannel(), workspace=ConsoleWorkspace(), policies=policies,
+                          settings=runtime_settings, agent=agent.backend if agent is not None else None)
         await cancel_leftovers(runtime, {r.session_id for r in await store.pending_for_team(CONSOLE_TEAM)})
         await chat_loop(runtime, new_console_session())
     finally:

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import redis as redis_sync
+
+from bot.principals import CONSOLE_TEAM
+from store.client import open_redis
+from store.turns import RedisTurns
 
 # not the repository: a developer's .env there must not leak tokens into these runs
 WORKDIR = Path(tempfile.mkdtemp(prefix="bot-cli-"))
@@ -82,6 +89,28 @@ def test_console_approves_from_an_approver_list_and_the_announcement_is_posted(r
     assert "not accepted: Only @bob can approve `refund_charge`." in out  # who may, not "someone else"
     assert "approved by @bob" in out and "Refunded $40.00 on `ch_1001`" in out
     assert "  [#general] standup moved" in out and "Posted to #general" in out
+
+
+def test_the_console_chat_runs_the_loop_bot_loop_names(redis, redis_url):
+    """``chat`` moves its turns as ``run`` does: BOT_LOOP's loop (the native one by default, through the agent
+    backend interface; ``builtin``: the engine's own step)."""
+    async def loop_of_the_parked_turn() -> str:
+        handle = await open_redis(redis_url)
+        try:
+            store = RedisTurns(handle.client)
+            [waiting] = await store.pending_for_team(CONSOLE_TEAM)
+            turn = (await store.state(waiting.session_id) or {})["turn"]
+            return turn["run"]["framework"] if turn.get("run") else "builtin"
+        finally:
+            await handle.close()
+
+    for setting, loop in ((None, "native"), ("builtin", "builtin"), ("native", "native")):
+        env = {"REDIS_URL": redis_url, **({"BOT_LOOP": setting} if setting else {})}
+        chat = run(["chat"], env, stdin="refund ch_1001 40 dollars\n/quit\n")
+        assert "approval needed: refund_charge" in chat.stdout, chat.stderr
+        assert asyncio.run(loop_of_the_parked_turn()) == loop, setting
+        with redis_sync.Redis.from_url(redis_url) as client:  # the next chat starts with nothing left waiting
+            client.flushdb()
 
 
 def test_a_new_console_session_starts_clean_and_cancels_what_an_earlier_one_left_waiting(redis, redis_url):
