@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from bot.deferred import DeferredModel
 from bot.ports import Workspace
 from bot.principals import Principal
+from bot.protocol import ChoiceStyle, InputOption
 from bot.session import SessionInfo
 
 # --- what a framework asks people ---------------------------------------------------------------
@@ -48,7 +49,9 @@ class PendingCall(DeferredModel):
     arguments: dict[str, Any] = Field(default_factory=dict)
     kind: Literal["approval", "question"] = "approval"
     prompt: str | None = None  # a question's words; for an approval, the framework's own description of it
-    options: list[str] = Field(default_factory=list)  # a question's choices (people may always type their own)
+    # a question's choices (people may always type their own): labels, or options with their words and style
+    options: list[str | InputOption] = Field(default_factory=list)
+    style: ChoiceStyle = "select"  # a question's options shown as a select menu, buttons or radio buttons
     # what the framework accepts as an answer: the card offers no more than this
     decisions: frozenset[Decision] = frozenset({"approve", "reject"})
     allow_free_text: bool = True  # a question: people may type their own answer besides its options

@@ -325,7 +325,7 @@ class _Run:
         self.asking[call.id] = asking
         ask = asking.question
         return PendingCall(call_id=question_id(call.id, len(asking.answers)), tool_name=call.name, kind="question",
-                           prompt=ask.prompt, options=[o.label for o in ask.options],
+                           prompt=ask.prompt, options=list(ask.options), style=ask.style,
                            allow_free_text=ask.allow_free_text, expires_after_s=ask.timeout_s, form=ask.form)
 
     async def _gate(self, call: ToolCall) -> str | PendingCall:

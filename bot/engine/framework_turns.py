@@ -562,7 +562,8 @@ class FrameworkTurns:
             if (words := _framework_words(pending.prompt, req.prompt, self.driver.p.tools.get(pending.tool_name))):
                 req.prompt = words
             return record
-        options = [InputOption(id=f"o{i}", label=label) for i, label in enumerate(pending.options)]
+        options = [InputOption(id=f"o{i}", label=o) if isinstance(o, str) else o.model_copy(update={"id": f"o{i}"})
+                   for i, o in enumerate(pending.options)]  # the answer goes back by label
         req = InputRequest(
             request_id=new_request_id(state.ref.session_id),
             kind="user-input" if pending.form else "question",  # a tool's ctx.form: a form to fill in
@@ -571,7 +572,7 @@ class FrameworkTurns:
             options=options,
             display="form" if pending.form else "select" if options else "text",
             allow_free_text=not pending.form and (pending.allow_free_text or not options),
-            form=pending.form,
+            style=pending.style, form=pending.form,
             principal=turn.owner,
             session_id=state.ref.session_id,
             turn_id=turn.turn_id,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from bot.approval import always
 from bot.backends.native import native
 from bot.engine.native_loop import RegistryBackend
 from bot.models.scripted import ScriptedModel, call, say
+from bot.protocol import InputOption
 from bot.tools import Tool, ToolContext, tool
 from localslack.seed import ALICE, BOB, BOT_USER_ID, GENERAL, TEAM_ID
 from tests.backends.test_backend_native import KEY, model_of
@@ -356,3 +358,34 @@ async def test_the_saved_conversation_is_bounded_by_the_history_limit(local_slac
     assert sent[0]["role"] == "system"
     # the newest 4 messages kept after the last turn (2 turns), then this turn's question
     assert [m["content"] for m in sent[1:]] == ["question 3", "answer 3", "question 4", "answer 4", "question 5"]
+
+
+async def test_a_tools_question_looks_the_same_on_both_loops_its_options_described_and_as_radio_buttons(
+        local_slack, start_app, fake):
+    """``ctx.ask`` with described options shown as radio buttons: the native loop's card is the built-in loop's
+    (the options' words and the radio buttons), not a bare menu of labels."""
+
+    @tool
+    async def close_account(account_id: str, ctx: ToolContext) -> str:
+        """Close a customer's account."""
+        how = await ctx.ask(f"How should {account_id} be closed?", [
+            InputOption(id="refund", label="Refund balance", description="Sends the $12.40 left back to the card"),
+            InputOption(id="keep", label="Keep balance", description="Holds it for 90 days", style="danger"),
+        ], style="radio")
+        return f"closed {account_id}: {how.option_id}"
+
+    cards = {}
+    for loop in ("builtin", "native"):
+        fake.reply_tool_call("close_account", {"account_id": "acct_9"}, f"call_close_{loop}")
+        await start_app(model_of(fake), [close_account], BOT_LOOP=loop)
+        _, card = await mention_and_wait_for_card(local_slack, f"close acct_9 ({loop})")
+        cards[loop] = card.blocks
+    shown = json.dumps(cards["native"])
+    assert "Sends the $12.40 left back to the card" in shown and "Holds it for 90 days" in shown
+    assert "radio_buttons" in shown and "static_select" not in shown
+
+    def without_ids(blocks: Any) -> Any:  # request ids and thread times differ between the two turns
+        text = json.dumps(blocks).replace("(builtin)", "(loop)").replace("(native)", "(loop)")
+        return re.sub(r'"(action_id|block_id|value)": "[^"]*"', r'"\1": ""', text)
+
+    assert without_ids(cards["native"]) == without_ids(cards["builtin"])
