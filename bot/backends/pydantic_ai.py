@@ -17,6 +17,7 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Awaitable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, get_type_hints
@@ -24,6 +25,7 @@ from typing import Any, get_type_hints
 from pydantic import BaseModel, Field, create_model
 from pydantic_ai import (
     Agent,
+    AgentRun,
     ApprovalRequired,
     CallDeferred,
     DeferredToolRequests,
@@ -98,6 +100,9 @@ class PydanticAIBackend:
         self.agent = agent
         self.deps = deps
         self.tools_by_name = {info.name: info for info in _tool_infos(agent)}
+        # our capability joins the agent's own, as pydantic-ai's docs add one (``override``): given to each run
+        # instead, it would make pydantic-ai compose a second layer of capabilities per run (~0.5 ms a run)
+        self.capabilities = [*agent.root_capability.capabilities, _Hold()]
 
     def tools(self) -> list[ToolInfo]:
         return list(self.tools_by_name.values())
@@ -132,32 +137,38 @@ class _Run:
     async def drive(self, prompt: str | None, history: list[ModelMessage] | None,
                     results: DeferredToolResults | None) -> Outcome:
         agent = self.backend.agent
+        running = _RUN.set(self)  # what our capability's wrapper toolset gates, in this run's task
         try:
-            async with agent.iter(prompt, message_history=history, deferred_tool_results=results,
-                                  output_type=_with_deferred(agent.output_type), deps=self.backend.deps,
-                                  capabilities=[_Hold(self)]) as run:
-                responded = False  # a model response came in this run, not with the history
-                async for node in run:
-                    if self.turn.stopped:
-                        return Stopped(saved=_Saved.of(_whole(run.all_messages())))
-                    if Agent.is_model_request_node(node):
-                        async with node.stream(run.ctx) as events:
-                            async for event in events:
-                                self._stream(event)
-                                if self.turn.stopped:
-                                    return Stopped(saved=_Saved.of(_whole(run.all_messages())))
-                        responded = True
-                    elif Agent.is_call_tools_node(node) and responded:
-                        # the new model response is stored before any of its tools run (serialized only
-                        # if the engine writes it: a pause or an end stores the outcome's state instead)
-                        await self.engine(self.turn.checkpoint(partial(_Saved.of, list(run.all_messages()))))
-                        responded = False
-                assert run.result is not None
-                return self._outcome(run.result.output, run.result.all_messages())
+            with agent.override(capabilities=self.backend.capabilities):
+                async with agent.iter(prompt, message_history=history, deferred_tool_results=results,
+                                      output_type=_with_deferred(agent.output_type), deps=self.backend.deps) as run:
+                    return await self._steps(run)
         except Exception as exc:
             if self.engine_failure is not None:
                 raise self.engine_failure from exc
             return Failed(reason=_plain(exc))
+        finally:
+            _RUN.reset(running)
+
+    async def _steps(self, run: AgentRun[Any, Any]) -> Outcome:
+        responded = False  # a model response came in this run, not with the history
+        async for node in run:
+            if self.turn.stopped:
+                return Stopped(saved=_Saved.of(_whole(run.all_messages())))
+            if Agent.is_model_request_node(node):
+                async with node.stream(run.ctx) as events:
+                    async for event in events:
+                        self._stream(event)
+                        if self.turn.stopped:
+                            return Stopped(saved=_Saved.of(_whole(run.all_messages())))
+                responded = True
+            elif Agent.is_call_tools_node(node) and responded:
+                # the new model response is stored before any of its tools run (serialized only
+                # if the engine writes it: a pause or an end stores the outcome's state instead)
+                await self.engine(self.turn.checkpoint(partial(_Saved.of, list(run.all_messages()))))
+                responded = False
+        assert run.result is not None
+        return self._outcome(run.result.output, run.result.all_messages())
 
     async def engine(self, call: Awaitable[Any]) -> Any:
         """Await one of the engine's verbs; what it raises (other than a tool's own error passed through the
@@ -185,15 +196,20 @@ class _Run:
                                                        self.paused_in_tool))
 
 
+_RUN: ContextVar[_Run | None] = ContextVar("pydantic_ai_run", default=None)  # the run this task drives
+
+
 @dataclass(init=False)
 class _Hold(AbstractCapability[Any]):
-    """Our place in pydantic-ai's run: the wrapper around the agent's assembled toolset."""
+    """Our place in pydantic-ai's run: the wrapper around the agent's assembled toolset, for the run this task
+    drives (one capability per backend: runs of several sessions at once each see their own)."""
 
-    def __init__(self, run: _Run):
-        self.run = run
+    def __init__(self) -> None:
+        pass
 
     def get_wrapper_toolset(self, toolset: AbstractToolset[Any]) -> AbstractToolset[Any] | None:
-        return _Gated(toolset, run=self.run)
+        run = _RUN.get()
+        return _Gated(toolset, run=run) if run is not None else None
 
 
 @dataclass
