@@ -191,9 +191,6 @@ class _DeadlineBound:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[call-arg]
-        # we send no HIMPORT: with no registry on the connection, redis-py does not scan every pipelined command
-        # for one before sending (~1 % of an approve cycle's instructions)
-        self.himport_registry = None
         encoder = self.encoder  # type: ignore[attr-defined]
         self._hiredis_packs = encoder.encoding.lower() in ("utf-8", "utf8") and encoder.encoding_errors == "strict"
 
