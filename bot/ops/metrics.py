@@ -23,13 +23,13 @@ from typing import Any, Protocol
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
+    Counter,
+    Histogram,
     PlatformCollector,
     ProcessCollector,
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client import Counter as _Counter
-from prometheus_client import Histogram as _Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from bot.models.base import ChatModel, Message, ModelResponse, TextCallback, ToolSpec
@@ -41,29 +41,6 @@ log = logging.getLogger(__name__)
 disable_created_metrics()
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
-
-
-class _Remembered:
-    """``labels(*values)`` remembered per values: prometheus_client takes a lock and checks the values on every
-    call, and the hot paths (each delivered event, each Slack call) ask for the same few children again and
-    again. The values are bounded sets (see above), so the memo is too."""
-
-    def labels(self, *values: Any, **named: Any) -> Any:
-        if named:
-            return super().labels(*values, **named)  # type: ignore[misc]
-        memo: dict[tuple[Any, ...], Any] = self.__dict__.setdefault("_memo", {})
-        child = memo.get(values)
-        if child is None:
-            child = memo[values] = super().labels(*values)  # type: ignore[misc]
-        return child
-
-
-class Counter(_Remembered, _Counter):
-    pass
-
-
-class Histogram(_Remembered, _Histogram):
-    pass
 # Slack wants an ack within 3 s: fine steps below it
 ACK_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0)
 WORK_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
