@@ -18,7 +18,7 @@ import inspect
 import json
 from collections.abc import Awaitable, Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, get_type_hints
 
@@ -38,6 +38,7 @@ from pydantic_ai import __version__ as pydantic_ai_version
 from pydantic_ai.agent import AbstractAgent
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import (
+    BaseToolCallPart,
     ModelMessage,
     ModelMessagesTypeAdapter,
     ModelResponse,
@@ -65,6 +66,7 @@ from bot.backends import (
     Stopped,
     ToolInfo,
 )
+from bot.models.wire import new_call_id
 
 FRAMEWORK = "pydantic-ai"
 
@@ -210,6 +212,23 @@ class _Hold(AbstractCapability[Any]):
     def get_wrapper_toolset(self, toolset: AbstractToolset[Any]) -> AbstractToolset[Any] | None:
         run = _RUN.get()
         return _Gated(toolset, run=run) if run is not None else None
+
+    async def after_model_request(self, ctx: Any, *, request_context: Any, response: ModelResponse) -> ModelResponse:
+        """A call whose id the run's history already holds gets a new one (kept in the history it is stored
+        with): some servers number calls per answer (``call_0`` every time), and the fence knows a call by its
+        id, so the second would replay the first's result instead of running."""
+        if _RUN.get() is None:
+            return response
+        seen = {part.tool_call_id for message in ctx.messages if isinstance(message, ModelResponse)
+                for part in message.parts if isinstance(part, BaseToolCallPart)}
+        parts: list[Any] = []
+        for part in response.parts:
+            if isinstance(part, BaseToolCallPart):
+                if part.tool_call_id in seen:
+                    part = replace(part, tool_call_id=new_call_id())
+                seen.add(part.tool_call_id)
+            parts.append(part)
+        return response if parts == list(response.parts) else replace(response, parts=parts)
 
 
 @dataclass

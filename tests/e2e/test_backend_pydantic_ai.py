@@ -248,3 +248,21 @@ async def test_the_approved_call_is_one_task_that_ends_complete_with_its_result(
     assert (task["title"], task["status"], task["details"]) == ("issue_refund", "complete", "approved by @alice")
     assert "refunded 500 on ch_1" in task["output"]
     assert ran == [{"charge_id": "ch_1", "amount": 500}]
+
+
+async def test_a_server_that_gives_two_steps_calls_the_same_id_runs_each_call(local_slack, start_app, fake):
+    """Some OpenAI-compatible servers number tool calls per answer (``call_0`` in every step). The second call
+    under an id the first had is another call: it runs (behind its card), and is not the first replayed."""
+    ran: list[dict[str, Any]] = []
+    fake.reply_tool_call("lookup_charge", {"charge_id": "ch_1"}, "call_0")
+    fake.reply_tool_call("issue_refund", {"charge_id": "ch_1", "amount": 500}, "call_0")
+    fake.reply_text("Done: the refund went through.")
+    await start_app(ScriptedModel([]), [], agent=support_agent(fake, ran))
+
+    ts, card = await mention_and_wait_for_card(local_slack, "refund ch_1")
+    assert "issue_refund" in json.dumps(card.blocks) and ran == []
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+    await answer_in(local_slack, ts, "Done: the refund went through.")
+    assert ran == [{"charge_id": "ch_1", "amount": 500}]
+    told = [m["content"] for m in fake.requests[-1].body["messages"] if m["role"] == "tool"]
+    assert told[-1] == "refunded 500 on ch_1", told
