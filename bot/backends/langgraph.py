@@ -410,9 +410,22 @@ def _guard(node: ToolNode, backend: LangGraphBackend) -> None:
     _GUARDED.add(node)
 
 
+def _call_key(request: Any) -> str:
+    """The call's id, made unique in the thread: some servers number calls per answer (``call_0`` every step),
+    and the fence knows a call by this key, so a second call under an earlier call's id would replay that call's
+    result instead of running. The n-th model message carrying the id (n > 1) names ``<id>#<n-1>``: read from the
+    thread's stored messages, it is the same on a replay."""
+    call_id = request.tool_call["id"]
+    state = request.state
+    messages = state.get("messages") if isinstance(state, Mapping) else getattr(state, "messages", None)
+    carried = sum(1 for m in messages or () if isinstance(m, AIMessage)
+                  and any(c.get("id") == call_id for c in m.tool_calls))
+    return f"{call_id}#{carried - 1}" if carried > 1 else call_id
+
+
 async def _guarded_call(run: _Run, backend: LangGraphBackend, request: Any, execute: Any, inner: Any) -> Any:
     call = request.tool_call
-    call_id, name = call["id"], call["name"]
+    call_id, name = _call_key(request), call["name"]
     if call_id in run.ours or (not backend.framework_gates(name) and call_id not in run.approved):
         if call_id not in run.ours:
             verdict = await run.turn.gate(call_id, name, call["args"])
@@ -440,7 +453,7 @@ async def _chain(run: _Run, backend: LangGraphBackend, request: Any, execute: An
 
 async def _fenced(run: _Run, backend: LangGraphBackend, request: Any, execute: Any) -> Any:
     call = request.tool_call
-    call_id, name = call["id"], call["name"]
+    call_id, name = _call_key(request), call["name"]
     asked = run.answered_in_tool.get(call_id, 0)
     key = f"{call_id}:{asked}" if asked else call_id
     tool = request.tool

@@ -430,3 +430,19 @@ async def test_words_from_a_requester_the_policy_does_not_let_reply_stay_her_mes
     await local_slack.wait_for(lambda: "No longer needed" in json.dumps(local_slack.message(GENERAL, card.ts).blocks))
     assert "Replied instead" not in json.dumps(local_slack.message(GENERAL, card.ts).blocks)
     assert local_slack.ephemerals(ALICE) == [] and refunds == []
+
+
+async def test_a_server_that_gives_two_steps_calls_the_same_id_runs_each_call(local_slack, start_app, fake):
+    """Some OpenAI-compatible servers number tool calls per answer (``call_0`` in every step). The second call
+    under an id the first had is another call: it runs (behind its card), and is not the first replayed."""
+    fake.reply_tool_call("lookup_charge", {"charge_id": "ch_1"}, "call_0")
+    fake.reply_tool_call("issue_refund", {"charge_id": "ch_1", "amount": 40}, "call_0")
+    fake.reply_text("Refunded 40 EUR.")
+    await start_app(ScriptedModel([]), [], agent=agent(fake))
+    ts, card = await mention_and_wait_for_card(local_slack)
+    assert "issue_refund" in json.dumps(card.blocks) and refunds == []
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+    await answer_in(local_slack, ts, "Refunded 40 EUR.")
+    assert refunds == [("ch_1", 40)]
+    said = [m["content"] for m in fake.requests[-1].body["messages"] if m["role"] == "tool"]
+    assert said[-1] == "refunded 40 EUR on ch_1", said
