@@ -391,18 +391,11 @@ async def test_a_tools_question_looks_the_same_on_both_loops_its_options_describ
     assert without_ids(cards["native"]) == without_ids(cards["builtin"])
 
 
-async def test_a_server_that_gives_two_steps_calls_the_same_id_runs_each_call(local_slack, start_app, fake):
-    """Some OpenAI-compatible servers number tool calls per answer (``call_0`` in every step). A turn's second
-    call under an id its first already had is another call: it runs, and the model reads its own result (not
-    the first call's, replayed from the first call's execution marker)."""
-    looked: list[dict[str, Any]] = []
+async def test_a_server_that_numbers_calls_per_answer_has_each_call_run(local_slack, start_app, fake):
+    """Kimi K2 served by vLLM numbers tool calls per answer, ``<tool>:<n>`` with the counter restarting every
+    round (github.com/open-webui/open-webui/issues/28570): the same tool called in two rounds comes back under the same id. The second is another call: it runs,
+    and the model reads its own result (not the first's, replayed from the first call's execution marker)."""
     ran: list[dict[str, Any]] = []
-
-    @tool
-    async def lookup_charge(charge_id: str) -> dict[str, Any]:
-        """Look a charge up."""
-        looked.append({"charge_id": charge_id})
-        return {"charge_id": charge_id, "amount": 500}
 
     @tool
     async def issue_refund(charge_id: str, amount: int) -> str:
@@ -410,15 +403,15 @@ async def test_a_server_that_gives_two_steps_calls_the_same_id_runs_each_call(lo
         ran.append({"charge_id": charge_id, "amount": amount})
         return f"refunded {amount} on {charge_id}"
 
-    fake.reply_tool_call("lookup_charge", {"charge_id": "ch_1"}, "call_0")
-    fake.reply_tool_call("issue_refund", {"charge_id": "ch_1", "amount": 500}, "call_0")
-    fake.reply_text("Refunded 500 on ch_1.")
-    await start_native(start_app, fake, [lookup_charge, issue_refund])
-    ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> refund ch_1")
-    await answer_in(local_slack, ts, "Refunded 500 on ch_1.")
-    assert looked == [{"charge_id": "ch_1"}] and ran == [{"charge_id": "ch_1", "amount": 500}]
+    fake.reply_tool_call("issue_refund", {"charge_id": "ch_1", "amount": 500}, "issue_refund:0")
+    fake.reply_tool_call("issue_refund", {"charge_id": "ch_2", "amount": 300}, "issue_refund:0")
+    fake.reply_text("Refunded both.")
+    await start_native(start_app, fake, [issue_refund])
+    ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> refund ch_1 and ch_2")
+    await answer_in(local_slack, ts, "Refunded both.")
+    assert ran == [{"charge_id": "ch_1", "amount": 500}, {"charge_id": "ch_2", "amount": 300}]
     messages = fake.requests[2].body["messages"]
     told = {m["tool_call_id"]: m["content"] for m in messages if m["role"] == "tool"}
     asked = [c["id"] for m in messages if m["role"] == "assistant" for c in m.get("tool_calls") or []]
-    assert len(set(asked)) == 2 and asked[0] == "call_0"  # the second call has an id of its own now
-    assert told[asked[1]] == "refunded 500 on ch_1" and "amount" in told[asked[0]]
+    assert len(set(asked)) == 2 and asked[0] == "issue_refund:0"  # the second call has an id of its own now
+    assert [told[i] for i in asked] == ["refunded 500 on ch_1", "refunded 300 on ch_2"]

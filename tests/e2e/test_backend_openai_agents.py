@@ -328,17 +328,19 @@ async def test_an_sdk_agents_question_answered_by_typing_in_the_thread(local_sla
     assert tool_said(fake, "call_why") == "the customer was charged twice"
 
 
-async def test_a_server_that_gives_two_steps_calls_the_same_id_stops_the_turn_with_nothing_run(
+async def test_a_server_that_numbers_calls_per_answer_stops_the_turn_before_the_second_call(
         local_slack, start_app, fake):
-    """Some OpenAI-compatible servers number tool calls per answer (``call_0`` in every step). The SDK refuses a
-    completed call's id used again for another call (``ModelBehaviorError``): the turn ends saying so, and the
-    second call neither runs nor is taken for the first (no card, no refund)."""
-    fake.reply_tool_call("lookup_charge", {"charge_id": "ch_1"}, "call_0")
-    fake.reply_tool_call("issue_refund", {"charge_id": "ch_1"}, "call_0")
-    fake.reply_text("Refunded ch_1.")
+    """Kimi K2 served by vLLM numbers tool calls per answer, ``<tool>:<n>`` with the counter restarting every
+    round (github.com/open-webui/open-webui/issues/28570): the same tool called in two rounds comes back under the same id. The SDK refuses a completed call's
+    id used again (``ModelBehaviorError``): the turn ends saying so once the first refund ran, and the second
+    call neither runs nor is taken for the first."""
+    fake.reply_tool_call("issue_refund", {"charge_id": "ch_1"}, "issue_refund:0")
+    fake.reply_tool_call("issue_refund", {"charge_id": "ch_2"}, "issue_refund:0")
+    fake.reply_text("Refunded both.")
     bot = await start_app(ScriptedModel([]), [], agent=support_agent(fake))
-    ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> refund ch_1")
+    ts, card = await mention_and_wait_for_card(local_slack, "refund ch_1 and ch_2")
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
     said = await answer_in(local_slack, ts, "reused a completed tool call ID")
     await bot.wait_idle()
     assert "Send your message again" in said.text
-    assert REFUNDS == [] and card_in(local_slack, ts) is None
+    assert REFUNDS == ["ch_1"]

@@ -250,19 +250,22 @@ async def test_the_approved_call_is_one_task_that_ends_complete_with_its_result(
     assert ran == [{"charge_id": "ch_1", "amount": 500}]
 
 
-async def test_a_server_that_gives_two_steps_calls_the_same_id_runs_each_call(local_slack, start_app, fake):
-    """Some OpenAI-compatible servers number tool calls per answer (``call_0`` in every step). The second call
-    under an id the first had is another call: it runs (behind its card), and is not the first replayed."""
+async def test_a_server_that_numbers_calls_per_answer_has_each_approved_call_run(local_slack, start_app, fake):
+    """Kimi K2 served by vLLM numbers tool calls per answer, ``<tool>:<n>`` with the counter restarting every
+    round (github.com/open-webui/open-webui/issues/28570): the same tool called in two rounds comes back under the same id. The second is another call: its
+    own card, and approved, it runs (not the first call replayed from its execution marker)."""
     ran: list[dict[str, Any]] = []
-    fake.reply_tool_call("lookup_charge", {"charge_id": "ch_1"}, "call_0")
-    fake.reply_tool_call("issue_refund", {"charge_id": "ch_1", "amount": 500}, "call_0")
-    fake.reply_text("Done: the refund went through.")
+    fake.reply_tool_call("issue_refund", {"charge_id": "ch_1", "amount": 500}, "issue_refund:0")
+    fake.reply_tool_call("issue_refund", {"charge_id": "ch_2", "amount": 300}, "issue_refund:0")
+    fake.reply_text("Done: both refunds went through.")
     await start_app(ScriptedModel([]), [], agent=support_agent(fake, ran))
 
-    ts, card = await mention_and_wait_for_card(local_slack, "refund ch_1")
-    assert "issue_refund" in json.dumps(card.blocks) and ran == []
-    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
-    await answer_in(local_slack, ts, "Done: the refund went through.")
-    assert ran == [{"charge_id": "ch_1", "amount": 500}]
+    ts, first = await mention_and_wait_for_card(local_slack, "refund ch_1 and ch_2")
+    await local_slack.click(ALICE, GENERAL, first.ts, button(first, "Approve"))
+    second = await local_slack.wait_for(lambda: (c := card_in(local_slack, ts)) and c.ts != first.ts and c)
+    assert "ch_2" in json.dumps(second.blocks)
+    await local_slack.click(ALICE, GENERAL, second.ts, button(second, "Approve"))
+    await answer_in(local_slack, ts, "Done: both refunds went through.")
+    assert ran == [{"charge_id": "ch_1", "amount": 500}, {"charge_id": "ch_2", "amount": 300}]
     told = [m["content"] for m in fake.requests[-1].body["messages"] if m["role"] == "tool"]
-    assert told[-1] == "refunded 500 on ch_1", told
+    assert told == ["refunded 500 on ch_1", "refunded 300 on ch_2"], told
