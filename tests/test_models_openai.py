@@ -401,3 +401,18 @@ async def test_a_shared_aiohttp_session_is_used_and_left_open_for_its_owner(fake
             f"{fake.base_url}/models", headers={"Authorization": f"Bearer {KEY}"}
         ) as listed:
             assert listed.status == 200
+
+
+async def test_calls_of_one_answer_under_one_id_get_ids_of_their_own(fake: FakeOpenAI) -> None:
+    """Xinference gives every call of an answer the completion's id (``call_<completion uuid>``,
+    github.com/xorbitsai/inference/issues/4237): results are paired with calls by id, and each call is run once
+    by it, so the later calls get new ids, streamed or not. The first keeps the server's."""
+    same = "call_f0de99f4-6fe1-4235-b4d9-1fcb010fa197"
+    for _ in range(2):
+        fake.reply_tool_calls(("refund", {"charge_id": "ch_1"}, same), ("refund", {"charge_id": "ch_2"}, same))
+    async with make_model(fake) as streaming, make_model(fake, stream=False) as plain:
+        for response in (await streaming.complete(HELLO, [REFUND]), await plain.complete(HELLO, [REFUND])):
+            ids = [c.id for c in response.tool_calls]
+            assert ids[0] == same and len(set(ids)) == 2, ids
+            assert [json.loads(c.arguments) for c in response.tool_calls] == [{"charge_id": "ch_1"},
+                                                                             {"charge_id": "ch_2"}]

@@ -38,6 +38,7 @@ from bot.models.wire import (
     EventStream,
     StreamState,
     arguments_text,
+    distinct_ids,
     error_code,
     error_message,
     is_event_stream,
@@ -366,7 +367,7 @@ class OpenAIChatModel:
             )
         choice = choices[0]
         message = choice.get("message") or {}
-        tool_calls = [
+        tool_calls = distinct_ids([
             ToolCall(
                 id=raw.get("id") or new_call_id(),
                 name=(raw.get("function") or {}).get("name") or "",
@@ -374,7 +375,7 @@ class OpenAIChatModel:
                 extra=raw.get("extra_content") if isinstance(raw.get("extra_content"), dict) else None,
             )
             for raw in message.get("tool_calls") or []
-        ]
+        ])
         return whole(
             ModelResponse(
                 text=text_or_none(message.get("content")),

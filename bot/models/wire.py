@@ -57,12 +57,12 @@ class StreamState:
             partial.arguments.append(arguments_text(function["arguments"]))
 
     def response(self) -> ModelResponse:
-        calls = [
+        calls = distinct_ids([
             ToolCall(
                 id=p.id or new_call_id(), name=p.name, arguments="".join(p.arguments) or "{}", extra=p.extra
             )
             for p in self.tool_calls
-        ]
+        ])
         return ModelResponse(
             text="".join(self.text_parts) or None,
             tool_calls=calls,
@@ -168,6 +168,20 @@ def arguments_text(arguments: Any) -> str:
 def new_call_id() -> str:
     # The history needs ids to pair tool results with calls; some servers omit them.
     return f"call_{uuid.uuid4().hex[:24]}"
+
+
+def distinct_ids(calls: list[ToolCall]) -> list[ToolCall]:
+    """``calls`` with a new id for each that repeats an earlier one's: Xinference gives every call of an answer
+    the completion's id (github.com/xorbitsai/inference/issues/4237), and a call's result, and the one run of it,
+    are known by its id."""
+    seen: set[str] = set()
+    out = []
+    for call in calls:
+        if call.id in seen:
+            call = call.model_copy(update={"id": new_call_id()})
+        seen.add(call.id)
+        out.append(call)
+    return out
 
 
 def error_message(raw: bytes, headers: Mapping[str, str]) -> str:
