@@ -49,7 +49,15 @@ from bot.backends import (
     Stopped,
     ToolInfo,
 )
-from bot.backends.langgraph_interrupts import OUR_GATE, REJECTED, Asked, pending_of, resume_value, untakeable
+from bot.backends.langgraph_interrupts import (
+    OUR_GATE,
+    REJECTED,
+    Asked,
+    call_key,
+    pending_of,
+    resume_value,
+    untakeable,
+)
 from bot.protocol import LeaseLost
 
 FRAMEWORK = "langgraph"
@@ -411,16 +419,10 @@ def _guard(node: ToolNode, backend: LangGraphBackend) -> None:
 
 
 def _call_key(request: Any) -> str:
-    """The call's id, made unique in the thread: some servers number calls per answer (``call_0`` every step),
-    and the fence knows a call by this key, so a second call under an earlier call's id would replay that call's
-    result instead of running. The n-th model message carrying the id (n > 1) names ``<id>#<n-1>``: read from the
-    thread's stored messages, it is the same on a replay."""
-    call_id = request.tool_call["id"]
+    """The call's key in the thread (``call_key``: the id, made unique), from the state the tool runs on."""
     state = request.state
     messages = state.get("messages") if isinstance(state, Mapping) else getattr(state, "messages", None)
-    carried = sum(1 for m in messages or () if isinstance(m, AIMessage)
-                  and any(c.get("id") == call_id for c in m.tool_calls))
-    return f"{call_id}#{carried - 1}" if carried > 1 else call_id
+    return call_key(list(messages or ()), request.tool_call)
 
 
 async def _guarded_call(run: _Run, backend: LangGraphBackend, request: Any, execute: Any, inner: Any) -> Any:

@@ -197,7 +197,7 @@ def _in_schema(response_schema: Any) -> frozenset[Decision]:
 
 
 def _tool_call_ids(messages: list[Any], requests: list[dict[str, Any]]) -> list[str | None]:
-    """The model's tool call id for each batched action: the last AI message's calls, matched in order."""
+    """The key (``call_key``) of each batched action's tool call: the last AI message's calls, matched in order."""
     last = next((m for m in reversed(messages) if getattr(m, "type", None) == "ai"), None)
     calls = list(getattr(last, "tool_calls", None) or [])
     ids: list[str | None] = []
@@ -205,8 +205,27 @@ def _tool_call_ids(messages: list[Any], requests: list[dict[str, Any]]) -> list[
         match = next((c for c in calls if c["name"] == request["name"] and c["args"] == request.get("args")), None)
         if match:
             calls.remove(match)
-        ids.append(match["id"] if match else None)
+        ids.append(call_key(messages, match) if match else None)
     return ids
+
+
+def call_key(messages: list[Any], call: dict[str, Any]) -> str:
+    """A tool call's id, made unique in the thread: some servers number calls per answer (``call_0`` every
+    round, Kimi K2 on vLLM) or give every call of an answer one id (Xinference), and the fence knows a call by
+    this key, so a call under an earlier call's id would replay that call's result instead of running. Read from
+    the thread's stored messages, so a replay keys it alike: ``<id>#<n>`` for the n-th later model message
+    carrying the id, ``<id>~<k>`` for the k-th later call under it in one message (one of the same name and
+    arguments is the same call)."""
+    call_id = call["id"]
+    carrying = [m for m in messages if getattr(m, "type", None) == "ai"
+                and any(c.get("id") == call_id for c in getattr(m, "tool_calls", None) or [])]
+    key = f"{call_id}#{len(carrying) - 1}" if len(carrying) > 1 else call_id
+    if carrying:
+        same_id = [(c.get("name"), c.get("args")) for c in carrying[-1].tool_calls if c.get("id") == call_id]
+        mine = (call["name"], call["args"])
+        if mine in same_id and (position := same_id.index(mine)):
+            key += f"~{position}"
+    return key
 
 
 def _tool_name_of(messages: list[Any], call_id: str) -> str | None:

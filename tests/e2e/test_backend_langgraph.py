@@ -449,3 +449,23 @@ async def test_a_server_that_numbers_calls_per_answer_has_each_approved_call_run
     assert refunds == [("ch_1", 40), ("ch_2", 30)]
     said = [m["content"] for m in fake.requests[-1].body["messages"] if m["role"] == "tool"]
     assert said == ["refunded 40 EUR on ch_1", "refunded 30 EUR on ch_2"], said
+
+
+async def test_calls_of_one_answer_under_one_id_each_run(local_slack, start_app, fake):
+    """Xinference gives every call of an answer the completion's id (github.com/xorbitsai/inference/issues/4237):
+    two refunds in one answer under one id are two calls, each behind its card, each run once."""
+    same = "call_f0de99f4-6fe1-4235-b4d9-1fcb010fa197"
+    fake.reply_tool_calls(("issue_refund", {"charge_id": "ch_1", "amount": 40}, same),
+                          ("issue_refund", {"charge_id": "ch_2", "amount": 30}, same))
+    fake.reply_text("Refunded both.")
+    await start_app(ScriptedModel([]), [], agent=agent(fake, issue_refund={"allowed_decisions": ["approve"]}))
+    ts, _ = await mention_and_wait_for_card(local_slack, "refund ch_1 and ch_2")
+
+    def cards() -> list[Any]:
+        return [m for m in local_slack.messages(GENERAL, ts) if m.blocks and "Approve" in json.dumps(m.blocks)]
+
+    await local_slack.wait_for(lambda: len(cards()) == 2)
+    for card in cards():
+        await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+    await answer_in(local_slack, ts, "Refunded both.")
+    assert sorted(refunds) == [("ch_1", 40), ("ch_2", 30)]
