@@ -4,6 +4,7 @@ our policies apply to its tools, and what people decide reaches its model."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -269,3 +270,24 @@ async def test_a_server_that_numbers_calls_per_answer_has_each_approved_call_run
     assert ran == [{"charge_id": "ch_1", "amount": 500}, {"charge_id": "ch_2", "amount": 300}]
     told = [m["content"] for m in fake.requests[-1].body["messages"] if m["role"] == "tool"]
     assert told == ["refunded 500 on ch_1", "refunded 300 on ch_2"], told
+
+
+async def test_two_threads_run_the_same_agent_at_once_each_gated_as_its_own(local_slack, start_app, fake):
+    """One agent, one backend, two threads whose runs overlap: each run's calls are gated and fenced as that run's
+    (the capability is the agent's, shared; the run it gates is the task's)."""
+    ran: list[dict[str, Any]] = []
+    fake.reply_tool_call("issue_refund", {"charge_id": "ch_1", "amount": 100}, "call_a")
+    fake.reply_tool_call("issue_refund", {"charge_id": "ch_2", "amount": 200}, "call_b")
+    fake.reply_text("Done: one.")
+    fake.reply_text("Done: two.")
+    await start_app(ScriptedModel([]), [], agent=support_agent(fake, ran))
+    (ts_1, card_1), (ts_2, card_2) = await asyncio.gather(
+        mention_and_wait_for_card(local_slack, "refund ch_1"), mention_and_wait_for_card(local_slack, "refund ch_2"))
+    shown = json.dumps(card_1.blocks) + json.dumps(card_2.blocks)  # (which thread got which reply: either)
+    assert "ch_1" in shown and "ch_2" in shown and card_1.ts != card_2.ts and ran == []
+    await asyncio.gather(local_slack.click(ALICE, GENERAL, card_1.ts, button(card_1, "Approve")),
+                         local_slack.click(ALICE, GENERAL, card_2.ts, button(card_2, "Approve")))
+    await local_slack.wait_for(lambda: len(ran) == 2)
+    for ts in (ts_1, ts_2):
+        await local_slack.wait_for(lambda ts=ts: any(m.text.startswith("Done:") for m in local_slack.messages(GENERAL, ts)))
+    assert sorted(r["charge_id"] for r in ran) == ["ch_1", "ch_2"]
