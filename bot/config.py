@@ -128,6 +128,10 @@ class Settings(BaseSettings):
 
     @property
     def tool_modules(self) -> list[str]:
+        """BOT_TOOLS' modules. Left unset, the demo tools serve the bot's own loop only: with BOT_AGENT the
+        agent's tools are the ones its model calls (the demo's ``refund_charge`` would take its tool's name)."""
+        if self.agent and "bot_tools" not in self.model_fields_set:
+            return []
         return [m.strip() for m in self.bot_tools.split(",") if m.strip()]
 
     @property

@@ -83,21 +83,17 @@ class RunningProduct:
         return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else "(no log)"
 
 
-def product_env(redis_url: str, data_dir: Path) -> dict[str, str]:
-    """The environment of a fresh machine: no tokens, no model key; ports chosen by the OS."""
+def product_env(redis_url: str, data_dir: Path, **settings: str) -> dict[str, str]:
+    """The environment of a fresh machine: no tokens, no model key; ports chosen by the OS; ``settings`` (say
+    ``BOT_AGENT``) as a person would put them in ``.env``."""
     env = {k: v for k, v in os.environ.items() if not _FOREIGN_ENV.search(k)}
-    env.update(
-        PORT="0",
-        LOCALSLACK_PORT="0",
-        REDIS_URL=redis_url,
-        BOT_DATA_DIR=str(data_dir),
-        PYTHONUNBUFFERED="1",
-    )
+    env.update(PORT="0", LOCALSLACK_PORT="0", REDIS_URL=redis_url, BOT_DATA_DIR=str(data_dir), PYTHONUNBUFFERED="1")
+    env.update(settings)
     return env
 
 
 @asynccontextmanager
-async def run_product(redis_url: str, workdir: Path) -> AsyncIterator[RunningProduct]:
+async def run_product(redis_url: str, workdir: Path, **settings: str) -> AsyncIterator[RunningProduct]:
     """``python -m bot run`` as ``make run`` starts it; stopped (SIGTERM, then SIGKILL) on exit.
 
     It runs in ``workdir`` so a developer's ``.env`` in the repository cannot leak tokens into it.
@@ -111,7 +107,7 @@ async def run_product(redis_url: str, workdir: Path) -> AsyncIterator[RunningPro
             "bot",
             "run",
             cwd=workdir,
-            env=product_env(redis_url, workdir / "data"),
+            env=product_env(redis_url, workdir / "data", **settings),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=log_file,
             stderr=asyncio.subprocess.STDOUT,

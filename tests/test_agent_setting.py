@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.assembly import load_agent
+from bot.assembly import load_agent, load_tools, with_agent_tools
 from bot.config import ConfigError, Settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,3 +72,19 @@ def test_a_loop_setting_that_is_no_loop_stops_the_bot_naming_the_choices(tmp_pat
 def test_the_loop_setting_reads_as_people_write_it():
     assert Settings(_env_file=None).loop == "native"  # type: ignore[call-arg]
     assert Settings(_env_file=None, BOT_LOOP=" Builtin ").loop == "builtin"  # type: ignore[call-arg]
+
+
+def test_with_an_agent_the_demo_tools_stay_out_unless_bot_tools_names_them(monkeypatch):
+    """Left unset, BOT_TOOLS' demo tools serve the bot's own loop: the example agents have tools of the same names
+    (``refund_charge``, ``lookup_customer``), and the agent's are the ones its model calls. Named on purpose, a
+    clash stops the bot naming both tools."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")  # the example builds its OpenAI client on import
+    with_example = agent_setting("examples.pydantic_ai_agent:slack_agent")
+    registry = with_agent_tools(load_tools(with_example), load_agent(with_example))
+    assert registry.get("post_announcement") is None  # a demo tool the example lacks
+    assert registry.get("refund_charge") is not None and registry.get("refund_charge").fn.__module__ == "BOT_AGENT"
+    named = Settings(_env_file=None, BOT_AGENT="examples.pydantic_ai_agent:slack_agent",  # type: ignore[call-arg]
+                     BOT_TOOLS="bot.demo_tools")
+    with pytest.raises(ConfigError, match=r"bot.demo_tools.lookup_customer and BOT_AGENT.lookup_customer "
+                                          r"\(the agent's tool\)"):
+        with_agent_tools(load_tools(named), load_agent(named))

@@ -40,6 +40,8 @@ def _proxy(info: ToolInfo, policy: Any) -> Tool:
 
     async def runs_in_its_framework(args: arguments, ctx: ToolContext) -> Any:  # type: ignore[valid-type]
         raise RuntimeError(f"{info.name} runs in its framework, not through the engine")
+    # where a clash of names says it comes from (``tool_registry``): the agent, not this module
+    runs_in_its_framework.__module__, runs_in_its_framework.__qualname__ = "BOT_AGENT", f"{info.name} (the agent's tool)"
     approval = policy if policy is not None else always() if info.asks else never()
     return Tool(runs_in_its_framework, name=info.name, description=info.description or info.name,
                 approval=approval, editable=info.editable and info.args_model is not None,
