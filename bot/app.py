@@ -242,11 +242,18 @@ async def start_bot(
     settings.check_slack()
     stack = AsyncExitStack()
     try:
+        demo_unreachable = False
         if settings.local_mode and not settings.openai_api_key and (agent is not None or settings.agent):
-            # with no key, a framework's OpenAI client talks to the offline demo model this bot serves
-            os.environ.setdefault("OPENAI_BASE_URL", f"http://127.0.0.1:{settings.port}{DEMO_BASE_PATH}")
+            # with no key, a framework's OpenAI client talks to the offline demo model this bot serves; its address
+            # is made when the agent is imported, before we bind: PORT=0 (the OS's pick) leaves it unknown
+            demo_unreachable = not settings.port and "OPENAI_BASE_URL" not in os.environ
+            if not demo_unreachable:
+                os.environ.setdefault("OPENAI_BASE_URL", f"http://127.0.0.1:{settings.port}{DEMO_BASE_PATH}")
             os.environ.setdefault("OPENAI_API_KEY", "demo")
         wrapped = wrap(agent) if agent is not None else load_agent(settings)
+        if demo_unreachable:
+            raise ConfigError("PORT=0 with BOT_AGENT and no OPENAI_API_KEY: the agent's client could not find the "
+                              "offline demo model; set PORT to a port of its own (or give a model key)")
         return await _start(settings, stack, model, tools, host, port, channel_wrap, recovery_interval,
                             limits or ClientLimits(), wrapped)
     except BaseException:

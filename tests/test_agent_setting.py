@@ -88,3 +88,16 @@ def test_with_an_agent_the_demo_tools_stay_out_unless_bot_tools_names_them(monke
     with pytest.raises(ConfigError, match=r"bot.demo_tools.lookup_customer and BOT_AGENT.lookup_customer "
                                           r"\(the agent's tool\)"):
         with_agent_tools(load_tools(named), load_agent(named))
+
+
+def test_an_agent_on_the_demo_model_with_port_0_stops_the_bot_naming_port(tmp_path):
+    """With no model key the agent's own client is pointed at the offline demo model on the bot's port, when the
+    agent is imported, before the bot binds: with PORT=0 that address cannot be known, so the bot says so."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "OPENAI_", "BOT_", "REDIS_"))}
+    env.update(BOT_AGENT="examples.pydantic_ai_agent:slack_agent", BOT_DATA_DIR=str(tmp_path / "data"),
+               PYTHONPATH=str(ROOT), PORT="0", LOCALSLACK_PORT="0")
+    ran = subprocess.run([sys.executable, "-m", "bot", "run"], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert ran.returncode == 2, ran.stdout + ran.stderr
+    assert "set PORT to a port of its own" in ran.stderr + ran.stdout
+    assert "Traceback" not in ran.stderr
