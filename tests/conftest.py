@@ -36,6 +36,7 @@ import redis.asyncio as redis_asyncio
 from store.client import RedisClient, open_redis
 from store.embedded import kill_when_parent_dies, server_command
 from tests.cluster import ValkeyCluster
+from tests.engine import harness
 
 _STARTUP_TIMEOUT_S = 10.0
 
@@ -106,9 +107,11 @@ def redis_url() -> Iterator[str]:
 async def redis(redis_url: str) -> AsyncIterator[redis_asyncio.Redis]:
     client = redis_asyncio.Redis.from_url(redis_url, decode_responses=False)
     await client.flushdb()
+    harness.MADE.clear()  # made by a test without this fixture: their loop is gone
     try:
         yield client
     finally:
+        await harness.abandon_runtimes()
         await client.aclose()
 
 

@@ -75,7 +75,21 @@ def make_runtime(
     outbox = RedisOutbox(redis, lease_ms=lease_ms, audit=PassAudit(audit) if audit is not None else None)
     runtime = Runtime(store=store, outbox_store=outbox, model=model, tools=registry, channel=channel,
                       settings=settings or RuntimeSettings(system_prompt=""), policies=policies, live=live)
+    MADE.append(runtime)
     return runtime, channel, store
+
+
+# the runtimes made during the current test (the ``redis`` fixture abandons them: tests/conftest.py)
+MADE: list[Runtime] = []
+
+
+async def abandon_runtimes() -> None:
+    """Cancel what the test's runtimes still run in the background (a delivery an answer kicked, say) while the
+    Redis client it uses is open: left to the loop's close, after the client's, such a task was caught
+    reconnecting and held the teardown 5 s."""
+    made, MADE[:] = list(MADE), []
+    for runtime in made:
+        await runtime.abandon()
 
 
 def stored_policies(redis: Redis) -> Any:
