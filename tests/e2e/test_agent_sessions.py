@@ -43,9 +43,11 @@ def session_log(slack, ts: str) -> list[dict[str, str]]:  # noqa: ANN001
 
 
 def slow_refund_script() -> ScriptedModel:
-    """The refund script whose first model step is still running after the status delay."""
+    """The refund script whose first model step is still running after the status delay (by 1.2 s: on a busy
+    machine the status's timer, counted from the turn's start, fires late, and a step that ended first would
+    never have shown the session processing)."""
     async def slow_call(messages, tools):  # noqa: ANN001, ARG001
-        await asyncio.sleep(STATUS_DELAY_S + 0.5)
+        await asyncio.sleep(STATUS_DELAY_S + 1.2)
         return call("refund_charge", charge_id="ch_1", amount=5.0)
 
     return ScriptedModel([slow_call, refund_script().steps[1]])
