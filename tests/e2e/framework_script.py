@@ -1,9 +1,12 @@
 """What the framework backends' end-to-end tests share: the model's refund script, what the model was told,
-and the answer in a thread (no framework imported here)."""
+the answer in a thread, approving cards in turn (no framework imported here)."""
 
 from __future__ import annotations
 
-from localslack.seed import GENERAL
+import json
+
+from localslack.seed import ALICE, GENERAL
+from tests.e2e.test_approval_flow import button, card_in
 from tests.fakes.openai_server import FakeOpenAI
 
 
@@ -22,3 +25,11 @@ def told_the_model(fake: FakeOpenAI, call_id: str) -> str:
 
 def answer_in(slack, ts, words):  # noqa: ANN001, ANN201 - LocalSlack, its message
     return slack.wait_for_message(GENERAL, thread_ts=ts, predicate=lambda m: words in m.text)
+
+
+async def approve_this_card_then_the_next(slack, ts, card, *, naming: str) -> None:  # noqa: ANN001
+    """Approve ``card``, then the next card of the thread (which must name ``naming``), as ALICE."""
+    await slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+    following = await slack.wait_for(lambda: (c := card_in(slack, ts)) and c.ts != card.ts and c)
+    assert naming in json.dumps(following.blocks)
+    await slack.click(ALICE, GENERAL, following.ts, button(following, "Approve"))

@@ -23,6 +23,7 @@ from bot.governance import approvers, four_eyes, n_of_m
 from bot.models.scripted import ScriptedModel
 from localslack.seed import ALICE, BOB, BOT_USER_ID, CAROL, DAVE, GENERAL, TEAM_ID
 from tests.audit_polling import audit_entries
+from tests.e2e.framework_script import approve_this_card_then_the_next
 from tests.e2e.test_approval_flow import button, card_in, mention_and_wait_for_card
 from tests.fakes.openai_server import FakeOpenAI
 
@@ -434,17 +435,15 @@ async def test_words_from_a_requester_the_policy_does_not_let_reply_stay_her_mes
 
 async def test_a_server_that_numbers_calls_per_answer_has_each_approved_call_run(local_slack, start_app, fake):
     """Kimi K2 served by vLLM numbers tool calls per answer, ``<tool>:<n>`` with the counter restarting every
-    round (github.com/open-webui/open-webui/issues/28570): the same tool called in two rounds comes back under the same id. The second is another call: its
-    own card, and approved, it runs (not the first call replayed from its execution marker)."""
+    round (github.com/open-webui/open-webui/issues/28570): the same tool called in two rounds comes back under the
+    same id. The second is another call: its own card, and approved, it runs (not the first call replayed from its
+    execution marker)."""
     fake.reply_tool_call("issue_refund", {"charge_id": "ch_1", "amount": 40}, "issue_refund:0")
     fake.reply_tool_call("issue_refund", {"charge_id": "ch_2", "amount": 30}, "issue_refund:0")
     fake.reply_text("Refunded both.")
     await start_app(ScriptedModel([]), [], agent=agent(fake))
     ts, first = await mention_and_wait_for_card(local_slack, "refund ch_1 and ch_2")
-    await local_slack.click(ALICE, GENERAL, first.ts, button(first, "Approve"))
-    second = await local_slack.wait_for(lambda: (c := card_in(local_slack, ts)) and c.ts != first.ts and c)
-    assert "ch_2" in json.dumps(second.blocks)
-    await local_slack.click(ALICE, GENERAL, second.ts, button(second, "Approve"))
+    await approve_this_card_then_the_next(local_slack, ts, first, naming="ch_2")
     await answer_in(local_slack, ts, "Refunded both.")
     assert refunds == [("ch_1", 40), ("ch_2", 30)]
     said = [m["content"] for m in fake.requests[-1].body["messages"] if m["role"] == "tool"]
