@@ -84,7 +84,7 @@ from bot.builtin.delegate import delegate_tool, describe
 from bot.deferred import DeferredModel
 from bot.models.base import ChatModel, Message, ModelError, ModelResponse, ToolCall, ToolSpec
 from bot.models.history import compact, model_view
-from bot.models.wire import new_call_id
+from bot.models.wire import distinct_ids
 from bot.models.words import answer_words, logged_failure_words
 from bot.ops.metrics import MeteredModel
 from bot.protocol import Answer as ToolAnswer
@@ -462,15 +462,9 @@ class _Run:
 
 
 def _unique_call_ids(response: ModelResponse, messages: Sequence[Message]) -> ModelResponse:
-    """``response`` with a new id for each call whose id the conversation already holds (or an earlier call of the
-    same response does): some servers number calls per answer (``call_0`` every time), and a call is known by its
-    id, to the model (its result) and to the engine (its execution marker: the same id would replay the earlier
-    call's result instead of running this one). Stored with the response, so a replay reads the same ids."""
-    seen = {c.get("id") for m in messages for c in m.get("tool_calls") or []}
-    calls: list[ToolCall] = []
-    for call in response.tool_calls:
-        if call.id in seen:
-            call = call.model_copy(update={"id": new_call_id()})
-        seen.add(call.id)
-        calls.append(call)
+    """``response`` with a new id for each call whose id the conversation already holds: some servers number calls
+    per answer (``call_0`` every time), and a call is known by its id, to the model (its result) and to the engine
+    (its execution marker: the same id would replay the earlier call's result instead of running this one).
+    Stored with the response, so a replay reads the same ids."""
+    calls = distinct_ids(response.tool_calls, taken=(c.get("id") for m in messages for c in m.get("tool_calls") or []))
     return response if calls == response.tool_calls else response.model_copy(update={"tool_calls": calls})

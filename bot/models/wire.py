@@ -8,7 +8,7 @@ import email.utils
 import json
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -170,11 +170,11 @@ def new_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
 
-def distinct_ids(calls: list[ToolCall]) -> list[ToolCall]:
-    """``calls`` with a new id for each that repeats an earlier one's: Xinference gives every call of an answer
-    the completion's id (github.com/xorbitsai/inference/issues/4237), and a call's result, and the one run of it,
-    are known by its id."""
-    seen: set[str] = set()
+def distinct_ids(calls: list[ToolCall], taken: Iterable[str] = ()) -> list[ToolCall]:
+    """``calls`` with a new id for each that repeats an earlier one's, or one of ``taken``: Xinference gives every
+    call of an answer the completion's id (github.com/xorbitsai/inference/issues/4237), and a call's result, and
+    the one run of it, are known by its id."""
+    seen = set(taken)
     out = []
     for call in calls:
         if call.id in seen:
