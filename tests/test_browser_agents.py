@@ -43,7 +43,7 @@ async def test_the_example_agent_runs_offline_and_its_refund_waits_for_its_appro
             await ws.open_channel("general")
             await ws.send("@agent refund ch_1001 $40")
             await ws.open_thread_of("refund ch_1001")
-            card = ws.thread_message("refund_charge")
+            card = ws.thread_message("Requested by")  # the card (the task list names the tool too)
             await expect(card.get_by_role("button", name="Approve", exact=True)).to_be_visible()
             await expect(card).to_contain_text("ch_1001")
 

@@ -19,7 +19,7 @@ from tests.audit_polling import audit_entries
 from tests.e2e.framework_script import answer_in, told_the_model
 from tests.e2e.test_approval_flow import button, mention_and_wait_for_card
 from tests.e2e.test_decisions import inputs
-from tests.e2e.test_external import run_migration, token_of
+from tests.e2e.test_external import run_migration, tampered, token_of
 from tests.fakes.openai_server import FakeOpenAI
 
 KEY = "sk-test"
@@ -82,7 +82,7 @@ async def test_a_system_posts_the_result_with_a_token_only_the_admitted_get(loca
             async with http.post(to, data=json.dumps(body), headers={"Authorization": auth}) as r:
                 return r.status, await r.json()
 
-        assert (await post({"rows_changed": 5}, auth="Bearer " + token[:-2] + "00"))[0] == 401  # tampered
+        assert (await post({"rows_changed": 5}, auth="Bearer " + tampered(token)))[0] == 401  # tampered
         assert (await post({"rows_changed": 5}, auth=""))[0] == 401
         other = url.replace("/hitl/requests/", "/hitl/requests/x")
         assert (await post({"rows_changed": 5}, to=other))[0] == 401  # bound to its request

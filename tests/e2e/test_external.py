@@ -71,6 +71,12 @@ async def test_the_dba_submits_the_result_from_the_card_and_the_turn_resumes_wit
     assert resolution.actor.endswith(BOB) and resolution.data["values"]["rows_changed"] == 1200
 
 
+def tampered(token: str) -> str:
+    """``token`` with one character changed that counts (the one before the last: a base64 token's last may carry
+    only padding bits; the old ``token[:-2] + "00"`` changed nothing when the token already ended so)."""
+    return f"{token[:-2]}{'1' if token[-2] == '0' else '0'}{token[-1]}"
+
+
 def token_of(text: str) -> tuple[str, str]:
     url = re.search(r"curl -X POST (\S+)", text).group(1)
     token = re.search(r"Bearer ([A-Za-z0-9_\-.]+)", text).group(1)
@@ -94,7 +100,7 @@ async def test_a_system_posts_the_result_with_a_token_only_the_admitted_get(loca
             async with http.post(to, data=json.dumps(body), headers={"Authorization": auth}) as r:
                 return r.status, await r.json()
 
-        assert (await post({"rows_changed": 5}, auth="Bearer " + token[:-2] + "00"))[0] == 401  # tampered
+        assert (await post({"rows_changed": 5}, auth="Bearer " + tampered(token)))[0] == 401  # tampered
         assert (await post({"rows_changed": 5}, auth=""))[0] == 401
         other = url.replace("/hitl/requests/", "/hitl/requests/x")
         assert (await post({"rows_changed": 5}, to=other))[0] == 401  # bound to its request
