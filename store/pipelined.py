@@ -20,12 +20,15 @@ from collections.abc import Sequence
 from typing import Any, TypeAlias
 
 from redis.asyncio import RedisCluster
+from redis.client import EMPTY_RESPONSE, NEVER_DECODE
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from store.client import RedisClient
 
 Command: TypeAlias = tuple[str, tuple[Any, ...]]
+# options redis-py's command methods give its read (and its client-side cache), not the reply's callback
+_READ_OPTIONS = frozenset({"keys", EMPTY_RESPONSE, NEVER_DECODE})
 
 
 def evalsha(script: AsyncScript, keys: Sequence[Any], args: Sequence[Any]) -> Command:
@@ -62,7 +65,7 @@ async def _one_round_trip(client: RedisClient, commands: Sequence[Command], scri
         for name, args in commands:
             getattr(pipe, name)(*args)
         try:
-            replies = await pipe.execute(raise_on_error=raise_on_error)
+            replies = await _execute(client, pipe, raise_on_error)
         except NoScriptError:
             replies = None
         if replies is not None and not any(isinstance(r, NoScriptError) for r in replies):
@@ -86,3 +89,33 @@ async def _one_by_one(client: RedisCluster, command: Command, scripts: Sequence[
         sha, *rest = args
         script = next(s for s in scripts if s.sha == sha)
         return await client.eval(script.script, *rest)
+
+
+async def _execute(client: Any, pipe: Any, raise_on_error: bool) -> list[Any]:
+    """The pipeline's commands in one exchange on a connection of ours (``store.client``), each reply through
+    redis-py's response callback with its command's options, as its pipeline would; any other connection
+    runs redis-py's own ``execute``."""
+    pool = client.connection_pool
+    conn = await pool.get_connection()
+    if not getattr(conn, "exchanges", bool)():
+        await pool.release(conn)
+        return await pipe.execute(raise_on_error=raise_on_error)
+    stack = pipe.command_stack
+    try:
+        raw = await conn.retry.call_with_retry(lambda: conn.exchange([args for args, _ in stack]),
+                                               lambda error, *_: conn.disconnect(error=error))
+    finally:
+        await pool.release(conn)
+    callbacks = client.response_callbacks
+    replies = []
+    for (args, options), reply in zip(stack, raw, strict=True):
+        if isinstance(reply, ResponseError):
+            replies.append(options.get(EMPTY_RESPONSE, reply))
+            continue
+        callback = callbacks.get(args[0])
+        if callback is not None:
+            reply = callback(reply, **{k: v for k, v in options.items() if k not in _READ_OPTIONS})
+        replies.append(reply)
+    if raise_on_error:
+        pipe.raise_first_error(stack, replies)
+    return replies
