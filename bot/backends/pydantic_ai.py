@@ -4,9 +4,14 @@ pydantic-ai pauses a run on people by itself: a tool with ``requires_approval=Tr
 ``ApprovalRequired`` becomes an approval, one raising ``CallDeferred`` a question, and the run ends with
 ``DeferredToolRequests`` as its output. The next run goes on from the message history with a
 ``DeferredToolResults`` (``ToolApproved(override_args=…)``, ``ToolDenied(message)``, a question's value).
-This module only translates, and adds our part through pydantic-ai's own hook for it, a capability whose
-wrapper toolset sits around every tool call: our request policy (``turn.gate``) before a call people have not
-approved, and the fence (``turn.fence``) around every execution, keyed by the model's tool call id.
+This module only translates, and adds our part as a wrapper around the run's toolset, put on the run's tool
+manager before its first step (pydantic-ai carries a wrapper toolset from step to step): our request policy
+(``turn.gate``) before a call people have not approved, and the fence (``turn.fence``) around every execution,
+keyed by the model's tool call id. Every tool of the run goes through it, the agent's own, its toolsets', its
+dynamic and its capabilities' toolsets'; the agent itself is left as it was. (A capability of ours would do the
+same through pydantic-ai's public hook, but any capability makes pydantic-ai wrap every streamed event and node of
+a run in its hooks, and giving the run other toolsets (``override``) splits it into two: ~3.6 and ~4 M
+instructions an approve cycle, 3 % of it, docs/PERFORMANCE.md.)
 
 ``saved`` is JSON: the message history in pydantic-ai's own serde (``ModelMessagesTypeAdapter``) and the ids
 of the pending calls that are questions (their answers go back as call results, not approvals).
@@ -17,7 +22,6 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Awaitable, Mapping, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, get_type_hints
@@ -36,7 +40,6 @@ from pydantic_ai import (
 )
 from pydantic_ai import __version__ as pydantic_ai_version
 from pydantic_ai.agent import AbstractAgent
-from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import (
     BaseToolCallPart,
     ModelMessage,
@@ -102,9 +105,6 @@ class PydanticAIBackend:
         self.agent = agent
         self.deps = deps
         self.tools_by_name = {info.name: info for info in _tool_infos(agent)}
-        # our capability joins the agent's own, as pydantic-ai's docs add one (``override``): given to each run
-        # instead, it would make pydantic-ai compose a second layer of capabilities per run (~0.5 ms a run)
-        self.capabilities = [*agent.root_capability.capabilities, _Hold()]
 
     def tools(self) -> list[ToolInfo]:
         return list(self.tools_by_name.values())
@@ -139,18 +139,15 @@ class _Run:
     async def drive(self, prompt: str | None, history: list[ModelMessage] | None,
                     results: DeferredToolResults | None) -> Outcome:
         agent = self.backend.agent
-        running = _RUN.set(self)  # what our capability's wrapper toolset gates, in this run's task
         try:
-            with agent.override(capabilities=self.backend.capabilities):
-                async with agent.iter(prompt, message_history=history, deferred_tool_results=results,
-                                      output_type=_with_deferred(agent.output_type), deps=self.backend.deps) as run:
-                    return await self._steps(run)
+            async with agent.iter(prompt, message_history=history, deferred_tool_results=results,
+                                  output_type=_with_deferred(agent.output_type), deps=self.backend.deps) as run:
+                _gate_tools_of(run, self)
+                return await self._steps(run)
         except Exception as exc:
             if self.engine_failure is not None:
                 raise self.engine_failure from exc
             return Failed(reason=_plain(exc))
-        finally:
-            _RUN.reset(running)
 
     async def _steps(self, run: AgentRun[Any, Any]) -> Outcome:
         responded = False  # a model response came in this run, not with the history
@@ -165,6 +162,7 @@ class _Run:
                             return Stopped(saved=_Saved.of(_whole(run.all_messages())))
                 responded = True
             elif Agent.is_call_tools_node(node) and responded:
+                _distinct_call_ids(node.model_response, run.all_messages())
                 # the new model response is stored before any of its tools run (serialized only
                 # if the engine writes it: a pause or an end stores the outcome's state instead)
                 await self.engine(self.turn.checkpoint(partial(_Saved.of, list(run.all_messages()))))
@@ -198,37 +196,26 @@ class _Run:
                                                        self.paused_in_tool))
 
 
-_RUN: ContextVar[_Run | None] = ContextVar("pydantic_ai_run", default=None)  # the run this task drives
+def _gate_tools_of(run: AgentRun[Any, Any], ours: _Run) -> None:
+    """Put our gate and fence around every tool call of ``run``, before its first step: a wrapper around its tool
+    manager's toolset (all of the run's tools, the agent's output tools too, which pass through it as they are).
+    Should pydantic-ai move its tool manager, this raises before any tool ran: the run fails, never ungated."""
+    deps = run.ctx.deps
+    deps.tool_manager = replace(deps.tool_manager, toolset=_Gated(deps.tool_manager.toolset, run=ours))
 
 
-@dataclass(init=False)
-class _Hold(AbstractCapability[Any]):
-    """Our place in pydantic-ai's run: the wrapper around the agent's assembled toolset, for the run this task
-    drives (one capability per backend: runs of several sessions at once each see their own)."""
-
-    def __init__(self) -> None:
-        pass
-
-    def get_wrapper_toolset(self, toolset: AbstractToolset[Any]) -> AbstractToolset[Any] | None:
-        run = _RUN.get()
-        return _Gated(toolset, run=run) if run is not None else None
-
-    async def after_model_request(self, ctx: Any, *, request_context: Any, response: ModelResponse) -> ModelResponse:
-        """A call whose id the run's history already holds gets a new one (kept in the history it is stored
-        with): some servers number calls per answer (``call_0`` every time), and the fence knows a call by its
-        id, so the second would replay the first's result instead of running."""
-        if _RUN.get() is None:
-            return response
-        seen = {part.tool_call_id for message in ctx.messages if isinstance(message, ModelResponse)
-                for part in message.parts if isinstance(part, BaseToolCallPart)}
-        parts: list[Any] = []
-        for part in response.parts:
-            if isinstance(part, BaseToolCallPart):
-                if part.tool_call_id in seen:
-                    part = replace(part, tool_call_id=new_call_id())
-                seen.add(part.tool_call_id)
-            parts.append(part)
-        return response if parts == list(response.parts) else replace(response, parts=parts)
+def _distinct_call_ids(response: ModelResponse, messages: list[ModelMessage]) -> None:
+    """A call of the model's new response whose id the history already holds gets a new one, before any of its
+    tools run and before the response is stored: some servers number calls per answer (``call_0`` every time),
+    and the fence knows a call by its id, so the second would replay the first's result instead of running.
+    In place: the response is the history's own last message (pydantic-ai appends it as the node carries it)."""
+    seen = {part.tool_call_id for message in messages if message is not response and isinstance(message, ModelResponse)
+            for part in message.parts if isinstance(part, BaseToolCallPart)}
+    for part in response.parts:
+        if isinstance(part, BaseToolCallPart):
+            if part.tool_call_id in seen:
+                part.tool_call_id = new_call_id()
+            seen.add(part.tool_call_id)
 
 
 @dataclass
@@ -239,12 +226,15 @@ class _Gated(WrapperToolset[Any]):
     A tool may itself pause (raise ``ApprovalRequired`` or ``CallDeferred``) from inside the fence. That pause
     is recorded as the call's result, so a replay pauses the same way, and the run people then approve is
     fenced apart (``<call id>:approved``): it runs once, however often either is replayed. Every other call,
-    approved or not, is fenced under its own call id."""
+    approved or not, is fenced under its own call id. The agent's output tools (its structured answer) are
+    not calls of a tool: they pass through as they are."""
 
     run: _Run | None = None
 
     async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: Any, tool: Any) -> Any:
         run = self.run
+        if tool.tool_def.kind == "output":
+            return await self.wrapped.call_tool(name, tool_args, ctx, tool)
         assert run is not None and ctx.tool_call_id is not None
         call_id, turn = ctx.tool_call_id, run.turn
         if not ctx.tool_call_approved:

@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 from aiohttp import web
 from pydantic import BaseModel
-from pydantic_ai import Agent, ApprovalRequired, CallDeferred, RunContext
+from pydantic_ai import Agent, ApprovalRequired, CallDeferred, RunContext, Tool
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
+from pydantic_ai.toolsets import FunctionToolset
 
 import handlers.routes.demo_model
 from bot.backends import (
@@ -327,6 +328,51 @@ async def test_a_structured_output_is_the_answer_and_is_not_gated(fake: FakeOpen
     assert turn.gated == [] and turn.executed == []  # the output is pydantic-ai's, not a tool of the agent's
     again = await driven.resume(RecordingTurn(), turn.checkpoints[-1][0], {})
     assert again == Finished(text=finished.text, saved=again.saved) and len(fake.requests) == 1
+
+
+async def test_tools_of_the_agents_toolsets_dynamic_ones_and_ones_added_later_are_gated_too(fake: FakeOpenAI) -> None:
+    """Not only ``@agent.tool``: a toolset given to the agent, a dynamic one (made anew each run) and one added
+    after the agent was given to the bot all run through our request policy and the fence."""
+    ran: list[str] = []
+
+    def tool_of(name: str) -> FunctionToolset[None]:
+        def act(charge_id: str) -> str:
+            ran.append(name)
+            return f"{name} {charge_id}"
+        return FunctionToolset([Tool(act, name=name)])
+
+    model = OpenAIChatModel("gpt-4o-mini", provider=OpenAIProvider(base_url=fake.base_url, api_key=KEY))
+    agent = Agent(model, toolsets=[tool_of("void_charge")])
+
+    @agent.toolset
+    def per_run(ctx: RunContext[None]) -> FunctionToolset[None]:
+        return tool_of("freeze_card")
+
+    driven = backend(agent)
+
+    @agent.toolset
+    def added_later(ctx: RunContext[None]) -> FunctionToolset[None]:
+        return tool_of("close_account")
+
+    refused = GateVerdict(action="refuse", reason="Not on a Sunday.")
+    turn = RecordingTurn(policies={"void_charge": refused, "freeze_card": refused, "close_account": refused})
+    fake.reply_tool_calls(("void_charge", {"charge_id": "ch_1"}, "c_void"),
+                          ("freeze_card", {"charge_id": "ch_1"}, "c_freeze"),
+                          ("close_account", {"charge_id": "ch_1"}, "c_close"))
+    fake.reply_text("None of that is allowed today.")
+
+    finished = await driven.start(turn, "void, freeze and close", None)
+
+    assert isinstance(finished, Finished)
+    assert ran == [] and turn.executed == []
+    assert sorted(name for _, name, _ in turn.gated) == ["close_account", "freeze_card", "void_charge"]
+    assert all("Not on a Sunday." in content for content in tool_messages(fake).values())
+    ran.clear()
+    allowed = RecordingTurn()
+    fake.reply_tool_calls(("freeze_card", {"charge_id": "ch_2"}, "c_freeze2"))
+    fake.reply_text("Frozen.")
+    await driven.start(allowed, "freeze it", None)
+    assert ran == ["freeze_card"] and allowed.executed == ["c_freeze2"]  # fenced under the model's call id
 
 
 async def test_a_tool_that_asks_for_approval_itself_pauses_the_same_way_on_replay(fake: FakeOpenAI) -> None:
