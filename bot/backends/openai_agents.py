@@ -381,7 +381,7 @@ class OpenAIAgentsBackend:
         except Exception:  # noqa: BLE001 - the SDK's own reading of its state: whatever fails, fails closed
             return Failed(reason="this paused run cannot be read back by the agent as it is now")
         run = _Run(turn)
-        waiting = self._calls.decide(state, paused.verdicts, answers, run)
+        waiting = self._calls.decide(state, state.get_interruptions(), paused.verdicts, answers, run)
         if isinstance(waiting, Failed):
             return waiting
         if waiting:
@@ -399,7 +399,7 @@ class OpenAIAgentsBackend:
                 if not isinstance(step, _Step):
                     return step
                 await turn.checkpoint(step.saved)
-                waiting = self._calls.decide(step.state, step.verdicts, {}, run)
+                waiting = self._calls.decide(step.state, step.interruptions, step.verdicts, {}, run)
                 if isinstance(waiting, Failed):
                     return waiting
                 if waiting:
@@ -428,14 +428,16 @@ class OpenAIAgentsBackend:
             if run.engine_error is not None:
                 raise run.engine_error from None  # the engine's own (a lost lease): never the agent's failure
             return Failed(reason=_plain_reason(exc))
-        return _Step(state=state, verdicts=verdicts, saved=saved)
+        return _Step(state=state, interruptions=list(result.interruptions), verdicts=verdicts, saved=saved)
 
 
 @dataclass
 class _Step:
-    """A step paused before its tools run: the state to go on from, our verdicts, and it as saved."""
+    """A step paused before its tools run: the state to go on from, its calls paused (as the run gave them: the
+    state's own copies cost as much as the pause's serialization), our verdicts, and it as saved."""
 
     state: RunState[Any]
+    interruptions: list[ToolApprovalItem]
     verdicts: dict[str, GateVerdict]
     saved: str
 
@@ -468,12 +470,12 @@ class _Calls:
     def is_question(self, item: ToolApprovalItem) -> bool:
         return self.question and item.tool_name == QUESTION_TOOL
 
-    def decide(self, state: RunState[Any], verdicts: Mapping[str, GateVerdict], answers: Mapping[str, Answer],
-               run: _Run) -> list[PendingCall] | Failed:
-        """Apply people's answers and our verdicts to the paused step; what still waits on people. An edit
-        or a reply is noted on ``run``: the tool gets it when the SDK runs the approved call."""
+    def decide(self, state: RunState[Any], paused: list[ToolApprovalItem], verdicts: Mapping[str, GateVerdict],
+               answers: Mapping[str, Answer], run: _Run) -> list[PendingCall] | Failed:
+        """Apply people's answers and our verdicts to the calls ``paused`` in the state's step; what still waits
+        on people. An edit or a reply is noted on ``run``: the tool gets it when the SDK runs the approved call."""
         waiting: list[PendingCall] = []
-        for item in state.get_interruptions():
+        for item in paused:
             call_id = item.call_id or ""
             answer = answers.get(call_id)
             verdict = verdicts.get(call_id, GateVerdict(action="ask"))
