@@ -55,14 +55,20 @@ def pydantic_ai_agent(model_url: str, output_type: Any = str) -> Any:
     return agent
 
 
-def openai_agents_agent(model_url: str) -> Any:
+def openai_agents_agent(model_url: str, bots_tools: bool = False) -> Any:
+    """``bots_tools``: offer the model the tool the bot adds to an Agents SDK agent too (``ask_user``, for
+    questions), so that the agent alone is asked exactly what the bot's copy of it is asked."""
     from agents import Agent, OpenAIChatCompletionsModel, function_tool, set_tracing_disabled
     from openai import AsyncOpenAI
 
     set_tracing_disabled(True)  # no export to OpenAI's servers from a bench (the bot turns it off for its runs)
     model = OpenAIChatCompletionsModel("bench-model", openai_client=AsyncOpenAI(base_url=model_url, api_key=API_KEY))
-    return Agent(name="Refunds", instructions=INSTRUCTIONS, model=model,
-                 tools=[function_tool(refund_charge, needs_approval=True)])
+    tools = [function_tool(refund_charge, needs_approval=True)]
+    if bots_tools:
+        from bot.backends.openai_agents import question_tool
+
+        tools.append(question_tool())
+    return Agent(name="Refunds", instructions=INSTRUCTIONS, model=model, tools=tools)
 
 
 def langgraph_agent(model_url: str, checkpointer: Any = None) -> Any:

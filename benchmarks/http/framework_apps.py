@@ -15,6 +15,9 @@ listener, with the framework's own pause and resume and its own state kept durab
   ``Command(resume={"decisions": [{"type": "approve"}]})``, the middleware's answer): the
   tool runs, the second model call; ``chat.update`` the card, post the reply.
 
+With ``--bots-tools`` the agent offers the model the tools the bot adds to it as well (the Agents SDK's agent: the
+bot's ``ask_user``, for questions), so that each model request is the bot's, byte for byte.
+
 With ``--stream`` the run takes the model's answers as the framework streams them (pydantic-ai
 ``agent.iter`` with ``node.stream``, the SDK ``Runner.run_streamed``, LangGraph ``astream``), as the bot
 does to show the text as it comes; the text goes nowhere here.
@@ -86,10 +89,10 @@ async def pydantic_ai_cycle(model_url: str, data_dir: Path, stack: AsyncExitStac
 
 
 async def openai_agents_cycle(model_url: str, data_dir: Path, stack: AsyncExitStack,
-                              stream: bool) -> tuple[Start, Resume]:
+                              stream: bool, bots_tools: bool = False) -> tuple[Start, Resume]:
     from agents import Runner, RunState
 
-    agent = openai_agents_agent(model_url)
+    agent = openai_agents_agent(model_url, bots_tools=bots_tools)
 
     async def run(given: Any) -> Any:
         if not stream:
@@ -176,7 +179,7 @@ class PausedRuns:
 
 
 async def framework_app(framework: str, secret: str, token: str, slack_url: str, model_url: str, data_dir: Path,
-                        busy: Busy, stream: bool = False) -> web.Application:
+                        busy: Busy, stream: bool = False, bots_tools: bool = False) -> web.Application:
     import aiohttp
     from slack_bolt.async_app import AsyncApp
     from slack_sdk.web.async_client import AsyncWebClient
@@ -186,7 +189,9 @@ async def framework_app(framework: str, secret: str, token: str, slack_url: str,
     session = aiohttp.ClientSession()
     paused = PausedRuns(data_dir / "paused.sqlite")
     stack = AsyncExitStack()
-    start, resume = await CYCLES[framework](model_url, data_dir, stack, stream)
+    # the Agents SDK's agent only: the bot adds a tool to it (pydantic-ai's and LangGraph's get none)
+    given = {"bots_tools": True} if bots_tools and framework == "openai_agents" else {}
+    start, resume = await CYCLES[framework](model_url, data_dir, stack, stream, **given)
     app = AsyncApp(signing_secret=secret, client=AsyncWebClient(token=token, base_url=slack_url, session=session))
 
     @app.event("message")
@@ -241,7 +246,7 @@ async def main(args: argparse.Namespace) -> None:
     data_dir = Path(args.data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     app = await framework_app(args.framework, args.secret, args.token, args.slack_url, args.model_url, data_dir, busy,
-                              args.stream)
+                              args.stream, args.bots_tools)
     runner, port = await open_site(app, args.port)
     try:
         await serve_until_stopped(f"http://127.0.0.1:{port}/slack/events", busy.idle)
@@ -257,5 +262,8 @@ if __name__ == "__main__":
     parser.add_argument("--redis-url")  # the bench gives every contender one; this one keeps nothing in Redis
     parser.add_argument("--stream", action="store_true",
                         help="take the model's answers streamed, as the bot does (to show text as it comes)")
+    parser.add_argument("--bots-tools", action="store_true",
+                        help="offer the model the tools the bot adds to the agent too (the Agents SDK's ask_user), "
+                             "so that it is asked exactly what the bot's copy of the agent is asked")
     parser.add_argument("--port", type=int, default=0)
     asyncio.run(main(parser.parse_args()))

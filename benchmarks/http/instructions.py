@@ -61,6 +61,11 @@ for _key, (_framework, _alone, _streamed) in FRAMEWORKS.items():
                           ["--framework", _framework, "--data-dir", f"{{tmp}}/{_alone}"], None)
     CONTENDERS[_streamed] = (f"{_framework} alone, streamed", "benchmarks.http.framework_apps",
                              ["--framework", _framework, "--data-dir", f"{{tmp}}/{_streamed}", "--stream"], None)
+# the Agents SDK alone, streamed, offering the model the tool the bot adds to its agent (ask_user): the same model
+# requests as in the bot, byte for byte (the bot adds no tool to a pydantic-ai or LangGraph agent)
+LIKE_FOR_LIKE = {"oai": "oaiT"}
+CONTENDERS["oaiT"] = ("openai_agents alone, streamed, with the bot's ask_user", "benchmarks.http.framework_apps",
+                      ["--framework", "openai_agents", "--data-dir", "{tmp}/oaiT", "--stream", "--bots-tools"], None)
 # the built-in loop as an agent backend (bot.backends.native), the project's cycle on the project's parts
 CONTENDERS["pN"] = ("the built-in loop as a backend", "benchmarks.http.project",
                     ["--data-dir", "{tmp}/pN", "--agent", "benchmarks.http.framework_agents:native"], UNPACED)
@@ -188,6 +193,10 @@ def render(counted: list[Counted], command: str, concurrency: int) -> str:
                       else "— | —")
             lines.append(f"| {FRAMEWORKS[key][0]} | {base[key] / 1e6:.2f} M | {base[alone] / 1e6:.2f} M | "
                          f"{ratio:.2f} × | {'met' if ratio <= WRAPPED_GOAL else 'not met'} | {versus} |")
+    for key, same in LIKE_FOR_LIKE.items():
+        if key in base and same in base:
+            lines += ["", f"{CONTENDERS[key][0]} ÷ {CONTENDERS[same][0]} (the same model requests): "
+                          f"{base[key] / base[same]:.3f} ×"]
     return "\n".join(lines)
 
 

@@ -254,7 +254,9 @@ async def _ask_user(ctx: ToolContext[Any], question: str, options: list[str] | N
     return "No answer was given." if reply is None else str(reply)
 
 
-def _question_tool() -> FunctionTool:
+def question_tool() -> FunctionTool:
+    """The tool this backend adds to an agent for asking people (``ask_user``): offered to an agent run alone, the
+    model is asked exactly what it is asked in the bot (the bench's like-for-like contender)."""
     return function_tool(_ask_user, name_override=QUESTION_TOOL, needs_approval=True)
 
 
@@ -355,7 +357,7 @@ class OpenAIAgentsBackend:
         self._copies: list[Agent[Any]] = []
         taken = any(tool.name == QUESTION_TOOL for a in _agents(agent) for tool in a.tools)
         if questions and not taken:
-            self.question_tool = _question_tool()
+            self.question_tool = question_tool()
             agent, self._copies = _with_question_tool(agent, self.question_tool)
         _install(agent, frozenset(idempotent), self.question_tool)
         self.agent = agent
