@@ -277,7 +277,7 @@ async def test_a_server_that_numbers_calls_per_answer_has_each_approved_call_run
 
 async def test_two_threads_run_the_same_agent_at_once_each_gated_as_its_own(local_slack, start_app, fake):
     """One agent, one backend, two threads whose runs overlap: each run's calls are gated and fenced as that run's
-    (the capability is the agent's, shared; the run it gates is the task's)."""
+    (the agent is shared; each run's toolset is wrapped for that run alone)."""
     ran: list[dict[str, Any]] = []
     fake.reply_tool_call("issue_refund", {"charge_id": "ch_1", "amount": 100}, "call_a")
     fake.reply_tool_call("issue_refund", {"charge_id": "ch_2", "amount": 200}, "call_b")
