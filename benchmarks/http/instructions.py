@@ -70,7 +70,8 @@ CONTENDERS["oaiT"] = ("openai_agents alone, streamed, with the bot's ask_user", 
 CONTENDERS["pN"] = ("the built-in loop as a backend", "benchmarks.http.project",
                     ["--data-dir", "{tmp}/pN", "--agent", "benchmarks.http.framework_agents:native"], UNPACED)
 IN_THE_BOT = {"p", "pN", *FRAMEWORKS}  # the project's processes: a session status per thread
-AGENT_PAIRS = ",".join(",".join((key, *alone)) for key, (_, *alone) in FRAMEWORKS.items())
+AGENT_PAIRS = ",".join(",".join((key, *alone, *([LIKE_FOR_LIKE[key]] if key in LIKE_FOR_LIKE else [])))
+                       for key, (_, *alone) in FRAMEWORKS.items())
 WRAPPED_GOAL = 1.2  # a framework in the bot costs at most this many times the framework alone, per cycle
 START_TIMEOUT_S = 600.0  # imports under Valgrind, uninstrumented
 # Slack's 3 s for an ack, stretched: under Valgrind on a busy machine an ack can take longer, and Slack's
@@ -205,7 +206,7 @@ def installed_only(keys: list[str]) -> list[str]:
     missing = {framework for framework, *_ in FRAMEWORKS.values() if not installed(framework)}
     for framework in sorted(missing):
         _say(f"skipping {framework} (in the bot and alone): its extra is not installed")
-    return [k for k in keys if not any(k in (key, *alone) and framework in missing
+    return [k for k in keys if not any(k in (key, *alone, LIKE_FOR_LIKE.get(key)) and framework in missing
                                        for key, (framework, *alone) in FRAMEWORKS.items())]
 
 
