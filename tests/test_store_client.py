@@ -22,6 +22,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from store.client import RETRY_BUDGET_EXTRA_S, open_redis
 from store.embedded import EmbeddedValkey
+from store.pipelined import pipelined
 
 KEY = b"parked:turn-1"
 
@@ -290,3 +291,45 @@ async def test_a_command_waits_for_a_busy_pool_then_fails_naming_why(server: Emb
         assert await handle.client.get(KEY) == b"state"
     finally:
         await handle.close()
+
+
+async def test_a_round_trip_cancelled_before_its_replies_came_leaves_them_to_no_one(server: EmbeddedValkey) -> None:
+    """Cancelled after its write (a Slack ack's deadline, a stop): the replies still on their way must not
+    be read by the next round trip on that connection as its own."""
+    proxy = SilentProxy(server.url.removeprefix("unix://"))
+    await proxy.start()
+    handle = await open_redis(f"redis://127.0.0.1:{proxy.port}/0", max_connections=1)
+    client = handle.client
+    try:
+        await pipelined(client, [("set", ("k", b"first")), ("set", ("other", b"x"))], [])
+        proxy.stall_after(0, hold_s=0.5)
+        late = asyncio.create_task(pipelined(client, [("get", ("other",)), ("get", ("k",))], []))
+        await asyncio.sleep(0.1)  # written, its replies held
+        late.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await late
+        assert await pipelined(client, [("get", ("k",)), ("incr", ("n",))], []) == [b"first", 1]
+        await asyncio.sleep(0.6)  # the held replies arrive now
+        assert await pipelined(client, [("get", ("k",)), ("incr", ("n",))], []) == [b"first", 2]
+    finally:
+        await handle.close()
+        await proxy.stop()
+
+
+async def test_a_reply_that_stalls_halfway_is_cut_off_and_the_round_trip_retried_whole(
+    server: EmbeddedValkey,
+) -> None:
+    proxy = SilentProxy(server.url.removeprefix("unix://"))
+    await proxy.start()
+    timeout_s = 0.2
+    handle = await open_redis(f"redis://127.0.0.1:{proxy.port}/0", socket_timeout=timeout_s)
+    client = handle.client
+    try:
+        await pipelined(client, [("set", ("k", b"before"))], [])  # a pooled connection, then held mid-reply
+        proxy.stall_after(len(b"+OK\r\n"), hold_s=3 * timeout_s)
+        assert await pipelined(client, [("set", ("k", b"after")), ("get", ("k",))], []) == [True, b"after"]
+        await asyncio.sleep(3 * timeout_s)  # the stalled reply is sent now, to a closed socket
+        assert await pipelined(client, [("get", ("k",)), ("incr", ("n",))], []) == [b"after", 1]
+    finally:
+        await handle.close()
+        await proxy.stop()
