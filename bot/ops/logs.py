@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from types import MappingProxyType
@@ -40,15 +40,24 @@ _TOKEN_PATTERNS = re.compile(
 # --- ids of what is being worked on --------------------------------------------------------------
 
 
-@contextmanager
-def bound(**ids: str | None) -> Iterator[None]:
+def bound(**ids: str | None) -> AbstractContextManager[None]:
     """Log lines inside carry these ids (None ones are left out); whatever :func:`bind` adds inside is
     undone on the way out too."""
-    token = _ids.set(_merged(ids))
-    try:
-        yield
-    finally:
-        _ids.reset(token)
+    return _Bound(ids)
+
+
+class _Bound(AbstractContextManager[None]):
+    # a class, not @contextmanager: entered for every event delivered, where a generator-based one costs ~3 ×
+    __slots__ = ("ids", "token")
+
+    def __init__(self, ids: Mapping[str, str | None]) -> None:
+        self.ids = ids
+
+    def __enter__(self) -> None:
+        self.token = _ids.set(_merged(self.ids))
+
+    def __exit__(self, *exc: object) -> None:
+        _ids.reset(self.token)
 
 
 def bind(**ids: str | None) -> None:

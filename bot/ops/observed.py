@@ -11,6 +11,7 @@ completed``, ``turn completed``. What people and the model wrote is left out unl
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
@@ -38,6 +39,8 @@ from bot.protocol import (
 from bot.session import SessionRef
 
 log = logging.getLogger("bot.events")
+# the counter's child for each event type (prometheus_client takes a lock and re-checks the labels on every call)
+_events_of = functools.lru_cache(maxsize=None)(TURN_EVENTS.labels)
 
 Names = Callable[[str], str | None]  # a Slack user or channel id → its name, when the frontend knows it
 
@@ -75,7 +78,7 @@ class ObservedChannel:
 
     def _observe(self, event: Event, session: SessionRef) -> None:
         DELIVERY_LAG.observe(max((datetime.now(UTC) - event.at).total_seconds(), 0.0))
-        TURN_EVENTS.labels(event.type).inc()
+        _events_of(event.type).inc()
         if isinstance(event, TurnStarted) and event.turn_id:  # the root of the turn's trace (bot.ops.tracing)
             tracing.turn_started(event.turn_id, session.session_id, session.team_id, event.at.timestamp())
         if log.isEnabledFor(logging.INFO):  # the lines cost more than the rest: only when shown
