@@ -1,8 +1,9 @@
 """``python -m benchmarks.roundtrips``: Redis round trips of one approve cycle, by the line that sends them.
 
 The app runs in this process behind LocalSlack (Slack's pacing off, a scripted model), as in
-``benchmarks.cycle``. redis-py's ``Redis.execute_command`` and ``Pipeline.execute`` are wrapped to
-record each round trip with the project's frames that sent it (a pipeline is one round trip), while
+``benchmarks.cycle``. redis-py's ``Redis.execute_command`` and ``Pipeline.execute``, and the store's own
+round trip (``store.client``'s connections' ``exchange``, which ``store.pipelined`` sends its pipelines through),
+are wrapped to record each round trip with the project's frames that sent it (a pipeline is one), while
 ``--cycles`` cycles run one at a time after a warm-up. It prints round trips per cycle, the commands
 Redis ran per cycle (``INFO commandstats``: those inside scripts too), and a table by caller, most
 first. Nothing here asserts: it is how docs/PERFORMANCE.md counts round trips.
@@ -28,7 +29,9 @@ from typing import Any
 
 import redis.asyncio.client as redis_client
 from redis.asyncio import Redis
+from redis.exceptions import NoScriptError
 
+import store.client as store_client
 from bot.app import start_bot
 from bot.config import Settings
 from localslack.seed import ALICE, BOT_TOKEN
@@ -39,6 +42,9 @@ from .server import open_server
 
 ROOT = str(Path(__file__).resolve().parents[1]) + "/"
 ROOMS = tuple(ROOT + room for room in ("bot/", "store/", "handlers/"))
+PLUMBING = ("store/pipelined.py", "store/client.py")  # how a round trip is sent, not who sends it
+# round trips a fresh process makes once, loading the store's scripts (tests leave them out)
+SCRIPT_LOADING = ("SCRIPT LOAD", "NOSCRIPT")
 
 
 def elements(reply: Any) -> int:
@@ -61,11 +67,12 @@ class RoundTrips:
 
     def caller(self) -> str:
         frames = [f"{f.filename[len(ROOT):]}:{f.lineno} {f.name}" for f in reversed(traceback.extract_stack())
-                  if f.filename.startswith(ROOMS) and not f.filename.endswith("pipelined.py")]
+                  if f.filename.startswith(ROOMS) and not f.filename.endswith(PLUMBING)]
         return " < ".join(frames[: self.depth]) or "?"
 
     def install(self) -> None:
         execute_command, execute = redis_client.Redis.execute_command, redis_client.Pipeline.execute
+        exchange = store_client._DeadlineBound.exchange
         counter = self
 
         async def counted_command(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -83,12 +90,24 @@ class RoundTrips:
                 counter.counts[(caller, f"pipeline[{names}]")] += elements(replies) - 1 if counter.replies else 1
             return replies
 
+        async def counted_exchange(self: Any, commands: list[tuple[Any, ...]]) -> Any:
+            on, caller = counter.on, counter.caller() if counter.on else ""
+            names = ",".join(sorted({str(c[0]).upper() for c in commands}))
+            replies = await exchange(self, commands)
+            if on:  # one the server answered NOSCRIPT is sent again once the scripts are loaded: told apart
+                name = "NOSCRIPT" if any(isinstance(r, NoScriptError) for r in replies) else f"pipeline[{names}]"
+                counter.counts[(caller, name)] += elements(replies) - 1 if counter.replies else 1
+            return replies
+
         redis_client.Redis.execute_command = counted_command  # type: ignore[method-assign]
         redis_client.Pipeline.execute = counted_pipeline  # type: ignore[method-assign]
-        self._originals = (execute_command, execute)
+        store_client._DeadlineBound.exchange = counted_exchange  # type: ignore[method-assign]
+        self._originals = (execute_command, execute, exchange)
 
     def uninstall(self) -> None:
-        redis_client.Redis.execute_command, redis_client.Pipeline.execute = self._originals  # type: ignore[method-assign]
+        execute_command, execute, exchange = self._originals
+        redis_client.Redis.execute_command, redis_client.Pipeline.execute = execute_command, execute  # type: ignore[method-assign]
+        store_client._DeadlineBound.exchange = exchange  # type: ignore[method-assign]
 
     def sent_by(self, *functions: str) -> int:
         """Round trips sent from inside every one of ``functions`` (within ``depth`` frames of the send)."""

@@ -12,7 +12,7 @@ import asyncio
 import json
 from typing import Any
 
-from benchmarks.roundtrips import counting
+from benchmarks.roundtrips import SCRIPT_LOADING, counting
 from bot.backends import BackendTurn, Finished, Parked, PendingCall, ToolInfo
 from bot.models.scripted import ScriptedModel
 from localslack.seed import ALICE, GENERAL
@@ -70,7 +70,7 @@ async def test_a_framework_step_s_checkpoint_rides_the_next_write_and_thinking_r
 
     def sent_by(*functions: str) -> int:  # round trips, less the scripts' first loads (a fresh app)
         loads = sum(n for (caller, name), n in trips.counts.items()
-                    if name == "SCRIPT LOAD" and all(f" {f}" in f" {caller}" for f in functions))
+                    if name in SCRIPT_LOADING and all(f" {f}" in f" {caller}" for f in functions))
         return trips.sent_by(*functions) - loads
 
     assert sent_by("checkpoint") == 0, trips.counts  # never a write of its own
@@ -96,6 +96,6 @@ async def test_a_slow_step_s_start_is_written_alone_after_half_a_second_times_bo
             await mention_and_wait_for_card(local_slack, "refund ch_1")
             await bot.runtime.wait_idle()
         writes = sum(n for (caller, name), n in trips.counts.items()
-                     if " _write_later" in caller and name != "SCRIPT LOAD")
+                     if " _write_later" in caller and name not in SCRIPT_LOADING)
         assert writes == written_alone, (scale, trips.counts)
         await bot.close()
