@@ -374,7 +374,10 @@ class OpenAIAgentsBackend:
         return list(found.values())
 
     async def start(self, turn: BackendTurn, text: str, saved: str | None) -> Outcome:
-        return await self._drive(turn, [*_load_conversation(saved), {"role": "user", "content": text}])
+        earlier = _load_conversation(saved)
+        # the first turn's input as the text itself, as the SDK takes it most simply: a list is checked and
+        # normalized again at every pause and resume (~0.5 M instructions an approve cycle)
+        return await self._drive(turn, [*earlier, {"role": "user", "content": text}] if earlier else text)
 
     async def resume(self, turn: BackendTurn, saved: str, answers: Mapping[str, Answer]) -> Outcome:
         try:
@@ -390,12 +393,12 @@ class OpenAIAgentsBackend:
             return Parked(pending=waiting, saved=saved)
         return await self._drive(turn, state, run)
 
-    async def _drive(self, turn: BackendTurn, first: list[Any] | RunState[Any], run: _Run | None = None) -> Outcome:
+    async def _drive(self, turn: BackendTurn, first: str | list[Any] | RunState[Any], run: _Run | None = None) -> Outcome:
         """Run step by step: each step pauses, is stored, and goes on unless people must answer."""
         run = run or _Run(turn)
         token = _current_run.set(run)
         try:
-            given: list[Any] | RunState[Any] = first
+            given: str | list[Any] | RunState[Any] = first
             while True:
                 step = await self._step(run, given)
                 if not isinstance(step, _Step):
@@ -412,7 +415,7 @@ class OpenAIAgentsBackend:
         finally:
             _current_run.reset(token)
 
-    async def _step(self, run: _Run, given: list[Any] | RunState[Any]) -> _Step | Outcome:
+    async def _step(self, run: _Run, given: str | list[Any] | RunState[Any]) -> _Step | Outcome:
         """One SDK step, up to its pause (or the end); the framework's failures become :class:`Failed`."""
         run.verdicts = {}
         try:
