@@ -90,12 +90,16 @@ class FrameworkRun(DeferredModel):
     saved: str | None = None  # the framework's own state, last checkpointed
     request_ids: list[str] = Field(default_factory=list)  # the requests its pause waits on
     counts_steps: bool = False  # the backend reports its model calls: the turn's steps are those, not its runs
+    # calls of the pause our request policy refused (call id → its reason): the framework hears them with the
+    # answers people give to the rest (``bot.engine.framework_answers``)
+    refused: dict[str, str] = Field(default_factory=dict)
 
     def checkpointed(self, saved: str) -> None:
         """A checkpoint replaces the pause: the answers its requests gave are in it. Until one does, the pause's
         requests stay the state's, so a worker that takes the turn over reads the answers again."""
         self.saved = saved
         self.request_ids = []
+        self.refused = {}
 
 
 class TurnState(DeferredModel):

@@ -30,13 +30,12 @@ from bot.backends import (
     Parked,
     PendingCall,
     Reject,
-    Reply,
     Stopped,
     fingerprint,
 )
-from bot.engine.call_outcomes import rejection
 from bot.engine.early_start import EarlyStart
 from bot.engine.execute import INTERRUPTED, STOPPED, jsonable, make_record, observe_tool_run, session_info
+from bot.engine.framework_answers import answer_of, policy_refusals, told_at_once
 from bot.engine.installed import NotInstalled
 from bot.engine.native_loop import LIVE, resumable_on_registry, waits_on
 from bot.engine.passes import DrivePass, TurnLoop
@@ -101,6 +100,7 @@ class EngineTurn:
         self._begin = asyncio.Lock()  # a step's parallel calls: the first one's start writes the checkpoint
         self.calls_running = 0  # fenced calls running now: a stop asked on another replica is polled for then
         self.approved = set(approved)  # call ids people approved in this resume: not gated again
+        self.gated: set[str] = set()  # call ids the backend asked our gate about in this run
 
     @property
     def stopped(self) -> bool:
@@ -143,6 +143,7 @@ class EngineTurn:
 
     async def gate(self, call_id: str, tool_name: str, arguments: Mapping[str, Any]) -> GateVerdict:
         """Our request policy for the call (the tool's proxy carries it: ``bot.backends.proxies``)."""
+        self.gated.add(call_id)
         if call_id in self.approved:
             return GateVerdict(action="run")
         call = CallState(call_id=call_id, tool_name=tool_name, arguments=json.dumps(dict(arguments), default=str))
@@ -397,6 +398,7 @@ class FrameworkTurns:
             answers = await self._answers(p, state, snap, steer)
             if answers is None:
                 return False  # still waiting on people
+            answers = {**{cid: Reject(message=why) for cid, why in run.refused.items()}, **answers}
         else:
             answers = {}
         if tools_fingerprint == LIVE and (run.framework, run.fingerprint) == (backend.framework, LIVE):
@@ -435,28 +437,9 @@ class FrameworkTurns:
         if any(r.status == "open" for r in records.values()):
             return None
         turn.status = "running"  # its requests stay the state's until a checkpoint holds their answers (run.checkpointed)
-        return {r.request.action.call_id: self._answer(r) for r in records.values() if r.request.action}
-
-    def _answer(self, record: RequestRecord) -> Answer:
-        by = record.responder.principal_id if record.responder else None
-        response = record.response
-        if record.request.kind == "question":
-            if record.outcome == "answered" and response is not None:
-                labels = {o.id: o.label for o in record.request.options}
-                value = labels.get(response.option_id or "", response.option_id) if response.option_id else response.text
-                return Reply(value=value, by=by, principal=record.responder)
-        elif record.request.kind in ("external-result", "delegation", "user-input"):
-            if record.outcome == "answered" and response is not None:  # a posted result, a sub-agent's answer, a form's values
-                return Reply(value=response.values, by=by, principal=record.responder)
-        elif record.outcome == "approved":
-            return Approve(arguments=response.edited_input if response else None, by=by, principal=record.responder)
-        elif record.outcome == "answered" and response is not None and response.text is not None:
-            return Reply(value=response.text, by=by, principal=record.responder)  # an approval answered in the tool's place ("respond")
-        tool = self.driver.p.tools.get(record.request.action.tool_name) if record.request.action else None
-        said = rejection(record, tool.denied_message if tool else None)
-        message = " ".join(str(said[k]) for k in ("message", "note") if said.get(k))
-        outcome = record.outcome if record.outcome in ("expired", "ignored", "cancelled") else None
-        return Reject(message=message, by=by, outcome=outcome, details=said)
+        tools = self.driver.p.tools
+        return {r.request.action.call_id: answer_of(r, tools.get(r.request.action.tool_name))
+                for r in records.values() if r.request.action}
 
     async def _go(self, p: DrivePass, state: SessionState, snap: SessionSnapshot,
                   call: Callable[[EngineTurn], Awaitable[Outcome]], *, approved: set[str] = frozenset()) -> bool:  # type: ignore[assignment]
@@ -465,23 +448,38 @@ class FrameworkTurns:
         if p.carry and p.early is None:  # the turn's start is written alone if the first step is slow to come
             p.early = EarlyStart(self.driver.p, p.session_id, p.token, state, p.carry, p.taking)
         engine_turn = EngineTurn(self.driver, p, state, snap.grants, approved, inbox=snap.inbox)
+        while (outcome := await self._run(p, state, engine_turn, call)) is not None:
+            refused = await policy_refusals(engine_turn, outcome)
+            if isinstance(outcome, Parked) and refused and len(refused) == len(outcome.pending):  # told at once
+                call = told_at_once(self._agent_of(state)[0], outcome.saved, refused)
+                continue
+            if isinstance(outcome, Parked) and refused and turn.run is not None:  # told with people's answers
+                turn.run.refused = {cid: r.message for cid, r in refused.items()}
+                outcome = Parked(pending=[c for c in outcome.pending if c.call_id not in refused], saved=outcome.saved)
+            return await self._ended(p, state, engine_turn, outcome)
+        return False
+
+    async def _run(self, p: DrivePass, state: SessionState, engine_turn: EngineTurn,
+                   call: Callable[[EngineTurn], Awaitable[Outcome]]) -> Outcome | None:
+        """The backend's run to its outcome (None: it failed, and the turn ended saying so)."""
+        turn = state.turn
+        assert turn is not None
         task = asyncio.ensure_future(call(engine_turn))
         self._running[p.session_id] = (turn.turn_id, engine_turn, task)
         try:
-            outcome: Outcome = await task
+            return await task
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if not engine_turn.stopped or (current is not None and current.cancelling()):
                 raise
-            outcome = Stopped()
+            return Stopped()
         except (CancelRequested, LeaseLost, MessageTaken, NotInstalled):
             raise  # a stop asked, the lease lost, a message taken first, the app uninstalled: the driver's loop's
         except Exception as exc:  # noqa: BLE001 - a backend's own failure ends the turn visibly
             await self.driver.fail_turn(p, state, logged_failure_words(exc, p.session_id), engine_turn.take_events())
-            return False
+            return None
         finally:
             self._running.pop(p.session_id, None)
-        return await self._ended(p, state, engine_turn, outcome)
 
     async def _ended(self, p: DrivePass, state: SessionState, engine_turn: EngineTurn, outcome: Outcome) -> bool:
         turn = state.turn
@@ -598,3 +596,4 @@ def _framework_words(asked: str | None, ours: str, tool: Tool | None) -> str | N
 
 def _spaced(text: str) -> str:
     return " ".join(text.split())
+

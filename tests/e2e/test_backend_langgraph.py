@@ -17,7 +17,7 @@ from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from langgraph.types import interrupt
 
-from bot.approval import Approval, always
+from bot.approval import Approval, Denied, always
 from bot.backends import wrap
 from bot.governance import approvers, four_eyes, n_of_m
 from bot.models.scripted import ScriptedModel
@@ -220,6 +220,22 @@ async def test_two_of_an_approver_list_on_the_agents_refund(local_slack, start_a
     assert refunds == [("ch_1", 40)]
     approvals = await audit_entries(bot.redis.client, TEAM_ID, kind="settlement", until=bool)
     assert [e.actor for e in approvals][-1:] == [f"slack:{TEAM_ID}:{CAROL}"]
+
+
+async def test_our_policy_refuses_a_tool_the_middleware_gates_and_no_card_is_shown(local_slack, start_app, fake):
+    """The human-in-the-loop middleware interrupts for the refund before any of our code runs; our request policy
+    refuses it all the same: no card anyone could approve, and the model reads why."""
+    def closed_today(ctx: Any) -> object:
+        return Denied("Refunds are closed today.")
+
+    refund_asked(fake, then="Refunds are closed, sorry.")
+    await start_app(ScriptedModel([]), [], agent=wrap(agent(fake), policies={
+        "issue_refund": Approval(request=closed_today)}))
+    ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> refund ch_1")
+
+    await answer_in(local_slack, ts, "Refunds are closed, sorry.")
+    assert refunds == [] and card_in(local_slack, ts) is None
+    assert "Refunds are closed today." in told(fake, "call_refund")
 
 
 async def test_our_policy_asks_for_a_tool_the_agent_never_gated(local_slack, start_app, fake):

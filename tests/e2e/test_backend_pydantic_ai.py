@@ -15,7 +15,7 @@ from pydantic_ai import Agent, CallDeferred
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
-from bot.approval import Approval, always
+from bot.approval import Approval, Denied, always
 from bot.backends import wrap
 from bot.governance import four_eyes, n_of_m
 from bot.models.scripted import ScriptedModel
@@ -84,6 +84,46 @@ async def test_approve_runs_the_refund_once_and_the_audit_names_the_decision(loc
     [resolution] = await audit_entries(bot.redis.client, TEAM_ID, kind="resolution")
     assert request.data["input"] == {"charge_id": "ch_1", "amount": 500}
     assert resolution.data["outcome"] == "approved" and resolution.actor == f"slack:{TEAM_ID}:{ALICE}"
+
+
+def closed_today(ctx: Any) -> object:
+    return Denied("Refunds are closed today.")
+
+
+async def test_our_policy_refuses_a_tool_the_agent_gates_itself_and_no_card_is_shown(local_slack, start_app, fake):
+    """``requires_approval=True`` makes pydantic-ai pause the call for a person before any of our code runs; our
+    request policy refuses it all the same: no card anyone could approve, and the model reads why."""
+    ran: list[dict[str, Any]] = []
+    fake.reply_tool_call("issue_refund", {"charge_id": "ch_1", "amount": 500}, "call_refund")
+    fake.reply_text("Refunds are closed, sorry.")
+    await start_app(ScriptedModel([]), [], agent=wrap(support_agent(fake, ran), policies={
+        "issue_refund": Approval(request=closed_today)}))
+    ts, _ = await local_slack.post_message(ALICE, GENERAL, f"<@{BOT_USER_ID}> refund ch_1")
+
+    await answer_in(local_slack, ts, "Refunds are closed, sorry.")
+    assert ran == [] and card_in(local_slack, ts) is None
+    assert "Refunds are closed today." in told_the_model(fake, "call_refund")
+
+
+async def test_a_refused_call_beside_a_question_waits_for_the_answer_and_both_reach_the_model(
+        local_slack, start_app, fake):
+    ran: list[dict[str, Any]] = []
+    fake.reply_tool_calls(("issue_refund", {"charge_id": "ch_1", "amount": 500}, "call_refund"),
+                          ("pick_reason", {"charge_id": "ch_1"}, "call_why"))
+    fake.reply_text("No refund today; noted it was a duplicate.")
+    await start_app(ScriptedModel([]), [], agent=wrap(support_agent(fake, ran), policies={
+        "issue_refund": Approval(request=closed_today)}))
+    ts, card = await mention_and_wait_for_card(local_slack, "refund ch_1")
+    assert "Why refund ch_1?" in json.dumps(card.blocks) and "issue_refund" not in json.dumps(card.blocks)
+
+    [menu] = [e for b in card.blocks if b["type"] == "actions" for e in b["elements"] if e["type"] == "static_select"]
+    [option] = [o for o in menu["options"] if o["text"]["text"] == "duplicate"]
+    await local_slack.select(ALICE, GENERAL, card.ts, menu["action_id"], option["value"])
+
+    await answer_in(local_slack, ts, "No refund today")
+    assert ran == []
+    assert "Refunds are closed today." in told_the_model(fake, "call_refund")
+    assert told_the_model(fake, "call_why") == "duplicate"
 
 
 async def test_cancel_with_a_reason_is_what_the_model_reads(local_slack, start_app, fake):
