@@ -444,28 +444,29 @@ class FrameworkTurns:
     async def _go(self, p: DrivePass, state: SessionState, snap: SessionSnapshot,
                   call: Callable[[EngineTurn], Awaitable[Outcome]], *, approved: set[str] = frozenset()) -> bool:  # type: ignore[assignment]
         turn = state.turn
-        assert turn is not None
+        assert turn is not None and turn.run is not None
         if p.carry and p.early is None:  # the turn's start is written alone if the first step is slow to come
             p.early = EarlyStart(self.driver.p, p.session_id, p.token, state, p.carry, p.taking)
         engine_turn = EngineTurn(self.driver, p, state, snap.grants, approved, inbox=snap.inbox)
         while (outcome := await self._run(p, state, engine_turn, call)) is not None:
-            refused = await policy_refusals(engine_turn, outcome)
-            if isinstance(outcome, Parked) and refused and len(refused) == len(outcome.pending):  # told at once
-                call = told_at_once(self._agent_of(state)[0], outcome.saved, refused)
-                continue
-            if isinstance(outcome, Parked) and refused and turn.run is not None:  # told with people's answers
-                turn.run.refused = {cid: r.message for cid, r in refused.items()}
-                outcome = Parked(pending=[c for c in outcome.pending if c.call_id not in refused], saved=outcome.saved)
+            turn.run.refused = {}  # (only the pause it parks on now carries refusals)
+            if (refused := await policy_refusals(engine_turn, outcome)) and isinstance(outcome, Parked):
+                if waiting := [c for c in outcome.pending if c.call_id not in refused]:  # told with people's answers
+                    turn.run.refused = {cid: r.message for cid, r in refused.items()}
+                else:  # or at once, a step like any run (a model asking again and again ends on the budget)
+                    turn.steps += 0 if turn.run.counts_steps else 1
+                    if not engine_turn.over_budget:
+                        call = told_at_once(self._agent_of(state)[0], outcome.saved, refused)
+                        continue
+                outcome = Parked(pending=waiting, saved=outcome.saved)  # none waiting: the budget's pause
             return await self._ended(p, state, engine_turn, outcome)
         return False
 
     async def _run(self, p: DrivePass, state: SessionState, engine_turn: EngineTurn,
                    call: Callable[[EngineTurn], Awaitable[Outcome]]) -> Outcome | None:
         """The backend's run to its outcome (None: it failed, and the turn ended saying so)."""
-        turn = state.turn
-        assert turn is not None
         task = asyncio.ensure_future(call(engine_turn))
-        self._running[p.session_id] = (turn.turn_id, engine_turn, task)
+        self._running[p.session_id] = (engine_turn.turn_id, engine_turn, task)
         try:
             return await task
         except asyncio.CancelledError:
@@ -596,4 +597,3 @@ def _framework_words(asked: str | None, ours: str, tool: Tool | None) -> str | N
 
 def _spaced(text: str) -> str:
     return " ".join(text.split())
-

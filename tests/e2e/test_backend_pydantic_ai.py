@@ -105,6 +105,22 @@ async def test_our_policy_refuses_a_tool_the_agent_gates_itself_and_no_card_is_s
     assert "Refunds are closed today." in told_the_model(fake, "call_refund")
 
 
+async def test_a_model_that_calls_the_refused_tool_again_and_again_stops_on_the_step_budget(
+        local_slack, start_app, fake):
+    """Each refusal is told at once and the model asked again: a model that never takes no ends on the budget's
+    card (one step per run), not in a loop of model calls."""
+    ran: list[dict[str, Any]] = []
+    for n in range(6):
+        fake.reply_tool_call("issue_refund", {"charge_id": "ch_1", "amount": 500}, f"call_refund_{n}")
+    await start_app(ScriptedModel([]), [], agent=wrap(support_agent(fake, ran), policies={
+        "issue_refund": Approval(request=closed_today)}), BOT_STEP_BUDGET="3")
+
+    ts, card = await mention_and_wait_for_card(local_slack, "refund ch_1")
+
+    assert "Keep going?" in json.dumps(card.blocks)
+    assert len(fake.requests) == 3 and ran == []
+
+
 async def test_a_refused_call_beside_a_question_waits_for_the_answer_and_both_reach_the_model(
         local_slack, start_app, fake):
     ran: list[dict[str, Any]] = []
