@@ -11,7 +11,7 @@ carrying the policy's reason, at once or, beside calls people must answer, with 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from bot.backends import AgentBackend, Answer, Approve, GateVerdict, Outcome, Parked, Reject, Reply
@@ -26,7 +26,7 @@ class Gate(Protocol):
     gated: set[str]
     approved: set[str]
 
-    async def gate(self, call_id: str, tool_name: str, arguments: dict) -> GateVerdict: ...  # type: ignore[type-arg]
+    async def gate(self, call_id: str, tool_name: str, arguments: Mapping[str, Any]) -> GateVerdict: ...
 
 
 async def policy_refusals(turn: Gate, outcome: Outcome) -> dict[str, Reject]:
@@ -35,7 +35,7 @@ async def policy_refusals(turn: Gate, outcome: Outcome) -> dict[str, Reject]:
     for pending in outcome.pending if isinstance(outcome, Parked) else ():
         if pending.kind != "approval" or pending.call_id in turn.gated or pending.call_id in turn.approved:
             continue
-        verdict = await turn.gate(pending.call_id, pending.tool_name, dict(pending.arguments))
+        verdict = await turn.gate(pending.call_id, pending.tool_name, pending.arguments)
         if verdict.action == "refuse":
             refused[pending.call_id] = Reject(message=verdict.reason or f"{pending.tool_name} is not allowed here.")
     return refused
