@@ -454,7 +454,8 @@ class FrameworkTurns:
                 if waiting := [c for c in outcome.pending if c.call_id not in refused]:  # told with people's answers
                     turn.run.refused = {cid: r.message for cid, r in refused.items()}
                 else:  # or at once, a step like any run (a model asking again and again ends on the budget)
-                    turn.steps += 0 if turn.run.counts_steps else 1
+                    if not turn.run.counts_steps:
+                        turn.steps += 1
                     if not engine_turn.over_budget:
                         call = told_at_once(self._agent_of(state)[0], outcome.saved, refused)
                         continue

@@ -48,8 +48,6 @@ def bound(**ids: str | None) -> AbstractContextManager[None]:
 
 class _Bound(AbstractContextManager[None]):
     # a class, not @contextmanager: entered for every event delivered, where a generator-based one costs ~3 ×
-    __slots__ = ("ids", "token")
-
     def __init__(self, ids: Mapping[str, str | None]) -> None:
         self.ids = ids
 
