@@ -48,6 +48,7 @@ from tests.engine.harness import (
 
 TEAM = "T1"
 LEASE_MS = 300
+STEADY_LEASE_MS = 10_000  # one replica, no takeover: a loaded machine's slow step must not lose the lease
 
 
 @dataclass
@@ -65,13 +66,13 @@ class HangingChannel(RecordingChannel):
         await super().deliver(event, session)
 
 
-def _replica(client: redis_asyncio.Redis, channel: RecordingChannel | None = None
+def _replica(client: redis_asyncio.Redis, channel: RecordingChannel | None = None, lease_ms: int = LEASE_MS
              ) -> tuple[Runtime, RecordingChannel, AuditLog]:
     """A runtime whose delivery passes write the audit log it returns."""
     deploy, _ = recording_tool("deploy", approval=always())
     log = AuditLog(client)
     runtime, channel, _ = make_runtime(client, ScriptedModel([call("deploy"), model_say("deployed")]), [deploy],
-                                       channel=channel, lease_ms=LEASE_MS, audit=log)
+                                       channel=channel, lease_ms=lease_ms, audit=log)
     return runtime, channel, log
 
 
@@ -120,7 +121,7 @@ async def test_a_pass_killed_after_its_posts_and_before_its_close_is_audited_onc
 
 
 async def test_a_close_whose_audit_append_failed_is_audited_later_once(redis):
-    runtime, channel, log = _replica(redis)
+    runtime, channel, log = _replica(redis, lease_ms=STEADY_LEASE_MS)
     await log.append_groups(TEAM, "another", [AuditGroup(event_id="1-1", entries=[("request", None, "r0", {})])])
     await redis.set(AuditLog.head_key(TEAM), "not a hash")  # from now on every append fails (WRONGTYPE)
 
@@ -166,7 +167,7 @@ async def test_a_close_whose_audit_landed_costs_no_pass_of_its_retry_and_leaves_
     """The audit's retry goes with every close that audits (store/outbox.py), and its floor says where the
     audit may lag; when the append landed both are moot, and the next sweep's read of the list drops them in
     the same round trip: no pass runs for them, and the session's floor no longer says its audit lags."""
-    runtime, channel, _ = _replica(redis)
+    runtime, channel, _ = _replica(redis, lease_ms=STEADY_LEASE_MS)
     out = runtime.outbox.store.key(session().session_id, "out")  # type: ignore[attr-defined]
     await say(runtime, "deploy")
     assert (await _audited(redis))["request"] == 1
