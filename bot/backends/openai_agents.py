@@ -386,7 +386,7 @@ class OpenAIAgentsBackend:
         except Exception:  # noqa: BLE001 - the SDK's own reading of its state: whatever fails, fails closed
             return Failed(reason="this paused run cannot be read back by the agent as it is now")
         run = _Run(turn)
-        waiting = self._calls.decide(state, state.get_interruptions(), paused.verdicts, answers, run)
+        waiting = self._calls.decide(state, _paused_calls(state), paused.verdicts, answers, run)
         if isinstance(waiting, Failed):
             return waiting
         if waiting:
@@ -445,6 +445,15 @@ class _Step:
     interruptions: list[ToolApprovalItem]
     verdicts: dict[str, GateVerdict]
     saved: str
+
+
+def _paused_calls(state: RunState[Any]) -> list[ToolApprovalItem]:
+    """The calls a read-back state's step paused on, as the state holds them (an SDK internal). Answered with
+    these very items, the SDK knows them at once; ``get_interruptions()`` gives detached copies, each of which
+    ``approve`` and ``reject`` then copy and match against every pending call again (~6 M instructions an approve
+    cycle, a quarter of what the bot adds to the SDK's own)."""
+    items = getattr(getattr(state, "_current_step", None), "interruptions", None)
+    return list(items) if isinstance(items, list) else state.get_interruptions()
 
 
 def _run_config() -> RunConfig:
