@@ -130,8 +130,10 @@ def test_each_framework_in_the_bot_is_set_beside_it_alone() -> None:
                Counted("pydA", "pydantic_ai alone", 4, 4 * 65_000_000, 0.0),
                Counted("oai", "openai_agents in the bot", 4, 4 * 110_000_000, 180.0),
                Counted("oaiA", "openai_agents alone", 4, 4 * 100_000_000, 0.0),
-               Counted("oaiS", "openai_agents alone, streamed", 4, 4 * 105_000_000, 0.0)]
+               Counted("oaiS", "openai_agents alone, streamed", 4, 4 * 90_000_000, 0.0)]
     lines = render(counted, "bench", 4).splitlines()
-    assert "| pydantic_ai | 130.00 M | 65.00 M | 2.00 × | not met | — | — |" in lines
-    assert "| openai_agents | 110.00 M | 100.00 M | 1.10 × | met | 105.00 M | 1.05 × |" in lines
+    # the goal is read against the framework alone taking its answers streamed, as the bot takes them; without
+    # that count, against its plain call
+    assert "| pydantic_ai | 130.00 M | — | — | not met | 65.00 M | 2.00 × |" in lines
+    assert "| openai_agents | 110.00 M | 90.00 M | 1.22 × | not met | 100.00 M | 1.10 × |" in lines
     assert not any(line.startswith("| langgraph |") for line in lines)  # not counted: no row

@@ -182,23 +182,28 @@ def render(counted: list[Counted], command: str, concurrency: int) -> str:
         floor = f"{c.per_cycle / base['d']:.2f} ×" if "d" in base else "—"
         rung5 = f"{c.per_cycle / base['L5']:.2f} ×" if "L5" in base else "—"
         lines.append(f"| {c.name} | {c.cycles} | {c.per_cycle / 1e6:.2f} M | {floor} | {rung5} | {c.commands:.1f} |")
-    pairs = [(key, alone, streamed) for key, (_, alone, streamed) in FRAMEWORKS.items() if key in base and alone in base]
+    pairs = [(key, alone, streamed) for key, (_, alone, streamed) in FRAMEWORKS.items()
+             if key in base and (alone in base or streamed in base)]
     if pairs:
-        lines += ["", f"Each framework in the bot ÷ the same framework alone (goal: at most {WRAPPED_GOAL} ×); "
-                  "alone, streamed: taking the model's answers as the bot does:", "",
-                  "| framework | in the bot | alone | ÷ alone | goal | alone, streamed | ÷ alone, streamed |",
+        lines += ["", f"Each framework in the bot ÷ the same framework alone, taking the model's answers streamed as the "
+                  f"bot does (goal: at most {WRAPPED_GOAL} ×; without a streamed count, ÷ alone unstreamed); alone: "
+                  "its plain call:", "",
+                  "| framework | in the bot | alone, streamed | ÷ alone, streamed | goal | alone | ÷ alone |",
                   "| --- | ---: | ---: | ---: | --- | ---: | ---: |"]
         for key, alone, streamed in pairs:
-            ratio = base[key] / base[alone]
-            versus = (f"{base[streamed] / 1e6:.2f} M | {base[key] / base[streamed]:.2f} ×" if streamed in base
-                      else "— | —")
-            lines.append(f"| {FRAMEWORKS[key][0]} | {base[key] / 1e6:.2f} M | {base[alone] / 1e6:.2f} M | "
-                         f"{ratio:.2f} × | {'met' if ratio <= WRAPPED_GOAL else 'not met'} | {versus} |")
+            ratio = base[key] / base[streamed if streamed in base else alone]
+            lines.append(f"| {FRAMEWORKS[key][0]} | {base[key] / 1e6:.2f} M | {_beside(base, key, streamed)} | "
+                         f"{'met' if ratio <= WRAPPED_GOAL else 'not met'} | {_beside(base, key, alone)} |")
     for key, same in LIKE_FOR_LIKE.items():
         if key in base and same in base:
             lines += ["", f"{CONTENDERS[key][0]} ÷ {CONTENDERS[same][0]} (the same model requests): "
                           f"{base[key] / base[same]:.3f} ×"]
     return "\n".join(lines)
+
+
+def _beside(base: dict[str, float], key: str, other: str) -> str:
+    """Another contender's count and ``key``'s as a multiple of it, as two cells ("—" where not counted)."""
+    return f"{base[other] / 1e6:.2f} M | {base[key] / base[other]:.2f} ×" if other in base else "— | —"
 
 
 def installed_only(keys: list[str]) -> list[str]:
