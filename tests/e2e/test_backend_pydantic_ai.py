@@ -8,13 +8,14 @@ import asyncio
 import json
 import sys
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from pydantic_ai import Agent, CallDeferred
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
+from bot import money
 from bot.approval import Approval, Denied, always
 from bot.backends import wrap
 from bot.governance import four_eyes, n_of_m
@@ -84,6 +85,31 @@ async def test_approve_runs_the_refund_once_and_the_audit_names_the_decision(loc
     [resolution] = await audit_entries(bot.redis.client, TEAM_ID, kind="resolution")
     assert request.data["input"] == {"charge_id": "ch_1", "amount": 500}
     assert resolution.data["outcome"] == "approved" and resolution.actor == f"slack:{TEAM_ID}:{ALICE}"
+
+
+async def test_an_amount_the_agents_tool_marks_as_money_shows_as_money_on_its_card(local_slack, start_app, fake):
+    """A framework's tool whose argument is annotated with ``bot.money`` gets the card our own tools get: the
+    amount as money, the tool still given the number."""
+    ran: list[float] = []
+    model = OpenAIChatModel("gpt-4o-mini", provider=OpenAIProvider(base_url=fake.base_url, api_key=KEY))
+    agent = Agent(model)
+
+    @agent.tool_plain(requires_approval=True)
+    def refund_charge(charge_id: str, amount: Annotated[float, money("USD")]) -> str:
+        """Refund part of a charge, in dollars."""
+        ran.append(amount)
+        return f"refunded {amount} on {charge_id}"
+
+    fake.reply_tool_call("refund_charge", {"charge_id": "ch_1", "amount": 1234.5}, "call_refund")
+    fake.reply_text("Refunded.")
+    await start_app(ScriptedModel([]), [], agent=agent)
+    ts, card = await mention_and_wait_for_card(local_slack, "refund ch_1")
+    shown = json.dumps(card.blocks)
+    assert "$1,234.50" in shown and "1234.5" not in shown
+
+    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
+    await answer_in(local_slack, ts, "Refunded.")
+    assert ran == [1234.5]
 
 
 def closed_today(ctx: Any) -> object:
