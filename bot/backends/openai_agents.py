@@ -16,6 +16,7 @@ How the SDK's own pieces carry the engine's contract:
   arguments) and our fence runs the tool with the edited ones, which come with every resume from the
   settled request. Questions: a tool of ours (``ask_user``) added to copies of the agent and of the agents
   it hands off to; it pauses as an SDK interruption, and once answered it returns the person's words.
+- **Call ids.** The agents' models give a call whose id the conversation holds a new one (``openai_agents_model``).
 - **Saved.** JSON: the SDK's ``RunState.to_json()`` with our verdicts while a run is paused, the
   conversation (``result.to_input_list()``) once it finished.
 
@@ -60,6 +61,7 @@ from bot.backends import (
     Stopped,
     ToolInfo,
 )
+from bot.backends.openai_agents_model import run_model_provider, with_distinct_call_ids
 
 FRAMEWORK = "openai-agents"
 QUESTION_TOOL = "ask_user"  # the tool we add for asking people (not when the agent has a tool of that name)
@@ -360,6 +362,8 @@ class OpenAIAgentsBackend:
             self.question_tool = question_tool()
             agent, self._copies = _with_question_tool(agent, self.question_tool)
         _install(agent, frozenset(idempotent), self.question_tool)
+        for each in _agents(agent):
+            with_distinct_call_ids(each)
         self.agent = agent
         self.version = installed_version("openai-agents")
         fenced = {tool.name for a in _agents(agent) for tool in a.tools
@@ -457,9 +461,10 @@ def _paused_calls(state: RunState[Any]) -> list[ToolApprovalItem]:
 
 
 def _run_config() -> RunConfig:
-    """A run's settings: the SDK's tracing would export the conversation to OpenAI's servers, so it is off.
-    One per run, as the SDK makes one per run itself (its model provider reads the environment then)."""
-    return RunConfig(tracing_disabled=True)
+    """A run's settings: the SDK's tracing would export the conversation to OpenAI's servers, so it is off; a
+    model named by a string comes with distinct call ids. One per run, as the SDK makes one per run itself (its
+    model provider reads the environment then)."""
+    return RunConfig(tracing_disabled=True, model_provider=run_model_provider())
 
 
 async def _stream(turn: BackendTurn, result: Any) -> bool:

@@ -509,6 +509,34 @@ async def test_the_example_agent_runs_on_the_offline_demo_model(monkeypatch: pyt
     assert isinstance(refunded, Finished) and "Refunded $40.00 on ch_1001." in refunded.text
 
 
+async def test_a_model_given_by_name_gets_each_call_an_id_of_its_own(fake: FakeOpenAI,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server numbering calls per answer (``<tool>:<n>``, Kimi K2 on vLLM) behind a model the agent names by a
+    string, as most agents do: the run's model provider gives the second round's call a new id, so it parks on
+    its own approval and the first call's recorded result is never taken for it."""
+    monkeypatch.setattr("agents.models.openai_provider._http_client", None)  # this test's loop gets its own
+    monkeypatch.setattr("agents.models._openai_shared._use_responses_by_default", False)  # Chat Completions
+    monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
+    fake.reply_tool_call("issue_refund", {"charge_id": "ch_1"}, "issue_refund:0")
+    fake.reply_tool_call("issue_refund", {"charge_id": "ch_2"}, "issue_refund:0")
+    fake.reply_text("Refunded both.")
+    agent_backend = backend(Agent(name="support", model="gpt-4o-mini", tools=[issue_refund]))
+
+    first = await agent_backend.start(RecordingTurn(), "refund ch_1 and ch_2", None)
+    assert isinstance(first, Parked) and first.pending[0].call_id == "issue_refund:0"
+    second = await agent_backend.resume(RecordingTurn(), first.saved, {"issue_refund:0": Approve()})
+    assert isinstance(second, Parked)
+    [pending] = second.pending
+    assert pending.call_id != "issue_refund:0" and pending.arguments == {"charge_id": "ch_2"}
+    finished = await agent_backend.resume(RecordingTurn(), second.saved, {pending.call_id: Approve()})
+
+    assert isinstance(finished, Finished) and finished.text == "Refunded both."
+    assert refunds == ["ch_1", "ch_2"]
+    assert _tool_messages(fake) == {"issue_refund:0": "refunded 500 cents of ch_1",
+                                    pending.call_id: "refunded 500 cents of ch_2"}
+
+
 async def test_tools_named_safe_to_repeat_are_fenced_as_such(fake: FakeOpenAI) -> None:
     fake.reply_tool_call("lookup_charge", {"charge_id": "ch_1"}, "call_look")
     fake.reply_text("It was 5.00 USD.")

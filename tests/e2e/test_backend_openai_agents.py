@@ -22,7 +22,7 @@ from bot.models.scripted import ScriptedModel
 from bot.protocol import ActionStarted
 from localslack.seed import ALICE, BOB, BOT_USER_ID, CAROL, DAVE, GENERAL, TEAM_ID
 from tests.audit_polling import audit_entries
-from tests.e2e.framework_script import answer_in
+from tests.e2e.framework_script import answer_in, approve_this_card_then_the_next
 from tests.e2e.test_approval_flow import button, card_in, mention_and_wait_for_card
 from tests.e2e.test_decisions import inputs
 from tests.fakes.openai_server import FakeOpenAI
@@ -328,19 +328,25 @@ async def test_an_sdk_agents_question_answered_by_typing_in_the_thread(local_sla
     assert tool_said(fake, "call_why") == "the customer was charged twice"
 
 
-async def test_a_server_that_numbers_calls_per_answer_stops_the_turn_before_the_second_call(
+async def test_a_server_that_numbers_calls_per_answer_gets_each_call_approved_and_run_once(
         local_slack, start_app, fake):
     """Kimi K2 served by vLLM numbers tool calls per answer, ``<tool>:<n>`` with the counter restarting every
-    round (github.com/open-webui/open-webui/issues/28570): the same tool called in two rounds comes back under the same id. The SDK refuses a completed call's
-    id used again (``ModelBehaviorError``): the turn ends saying so once the first refund ran, and the second
-    call neither runs nor is taken for the first."""
+    round (github.com/open-webui/open-webui/issues/28570): the same tool called in two rounds comes back under
+    the same id, which the SDK alone refuses ("reused a tool call ID"). The bot gives the second call an id of
+    its own before the SDK reads the answer: each refund has its card, runs once, and the model reads each
+    result under the id it was told."""
     fake.reply_tool_call("issue_refund", {"charge_id": "ch_1"}, "issue_refund:0")
     fake.reply_tool_call("issue_refund", {"charge_id": "ch_2"}, "issue_refund:0")
     fake.reply_text("Refunded both.")
-    bot = await start_app(ScriptedModel([]), [], agent=support_agent(fake))
+    await start_app(ScriptedModel([]), [], agent=support_agent(fake))
     ts, card = await mention_and_wait_for_card(local_slack, "refund ch_1 and ch_2")
-    await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
-    said = await answer_in(local_slack, ts, "reused a completed tool call ID")
-    await bot.wait_idle()
-    assert "Send your message again" in said.text
-    assert REFUNDS == ["ch_1"]
+    assert "ch_1" in json.dumps(card.blocks)
+
+    await approve_this_card_then_the_next(local_slack, ts, card, naming="ch_2")
+
+    await answer_in(local_slack, ts, "Refunded both.")
+    assert REFUNDS == ["ch_1", "ch_2"]
+    told = {m["tool_call_id"]: m["content"] for m in fake.requests[-1].body["messages"] if m["role"] == "tool"}
+    calls = [c for m in fake.requests[-1].body["messages"] if m["role"] == "assistant" for c in m.get("tool_calls") or []]
+    assert [c["id"] for c in calls][0] == "issue_refund:0" and len({c["id"] for c in calls}) == 2
+    assert sorted(told.values()) == ["refunded ch_1", "refunded ch_2"] and set(told) == {c["id"] for c in calls}
