@@ -6,8 +6,9 @@ go back in one ``Command(resume={interrupt_id: value})``, in the shape each inte
 
 State: each run gets its own in-memory checkpointer; after every super-step (LangGraph waits for the save,
 ``durability="sync"``) the thread's newest checkpoint of each namespace, with its pending writes, goes to
-``turn.checkpoint`` serialized by LangGraph's ``JsonPlusSerializer`` (msgpack, never pickle). The engine stores
-it under its lease; a resume rebuilds the thread from it. ``saved`` also says whether the interrupts' answers
+``turn.checkpoint`` as the checkpointer serialized it with LangGraph's ``JsonPlusSerializer`` (msgpack, never
+pickle), its channel values apart, none read back. The engine stores it under its lease; a resume rebuilds the
+thread from it (a thread saved whole, by the bot before, too). ``saved`` also says whether the interrupts' answers
 were already delivered ("parked" or "running"), so a replayed resume continues the thread and never gives
 LangGraph a second resume of one interrupt.
 
@@ -61,7 +62,9 @@ from bot.backends.langgraph_interrupts import (
 from bot.protocol import LeaseLost
 
 FRAMEWORK = "langgraph"
-FORMAT = "langgraph-thread/1"
+# /2: each checkpoint as the in-memory saver serialized it, its channel values apart; /1 (read, not written):
+# each checkpoint whole, read back from the saver and serialized again after every super-step
+FORMAT = "langgraph-thread/2"
 
 # a call not approved (a message steered past it, it expired) whose middleware takes no reject nor respond:
 # nothing LangGraph accepts says so, so the run ends here, plainly
@@ -85,23 +88,32 @@ class _Typed(BaseModel):
         type_, raw = _serde.dumps_typed(value)
         return cls(type=type_, data=base64.b64encode(raw).decode())
 
-    def load(self) -> Any:
+    @classmethod
+    def raw(cls, typed: tuple[str, bytes]) -> _Typed:
+        """A value the saver serialized already, as it is."""
+        return cls(type=typed[0], data=base64.b64encode(typed[1]).decode())
+
+    def typed(self) -> tuple[str, bytes]:
         if self.type == "pickle":
             raise ValueError("a saved LangGraph thread holds a pickled value: refused")
-        return _serde.loads_typed((self.type, base64.b64decode(self.data)))
+        return self.type, base64.b64decode(self.data)
+
+    def load(self) -> Any:
+        return _serde.loads_typed(self.typed())
 
 
 class _Checkpoint(BaseModel):
     """The newest checkpoint of one namespace of the thread, with its pending writes."""
 
     ns: str
-    checkpoint: _Typed
+    checkpoint: _Typed  # without its channel values (/2), or with them (/1)
     metadata: _Typed
     writes: list[tuple[str, str, _Typed]] = Field(default_factory=list)  # task id, channel, value
+    values: dict[str, _Typed] | None = None  # /2: each channel's value at the checkpoint's version
 
 
 class _Saved(BaseModel):
-    format: Literal["langgraph-thread/1"] = FORMAT
+    format: Literal["langgraph-thread/1", "langgraph-thread/2"] = FORMAT
     thread_id: str
     turn_id: str | None = None
     phase: Literal["running", "parked", "done"]
@@ -119,23 +131,38 @@ def _newest(saver: InMemorySaver, thread_id: str) -> list[tuple[str, str]]:
 
 
 def _snapshot(saver: InMemorySaver, thread_id: str, newest: list[tuple[str, str]] | None = None) -> list[_Checkpoint]:
-    """The thread's newest checkpoint of each namespace (or those of ``newest``), with its pending writes."""
+    """The thread's newest checkpoint of each namespace (or those of ``newest``), with its pending writes: the
+    bytes the saver serialized them to, none read back (a super-step's snapshot costs no more as the thread
+    grows than copying them)."""
     found = []
     for ns, checkpoint_id in _newest(saver, thread_id) if newest is None else newest:
-        tup = saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
-                                                "checkpoint_id": checkpoint_id}})
-        if tup is not None:
-            found.append(_Checkpoint(
-                ns=ns, checkpoint=_Typed.of(tup.checkpoint), metadata=_Typed.of(tup.metadata),
-                writes=[(task, channel, _Typed.of(value)) for task, channel, value in tup.pending_writes or []]))
+        stored = saver.storage[thread_id][ns].get(checkpoint_id)
+        if stored is None:
+            continue
+        checkpoint, metadata, _parent = stored
+        versions = _serde.loads_typed(checkpoint)["channel_versions"]  # the checkpoint alone: no values in it
+        blobs = ((channel, saver.blobs.get((thread_id, ns, channel, version))) for channel, version in versions.items())
+        found.append(_Checkpoint(
+            ns=ns, checkpoint=_Typed.raw(checkpoint), metadata=_Typed.raw(metadata),
+            values={channel: _Typed.raw(blob) for channel, blob in blobs if blob is not None and blob[0] != "empty"},
+            writes=[(task, channel, _Typed.raw(value))
+                    for task, channel, value, _path in saver._ordered_writes(thread_id, ns, checkpoint_id)]))
     return found
 
 
 def _restore(saver: InMemorySaver, thread_id: str, checkpoints: list[_Checkpoint]) -> None:
     for saved in checkpoints:
-        checkpoint = saved.checkpoint.load()
         config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": saved.ns}}
-        stored = saver.put(config, checkpoint, saved.metadata.load(), dict(checkpoint["channel_versions"]))
+        if saved.values is None:  # /1: the checkpoint whole, put as LangGraph puts one
+            checkpoint = saved.checkpoint.load()
+            stored = saver.put(config, checkpoint, saved.metadata.load(), dict(checkpoint["channel_versions"]))
+        else:  # /2: the saver's own bytes, where the saver keeps them
+            typed = saved.checkpoint.typed()
+            checkpoint = _serde.loads_typed(typed)
+            saver.storage[thread_id][saved.ns][checkpoint["id"]] = (typed, saved.metadata.typed(), None)
+            for channel, value in saved.values.items():
+                saver.blobs[(thread_id, saved.ns, channel, checkpoint["channel_versions"][channel])] = value.typed()
+            stored = {"configurable": {**config["configurable"], "checkpoint_id": checkpoint["id"]}}
         by_task: dict[str, list[tuple[str, Any]]] = {}
         for task, channel, value in saved.writes:
             by_task.setdefault(task, []).append((channel, value.load()))
@@ -280,7 +307,8 @@ class LangGraphBackend:
             newest = _newest(saver, state.thread_id)  # the super-step just saved: read if the engine writes it
 
             def saved() -> str:
-                return _dump(state.model_copy(update={"checkpoints": _snapshot(saver, state.thread_id, newest)}))
+                return _dump(state.model_copy(update={"checkpoints": _snapshot(saver, state.thread_id, newest),
+                                                      "format": FORMAT}))
 
             try:
                 await turn.checkpoint(saved)
@@ -305,7 +333,7 @@ class LangGraphBackend:
             _RUN.reset(token)
         if run.engine_error is not None:  # swallowed on the way (a ToolNode that handles every error)
             raise run.engine_error
-        state.checkpoints = _snapshot(saver, state.thread_id)
+        state.checkpoints, state.format = _snapshot(saver, state.thread_id), FORMAT  # a thread read in /1 goes on in /2
         state.approved, state.ours, state.answered_in_tool = sorted(run.approved), sorted(run.ours), run.answered_in_tool
         if stopped:  # the thread may hold calls without results: the last finished conversation stays
             return Stopped(saved=None)

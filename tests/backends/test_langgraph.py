@@ -15,6 +15,7 @@ import importlib
 import json
 import operator
 from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -522,9 +523,35 @@ async def test_the_step_is_checkpointed_before_its_tools_run(fake):
 def tool_call_ids_in(saved: str) -> list[str]:
     """The tool calls of the AI messages in a saved thread's main checkpoint (read with LangGraph's serde)."""
     [main] = [c for c in json.loads(saved)["checkpoints"] if c["ns"] == ""]
-    typed = main["checkpoint"]
-    checkpoint = JsonPlusSerializer().loads_typed((typed["type"], base64.b64decode(typed["data"])))
-    return [c["id"] for m in checkpoint["channel_values"].get("messages", []) for c in getattr(m, "tool_calls", [])]
+    typed = main["values"]["messages"]  # each channel's value apart from the checkpoint, as the saver wrote it
+    messages = JsonPlusSerializer().loads_typed((typed["type"], base64.b64decode(typed["data"])))
+    return [c["id"] for m in messages for c in getattr(m, "tool_calls", [])]
+
+
+RECORDED = Path(__file__).resolve().parents[1] / "data" / "langgraph_threads"
+
+
+async def test_a_thread_parked_in_the_earlier_format_resumes_and_is_kept_in_the_new_one(fake):
+    """A turn parked before a deploy changed how threads are saved (``langgraph-thread/1``, recorded from the
+    bot that wrote it: each checkpoint whole) resumes after it: the refund runs once, the model is sent the
+    whole conversation, turn one's included, and the thread is saved again in today's format."""
+    parked = json.loads((RECORDED / "v1_parked_on_a_refund.json").read_text())["parked"]
+    assert json.loads(parked)["format"] == "langgraph-thread/1"
+    fake.reply_text("Refunded 40 EUR.")
+    fake.reply_text("You are Ada.")
+    lg = backend(agent(fake))
+
+    done = await lg.resume(RecordingTurn(turn_id="t2"), parked, {"call_refund": Approve()})
+
+    assert isinstance(done, Finished) and done.text == "Refunded 40 EUR."
+    assert refunds == [("ch_1", 40)]
+    sent = [(m["role"], m.get("content")) for m in fake.requests[-1].body["messages"]]
+    assert sent[:3] == [("user", "I am Ada"), ("assistant", "Hello Ada."), ("user", "refund ch_1")]
+    assert tool_messages(fake) == {"call_look": "ch_1: 40 EUR, paid", "call_refund": "refunded 40 EUR on ch_1"}
+    assert json.loads(done.saved)["format"] == "langgraph-thread/2"
+    following = await lg.start(RecordingTurn(turn_id="t3"), "who am I?", done.saved)
+    assert isinstance(following, Finished) and following.text == "You are Ada."
+    assert len(fake.requests[-1].body["messages"]) == len(sent) + 2  # its answer, then the new question
 
 
 async def test_a_resume_replayed_after_the_tool_ran_returns_the_recorded_result(fake):
