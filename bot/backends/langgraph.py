@@ -240,6 +240,7 @@ class LangGraphBackend:
     def __init__(self, graph: Any, *, input: Callable[[str], Any] | None = None):  # noqa: A002 - LangGraph's word
         if not hasattr(graph, "astream") or not hasattr(graph, "nodes"):
             raise TypeError("a LangGraph backend needs a compiled graph (StateGraph(...).compile() or create_agent)")
+        _refuse_delta_channels(graph)
         self.graph = graph
         self.input = input or (lambda text: {"messages": [HumanMessage(content=text)]})
         self.version = package_version("langgraph")
@@ -387,6 +388,27 @@ def _dump(state: _Saved) -> str:
 
 
 # --- finding the graph's tools and the HITL middleware --------------------------------------------
+
+
+def _refuse_delta_channels(graph: Any, seen: set[int] | None = None) -> None:
+    """A ``DeltaChannel`` (LangGraph's beta) rebuilds its value from the writes of every earlier checkpoint; a
+    paused run keeps only the newest, so such a channel would come back holding only what was written after
+    the pause. Refused when the agent is wrapped (its subgraphs too), rather than losing state at a resume."""
+    from langgraph.channels.delta import DeltaChannel
+
+    seen = set() if seen is None else seen
+    if id(graph) in seen:
+        return
+    seen.add(id(graph))
+    for name, channel in (getattr(graph, "channels", None) or {}).items():
+        if isinstance(channel, DeltaChannel):
+            raise TypeError(f"the graph's channel {name!r} is a DeltaChannel: the bot keeps a paused run's newest "
+                            f"checkpoint only, so its history would be lost at a resume; use a plain reducer "
+                            f"(Annotated[list, operator.add], add_messages)")
+    for node in (getattr(graph, "nodes", None) or {}).values():
+        bound = getattr(node, "bound", None)
+        if hasattr(bound, "channels") and hasattr(bound, "nodes"):  # a compiled subgraph as a node
+            _refuse_delta_channels(bound, seen)
 
 
 def _tool_nodes(graph: Any) -> list[ToolNode]:

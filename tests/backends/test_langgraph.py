@@ -24,6 +24,7 @@ from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain_core.messages import AnyMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
+from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
@@ -185,6 +186,50 @@ async def test_a_create_agent_agent_is_an_agent_backend_with_its_tools_and_their
     assert not tools["lookup_charge"].asks
     assert tools["issue_refund"].parameters["properties"].keys() == {"charge_id", "amount"}
     assert tools["issue_refund"].args_model is not None
+
+
+def _concatenated(state: list[str] | None, batches: list[list[str]]) -> list[str]:
+    return [*(state or []), *(item for batch in batches for item in batch)]
+
+
+class _Logged(TypedDict):
+    log: Annotated[list, DeltaChannel(_concatenated)]
+
+
+class _Plain(TypedDict):
+    log: Annotated[list, operator.add]
+
+
+def _logging_graph() -> Any:
+    def note(state: _Logged) -> dict[str, Any]:
+        return {"log": ["noted"]}
+
+    def ask(state: _Logged) -> dict[str, Any]:
+        return {"log": [f"asked: {interrupt('what next?')}"]}
+
+    builder = StateGraph(_Logged)
+    builder.add_node("note", note)
+    builder.add_node("ask", ask)
+    builder.add_edge(START, "note")
+    builder.add_edge("note", "ask")
+    builder.add_edge("ask", END)
+    return builder.compile()
+
+
+def test_a_graph_with_a_delta_channel_is_refused_rather_than_resumed_without_its_history():
+    """LangGraph's beta ``DeltaChannel`` rebuilds its value from every earlier checkpoint's writes; a paused run
+    keeps its newest checkpoint only. Run anyway, the node after a question saw ``["asked: go"]`` where a plain
+    reducer's saw ``["hi", "noted", "asked: go"]``: the history was gone. Such a graph, or one using it as a
+    subgraph, is refused when it is wrapped, saying which channel and what to use instead."""
+    with pytest.raises(TypeError, match="channel 'log' is a DeltaChannel.*operator.add"):
+        backend(_logging_graph())
+
+    outer = StateGraph(_Plain)  # the DeltaChannel only inside
+    outer.add_node("inner", _logging_graph())
+    outer.add_edge(START, "inner")
+    outer.add_edge("inner", END)
+    with pytest.raises(TypeError, match="DeltaChannel"):
+        wrap(outer.compile(), policies={})
 
 
 # --- LangChain's human-in-the-loop middleware -----------------------------------------------------------
