@@ -188,6 +188,18 @@ async def test_a_create_agent_agent_is_an_agent_backend_with_its_tools_and_their
     assert tools["issue_refund"].args_model is not None
 
 
+def chain(state: type, *steps: Callable[..., Any]) -> Any:
+    """A compiled graph running ``steps`` one after the other, each a node named as its function."""
+    builder = StateGraph(state)
+    names = [START]
+    for step in steps:
+        builder.add_node(step.__name__, step)
+        builder.add_edge(names[-1], step.__name__)
+        names.append(step.__name__)
+    builder.add_edge(names[-1], END)
+    return builder.compile()
+
+
 def _concatenated(state: list[str] | None, batches: list[list[str]]) -> list[str]:
     return [*(state or []), *(item for batch in batches for item in batch)]
 
@@ -207,13 +219,7 @@ def _logging_graph() -> Any:
     def ask(state: _Logged) -> dict[str, Any]:
         return {"log": [f"asked: {interrupt('what next?')}"]}
 
-    builder = StateGraph(_Logged)
-    builder.add_node("note", note)
-    builder.add_node("ask", ask)
-    builder.add_edge(START, "note")
-    builder.add_edge("note", "ask")
-    builder.add_edge("ask", END)
-    return builder.compile()
+    return chain(_Logged, note, ask)
 
 
 def test_a_graph_with_a_delta_channel_is_refused_rather_than_resumed_without_its_history():
@@ -474,13 +480,7 @@ def inbox_graph(config: dict[str, bool] = ALL_OF_INBOX) -> Any:
     def ask(state: Refund) -> dict[str, Any]:
         return {"answer": [interrupt("Anything to tell the customer?")]}
 
-    builder = StateGraph(Refund)
-    builder.add_node("review", review)
-    builder.add_node("ask", ask)
-    builder.add_edge(START, "review")
-    builder.add_edge("review", "ask")
-    builder.add_edge("ask", END)
-    return builder.compile()
+    return chain(Refund, review, ask)
 
 
 async def test_agent_inbox_requests_and_a_plain_question_in_a_workflow(fake):
