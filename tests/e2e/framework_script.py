@@ -1,10 +1,11 @@
 """What the framework backends' end-to-end tests share: the model's refund script, what the model was told,
-the answer in a thread, approving cards in turn (no framework imported here)."""
+the answer in a thread, approving cards in turn, a policy refusing every call (no framework imported here)."""
 
 from __future__ import annotations
 
 import json
 
+from bot.approval import Denied
 from localslack.seed import ALICE, GENERAL
 from tests.e2e.test_approval_flow import button, card_in
 from tests.fakes.openai_server import FakeOpenAI
@@ -33,3 +34,8 @@ async def approve_this_card_then_the_next(slack, ts, card, *, naming: str) -> No
     following = await slack.wait_for(lambda: (c := card_in(slack, ts)) and c.ts != card.ts and c)
     assert naming in json.dumps(following.blocks)
     await slack.click(ALICE, GENERAL, following.ts, button(following, "Approve"))
+
+
+def closed_today(ctx: object) -> object:
+    """A request policy refusing every call, with the reason the model then reads."""
+    return Denied("Refunds are closed today.")

@@ -17,13 +17,13 @@ from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from langgraph.types import interrupt
 
-from bot.approval import Approval, Denied, always
+from bot.approval import Approval, always
 from bot.backends import wrap
 from bot.governance import approvers, four_eyes, n_of_m
 from bot.models.scripted import ScriptedModel
 from localslack.seed import ALICE, BOB, BOT_USER_ID, CAROL, DAVE, GENERAL, TEAM_ID
 from tests.audit_polling import audit_entries
-from tests.e2e.framework_script import approve_this_card_then_the_next
+from tests.e2e.framework_script import approve_this_card_then_the_next, closed_today
 from tests.e2e.test_approval_flow import button, card_in, mention_and_wait_for_card
 from tests.fakes.openai_server import FakeOpenAI
 
@@ -225,9 +225,6 @@ async def test_two_of_an_approver_list_on_the_agents_refund(local_slack, start_a
 async def test_our_policy_refuses_a_tool_the_middleware_gates_and_no_card_is_shown(local_slack, start_app, fake):
     """The human-in-the-loop middleware interrupts for the refund before any of our code runs; our request policy
     refuses it all the same: no card anyone could approve, and the model reads why."""
-    def closed_today(ctx: Any) -> object:
-        return Denied("Refunds are closed today.")
-
     refund_asked(fake, then="Refunds are closed, sorry.")
     await start_app(ScriptedModel([]), [], agent=wrap(agent(fake), policies={
         "issue_refund": Approval(request=closed_today)}))

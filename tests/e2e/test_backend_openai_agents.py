@@ -15,14 +15,14 @@ import pytest
 from agents import Agent, OpenAIChatCompletionsModel, function_tool
 from openai import AsyncOpenAI
 
-from bot.approval import Approval, Denied, always
+from bot.approval import Approval, always
 from bot.backends import wrap
 from bot.governance import four_eyes, n_of_m
 from bot.models.scripted import ScriptedModel
 from bot.protocol import ActionStarted
 from localslack.seed import ALICE, BOB, BOT_USER_ID, CAROL, DAVE, GENERAL, TEAM_ID
 from tests.audit_polling import audit_entries
-from tests.e2e.framework_script import answer_in, approve_this_card_then_the_next
+from tests.e2e.framework_script import answer_in, approve_this_card_then_the_next, closed_today
 from tests.e2e.test_approval_flow import button, card_in, mention_and_wait_for_card
 from tests.e2e.test_decisions import inputs
 from tests.fakes.openai_server import FakeOpenAI
@@ -165,9 +165,6 @@ async def test_a_lookup_needing_no_approval_answers_without_a_card(local_slack, 
 
 
 async def test_our_request_policy_refuses_an_sdk_tool_and_the_model_reads_why(local_slack, start_app, fake):
-    def closed_today(ctx) -> object:
-        return Denied("Refunds are closed today.")
-
     refund_then_say(fake, "Refunds are closed, sorry.")
     await start_app(ScriptedModel([]), [], agent=wrap(support_agent(fake), policies={
         "issue_refund": Approval(request=closed_today)}))

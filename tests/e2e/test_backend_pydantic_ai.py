@@ -16,7 +16,7 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
 from bot import money
-from bot.approval import Approval, Denied, always
+from bot.approval import Approval, always
 from bot.backends import wrap
 from bot.governance import four_eyes, n_of_m
 from bot.models.scripted import ScriptedModel
@@ -26,6 +26,7 @@ from tests.audit_polling import audit_entries
 from tests.e2e.framework_script import (
     answer_in,
     approve_this_card_then_the_next,
+    closed_today,
     refund_then_answer,
     told_the_model,
 )
@@ -110,10 +111,6 @@ async def test_an_amount_the_agents_tool_marks_as_money_shows_as_money_on_its_ca
     await local_slack.click(ALICE, GENERAL, card.ts, button(card, "Approve"))
     await answer_in(local_slack, ts, "Refunded.")
     assert ran == [1234.5]
-
-
-def closed_today(ctx: Any) -> object:
-    return Denied("Refunds are closed today.")
 
 
 async def test_our_policy_refuses_a_tool_the_agent_gates_itself_and_no_card_is_shown(local_slack, start_app, fake):
